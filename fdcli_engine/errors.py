@@ -1,0 +1,26 @@
+"""Domain errors. Each carries a one-line message meant for a user; the CLI prints it, the server maps it
+to an OpenAI error object. Leaf module: imports nothing from fd."""
+
+
+class FdError(Exception):
+    """Base of every error fd raises on purpose."""
+
+
+class ConfigError(FdError):
+    """An invalid option or combination of options, found before any work starts."""
+
+
+class ModelLoadError(FdError):
+    """A model path that is missing, corrupt, truncated, or of an unsupported architecture."""
+
+
+class InvalidRequestError(FdError):
+    """A request the engine cannot serve as asked (too long, bad parameter). `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class KernelBuildError(FdError):
+    """The C++ operators could not be compiled or loaded."""

@@ -1,0 +1,79 @@
+"""Thin op layer between layers/ and the implementations.
+
+Two implementations share one signature per op:
+- `fdcli_engine.ops.reference`: pure Paddle. The test oracle, and the fallback when no compiler exists.
+- `fd_kernels.ops`: C++ custom operators (kernels/), compiled on first use and cached.
+
+`FD_KERNELS=reference` (or `use("reference")`) forces the reference; the default `auto` uses the C++
+operators when they build and load, else the reference with one warning. Names are bound once at
+import (and on `use()`), so a call costs no lookup.
+
+Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
+    rms_norm(x[T,H], weight[H], eps) -> [T,H]
+    fused_add_rms_norm(x[T,H], residual[T,H], weight[H], eps) -> (normed[T,H], x + residual)
+    rotary_embedding(positions int64[T], q[T,nh*hd], k[T,nkv*hd], cos_sin_cache[max_pos,hd], head_dim)
+        -> (q, k) with NeoX (rotate-half) rotary applied; cos_sin_cache[p] = [cos(p*f_0..), sin(p*f_0..)]
+    silu_and_mul(x[T,2I]) -> silu(x[:, :I]) * x[:, I:]
+    prepare_linear(weight np.float32[out,in], bias np.float32[out] | None, quantization) -> LinearWeight
+    linear(x[T,in], lw: LinearWeight) -> [T,out]
+    reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T])
+        writes in place
+    paged_attention(q[T,nh,hd], k_cache, v_cache, meta: AttentionMetadata, scale) -> [T,nh,hd]
+        causal: query i of sequence b sits at position seq_len_b - q_len_b + i and attends to keys
+        0..that position of its own sequence, read through its block table; GQA by nh // nkv.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+OP_NAMES = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "prepare_linear",
+    "linear",
+    "reshape_and_cache",
+    "paged_attention",
+)
+
+logger = logging.getLogger(__name__)
+backend = "reference"
+
+
+def _load_native():
+    try:
+        from fd_kernels import ops as native  # noqa: PLC0415
+
+        native.load()
+        return native
+    except Exception as exc:  # a missing compiler or a failed build must not stop the engine
+        logger.warning("fd C++ kernels unavailable (%s); using the pure-Paddle reference ops", exc)
+        return None
+
+
+def use(name: str | None = None) -> str:
+    """Bind the op names to an implementation: "reference", "native" or "auto". Returns the one chosen."""
+    global backend
+    from fdcli_engine.ops import reference
+
+    name = (name or os.environ.get("FD_KERNELS", "auto")).lower()
+    impl = reference
+    if name in ("auto", "native"):
+        native = _load_native()
+        if native is not None:
+            impl = native
+        elif name == "native":
+            raise RuntimeError("FD_KERNELS=native but the C++ kernels could not be built or loaded")
+    elif name != "reference":
+        raise ValueError(f"FD_KERNELS={name!r}: use auto, native or reference")
+    g = globals()
+    for op in OP_NAMES:
+        g[op] = getattr(impl, op, getattr(reference, op))
+    backend = "native" if impl is not reference else "reference"
+    return backend
+
+
+use()

@@ -1,0 +1,56 @@
+"""What the engine hands back: token-level core outputs and detokenized request outputs. Leaf module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One step's news for one request, token-level. Crosses the ZMQ socket as msgpack."""
+
+    req_id: str
+    new_token_ids: list[int]
+    # Per new token: [(token_id, logprob), ...] with the sampled token first, then the top-k.
+    new_logprobs: list[list[tuple[int, float]]] | None = None
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    stop_reason: int | str | None = None  # the stop token id or stop string that ended it
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+
+
+@dataclass
+class Logprob:
+    token_id: int
+    logprob: float
+    decoded: str = ""
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    # One entry per generated token: {token_id: Logprob}, sampled token first.
+    logprobs: list[dict[int, Logprob]] | None = None
+    # Text and tokens added since the previous RequestOutput of this request (streaming).
+    delta_text: str = ""
+    delta_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int = 0
+    metrics: dict | None = None  # arrival/first-token/finish times (monotonic seconds)

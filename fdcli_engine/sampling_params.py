@@ -1,0 +1,84 @@
+"""Per-request sampling parameters. Leaf module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fdcli_engine.errors import InvalidRequestError
+
+# Bounds that keep a single request from exhausting the engine; the server reports them as 400s.
+MAX_N = 16
+MAX_LOGPROBS = 20
+MAX_STOP_STRINGS = 16
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: disabled
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = 16  # None: up to the context length
+    min_tokens: int = 0
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None  # number of top log-probabilities per sampled token (0: only the sampled one)
+    prompt_logprobs: int | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    bad_words: list[str] = field(default_factory=list)
+    # Filled by the front end from bad_words once the tokenizer is known.
+    bad_words_token_ids: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.top_k == -1:
+            self.top_k = 0
+        self.validate()
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature < 1e-5 or self.top_k == 1
+
+    def validate(self) -> None:
+        def bad(msg: str, param: str) -> None:
+            raise InvalidRequestError(msg, param=param)
+
+        if not 1 <= self.n <= MAX_N:
+            bad(f"n must be between 1 and {MAX_N}, got {self.n}", "n")
+        if not 0.0 <= self.temperature <= 2.0:
+            bad(f"temperature must be between 0 and 2, got {self.temperature}", "temperature")
+        if not 0.0 < self.top_p <= 1.0:
+            bad(f"top_p must be in (0, 1], got {self.top_p}", "top_p")
+        if self.top_k < 0:
+            bad(f"top_k must be -1, 0 (disabled) or positive, got {self.top_k}", "top_k")
+        if not 0.0 <= self.min_p <= 1.0:
+            bad(f"min_p must be between 0 and 1, got {self.min_p}", "min_p")
+        if not 0.0 < self.repetition_penalty <= 2.0:
+            bad(f"repetition_penalty must be in (0, 2], got {self.repetition_penalty}", "repetition_penalty")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                bad(f"{name} must be between -2 and 2, got {getattr(self, name)}", name)
+        if self.max_tokens is not None and self.max_tokens < 1:
+            bad(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
+        if self.min_tokens < 0 or (self.max_tokens is not None and self.min_tokens > self.max_tokens):
+            bad(f"min_tokens must be between 0 and max_tokens, got {self.min_tokens}", "min_tokens")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            bad(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}", "stop")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            bad("stop strings must be non-empty strings", "stop")
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= v <= MAX_LOGPROBS:
+                bad(f"{name} must be between 0 and {MAX_LOGPROBS}, got {v}", name)
+        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
+            bad("seed must fit in 64 bits", "seed")

@@ -1,0 +1,83 @@
+"""Typed hand-offs between the scheduler (core/), the model runner (runner/) and the models.
+
+The scheduler and the runner know each other only through these types. Leaf module: paddle appears in
+annotations only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import paddle
+
+    from fdcli_engine.sampling_params import SamplingParams
+
+
+@dataclass
+class ScheduledRequest:
+    """One request's share of a step."""
+
+    req_id: str
+    # Tokens whose K/V this step computes: all_token_ids[num_computed_tokens : num_computed_tokens + n].
+    token_ids: list[int]
+    num_computed_tokens: int  # position of token_ids[0]
+    block_ids: list[int]  # the request's whole block table after this step's allocation
+    sampling_params: SamplingParams
+    # True when this step reaches the end of the known tokens, so a new token is sampled.
+    do_sample: bool
+    # Generated tokens so far (penalties, seeded generators); shared list, read-only for the runner.
+    output_token_ids: list[int] = field(default_factory=list)
+    prompt_token_ids: list[int] = field(default_factory=list)
+    is_pooling: bool = False
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest]
+    num_scheduled_tokens: int
+    # Requests that left the batch since the last step (finished, aborted or preempted): the runner drops
+    # any per-request state it keeps for them (seeded generators).
+    finished_req_ids: set[str] = field(default_factory=set)
+    num_preempted: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+@dataclass
+class ModelRunnerOutput:
+    # req_id -> sampled token id, only for requests with do_sample.
+    sampled_token_ids: dict[str, int]
+    # req_id -> [(token_id, logprob), ...] sampled token first, then its top-k alternatives.
+    logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # req_id -> pooled output (pooling runner only).
+    pooled: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class AttentionMetadata:
+    """Flattened (varlen) batch description for paged attention. Sequences are laid out one after another
+    in the token dimension T; sequence b owns tokens query_start_loc[b] : query_start_loc[b+1]."""
+
+    slot_mapping: paddle.Tensor  # int64 [T]: block_id * block_size + offset where each token's K/V goes
+    query_start_loc: paddle.Tensor  # int32 [B+1]
+    seq_lens: paddle.Tensor  # int32 [B]: context length after this step (cached + new tokens)
+    block_tables: paddle.Tensor  # int32 [B, max_blocks]; unused entries are 0
+    max_query_len: int
+    max_seq_len: int
+    block_size: int
+    # Host copies of the same, for code that loops on the CPU side.
+    query_start_loc_np: np.ndarray
+    seq_lens_np: np.ndarray
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.seq_lens_np.shape[0])
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.max_query_len == 1
