@@ -1,0 +1,288 @@
+"""Options shared by several commands, declared once.
+
+Pattern (Typer has no option groups):
+- Every engine flag is an `Annotated` alias below (`ModelOpt`, `MaxModelLenOpt`, ...). A command that
+  needs one flag uses the alias as its parameter annotation.
+- A command that starts an engine (serve, run-batch, bench latency/throughput) decorates itself with
+  `@engine_options`. The decorator appends all engine flags plus `--config FILE.yaml` to the command's
+  signature (Typer reads `__signature__`) and calls the command with one extra keyword argument,
+  `engine_args: dict`, the merged result of `engine_config_from_cli`:
+
+      @app.command()
+      @engine_options
+      def serve(port: PortOpt = 8000, *, engine_args: dict) -> None:
+          config = EngineConfig.from_dict(engine_args).finalize()
+
+  The command must declare the keyword-only parameter `engine_args` (it is hidden from the CLI).
+
+Invariant: every CLI default is None, meaning "not given", so that a YAML file fills what the flags left
+out and explicit flags win; EngineConfig then applies its own defaults (shown in the help text).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import ConfigError
+
+ENGINE_PANEL = "Engine options"
+
+ConfigFileOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--config",
+        help="YAML file of engine options (keys as flag names); flags override it.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        help="HF folder or .gguf file. Default: the installed SmolLM2-135M GGUF.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+TokenizerOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tokenizer",
+        help="Tokenizer folder or .gguf file. Default: the model's own.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+ServedModelNameOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--served-model-name",
+        help="Model name reported by the API. Default: derived from --model.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+MaxModelLenOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-model-len",
+        help="Context length. Default: the model's limit, capped at 8192.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+MaxNumSeqsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-num-seqs", help="Most sequences in one batch. (default: 64)", rich_help_panel=ENGINE_PANEL
+    ),
+]
+MaxNumBatchedTokensOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-num-batched-tokens",
+        help="Token budget of one engine step. (default: 2048)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+BlockSizeOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--block-size", help="Tokens per KV-cache block (8-128). (default: 16)", rich_help_panel=ENGINE_PANEL
+    ),
+]
+NumKvBlocksOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--num-kv-blocks",
+        help="KV-cache blocks. Default: from --kv-cache-memory-gb.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+KvCacheMemoryGbOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--kv-cache-memory-gb",
+        help="Memory for the KV cache in GiB. (default: 2.0)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+EnablePrefixCachingOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Reuse KV blocks of shared prompt prefixes. (default: enabled)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+EnableChunkedPrefillOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--enable-chunked-prefill/--no-enable-chunked-prefill",
+        help="Split long prompts across steps. (default: enabled)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+SeedOpt = Annotated[
+    Optional[int], typer.Option("--seed", help="Random seed. (default: 0)", rich_help_panel=ENGINE_PANEL)
+]
+DtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--dtype", help="float32, bfloat16 or auto. (default: float32)", rich_help_panel=ENGINE_PANEL
+    ),
+]
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option("--threads", help="CPU threads. Default: all cores.", rich_help_panel=ENGINE_PANEL),
+]
+QuantizationOpt = Annotated[
+    Optional[str],
+    typer.Option("--quantization", "-q", help="wint8, wint4, gguf or none.", rich_help_panel=ENGINE_PANEL),
+]
+KvCacheDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option("--kv-cache-dtype", help="auto or int8. (default: auto)", rich_help_panel=ENGINE_PANEL),
+]
+RunnerOpt = Annotated[
+    Optional[str],
+    typer.Option("--runner", help="auto, generate or pooling. (default: auto)", rich_help_panel=ENGINE_PANEL),
+]
+ConvertOpt = Annotated[
+    Optional[str],
+    typer.Option("--convert", help="auto, none or embed. (default: auto)", rich_help_panel=ENGINE_PANEL),
+]
+PoolerConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--pooler-config",
+        help='Pooler settings as JSON, e.g. \'{"pooling_type": "MEAN"}\'.',
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+TensorParallelSizeOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--tensor-parallel-size",
+        "-tp",
+        help="Tensor-parallel degree (only 1 here). (default: 1)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+
+# EngineConfig field -> CLI alias. Order is the order in --help.
+ENGINE_FLAGS: dict[str, Any] = {
+    "model": ModelOpt,
+    "tokenizer": TokenizerOpt,
+    "served_model_name": ServedModelNameOpt,
+    "max_model_len": MaxModelLenOpt,
+    "max_num_seqs": MaxNumSeqsOpt,
+    "max_num_batched_tokens": MaxNumBatchedTokensOpt,
+    "block_size": BlockSizeOpt,
+    "num_kv_blocks": NumKvBlocksOpt,
+    "kv_cache_memory_gb": KvCacheMemoryGbOpt,
+    "enable_prefix_caching": EnablePrefixCachingOpt,
+    "enable_chunked_prefill": EnableChunkedPrefillOpt,
+    "seed": SeedOpt,
+    "dtype": DtypeOpt,
+    "threads": ThreadsOpt,
+    "quantization": QuantizationOpt,
+    "kv_cache_dtype": KvCacheDtypeOpt,
+    "runner": RunnerOpt,
+    "convert": ConvertOpt,
+    "pooler_config": PoolerConfigOpt,
+    "tensor_parallel_size": TensorParallelSizeOpt,
+}
+assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
+
+
+def _load_yaml(config_file: Path) -> dict[str, Any]:
+    import yaml  # lazy: only commands given --config pay for it
+
+    try:
+        text = Path(config_file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read --config {str(config_file)!r}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--config {str(config_file)!r} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {str(config_file)!r} must hold a mapping of option: value")
+    return data
+
+
+def _parse_pooler_config(value: Any) -> Any:
+    if value is None or isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"--pooler-config must be a JSON object: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError("--pooler-config must be a JSON object")
+    return parsed
+
+
+def engine_config_from_cli(config_file: Path | str | None, **flags: Any) -> dict[str, Any]:
+    """Merge a YAML file with CLI flags into EngineConfig keyword arguments.
+
+    Flags that are None were not given and do not override the file. Unknown keys (in the file or in
+    `flags`) raise ConfigError through EngineConfig.from_dict. Returns a plain dict (keys with `_`) so a
+    command may adjust it before building `EngineConfig.from_dict(result)`.
+    """
+    merged: dict[str, Any] = {}
+    if config_file is not None:
+        merged.update({str(k).replace("-", "_"): v for k, v in _load_yaml(Path(config_file)).items()})
+    merged.update({k.replace("-", "_"): v for k, v in flags.items() if v is not None})
+    if "pooler_config" in merged:
+        merged["pooler_config"] = _parse_pooler_config(merged["pooler_config"])
+    source = f"--config {config_file}" if config_file is not None else "options"
+    EngineConfig.from_dict(merged, source=source)  # validates the key set; values are checked by finalize()
+    return merged
+
+
+def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add every engine flag and --config to a Typer command; pass the merged dict as `engine_args`."""
+    # eval_str: resolve string annotations (from __future__ import annotations) in func's own module.
+    sig = inspect.signature(func, eval_str=True)
+    if "engine_args" not in sig.parameters:
+        raise TypeError(f"{func.__name__} must declare a keyword-only parameter `engine_args`")
+    own = [p for name, p in sig.parameters.items() if name != "engine_args"]
+    clash = {p.name for p in own} & (set(ENGINE_FLAGS) | {"config"})
+    if clash:
+        raise TypeError(f"{func.__name__} redeclares engine option(s): {', '.join(sorted(clash))}")
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
+        for name, alias in {"config": ConfigFileOpt, **ENGINE_FLAGS}.items()
+    ]
+    # Keyword-only parameters must follow positional ones in a valid signature.
+    positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    keyword = [p for p in own if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from fdcli.console import error_boundary
+
+        engine_kwargs = {name: kwargs.pop(name, None) for name in ENGINE_FLAGS}
+        config_file = kwargs.pop("config", None)
+        with error_boundary():
+            engine_args = engine_config_from_cli(config_file, **engine_kwargs)
+        return func(*args, engine_args=engine_args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=positional + keyword + added)  # type: ignore[attr-defined]
+    # get_type_hints() reads __annotations__; keep it consistent with the new signature.
+    wrapper.__annotations__ = {
+        p.name: p.annotation
+        for p in wrapper.__signature__.parameters.values()
+        if p.annotation is not inspect.Parameter.empty
+    }
+    del wrapper.__wrapped__  # otherwise inspect.signature would follow it back to `func`
+    return wrapper
