@@ -1,0 +1,61 @@
+"""Incremental detokenization for streaming.
+
+Invariant: the concatenation of every `add_tokens` delta followed by `flush()` equals
+`tokenizer.decode(output_ids, skip_special_tokens)` for byte-level BPE — a delta never contains a partial
+UTF-8 character (U+FFFD that a later token would complete); such text is held back until complete.
+
+Method (vLLM's prefix/read offsets): decode only a short window, `tokens[prefix_offset:]`, and diff it
+against the decode of `tokens[prefix_offset:read_offset]`, so each call costs O(window), not O(length).
+The window starts a few tokens inside the prompt so decoders that depend on the left context (leading
+spaces of SentencePiece pieces) render the first output token as in a full decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_REPLACEMENT = "\ufffd"
+_PROMPT_CONTEXT = 5  # prompt tokens kept as left context of the first window
+
+
+class IncrementalDetokenizer:
+    def __init__(
+        self, tokenizer: Any, prompt_token_ids: list[int] | None = None, skip_special_tokens: bool = True
+    ):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.token_ids: list[int] = list(prompt_token_ids or [])
+        self.num_prompt_tokens = len(self.token_ids)
+        self.prefix_offset = max(len(self.token_ids) - _PROMPT_CONTEXT, 0)
+        self.read_offset = len(self.token_ids)
+        self.output_text = ""
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def add_tokens(self, new_token_ids: list[int]) -> str:
+        """Append generated ids; return the newly completed text (possibly "")."""
+        self.token_ids.extend(new_token_ids)
+        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        new_text = self._decode(self.token_ids[self.prefix_offset :])
+        # Hold back while the window ends inside a character, or nothing visible was added.
+        if len(new_text) <= len(prefix_text) or new_text.endswith(_REPLACEMENT):
+            return ""
+        delta = new_text[len(prefix_text) :]
+        self.prefix_offset = self.read_offset
+        self.read_offset = len(self.token_ids)
+        self.output_text += delta
+        return delta
+
+    def flush(self) -> str:
+        """At the end of a sequence: emit held-back text (an incomplete character decodes to U+FFFD)."""
+        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        new_text = self._decode(self.token_ids[self.prefix_offset :])
+        delta = new_text[len(prefix_text) :] if len(new_text) > len(prefix_text) else ""
+        self.prefix_offset = self.read_offset = len(self.token_ids)
+        self.output_text += delta
+        return delta
