@@ -1,0 +1,22 @@
+"""fd's engine: `from fdcli_engine import LLM, SamplingParams`.
+
+Importing this package must stay cheap and must not import paddle (the CLI imports its leaf modules).
+"""
+
+import os
+
+# Paddle's bootstrap sets OMP_NUM_THREADS=1 when it is unset; claim the cores before anything imports it.
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+from fdcli_engine.sampling_params import SamplingParams  # noqa: E402
+
+__all__ = ["LLM", "SamplingParams"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "LLM":
+        from fdcli_engine.api.llm import LLM
+
+        return LLM
+    raise AttributeError(name)

@@ -18,6 +18,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    pooled: list | None = None  # pooling runner: the pooled vector (or per-token/per-step scores)
 
 
 @dataclass

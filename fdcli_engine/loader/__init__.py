@@ -1,0 +1,82 @@
+"""Model loading: find the layout of a model path, read its config, build the model, stream weights.
+
+Layouts (one entry each in LAYOUTS; adding FastDeploy's "-Paddle" folders is one more entry):
+- "hf": a folder with config.json and *.safetensors.
+- "gguf": a .gguf file, or a folder holding exactly one.
+Every failure a user can cause (missing path, not a model, corrupt or truncated file, missing tensor,
+unsupported architecture) is a ModelLoadError whose one-line message names the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fdcli_engine.errors import ModelLoadError
+from fdcli_engine.loader.gguf_io import iter_gguf_tensors, iter_gguf_weights, read_gguf_config
+from fdcli_engine.loader.hf import is_hf_folder, iter_hf_weights, read_hf_config
+
+# layout -> (read_config(path) -> dict, iter_weights(path) -> Iterator[(hf_name, fp32 array)])
+LAYOUTS = {
+    "hf": (read_hf_config, iter_hf_weights),
+    "gguf": (read_gguf_config, iter_gguf_weights),
+}
+
+__all__ = ["detect_layout", "iter_gguf_tensors", "load_model", "read_model_config"]
+
+
+def detect_layout(path: str | os.PathLike) -> tuple[str, Path]:
+    """(layout name, the path its functions take)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelLoadError(f"{p}: model path does not exist")
+    if p.is_file():
+        if p.suffix.lower() == ".gguf":
+            return "gguf", p
+        raise ModelLoadError(f"{p}: not a model: expected a .gguf file or a folder with config.json")
+    if is_hf_folder(p):
+        return "hf", p
+    ggufs = sorted(p.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return "gguf", ggufs[0]
+    if len(ggufs) > 1:
+        names = ", ".join(g.name for g in ggufs)
+        raise ModelLoadError(f"{p}: several .gguf files ({names}); pass the one to load")
+    raise ModelLoadError(f"{p}: not a model folder: expected config.json + *.safetensors, or a .gguf file")
+
+
+def read_model_config(path: str | os.PathLike) -> dict:
+    """The HF-style config dict of the model at `path` (see fdcli_engine.models.hf_config for the
+    normalized keys: rope_theta, rope_scaling, head_dim, num_key_value_heads, tie_word_embeddings)."""
+    from fdcli_engine.models.hf_config import normalize_hf_config  # noqa: PLC0415
+
+    layout, p = detect_layout(path)
+    cfg = LAYOUTS[layout][0](p)
+    try:
+        return normalize_hf_config(cfg)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{p}: config lacks or has an invalid field ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def load_model(engine_config):
+    """Instantiate the model for `engine_config` (finalized or not) and load its weights."""
+    from fdcli_engine.models.registry import resolve_model_class  # noqa: PLC0415
+
+    path = engine_config.model_path or engine_config.model
+    if path is None:
+        from fdcli_engine.config import default_model_path  # noqa: PLC0415
+
+        path = default_model_path()
+    layout, p = detect_layout(path)
+    hf_config = engine_config.hf_config or read_model_config(p)
+    source = p / "config.json" if layout == "hf" else p
+    model_cls = resolve_model_class(hf_config, str(source))
+    try:
+        model = model_cls(hf_config, engine_config)
+        model.load_weights(LAYOUTS[layout][1](p))
+    except ModelLoadError as exc:
+        msg = str(exc)
+        raise ModelLoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+    return model

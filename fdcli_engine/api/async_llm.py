@@ -1,0 +1,224 @@
+"""AsyncLLM: the server's engine client. Tokenizes nothing itself; it routes requests to the engine-core
+process and detokenized outputs back to per-request queues.
+
+It implements the `EngineClient` protocol the serving layer depends on: `generate`, `abort`,
+`tokenizer`, `model_config`, `is_ready`, `get_stats`. Invariants: every request id has at most one
+queue; a request that ends without a finished output (client gone, task cancelled, error) is aborted in
+the core, so its KV blocks are freed within a step or two; when the core dies every waiting request
+gets EngineDeadError at once instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fdcli_engine.api.core_client import DEFAULT_CORE, CoreClient
+from fdcli_engine.api.core_messages import (
+    AbortRequest,
+    AddRequest,
+    FatalMsg,
+    OutputsMsg,
+    ReadyMsg,
+    RequestFailed,
+    UtilityReply,
+    UtilityRequest,
+)
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import FdError, InvalidRequestError
+from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.sampling_params import SamplingParams
+
+logger = logging.getLogger("fd.serve")
+
+
+class EngineDeadError(FdError):
+    """The engine-core process is gone; nothing more can be generated."""
+
+
+class EngineNotReadyError(FdError):
+    """The engine core is still loading the model."""
+
+
+class EngineRequestError(FdError):
+    """The core failed one request for a reason that is not the client's fault."""
+
+
+@dataclass
+class ModelConfig:
+    model: str
+    served_model_name: str
+    max_model_len: int
+    vocab_size: int = 0
+
+
+def _default_output_processor_cls():
+    from fdcli_engine.output_processor import OutputProcessor
+
+    return OutputProcessor
+
+
+class AsyncLLM:
+    def __init__(
+        self,
+        config: EngineConfig,
+        tokenizer,
+        served_model_name: str | None = None,
+        output_processor_cls=None,
+        core_spec: str = DEFAULT_CORE,
+    ):
+        self.config = config
+        self.tokenizer = tokenizer
+        name = served_model_name or config.served_model_name or str(config.model or "fd-model")
+        self.model_config = ModelConfig(str(config.model), name, int(config.max_model_len or 0))
+        self.output_processor = (output_processor_cls or _default_output_processor_cls())(tokenizer)
+        self._queues: dict[str, asyncio.Queue] = {}
+        self._pending_calls: dict[int, asyncio.Future] = {}
+        self._call_ids = itertools.count()
+        self.is_ready = False
+        self.dead_reason: str | None = None
+        self.ready_event = asyncio.Event()
+        self.client = CoreClient(config, self._on_event, self._on_dead, core_spec)
+
+    @property
+    def is_dead(self) -> bool:
+        return self.dead_reason is not None
+
+    @property
+    def core_pid(self) -> int | None:
+        return self.client.pid
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self._queues)
+
+    async def start(self) -> None:
+        self.client.start()
+
+    # ---- events from the core (run on the event loop, must not block) ----
+    def _on_event(self, event) -> None:
+        if isinstance(event, OutputsMsg):
+            self._route_outputs(event.outputs)
+        elif isinstance(event, RequestFailed):
+            err: Exception = (
+                InvalidRequestError(event.message, event.param)
+                if event.status == 400
+                else EngineRequestError(event.message)
+            )
+            self.output_processor.abort(event.req_id)
+            self._put(event.req_id, err)
+        elif isinstance(event, UtilityReply):
+            fut = self._pending_calls.pop(event.call_id, None)
+            if fut and not fut.done():
+                fut.set_result(event)
+        elif isinstance(event, ReadyMsg):
+            if event.max_model_len:
+                self.model_config.max_model_len = event.max_model_len
+            self.model_config.vocab_size = event.vocab_size
+            self.is_ready = True
+            self.ready_event.set()
+        elif isinstance(event, FatalMsg):
+            self._on_dead(f"the engine core failed to start: {event.message}")
+
+    def _route_outputs(self, outputs) -> None:
+        # Outputs of requests the front end already dropped (aborted) are ignored.
+        known = [o for o in outputs if o.req_id in self._queues]
+        if not known:
+            return
+        request_outputs, to_abort = self.output_processor.process_outputs(known)
+        for ro in request_outputs:
+            self._put(ro.request_id, ro)
+        if to_abort:  # stop strings matched: the request is finished here, free it in the core
+            self.client.send(AbortRequest(list(to_abort)))
+
+    def _put(self, req_id: str, item) -> None:
+        q = self._queues.get(req_id)
+        if q is None:
+            return
+        if isinstance(item, BaseException) or item.finished:
+            del self._queues[req_id]
+        q.put_nowait(item)
+
+    def _on_dead(self, reason: str) -> None:
+        if self.dead_reason is not None:
+            return
+        self.dead_reason = reason
+        self.is_ready = False
+        self.ready_event.set()
+        logger.error("%s", reason)
+        for req_id in list(self._queues):
+            self._put(req_id, EngineDeadError(reason))
+        for fut in self._pending_calls.values():
+            if not fut.done():
+                fut.set_exception(EngineDeadError(reason))
+        self._pending_calls.clear()
+
+    # ---- the EngineClient protocol ----
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str,
+        prompt: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        if self.is_dead:
+            raise EngineDeadError(self.dead_reason)
+        if not self.is_ready:
+            raise EngineNotReadyError("the engine is still loading the model")
+        if request_id in self._queues:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        q: asyncio.Queue = asyncio.Queue()
+        self._queues[request_id] = q
+        self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
+        self.client.send(AddRequest(request_id, list(prompt_token_ids), params, time.time()))
+        finished = False
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    finished = True  # the core already forgot it (failed) or is gone
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request here and in the core. Idempotent; safe from sync code."""
+        if self._queues.pop(request_id, None) is None:
+            return
+        self.output_processor.abort(request_id)
+        if not self.is_dead:
+            self.client.send(AbortRequest([request_id]))
+
+    def abort_all(self) -> list[str]:
+        """Abort every in-flight request with finish_reason "abort" delivered to its stream."""
+        ids = list(self._queues)
+        if ids and not self.is_dead:
+            self.client.send(AbortRequest(ids))
+        return ids
+
+    async def get_stats(self, timeout: float = 5.0) -> dict:
+        if self.is_dead:
+            raise EngineDeadError(self.dead_reason)
+        call_id = next(self._call_ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending_calls[call_id] = fut
+        self.client.send(UtilityRequest(call_id, "get_stats"))
+        try:
+            reply = await asyncio.wait_for(fut, timeout)
+        finally:
+            self._pending_calls.pop(call_id, None)
+        if reply.error:
+            raise EngineRequestError(reply.error)
+        return dict(reply.result or {})
+
+    async def shutdown(self) -> None:
+        await self.client.shutdown()

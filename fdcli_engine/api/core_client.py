@@ -1,0 +1,126 @@
+"""Front-end side of the engine-core process: spawn it, talk to it over ZMQ, watch that it lives.
+
+The front end binds both IPC sockets (so a core that dies and is never restarted leaves nothing behind
+but a temp dir that `shutdown()` removes) and the core connects. Sends are non-blocking PUSHes with no
+high-water mark, so `send()` is safe to call from sync code on the event loop (e.g. a `finally` that
+aborts a cancelled request). Receiving runs in one asyncio task that hands each event to `on_event`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from fdcli_engine.api.core_messages import Shutdown, event_decoder, input_encoder
+from fdcli_engine.config import EngineConfig
+
+logger = logging.getLogger("fd.serve")
+DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
+WATCH_INTERVAL_S = 0.25
+
+
+def config_to_json(config: EngineConfig) -> str:
+    values = {k: v for k, v in asdict(config).items() if k in EngineConfig.field_names()}
+    return json.dumps(values, default=str)
+
+
+class CoreClient:
+    def __init__(
+        self,
+        config: EngineConfig,
+        on_event: Callable[[object], None],
+        on_dead: Callable[[str], None],
+        core_spec: str = DEFAULT_CORE,
+    ):
+        self.config = config
+        self.on_event = on_event
+        self.on_dead = on_dead
+        self.core_spec = core_spec
+        self.proc: subprocess.Popen | None = None
+        self._tmpdir = Path(tempfile.mkdtemp(prefix="fd-ipc-"))
+        self._sync_ctx = zmq.Context()
+        self._async_ctx = zmq.asyncio.Context()
+        self._tasks: list[asyncio.Task] = []
+        self._closing = False
+
+    def start(self) -> None:
+        in_addr = f"ipc://{self._tmpdir}/input"
+        out_addr = f"ipc://{self._tmpdir}/output"
+        self._input = self._sync_ctx.socket(zmq.PUSH)
+        self._input.setsockopt(zmq.SNDHWM, 0)
+        self._input.setsockopt(zmq.LINGER, 0)
+        self._input.bind(in_addr)
+        self._output = self._async_ctx.socket(zmq.PULL)
+        self._output.setsockopt(zmq.RCVHWM, 0)
+        self._output.bind(out_addr)
+        cmd = [sys.executable, "-m", "fdcli_engine.api.core_proc", "--input", in_addr, "--output", out_addr]
+        cmd += ["--config", config_to_json(self.config), "--core", self.core_spec]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._watch_loop())]
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def send(self, msg) -> None:
+        self._input.send(input_encoder.encode(msg), zmq.NOBLOCK, copy=False)
+
+    async def _read_loop(self) -> None:
+        while True:
+            frame = await self._output.recv(copy=False)
+            try:
+                event = event_decoder.decode(frame.buffer)
+            except Exception as e:
+                logger.error("undecodable message from the engine core: %s", e)
+                continue
+            try:
+                self.on_event(event)
+            except Exception:
+                logger.exception("error while handling an engine-core event")
+
+    async def _watch_loop(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            code = self.proc.poll() if self.proc else None
+            if code is not None and not self._closing:
+                self.on_dead(f"the engine core process exited with code {code}")
+                return
+
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        self._closing = True
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.send(Shutdown())
+            except zmq.ZMQError:
+                pass
+            for _ in range(int(timeout / 0.05)):
+                if self.proc.poll() is not None:
+                    break
+                await asyncio.sleep(0.05)
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(2)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._input.close(0)
+        self._output.close(0)
+        self._sync_ctx.term()
+        self._async_ctx.term()
+        shutil.rmtree(self._tmpdir, ignore_errors=True)

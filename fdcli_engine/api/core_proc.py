@@ -1,0 +1,187 @@
+"""The engine-core process: builds an EngineCore and steps it continuously.
+
+Run as `python -m fdcli_engine.api.core_proc --input ADDR --output ADDR --config JSON [--core MOD:ATTR]`.
+Loop invariant: while the core has unfinished requests it never blocks on the input socket (it drains
+whatever arrived, then steps); when idle it blocks on the input socket, so an idle server costs no CPU.
+Every message is msgpack (core_messages); nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import traceback
+
+import zmq
+
+from fdcli_engine.api.core_messages import (
+    AbortRequest,
+    AddRequest,
+    FatalMsg,
+    OutputsMsg,
+    ReadyMsg,
+    RequestFailed,
+    Shutdown,
+    UtilityReply,
+    UtilityRequest,
+    event_encoder,
+    input_decoder,
+)
+
+logger = logging.getLogger("fd.core")
+DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
+IDLE_POLL_MS = 1000
+
+
+def load_core_module(spec: str):
+    """`module:Class` → (core class, the module's EngineCoreRequest struct)."""
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr or "EngineCore"), module.EngineCoreRequest
+
+
+def build_core(config_json: str, core_spec: str):
+    from fdcli_engine.config import EngineConfig
+
+    config = EngineConfig.from_dict(json.loads(config_json), source="engine-core config")
+    # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1: set it before the core imports.
+    os.environ.setdefault("OMP_NUM_THREADS", str(config.num_threads))
+    core_cls, request_cls = load_core_module(core_spec)
+    if getattr(core_cls, "needs_finalize", True):
+        config.finalize()
+    return core_cls(config), request_cls, config
+
+
+class CoreLoop:
+    """Owns the sockets and the core; `run()` returns when told to shut down."""
+
+    def __init__(self, core, request_cls, input_sock: zmq.Socket, output_sock: zmq.Socket):
+        self.core = core
+        self.request_cls = request_cls
+        self.input = input_sock
+        self.output = output_sock
+        self.poller = zmq.Poller()
+        self.poller.register(input_sock, zmq.POLLIN)
+        self.running = True
+        self.parent_pid = os.getppid()
+
+    def send(self, msg) -> None:
+        self.output.send(event_encoder.encode(msg), copy=False)
+
+    def handle(self, msg) -> None:
+        if isinstance(msg, AddRequest):
+            self.add(msg)
+        elif isinstance(msg, AbortRequest):
+            outs = self.core.abort_requests(msg.req_ids)
+            if outs:
+                self.send(OutputsMsg(outs))
+        elif isinstance(msg, UtilityRequest):
+            self.utility(msg)
+        elif isinstance(msg, Shutdown):
+            self.running = False
+
+    def add(self, msg: AddRequest) -> None:
+        try:
+            req = self.request_cls(
+                req_id=msg.req_id,
+                prompt_token_ids=msg.prompt_token_ids,
+                sampling_params=msg.sampling_params,
+                arrival_time=msg.arrival_time,
+            )
+            self.core.add_request(req)
+        except Exception as e:  # a bad request fails alone; the loop goes on
+            from fdcli_engine.errors import InvalidRequestError
+
+            status = 400 if isinstance(e, InvalidRequestError) else 500
+            if status == 500:
+                logger.error("add_request(%s) failed:\n%s", msg.req_id, traceback.format_exc())
+            self.send(RequestFailed(msg.req_id, str(e), status, getattr(e, "param", None)))
+
+    def utility(self, msg: UtilityRequest) -> None:
+        try:
+            if msg.method != "get_stats":
+                raise ValueError(f"unknown utility method {msg.method!r}")
+            self.send(UtilityReply(msg.call_id, result=self.core.get_stats()))
+        except Exception as e:
+            self.send(UtilityReply(msg.call_id, error=str(e)))
+
+    def drain_input(self, timeout_ms: int) -> None:
+        events = dict(self.poller.poll(timeout_ms))
+        while self.input in events:
+            try:
+                frame = self.input.recv(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            try:
+                msg = input_decoder.decode(frame.buffer)
+            except Exception as e:  # malformed frame from a buggy front end: log, never die
+                logger.error("dropping undecodable message: %s", e)
+                continue
+            self.handle(msg)
+
+    def step_once(self) -> None:
+        try:
+            outs = self.core.step()
+        except Exception:
+            # A fault inside step() cannot be pinned on one request; fail the running ones and go on.
+            logger.error("engine step failed:\n%s", traceback.format_exc())
+            outs = self.abort_all()
+        if outs:
+            self.send(OutputsMsg(list(outs)))
+
+    def abort_all(self) -> list:
+        ids = list(getattr(self.core, "unfinished_request_ids", lambda: [])())
+        try:
+            return self.core.abort_requests(ids) if ids else []
+        except Exception:
+            logger.error("abort after a failed step also failed:\n%s", traceback.format_exc())
+            return []
+
+    def run(self) -> None:
+        while self.running:
+            busy = self.core.has_unfinished_requests()
+            if not busy and os.getppid() != self.parent_pid:
+                logger.error("front end is gone; engine core exits")
+                return
+            self.drain_input(0 if busy else IDLE_POLL_MS)
+            if self.running and self.core.has_unfinished_requests():
+                self.step_once()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="fd-engine-core")
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--config", required=True, help="EngineConfig fields as JSON")
+    p.add_argument("--core", default=DEFAULT_CORE, help="module:Class building the core from an EngineConfig")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fd-core %(levelname)s %(message)s")
+
+    ctx = zmq.Context()
+    out = ctx.socket(zmq.PUSH)
+    out.setsockopt(zmq.LINGER, 2000)
+    out.connect(args.output)
+    inp = ctx.socket(zmq.PULL)
+    inp.connect(args.input)
+    try:
+        core, request_cls, config = build_core(args.config, args.core)
+    except Exception as e:
+        out.send(event_encoder.encode(FatalMsg(f"{type(e).__name__}: {e}")))
+        out.close()
+        ctx.term()
+        return 1
+    vocab = int(config.hf_config.get("vocab_size") or 0) if isinstance(config.hf_config, dict) else 0
+    out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
+    CoreLoop(core, request_cls, inp, out).run()
+    inp.close(0)
+    out.close()
+    ctx.term()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Offline, in-process API: `LLM(model=...).generate(prompts, params)` and `.chat(messages, params)`."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Sequence
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.sampling_params import SamplingParams
+
+PromptType = str | list[int]
+
+
+def child_params(params: SamplingParams, index: int) -> SamplingParams:
+    """Params of the index-th of n parallel samples: n=1, and a distinct seed if one was given."""
+    child = copy.copy(params)
+    child.n = 1
+    if params.seed is not None:
+        child.seed = params.seed + index
+    return child
+
+
+def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutput:
+    first = children[0]
+    outs = sorted((c.outputs[0] for c in children), key=lambda o: o.index)
+    return RequestOutput(
+        request_id=parent_id,
+        prompt=first.prompt,
+        prompt_token_ids=first.prompt_token_ids,
+        outputs=outs,
+        finished=all(c.finished for c in children),
+        num_cached_tokens=first.num_cached_tokens,
+    )
+
+
+class LLM:
+    def __init__(self, model: str | None = None, **engine_options):
+        from fdcli_engine.engine import EngineCore
+        from fdcli_engine.output_processor import OutputProcessor
+        from fdcli_engine.tokenizer import load_tokenizer
+
+        self.config = EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()").finalize()
+        self.engine = EngineCore(self.config)
+        self.tokenizer = load_tokenizer(self.config)
+        self.processor = OutputProcessor(self.tokenizer)
+        self._ids = itertools.count()
+
+    def _normalize(self, prompts, params) -> tuple[list[PromptType], list[SamplingParams]]:
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        prompts = list(prompts)
+        if params is None:
+            params = SamplingParams()
+        plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(plist)} sampling params")
+        return prompts, plist
+
+    def generate(
+        self,
+        prompts: PromptType | list[PromptType],
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        prompts, plist = self._normalize(prompts, sampling_params)
+        parents: list[tuple[str, list[str]]] = []
+        for prompt, params in zip(prompts, plist):
+            text = prompt if isinstance(prompt, str) else None
+            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+            parent = str(next(self._ids))
+            child_ids = [f"{parent}-{i}" for i in range(params.n)]
+            for i, cid in enumerate(child_ids):
+                self.add_request(cid, ids, child_params(params, i), prompt=text, index=i)
+            parents.append((parent, child_ids))
+        done = self.run_until_done(sum(len(c) for _, c in parents), use_tqdm)
+        return [merge_children(p, [done[c] for c in cids]) for p, cids in parents]
+
+    def add_request(self, req_id: str, prompt_ids: list[int], params: SamplingParams, prompt=None, index=0):
+        from fdcli_engine.engine import EngineCoreRequest
+
+        self.engine.add_request(EngineCoreRequest(req_id, prompt_ids, params))
+        self.processor.add_request(req_id, prompt, prompt_ids, params, index=index)
+
+    def run_until_done(self, total: int, use_tqdm: bool = False) -> dict[str, RequestOutput]:
+        done: dict[str, RequestOutput] = {}
+        progress = _Progress(total) if use_tqdm else None
+        while self.engine.has_unfinished_requests():
+            outs, to_abort = self.processor.process_outputs(self.engine.step())
+            if to_abort:
+                self.engine.abort_requests(to_abort)
+            for o in outs:
+                if o.finished:
+                    done[o.request_id] = o
+                    if progress:
+                        progress.advance()
+        if progress:
+            progress.close()
+        return done
+
+    def chat(
+        self,
+        messages: list[dict] | list[list[dict]],
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict | None = None,
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        prompts = [
+            self.tokenizer.apply_chat_template(
+                conv,
+                add_generation_prompt=add_generation_prompt,
+                chat_template=chat_template,
+                **(chat_template_kwargs or {}),
+            )
+            for conv in conversations
+        ]
+        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+        outs = self.generate(ids, sampling_params, use_tqdm=use_tqdm)
+        for o, p in zip(outs, prompts):
+            o.prompt = p
+        return outs
+
+    def get_stats(self) -> dict:
+        return self.engine.get_stats()
+
+
+class _Progress:
+    """A Rich progress bar on stderr."""
+
+    def __init__(self, total: int):
+        from rich.console import Console
+        from rich.progress import Progress
+
+        self._p = Progress(console=Console(stderr=True), transient=True)
+        self._p.start()
+        self._task = self._p.add_task("generating", total=total)
+
+    def advance(self) -> None:
+        self._p.advance(self._task)
+
+    def close(self) -> None:
+        self._p.stop()

@@ -1,0 +1,86 @@
+"""Maps requests to KV-cache blocks: prefix-cache lookup, slot allocation, freeing.
+
+A request's block table covers its first `num_computed_tokens + scheduled` tokens. Full blocks are
+registered in the pool under their chained hash as soon as they are allocated for known tokens: within a
+step, every layer writes all new K/V before any attention reads them, so a block filled in this step is
+already safe to share with a request scheduled in the same step.
+"""
+
+from __future__ import annotations
+
+from fdcli_engine.core.block_pool import BlockPool
+from fdcli_engine.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks, enable_caching)
+        self.prefix_cache_queries = 0  # prompt tokens looked up
+        self.prefix_cache_hits = 0  # of which found cached
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def usage(self) -> float:
+        return self.pool.usage()
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
+        """Longest cached prefix of the request's tokens, in whole blocks. At least one token is left
+        to compute, since the last position's logits are needed to sample."""
+        if not self.enable_caching:
+            return [], 0
+        hashes = request.update_block_hashes(self.block_size)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        hit: list[int] = []
+        for h in hashes[:max_blocks]:
+            bid = self.pool.get_cached_block(h)
+            if bid is None:
+                break
+            hit.append(bid)
+        return hit, len(hit) * self.block_size
+
+    def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
+        """Count a lookup once its request is actually scheduled (a failed attempt is retried)."""
+        self.prefix_cache_queries += num_tokens
+        self.prefix_cache_hits += num_hit_tokens
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, computed_block_ids: list[int] | None = None) -> bool:
+        """Make room for `num_new_tokens` more tokens after the computed ones (plus any prefix-cache hit
+        in `computed_block_ids`, which must start the table of a request that has no blocks yet).
+        Returns False, changing nothing, if the pool cannot supply the blocks."""
+        computed_block_ids = computed_block_ids or []
+        num_hit_tokens = len(computed_block_ids) * self.block_size
+        total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
+        num_needed = cdiv(total, self.block_size) - len(request.block_ids) - len(computed_block_ids)
+        # Touching a free cached block takes it out of the free queue, so it no longer counts as free.
+        num_hit_free = sum(1 for b in computed_block_ids if self.pool.blocks[b].ref_cnt == 0)
+        if max(num_needed, 0) > self.pool.num_free_blocks - num_hit_free:
+            return False
+        if computed_block_ids:
+            self.pool.touch(computed_block_ids)
+            request.block_ids.extend(computed_block_ids)
+        if num_needed > 0:
+            request.block_ids.extend(self.pool.allocate(num_needed))
+        self._cache_full_blocks(request, total)
+        return True
+
+    def _cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        if not self.enable_caching:
+            return
+        hashes = request.update_block_hashes(self.block_size)
+        for i in range(min(num_tokens // self.block_size, len(hashes))):
+            self.pool.cache_block(request.block_ids[i], hashes[i])
+
+    def free(self, request: Request) -> None:
+        self.pool.free(list(reversed(request.block_ids)))
+        request.block_ids = []
+
+    def reset_prefix_cache(self) -> None:
+        self.pool.reset_prefix_cache()

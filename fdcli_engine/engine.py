@@ -1,0 +1,120 @@
+"""EngineCore: the token-level engine. `step()` = schedule → run the model → update requests.
+
+It knows nothing of text: the front end (OutputProcessor) detokenizes, matches stop strings and asks
+the core to abort what a stop string ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import msgspec
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import ConfigError, InvalidRequestError
+from fdcli_engine.outputs import EngineCoreOutput
+from fdcli_engine.request import Request
+from fdcli_engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class EngineCoreRequest(msgspec.Struct, omit_defaults=True):
+    req_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float = 0.0
+    is_pooling: bool = False
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig):
+        from fdcli_engine.threads import set_num_threads
+
+        set_num_threads(config.num_threads)
+        if config.model_path is None:
+            config.finalize()
+        self.config = config
+
+        from fdcli_engine.core.kv_cache_manager import KVCacheManager
+        from fdcli_engine.core.scheduler import Scheduler
+        from fdcli_engine.loader import load_model
+        from fdcli_engine.runner.model_runner import ModelRunner
+        from fdcli_engine.tokenizer import load_tokenizer
+
+        t0 = time.perf_counter()
+        self.model = load_model(config)
+        eos = set(load_tokenizer(config).eos_token_ids)
+        self.vocab_size = self.model.vocab_size
+        self.runner = ModelRunner(config, self.model, eos)
+        capacity = self.runner.num_blocks * config.block_size
+        if capacity < config.max_model_len:
+            raise ConfigError(
+                f"the KV cache holds {capacity} tokens, fewer than --max-model-len {config.max_model_len}: "
+                "raise --num-kv-blocks / --kv-cache-memory-gb or lower --max-model-len"
+            )
+        kv = KVCacheManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            kv,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=config.max_model_len,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            eos_token_ids=eos,
+        )
+        logger.info("engine ready in %.1f s", time.perf_counter() - t0)
+
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        n, limit = len(prompt_token_ids), self.config.max_model_len
+        if n == 0:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"token id {bad[0]} is out of range for a vocabulary of {self.vocab_size}", param="prompt"
+            )
+        if n >= limit:
+            raise InvalidRequestError(
+                f"this model's maximum context length is {limit} tokens, but the prompt has {n} tokens "
+                "(at least one token must be left for the output)",
+                param="prompt",
+            )
+        if params.max_tokens is not None and n + params.max_tokens > limit:
+            raise InvalidRequestError(
+                f"this model's maximum context length is {limit} tokens, but {n + params.max_tokens} were "
+                f"requested ({n} in the prompt, {params.max_tokens} for the completion)",
+                param="max_tokens",
+            )
+
+    def add_request(self, req: EngineCoreRequest) -> None:
+        params = req.sampling_params
+        self.validate_request(req.prompt_token_ids, params)
+        request = Request(
+            req.req_id,
+            req.prompt_token_ids,
+            params,
+            max_model_len=self.config.max_model_len,
+            arrival_time=req.arrival_time or None,
+            is_pooling=req.is_pooling,
+        )
+        self.scheduler.add_request(request)
+
+    def abort_requests(self, req_ids: list[str]) -> list[EngineCoreOutput]:
+        return self.scheduler.abort_requests(req_ids)
+
+    def step(self) -> list[EngineCoreOutput]:
+        so = self.scheduler.schedule()
+        out = self.runner.execute(so)
+        if so.is_empty:
+            return []
+        return self.scheduler.update_from_output(so, out)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def get_stats(self) -> dict:
+        return self.scheduler.get_stats()
+
+    def reset_prefix_cache(self) -> None:
+        self.scheduler.kv.reset_prefix_cache()

@@ -1,0 +1,278 @@
+"""Request and response models of the OpenAI-compatible API (pydantic, every numeric field bounded).
+
+Unknown request fields are rejected (extra="forbid") so a typo is a 400 naming the field instead of a
+silently ignored option. Bounds here are the static ones; limits that depend on the model (context
+length, vocabulary) are checked by the serving layer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fdcli_engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRINGS
+
+MAX_PROMPTS = 64  # prompts in one /v1/completions request
+MAX_MESSAGES = 512
+MAX_TOKENS_LIMIT = 1 << 20
+MAX_STR = 1 << 20  # characters in one string field
+MAX_STOP_TOKEN_IDS = 64
+MAX_BAD_WORDS = 64
+TOKEN_ID = Annotated[int, Field(ge=0, le=(1 << 31) - 1)]
+SEED = Annotated[int, Field(ge=-(1 << 63), le=(1 << 64) - 1)]
+StopStr = Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _SamplingFields(_Strict):
+    """Fields shared by completions and chat (OpenAI's plus the fd/FastDeploy extras)."""
+
+    model: str | None = Field(default=None, max_length=512)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1, le=1 << 20)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    seed: SEED | None = None
+    stop: StopStr | list[StopStr] | None = Field(default=None)
+    stop_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    min_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS_LIMIT)
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+    return_token_ids: bool = False
+    bad_words: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        default=None, max_length=MAX_BAD_WORDS
+    )
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(default=None, max_length=256)
+    request_id: str | None = Field(default=None, max_length=128)
+
+
+PromptTokens = Annotated[list[TOKEN_ID], Field(min_length=1, max_length=MAX_TOKENS_LIMIT)]
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: (
+        Annotated[str, Field(max_length=MAX_STR)]
+        | Annotated[list[Annotated[str, Field(max_length=MAX_STR)]], Field(min_length=1, max_length=MAX_PROMPTS)]
+        | PromptTokens
+        | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)]
+    )
+    max_tokens: int | None = Field(default=16, ge=1, le=MAX_TOKENS_LIMIT)
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    suffix: str | None = Field(default=None, max_length=MAX_STR)
+    logit_bias: dict[str, float] | None = None
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str = Field(max_length=MAX_STR)
+
+
+class ContentPart(BaseModel):
+    """Any part type parses; the serving layer rejects non-text parts with a clear message."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=64)
+    text: str | None = Field(default=None, max_length=MAX_STR)
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Annotated[str, Field(max_length=MAX_STR)] | Annotated[list[ContentPart], Field(max_length=256)] | None
+    name: str | None = Field(default=None, max_length=256)
+    reasoning_content: str | None = Field(default=None, max_length=MAX_STR)
+    tool_call_id: str | None = Field(default=None, max_length=256)
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    response_format: ResponseFormat | None = None
+    chat_template: str | None = Field(default=None, max_length=1 << 16)
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    logit_bias: dict[str, float] | None = None
+
+
+class TokenizeRequest(_Strict):
+    model: str | None = Field(default=None, max_length=512)
+    prompt: str | None = Field(default=None, max_length=MAX_STR)
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(_Strict):
+    model: str | None = Field(default=None, max_length=512)
+    tokens: list[TOKEN_ID] = Field(max_length=MAX_TOKENS_LIMIT)
+
+
+# ---------------- responses ----------------
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class CompletionLogprobs(BaseModel):
+    text_offset: list[int] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo | None = None
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None = None
+
+
+class ChatResponseMessage(BaseModel):
+    role: str = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatResponseMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    token_ids: list[int] | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo | None = None
+    prompt_token_ids: list[int] | None = None
+
+
+class DeltaMessage(BaseModel):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChatStreamChoice(BaseModel):
+    index: int
+    delta: DeltaMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    token_ids: list[int] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int = Field(default_factory=_now)
+    model: str
+    choices: list[ChatStreamChoice]
+    usage: UsageInfo | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=_now)
+    owned_by: str = "fd"
+    root: str | None = None
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo

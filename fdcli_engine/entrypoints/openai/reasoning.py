@@ -1,0 +1,97 @@
+"""Reasoning parsers: split `reasoning_content` out of generated text, whole or streamed.
+
+`ThinkParser` handles `<think>…</think>` (Qwen3, DeepSeek-R1). Qwen3 opens the block itself, so text
+with no `<think>` is plain content; DeepSeek-R1's template opens it in the prompt, so text before
+`</think>` is reasoning even without an opening tag. The streaming parser keeps a tail that might be the
+start of a tag, so a tag split across deltas is never leaked into either field.
+"""
+
+from __future__ import annotations
+
+START, END = "<think>", "</think>"
+
+
+class ThinkParser:
+    starts_in_reasoning = False  # True: text before </think> is reasoning even without <think>
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._state = "reasoning" if self.starts_in_reasoning else "start"
+
+    def split(self, text: str) -> tuple[str | None, str]:
+        """Whole text → (reasoning or None, content)."""
+        body = text
+        stripped = body.lstrip()
+        opened = stripped.startswith(START)
+        if opened:
+            body = stripped[len(START) :]
+        elif not self.starts_in_reasoning:
+            return None, text
+        if END in body:
+            reasoning, _, content = body.partition(END)
+            return reasoning, content.lstrip("\n")
+        return body, ""
+
+    def feed(self, delta: str, final: bool = False) -> tuple[str, str]:
+        """One streamed delta → (reasoning delta, content delta). `final` flushes the held-back tail."""
+        self._buf += delta
+        reasoning, content = "", ""
+        while True:
+            if self._state == "start":
+                s = self._buf.lstrip()
+                if s.startswith(START):
+                    self._buf = s[len(START) :]
+                    self._state = "reasoning"
+                    continue
+                if (START.startswith(s) or not s) and not final:
+                    return reasoning, content  # could still become <think>
+                self._state = "content"
+                continue
+            if self._state == "reasoning":
+                if END in self._buf:
+                    before, _, after = self._buf.partition(END)
+                    reasoning += before
+                    self._buf = after
+                    self._state = "after_end"
+                    continue
+                keep = 0 if final else _partial_suffix(self._buf, END)
+                reasoning += self._buf[: len(self._buf) - keep]
+                self._buf = self._buf[len(self._buf) - keep :]
+                return reasoning, content
+            if self._state == "after_end":
+                s = self._buf.lstrip("\n")
+                if not s and not final:
+                    self._buf = ""
+                    return reasoning, content
+                self._buf = s
+                self._state = "content"
+                continue
+            content += self._buf
+            self._buf = ""
+            return reasoning, content
+
+
+class DeepSeekR1Parser(ThinkParser):
+    starts_in_reasoning = True
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:n]):
+            return n
+    return 0
+
+
+PARSERS = {"qwen3": ThinkParser, "think": ThinkParser, "deepseek_r1": DeepSeekR1Parser}
+
+
+def get_parser_cls(name: str | None):
+    if not name:
+        return None
+    try:
+        return PARSERS[name.replace("-", "_").lower()]
+    except KeyError:
+        from fdcli_engine.errors import ConfigError
+
+        raise ConfigError(f"--reasoning-parser {name!r}: choose one of {', '.join(sorted(PARSERS))}") from None

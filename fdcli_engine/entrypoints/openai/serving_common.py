@@ -1,0 +1,233 @@
+"""Shared pieces of the framework-free serving layer: the engine-client protocol, request checks that
+depend on the model, sampling-parameter building, `n` fan-out and logprob/usage formatting.
+
+Nothing here imports FastAPI: `fd run-batch` calls the same code in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request
+from fdcli_engine.entrypoints.openai.protocol import (
+    CompletionLogprobs,
+    PromptTokensDetails,
+    UsageInfo,
+)
+from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.sampling_params import SamplingParams
+
+
+class EngineClient(Protocol):
+    tokenizer: Any
+    model_config: Any  # .served_model_name, .max_model_len, .vocab_size
+    is_ready: bool
+
+    def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str, prompt: str | None = None
+    ) -> AsyncIterator[RequestOutput]: ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    async def get_stats(self) -> dict: ...
+
+
+def random_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def check_model(requested: str | None, served_names: list[str]) -> str:
+    """The model name to echo back; an unknown name is a 404 (None means the first served model)."""
+    if requested is None or requested == "" or requested in served_names:
+        return requested or served_names[0]
+    raise APIError(
+        f"the model {requested!r} does not exist; this server serves {', '.join(served_names)}",
+        404,
+        param="model",
+        code="model_not_found",
+    )
+
+
+def encode(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
+    try:
+        return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
+    except TypeError:  # a tokenizer whose encode takes no such keyword
+        return list(tokenizer.encode(text))
+
+
+def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
+    if vocab_size and ids and max(ids) >= vocab_size:
+        raise bad_request(f"{param} holds token id {max(ids)}, outside the vocabulary (size {vocab_size})", param)
+
+
+def resolve_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int, param: str) -> int:
+    """Invariant: prompt_len + returned value <= max_model_len, or a 400 that states the lengths."""
+    if prompt_len == 0:
+        raise bad_request("the prompt is empty", "prompt" if param == "max_tokens" else "messages")
+    if prompt_len >= max_model_len:
+        raise bad_request(
+            f"the prompt has {prompt_len} tokens but the model's context length is {max_model_len}; "
+            "shorten the prompt",
+            "prompt" if param == "max_tokens" else "messages",
+        )
+    room = max_model_len - prompt_len
+    if max_tokens is None:
+        return room
+    if max_tokens > room:
+        raise bad_request(
+            f"{param} is {max_tokens} but the prompt has {prompt_len} tokens and the context length is "
+            f"{max_model_len}: at most {room} tokens can be generated",
+            param,
+        )
+    return max_tokens
+
+
+def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_temperature: float = 1.0):
+    """SamplingParams from a completion/chat request; engine-side validation failures become 400s."""
+    stop = req.stop if isinstance(req.stop, list) else ([req.stop] if req.stop else [])
+    values: dict[str, Any] = {
+        "n": 1,
+        "temperature": default_temperature if req.temperature is None else req.temperature,
+        "max_tokens": max_tokens,
+        "min_tokens": req.min_tokens,
+        "stop": stop,
+        "stop_token_ids": list(req.stop_token_ids or []),
+        "ignore_eos": req.ignore_eos,
+        "logprobs": logprobs,
+        "include_stop_str_in_output": req.include_stop_str_in_output,
+        "skip_special_tokens": req.skip_special_tokens,
+        "seed": req.seed,
+        "bad_words": list(req.bad_words or []),
+    }
+    for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
+        if getattr(req, name) is not None:
+            values[name] = getattr(req, name)
+    try:
+        params = SamplingParams(**values)
+    except InvalidRequestError as e:
+        raise bad_request(str(e), e.param) from None
+    # A bad word is banned both as written and with a leading space (how it appears mid-sentence).
+    params.bad_words_token_ids = [
+        ids for w in params.bad_words for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)} if ids
+    ]
+    params.bad_words_token_ids = [list(ids) for ids in params.bad_words_token_ids]
+    return params
+
+
+@dataclass
+class Job:
+    """One sequence the engine generates: a (prompt, sample) pair with its choice index."""
+
+    index: int
+    prompt_idx: int
+    request_id: str
+    prompt_ids: list[int]
+    prompt: str | None
+    params: SamplingParams
+
+
+def fan_out(request_id: str, prompts: list[tuple[str | None, list[int]]], params: SamplingParams, n: int):
+    """Jobs for `n` samples of each prompt: ids `rid` (single job), else `rid-i` / `rid-k-i`; seed + i."""
+    jobs = []
+    single = len(prompts) == 1 and n == 1
+    for k, (text, ids) in enumerate(prompts):
+        for i in range(n):
+            seed = None if params.seed is None else (params.seed + i) % (1 << 64)
+            child = dataclasses.replace(params, n=1, seed=seed)
+            child.bad_words_token_ids = params.bad_words_token_ids
+            if single:
+                rid = request_id
+            elif len(prompts) == 1:
+                rid = f"{request_id}-{i}"
+            else:
+                rid = f"{request_id}-{k}-{i}"
+            jobs.append(Job(k * n + i, k, rid, ids, text, child))
+    return jobs
+
+
+async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tuple[Job, RequestOutput]]:
+    """Run every job concurrently and yield outputs as they arrive. Leaving early (client gone, error in
+    one job) cancels the others, whose generators then abort their requests in the engine."""
+    if len(jobs) == 1:
+        job = jobs[0]
+        async for out in engine.generate(job.prompt_ids, job.params, job.request_id, job.prompt):
+            yield job, out
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(job: Job) -> None:
+        try:
+            async for out in engine.generate(job.prompt_ids, job.params, job.request_id, job.prompt):
+                queue.put_nowait((job, out))
+            queue.put_nowait(done)
+        except BaseException as e:  # noqa: B036 - re-raised in the consumer
+            queue.put_nowait(e)
+
+    tasks = [asyncio.create_task(pump(j)) for j in jobs]
+    try:
+        remaining = len(jobs)
+        while remaining:
+            item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def delta_logprobs(comp, num_new: int):
+    """The logprob entries of the `num_new` newest tokens (outputs may carry them cumulatively)."""
+    lps = comp.logprobs
+    if lps is None:
+        return None
+    if len(lps) == len(comp.token_ids) and num_new <= len(lps):
+        return lps[len(lps) - num_new :]
+    return lps[-num_new:] if num_new else []
+
+
+def token_text(tokenizer, lp) -> str:
+    return lp.decoded if lp.decoded else tokenizer.decode([lp.token_id])
+
+
+def completion_logprobs(tokenizer, entries, token_ids: list[int], start_offset: int) -> CompletionLogprobs:
+    out = CompletionLogprobs()
+    offset = start_offset
+    for tid, entry in zip(token_ids, entries):
+        sampled = entry.get(tid) or next(iter(entry.values()))
+        text = token_text(tokenizer, sampled)
+        out.tokens.append(text)
+        out.token_logprobs.append(max(sampled.logprob, -9999.0))
+        out.top_logprobs.append({token_text(tokenizer, lp): max(lp.logprob, -9999.0) for lp in entry.values()})
+        out.text_offset.append(offset)
+        offset += len(text)
+    return out
+
+
+def make_usage(prompt_lens: dict[int, int], cached: dict[int, int], completion_tokens: int) -> UsageInfo:
+    prompt_tokens = sum(prompt_lens.values())
+    return UsageInfo(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())),
+    )
+
+
+def sse(payload) -> str:
+    body = payload if isinstance(payload, str) else payload.model_dump_json(exclude_none=True)
+    return f"data: {body}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"

@@ -1,0 +1,54 @@
+"""Token embedding and LM head.
+
+The head is stored as [hidden, vocab] so logits are a plain matmul (transpose_y was 2x slower on this
+CPU). With tied embeddings the head is a transposed copy of the embedding table: memory for speed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+
+class VocabEmbedding:
+    def __init__(self, vocab_size: int, hidden_size: int):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.weight = None  # paddle fp32 [vocab, hidden]
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.weight is not None
+
+    def load(self, weight: np.ndarray) -> None:
+        if tuple(weight.shape) != (self.vocab_size, self.hidden_size):
+            raise ValueError(
+                f"embedding shape {tuple(weight.shape)} != expected ({self.vocab_size}, {self.hidden_size})"
+            )
+        self.weight = paddle.to_tensor(np.asarray(weight, dtype=np.float32))
+
+    def __call__(self, input_ids):
+        return F.embedding(input_ids, self.weight)
+
+
+class LMHead:
+    def __init__(self, hidden_size: int, vocab_size: int):
+        self.hidden_size = hidden_size
+        self.vocab_size = vocab_size
+        self.weight = None  # paddle fp32 [hidden, vocab], contiguous
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.weight is not None
+
+    def load(self, weight: np.ndarray) -> None:
+        """weight: [vocab, hidden] as in HF checkpoints (lm_head.weight or the tied embedding)."""
+        if tuple(weight.shape) != (self.vocab_size, self.hidden_size):
+            raise ValueError(
+                f"lm_head shape {tuple(weight.shape)} != expected ({self.vocab_size}, {self.hidden_size})"
+            )
+        self.weight = paddle.to_tensor(np.ascontiguousarray(np.asarray(weight, dtype=np.float32).T))
+
+    def __call__(self, hidden):
+        return paddle.matmul(hidden, self.weight)

@@ -1,0 +1,59 @@
+"""Linear layers over `ops.prepare_linear` / `ops.linear`.
+
+Merged projections (QKV, gate_up) are one matmul: their HF weights are concatenated along `out` at load
+time, in the order the layer declares, and the output is split by the caller. A plain `Linear` is the
+one-shard case. Shards (and biases) arrive one by one from the checkpoint stream; the op weight is
+prepared once every piece is present, and `is_loaded` tells the loader whether something is missing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fdcli_engine import ops
+
+
+class MergedLinear:
+    """y = x @ concat(W_0, W_1, ..)^T (+ b). Plain Python class (no nn.Layer) to keep call overhead low."""
+
+    def __init__(self, in_features: int, shard_sizes: list[int], bias: bool = False, quantization=None):
+        self.in_features = in_features
+        self.shard_sizes = list(shard_sizes)
+        self.out_features = sum(self.shard_sizes)
+        self.has_bias = bias
+        self.quantization = quantization
+        self.lw = None  # the prepared op weight, set once every shard has arrived
+        self._weights: dict[int, np.ndarray] = {}
+        self._biases: dict[int, np.ndarray] = {}
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.lw is not None
+
+    def load_shard(self, shard: int, weight: np.ndarray | None = None, bias: np.ndarray | None = None):
+        if weight is not None:
+            expected = (self.shard_sizes[shard], self.in_features)
+            if tuple(weight.shape) != expected:
+                raise ValueError(f"weight shape {tuple(weight.shape)} != expected [out, in] {expected}")
+            self._weights[shard] = weight
+        if bias is not None:
+            if tuple(bias.shape) != (self.shard_sizes[shard],):
+                raise ValueError(f"bias shape {tuple(bias.shape)} != expected ({self.shard_sizes[shard]},)")
+            self._biases[shard] = bias
+        n = len(self.shard_sizes)
+        if len(self._weights) == n and (not self.has_bias or len(self._biases) == n):
+            w = self._weights[0] if n == 1 else np.concatenate([self._weights[i] for i in range(n)])
+            b = None
+            if self.has_bias:
+                b = np.concatenate([self._biases[i] for i in range(n)])
+            self.lw = ops.prepare_linear(w, b, self.quantization)
+            self._weights.clear()
+            self._biases.clear()
+
+    def __call__(self, x):
+        return ops.linear(x, self.lw)
+
+
+class Linear(MergedLinear):
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, quantization=None):
+        super().__init__(in_features, [out_features], bias, quantization)

@@ -1,0 +1,54 @@
+"""Hugging Face folder layout: config.json + *.safetensors (single file, or shards listed in
+model.safetensors.index.json)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from fdcli_engine.errors import ModelLoadError
+from fdcli_engine.loader.safetensors_io import iter_safetensors
+
+
+def is_hf_folder(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file()
+
+
+def read_hf_config(path: Path) -> dict:
+    cfg_path = path / "config.json"
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{cfg_path}: cannot read config.json ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise ModelLoadError(f"{cfg_path}: expected a JSON object")
+    # Multimodal wrappers keep the language model's settings under text_config.
+    if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+    return cfg
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelLoadError(f"{index}: invalid safetensors index ({exc})") from None
+        files = [path / name for name in sorted(set(weight_map.values()))]
+        absent = [f.name for f in files if not f.is_file()]
+        if absent:
+            raise ModelLoadError(f"{index}: lists shard(s) that do not exist: {', '.join(absent)}")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{path}: no *.safetensors weights found next to config.json")
+    return files
+
+
+def iter_hf_weights(path: Path) -> Iterator[tuple[str, np.ndarray]]:
+    for file in safetensors_files(path):
+        yield from iter_safetensors(file)

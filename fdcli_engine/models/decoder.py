@@ -1,0 +1,161 @@
+"""The Llama-family decoder shared by llama/qwen2/qwen3: embedding, N x (norm, attention, norm, gated
+MLP) with the residual carried through fused add+norm, final norm, LM head.
+
+Subclasses declare how their checkpoint names map onto this structure (`layer_mapping`) and the few
+architectural switches (QKV bias, per-head q/k norm). Weight loading walks a name -> (module, shard)
+table built at construction, so a missing tensor is found by set difference, not by a failed forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+import paddle
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import ModelLoadError
+from fdcli_engine.layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from fdcli_engine.models.hf_config import normalize_hf_config
+
+logger = logging.getLogger(__name__)
+
+# Checkpoint entries that carry no parameter (old HF checkpoints saved the rotary buffer).
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+class DecoderLayer:
+    def __init__(self, cfg: dict, rotary: RotaryEmbedding, qkv_bias: bool, qk_norm: bool, quantization):
+        eps = float(cfg.get("rms_norm_eps", 1e-6))
+        hidden = int(cfg["hidden_size"])
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.self_attn = Attention(
+            hidden,
+            int(cfg["num_attention_heads"]),
+            cfg["num_key_value_heads"],
+            cfg["head_dim"],
+            rotary,
+            qkv_bias=qkv_bias,
+            qk_norm_eps=eps if qk_norm else None,
+            quantization=quantization,
+        )
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.mlp = GatedMLP(hidden, int(cfg["intermediate_size"]), quantization)
+
+
+class DecoderForCausalLM:
+    # HF name inside "model.layers.{i}." (without .weight/.bias) -> (attribute path in DecoderLayer,
+    # shard index inside a merged linear or None). Subclasses extend or replace it.
+    layer_mapping: dict[str, tuple[str, int | None]] = {
+        "self_attn.q_proj": ("self_attn.qkv_proj", 0),
+        "self_attn.k_proj": ("self_attn.qkv_proj", 1),
+        "self_attn.v_proj": ("self_attn.qkv_proj", 2),
+        "self_attn.o_proj": ("self_attn.o_proj", 0),
+        "mlp.gate_proj": ("mlp.gate_up_proj", 0),
+        "mlp.up_proj": ("mlp.gate_up_proj", 1),
+        "mlp.down_proj": ("mlp.down_proj", 0),
+        "input_layernorm": ("input_layernorm", None),
+        "post_attention_layernorm": ("post_attention_layernorm", None),
+    }
+    qk_norm = False
+
+    def qkv_bias(self, cfg: dict) -> bool:
+        return bool(cfg.get("attention_bias", False))
+
+    def __init__(self, hf_config: dict, engine_config: EngineConfig):
+        cfg = normalize_hf_config(hf_config)
+        self._check_supported(cfg)
+        self.config = cfg
+        self.num_layers = int(cfg["num_hidden_layers"])
+        self.num_heads = int(cfg["num_attention_heads"])
+        self.num_kv_heads = cfg["num_key_value_heads"]
+        self.head_dim = cfg["head_dim"]
+        self.hidden_size = int(cfg["hidden_size"])
+        self.vocab_size = int(cfg["vocab_size"])
+        self.tie_word_embeddings = cfg["tie_word_embeddings"]
+        max_pos = int(cfg.get("max_position_embeddings") or 8192)
+        if engine_config.max_model_len:
+            max_pos = min(max_pos, int(engine_config.max_model_len))
+        rotary = RotaryEmbedding(self.head_dim, max_pos, cfg["rope_theta"], cfg["rope_scaling"])
+        quant = engine_config.quantization
+        bias = self.qkv_bias(cfg)
+        self.embed_tokens = VocabEmbedding(self.vocab_size, self.hidden_size)
+        self.layers = [DecoderLayer(cfg, rotary, bias, self.qk_norm, quant) for _ in range(self.num_layers)]
+        self.norm = RMSNorm(self.hidden_size, float(cfg.get("rms_norm_eps", 1e-6)))
+        self.lm_head = LMHead(self.hidden_size, self.vocab_size)
+        self._targets = self._build_targets(bias)
+
+    def _check_supported(self, cfg: dict) -> None:
+        if cfg.get("mlp_bias"):
+            raise ModelLoadError("mlp_bias=true is not supported by fd's Llama-family models")
+        if cfg.get("use_sliding_window"):
+            raise ModelLoadError("sliding-window attention (use_sliding_window=true) is not supported")
+        act = cfg.get("hidden_act", "silu")
+        if act != "silu":
+            raise ModelLoadError(f"hidden_act {act!r} is not supported: expected silu")
+
+    def _build_targets(self, qkv_bias: bool) -> dict[str, tuple[object, int | None, str]]:
+        """Every checkpoint name this model expects -> (module, shard, "weight" | "bias")."""
+        targets: dict[str, tuple[object, int | None, str]] = {
+            "model.embed_tokens.weight": (self.embed_tokens, None, "weight"),
+            "model.norm.weight": (self.norm, None, "weight"),
+        }
+        if not self.tie_word_embeddings:
+            targets["lm_head.weight"] = (self.lm_head, None, "weight")
+        for i, layer in enumerate(self.layers):
+            for hf_name, (path, shard) in self.layer_mapping.items():
+                module = layer
+                for part in path.split("."):
+                    module = getattr(module, part)
+                targets[f"model.layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
+                if qkv_bias and hf_name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+                    targets[f"model.layers.{i}.{hf_name}.bias"] = (module, shard, "bias")
+        return targets
+
+    def load_weights(self, weights: Iterable[tuple[str, np.ndarray]]) -> None:
+        """Consume (HF name, fp32 array [out, in]) pairs. Raises ModelLoadError naming the tensor on a
+        shape mismatch, and listing what is missing at the end."""
+        seen: set[str] = set()
+        for name, array in weights:
+            target = self._targets.get(name)
+            if target is None:
+                if name == "lm_head.weight" or name.endswith(IGNORED_SUFFIXES):
+                    continue  # tied head stored anyway, or a non-parameter buffer
+                logger.warning("ignoring unexpected checkpoint tensor %s", name)
+                continue
+            module, shard, kind = target
+            try:
+                if shard is None:
+                    module.load(array)
+                else:
+                    module.load_shard(shard, **{kind: array})
+            except ValueError as exc:
+                raise ModelLoadError(f"tensor {name}: {exc}") from None
+            if name == "model.embed_tokens.weight" and self.tie_word_embeddings:
+                self.lm_head.load(array)
+            seen.add(name)
+        missing = sorted(set(self._targets) - seen)
+        if missing:
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise ModelLoadError(f"checkpoint is missing tensor(s): {', '.join(missing[:5])}{more}")
+
+    def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
+        with paddle.no_grad():
+            hidden = self.embed_tokens(input_ids)
+            residual = None
+            for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+                if residual is None:
+                    residual = hidden
+                    x = layer.input_layernorm(hidden)
+                else:
+                    x, residual = layer.input_layernorm(hidden, residual)
+                hidden = layer.self_attn(positions, x, kv_cache, meta)
+                x, residual = layer.post_attention_layernorm(hidden, residual)
+                hidden = layer.mlp(x)
+            out, _ = self.norm(hidden, residual)
+            return out
+
+    def compute_logits(self, hidden: paddle.Tensor) -> paddle.Tensor:
+        with paddle.no_grad():
+            return self.lm_head(hidden)

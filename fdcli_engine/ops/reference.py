@@ -1,0 +1,196 @@
+"""Pure-Paddle reference implementations of fd's ops: the test oracle for the C++ kernels, and the
+fallback when they cannot be built. Signatures are documented in `fdcli_engine.ops`.
+
+Correctness first, then op count: each eager Paddle op costs ~2.5 µs of dispatch, so where it is free
+to do so an op is written with fewer, larger Paddle calls.
+
+Weight-only quantization is *simulated* here (quantize, then dequantize back to fp32) so the kernels'
+integer GEMMs have an exact oracle. The schemes, which the kernels must reproduce bit for bit:
+- "wint8": symmetric per output channel. scale[o] = max_i |w[o, i]| / 127 (a zero row gets scale 1);
+  q = clip(round_half_even(w / scale), -127, 127); w' = q * scale.
+- "wint4": symmetric per group of 64 consecutive `in` elements of one output row.
+  scale[o, g] = max |w[o, 64g : 64g+64]| / 7 (a zero group gets scale 1);
+  q = clip(round_half_even(w / scale), -7, 7); w' = q * scale. `in` must be a multiple of 64.
+- "gguf" and None: the weight is used as given (GGUF tensors arrive already dequantized).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+if TYPE_CHECKING:
+    from fdcli_engine.step_types import AttentionMetadata
+
+WINT4_GROUP_SIZE = 64
+
+
+@dataclass
+class RefLinear:
+    """A prepared linear layer: `weight` fp32 [in, out] contiguous, `bias` fp32 [out] or None."""
+
+    weight: paddle.Tensor
+    bias: paddle.Tensor | None
+    quantization: str | None = None
+
+    @property
+    def in_features(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight.shape[1])
+
+
+def rms_norm(x: paddle.Tensor, weight: paddle.Tensor, eps: float) -> paddle.Tensor:
+    variance = (x * x).mean(axis=-1, keepdim=True)
+    return x * paddle.rsqrt(variance + eps) * weight
+
+
+def fused_add_rms_norm(
+    x: paddle.Tensor, residual: paddle.Tensor, weight: paddle.Tensor, eps: float
+) -> tuple[paddle.Tensor, paddle.Tensor]:
+    # The sum is returned so that the caller can carry it as the next layer's residual.
+    summed = x + residual
+    return rms_norm(summed, weight, eps), summed
+
+
+def rotary_embedding(
+    positions: paddle.Tensor,
+    q: paddle.Tensor,
+    k: paddle.Tensor,
+    cos_sin_cache: paddle.Tensor,
+    head_dim: int,
+) -> tuple[paddle.Tensor, paddle.Tensor]:
+    half = head_dim // 2
+    cos_sin = paddle.index_select(cos_sin_cache, positions, axis=0)  # [T, hd]
+    # [T, 1, half] so the same angles broadcast over every head.
+    cos = cos_sin[:, :half].unsqueeze(1)
+    sin = cos_sin[:, half:].unsqueeze(1)
+    return _rotate(q, cos, sin, head_dim), _rotate(k, cos, sin, head_dim)
+
+
+def _rotate(x: paddle.Tensor, cos: paddle.Tensor, sin: paddle.Tensor, head_dim: int) -> paddle.Tensor:
+    # NeoX / HF layout: element i of the first half pairs with element i of the second half.
+    num_tokens = x.shape[0]
+    x = x.reshape([num_tokens, -1, head_dim])
+    x1, x2 = paddle.split(x, 2, axis=-1)
+    out = paddle.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.reshape([num_tokens, -1])
+
+
+def silu_and_mul(x: paddle.Tensor) -> paddle.Tensor:
+    gate, up = paddle.split(x, 2, axis=-1)
+    return F.silu(gate) * up
+
+
+def _fake_quant_wint8(w: np.ndarray) -> np.ndarray:
+    scale = np.abs(w).max(axis=1, keepdims=True) / 127.0
+    scale[scale == 0] = 1.0
+    q = np.clip(np.round(w / scale), -127, 127)
+    return (q * scale).astype(np.float32)
+
+
+def _fake_quant_wint4(w: np.ndarray) -> np.ndarray:
+    out_f, in_f = w.shape
+    if in_f % WINT4_GROUP_SIZE:
+        raise ValueError(f"wint4 needs in_features divisible by {WINT4_GROUP_SIZE}, got {in_f}")
+    g = w.reshape(out_f, in_f // WINT4_GROUP_SIZE, WINT4_GROUP_SIZE)
+    scale = np.abs(g).max(axis=2, keepdims=True) / 7.0
+    scale[scale == 0] = 1.0
+    q = np.clip(np.round(g / scale), -7, 7)
+    return (q * scale).reshape(out_f, in_f).astype(np.float32)
+
+
+def prepare_linear(weight: np.ndarray, bias: np.ndarray | None, quantization: str | None) -> RefLinear:
+    """weight: fp32 [out, in] as in HF checkpoints. Stored transposed ([in, out]) so that `linear` is a
+    plain matmul; Paddle's transpose_y path is measurably slower on this CPU."""
+    w = np.asarray(weight, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"linear weight must be 2-D [out, in], got shape {w.shape}")
+    if quantization == "wint8":
+        w = _fake_quant_wint8(w)
+    elif quantization == "wint4":
+        w = _fake_quant_wint4(w)
+    elif quantization not in (None, "gguf"):
+        raise ValueError(f"unknown quantization {quantization!r}: use wint8, wint4, gguf or None")
+    w_t = paddle.to_tensor(np.ascontiguousarray(w.T))
+    b = None if bias is None else paddle.to_tensor(np.asarray(bias, dtype=np.float32))
+    return RefLinear(weight=w_t, bias=b, quantization=quantization)
+
+
+def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
+    out = paddle.matmul(x, lw.weight)
+    if lw.bias is not None:
+        out = out + lw.bias
+    return out
+
+
+def reshape_and_cache(
+    k: paddle.Tensor,
+    v: paddle.Tensor,
+    k_cache: paddle.Tensor,
+    v_cache: paddle.Tensor,
+    slot_mapping: paddle.Tensor,
+) -> None:
+    block_size = k_cache.shape[2]
+    num_kv_heads = k_cache.shape[1]
+    # Broadcast indices [T,1] x [1,nkv] x [T,1] address k_cache[block, head, offset, :] per token and head.
+    block_idx = (slot_mapping // block_size).unsqueeze(1)
+    offset = (slot_mapping % block_size).unsqueeze(1)
+    head_idx = paddle.arange(num_kv_heads, dtype="int64").unsqueeze(0)
+    k_cache.index_put_((block_idx, head_idx, offset), k)
+    v_cache.index_put_((block_idx, head_idx, offset), v)
+
+
+def paged_attention(
+    q: paddle.Tensor,
+    k_cache: paddle.Tensor,
+    v_cache: paddle.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> paddle.Tensor:
+    """One sequence at a time: gather its blocks into contiguous [nkv, L, hd] K/V, then dense causal
+    attention. Query i of a sequence with q_len queries and L keys sits at position L - q_len + i."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    starts = meta.query_start_loc_np
+    seq_lens = meta.seq_lens_np
+    block_tables = meta.block_tables.numpy()
+    outs = []
+    for b in range(meta.num_seqs):
+        start, end, seq_len = int(starts[b]), int(starts[b + 1]), int(seq_lens[b])
+        q_len = end - start
+        if q_len == 0:
+            continue
+        num_blocks = (seq_len + block_size - 1) // block_size
+        blocks = paddle.to_tensor(block_tables[b, :num_blocks].astype(np.int64))
+        k = _gather_seq(k_cache, blocks, num_kv_heads, seq_len, head_dim)
+        v = _gather_seq(v_cache, blocks, num_kv_heads, seq_len, head_dim)
+        # [q_len, nh, hd] -> [nkv, group * q_len, hd]: query heads h = kv * group + g share kv head kv.
+        qs = q[start:end].transpose([1, 0, 2]).reshape([num_kv_heads, group * q_len, head_dim])
+        scores = paddle.matmul(qs, k, transpose_y=True) * scale  # [nkv, group*q_len, L]
+        if q_len > 1:
+            scores = scores + _causal_bias(q_len, seq_len, group)
+        probs = F.softmax(scores, axis=-1)
+        o = paddle.matmul(probs, v)  # [nkv, group*q_len, hd]
+        outs.append(o.reshape([num_heads, q_len, head_dim]).transpose([1, 0, 2]))
+    return outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
+
+
+def _gather_seq(cache, blocks, num_kv_heads, seq_len, head_dim) -> paddle.Tensor:
+    # [n, nkv, bs, hd] -> [nkv, n * bs, hd] -> first seq_len positions.
+    x = paddle.index_select(cache, blocks, axis=0).transpose([1, 0, 2, 3])
+    return x.reshape([num_kv_heads, -1, head_dim])[:, :seq_len]
+
+
+def _causal_bias(q_len: int, seq_len: int, group: int) -> paddle.Tensor:
+    q_pos = np.arange(seq_len - q_len, seq_len)[:, None]
+    k_pos = np.arange(seq_len)[None, :]
+    bias = np.where(k_pos <= q_pos, 0.0, -np.inf).astype(np.float32)
+    return paddle.to_tensor(np.tile(bias, (group, 1)))

@@ -1,0 +1,86 @@
+"""Engine-side request state. Leaf module (imports only sampling params and prefix hashing)."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+from fdcli_engine.core.prefix_hash import hash_block_tokens
+from fdcli_engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.value in ("stop", "length", "abort")
+
+
+class Request:
+    """Token-level state of one sequence. `all_token_ids` = prompt + generated tokens; the first
+    `num_computed_tokens` of them have K/V in the blocks listed in `block_ids`."""
+
+    def __init__(
+        self,
+        req_id: str,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams,
+        max_model_len: int,
+        arrival_time: float | None = None,
+        is_pooling: bool = False,
+    ):
+        self.req_id = req_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.sampling_params = sampling_params
+        self.arrival_time = arrival_time if arrival_time is not None else time.monotonic()
+        self.is_pooling = is_pooling
+        self.output_token_ids: list[int] = []
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.block_ids: list[int] = []
+        self.block_hashes: list[bytes] = []
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | str | None = None
+        self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 until scheduled
+        self.num_preemptions = 0
+        budget = max_model_len - len(self.prompt_token_ids)
+        wanted = sampling_params.max_tokens
+        self.max_tokens = budget if wanted is None else min(wanted, budget)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    def append_output_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+
+    def update_block_hashes(self, block_size: int) -> list[bytes]:
+        """Extend the chain of hashes to cover every full block of known tokens."""
+        n_full = len(self.all_token_ids) // block_size
+        while len(self.block_hashes) < n_full:
+            i = len(self.block_hashes)
+            parent = self.block_hashes[-1] if self.block_hashes else None
+            chunk = self.all_token_ids[i * block_size : (i + 1) * block_size]
+            self.block_hashes.append(hash_block_tokens(parent, chunk))
+        return self.block_hashes
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.req_id!r}, status={self.status.value}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, blocks={self.block_ids})"
+        )

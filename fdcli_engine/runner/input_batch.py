@@ -1,0 +1,63 @@
+"""Flattens a SchedulerOutput into model inputs: token ids, positions, slot mapping, block tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+
+from fdcli_engine.step_types import AttentionMetadata, ScheduledRequest
+
+
+@dataclass
+class ModelInputs:
+    input_ids: paddle.Tensor
+    positions: paddle.Tensor
+    meta: AttentionMetadata
+    # Row of the last scheduled token of each request, in `scheduled` order.
+    last_token_rows: np.ndarray
+
+
+def _tensor(a: np.ndarray) -> paddle.Tensor:
+    return paddle.to_tensor(a, place=paddle.CPUPlace())
+
+
+def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInputs:
+    n = len(scheduled)
+    q_lens = np.fromiter((len(s.token_ids) for s in scheduled), dtype=np.int32, count=n)
+    starts = np.fromiter((s.num_computed_tokens for s in scheduled), dtype=np.int32, count=n)
+    query_start_loc = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(q_lens, out=query_start_loc[1:])
+    seq_lens = starts + q_lens
+    total = int(query_start_loc[-1])
+
+    input_ids = np.empty(total, dtype=np.int64)
+    positions = np.empty(total, dtype=np.int64)
+    max_blocks = max(len(s.block_ids) for s in scheduled)
+    block_tables = np.zeros((n, max_blocks), dtype=np.int32)
+    for i, s in enumerate(scheduled):
+        a, b = query_start_loc[i], query_start_loc[i + 1]
+        input_ids[a:b] = s.token_ids
+        positions[a:b] = np.arange(starts[i], seq_lens[i])
+        block_tables[i, : len(s.block_ids)] = s.block_ids
+    seq_idx = np.repeat(np.arange(n), q_lens)
+    slot_mapping = block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
+
+    meta = AttentionMetadata(
+        slot_mapping=_tensor(slot_mapping),
+        query_start_loc=_tensor(query_start_loc),
+        seq_lens=_tensor(seq_lens),
+        block_tables=_tensor(block_tables),
+        max_query_len=int(q_lens.max()),
+        max_seq_len=int(seq_lens.max()),
+        block_size=block_size,
+        query_start_loc_np=query_start_loc,
+        seq_lens_np=seq_lens,
+    )
+    return ModelInputs(
+        input_ids=_tensor(input_ids),
+        positions=_tensor(positions),
+        meta=meta,
+        last_token_rows=query_start_loc[1:] - 1,
+    )

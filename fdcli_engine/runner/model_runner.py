@@ -1,0 +1,74 @@
+"""Runs one scheduled step on the model: inputs → forward → logits of the sampling rows → sampler."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import paddle
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.runner.input_batch import build_inputs
+from fdcli_engine.runner.sampler import Sampler
+from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
+
+logger = logging.getLogger(__name__)
+
+GiB = 1 << 30
+
+
+def kv_block_bytes(model, block_size: int) -> int:
+    return 2 * model.num_layers * model.num_kv_heads * block_size * model.head_dim * 4
+
+
+def num_kv_blocks_for(config: EngineConfig, model) -> int:
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    n = int(config.kv_cache_memory_gb * GiB // kv_block_bytes(model, config.block_size))
+    # Never more than enough for max_num_seqs full-length sequences: memory nobody could use.
+    per_seq = -(-config.max_model_len // config.block_size)
+    return max(2, min(n, per_seq * config.max_num_seqs))
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model, eos_token_ids: set[int]):
+        self.config = config
+        self.model = model
+        self.block_size = config.block_size
+        self.num_blocks = num_kv_blocks_for(config, model)
+        shape = [self.num_blocks, model.num_kv_heads, self.block_size, model.head_dim]
+        self.kv_caches = [
+            (paddle.zeros(shape, dtype="float32"), paddle.zeros(shape, dtype="float32"))
+            for _ in range(model.num_layers)
+        ]
+        self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
+        logger.info(
+            "KV cache: %d blocks of %d tokens (%.2f GiB)",
+            self.num_blocks,
+            self.block_size,
+            self.num_blocks * kv_block_bytes(model, self.block_size) / GiB,
+        )
+
+    @paddle.no_grad()
+    def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
+        self.sampler.drop(so.finished_req_ids)
+        if so.is_empty:
+            return ModelRunnerOutput(sampled_token_ids={})
+        inputs = build_inputs(so.scheduled, self.block_size)
+        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+        sample_idx = [i for i, s in enumerate(so.scheduled) if s.do_sample]
+        if not sample_idx:
+            return ModelRunnerOutput(sampled_token_ids={})
+        rows = inputs.last_token_rows[sample_idx]
+        if len(rows) == hidden.shape[0]:
+            selected = hidden
+        else:
+            selected = paddle.gather(hidden, paddle.to_tensor(rows.astype(np.int64)))
+        logits = self.model.compute_logits(selected).numpy()
+        reqs = [so.scheduled[i] for i in sample_idx]
+        tokens, logprobs = self.sampler.sample(logits, reqs)
+        out = ModelRunnerOutput(sampled_token_ids={r.req_id: t for r, t in zip(reqs, tokens)})
+        for r, lp in zip(reqs, logprobs):
+            if lp is not None:
+                out.logprobs[r.req_id] = lp
+        return out
