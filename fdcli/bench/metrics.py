@@ -99,12 +99,12 @@ def itl_mode(records: list[RequestRecord]) -> str:
 
 def request_itls(record: RequestRecord, mode: str) -> list[float]:
     times = record.chunk_times
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     if mode == "chunk":
         return gaps
     counts = record.chunk_tokens or [1] * len(times)
     out = [0.0] * max(counts[0] - 1, 0) if counts else []
-    for gap, k in zip(gaps, counts[1:]):
+    for gap, k in zip(gaps, counts[1:], strict=False):
         out.append(gap)
         out.extend([0.0] * max(k - 1, 0))
     return out
@@ -123,7 +123,7 @@ def summarize(values: list[float], percentiles: list[float]) -> dict[str, float 
         return dict.fromkeys(keys, None)
     arr = np.asarray(values, dtype=np.float64) * 1000.0
     stats = [arr.mean(), np.median(arr), arr.std()] + [np.percentile(arr, p) for p in percentiles]
-    return {k: float(v) for k, v in zip(keys, stats)}
+    return {k: float(v) for k, v in zip(keys, stats, strict=True)}
 
 
 def token_arrivals(record: RequestRecord, mode: str) -> list[tuple[float, float]]:
@@ -131,7 +131,7 @@ def token_arrivals(record: RequestRecord, mode: str) -> list[tuple[float, float]
     if not record.chunk_times:
         return [(record.end, float(record.output_tokens))] if record.output_tokens else []
     if mode == "token" and record.chunk_tokens is not None:
-        return [(t, float(k)) for t, k in zip(record.chunk_times, record.chunk_tokens)]
+        return [(t, float(k)) for t, k in zip(record.chunk_times, record.chunk_tokens, strict=True)]
     share = record.output_tokens / len(record.chunk_times)
     return [(t, share) for t in record.chunk_times]
 

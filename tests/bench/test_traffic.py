@@ -36,7 +36,7 @@ def test_same_seed_same_schedule_other_seed_differs():
     a = arrival_offsets(50, 3.0, 1.0, seed=1)
     assert a == arrival_offsets(50, 3.0, 1.0, seed=1)
     assert a != arrival_offsets(50, 3.0, 1.0, seed=2)
-    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:]))
+    assert a[0] == 0.0 and all(x <= y for x, y in zip(a, a[1:], strict=False))
 
 
 def test_linear_and_exponential_ramp_rates():
