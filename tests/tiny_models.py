@@ -1,0 +1,197 @@
+"""Tiny random-weight checkpoints and paged-attention helpers shared by tests.
+
+- `make_tiny_checkpoint(arch, folder)`: a transformers model with every parameter randomized (HF
+  initializes biases to 0 and norms to 1, which would hide bias and norm bugs), saved as safetensors.
+- `write_tiny_tokenizer(folder)`: a byte-level BPE tokenizer.json + tokenizer_config.json with a
+  ChatML-style template; its vocab (< 300) fits every tiny model's vocab (512).
+- `make_attention_metadata(seqs, block_size)`: AttentionMetadata + positions for a varlen batch.
+- `PagedRunner`: drives a model step by step over a paged KV cache with scattered block ids.
+
+Import from a test with `sys.path` holding tests/ (tests/models/conftest.py does this).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+TINY_DIMS = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=512,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+)
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+
+def make_tiny_checkpoint(arch: str, folder: str | Path, seed: int = 0, **overrides) -> Path:
+    """Build and save a tiny `arch` model (transformers class name) in `folder`; returns the folder.
+    `overrides` replace config fields (e.g. tie_word_embeddings=True, rope_scaling={...})."""
+    import torch  # noqa: PLC0415 - torch/transformers are test-only dependencies
+    import transformers  # noqa: PLC0415
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    config_cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    dims = dict(TINY_DIMS, rope_theta=10000.0)
+    if arch == "Qwen3ForCausalLM":
+        dims["head_dim"] = 32  # != hidden / heads (16): exercises the explicit head_dim path
+    dims.update(overrides)
+    rope_scaling = dims.pop("rope_scaling", None)
+    theta = dims.pop("rope_theta")
+    config = config_cls(**dims)
+    # transformers 5 keeps rope settings in rope_parameters.
+    config.rope_parameters = {"rope_theta": theta, "rope_type": "default", **(rope_scaling or {})}
+    model = getattr(transformers, arch)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    return folder
+
+
+def load_hf_model(folder: str | Path):
+    """The transformers model saved in `folder`, fp32, eval mode, eager attention."""
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415
+
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "hello world, this is a tiny tokenizer for tests",
+    "user assistant system: what is the answer? 42 is the answer.",
+]
+
+
+def write_tiny_tokenizer(folder: str | Path, vocab_size: int = 300) -> Path:
+    """Byte-level BPE trained on a few sentences (deterministic), with <|endoftext|>=0,
+    <|im_start|>=1, <|im_end|>=2 and a ChatML chat template. vocab_size must be <= the model's."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: PLC0415
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "add_bos_token": False,
+        "model_max_length": TINY_DIMS["max_position_embeddings"],
+        "chat_template": CHAT_TEMPLATE,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+def make_attention_metadata(seqs: list[tuple[int, int, list[int]]], block_size: int):
+    """seqs: per sequence (num_computed_tokens, num_new_tokens, block_ids covering all its tokens).
+    Returns (AttentionMetadata, positions int64[T]) for the flattened batch, laid out in that order."""
+    import paddle  # noqa: PLC0415
+
+    from fdcli_engine.step_types import AttentionMetadata  # noqa: PLC0415
+
+    positions, slots, starts, seq_lens = [], [], [0], []
+    for computed, new, blocks in seqs:
+        for p in range(computed, computed + new):
+            positions.append(p)
+            slots.append(blocks[p // block_size] * block_size + p % block_size)
+        starts.append(starts[-1] + new)
+        seq_lens.append(computed + new)
+    width = max(len(b) for _, _, b in seqs)
+    table = np.zeros((len(seqs), width), dtype=np.int32)
+    for i, (_, _, blocks) in enumerate(seqs):
+        table[i, : len(blocks)] = blocks
+    starts_np = np.asarray(starts, dtype=np.int32)
+    lens_np = np.asarray(seq_lens, dtype=np.int32)
+    meta = AttentionMetadata(
+        slot_mapping=paddle.to_tensor(np.asarray(slots, dtype=np.int64)),
+        query_start_loc=paddle.to_tensor(starts_np),
+        seq_lens=paddle.to_tensor(lens_np),
+        block_tables=paddle.to_tensor(table),
+        max_query_len=max(n for _, n, _ in seqs),
+        max_seq_len=int(lens_np.max()),
+        block_size=block_size,
+        query_start_loc_np=starts_np,
+        seq_lens_np=lens_np,
+    )
+    return meta, paddle.to_tensor(np.asarray(positions, dtype=np.int64))
+
+
+class PagedRunner:
+    """Runs `model` over a paged KV cache. Block ids are handed out in a shuffled order so that a
+    sequence's blocks are never contiguous: the block table indirection is always exercised."""
+
+    def __init__(self, model, num_blocks: int = 64, block_size: int = 4, seed: int = 0):
+        import paddle  # noqa: PLC0415
+
+        self.model = model
+        self.block_size = block_size
+        shape = [num_blocks, model.num_kv_heads, block_size, model.head_dim]
+        self.kv_caches = [
+            (paddle.zeros(shape, dtype="float32"), paddle.zeros(shape, dtype="float32"))
+            for _ in range(model.num_layers)
+        ]
+        self.free_blocks = list(np.random.default_rng(seed).permutation(num_blocks))
+        self.seqs: dict[str, dict] = {}
+
+    def step(self, batch: list[tuple[str, list[int]]]) -> np.ndarray:
+        """batch: (seq_id, new token ids) per sequence. Returns logits [T, vocab] for every new token."""
+        import paddle  # noqa: PLC0415
+
+        entries, ids = [], []
+        for seq_id, new_ids in batch:
+            seq = self.seqs.setdefault(seq_id, {"len": 0, "blocks": []})
+            total = seq["len"] + len(new_ids)
+            while len(seq["blocks"]) * self.block_size < total:
+                seq["blocks"].append(int(self.free_blocks.pop()))
+            entries.append((seq["len"], len(new_ids), list(seq["blocks"])))
+            ids.extend(new_ids)
+            seq["len"] = total
+        meta, positions = make_attention_metadata(entries, self.block_size)
+        input_ids = paddle.to_tensor(np.asarray(ids, dtype=np.int64))
+        hidden = self.model.forward(input_ids, positions, self.kv_caches, meta)
+        return self.model.compute_logits(hidden).numpy()
+
+    def greedy(self, seq_id: str, prompt: list[int], max_new_tokens: int) -> list[int]:
+        logits = self.step([(seq_id, prompt)])
+        out = [int(logits[-1].argmax())]
+        while len(out) < max_new_tokens:
+            out.append(int(self.step([(seq_id, [out[-1]])])[-1].argmax()))
+        return out
+
+
+def load_fd_model(folder: str | Path, **engine_options):
+    """fd's model for a checkpoint folder or .gguf file, through the public loader."""
+    from fdcli_engine.config import EngineConfig  # noqa: PLC0415
+    from fdcli_engine.loader import load_model  # noqa: PLC0415
+
+    config = EngineConfig(model=str(folder), **engine_options)
+    return load_model(config)
