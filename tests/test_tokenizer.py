@@ -1,0 +1,327 @@
+"""fdcli_engine.tokenizer against references: transformers' tokenizers, gguf's reader, full decode."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from fdcli_engine.config import EngineConfig, default_model_path
+from fdcli_engine.errors import ConfigError, InvalidRequestError, ModelLoadError
+from fdcli_engine.tokenizer import IncrementalDetokenizer, Tokenizer, load_tokenizer
+from fdcli_engine.tokenizer.gguf_vocab import read_gguf_metadata
+
+TEXTS = [
+    "Hello world",
+    "12345 and 3.14159, 2024-01-01; x=1;y=22;z=333",
+    " 1 22 333 4444",
+    "ünïcödé ñ Straße Ελληνικά кириллица",
+    "日本語のテキスト 中文 한국어",
+    "emoji 🤗🚀👨‍👩‍👧 done 🇫🇷",
+    "   multiple   spaces\n\n\ttabs\r\n  trailing  ",
+    "def f(x):\n    return x**2  # comment\n\nclass A:\n\tpass\n",
+    "<|im_start|>user\nhi<|im_end|>",
+    "I'm it's we'll they've DON'T",
+    "",
+    " ",
+    "a" * 40,
+]
+MESSAGES = [
+    [{"role": "user", "content": "What is 2+2?"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Bye 👋"},
+    ],
+]
+
+
+@pytest.fixture(scope="module")
+def smol() -> Tokenizer:
+    return Tokenizer.from_model(default_model_path())
+
+
+@pytest.fixture(scope="module")
+def smol_ref():
+    transformers = pytest.importorskip("transformers")
+    p = default_model_path()
+    return transformers.AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+
+
+# --- SmolLM2 GGUF against transformers ------------------------------------------------------------------
+def test_gguf_ids_match_transformers(smol, smol_ref):
+    for text in TEXTS:
+        assert smol.encode(text) == smol_ref.encode(text), text
+        assert smol.encode(text, add_special_tokens=False) == smol_ref.encode(text, add_special_tokens=False)
+
+
+def test_gguf_decode_matches_transformers_and_round_trips(smol, smol_ref):
+    for text in TEXTS:
+        ids = smol.encode(text)
+        assert smol.decode(ids, skip_special_tokens=False) == text  # byte-level BPE is lossless
+        assert smol.decode(ids) == smol_ref.decode(ids, skip_special_tokens=True)
+        assert smol.convert_ids_to_tokens(ids) == smol_ref.convert_ids_to_tokens(ids)
+
+
+def test_gguf_smollm_splits_every_digit(smol):
+    # smollm's pre-tokenizer isolates each digit; each digit is its own token in this vocabulary.
+    assert smol.convert_ids_to_tokens(smol.encode("20240101")) == list("20240101")
+
+
+def test_gguf_properties(smol, smol_ref):
+    assert smol.vocab_size == len(smol_ref) == 49152
+    assert smol.bos_token_id == 1 and smol.eos_token_ids == {2} and smol.eos_token == "<|im_end|>"
+    assert smol.special_tokens[1] == "<|im_start|>"
+    assert smol.encode("hi") == smol.encode("hi", add_special_tokens=False)  # add_bos_token is false
+
+
+def test_gguf_chat_template_matches_transformers(smol, smol_ref):
+    for messages in MESSAGES:
+        for gen in (True, False):
+            ours = smol.apply_chat_template(messages, add_generation_prompt=gen)
+            ref = smol_ref.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+            assert ours == ref
+
+
+def test_text_parts_are_joined(smol):
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert smol.apply_chat_template(parts) == smol.apply_chat_template([{"role": "user", "content": "a\nb"}])
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    with pytest.raises(InvalidRequestError, match="only text parts"):
+        smol.apply_chat_template(image)
+
+
+def test_decode_rejects_out_of_range_ids(smol):
+    with pytest.raises(InvalidRequestError, match="out of range"):
+        smol.decode([1, 49152])
+    with pytest.raises(InvalidRequestError):
+        smol.decode([-1])
+
+
+# --- chat template sandbox and errors -------------------------------------------------------------------
+def test_template_errors_are_invalid_request(smol):
+    msgs = [{"role": "user", "content": "x"}]
+    with pytest.raises(InvalidRequestError, match="roles must alternate"):
+        smol.apply_chat_template(msgs, chat_template="{{ raise_exception('roles must alternate') }}")
+    with pytest.raises(InvalidRequestError, match="syntax error"):
+        smol.apply_chat_template(msgs, chat_template="{% for m in messages %}")
+    with pytest.raises(InvalidRequestError):  # the sandbox refuses Python internals
+        smol.apply_chat_template(msgs, chat_template="{{ messages.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(InvalidRequestError):  # immutable sandbox: no mutation of the request
+        smol.apply_chat_template(msgs, chat_template="{{ messages.append(1) }}")
+    with pytest.raises(InvalidRequestError, match="non-empty list"):
+        smol.apply_chat_template([])
+
+
+def test_template_helpers(smol):
+    tpl = "{{ tools | tojson }}|{{ strftime_now('%Y') | length }}|{{ bos_token }}|{{ enable_thinking }}"
+    out = smol.apply_chat_template(
+        [{"role": "user", "content": "x"}], chat_template=tpl, tools=[{"name": "<é>"}], enable_thinking=False
+    )
+    # tojson keeps <, > and non-ASCII as is (Jinja's builtin would HTML-escape them).
+    assert out == '[{"name": "<é>"}]|4|<|im_start|>|False'
+
+
+def test_no_chat_template_is_a_clear_error(tmp_path):
+    folder = _tiny_hf_folder(tmp_path, chat_template=None)
+    tok = Tokenizer.from_model(folder)
+    with pytest.raises(InvalidRequestError, match="no chat template"):
+        tok.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+# --- incremental detokenizer ----------------------------------------------------------------------------
+def _stream(tok, prompt_ids, output_ids, skip=True, step=1):
+    detok = IncrementalDetokenizer(tok, prompt_ids, skip_special_tokens=skip)
+    deltas = [detok.add_tokens(output_ids[i : i + step]) for i in range(0, len(output_ids), step)]
+    deltas.append(detok.flush())
+    return deltas
+
+
+def test_incremental_equals_full_decode_on_text(smol):
+    prompt = smol.encode("Translate:")
+    for text in TEXTS + ["🤗🤗 世界 👨‍👩‍👧", "<|im_end|>tail"]:
+        ids = smol.encode(text, add_special_tokens=False)
+        for skip in (True, False):
+            deltas = _stream(smol, prompt, ids, skip)
+            assert "".join(deltas) == smol.decode(ids, skip_special_tokens=skip)
+            # No partial character is ever emitted: this text has no U+FFFD at all.
+            assert not any("\ufffd" in d for d in deltas)
+
+
+def test_incremental_emoji_waits_for_complete_character(smol):
+    ids = smol.encode("🤗", add_special_tokens=False)
+    assert len(ids) > 1  # the emoji spans several byte-level tokens
+    deltas = _stream(smol, [], ids)
+    assert deltas[:-2] == [""] * (len(ids) - 1) and deltas[-2] == "🤗" and deltas[-1] == ""
+
+
+def test_incremental_equals_full_decode_on_random_ids(smol):
+    rng = random.Random(0)
+    for trial in range(30):
+        ids = [rng.randrange(smol.vocab_size) for _ in range(rng.randint(1, 40))]
+        prompt = [rng.randrange(smol.vocab_size) for _ in range(rng.randint(0, 8))]
+        # A prompt ending inside a character would bleed into the output; real prompts are whole text.
+        prompt = smol.encode(smol.decode(prompt), add_special_tokens=False)
+        step = 1 + trial % 3
+        assert "".join(_stream(smol, prompt, ids, step=step)) == smol.decode(ids), ids
+
+
+# --- tiny tokenizers built here -------------------------------------------------------------------------
+def _tiny_backend():
+    from tokenizers import Tokenizer as HFTok
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    tok = HFTok(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<s>", "</s>", "<|eot|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    corpus = [
+        "the quick brown fox jumps over the lazy dog",
+        "héllo wörld 世界 🤗",
+        "def main(): return 42",
+    ] * 20
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
+    return tok
+
+
+def _tiny_hf_folder(
+    tmp_path, chat_template="{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    _tiny_backend().save(str(folder / "tokenizer.json"))
+    cfg = {
+        "bos_token": "<s>",
+        "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True},
+        "model_max_length": 128,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    if chat_template:
+        cfg["chat_template"] = chat_template
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 2]}))
+    return folder
+
+
+def test_hf_folder_matches_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    folder = _tiny_hf_folder(tmp_path)
+    ours = Tokenizer.from_model(folder)
+    ref = transformers.AutoTokenizer.from_pretrained(str(folder))
+    for text in ["the lazy fox", "héllo 世界 🤗 42", ""]:
+        assert ours.encode(text) == ref.encode(text)
+        assert ours.decode(ours.encode(text)) == ref.decode(ref.encode(text), skip_special_tokens=True)
+    assert ours.bos_token_id == 0 and ours.eos_token_id == 1 and ours.eos_token_ids == {1, 2}
+    assert ours.model_max_length == 128
+    msgs = MESSAGES[1]
+    assert ours.apply_chat_template(msgs, add_generation_prompt=False) == ref.apply_chat_template(
+        msgs, tokenize=False
+    )
+
+
+def test_chat_template_jinja_file_wins(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    (folder / "chat_template.jinja").write_text("J:{{ messages[0].content }}")
+    assert Tokenizer.from_model(folder).apply_chat_template([{"role": "user", "content": "q"}]) == "J:q"
+
+
+def test_incremental_on_tiny_tokenizer(tmp_path):
+    tok = Tokenizer.from_model(_tiny_hf_folder(tmp_path))
+    rng = random.Random(1)
+    for _ in range(20):
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(1, 30))]
+        for skip in (True, False):
+            assert "".join(_stream(tok, tok.encode("the"), ids, skip)) == tok.decode(
+                ids, skip_special_tokens=skip
+            )
+
+
+def _write_tiny_gguf(path, pre: str):
+    gguf = pytest.importorskip("gguf")
+    from tokenizers import pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tokens = ["<s>", "</s>", "<think>", *sorted(alphabet), "12", "123", "Ġt", "he", "Ġthe"]
+    merges = ["1 2", "12 3", "Ġ t", "h e", "Ġt he"]
+    types = [3, 3, 4] + [1] * (len(tokens) - 3)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("general.tags", ["a", "b"])  # a string array the reader must skip past
+    w.add_array("llama.floats", [1.5, 2.5])
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_merges(merges)
+    w.add_token_types(types)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(True)
+    w.add_chat_template("{{ bos_token }}{{ messages[0].content }}")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return tokens
+
+
+def test_gguf_metadata_reader_matches_gguf_package(tmp_path):
+    import gguf
+
+    path = tmp_path / "tiny.gguf"
+    _write_tiny_gguf(path, "smollm")
+    ours = read_gguf_metadata(path, prefixes=("",))
+    ref = {k: f.contents() for k, f in gguf.GGUFReader(str(path)).fields.items() if not k.startswith("GGUF.")}
+    assert ours.keys() == ref.keys()
+    for key, value in ref.items():
+        expected = pytest.approx(value) if key == "llama.floats" else value
+        assert ours[key] == expected, key
+
+
+@pytest.mark.parametrize(
+    ("pre", "pieces"),
+    [
+        ("default", ["123", "4", "123"]),  # GPT-2: one run of digits, merged by BPE
+        ("llama-bpe", ["123", "4", "12", "3"]),  # digits in groups of three: "123" "412" "3"
+        ("qwen2", list("1234123")),  # every digit alone
+        ("smollm", list("1234123")),
+    ],
+)
+def test_gguf_pre_tokenizers(tmp_path, pre, pieces):
+    path = tmp_path / f"{pre}.gguf"
+    tokens = _write_tiny_gguf(path, pre)
+    tok = Tokenizer.from_model(path)
+    ids = tok.encode("1234123")
+    assert ids[0] == 0  # add_bos_token
+    assert tok.convert_ids_to_tokens(ids[1:]) == pieces
+    assert tok.decode(ids) == "1234123"
+    assert tok.vocab_size == len(tokens)
+    # Control and user-defined tokens match whole; control ones are skipped on decode.
+    assert tok.encode("<think> the</s>", add_special_tokens=False) == [2, tokens.index("Ġthe"), 1]
+    assert tok.decode([0, 2, 1]) == "<think>"
+    assert tok.apply_chat_template([{"role": "user", "content": "q"}]) == "<s>q"
+
+
+def test_unsupported_gguf_pre_tokenizer(tmp_path):
+    path = tmp_path / "odd.gguf"
+    _write_tiny_gguf(path, "no-such-pre")
+    with pytest.raises(ModelLoadError, match="no-such-pre"):
+        Tokenizer.from_model(path)
+
+
+def test_load_tokenizer_resolution(tmp_path):
+    folder = _tiny_hf_folder(tmp_path)
+    assert (
+        load_tokenizer(EngineConfig(model=str(default_model_path()), tokenizer=str(folder))).vocab_size < 1000
+    )
+    assert load_tokenizer(EngineConfig()).vocab_size == 49152  # the default model
+    assert load_tokenizer(str(folder)).bos_token_id == 0
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_tokenizer(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match="no tokenizer.json"):
+        load_tokenizer(tmp_path / "empty")
