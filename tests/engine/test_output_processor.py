@@ -1,0 +1,76 @@
+"""Detokenization, stop strings and streaming deltas, on the SmolLM2 tokenizer."""
+
+import pytest
+
+from fdcli_engine.output_processor import OutputProcessor
+from fdcli_engine.outputs import EngineCoreOutput
+from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_tokenizer(None)
+
+
+def feed(tok, text, params, finish_last="length"):
+    """Feed `text`'s tokens one per step; returns (outputs, ids to abort, step of the abort)."""
+    op = OutputProcessor(tok)
+    op.add_request("r", None, [1, 2, 3], params)
+    ids = tok.encode(text, add_special_tokens=False)
+    outs, abort_step = [], None
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        core = EngineCoreOutput("r", [t], finish_reason=finish_last if last else None)
+        res, aborts = op.process_outputs([core])
+        outs.extend(res)
+        if aborts:
+            assert aborts == ["r"] and abort_step is None
+            abort_step = i
+        if res and res[-1].finished:
+            break
+    return outs, abort_step
+
+
+def test_deltas_concatenate_to_full_text(tok):
+    text = "Hello wörld 😀 — 東京 123 ok"
+    outs, _ = feed(tok, text, SamplingParams())
+    assert "".join(o.outputs[0].delta_text for o in outs) == text
+    assert outs[-1].outputs[0].text == text
+    assert outs[-1].finished and outs[-1].outputs[0].finish_reason == "length"
+    assert all("\ufffd" not in o.outputs[0].delta_text for o in outs)
+
+
+def test_stop_string_across_tokens(tok):
+    text = "The answer is forty-two. STOP HERE and more text"
+    outs, abort_step = feed(tok, text, SamplingParams(stop=["STOP HERE"]))
+    final = outs[-1].outputs[0]
+    assert final.text == "The answer is forty-two. "
+    assert final.finish_reason == "stop" and final.stop_reason == "STOP HERE"
+    assert abort_step is not None
+    streamed = "".join(o.outputs[0].delta_text for o in outs)
+    assert streamed == final.text  # the partial stop string was never streamed
+
+
+def test_include_stop_str(tok):
+    outs, _ = feed(tok, "abc END def", SamplingParams(stop=["END"], include_stop_str_in_output=True))
+    assert outs[-1].outputs[0].text == "abc END"
+
+
+def test_earliest_stop_wins_and_core_finish_still_checked(tok):
+    outs, abort_step = feed(tok, "one two three", SamplingParams(stop=["three", "two"]), finish_last="length")
+    assert outs[-1].outputs[0].text == "one "
+    assert outs[-1].outputs[0].stop_reason == "two"
+    # A stop string completed by the very token on which the core finished is still honoured.
+    outs, abort_step = feed(tok, "alpha beta", SamplingParams(stop=[" beta"]), finish_last="length")
+    assert outs[-1].outputs[0].text == "alpha" and outs[-1].outputs[0].finish_reason == "stop"
+
+
+def test_logprobs_decoded(tok):
+    op = OutputProcessor(tok)
+    op.add_request("r", None, [1], SamplingParams(logprobs=1))
+    t = tok.encode("Hi", add_special_tokens=False)[0]
+    [res], _ = op.process_outputs([EngineCoreOutput("r", [t], new_logprobs=[[(t, -0.5), (7, -1.0)]])])
+    [entry] = res.outputs[0].logprobs
+    assert list(entry) == [t, 7]
+    assert entry[t].logprob == -0.5 and entry[t].decoded == "Hi"

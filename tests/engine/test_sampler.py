@@ -1,0 +1,115 @@
+"""The sampler against hand computations (numpy)."""
+
+import numpy as np
+import pytest
+
+from fdcli_engine.runner.sampler import Sampler, filter_probs, log_softmax
+from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.step_types import ScheduledRequest
+
+
+def sreq(rid, params, prompt=(1, 2), output=()):
+    return ScheduledRequest(
+        req_id=rid,
+        token_ids=[0],
+        num_computed_tokens=0,
+        block_ids=[0],
+        sampling_params=params,
+        do_sample=True,
+        output_token_ids=list(output),
+        prompt_token_ids=list(prompt),
+    )
+
+
+def rand_logits(n, v=64, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, v)).astype(np.float32) * 3
+
+
+def test_greedy_is_argmax():
+    logits = rand_logits(3)
+    toks, _ = Sampler().sample(logits, [sreq(str(i), SamplingParams(temperature=0)) for i in range(3)])
+    assert toks == list(np.argmax(logits, axis=1))
+
+
+def test_seeded_sampling_independent_of_batch():
+    params = SamplingParams(temperature=1.0, seed=1234)
+    logits = rand_logits(4, seed=1)
+    solo = Sampler(seed=0)
+    mixed = Sampler(seed=99)
+    solo_toks, mixed_toks = [], []
+    for step in range(20):
+        row = rand_logits(1, seed=100 + step)
+        solo_toks.append(solo.sample(row.copy(), [sreq("a", params)])[0][0])
+        batch = np.concatenate([logits[:2], row, logits[2:]])
+        reqs = [sreq("x", SamplingParams(temperature=1.0)), sreq("y", SamplingParams(temperature=0.7, seed=5))]
+        reqs.insert(2, sreq("a", params))
+        reqs.append(sreq("z", SamplingParams(temperature=0)))
+        mixed_toks.append(mixed.sample(batch[: len(reqs)], reqs)[0][2])
+    assert solo_toks == mixed_toks
+    assert len(set(solo_toks)) > 1  # really sampling, not greedy
+
+
+def test_sampling_frequencies_follow_softmax():
+    logits = np.array([[2.0, 1.0, 0.0, -1.0]], dtype=np.float32)
+    s = Sampler(seed=7)
+    params = SamplingParams(temperature=1.0)
+    counts = np.zeros(4)
+    n = 20000
+    for _ in range(n):
+        counts[s.sample(logits, [sreq("a", params)])[0][0]] += 1
+    expected = np.exp(log_softmax(logits[0]))
+    # 4 standard deviations of a binomial proportion.
+    assert np.all(np.abs(counts / n - expected) < 4 * np.sqrt(expected * (1 - expected) / n))
+
+
+def test_top_k_top_p_min_p_supports():
+    row = np.log(np.array([0.5, 0.25, 0.15, 0.1], dtype=np.float32))
+    p = filter_probs(row.copy(), SamplingParams(top_k=2))
+    np.testing.assert_allclose(p, [2 / 3, 1 / 3, 0, 0], rtol=1e-5)
+    p = filter_probs(row.copy(), SamplingParams(top_p=0.7))
+    np.testing.assert_allclose(p, [2 / 3, 1 / 3, 0, 0], rtol=1e-5)
+    p = filter_probs(row.copy(), SamplingParams(top_p=0.75))  # reaching 0.75 needs exactly two tokens
+    np.testing.assert_allclose(p, [2 / 3, 1 / 3, 0, 0], rtol=1e-5)
+    p = filter_probs(row.copy(), SamplingParams(min_p=0.29))  # keep p >= 0.145
+    np.testing.assert_allclose(p, [0.5, 0.25, 0.15, 0] / np.float32(0.9), rtol=1e-5)
+    p = filter_probs(row.copy(), SamplingParams(temperature=0.5))
+    q = np.array([0.5, 0.25, 0.15, 0.1]) ** 2
+    np.testing.assert_allclose(p, q / q.sum(), rtol=1e-5)
+
+
+def test_penalties_by_hand():
+    logits = np.array([[2.0, -2.0, 1.0, 0.5, 3.0]], dtype=np.float32)
+    params = SamplingParams(temperature=0, repetition_penalty=2.0)
+    s = Sampler()
+    # Tokens 0 (positive) and 1 (negative) seen: 2.0 -> 1.0, -2.0 -> -4.0; argmax stays 4.
+    assert s.sample(logits.copy(), [sreq("a", params, prompt=[0], output=[1])])[0] == [4]
+    params = SamplingParams(temperature=0, frequency_penalty=1.0, presence_penalty=0.5)
+    # Token 4 generated twice: 3.0 - 2*1.0 - 0.5 = 0.5 -> argmax becomes token 0 (2.0).
+    assert s.sample(logits.copy(), [sreq("a", params, output=[4, 4])])[0] == [0]
+
+
+def test_min_tokens_and_bad_words_masks():
+    logits = np.array([[0.0, 5.0, 1.0, 4.0]], dtype=np.float32)
+    s = Sampler(eos_token_ids={1})
+    p = SamplingParams(temperature=0, min_tokens=2)
+    assert s.sample(logits.copy(), [sreq("a", p, output=[2])])[0] == [3]
+    assert s.sample(logits.copy(), [sreq("a", p, output=[2, 2])])[0] == [1]
+    p = SamplingParams(temperature=0, min_tokens=3, stop_token_ids=[3])
+    assert s.sample(logits.copy(), [sreq("a", p)])[0] == [2]
+    p = SamplingParams(temperature=0)
+    p.bad_words_token_ids = [[1], [0, 3]]
+    assert s.sample(logits.copy(), [sreq("a", p, output=[2])])[0] == [3]
+    assert s.sample(logits.copy(), [sreq("a", p, output=[0])])[0] == [2]
+
+
+def test_logprobs_are_raw_and_sorted():
+    logits = rand_logits(1, seed=3)
+    params = SamplingParams(temperature=0, logprobs=3, repetition_penalty=1.5)
+    toks, lps = Sampler().sample(logits.copy(), [sreq("a", params, prompt=[0, 1, 2, 3])])
+    ref = log_softmax(logits[0])
+    [entry] = lps
+    assert entry[0][0] == toks[0]
+    assert entry[0][1] == pytest.approx(float(ref[toks[0]]), abs=1e-6)
+    top = [t for t, _ in entry[1:]]
+    assert top == list(np.argsort(-ref)[:3])
+    assert [v for _, v in entry[1:]] == pytest.approx([float(ref[t]) for t in top], abs=1e-6)
