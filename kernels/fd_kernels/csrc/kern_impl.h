@@ -1,0 +1,232 @@
+// ISA-generic kernels. kernels.cc includes this file once per ISA namespace, after defining FD_W (vector
+// width in floats) and FD_MR (rows of the GEMM microkernel: as many as the register file holds with
+// kNR / FD_W accumulators per row). No include guard on purpose.
+
+#include "simd.h"
+
+#if FD_W == 16 || FD_W == 8
+// exp for x <= 88: Cephes-style range reduction x = n*ln2 + r, degree-6 polynomial, 2^n built in the
+// exponent bits (x is clamped to [-87.3, 88.3] so n stays a normal exponent). Relative error ~2e-7.
+static inline vf vexp(vf x) {
+  x = vmax(x, vset1(-87.33654f));
+#if FD_W == 16
+  x = _mm512_min_ps(x, vset1(88.37626f));
+  vf n = _mm512_roundscale_ps(vmul(x, vset1(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  x = _mm256_min_ps(x, vset1(88.37626f));
+  vf n = _mm256_round_ps(vmul(x, vset1(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
+  vf r = vfma(n, vset1(-0.693359375f), x);
+  r = vfma(n, vset1(2.12194440e-4f), r);
+  vf p = vset1(1.9875691500e-4f);
+  p = vfma(p, r, vset1(1.3981999507e-3f));
+  p = vfma(p, r, vset1(8.3334519073e-3f));
+  p = vfma(p, r, vset1(4.1665795894e-2f));
+  p = vfma(p, r, vset1(1.6666665459e-1f));
+  p = vfma(p, r, vset1(5.0000001201e-1f));
+  p = vfma(vmul(p, r), r, vadd(r, vset1(1.0f)));
+#if FD_W == 16
+  return _mm512_scalef_ps(p, n);
+#else
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return vmul(p, _mm256_castsi256_ps(e));
+#endif
+}
+#else
+static inline vf vexp(vf x) { return std::exp(x); }
+#endif
+
+// ---------------------------------------------------------------------------------------------- GEMM
+constexpr int kNV = kNR / FD_W;  // vectors per panel row
+
+// Loads the kNR weights of row k of panel p as kNV vectors, dequantized with the group's scale/min.
+template <int KIND>
+static inline void load_b(const GemmArgs& g, int64_t p, int64_t k, const vf* s, const vf* mn, vf* b) {
+  if (KIND == kF32) {
+    const float* bp = (const float*)g.w + (p * g.k + k) * kNR;
+    for (int v = 0; v < kNV; ++v) b[v] = vload(bp + v * FD_W);
+  } else if (KIND == kS8) {
+    const int8_t* bp = (const int8_t*)g.w + (p * g.k + k) * kNR;
+    for (int v = 0; v < kNV; ++v) b[v] = vmul(vload_s8(bp + v * FD_W), s[v]);
+  } else {
+    const uint8_t* bp = (const uint8_t*)g.w + (p * g.k + k) * (kNR / 2);
+    for (int v = 0; v < kNV; ++v) {
+      const int c = v * FD_W;  // first column of this vector
+      b[v] = vfma(vload_u4(bp + (c % 16), c >= 16 ? 4 : 0), s[v], mn[v]);
+    }
+  }
+}
+
+// C[m0 : m0+MR, panel p] = A[m0 : m0+MR, :] x W[:, panel p] (+ bias). Accumulators stay in registers
+// for the whole K loop; each weight row is dequantized once and reused by all MR rows.
+template <int MR, int KIND>
+static void micro(const GemmArgs& g, int64_t m0, int64_t p) {
+  vf acc[MR][kNV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < kNV; ++v) acc[m][v] = vzero();
+  const float* a = g.a + m0 * g.lda;
+  const int64_t group = KIND == kF32 ? g.k : g.group;
+  const int64_t ngroups = (g.k + group - 1) / group;
+  vf s[kNV], mn[kNV], b[kNV];
+  for (int64_t gi = 0; gi < ngroups; ++gi) {
+    if (KIND != kF32) {
+      const int64_t off = (p * ngroups + gi) * kNR;
+      for (int v = 0; v < kNV; ++v) {
+        s[v] = vload(g.scales + off + v * FD_W);
+        mn[v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
+      }
+    }
+    const int64_t k1 = std::min(g.k, (gi + 1) * group);
+    for (int64_t k = gi * group; k < k1; ++k) {
+      load_b<KIND>(g, p, k, s, mn, b);
+      for (int m = 0; m < MR; ++m) {
+        const vf av = vset1(a[m * g.lda + k]);
+        for (int v = 0; v < kNV; ++v) acc[m][v] = vfma(av, b[v], acc[m][v]);
+      }
+    }
+  }
+  const int64_t n0 = p * kNR;
+  const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
+  for (int m = 0; m < MR; ++m) {
+    float* crow = g.c + (m0 + m) * g.n + n0;
+    float tmp[kNR];
+    float* dst = ncols == kNR ? crow : tmp;
+    for (int v = 0; v < kNV; ++v) {
+      vf r = acc[m][v];
+      if (g.bias) r = vadd(r, vload(g.bias + n0 + v * FD_W));
+      vstore(dst + v * FD_W, r);
+    }
+    if (ncols != kNR) std::memcpy(crow, tmp, ncols * sizeof(float));
+  }
+}
+
+#define FD_MICRO_CASE(n)                                   \
+  case n:                                                  \
+    if constexpr (n <= FD_MR) micro<n, KIND>(g, m0, p);   \
+    break;
+
+template <int KIND>
+static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p) {
+  switch (mr) {
+    FD_MICRO_CASE(1) FD_MICRO_CASE(2) FD_MICRO_CASE(3) FD_MICRO_CASE(4) FD_MICRO_CASE(5)
+    FD_MICRO_CASE(6) FD_MICRO_CASE(7) FD_MICRO_CASE(8) FD_MICRO_CASE(9) FD_MICRO_CASE(10)
+    FD_MICRO_CASE(11) FD_MICRO_CASE(12) FD_MICRO_CASE(13) FD_MICRO_CASE(14)
+  }
+}
+
+// Threads split the output-column panels; each thread walks all rows of a panel before the next one,
+// so a panel is read from memory once and then reused from L2 by every row block.
+template <int KIND>
+static void gemm_kind(const GemmArgs& g) {
+  const int64_t panels = (g.n + kNR - 1) / kNR;
+  const int64_t nblocks = (g.m + FD_MR - 1) / FD_MR;
+  const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
+  const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t p = 0; p < panels; ++p) {
+    for (int64_t m0 = 0; m0 < g.m; m0 += rows) micro_rows<KIND>(g, (int)std::min(rows, g.m - m0), m0, p);
+  }
+}
+
+static void gemm(const GemmArgs& g) {
+  if (g.kind == kF32)
+    gemm_kind<kF32>(g);
+  else if (g.kind == kS8)
+    gemm_kind<kS8>(g);
+  else
+    gemm_kind<kU4>(g);
+}
+
+// ------------------------------------------------------------------------------------ elementwise
+static inline float dot(const float* x, const float* y, int64_t n) {
+  vf acc = vzero();
+  int64_t i = 0;
+  for (; i + FD_W <= n; i += FD_W) acc = vfma(vload(x + i), vload(y + i), acc);
+  float s = vhsum(acc);
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+static void norm_row(const float* x, const float* w, float eps, int64_t h, float* out) {
+  const float inv = 1.0f / std::sqrt(dot(x, x, h) / (float)h + eps);
+  const vf iv = vset1(inv);
+  int64_t i = 0;
+  for (; i + FD_W <= h; i += FD_W) vstore(out + i, vmul(vmul(vload(x + i), iv), vload(w + i)));
+  for (; i < h; ++i) out[i] = x[i] * inv * w[i];
+}
+
+static void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {
+#pragma omp parallel for schedule(static) if (t * h >= (1 << 16))
+  for (int64_t r = 0; r < t; ++r) norm_row(x + r * h, w, eps, h, out + r * h);
+}
+
+static void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t,
+                               int64_t h, float* out, float* res_out) {
+#pragma omp parallel for schedule(static) if (t * h >= (1 << 16))
+  for (int64_t r = 0; r < t; ++r) {
+    const float *xr = x + r * h, *rr = res + r * h;
+    float* sr = res_out + r * h;
+    int64_t i = 0;
+    for (; i + FD_W <= h; i += FD_W) vstore(sr + i, vadd(vload(xr + i), vload(rr + i)));
+    for (; i < h; ++i) sr[i] = xr[i] + rr[i];
+    norm_row(sr, w, eps, h, out + r * h);
+  }
+}
+
+static void silu_and_mul(const float* x, int64_t t, int64_t n, float* out) {
+#pragma omp parallel for schedule(static) if (t * n >= (1 << 16))
+  for (int64_t r = 0; r < t; ++r) {
+    const float *gate = x + r * 2 * n, *up = gate + n;
+    float* o = out + r * n;
+    int64_t i = 0;
+    for (; i + FD_W <= n; i += FD_W) {
+      const vf a = vload(gate + i);
+      const vf sig = vexp(vsub(vzero(), a));  // silu(a) = a / (1 + exp(-a))
+      vstore(o + i, vmul(vmul(a, vload(up + i)), vset1(1.0f) / vadd(vset1(1.0f), sig)));
+    }
+    for (; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+}
+
+// NeoX rotary on one head: x[:half], x[half:] rotated by the angles of cos[:half], sin[:half].
+static inline void rope_head(float* x, const float* cs, int64_t half) {
+  float *x1 = x, *x2 = x + half;
+  const float *c = cs, *s = cs + half;
+  int64_t i = 0;
+  for (; i + FD_W <= half; i += FD_W) {
+    const vf a = vload(x1 + i), b = vload(x2 + i), cv = vload(c + i), sv = vload(s + i);
+    vstore(x1 + i, vsub(vmul(a, cv), vmul(b, sv)));
+    vstore(x2 + i, vfma(a, sv, vmul(b, cv)));
+  }
+  for (; i < half; ++i) {
+    const float a = x1[i], b = x2[i];
+    x1[i] = a * c[i] - b * s[i];
+    x2[i] = b * c[i] + a * s[i];
+  }
+}
+
+static void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t,
+                             int64_t nh, int64_t nkv, int64_t hd) {
+#pragma omp parallel for schedule(static) if (t * (nh + nkv) * hd >= (1 << 16))
+  for (int64_t r = 0; r < t; ++r) {
+    const float* cs = cos_sin + pos[r] * hd;
+    for (int64_t h = 0; h < nh; ++h) rope_head(q + (r * nh + h) * hd, cs, hd / 2);
+    for (int64_t h = 0; h < nkv; ++h) rope_head(k + (r * nkv + h) * hd, cs, hd / 2);
+  }
+}
+
+static void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots,
+                              int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
+  for (int64_t r = 0; r < t; ++r) {
+    const int64_t slot = slots[r];
+    if (slot < 0) continue;  // padding token: nothing to cache
+    const int64_t blk = slot / bs, off = slot % bs;
+    for (int64_t h = 0; h < nkv; ++h) {
+      const int64_t dst = ((blk * nkv + h) * bs + off) * hd, src = (r * nkv + h) * hd;
+      std::memcpy(kc + dst, k + src, hd * sizeof(float));
+      std::memcpy(vc + dst, v + src, hd * sizeof(float));
+    }
+  }
+}
+
+#include "attn_impl.h"

@@ -1,0 +1,103 @@
+// Instantiates kern_impl.h three times (AVX-512, AVX2+FMA, scalar) with per-namespace target pragmas,
+// and dispatches each call to the best path the CPU supports. The library itself is compiled for a
+// portable baseline, so only the chosen path ever executes wider instructions.
+// FD_KERNELS_ISA=avx512|avx2|scalar lowers the choice (never raises it above the CPU's).
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+
+namespace fdk {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+namespace isa_avx512 {
+#define FD_W 16
+#define FD_MR 12  // 24 accumulators + 2 weight vectors + 1 broadcast of the 32 zmm registers
+#include "kern_impl.h"
+#undef FD_W
+#undef FD_MR
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace isa_avx2 {
+#define FD_W 8
+#define FD_MR 2  // 8 accumulators + 4 weight vectors + scales of the 16 ymm registers
+#include "kern_impl.h"
+#undef FD_W
+#undef FD_MR
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+namespace isa_scalar {
+#define FD_W 1
+#define FD_MR 4
+#include "kern_impl.h"
+#undef FD_W
+#undef FD_MR
+}  // namespace isa_scalar
+
+static int detect_isa() {
+  __builtin_cpu_init();
+  int best = 0;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = 1;
+  if (best == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    best = 2;
+  const char* env = std::getenv("FD_KERNELS_ISA");
+  int want = best;
+  if (env && std::strcmp(env, "scalar") == 0) want = 0;
+  if (env && std::strcmp(env, "avx2") == 0) want = 1;
+  return std::min(best, want);
+}
+
+int active_isa() {
+  static const int isa = detect_isa();  // decided once per process
+  return isa;
+}
+
+#define FD_DISPATCH(fn, ...)                     \
+  switch (active_isa()) {                        \
+    case 2:                                      \
+      return isa_avx512::fn(__VA_ARGS__);        \
+    case 1:                                      \
+      return isa_avx2::fn(__VA_ARGS__);          \
+    default:                                     \
+      return isa_scalar::fn(__VA_ARGS__);        \
+  }
+
+void gemm(const GemmArgs& g) { FD_DISPATCH(gemm, g); }
+
+void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {
+  FD_DISPATCH(rms_norm, x, w, eps, t, h, out);
+}
+
+void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
+                        float* out, float* res_out) {
+  FD_DISPATCH(fused_add_rms_norm, x, res, w, eps, t, h, out, res_out);
+}
+
+void silu_and_mul(const float* x, int64_t t, int64_t i, float* out) { FD_DISPATCH(silu_and_mul, x, t, i, out); }
+
+void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t, int64_t nh,
+                      int64_t nkv, int64_t hd) {
+  FD_DISPATCH(rotary_embedding, pos, q, k, cos_sin, t, nh, nkv, hd);
+}
+
+void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots, int64_t t,
+                       int64_t nkv, int64_t bs, int64_t hd) {
+  FD_DISPATCH(reshape_and_cache, k, v, kc, vc, slots, t, nkv, bs, hd);
+}
+
+void paged_attention(const AttnArgs& a) { FD_DISPATCH(paged_attention, a); }
+
+}  // namespace fdk

@@ -1,0 +1,57 @@
+// Raw-pointer kernel interface shared by the ISA-specific implementations (kern_impl.h, instantiated in
+// kernels.cc) and the Paddle glue (ops.cc). Nothing here knows about Paddle.
+#pragma once
+#include <cstdint>
+
+namespace fdk {
+
+// Packed weights come in panels of kNR output columns; columns past `n` in the last panel are zero.
+constexpr int kNR = 32;
+
+// Weight encodings inside a panel (per k, kNR values):
+//   kF32: float[kNR]
+//   kS8:  int8[kNR], value = scale * q
+//   kU4:  uint8[kNR / 2]; byte j holds column j (low nibble) and column j + 16 (high nibble);
+//         value = scale * q + min
+// scales / mins are float[panels][groups][kNR]: one pair per (column, group of `group` k's).
+enum WeightKind { kF32 = 0, kS8 = 1, kU4 = 2 };
+
+struct GemmArgs {
+  const float* a;  // [m, lda] row-major activations
+  int64_t lda, m, k, n;
+  const void* w;  // packed panels
+  const float* scales;
+  const float* mins;
+  int64_t group;  // k's per scale group (ignored for kF32)
+  int kind;
+  const float* bias;  // padded to panels * kNR, or nullptr
+  float* c;           // [m, n]
+};
+
+struct AttnArgs {
+  const float* q;  // [T, nh, hd]
+  const float* k_cache;  // [nb, nkv, bs, hd]
+  const float* v_cache;
+  const int64_t* query_start_loc;  // [B + 1]
+  const int64_t* seq_lens;         // [B]
+  const int64_t* block_tables;     // [B, max_blocks]
+  int64_t num_seqs, max_blocks, num_heads, num_kv_heads, block_size, head_dim;
+  float scale;
+  float* out;  // [T, nh, hd]
+};
+
+// 2 = AVX-512, 1 = AVX2+FMA, 0 = scalar: the best the CPU supports, lowered by FD_KERNELS_ISA.
+int active_isa();
+
+void gemm(const GemmArgs& g);
+void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out);
+void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
+                        float* out, float* res_out);
+void silu_and_mul(const float* x, int64_t t, int64_t i, float* out);
+void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t, int64_t nh,
+                      int64_t nkv, int64_t hd);
+void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots, int64_t t,
+                       int64_t nkv, int64_t bs, int64_t hd);
+void paged_attention(const AttnArgs& a);
+
+}  // namespace fdk

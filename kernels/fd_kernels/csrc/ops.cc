@@ -1,0 +1,212 @@
+// Paddle glue: validates shapes and dtypes, makes inputs contiguous, and calls the raw kernels in
+// kernels.cc. Every op runs on CPU fp32 tensors; integer metadata may be int32 or int64.
+
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+#include "paddle/extension.h"
+
+namespace {
+
+using paddle::Tensor;
+
+Tensor contig(const Tensor& x) { return x.is_contiguous() ? x : x.contiguous(); }
+
+void check_f32(const Tensor& x, const char* name) {
+  PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");
+  PD_CHECK(x.dtype() == paddle::DataType::FLOAT32, name, " must be float32");
+}
+
+// Integer metadata as int64, whatever its stored width (the runner may pass int32).
+std::vector<int64_t> as_i64(const Tensor& x, const char* name) {
+  PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");
+  const Tensor c = contig(x);
+  std::vector<int64_t> out(c.numel());
+  if (c.dtype() == paddle::DataType::INT64) {
+    std::memcpy(out.data(), c.data<int64_t>(), out.size() * sizeof(int64_t));
+  } else {
+    PD_CHECK(c.dtype() == paddle::DataType::INT32, name, " must be int32 or int64");
+    const int32_t* p = c.data<int32_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
+int64_t last_dim(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().back(); }
+
+}  // namespace
+
+std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
+                           const Tensor& bias, int64_t n, int64_t kind, int64_t group, bool has_bias) {
+  check_f32(x_in, "x");
+  const Tensor x = contig(x_in);
+  const int64_t k = last_dim(x);
+  const int64_t m = k ? x.numel() / k : 0;
+  std::vector<int64_t> shape = x.shape();
+  PD_CHECK(!shape.empty(), "linear: x must have at least one dimension");
+  shape.back() = n;
+  Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
+  const int64_t panels = (n + fdk::kNR - 1) / fdk::kNR;
+  const int64_t per_k = kind == fdk::kU4 ? fdk::kNR / 2 : fdk::kNR;
+  const paddle::DataType wdt = kind == fdk::kF32  ? paddle::DataType::FLOAT32
+                               : kind == fdk::kS8 ? paddle::DataType::INT8
+                                                  : paddle::DataType::UINT8;
+  PD_CHECK(w.dtype() == wdt && w.is_contiguous(), "linear: packed weight has the wrong dtype for its kind");
+  PD_CHECK(w.numel() == panels * k * per_k, "linear: x has ", k, " features but the packed weight does not match");
+  if (m == 0) return {out};
+  fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
+                  group, (int)kind, has_bias ? bias.data<float>() : nullptr, out.data<float>()};
+  fdk::gemm(g);
+  return {out};
+}
+
+std::vector<Tensor> RmsNorm(const Tensor& x_in, const Tensor& w, float eps) {
+  check_f32(x_in, "x");
+  check_f32(w, "weight");
+  const Tensor x = contig(x_in);
+  const int64_t h = last_dim(x);
+  PD_CHECK(w.numel() == h, "rms_norm: weight has ", w.numel(), " elements, x has ", h, " features");
+  Tensor out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, x.place());
+  fdk::rms_norm(x.data<float>(), contig(w).data<float>(), eps, h ? x.numel() / h : 0, h, out.data<float>());
+  return {out};
+}
+
+std::vector<Tensor> FusedAddRmsNorm(const Tensor& x_in, const Tensor& r_in, const Tensor& w, float eps) {
+  check_f32(x_in, "x");
+  check_f32(r_in, "residual");
+  check_f32(w, "weight");
+  const Tensor x = contig(x_in), r = contig(r_in);
+  PD_CHECK(x.shape() == r.shape(), "fused_add_rms_norm: x and residual shapes differ");
+  const int64_t h = last_dim(x);
+  PD_CHECK(w.numel() == h, "fused_add_rms_norm: weight has ", w.numel(), " elements, x has ", h);
+  Tensor out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, x.place());
+  Tensor res = paddle::empty(x.shape(), paddle::DataType::FLOAT32, x.place());
+  fdk::fused_add_rms_norm(x.data<float>(), r.data<float>(), contig(w).data<float>(), eps, h ? x.numel() / h : 0,
+                          h, out.data<float>(), res.data<float>());
+  return {out, res};
+}
+
+std::vector<Tensor> SiluAndMul(const Tensor& x_in) {
+  check_f32(x_in, "x");
+  const Tensor x = contig(x_in);
+  const int64_t h2 = last_dim(x);
+  PD_CHECK(h2 % 2 == 0, "silu_and_mul: last dimension must be even, got ", h2);
+  std::vector<int64_t> shape = x.shape();
+  shape.back() = h2 / 2;
+  Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
+  fdk::silu_and_mul(x.data<float>(), h2 ? x.numel() / h2 : 0, h2 / 2, out.data<float>());
+  return {out};
+}
+
+// In place on q and k (both must already be contiguous: a copy would not be seen by the caller).
+void Rotary(const Tensor& positions, Tensor& q, Tensor& k, const Tensor& cos_sin_in, int64_t head_dim) {
+  check_f32(q, "q");
+  check_f32(k, "k");
+  check_f32(cos_sin_in, "cos_sin_cache");
+  PD_CHECK(q.is_contiguous() && k.is_contiguous(), "rotary_embedding: q and k must be contiguous");
+  const Tensor cos_sin = contig(cos_sin_in);
+  const std::vector<int64_t> pos = as_i64(positions, "positions");
+  const int64_t t = (int64_t)pos.size();
+  PD_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary_embedding: head_dim must be even");
+  PD_CHECK(last_dim(cos_sin) == head_dim, "rotary_embedding: cos_sin_cache rows must have head_dim values");
+  PD_CHECK(q.numel() % (t * head_dim) == 0 && k.numel() % (t * head_dim) == 0,
+           "rotary_embedding: q/k sizes do not match positions x head_dim");
+  const int64_t max_pos = cos_sin.numel() / head_dim;
+  for (int64_t p : pos) PD_CHECK(p >= 0 && p < max_pos, "rotary_embedding: position ", p, " out of range");
+  if (t == 0) return;
+  fdk::rotary_embedding(pos.data(), q.data<float>(), k.data<float>(), cos_sin.data<float>(), t,
+                        q.numel() / (t * head_dim), k.numel() / (t * head_dim), head_dim);
+}
+
+void ReshapeAndCache(const Tensor& k_in, const Tensor& v_in, Tensor& kc, Tensor& vc, const Tensor& slots_in) {
+  check_f32(k_in, "k");
+  check_f32(v_in, "v");
+  check_f32(kc, "k_cache");
+  check_f32(vc, "v_cache");
+  PD_CHECK(kc.is_contiguous() && vc.is_contiguous(), "reshape_and_cache: caches must be contiguous");
+  PD_CHECK(kc.shape().size() == 4 && kc.shape() == vc.shape(), "reshape_and_cache: caches must be [nb,nkv,bs,hd]");
+  const Tensor k = contig(k_in), v = contig(v_in);
+  const std::vector<int64_t> slots = as_i64(slots_in, "slot_mapping");
+  const auto cs = kc.shape();
+  const int64_t t = (int64_t)slots.size(), nkv = cs[1], bs = cs[2], hd = cs[3];
+  PD_CHECK(k.numel() == t * nkv * hd && v.numel() == t * nkv * hd, "reshape_and_cache: k/v shape mismatch");
+  for (int64_t s : slots) PD_CHECK(s < cs[0] * bs, "reshape_and_cache: slot ", s, " beyond the cache");
+  fdk::reshape_and_cache(k.data<float>(), v.data<float>(), kc.data<float>(), vc.data<float>(), slots.data(), t,
+                         nkv, bs, hd);
+}
+
+std::vector<Tensor> PagedAttention(const Tensor& q_in, const Tensor& kc_in, const Tensor& vc_in,
+                                   const Tensor& qsl_in, const Tensor& seq_lens_in, const Tensor& bt_in,
+                                   float scale) {
+  check_f32(q_in, "q");
+  check_f32(kc_in, "k_cache");
+  check_f32(vc_in, "v_cache");
+  const Tensor q = contig(q_in), kc = contig(kc_in), vc = contig(vc_in);
+  PD_CHECK(q.shape().size() == 3, "paged_attention: q must be [T, nh, hd]");
+  PD_CHECK(kc.shape().size() == 4 && kc.shape() == vc.shape(), "paged_attention: caches must be [nb,nkv,bs,hd]");
+  const auto qs = q.shape(), cs = kc.shape();
+  const int64_t nh = qs[1], hd = qs[2], nkv = cs[1], bs = cs[2];
+  PD_CHECK(cs[3] == hd && hd <= 512, "paged_attention: head_dim mismatch (or > 512)");
+  PD_CHECK(nkv > 0 && nh % nkv == 0, "paged_attention: num_heads must be a multiple of num_kv_heads");
+  const std::vector<int64_t> qsl = as_i64(qsl_in, "query_start_loc"), lens = as_i64(seq_lens_in, "seq_lens"),
+                             bt = as_i64(bt_in, "block_tables");
+  const int64_t nseq = (int64_t)lens.size();
+  PD_CHECK((int64_t)qsl.size() == nseq + 1 && qsl[nseq] == qs[0], "paged_attention: query_start_loc mismatch");
+  const int64_t max_blocks = nseq ? (int64_t)bt.size() / nseq : 0;
+  for (int64_t b = 0; b < nseq; ++b) {
+    const int64_t nq = qsl[b + 1] - qsl[b];
+    PD_CHECK(nq >= 0 && nq <= lens[b], "paged_attention: sequence ", b, " has more queries than context");
+    PD_CHECK(lens[b] <= max_blocks * bs, "paged_attention: block table too short for sequence ", b);
+    for (int64_t j = 0; j < (lens[b] + bs - 1) / bs; ++j)
+      PD_CHECK(bt[b * max_blocks + j] >= 0 && bt[b * max_blocks + j] < cs[0], "paged_attention: bad block id");
+  }
+  Tensor out = paddle::empty(qs, paddle::DataType::FLOAT32, q.place());
+  fdk::AttnArgs a{q.data<float>(), kc.data<float>(), vc.data<float>(), qsl.data(), lens.data(), bt.data(),
+                  nseq, max_blocks, nh, nkv, bs, hd, scale, out.data<float>()};
+  fdk::paged_attention(a);
+  return {out};
+}
+
+std::vector<Tensor> ActiveIsa(const Tensor& x) {
+  Tensor out = paddle::empty({1}, paddle::DataType::INT32, x.place());
+  out.data<int32_t>()[0] = fdk::active_isa();
+  return {out};
+}
+
+PD_BUILD_OP(fd_linear)
+    .Inputs({"X", "W", "Scales", "Mins", "Bias"})
+    .Outputs({"Out"})
+    .Attrs({"n: int64_t", "kind: int64_t", "group: int64_t", "has_bias: bool"})
+    .SetKernelFn(PD_KERNEL(Linear));
+
+PD_BUILD_OP(fd_rms_norm).Inputs({"X", "W"}).Outputs({"Out"}).Attrs({"eps: float"}).SetKernelFn(PD_KERNEL(RmsNorm));
+
+PD_BUILD_OP(fd_fused_add_rms_norm)
+    .Inputs({"X", "Residual", "W"})
+    .Outputs({"Out", "ResidualOut"})
+    .Attrs({"eps: float"})
+    .SetKernelFn(PD_KERNEL(FusedAddRmsNorm));
+
+PD_BUILD_OP(fd_silu_and_mul).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(SiluAndMul));
+
+PD_BUILD_OP(fd_rotary_embedding)
+    .Inputs({"Positions", "Q", "K", "CosSin"})
+    .Outputs({"QOut", "KOut"})
+    .Attrs({"head_dim: int64_t"})
+    .SetInplaceMap({{"Q", "QOut"}, {"K", "KOut"}})
+    .SetKernelFn(PD_KERNEL(Rotary));
+
+PD_BUILD_OP(fd_reshape_and_cache)
+    .Inputs({"K", "V", "KCache", "VCache", "Slots"})
+    .Outputs({"KCacheOut", "VCacheOut"})
+    .SetInplaceMap({{"KCache", "KCacheOut"}, {"VCache", "VCacheOut"}})
+    .SetKernelFn(PD_KERNEL(ReshapeAndCache));
+
+PD_BUILD_OP(fd_paged_attention)
+    .Inputs({"Q", "KCache", "VCache", "QueryStartLoc", "SeqLens", "BlockTables"})
+    .Outputs({"Out"})
+    .Attrs({"scale: float"})
+    .SetKernelFn(PD_KERNEL(PagedAttention));
+
+PD_BUILD_OP(fd_active_isa).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(ActiveIsa));

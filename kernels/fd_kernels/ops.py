@@ -1,0 +1,128 @@
+"""fd's C++ CPU operators behind the signatures of `fdcli_engine.ops` (see its docstring).
+
+`load()` builds or imports the extension once per process; the op functions call it directly, so each
+op costs one custom-op dispatch (about 3 us) plus the kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+
+from fd_kernels import packing
+from fd_kernels.build import load as _build_load
+
+_ext = None
+ISA_NAMES = {2: "avx512", 1: "avx2", 0: "scalar"}
+
+
+def load():
+    """Build (first time) or import the cached kernels. Raises fdcli_engine.errors.KernelBuildError."""
+    global _ext
+    if _ext is None:
+        _ext = _build_load()
+    return _ext
+
+
+def active_isa() -> str:
+    """The instruction set the kernels dispatch to in this process (FD_KERNELS_ISA can lower it)."""
+    return ISA_NAMES[int(load().fd_active_isa(paddle.zeros([1])).numpy()[0])]
+
+
+@dataclass
+class LinearWeight:
+    """A weight packed for `linear`, resident as Paddle tensors."""
+
+    in_features: int
+    out_features: int
+    quantization: str | None  # None, "wint8", "wint4", or "gguf:<type id>"
+    kind: int
+    group: int
+    packed: paddle.Tensor
+    scales: paddle.Tensor
+    mins: paddle.Tensor
+    bias: paddle.Tensor
+    has_bias: bool
+    host: packing.Packed  # kept for dequantize(); shares nothing with the Paddle copies
+
+    def dequantize(self) -> np.ndarray:
+        """float32 [out, in]: the weight the kernel actually multiplies by (tests, debugging)."""
+        return self.host.dequantize()
+
+
+def _upload(p: packing.Packed, quantization: str | None) -> LinearWeight:
+    load()
+    bias = p.bias if p.bias is not None else np.zeros(1, dtype=np.float32)
+    return LinearWeight(
+        in_features=p.in_features,
+        out_features=p.out_features,
+        quantization=quantization,
+        kind=p.kind,
+        group=p.group,
+        packed=paddle.to_tensor(p.data),
+        scales=paddle.to_tensor(p.scales),
+        mins=paddle.to_tensor(p.mins),
+        bias=paddle.to_tensor(bias),
+        has_bias=p.bias is not None,
+        host=p,
+    )
+
+
+_PACKERS = {None: packing.pack_f32, "wint8": packing.pack_wint8, "wint4": packing.pack_wint4}
+
+
+def prepare_linear(weight: np.ndarray, bias: np.ndarray | None = None, quantization: str | None = None):
+    """Pack a float32 [out, in] weight (HF layout) once at load time."""
+    if quantization not in _PACKERS:
+        raise ValueError(f"quantization {quantization!r} is not supported: use None, 'wint8' or 'wint4'")
+    weight = np.asarray(weight, dtype=np.float32)
+    if weight.ndim != 2:
+        raise ValueError(f"linear weight must be 2-D [out, in], got shape {weight.shape}")
+    return _upload(_PACKERS[quantization](weight, bias), quantization)
+
+
+def prepare_linear_gguf(raw: np.ndarray, ggml_type: int, in_features: int, bias: np.ndarray | None = None):
+    """Use a GGUF tensor's raw quantized rows ([out, bytes_per_row] uint8) directly: Q4_0, Q4_1, Q8_0
+    stay quantized in the kernel; F32/F16 become fp32 panels."""
+    return _upload(packing.pack_gguf(raw, ggml_type, in_features, bias), f"gguf:{ggml_type}")
+
+
+def linear(x: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
+    if x.shape[-1] != lw.in_features:
+        raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
+    return _ext.fd_linear(
+        x, lw.packed, lw.scales, lw.mins, lw.bias, lw.out_features, lw.kind, lw.group, lw.has_bias
+    )
+
+
+def rms_norm(x: paddle.Tensor, weight: paddle.Tensor, eps: float) -> paddle.Tensor:
+    return _ext.fd_rms_norm(x, weight, float(eps))
+
+
+def fused_add_rms_norm(x, residual, weight, eps: float):
+    """Returns (rms_norm(x + residual) * weight, x + residual); the inputs are not modified."""
+    out, res = _ext.fd_fused_add_rms_norm(x, residual, weight, float(eps))
+    return out, res
+
+
+def silu_and_mul(x: paddle.Tensor) -> paddle.Tensor:
+    return _ext.fd_silu_and_mul(x)
+
+
+def rotary_embedding(positions, q, k, cos_sin_cache, head_dim: int):
+    """NeoX rotary applied in place on q and k (which must be contiguous); returns (q, k)."""
+    _ext.fd_rotary_embedding(positions, q, k, cos_sin_cache, int(head_dim))
+    return q, k
+
+
+def reshape_and_cache(k, v, k_cache, v_cache, slot_mapping) -> None:
+    """Write k/v [T, nkv, hd] into the caches at slot_mapping (negative slots are skipped)."""
+    _ext.fd_reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+
+
+def paged_attention(q, k_cache, v_cache, meta, scale: float) -> paddle.Tensor:
+    return _ext.fd_paged_attention(
+        q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, float(scale)
+    )
