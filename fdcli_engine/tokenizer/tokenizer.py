@@ -10,6 +10,7 @@ Leaf module: imports only fd's errors and the tokenizer package's own modules.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -48,6 +49,22 @@ def _pick_template(value: Any) -> str | None:
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         return named.get("default") or next(iter(named.values()), None)
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_level_inverse() -> dict[str, int]:
+    """Byte-level BPE alphabet: printable char -> the byte it stands for (GPT-2's reversible mapping)."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    mapping = {chr(b): b for b in printable}
+    # Bytes without a printable form are shifted, in order, to code points from 256 upward.
+    shifted = (b for b in range(256) if b not in printable)
+    for offset, b in enumerate(shifted):
+        mapping[chr(256 + offset)] = b
+    return mapping
 
 
 class Tokenizer:
@@ -214,8 +231,18 @@ class Tokenizer:
         return [self._tok.id_to_token(i) for i in ids]
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The raw bytes a single id stands for (for logprobs `bytes`); special tokens give their text."""
+        """The raw bytes one id stands for (logprobs `bytes`, token display); exact for byte-level BPE,
+        where a token may hold part of a UTF-8 character; other tokenizers give the token's UTF-8 text."""
+        self._check_ids([token_id])
+        piece = self._tok.id_to_token(token_id)
+        if token_id not in self.special_tokens and self._is_byte_level():
+            byte_of = _byte_level_inverse()
+            if all(ch in byte_of for ch in piece):
+                return bytes(byte_of[ch] for ch in piece)
         return self._tok.decode([token_id], skip_special_tokens=False).encode("utf-8", errors="replace")
+
+    def _is_byte_level(self) -> bool:
+        return "ByteLevel" in repr(self._tok.decoder)
 
     # --- chat ---------------------------------------------------------------------------------------
     def apply_chat_template(
