@@ -38,7 +38,8 @@ class _Adapter:
 
 
 def wrap_fd_tokenizer(tok: Any, name: str = "") -> _Adapter:
-    special = getattr(tok, "all_special_ids", None) or getattr(tok, "special_ids", None) or ()
+    # fd's Tokenizer exposes `special_tokens` ({id: text}); others may expose `all_special_ids`.
+    special = getattr(tok, "special_tokens", None) or getattr(tok, "all_special_ids", None) or ()
     return _Adapter(
         lambda text: tok.encode(text, add_special_tokens=False), tok.decode, tok.vocab_size, special, name
     )

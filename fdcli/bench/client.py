@@ -1,0 +1,176 @@
+"""One streamed request to an OpenAI-compatible server, timestamped into a `RequestRecord`.
+
+Assumes nothing fd-specific: only the OpenAI streaming format (`data:` JSON chunks, `[DONE]`), with
+`stream_options.include_usage` requested so servers that support it (vLLM, fd, recent llama.cpp) report
+exact token counts. Any failure — HTTP status, timeout, transport error, malformed JSON, an `error`
+object in the stream, a stream that ends without `[DONE]` or a finish reason — becomes a failed record
+with its message; it never raises (except cancellation, which is how Ctrl-C stops a run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from fdcli.bench.datasets import SampleRequest
+from fdcli.bench.metrics import RequestRecord
+from fdcli.bench.sse import SSEDecoder
+
+BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+ERROR_BODY_CHARS = 300
+
+
+@dataclass
+class BackendConfig:
+    base_url: str
+    backend: str = "openai"
+    endpoint: str | None = None  # None: the backend's standard path
+    model: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    ignore_eos: bool = False
+    request_timeout: float = 600.0
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + (self.endpoint or BACKENDS[self.backend])
+
+
+def build_payload(cfg: BackendConfig, req: SampleRequest) -> dict:
+    """The request body; sampling fields go on both backends (top_k/ignore_eos as extra fields)."""
+    body: dict = {"model": cfg.model}
+    if cfg.backend == "openai-chat":
+        body["messages"] = [{"role": "user", "content": req.prompt}]
+    else:
+        body["prompt"] = req.prompt
+    body.update(
+        max_tokens=req.output_len,
+        temperature=cfg.temperature,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    if cfg.top_p is not None:
+        body["top_p"] = cfg.top_p
+    if cfg.top_k is not None:
+        body["top_k"] = cfg.top_k
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+class StreamError(Exception):
+    """The server sent something that is not a valid OpenAI stream, or an error inside it."""
+
+
+@dataclass
+class _StreamState:
+    texts: list[str] = field(default_factory=list)
+    usage: dict | None = None
+    done: bool = False
+    finished: bool = False
+
+
+def _chunk_text(obj: dict, chat: bool) -> str:
+    choices = obj.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    if chat:
+        delta = choices[0].get("delta") or {}
+        # Reasoning tokens are output tokens too (vLLM: reasoning_content; others: reasoning).
+        parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
+        return "".join(p for p in parts if isinstance(p, str))
+    text = choices[0].get("text")
+    return text if isinstance(text, str) else ""
+
+
+def handle_event(data: str, state: _StreamState, record: RequestRecord, now: float, chat: bool) -> None:
+    if data.strip() == "[DONE]":
+        state.done = True
+        return
+    try:
+        obj = json.loads(data)
+    except json.JSONDecodeError:
+        raise StreamError(f"malformed stream: not JSON: {data[:100]!r}") from None
+    if not isinstance(obj, dict):
+        raise StreamError(f"malformed stream: expected a JSON object, got {data[:100]!r}")
+    if obj.get("error"):
+        err = obj["error"]
+        raise StreamError(f"error in stream: {err.get('message', err) if isinstance(err, dict) else err}")
+    text = _chunk_text(obj, chat)
+    if text:
+        record.chunk_times.append(now)
+        state.texts.append(text)
+    choices = obj.get("choices") or []
+    if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
+        state.finished = True
+    if isinstance(obj.get("usage"), dict):
+        state.usage = obj["usage"]
+
+
+def finalize_counts(record: RequestRecord, state: _StreamState, req: SampleRequest, tokenizer) -> None:
+    """Output/prompt token counts: server usage first, then the tokenizer, then the chunk count."""
+    record.generated_text = "".join(state.texts)
+    usage = state.usage or {}
+    n_chunks = len(state.texts)
+    if isinstance(usage.get("completion_tokens"), int):
+        record.output_tokens, record.output_tokens_source = usage["completion_tokens"], "usage"
+    elif tokenizer is not None:
+        record.output_tokens = len(tokenizer.encode(record.generated_text))
+        record.output_tokens_source = "tokenizer"
+    else:
+        record.output_tokens, record.output_tokens_source = n_chunks, "chunks"
+    prompt_tokens = usage.get("prompt_tokens")
+    record.prompt_len = prompt_tokens if isinstance(prompt_tokens, int) else req.prompt_len
+    if n_chunks == record.output_tokens:
+        record.chunk_tokens = [1] * n_chunks
+    elif tokenizer is not None and n_chunks:
+        # Per-chunk counts are exact only if they add up to the total; otherwise ITL falls to chunk mode.
+        counts = [len(tokenizer.encode(t)) for t in state.texts]
+        ok = sum(counts) == record.output_tokens and min(counts) >= 1
+        record.chunk_tokens = counts if ok else None
+
+
+async def _stream(client, cfg: BackendConfig, req: SampleRequest, record, state, clock) -> None:
+    chat = cfg.backend == "openai-chat"
+    async with client.stream("POST", cfg.url, json=build_payload(cfg, req), headers=cfg.headers) as resp:
+        if resp.status_code != 200:
+            body = (await resp.aread()).decode("utf-8", errors="replace")
+            raise StreamError(f"HTTP {resp.status_code}: {' '.join(body.split())[:ERROR_BODY_CHARS]}")
+        decoder = SSEDecoder()
+        async for line in resp.aiter_lines():
+            event = decoder.feed_line(line)
+            if event is not None:
+                handle_event(event.data, state, record, clock(), chat)
+        tail = decoder.finish()
+        if tail is not None:
+            handle_event(tail.data, state, record, clock(), chat)
+    if not (state.done or state.finished):
+        raise StreamError("malformed stream: it ended without [DONE] or a finish_reason")
+
+
+async def send_request(
+    client, cfg: BackendConfig, req: SampleRequest, index: int, tokenizer=None, clock=time.perf_counter
+) -> RequestRecord:
+    import httpx
+
+    record = RequestRecord(index=index, prompt_len=req.prompt_len)
+    state = _StreamState()
+    record.start = clock()
+    try:
+        await asyncio.wait_for(_stream(client, cfg, req, record, state, clock), cfg.request_timeout)
+        finalize_counts(record, state, req, tokenizer)
+        record.ok = True
+    except asyncio.TimeoutError:
+        record.error = f"timed out after {cfg.request_timeout:g} s (--request-timeout)"
+    except StreamError as exc:
+        record.error = str(exc)
+    except httpx.HTTPError as exc:
+        record.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    except Exception as exc:  # a benchmark run must survive anything one request does
+        record.error = f"{type(exc).__name__}: {exc}"
+    record.end = clock()
+    return record

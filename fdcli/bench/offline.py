@@ -1,0 +1,124 @@
+"""`fd bench latency` and `fd bench throughput`: the in-process engine, timed.
+
+latency: `num_iters` timed generate() calls of one batch (`batch_size` prompts of `input_len` random
+token ids, exactly `output_len` new tokens each: greedy, EOS ignored), after untimed warmups.
+throughput: the same with all `num_prompts` submitted at once; tokens/s are counted from what the
+engine actually returned, not from the requested lengths.
+The engine (`fdcli_engine.api.LLM`) is imported inside `run_offline` only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fdcli_engine.errors import ConfigError
+
+
+@dataclass
+class OfflineOptions:
+    kind: str  # "latency" | "throughput"
+    input_len: int
+    output_len: int
+    batch_size: int  # latency: --batch-size; throughput: --num-prompts
+    num_iters_warmup: int
+    num_iters: int
+    percentiles: str
+    output_json: Path | None = None
+
+
+def check_options(opts: OfflineOptions) -> list[float]:
+    from fdcli.bench.metrics import parse_percentiles
+
+    count_flag = "--batch-size" if opts.kind == "latency" else "--num-prompts"
+    for flag, value in (("--input-len", opts.input_len), ("--output-len", opts.output_len),
+                        (count_flag, opts.batch_size), ("--num-iters", opts.num_iters)):  # fmt: skip
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    if opts.num_iters_warmup < 0:
+        raise ConfigError("--num-iters-warmup must be 0 or more")
+    return parse_percentiles(opts.percentiles)
+
+
+def random_token_prompts(vocab_size: int, num: int, length: int, seed: int) -> list[list[int]]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocab_size, size=(num, length)).tolist()
+
+
+def time_iterations(llm, prompts, params, iters: int, on_iter=None, clock=time.perf_counter):
+    """Run generate() `iters` times; return (seconds per iteration, outputs of the last one)."""
+    times, outputs = [], []
+    for _ in range(iters):
+        t0 = clock()
+        outputs = llm.generate(prompts, params, use_tqdm=False)
+        times.append(clock() - t0)
+        if on_iter is not None:
+            on_iter()
+    return times, outputs
+
+
+def summarize_offline(opts: OfflineOptions, times: list[float], outputs, percentiles: list[float]) -> dict:
+    from fdcli.bench.metrics import summarize
+
+    out_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    in_tokens = sum(len(o.prompt_token_ids) for o in outputs)
+    mean_s = sum(times) / len(times)
+    return {
+        "num_prompts": len(outputs),
+        "input_tokens_per_iter": in_tokens,
+        "output_tokens_per_iter": out_tokens,
+        "latency": summarize(times, percentiles),
+        "mean_latency_s": mean_s,
+        "request_throughput": len(outputs) / mean_s,
+        "output_throughput": out_tokens / mean_s,
+        "total_token_throughput": (in_tokens + out_tokens) / mean_s,
+    }
+
+
+def offline_table(kind: str, metrics: dict):
+    from rich.table import Table
+
+    t = Table(title=f"fd bench {kind}", show_header=False, title_justify="left")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("Prompts per iteration", f"{metrics['num_prompts']}")
+    t.add_row("Output tokens per iteration", f"{metrics['output_tokens_per_iter']}")
+    t.add_row("Request throughput (req/s)", f"{metrics['request_throughput']:.2f}")
+    t.add_row("Output token throughput (tok/s)", f"{metrics['output_throughput']:.2f}")
+    t.add_row("Total token throughput (tok/s)", f"{metrics['total_token_throughput']:.2f}")
+    for key, value in metrics["latency"].items():
+        t.add_row(f"Iteration latency {key.removesuffix('_ms')} (ms)", f"{value:.2f}")
+    return t
+
+
+def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from fdcli.bench.results import build_result, save_result
+    from fdcli.console import console, err_console
+    from fdcli_engine.api import LLM
+    from fdcli_engine.sampling_params import SamplingParams
+
+    percentiles = check_options(opts)
+    llm = LLM(**engine_args)
+    seed = int(engine_args.get("seed") or 0)
+    prompts = random_token_prompts(llm.tokenizer.vocab_size, opts.batch_size, opts.input_len, seed)
+    params = SamplingParams(temperature=0.0, max_tokens=opts.output_len, ignore_eos=True)
+    # throughput warms up on a small batch: a full warmup would double the run for no information.
+    warm_prompts = prompts if opts.kind == "latency" else prompts[: min(len(prompts), 4)]
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=err_console) as bar:
+        warm = bar.add_task("warmup", total=opts.num_iters_warmup)
+        time_iterations(llm, warm_prompts, params, opts.num_iters_warmup, lambda: bar.advance(warm))
+        timed = bar.add_task(opts.kind, total=opts.num_iters)
+        times, outputs = time_iterations(llm, prompts, params, opts.num_iters, lambda: bar.advance(timed))
+    metrics = summarize_offline(opts, times, outputs, percentiles)
+    console.print(offline_table(opts.kind, metrics))
+    if opts.output_json is not None:
+        config = {**{k: v for k, v in vars(opts).items() if k != "output_json"}, "engine": engine_args}
+        config["percentiles"] = percentiles
+        save_result(opts.output_json, build_result(opts.kind, config, metrics))
+    return metrics

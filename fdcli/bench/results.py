@@ -1,0 +1,129 @@
+"""Result files: stable JSON for `--save-result`, loading, and the side-by-side comparison data.
+
+Schema `fd-bench/1`: top-level keys schema, kind, date, fd_version, config, metrics, and `requests`
+only with --save-detailed. `config` holds every effective option (defaults included) with header values
+and the API key redacted, so a result file can be shared.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fdcli.bench.metrics import RequestRecord
+from fdcli_engine.errors import ConfigError
+
+SCHEMA = "fd-bench/1"
+REDACTED = "<redacted>"
+RESULT_KEYS = ("schema", "kind", "date", "fd_version", "config", "metrics")
+SKIP_COMPARE = {"throughput_series", "errors", "goodput_slo_ms", "output_tokens_source", "itl_mode"}
+
+
+def redact_headers(headers: dict[str, str]) -> dict[str, str]:
+    return dict.fromkeys(headers, REDACTED)
+
+
+def _fd_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fd-llm")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def record_to_dict(r: RequestRecord, bench_start: float) -> dict:
+    def ms(v):
+        return None if v is None else v * 1000.0
+
+    return {
+        "index": r.index,
+        "ok": r.ok,
+        "error": r.error or None,
+        "prompt_len": r.prompt_len,
+        "output_tokens": r.output_tokens,
+        "output_tokens_source": r.output_tokens_source or None,
+        "start_s": r.start - bench_start,
+        "ttft_ms": ms(r.ttft),
+        "tpot_ms": ms(r.tpot),
+        "e2el_ms": ms(r.e2el),
+        "chunk_times_s": [t - bench_start for t in r.chunk_times],
+        "chunk_tokens": r.chunk_tokens,
+        "generated_text": r.generated_text,
+    }
+
+
+def build_result(kind: str, config: dict, metrics: dict, requests: list[dict] | None = None) -> dict:
+    result = {
+        "schema": SCHEMA,
+        "kind": kind,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "fd_version": _fd_version(),
+        "config": config,
+        "metrics": metrics,
+    }
+    if requests is not None:
+        result["requests"] = requests
+    return result
+
+
+def _json_safe(value):
+    """inf/nan are not JSON: write them as strings ("inf") rather than emit invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def save_result(path: str | Path, result: dict) -> None:
+    try:
+        Path(path).write_text(json.dumps(_json_safe(result), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write --save-result {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def load_result(path: str | Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{str(path)!r} is not a JSON file: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
+        raise ConfigError(f"{str(path)!r} is not an fd bench result (no 'metrics' object)")
+    return data
+
+
+def flatten_metrics(metrics: dict) -> dict[str, float]:
+    """Numeric metrics as `name` or `group.name` (e.g. `ttft.p99_ms`), in file order."""
+    flat: dict[str, float] = {}
+    for key, value in metrics.items():
+        if key in SKIP_COMPARE:
+            continue
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    flat[f"{key}.{sub}"] = float(v)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[key] = float(value)
+    return flat
+
+
+def compare_rows(results: list[dict]) -> list[tuple[str, list[float | None], list[float | None]]]:
+    """Rows (metric, values per run, ratio of each run to the first); metrics in the first run's order."""
+    flats = [flatten_metrics(r["metrics"]) for r in results]
+    names: list[str] = []
+    for flat in flats:
+        names.extend(n for n in flat if n not in names)
+    rows = []
+    for name in names:
+        values = [f.get(name) for f in flats]
+        base = values[0]
+        ratios = [None if v is None or not base else v / base for v in values]
+        rows.append((name, values, ratios))
+    return rows

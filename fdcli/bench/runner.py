@@ -1,0 +1,134 @@
+"""The `fd bench serve` loop: readiness wait, warmups, scheduled arrivals under a concurrency cap.
+
+`RunState` is filled as requests finish, so a Ctrl-C (which cancels the loop) still leaves every
+completed record and the start time behind for a partial summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fdcli.bench.client import BackendConfig, send_request
+from fdcli.bench.datasets import SampleRequest
+from fdcli.bench.metrics import RequestRecord
+from fdcli_engine.errors import FdError
+
+READY_POLL_S = 0.5
+
+
+class ServerNotReady(FdError):
+    """The server could not be reached, or never became ready, within --ready-timeout."""
+
+
+@dataclass
+class RunState:
+    records: list[RequestRecord] = field(default_factory=list)
+    bench_start: float | None = None
+    bench_end: float | None = None
+    warmup_errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TrafficConfig:
+    offsets: list[float]
+    max_concurrency: int | None = None
+    num_warmups: int = 0
+
+
+def _models_from(resp) -> list[str]:
+    try:
+        data = resp.json().get("data") or []
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    except (ValueError, AttributeError, TypeError):
+        return []
+
+
+def wait_ready(base_url: str, headers: dict, timeout: float, sleep=time.sleep) -> list[str]:
+    """Poll /v1/models (then /health) until the server answers 200; return the model ids it lists.
+
+    401/403 stop at once (waiting will not fix a key); anything else retries until `timeout`.
+    """
+    import httpx
+
+    base = base_url.rstrip("/")
+    deadline = time.monotonic() + max(timeout, 0.0)
+    last = "no answer"
+    with httpx.Client(headers=headers, timeout=5.0) as client:
+        while True:
+            try:
+                resp = client.get(base + "/v1/models")
+                if resp.status_code == 200:
+                    return _models_from(resp)
+                if resp.status_code in (401, 403):
+                    raise ServerNotReady(
+                        f"{base}/v1/models answered {resp.status_code}: check --api-key / OPENAI_API_KEY"
+                    )
+                if resp.status_code == 404 and client.get(base + "/health").status_code == 200:
+                    return []
+                last = f"HTTP {resp.status_code} from {base}/v1/models"
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if time.monotonic() >= deadline:
+                raise ServerNotReady(
+                    f"server at {base} not ready after {timeout:g} s (--ready-timeout): {last}"
+                )
+            sleep(READY_POLL_S)
+
+
+def _client(cfg: BackendConfig, max_concurrency: int | None):
+    import httpx
+
+    # httpx caps a pool at 100 connections by default, which would silently cap concurrency.
+    limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
+    return httpx.AsyncClient(timeout=httpx.Timeout(cfg.request_timeout), limits=limits)
+
+
+async def _warmup(client, cfg, requests, traffic, tokenizer, state: RunState) -> None:
+    if traffic.num_warmups <= 0:
+        return
+    sem = asyncio.Semaphore(traffic.max_concurrency or traffic.num_warmups)
+
+    async def one(i: int) -> RequestRecord:
+        async with sem:
+            return await send_request(client, cfg, requests[i % len(requests)], -1 - i, tokenizer)
+
+    results = await asyncio.gather(*(one(i) for i in range(traffic.num_warmups)))
+    state.warmup_errors = [r.error for r in results if not r.ok]
+
+
+async def run_benchmark(
+    cfg: BackendConfig,
+    requests: list[SampleRequest],
+    traffic: TrafficConfig,
+    state: RunState,
+    tokenizer=None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    clock=time.perf_counter,
+) -> RunState:
+    sem = asyncio.Semaphore(traffic.max_concurrency) if traffic.max_concurrency else None
+    async with _client(cfg, traffic.max_concurrency) as client:
+        await _warmup(client, cfg, requests, traffic, tokenizer, state)
+        if traffic.num_warmups and len(state.warmup_errors) == traffic.num_warmups:
+            raise ServerNotReady(f"every warmup request failed; first error: {state.warmup_errors[0]}")
+        state.bench_start = clock()
+
+        async def one(i: int, req: SampleRequest) -> None:
+            delay = state.bench_start + traffic.offsets[i] - clock()
+            if delay > 0 and math.isfinite(delay):
+                await asyncio.sleep(delay)
+            if sem is None:
+                record = await send_request(client, cfg, req, i, tokenizer, clock)
+            else:
+                async with sem:
+                    record = await send_request(client, cfg, req, i, tokenizer, clock)
+            state.records.append(record)
+            if on_done is not None:
+                on_done(record)
+
+        await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+        state.bench_end = clock()
+    return state

@@ -1,0 +1,219 @@
+"""`fd bench serve` end to end: validate options, wait for the server, build requests, run, report.
+
+Order matters for the user: every option error is reported before any network traffic; a Ctrl-C
+during the run still prints (and saves) the summary of the requests that finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fdcli.bench.client import BACKENDS, BackendConfig
+from fdcli.bench.datasets import DatasetOptions, build_requests
+from fdcli.bench.metrics import compute_metrics, parse_goodput, parse_percentiles
+from fdcli.bench.results import REDACTED, build_result, record_to_dict, redact_headers, save_result
+from fdcli.bench.runner import RunState, TrafficConfig, run_benchmark, wait_ready
+from fdcli.bench.tokenize import default_tokenizer_path, load_tokenizer
+from fdcli.bench.traffic import arrival_offsets
+from fdcli_engine.errors import ConfigError
+
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class ServeOptions:
+    backend: str = "openai"
+    base_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    endpoint: str | None = None
+    model: str | None = None
+    tokenizer: str | None = None
+    api_key: str | None = None
+    header: list[str] | None = None
+    ready_timeout: float = 60.0
+    request_timeout: float = 600.0
+    dataset: str = "random"
+    dataset_path: str | None = None
+    num_prompts: int = 100
+    seed: int = 0
+    random_input_len: int = 128
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    sharegpt_output_len: int | None = None
+    custom_output_len: int = 256
+    prefix_repetition_prefix_len: int = 256
+    prefix_repetition_suffix_len: int = 256
+    prefix_repetition_num_prefixes: int = 10
+    prefix_repetition_output_len: int = 128
+    hf_split: str = "train"
+    hf_subset: str | None = None
+    hf_prompt_column: str | None = None
+    hf_output_len: int = 256
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    num_warmups: int = 1
+    ramp_up: str | None = None
+    ramp_up_start_rate: float | None = None
+    ramp_up_end_rate: float | None = None
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    ignore_eos: bool = False
+    percentiles: str = "50,90,99"
+    goodput: list[str] | None = None
+    save_result: Path | None = None
+    save_detailed: bool = False
+    progress: bool = True
+    chart: bool = True
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+
+def parse_headers(items: list[str] | None) -> dict[str, str]:
+    headers = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--header {item.split('=')[0]!r}...: expected KEY=VALUE")
+        headers[key.strip()] = value
+    return headers
+
+
+def _check(opts: ServeOptions) -> None:
+    if opts.backend not in BACKENDS:
+        raise ConfigError(f"--backend {opts.backend!r}: use openai or openai-chat")
+    if opts.endpoint is not None and not opts.endpoint.startswith("/"):
+        raise ConfigError(f"--endpoint {opts.endpoint!r} must be a path starting with '/'")
+    if opts.max_concurrency is not None and opts.max_concurrency < 1:
+        raise ConfigError(f"--max-concurrency must be at least 1, got {opts.max_concurrency}")
+    if opts.num_warmups < 0:
+        raise ConfigError("--num-warmups must be 0 or more")
+    if not opts.request_timeout > 0:
+        raise ConfigError("--request-timeout must be positive")
+    if not 0.0 <= opts.temperature <= 2.0:
+        raise ConfigError(f"--temperature must be between 0 and 2, got {opts.temperature}")
+    if opts.save_detailed and opts.save_result is None:
+        raise ConfigError("--save-detailed needs --save-result FILE.json")
+
+
+def _effective_config(opts: ServeOptions, base_url: str, model: str, tok_note: str, headers: dict) -> dict:
+    config = dataclasses.asdict(opts)
+    config.update(
+        base_url=base_url,
+        endpoint=opts.endpoint or BACKENDS[opts.backend],
+        model=model,
+        tokenizer=opts.tokenizer,
+        tokenizer_used=tok_note,
+        header=redact_headers(headers),
+        api_key=REDACTED if opts.api_key else None,
+        percentiles=parse_percentiles(opts.percentiles),
+        goodput=parse_goodput(opts.goodput) and {k: v * 1000 for k, v in parse_goodput(opts.goodput).items()},
+        save_result=str(opts.save_result) if opts.save_result else None,
+    )
+    return config
+
+
+def _note(message: str) -> None:
+    sys.stderr.write(message + "\n")
+
+
+def _prepare(opts: ServeOptions):
+    """Everything before the first timed request; raises ConfigError/ServerNotReady with one line."""
+    _check(opts)
+    percentiles = parse_percentiles(opts.percentiles)
+    slo = parse_goodput(opts.goodput)
+    headers = parse_headers(opts.header)
+    offsets = arrival_offsets(
+        opts.num_prompts, opts.request_rate, opts.burstiness, opts.seed,
+        opts.ramp_up, opts.ramp_up_start_rate, opts.ramp_up_end_rate,
+    )  # fmt: skip
+    ds_opts = DatasetOptions(
+        name=opts.dataset, path=opts.dataset_path,
+        **{f.name: getattr(opts, f.name) for f in dataclasses.fields(DatasetOptions) if f.name not in ("name", "path")},
+    )  # fmt: skip
+    if opts.api_key:
+        headers.setdefault("Authorization", f"Bearer {opts.api_key}")
+    base_url = (opts.base_url or f"http://{opts.host}:{opts.port}").rstrip("/")
+    if base_url.endswith("/v1"):
+        base_url = base_url[:-3]  # accept the OpenAI-SDK style base URL too
+    models = wait_ready(base_url, headers, opts.ready_timeout)
+    model = opts.model or (models[0] if models else None)
+    if not model:
+        raise ConfigError(f"{base_url}/v1/models lists no model: pass --model NAME")
+    tokenizer, tok_note = load_tokenizer(opts.tokenizer or default_tokenizer_path(model))
+    if opts.tokenizer and tokenizer is None:
+        raise ConfigError(f"--tokenizer: {tok_note}")
+    _note(f"fd bench: {model} at {base_url} — {tok_note}")
+    requests = build_requests(ds_opts, tokenizer, opts.num_prompts, opts.seed)
+    cfg = BackendConfig(
+        base_url=base_url, backend=opts.backend, endpoint=opts.endpoint, model=model, headers=headers,
+        temperature=opts.temperature, top_p=opts.top_p, top_k=opts.top_k, ignore_eos=opts.ignore_eos,
+        request_timeout=opts.request_timeout,
+    )  # fmt: skip
+    traffic = TrafficConfig(offsets, opts.max_concurrency, opts.num_warmups)
+    config = _effective_config(opts, base_url, model, tok_note, headers)
+    return cfg, requests, traffic, tokenizer, percentiles, slo, config
+
+
+def _run_with_progress(cfg, requests, traffic, tokenizer, state: RunState, show: bool) -> bool:
+    """Run the loop; return True if interrupted by Ctrl-C (partial results are in `state`)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from fdcli.console import err_console
+
+    columns = (
+        TextColumn("[bold]benchmark"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console, disable=not show, transient=False) as bar:
+        task = bar.add_task("requests", total=len(requests), failed=0)
+        failed = [0]
+
+        def on_done(record) -> None:
+            failed[0] += not record.ok
+            bar.update(task, advance=1, failed=failed[0])
+
+        try:
+            asyncio.run(run_benchmark(cfg, requests, traffic, state, tokenizer, on_done))
+        except KeyboardInterrupt:
+            return True
+    return False
+
+
+def run_serve(opts: ServeOptions) -> int:
+    """Run the benchmark and report; returns the exit code (0, or 130 after Ctrl-C)."""
+    from fdcli.bench.render import print_report
+
+    cfg, requests, traffic, tokenizer, percentiles, slo, config = _prepare(opts)
+    state = RunState()
+    interrupted = _run_with_progress(cfg, requests, traffic, tokenizer, state, opts.progress)
+    if state.warmup_errors:
+        _note(f"warning: {len(state.warmup_errors)} warmup request(s) failed: {state.warmup_errors[0]}")
+    if state.bench_start is None:
+        _note("interrupted before the benchmark started: no results")
+        return EXIT_INTERRUPTED
+    end = state.bench_end if state.bench_end is not None else time.perf_counter()
+    metrics = compute_metrics(state.records, end - state.bench_start, state.bench_start, percentiles, slo)
+    metrics["interrupted"] = interrupted
+    print_report(metrics, state.records, chart=opts.chart)
+    if opts.save_result is not None:
+        detail = [record_to_dict(r, state.bench_start) for r in sorted(state.records, key=lambda r: r.index)]
+        save_result(
+            opts.save_result, build_result("serve", config, metrics, detail if opts.save_detailed else None)
+        )
+        _note(f"results saved to {opts.save_result}")
+    return EXIT_INTERRUPTED if interrupted else 0

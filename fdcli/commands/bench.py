@@ -1,0 +1,338 @@
+"""`fd bench`: `serve` (any OpenAI-compatible server), `compare` (result files side by side), and the
+in-process engine benchmarks `latency` and `throughput`.
+
+Top-level imports are typer and fd's CLI helpers only; httpx, numpy, rich.progress and the engine load
+inside the commands so `fd --help` stays fast. The work lives in `fdcli.bench`; this module parses,
+validates (all option errors before any network traffic) and renders.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from fdcli.console import console, error_boundary
+from fdcli.options import engine_options
+from fdcli_engine.errors import ConfigError
+
+app = typer.Typer(
+    help="Benchmark a server (serve), compare result files, or time the engine in-process.",
+    no_args_is_help=True,
+)
+
+TARGET = "Target"
+DATA = "Dataset"
+TRAFFIC = "Traffic"
+SAMPLING = "Sampling"
+OUTPUT = "Output"
+
+
+def _opt(*names: str, panel: str, help: str, **kw):
+    return typer.Option(*names, rich_help_panel=panel, help=help, **kw)
+
+
+@app.command("serve")
+def serve(
+    backend: Annotated[
+        str,
+        _opt(
+            "--backend", panel=TARGET, help="openai (/v1/completions) or openai-chat (/v1/chat/completions)."
+        ),
+    ] = "openai",
+    base_url: Annotated[
+        Optional[str],
+        _opt(
+            "--base-url",
+            panel=TARGET,
+            help="Server URL, e.g. http://127.0.0.1:8000 (overrides --host/--port).",
+        ),
+    ] = None,
+    host: Annotated[str, _opt("--host", panel=TARGET, help="Server host.")] = "127.0.0.1",
+    port: Annotated[int, _opt("--port", panel=TARGET, help="Server port.")] = 8000,
+    endpoint: Annotated[
+        Optional[str],
+        _opt("--endpoint", panel=TARGET, help="API path. Default: the backend's standard path."),
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        _opt("--model", panel=TARGET, help="Model name to request. Default: the first of /v1/models."),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[str],
+        _opt(
+            "--tokenizer",
+            panel=TARGET,
+            help="Tokenizer path for token lengths. Default: the served model if it is a local path, else fd's default model.",
+        ),
+    ] = None,
+    api_key: Annotated[
+        Optional[str],
+        _opt(
+            "--api-key",
+            panel=TARGET,
+            envvar="OPENAI_API_KEY",
+            help="Bearer token (env OPENAI_API_KEY). Never printed or saved.",
+        ),
+    ] = None,
+    header: Annotated[
+        Optional[list[str]],
+        _opt(
+            "--header",
+            panel=TARGET,
+            help="Extra HTTP header K=V (repeatable); values are redacted in output.",
+        ),
+    ] = None,
+    ready_timeout: Annotated[
+        float,
+        _opt(
+            "--ready-timeout",
+            panel=TARGET,
+            help="Seconds to wait for the server to answer /v1/models or /health.",
+        ),
+    ] = 60.0,
+    request_timeout: Annotated[
+        float, _opt("--request-timeout", panel=TARGET, help="Seconds before one request counts as failed.")
+    ] = 600.0,
+    dataset: Annotated[
+        str,
+        _opt(
+            "--dataset",
+            "--dataset-name",
+            panel=DATA,
+            help="random, sharegpt, custom, prefix-repetition or hf.",
+        ),
+    ] = "random",
+    dataset_path: Annotated[
+        Optional[str],
+        _opt(
+            "--dataset-path",
+            panel=DATA,
+            help="File or folder for sharegpt/custom/hf (hf: also a cached dataset name).",
+        ),
+    ] = None,
+    num_prompts: Annotated[int, _opt("--num-prompts", "-n", panel=DATA, help="Requests to send.")] = 100,
+    seed: Annotated[int, _opt("--seed", panel=DATA, help="Seed for prompts and arrival times.")] = 0,
+    random_input_len: Annotated[
+        int, _opt("--random-input-len", panel=DATA, help="random: prompt tokens after the shared prefix.")
+    ] = 128,
+    random_output_len: Annotated[
+        int, _opt("--random-output-len", panel=DATA, help="random: max output tokens.")
+    ] = 128,
+    random_range_ratio: Annotated[
+        float,
+        _opt("--random-range-ratio", panel=DATA, help="random: lengths drawn from [len·(1-r), len·(1+r)]."),
+    ] = 0.0,
+    random_prefix_len: Annotated[
+        int, _opt("--random-prefix-len", panel=DATA, help="random: shared prefix tokens.")
+    ] = 0,
+    sharegpt_output_len: Annotated[
+        Optional[int],
+        _opt(
+            "--sharegpt-output-len",
+            panel=DATA,
+            help="sharegpt: fixed output length. Default: the recorded reply's length.",
+        ),
+    ] = None,
+    custom_output_len: Annotated[
+        int,
+        _opt(
+            "--custom-output-len", panel=DATA, help="custom: output tokens for lines without output_tokens."
+        ),
+    ] = 256,
+    prefix_repetition_prefix_len: Annotated[
+        int, _opt("--prefix-repetition-prefix-len", panel=DATA, help="prefix-repetition: prefix tokens.")
+    ] = 256,
+    prefix_repetition_suffix_len: Annotated[
+        int, _opt("--prefix-repetition-suffix-len", panel=DATA, help="prefix-repetition: suffix tokens.")
+    ] = 256,
+    prefix_repetition_num_prefixes: Annotated[
+        int,
+        _opt("--prefix-repetition-num-prefixes", panel=DATA, help="prefix-repetition: distinct prefixes."),
+    ] = 10,
+    prefix_repetition_output_len: Annotated[
+        int, _opt("--prefix-repetition-output-len", panel=DATA, help="prefix-repetition: output tokens.")
+    ] = 128,
+    hf_split: Annotated[str, _opt("--hf-split", panel=DATA, help="hf: split.")] = "train",
+    hf_subset: Annotated[
+        Optional[str], _opt("--hf-subset", panel=DATA, help="hf: subset (configuration) name.")
+    ] = None,
+    hf_prompt_column: Annotated[
+        Optional[str],
+        _opt(
+            "--hf-prompt-column",
+            panel=DATA,
+            help="hf: column holding prompts. Default: prompt/question/instruction/input/text.",
+        ),
+    ] = None,
+    hf_output_len: Annotated[int, _opt("--hf-output-len", panel=DATA, help="hf: output tokens.")] = 256,
+    request_rate: Annotated[
+        float, _opt("--request-rate", panel=TRAFFIC, help="Requests/s; inf sends all at once.")
+    ] = math.inf,
+    burstiness: Annotated[
+        float,
+        _opt(
+            "--burstiness",
+            panel=TRAFFIC,
+            help="Gamma shape of arrival gaps: 1 = Poisson, <1 burstier, >1 steadier.",
+        ),
+    ] = 1.0,
+    max_concurrency: Annotated[
+        Optional[int],
+        _opt("--max-concurrency", panel=TRAFFIC, help="Most requests in flight. Default: unlimited."),
+    ] = None,
+    num_warmups: Annotated[
+        int, _opt("--num-warmups", panel=TRAFFIC, help="Untimed requests sent first.")
+    ] = 1,
+    ramp_up: Annotated[
+        Optional[str],
+        _opt(
+            "--ramp-up",
+            panel=TRAFFIC,
+            help="linear or exponential: move the rate from start to end over the run.",
+        ),
+    ] = None,
+    ramp_up_start_rate: Annotated[
+        Optional[float],
+        _opt("--ramp-up-start-rate", panel=TRAFFIC, help="Rate of the first request with --ramp-up."),
+    ] = None,
+    ramp_up_end_rate: Annotated[
+        Optional[float],
+        _opt("--ramp-up-end-rate", panel=TRAFFIC, help="Rate of the last request with --ramp-up."),
+    ] = None,
+    temperature: Annotated[float, _opt("--temperature", panel=SAMPLING, help="Sent on both backends.")] = 0.0,
+    top_p: Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")] = None,
+    top_k: Annotated[
+        Optional[int], _opt("--top-k", panel=SAMPLING, help="Sent as an extra body field when given.")
+    ] = None,
+    ignore_eos: Annotated[
+        bool,
+        _opt(
+            "--ignore-eos",
+            panel=SAMPLING,
+            help="Ask the server to generate exactly max_tokens (extra body field).",
+        ),
+    ] = False,
+    percentiles: Annotated[
+        str, _opt("--percentiles", panel=OUTPUT, help="Comma-separated percentiles.")
+    ] = "50,90,99",
+    goodput: Annotated[
+        Optional[list[str]],
+        _opt("--goodput", panel=OUTPUT, help="SLOs like 'ttft:200 tpot:50 e2el:2000' (ms)."),
+    ] = None,
+    save_result: Annotated[
+        Optional[Path], _opt("--save-result", panel=OUTPUT, help="Write the results as JSON.")
+    ] = None,
+    save_detailed: Annotated[
+        bool, _opt("--save-detailed", panel=OUTPUT, help="Include per-request records in --save-result.")
+    ] = False,
+    progress: Annotated[
+        bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Live progress bar on stderr.")
+    ] = True,
+    chart: Annotated[
+        bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
+    ] = True,
+) -> None:
+    """Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed requests."""
+    from fdcli.bench.serve_cmd import ServeOptions, run_serve
+
+    opts = ServeOptions(**{k: v for k, v in locals().items() if k in ServeOptions.field_names()})
+    with error_boundary():
+        code = run_serve(opts)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("compare")
+def compare(
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Result files from --save-result / --output-json; the first is the baseline."),
+    ],
+) -> None:
+    """Print benchmark runs side by side with ratios against the first."""
+    from fdcli.bench.render import compare_table
+    from fdcli.bench.results import compare_rows, load_result
+
+    with error_boundary():
+        if len(files) < 2:
+            raise ConfigError("give at least two result files to compare")
+        results = [load_result(f) for f in files]
+        kinds = {r.get("kind") for r in results}
+        if len(kinds) > 1:
+            raise ConfigError(
+                f"cannot compare different kinds of results: {', '.join(map(str, sorted(map(str, kinds))))}"
+            )
+        console.print(compare_table([f.name for f in files], compare_rows(results)))
+
+
+@app.command("latency")
+@engine_options
+def latency(
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 32,
+    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens (EOS ignored).")] = 128,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Prompts per generate call.")] = 8,
+    num_iters_warmup: Annotated[int, typer.Option("--num-iters-warmup", help="Untimed iterations.")] = 2,
+    num_iters: Annotated[int, typer.Option("--num-iters", help="Timed iterations.")] = 10,
+    percentiles: Annotated[
+        str, typer.Option("--percentiles", help="Comma-separated percentiles.")
+    ] = "10,25,50,75,90,99",
+    output_json: Annotated[
+        Optional[Path], typer.Option("--output-json", help="Write the results as JSON.")
+    ] = None,
+    *,
+    engine_args: dict,
+) -> None:
+    """Time one batch's generate() end to end, in-process."""
+    from fdcli.bench.offline import OfflineOptions, run_offline
+
+    opts = OfflineOptions(
+        kind="latency",
+        input_len=input_len,
+        output_len=output_len,
+        batch_size=batch_size,
+        num_iters_warmup=num_iters_warmup,
+        num_iters=num_iters,
+        percentiles=percentiles,
+        output_json=output_json,
+    )
+    with error_boundary():
+        run_offline(opts, engine_args)
+
+
+@app.command("throughput")
+@engine_options
+def throughput(
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 128,
+    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens (EOS ignored).")] = 128,
+    num_prompts: Annotated[int, typer.Option("--num-prompts", help="Prompts submitted at once.")] = 64,
+    num_iters_warmup: Annotated[
+        int, typer.Option("--num-iters-warmup", help="Untimed runs (of a small batch).")
+    ] = 1,
+    num_iters: Annotated[int, typer.Option("--num-iters", help="Timed runs over all prompts.")] = 1,
+    percentiles: Annotated[
+        str, typer.Option("--percentiles", help="Comma-separated percentiles of the run times.")
+    ] = "50,90,99",
+    output_json: Annotated[
+        Optional[Path], typer.Option("--output-json", help="Write the results as JSON.")
+    ] = None,
+    *,
+    engine_args: dict,
+) -> None:
+    """Offline throughput: all prompts at once through the in-process engine."""
+    from fdcli.bench.offline import OfflineOptions, run_offline
+
+    opts = OfflineOptions(
+        kind="throughput",
+        input_len=input_len,
+        output_len=output_len,
+        batch_size=num_prompts,
+        num_iters_warmup=num_iters_warmup,
+        num_iters=num_iters,
+        percentiles=percentiles,
+        output_json=output_json,
+    )
+    with error_boundary():
+        run_offline(opts, engine_args)
