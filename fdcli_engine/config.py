@@ -117,7 +117,9 @@ class EngineConfig:
             if not cond:
                 raise ConfigError(msg)
 
-        need(self.dtype in ("float32", "bfloat16", "auto"), f"--dtype {self.dtype!r}: use float32 or bfloat16")
+        need(
+            self.dtype in ("float32", "bfloat16", "auto"), f"--dtype {self.dtype!r}: use float32 or bfloat16"
+        )
         if self.dtype == "auto":
             self.dtype = "float32"
         need(
@@ -126,8 +128,14 @@ class EngineConfig:
         )
         if self.quantization == "none":
             self.quantization = None
-        need(self.kv_cache_dtype in ("auto", "int8"), f"--kv-cache-dtype {self.kv_cache_dtype!r}: use auto or int8")
-        need(self.block_size in (8, 16, 32, 64, 128), f"--block-size must be 8, 16, 32, 64 or 128, got {self.block_size}")
+        need(
+            self.kv_cache_dtype in ("auto", "int8"),
+            f"--kv-cache-dtype {self.kv_cache_dtype!r}: use auto or int8",
+        )
+        need(
+            1 <= self.block_size <= 256 and self.block_size & (self.block_size - 1) == 0,
+            f"--block-size must be a power of two from 1 to 256, got {self.block_size}",
+        )
         need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
         if model_limit is not None and self.max_model_len is not None:
@@ -159,8 +167,13 @@ class EngineConfig:
                     "--num-kv-blocks too small",
                 )
         need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
-        need(self.runner in ("auto", "generate", "pooling"), f"--runner {self.runner!r}: use auto, generate or pooling")
-        need(self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed")
+        need(
+            self.runner in ("auto", "generate", "pooling"),
+            f"--runner {self.runner!r}: use auto, generate or pooling",
+        )
+        need(
+            self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed"
+        )
         need(
             self.tensor_parallel_size == 1,
             f"--tensor-parallel-size {self.tensor_parallel_size}: fd runs on one device here; only 1 is supported",

@@ -38,16 +38,27 @@ class _RequestState:
 class OutputProcessor:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
+        self.vocab_size = tokenizer.vocab_size
         self.states: dict[str, _RequestState] = {}
 
     def add_request(
-        self, req_id: str, prompt: str | None, prompt_token_ids: list[int], params: SamplingParams, index: int = 0
+        self,
+        req_id: str,
+        prompt: str | None,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        index: int = 0,
     ) -> None:
         from fdcli_engine.tokenizer import IncrementalDetokenizer
 
         detok = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
         self.states[req_id] = _RequestState(
-            req_id, prompt, list(prompt_token_ids), params, detok, index=index,
+            req_id,
+            prompt,
+            list(prompt_token_ids),
+            params,
+            detok,
+            index=index,
             logprobs=[] if params.logprobs is not None else None,
         )
 
@@ -70,8 +81,12 @@ class OutputProcessor:
             if st.logprobs is not None and out.new_logprobs:
                 for entry in out.new_logprobs:
                     st.logprobs.append(self._logprob_dict(entry))
-            if new_ids:
-                st.text += st.detok.add_tokens(new_ids)
+            # Ids past the tokenizer's vocabulary (models pad their embedding) decode to nothing.
+            known = [t for t in new_ids if t < self.vocab_size]
+            if known:
+                st.text += st.detok.add_tokens(known)
+            if out.finish_reason is not None:
+                st.text += st.detok.flush()
             if st.params.stop and out.finish_reason != "abort" and self._match_stop(st):
                 if out.finish_reason is None:
                     to_abort.append(out.req_id)
@@ -124,5 +139,8 @@ class OutputProcessor:
         d: dict[int, Logprob] = {}
         for tid, lp in entry:
             if tid not in d:
-                d[tid] = Logprob(tid, lp, self.tokenizer.decode([tid], skip_special_tokens=False))
+                text = (
+                    self.tokenizer.decode([tid], skip_special_tokens=False) if tid < self.vocab_size else ""
+                )
+                d[tid] = Logprob(tid, lp, text)
         return d

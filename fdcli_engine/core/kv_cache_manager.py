@@ -51,7 +51,9 @@ class KVCacheManager:
         self.prefix_cache_queries += num_tokens
         self.prefix_cache_hits += num_hit_tokens
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, computed_block_ids: list[int] | None = None) -> bool:
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, computed_block_ids: list[int] | None = None
+    ) -> bool:
         """Make room for `num_new_tokens` more tokens after the computed ones (plus any prefix-cache hit
         in `computed_block_ids`, which must start the table of a request that has no blocks yet).
         Returns False, changing nothing, if the pool cannot supply the blocks."""

@@ -42,7 +42,9 @@ def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInp
         positions[a:b] = np.arange(starts[i], seq_lens[i])
         block_tables[i, : len(s.block_ids)] = s.block_ids
     seq_idx = np.repeat(np.arange(n), q_lens)
-    slot_mapping = block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    slot_mapping = (
+        block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    )
 
     meta = AttentionMetadata(
         slot_mapping=_tensor(slot_mapping),

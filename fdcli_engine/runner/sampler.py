@@ -22,7 +22,9 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
-def apply_penalties(row: np.ndarray, params: SamplingParams, prompt_ids: list[int], output_ids: list[int]) -> None:
+def apply_penalties(
+    row: np.ndarray, params: SamplingParams, prompt_ids: list[int], output_ids: list[int]
+) -> None:
     if params.repetition_penalty != 1.0:
         seen = np.fromiter(set(prompt_ids) | set(output_ids), dtype=np.int64)
         if seen.size:

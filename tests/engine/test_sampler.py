@@ -41,7 +41,10 @@ def test_seeded_sampling_independent_of_batch():
         row = rand_logits(1, seed=100 + step)
         solo_toks.append(solo.sample(row.copy(), [sreq("a", params)])[0][0])
         batch = np.concatenate([logits[:2], row, logits[2:]])
-        reqs = [sreq("x", SamplingParams(temperature=1.0)), sreq("y", SamplingParams(temperature=0.7, seed=5))]
+        reqs = [
+            sreq("x", SamplingParams(temperature=1.0)),
+            sreq("y", SamplingParams(temperature=0.7, seed=5)),
+        ]
         reqs.insert(2, sreq("a", params))
         reqs.append(sreq("z", SamplingParams(temperature=0)))
         mixed_toks.append(mixed.sample(batch[: len(reqs)], reqs)[0][2])
