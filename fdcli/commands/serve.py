@@ -1,12 +1,149 @@
-"""`fd serve`: placeholder until the server engineer replaces this module (same function name)."""
+"""`fd serve`: the OpenAI-compatible HTTP server (FastAPI front end + engine-core process).
+
+`--config FILE.yaml` holds engine and server options alike (flag names, `-` or `_`); flags given on the
+command line win; an unknown key is an error. Engine internals load only inside the command.
+"""
 
 from __future__ import annotations
 
-from fdcli.console import fail
-from fdcli.options import engine_options
+import functools
+import inspect
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fdcli.console import error_boundary, fail
+from fdcli.options import ENGINE_FLAGS, ConfigFileOpt, engine_config_from_cli
+
+SERVER_PANEL = "Server options"
 
 
-@engine_options
-def serve(*, engine_args: dict) -> None:
-    """Serve a model over an OpenAI-compatible HTTP API (not implemented yet)."""
-    fail("`fd serve` is not implemented yet")
+def _opt(*names: str, help: str, **kw) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=SERVER_PANEL, **kw)
+
+
+HostOpt = Annotated[Optional[str], _opt("--host", help="Address to listen on. (default: 127.0.0.1)")]
+PortOpt = Annotated[Optional[int], _opt("--port", help="Port to listen on. (default: 8000)")]
+ApiKeyOpt = Annotated[
+    Optional[list[str]],
+    _opt(
+        "--api-key", help="Require this bearer key (repeatable). Default: $FD_API_KEY.", envvar="FD_API_KEY"
+    ),
+]
+MaxConcurrencyOpt = Annotated[
+    Optional[int], _opt("--max-concurrency", help="Requests served at once; more wait. (default: 256)")
+]
+MaxWaitingTimeOpt = Annotated[
+    Optional[float],
+    _opt(
+        "--max-waiting-time",
+        help="Seconds a request may wait for a slot before a 429 (0: reject at once, <0: no limit). (default: -1)",
+    ),
+]
+GracefulOpt = Annotated[
+    Optional[float],
+    _opt("--timeout-graceful-shutdown", help="Seconds running requests get on SIGTERM. (default: 30)"),
+]
+ReasoningParserOpt = Annotated[
+    Optional[str], _opt("--reasoning-parser", help="Split out reasoning_content: qwen3 or deepseek_r1.")
+]
+ChatTemplateOpt = Annotated[
+    Optional[str],
+    _opt("--chat-template", help="Chat template file (or inline Jinja) instead of the model's."),
+]
+TrustTemplateOpt = Annotated[
+    Optional[bool],
+    _opt("--trust-request-chat-template", help="Allow requests to supply their own chat_template."),
+]
+MaxBodyOpt = Annotated[
+    Optional[int], _opt("--max-request-body-bytes", help="Largest request body accepted. (default: 32 MiB)")
+]
+LogLevelOpt = Annotated[
+    Optional[str], _opt("--uvicorn-log-level", help="uvicorn's log level. (default: warning)")
+]
+
+# Server option -> ServerArgs field (keys a YAML file may hold besides the engine options).
+SERVER_KEYS = {
+    "host": "host",
+    "port": "port",
+    "api_key": "api_keys",
+    "max_concurrency": "max_concurrency",
+    "max_waiting_time": "max_waiting_time",
+    "timeout_graceful_shutdown": "timeout_graceful_shutdown",
+    "reasoning_parser": "reasoning_parser",
+    "chat_template": "chat_template",
+    "trust_request_chat_template": "trust_request_chat_template",
+    "max_request_body_bytes": "max_request_body_bytes",
+    "uvicorn_log_level": "uvicorn_log_level",
+}
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    from fdcli.options import _load_yaml as load  # the shared reader: one error style for bad files
+
+    return {str(k).replace("-", "_"): v for k, v in load(path).items()}
+
+
+def _with_engine_flags(func):
+    """Like fdcli.options.engine_options, but the YAML file may also hold server options."""
+    sig = inspect.signature(func, eval_str=True)
+    own = [p for n, p in sig.parameters.items() if n not in ("engine_args", "file_values")]
+    added = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
+        for name, alias in {"config": ConfigFileOpt, **ENGINE_FLAGS}.items()
+    ]
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        flags = {name: kwargs.pop(name, None) for name in ENGINE_FLAGS}
+        config_file = kwargs.pop("config", None)
+        with error_boundary():
+            file_values = _load_yaml(config_file) if config_file is not None else {}
+            server_file = {k: file_values.pop(k) for k in list(file_values) if k in SERVER_KEYS}
+            given = {k: v for k, v in flags.items() if v is not None}
+            engine_args = engine_config_from_cli(None, **{**file_values, **given})
+        return func(engine_args=engine_args, file_values=server_file, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=own + added)
+    wrapper.__annotations__ = {p.name: p.annotation for p in wrapper.__signature__.parameters.values()}
+    del wrapper.__wrapped__
+    return wrapper
+
+
+@_with_engine_flags
+def serve(
+    *,
+    host: HostOpt = None,
+    port: PortOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_concurrency: MaxConcurrencyOpt = None,
+    max_waiting_time: MaxWaitingTimeOpt = None,
+    timeout_graceful_shutdown: GracefulOpt = None,
+    reasoning_parser: ReasoningParserOpt = None,
+    chat_template: ChatTemplateOpt = None,
+    trust_request_chat_template: TrustTemplateOpt = None,
+    max_request_body_bytes: MaxBodyOpt = None,
+    uvicorn_log_level: LogLevelOpt = None,
+    engine_args: dict,
+    file_values: dict,
+) -> None:
+    """Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on 127.0.0.1:8000)."""
+    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.entrypoints.openai.api_server import run_server
+    from fdcli_engine.entrypoints.openai.server_state import ServerArgs
+
+    cli = dict(locals())
+    values = dict(file_values)
+    values.update({k: cli[k] for k in SERVER_KEYS if cli.get(k) not in (None, [])})
+    if isinstance(values.get("api_key"), str):
+        values["api_key"] = [values["api_key"]]
+    args = ServerArgs(**{SERVER_KEYS[k]: v for k, v in values.items()})
+    if engine_args.get("served_model_name"):
+        args.served_model_name = [engine_args["served_model_name"]]
+    if not 0 < args.port < 65536:
+        fail(f"--port must be between 1 and 65535, got {args.port}", 2)
+    with error_boundary():
+        code = run_server(EngineConfig.from_dict(engine_args), args)
+    if code:
+        raise typer.Exit(code)

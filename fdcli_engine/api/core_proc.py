@@ -134,7 +134,7 @@ class CoreLoop:
             self.send(OutputsMsg(list(outs)))
 
     def abort_all(self) -> list:
-        ids = list(getattr(self.core, "unfinished_request_ids", lambda: [])())
+        ids = list(getattr(getattr(self.core, "scheduler", None), "requests", None) or [])
         try:
             return self.core.abort_requests(ids) if ids else []
         except Exception:
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         out.close()
         ctx.term()
         return 1
-    vocab = int(config.hf_config.get("vocab_size") or 0) if isinstance(config.hf_config, dict) else 0
+    vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     CoreLoop(core, request_cls, inp, out).run()
     inp.close(0)

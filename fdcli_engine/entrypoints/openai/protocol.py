@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fdcli_engine.sampling_params import MAX_LOGPROBS, MAX_N, MAX_STOP_STRINGS
+from fdcli_engine.sampling_params import MAX_LOGPROBS, MAX_N
 
 MAX_PROMPTS = 64  # prompts in one /v1/completions request
 MAX_MESSAGES = 512
@@ -69,7 +69,9 @@ PromptTokens = Annotated[list[TOKEN_ID], Field(min_length=1, max_length=MAX_TOKE
 class CompletionRequest(_SamplingFields):
     prompt: (
         Annotated[str, Field(max_length=MAX_STR)]
-        | Annotated[list[Annotated[str, Field(max_length=MAX_STR)]], Field(min_length=1, max_length=MAX_PROMPTS)]
+        | Annotated[
+            list[Annotated[str, Field(max_length=MAX_STR)]], Field(min_length=1, max_length=MAX_PROMPTS)
+        ]
         | PromptTokens
         | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)]
     )
@@ -96,7 +98,9 @@ class ContentPart(BaseModel):
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Annotated[str, Field(max_length=MAX_STR)] | Annotated[list[ContentPart], Field(max_length=256)] | None
+    content: (
+        Annotated[str, Field(max_length=MAX_STR)] | Annotated[list[ContentPart], Field(max_length=256)] | None
+    )
     name: str | None = Field(default=None, max_length=256)
     reasoning_content: str | None = Field(default=None, max_length=MAX_STR)
     tool_call_id: str | None = Field(default=None, max_length=256)

@@ -94,4 +94,6 @@ def get_parser_cls(name: str | None):
     except KeyError:
         from fdcli_engine.errors import ConfigError
 
-        raise ConfigError(f"--reasoning-parser {name!r}: choose one of {', '.join(sorted(PARSERS))}") from None
+        raise ConfigError(
+            f"--reasoning-parser {name!r}: choose one of {', '.join(sorted(PARSERS))}"
+        ) from None

@@ -63,7 +63,9 @@ def encode(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
 
 def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
     if vocab_size and ids and max(ids) >= vocab_size:
-        raise bad_request(f"{param} holds token id {max(ids)}, outside the vocabulary (size {vocab_size})", param)
+        raise bad_request(
+            f"{param} holds token id {max(ids)}, outside the vocabulary (size {vocab_size})", param
+        )
 
 
 def resolve_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int, param: str) -> int:
@@ -114,7 +116,10 @@ def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_
         raise bad_request(str(e), e.param) from None
     # A bad word is banned both as written and with a leading space (how it appears mid-sentence).
     params.bad_words_token_ids = [
-        ids for w in params.bad_words for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)} if ids
+        ids
+        for w in params.bad_words
+        for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)}
+        if ids
     ]
     params.bad_words_token_ids = [list(ids) for ids in params.bad_words_token_ids]
     return params
@@ -209,7 +214,9 @@ def completion_logprobs(tokenizer, entries, token_ids: list[int], start_offset: 
         text = token_text(tokenizer, sampled)
         out.tokens.append(text)
         out.token_logprobs.append(max(sampled.logprob, -9999.0))
-        out.top_logprobs.append({token_text(tokenizer, lp): max(lp.logprob, -9999.0) for lp in entry.values()})
+        out.top_logprobs.append(
+            {token_text(tokenizer, lp): max(lp.logprob, -9999.0) for lp in entry.values()}
+        )
         out.text_offset.append(offset)
         offset += len(text)
     return out

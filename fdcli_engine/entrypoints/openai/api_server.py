@@ -1,0 +1,165 @@
+"""`fd serve` process lifecycle: bind, spawn the engine core, run uvicorn, drain on SIGTERM, exit.
+
+Exit codes: 0 after a signal-initiated shutdown, 1 when the engine core died or failed to start.
+Shutdown invariant: once draining starts every new request gets 503; running requests get up to
+`timeout_graceful_shutdown` seconds, then are aborted (their streams end with finish_reason "abort");
+the engine process is always reaped before this process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.entrypoints.openai.server_app import build_app
+from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
+from fdcli_engine.errors import ConfigError
+
+logger = logging.getLogger("fd.serve")
+DEAD_ENGINE_EXIT_DELAY_S = 3.0  # keep /health answering 503 this long before exiting
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        reason = "is already in use" if e.errno in (98, 48) else f"cannot be bound ({e.strerror})"
+        raise ConfigError(f"{host}:{port} {reason}; pick another --port") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def load_chat_template(value: str | None) -> str | None:
+    """`--chat-template` is a file path, or the template itself when it holds Jinja markup."""
+    if value is None or "{%" in value or "{{" in value:
+        return value
+    p = Path(value).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"--chat-template {value!r} is neither a file nor a Jinja template")
+    return p.read_text()
+
+
+@dataclass
+class _State:
+    args: ServerArgs
+    admission: Admission
+    draining: bool = False
+
+
+class FdServer(uvicorn.Server):
+    """uvicorn's server with fd's signal handling: the first SIGTERM/SIGINT drains, a second one forces."""
+
+    def __init__(self, config, state: _State, engine):
+        super().__init__(config)
+        self.fd_state = state
+        self.engine = engine
+        self.exit_code = 0
+        self._drain_task = None
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.fd_state.draining:
+            self.force_exit = True
+            self.should_exit = True
+            return
+        self.fd_state.draining = True
+        loop = asyncio.get_event_loop()
+        loop.call_soon_threadsafe(lambda: setattr(self, "_drain_task", loop.create_task(self.drain())))
+
+    async def drain(self) -> None:
+        adm = self.fd_state.admission
+        timeout = self.fd_state.args.timeout_graceful_shutdown
+        logger.warning("draining: %d request(s) in flight, up to %.0fs", adm.inflight, timeout)
+        try:
+            await asyncio.wait_for(adm.idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            aborted = self.engine.abort_all()
+            logger.warning("graceful timeout: aborted %d request(s)", len(aborted))
+            try:
+                await asyncio.wait_for(adm.idle.wait(), 5.0)
+            except asyncio.TimeoutError:
+                pass
+        self.should_exit = True
+
+    def engine_died(self) -> None:
+        self.exit_code = 1
+        asyncio.get_event_loop().call_later(
+            DEAD_ENGINE_EXIT_DELAY_S, lambda: setattr(self, "should_exit", True)
+        )
+
+
+async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socket.socket, **hooks) -> int:
+    from fdcli_engine.api.async_llm import AsyncLLM
+
+    tokenizer = hooks.pop("tokenizer", None) or _load_tokenizer(engine_config)
+    engine = AsyncLLM(
+        engine_config, tokenizer, served_model_name=(args.served_model_name or [None])[0], **hooks
+    )
+    state = _State(args, Admission(args.max_concurrency, args.max_waiting_time))
+    app = build_app(engine, args, state)
+    config = uvicorn.Config(
+        app, log_level=args.uvicorn_log_level, timeout_graceful_shutdown=5, access_log=False, lifespan="off"
+    )
+    server = FdServer(config, state, engine)
+    original_on_dead = engine._on_dead
+
+    def on_dead(reason: str) -> None:
+        original_on_dead(reason)
+        server.engine_died()
+
+    engine._on_dead = on_dead
+    engine.client.on_dead = on_dead
+    await engine.start()
+    url = f"http://{args.host}:{args.port}"
+    _say(
+        f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url} — engine loading"
+    )
+    asyncio.get_running_loop().create_task(_announce_ready(engine, url))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        await engine.shutdown()
+    return server.exit_code
+
+
+async def _announce_ready(engine, url: str) -> None:
+    await engine.ready_event.wait()
+    if engine.is_ready:
+        _say(f"fd serve: engine ready; try  curl {url}/v1/models")
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _load_tokenizer(config: EngineConfig):
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    return load_tokenizer(config)
+
+
+def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = True, **hooks) -> int:
+    """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s fd %(levelname)s %(message)s")
+    sock = bind_socket(args.host, args.port)
+    try:
+        if finalize:
+            engine_config.finalize()
+        args.chat_template = load_chat_template(args.chat_template)
+        from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+
+        get_parser_cls(args.reasoning_parser)  # unknown parser: ConfigError now, not at the first request
+        return asyncio.run(serve_async(engine_config, args, sock, **hooks))
+    finally:
+        sock.close()

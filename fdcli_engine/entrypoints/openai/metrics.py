@@ -1,0 +1,99 @@
+"""Prometheus metrics of the server: engine gauges/counters read from the core's get_stats() at scrape
+time, and request-latency histograms observed in the front end (TTFT, TPOT, end-to-end, queue wait)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class _EngineCollector:
+    """Turns the last stats snapshot into metric families (refreshed just before each scrape)."""
+
+    def __init__(self) -> None:
+        self.stats: dict = {}
+        self.num_http_inflight = 0
+
+    def collect(self):
+        s = self.stats
+        gauges = {
+            "fd:num_requests_running": ("Requests the engine is running", s.get("num_running", 0)),
+            "fd:num_requests_waiting": ("Requests waiting in the engine's queue", s.get("num_waiting", 0)),
+            "fd:kv_cache_usage_perc": (
+                "Fraction of KV-cache blocks in use (0..1)",
+                s.get("kv_cache_usage", 0.0),
+            ),
+            "fd:num_requests_inflight": ("Requests the HTTP front end is serving", self.num_http_inflight),
+        }
+        for name, (doc, value) in gauges.items():
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float(value or 0))
+            yield g
+        queries, hits = s.get("prefix_cache_queries", 0) or 0, s.get("prefix_cache_hits", 0) or 0
+        rate = GaugeMetricFamily(
+            "fd:prefix_cache_hit_rate", "Prefix-cache hits / queries since start (tokens)"
+        )
+        rate.add_metric([], hits / queries if queries else 0.0)
+        yield rate
+        counters = {
+            "fd:prompt_tokens": ("Prompt tokens processed", "prompt_tokens_total"),
+            "fd:generation_tokens": ("Tokens generated", "generation_tokens_total"),
+            "fd:prefix_cache_queries": ("Prefix-cache queries (tokens)", "prefix_cache_queries"),
+            "fd:prefix_cache_hits": ("Prefix-cache hits (tokens)", "prefix_cache_hits"),
+            "fd:num_preemptions": ("Requests preempted by the scheduler", "num_preemptions"),
+        }
+        for name, (doc, key) in counters.items():
+            c = CounterMetricFamily(name, doc)
+            c.add_metric([], float(s.get(key, 0) or 0))
+            yield c
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.engine = _EngineCollector()
+        self.registry.register(self.engine)
+        h = {"buckets": _LATENCY_BUCKETS, "registry": self.registry}
+        self.ttft = Histogram("fd:time_to_first_token_seconds", "Time to first token", **h)
+        self.tpot = Histogram(
+            "fd:time_per_output_token_seconds", "Mean time per output token after the first", **h
+        )
+        self.e2e = Histogram("fd:e2e_request_latency_seconds", "End-to-end request latency", **h)
+        self.queue = Histogram("fd:request_queue_time_seconds", "Time a request waited for admission", **h)
+
+    def render(self, stats: dict | None) -> bytes:
+        if stats is not None:
+            self.engine.stats = stats
+        return generate_latest(self.registry)
+
+
+class ObservedEngine:
+    """An EngineClient wrapper that times every generated sequence; everything else passes through."""
+
+    def __init__(self, engine, metrics: ServerMetrics):
+        self._engine = engine
+        self._metrics = metrics
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
+        start = time.monotonic()
+        first = None
+        num_tokens = 0
+        async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt):
+            new = len(out.outputs[0].delta_token_ids) if out.outputs else 0
+            if new and first is None:
+                first = time.monotonic()
+                self._metrics.ttft.observe(first - start)
+            num_tokens += new
+            if out.finished:
+                end = time.monotonic()
+                self._metrics.e2e.observe(end - start)
+                if first is not None and num_tokens > 1:
+                    self._metrics.tpot.observe((end - first) / (num_tokens - 1))
+            yield out

@@ -1,0 +1,315 @@
+"""The FastAPI adapter: routes, error rendering, auth/size/drain middleware. Business logic lives in the
+framework-free serving classes; this file only moves HTTP in and out of them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception, status_phrase
+from fdcli_engine.entrypoints.openai.metrics import ObservedEngine, ServerMetrics
+from fdcli_engine.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+from fdcli_engine.entrypoints.openai.server_state import ServerArgs, key_matches
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_common import check_model, encode
+from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
+
+logger = logging.getLogger("fd.serve")
+OPEN_PATHS = {"/health", "/ping"}  # liveness probes need no key
+_ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 503)}
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.to_dict(), status_code=err.status, headers=err.headers)
+
+
+def _loc_to_param(loc) -> str | None:
+    parts = [p for p in loc if p not in ("body", "query", "path")]
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif not out:
+            out = str(p)
+        elif "[" in str(p) or str(p) in ("str", "int", "list[int]", "list[str]", "list[list[int]]"):
+            continue  # pydantic's union-branch labels, not field names
+        else:
+            out += f".{p}"
+    return out or None
+
+
+def validation_error(exc: RequestValidationError) -> APIError:
+    errors = exc.errors()
+    if not errors:
+        return bad_request("invalid request body")
+    first = errors[0]
+    if first.get("type") in ("json_invalid", "model_attributes_type") and len(first.get("loc", ())) <= 2:
+        return bad_request("the request body must be a JSON object")
+    param = _loc_to_param(first.get("loc", ()))
+    msg = first.get("msg", "invalid value")
+    extra = f" ({len(errors) - 1} more problems)" if len(errors) > 1 else ""
+    return bad_request(f"{param or 'body'}: {msg}{extra}", param)
+
+
+class GuardMiddleware:
+    """Pure ASGI: 503 while draining, 401 without a valid key, 413 for a body over the limit.
+
+    The body is read here (up to the limit) and replayed to the app, so an oversized body is refused
+    before any parsing; after the replay `receive` passes through, so disconnects still reach the app.
+    """
+
+    def __init__(self, app, state):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        st = self.state
+        if st.draining:
+            return await _send_error(scope, receive, send, APIError("the server is shutting down", 503))
+        if st.args.api_keys and scope["path"] not in OPEN_PATHS and not _authorized(scope, st.args.api_keys):
+            err = APIError("missing or invalid API key", 401, code="invalid_api_key")
+            return await _send_error(scope, receive, send, err)
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            limit = st.args.max_request_body_bytes
+            length = dict(scope["headers"]).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > limit:
+                return await _send_error(scope, receive, send, _too_large(limit))
+            body, more = bytearray(), True
+            while more:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+                body += msg.get("body", b"")
+                more = msg.get("more_body", False)
+                if len(body) > limit:
+                    return await _send_error(scope, receive, send, _too_large(limit))
+            receive = _replay(bytes(body), receive)
+        await self.app(scope, receive, send)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(f"the request body exceeds the limit of {limit} bytes", 413)
+
+
+def _authorized(scope, keys: list[str]) -> bool:
+    headers = dict(scope["headers"])
+    auth = headers.get(b"authorization", b"").decode("latin-1")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token:
+        return key_matches(token.strip(), keys)
+    return (
+        key_matches(headers.get(b"x-api-key", b"").decode("latin-1"), keys)
+        if b"x-api-key" in headers
+        else False
+    )
+
+
+def _replay(body: bytes, receive):
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _send_error(scope, receive, send, err: APIError) -> None:
+    await error_response(err)(scope, receive, send)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Closes its body iterator however the response ends (a client that went away included), so the
+    generator's `finally` aborts the request in the engine at once, not when it is garbage-collected."""
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+async def _until_disconnect(request: Request, coro):
+    """Run `coro`; if the client disconnects first, cancel it (its generators abort their requests)."""
+    task = asyncio.ensure_future(coro)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.25)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                raise APIError("client disconnected", 499)
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def _fd_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fd-llm")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_app(engine, args: ServerArgs, state) -> FastAPI:
+    """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
+    fd_version = _fd_version()
+    app = FastAPI(title="fd OpenAI-compatible server", version=fd_version)
+    metrics = ServerMetrics()
+    observed = ObservedEngine(engine, metrics)
+    names = args.served_model_name or [engine.model_config.served_model_name]
+    completion = OpenAIServingCompletion(observed, names)
+    chat = OpenAIServingChat(
+        observed,
+        names,
+        chat_template=args.chat_template,
+        reasoning_parser_cls=get_parser_cls(args.reasoning_parser),
+        allow_request_chat_template=args.trust_request_chat_template,
+    )
+    app.add_middleware(GuardMiddleware, state=state)
+
+    @app.exception_handler(APIError)
+    async def _api_error(_req, exc: APIError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req, exc: RequestValidationError):
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req, exc: StarletteHTTPException):
+        return error_response(APIError(str(exc.detail or status_phrase(exc.status_code)), exc.status_code))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_req, exc: Exception):
+        logger.exception("unhandled error")
+        return error_response(from_exception(exc))
+
+    def require_ready() -> None:
+        if engine.is_dead:
+            raise APIError(f"the engine is not running: {engine.dead_reason}", 503)
+        if not engine.is_ready:
+            raise APIError("the engine is still loading the model", 503, headers={"Retry-After": "5"})
+
+    async def run(request: Request, create):
+        """Admission + readiness + disconnect handling around one serving call."""
+        require_ready()
+        waited = await state.admission.acquire()
+        metrics.queue.observe(waited)
+        metrics.engine.num_http_inflight = state.admission.inflight
+        try:
+            result = await _until_disconnect(request, create())
+        except BaseException:
+            state.admission.release()
+            raise
+        if not hasattr(result, "__aiter__"):
+            state.admission.release()
+            return result
+
+        async def body():
+            try:
+                async for chunk in result:
+                    yield chunk
+            finally:
+                await result.aclose()
+                state.admission.release()
+
+        return ClosingStreamingResponse(body(), media_type="text/event-stream")
+
+    @app.post("/v1/completions", responses=_ERRORS)
+    async def create_completion(req: CompletionRequest, request: Request):
+        return await run(request, lambda: completion.create_completion(req))
+
+    @app.post("/v1/chat/completions", responses=_ERRORS)
+    async def create_chat_completion(req: ChatCompletionRequest, request: Request):
+        return await run(request, lambda: chat.create_chat_completion(req))
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def list_models():
+        cfg = engine.model_config
+        return ModelList(
+            data=[ModelCard(id=n, root=cfg.model, max_model_len=cfg.max_model_len) for n in names]
+        )
+
+    @app.get("/health")
+    async def health():
+        if engine.is_dead:
+            raise APIError(f"the engine is not running: {engine.dead_reason}", 503)
+        return Response(status_code=200)
+
+    @app.get("/ping")
+    async def ping():
+        return await health()
+
+    @app.get("/ready")
+    async def ready():
+        require_ready()
+        return {"status": "ready", "model": names[0]}
+
+    @app.get("/version")
+    async def version():
+        return {"version": fd_version}
+
+    @app.get("/metrics")
+    async def get_metrics():
+        stats = None
+        if engine.is_ready:
+            try:
+                stats = await engine.get_stats()
+            except Exception as e:  # stale gauges beat a failed scrape
+                logger.warning("could not read engine stats: %s", e)
+        metrics.engine.num_http_inflight = state.admission.inflight
+        return Response(metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
+    async def tokenize(req: TokenizeRequest):
+        check_model(req.model, names)
+        if (req.prompt is None) == (req.messages is None):
+            raise bad_request("give exactly one of prompt or messages", "prompt")
+        if req.prompt is not None:
+            tokens = encode(engine.tokenizer, req.prompt, req.add_special_tokens)
+        else:
+            chat_req = ChatCompletionRequest(
+                messages=req.messages, add_generation_prompt=req.add_generation_prompt
+            )
+            tokens = chat.render(chat_req)[1]
+        return TokenizeResponse(
+            count=len(tokens), max_model_len=engine.model_config.max_model_len, tokens=tokens
+        )
+
+    @app.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
+    async def detokenize(req: DetokenizeRequest):
+        check_model(req.model, names)
+        vocab = engine.model_config.vocab_size
+        if vocab and req.tokens and max(req.tokens) >= vocab:
+            raise bad_request(
+                f"token id {max(req.tokens)} is outside the vocabulary (size {vocab})", "tokens"
+            )
+        return DetokenizeResponse(prompt=engine.tokenizer.decode(req.tokens))
+
+    app.state.metrics = metrics
+    return app

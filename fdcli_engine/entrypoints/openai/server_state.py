@@ -1,0 +1,90 @@
+"""Server-wide state shared by the HTTP adapter: options, admission control, draining, API keys."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from fdcli_engine.entrypoints.openai.errors import APIError
+
+
+@dataclass
+class ServerArgs:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: list[str] | None = None
+    api_keys: list[str] = field(default_factory=list, repr=False)  # never logged
+    max_concurrency: int = 256  # requests admitted at once; more wait up to max_waiting_time
+    max_waiting_time: float = -1.0  # seconds to wait for admission (<0: no limit, 0: reject at once)
+    timeout_graceful_shutdown: float = 30.0
+    reasoning_parser: str | None = None
+    chat_template: str | None = None  # a file path or the template itself
+    trust_request_chat_template: bool = False
+    max_request_body_bytes: int = 32 << 20
+    uvicorn_log_level: str = "warning"
+
+
+class Admission:
+    """At most `limit` requests in flight; the next ones wait up to `max_wait` seconds, then get 429.
+
+    `inflight` counts admitted requests until their response (stream included) is finished; draining
+    waits on it.
+    """
+
+    def __init__(self, limit: int, max_wait: float):
+        self.limit = max(1, limit)
+        self.max_wait = max_wait
+        self._sem = asyncio.Semaphore(self.limit)
+        self.inflight = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def acquire(self) -> float:
+        """Wait for a slot; returns the seconds waited."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        if self._sem.locked() and self.max_wait == 0:
+            raise _too_many(self.limit)
+        try:
+            if self.max_wait < 0:
+                await self._sem.acquire()
+            else:
+                await asyncio.wait_for(self._sem.acquire(), self.max_wait)
+        except asyncio.TimeoutError:
+            raise _too_many(self.limit) from None
+        self.inflight += 1
+        self.idle.clear()
+        return loop.time() - start
+
+    def release(self) -> None:
+        self.inflight -= 1
+        self._sem.release()
+        if self.inflight == 0:
+            self.idle.set()
+
+    @asynccontextmanager
+    async def slot(self):
+        await self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+def _too_many(limit: int) -> APIError:
+    return APIError(
+        f"the server is at its limit of {limit} concurrent requests; retry shortly",
+        429,
+        code="too_many_requests",
+        headers={"Retry-After": "1"},
+    )
+
+
+def key_matches(given: str, keys: list[str]) -> bool:
+    """Constant-time comparison against every key (no early exit on the first match)."""
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(given.encode(), key.encode())
+    return ok

@@ -1,0 +1,251 @@
+"""POST /v1/chat/completions, framework-free: messages → chat template → engine → response or SSE."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from fdcli_engine.entrypoints.openai.errors import bad_request, from_exception
+from fdcli_engine.entrypoints.openai.protocol import (
+    ChatChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatLogprobs,
+    ChatResponseMessage,
+    ChatStreamChoice,
+    ChatTokenLogprob,
+    DeltaMessage,
+    TopLogprob,
+)
+from fdcli_engine.entrypoints.openai.serving_common import (
+    SSE_DONE,
+    EngineClient,
+    build_params,
+    check_model,
+    delta_logprobs,
+    encode,
+    fan_out,
+    make_usage,
+    merge_jobs,
+    random_id,
+    resolve_max_tokens,
+    sse,
+    token_text,
+)
+from fdcli_engine.entrypoints.openai.serving_completion import _error_json
+
+logger = logging.getLogger("fd.serve")
+
+
+def messages_to_dicts(messages) -> list[dict]:
+    """Plain dicts for the template; text parts are joined with newlines, other part types are a 400."""
+    out = []
+    for i, m in enumerate(messages):
+        content = m.content
+        if isinstance(content, list):
+            texts = []
+            for j, part in enumerate(content):
+                if part.type != "text" or part.text is None:
+                    raise bad_request(
+                        f"content part type {part.type!r} is not supported: only text parts are",
+                        f"messages[{i}].content[{j}].type",
+                    )
+                texts.append(part.text)
+            content = "\n".join(texts)
+        d = {"role": m.role, "content": content or ""}
+        if m.name:
+            d["name"] = m.name
+        if m.reasoning_content:
+            d["reasoning_content"] = m.reasoning_content
+        out.append(d)
+    return out
+
+
+class OpenAIServingChat:
+    def __init__(
+        self,
+        engine: EngineClient,
+        served_model_names: list[str],
+        chat_template: str | None = None,
+        reasoning_parser_cls=None,
+        allow_request_chat_template: bool = False,
+    ):
+        self.engine = engine
+        self.served_model_names = served_model_names
+        self.chat_template = chat_template
+        self.reasoning_parser_cls = reasoning_parser_cls
+        self.allow_request_chat_template = allow_request_chat_template
+
+    def _check_unsupported(self, req: ChatCompletionRequest) -> None:
+        if req.response_format is not None and req.response_format.type != "text":
+            raise bad_request(
+                f"response_format {req.response_format.type!r} is not supported yet (structured outputs); "
+                "use 'text'",
+                "response_format",
+            )
+        if req.tools:
+            raise bad_request("tool calling is not supported", "tools")
+        if req.logit_bias:
+            raise bad_request("logit_bias is not supported", "logit_bias")
+        if req.top_logprobs is not None and not req.logprobs:
+            raise bad_request("top_logprobs requires logprobs=true", "top_logprobs")
+        if req.chat_template is not None and not self.allow_request_chat_template:
+            raise bad_request(
+                "request-supplied chat templates are disabled; start the server with "
+                "--trust-request-chat-template to allow them",
+                "chat_template",
+            )
+        if req.stream_options is not None and not req.stream:
+            raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+
+    def render(self, req: ChatCompletionRequest) -> tuple[str, list[int]]:
+        """The prompt text and ids the template produces for these messages."""
+        tok = self.engine.tokenizer
+        kwargs = dict(req.chat_template_kwargs or {})
+        for reserved in ("messages", "add_generation_prompt", "chat_template", "tokenize"):
+            if reserved in kwargs:
+                raise bad_request(f"chat_template_kwargs may not set {reserved!r}", "chat_template_kwargs")
+        if req.continue_final_message and req.add_generation_prompt:
+            raise bad_request(
+                "continue_final_message needs add_generation_prompt=false", "continue_final_message"
+            )
+        try:
+            rendered = tok.apply_chat_template(
+                messages_to_dicts(req.messages),
+                add_generation_prompt=req.add_generation_prompt,
+                chat_template=req.chat_template or self.chat_template,
+                **kwargs,
+            )
+        except Exception as e:
+            if hasattr(e, "status"):
+                raise
+            raise bad_request(f"the chat template failed on these messages: {e}", "messages") from None
+        if isinstance(rendered, list):
+            return tok.decode(rendered), list(rendered)
+        # The template writes the special tokens (BOS, role markers) itself.
+        return rendered, encode(tok, rendered, add_special_tokens=False)
+
+    async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None):
+        model = check_model(req.model, self.served_model_names)
+        self._check_unsupported(req)
+        prompt, prompt_ids = self.render(req)
+        limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+        max_tokens = resolve_max_tokens(len(prompt_ids), limit, self.engine.model_config.max_model_len, param)
+        logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        params = build_params(req, self.engine.tokenizer, max_tokens, logprobs)
+        rid = request_id or req.request_id or random_id("chatcmpl")
+        return model, rid, prompt_ids, fan_out(rid, [(prompt, prompt_ids)], params, req.n)
+
+    async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):
+        """A ChatCompletionResponse, or (stream=True) an async iterator of SSE strings."""
+        model, rid, prompt_ids, jobs = await self.prepare(req, request_id)
+        if req.stream:
+            return self._stream(req, model, rid, prompt_ids, jobs)
+        return await self._full(req, model, rid, prompt_ids, jobs)
+
+    def _logprobs(self, entries, token_ids) -> ChatLogprobs:
+        tok = self.engine.tokenizer
+        content = []
+        for tid, entry in zip(token_ids, entries):
+            sampled = entry.get(tid) or next(iter(entry.values()))
+            text = token_text(tok, sampled)
+            tops = [
+                TopLogprob(
+                    token=token_text(tok, lp),
+                    logprob=max(lp.logprob, -9999.0),
+                    bytes=list(token_text(tok, lp).encode()),
+                )
+                for lp in entry.values()
+            ]
+            content.append(
+                ChatTokenLogprob(
+                    token=text,
+                    logprob=max(sampled.logprob, -9999.0),
+                    bytes=list(text.encode()),
+                    top_logprobs=tops,
+                )
+            )
+        return ChatLogprobs(content=content)
+
+    async def _full(self, req, model, rid, prompt_ids, jobs) -> ChatCompletionResponse:
+        finals = {}
+        try:
+            async for job, out in merge_jobs(self.engine, jobs):
+                if out.finished:
+                    finals[job.index] = out
+        except Exception as e:
+            raise from_exception(e) from None
+        choices, completion_tokens, cached = [], 0, 0
+        for index in sorted(finals):
+            out = finals[index]
+            comp = out.outputs[0]
+            completion_tokens += len(comp.token_ids)
+            cached = max(cached, out.num_cached_tokens)
+            reasoning, content = None, comp.text
+            if self.reasoning_parser_cls is not None:
+                reasoning, content = self.reasoning_parser_cls().split(comp.text)
+            lps = None
+            if req.logprobs and comp.logprobs is not None:
+                lps = self._logprobs(comp.logprobs, comp.token_ids)
+            message = ChatResponseMessage(content=content, reasoning_content=reasoning)
+            choices.append(
+                ChatChoice(
+                    index=index,
+                    message=message,
+                    logprobs=lps,
+                    finish_reason=comp.finish_reason,
+                    stop_reason=comp.stop_reason,
+                    token_ids=list(comp.token_ids) if req.return_token_ids else None,
+                )
+            )
+        usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
+        return ChatCompletionResponse(
+            id=rid,
+            model=model,
+            choices=choices,
+            usage=usage,
+            prompt_token_ids=prompt_ids if req.return_token_ids else None,
+        )
+
+    def _chunk(self, rid, model, index, delta, finish=None, logprobs=None, token_ids=None) -> str:
+        choice = ChatStreamChoice(
+            index=index, delta=delta, finish_reason=finish, logprobs=logprobs, token_ids=token_ids
+        )
+        return sse(ChatCompletionChunk(id=rid, model=model, choices=[choice]))
+
+    async def _stream(self, req, model, rid, prompt_ids, jobs) -> AsyncIterator[str]:
+        parsers = {j.index: self.reasoning_parser_cls() for j in jobs} if self.reasoning_parser_cls else {}
+        completion_tokens, cached = 0, 0
+        try:
+            for job in jobs:  # OpenAI opens every choice with a role-only delta
+                yield self._chunk(rid, model, job.index, DeltaMessage(role="assistant", content=""))
+            async for job, out in merge_jobs(self.engine, jobs):
+                comp = out.outputs[0]
+                new_ids = list(comp.delta_token_ids)
+                completion_tokens += len(new_ids)
+                reasoning, content = None, comp.delta_text
+                if parsers:
+                    r, c = parsers[job.index].feed(comp.delta_text, final=out.finished)
+                    reasoning, content = (r or None), c
+                lps = None
+                if req.logprobs and comp.logprobs is not None and new_ids:
+                    lps = self._logprobs(delta_logprobs(comp, len(new_ids)), new_ids)
+                if out.finished:
+                    cached = max(cached, out.num_cached_tokens)
+                elif not content and not reasoning and lps is None:
+                    continue
+                delta = DeltaMessage(content=content or None, reasoning_content=reasoning)
+                finish = comp.finish_reason if out.finished else None
+                ids = new_ids if req.return_token_ids else None
+                yield self._chunk(rid, model, job.index, delta, finish, lps, ids)
+            if req.stream_options and req.stream_options.include_usage:
+                usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
+                yield sse(ChatCompletionChunk(id=rid, model=model, choices=[], usage=usage))
+        except Exception as e:
+            err = from_exception(e)
+            if err.status >= 500:
+                logger.error("chat stream %s failed: %s", rid, e)
+            yield sse(_error_json(err))
+        yield SSE_DONE

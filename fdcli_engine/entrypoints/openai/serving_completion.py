@@ -1,0 +1,177 @@
+"""POST /v1/completions, framework-free: request model in, response model or SSE chunks out."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
+from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
+from fdcli_engine.entrypoints.openai.serving_common import (
+    SSE_DONE,
+    EngineClient,
+    build_params,
+    check_model,
+    check_token_ids,
+    completion_logprobs,
+    delta_logprobs,
+    encode,
+    fan_out,
+    make_usage,
+    merge_jobs,
+    random_id,
+    resolve_max_tokens,
+    sse,
+)
+
+logger = logging.getLogger("fd.serve")
+
+
+class OpenAIServingCompletion:
+    def __init__(self, engine: EngineClient, served_model_names: list[str]):
+        self.engine = engine
+        self.served_model_names = served_model_names
+
+    def _check_unsupported(self, req: CompletionRequest) -> None:
+        if req.suffix:
+            raise bad_request("suffix is not supported", "suffix")
+        if req.logit_bias:
+            raise bad_request("logit_bias is not supported", "logit_bias")
+        if req.best_of is not None and req.best_of != req.n:
+            raise bad_request("best_of must equal n (fd does not rank candidates)", "best_of")
+        if req.echo and req.logprobs is not None:
+            raise bad_request("echo with logprobs needs prompt logprobs, which are not supported", "echo")
+        if req.stream_options is not None and not req.stream:
+            raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+
+    def _prompts(self, req: CompletionRequest) -> list[tuple[str | None, list[int]]]:
+        tok = self.engine.tokenizer
+        p = req.prompt
+        if isinstance(p, str):
+            texts: list = [p]
+        elif p and isinstance(p[0], int):
+            texts = [list(p)]
+        else:
+            texts = list(p)
+        prompts = []
+        for t in texts:
+            if isinstance(t, str):
+                prompts.append((t, encode(tok, t)))
+            else:
+                check_token_ids(t, self.engine.model_config.vocab_size, "prompt")
+                prompts.append((None, list(t)))
+        return prompts
+
+    async def prepare(self, req: CompletionRequest, request_id: str | None = None):
+        """Validate and tokenize. Returns (model name, request id, prompts, jobs)."""
+        model = check_model(req.model, self.served_model_names)
+        self._check_unsupported(req)
+        prompts = self._prompts(req)
+        max_len = self.engine.model_config.max_model_len
+        max_tokens = [
+            resolve_max_tokens(len(ids), req.max_tokens, max_len, "max_tokens") for _, ids in prompts
+        ]
+        # With max_tokens=None each prompt may fill its own room; the per-job value is set below.
+        params = build_params(req, self.engine.tokenizer, min(max_tokens), req.logprobs)
+        rid = request_id or req.request_id or random_id("cmpl")
+        jobs = fan_out(rid, prompts, params, req.n)
+        for job in jobs:
+            job.params.max_tokens = max_tokens[job.prompt_idx]
+        return model, rid, prompts, jobs
+
+    async def create_completion(self, req: CompletionRequest, request_id: str | None = None):
+        """A CompletionResponse, or (stream=True) an async iterator of SSE strings."""
+        model, rid, prompts, jobs = await self.prepare(req, request_id)
+        if req.stream:
+            return self._stream(req, model, rid, prompts, jobs)
+        return await self._full(req, model, rid, prompts, jobs)
+
+    def _echo_text(self, prompts, prompt_idx: int) -> str:
+        text, ids = prompts[prompt_idx]
+        return text if text is not None else self.engine.tokenizer.decode(ids)
+
+    async def _full(self, req, model, rid, prompts, jobs) -> CompletionResponse:
+        finals = {}
+        cached: dict[int, int] = {}
+        try:
+            async for job, out in merge_jobs(self.engine, jobs):
+                if out.finished:
+                    finals[job.index] = (job, out)
+                    cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
+        except Exception as e:
+            raise from_exception(e) from None
+        choices, completion_tokens = [], 0
+        tok = self.engine.tokenizer
+        for index in sorted(finals):
+            job, out = finals[index]
+            comp = out.outputs[0]
+            completion_tokens += len(comp.token_ids)
+            prefix = self._echo_text(prompts, job.prompt_idx) if req.echo else ""
+            lps = None
+            if req.logprobs is not None and comp.logprobs is not None:
+                lps = completion_logprobs(tok, comp.logprobs, comp.token_ids, 0)
+            choices.append(
+                CompletionChoice(
+                    index=index,
+                    text=prefix + comp.text,
+                    logprobs=lps,
+                    finish_reason=comp.finish_reason,
+                    stop_reason=comp.stop_reason,
+                    prompt_token_ids=job.prompt_ids if req.return_token_ids else None,
+                    token_ids=list(comp.token_ids) if req.return_token_ids else None,
+                )
+            )
+        prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
+        usage = make_usage(prompt_lens, cached, completion_tokens)
+        return CompletionResponse(id=rid, model=model, choices=choices, usage=usage)
+
+    async def _stream(self, req, model, rid, prompts, jobs) -> AsyncIterator[str]:
+        tok = self.engine.tokenizer
+        started: set[int] = set()
+        offsets: dict[int, int] = {}
+        cached: dict[int, int] = {}
+        completion_tokens = 0
+        try:
+            async for job, out in merge_jobs(self.engine, jobs):
+                comp = out.outputs[0]
+                text = comp.delta_text
+                if job.index not in started:
+                    started.add(job.index)
+                    if req.echo:
+                        text = self._echo_text(prompts, job.prompt_idx) + text
+                new_ids = list(comp.delta_token_ids)
+                completion_tokens += len(new_ids)
+                if not text and not new_ids and not out.finished:
+                    continue
+                lps = None
+                if req.logprobs is not None and comp.logprobs is not None and new_ids:
+                    entries = delta_logprobs(comp, len(new_ids))
+                    lps = completion_logprobs(tok, entries, new_ids, offsets.get(job.index, 0))
+                    offsets[job.index] = offsets.get(job.index, 0) + sum(len(t) for t in lps.tokens)
+                choice = CompletionChoice(
+                    index=job.index,
+                    text=text,
+                    logprobs=lps,
+                    finish_reason=comp.finish_reason if out.finished else None,
+                    stop_reason=comp.stop_reason if out.finished else None,
+                    token_ids=new_ids if req.return_token_ids else None,
+                )
+                if out.finished:
+                    cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
+                yield sse(CompletionResponse(id=rid, model=model, choices=[choice]))
+            if req.stream_options and req.stream_options.include_usage:
+                prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
+                usage = make_usage(prompt_lens, cached, completion_tokens)
+                yield sse(CompletionResponse(id=rid, model=model, choices=[], usage=usage))
+        except Exception as e:
+            err = from_exception(e)
+            if err.status >= 500:
+                logger.error("completion stream %s failed: %s", rid, e)
+            yield sse(_error_json(err))
+        yield SSE_DONE
+
+
+def _error_json(err: APIError) -> str:
+    import json
+
+    return json.dumps(err.to_dict())
