@@ -97,8 +97,8 @@ def read_gguf_config(path: Path) -> dict:
         "num_attention_heads": heads,
         "num_key_value_heads": int(get("attention.head_count_kv", heads)),
         "head_dim": int(get("attention.key_length", hidden // heads)),
-        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "rms_norm_eps": _f32(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        "rope_theta": _f32(get("rope.freq_base", 10000.0)),
         "rope_scaling": _rope_scaling(get),
         "max_position_embeddings": int(get("context_length", 8192)),
         "vocab_size": int(vocab),
@@ -110,6 +110,12 @@ def read_gguf_config(path: Path) -> dict:
         "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id"),
     }
     return cfg
+
+
+def _f32(value) -> float:
+    # GGUF stores these as float32: 1e-5 reads back as 9.9999997e-06. The shortest float32 repr gives
+    # back the value the original config.json held.
+    return float(str(np.float32(value)))
 
 
 def _rope_scaling(get) -> dict | None:
@@ -139,9 +145,12 @@ def unpermute_qk(rows: np.ndarray, num_heads: int) -> np.ndarray:
     return np.ascontiguousarray(r.reshape(out, *rest))
 
 
-def iter_gguf_tensors(path: Path, dequantize: bool = True) -> Iterator[tuple[str, np.ndarray, int, tuple]]:
+def iter_gguf_tensors(
+    path: Path, dequantize: bool = True, names: set[str] | None = None
+) -> Iterator[tuple[str, np.ndarray, int, tuple]]:
     """Yield (hf_name, array, ggml_type, shape): shape is the logical HF shape ([out, in] or [n]);
-    array is fp32 of that shape when dequantize, else the raw data (block rows for quantized types)."""
+    array is fp32 of that shape when dequantize, else the raw data (block rows for quantized types).
+    `names` restricts the walk to those HF names (the others are not read)."""
     from gguf.quants import dequantize as gguf_dequantize  # noqa: PLC0415
 
     reader = open_gguf(path)
@@ -149,7 +158,7 @@ def iter_gguf_tensors(path: Path, dequantize: bool = True) -> Iterator[tuple[str
     permute = cfg["model_type"] in _PERMUTED_QK
     for t in reader.tensors:
         hf_name = gguf_to_hf_name(t.name)
-        if hf_name is None:
+        if hf_name is None or (names is not None and hf_name not in names):
             continue
         shape = tuple(int(x) for x in reversed(t.shape))
         try:

@@ -1,0 +1,71 @@
+"""The real SmolLM2-135M GGUF (Q4_1): config mapping, q/k un-permutation on dequantized and raw
+blocks, and logits against transformers' own GGUF loader (which dequantizes the same blocks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiny_models import PagedRunner, load_fd_model
+
+from fdcli_engine.config import default_model_path
+from fdcli_engine.loader import iter_gguf_tensors, read_model_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def gguf_path():
+    return default_model_path()
+
+
+def test_config_from_gguf_metadata(gguf_path):
+    cfg = read_model_config(gguf_path)
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    expected = dict(
+        num_hidden_layers=30,
+        hidden_size=576,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        rope_scaling=None,
+    )
+    assert {k: cfg[k] for k in expected} == expected
+
+
+def test_raw_blocks_are_unpermuted_like_dequantized(gguf_path):
+    """Row-permuting the raw Q4_1 blocks then dequantizing equals dequantizing then row-permuting."""
+    from gguf.quants import dequantize
+
+    wanted = {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight"}
+    raw = {n: (a, ty) for n, a, ty, _ in iter_gguf_tensors(gguf_path, False, wanted)}
+    deq = {n: a for n, a, _, _ in iter_gguf_tensors(gguf_path, True, wanted)}
+    assert set(raw) == wanted
+    for name in wanted:
+        array, ggml_type = raw[name]
+        assert array.dtype == np.uint8  # still quantized blocks
+        np.testing.assert_array_equal(dequantize(array, ggml_type), deq[name])
+    assert deq["model.layers.0.self_attn.k_proj.weight"].shape == (192, 576)
+
+
+def test_logits_match_transformers_gguf_loader(gguf_path):
+    from transformers import AutoModelForCausalLM
+
+    prompt = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 30]  # any ids < vocab
+    hf = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        expected = hf(torch.tensor([prompt])).logits[0].numpy()
+    runner = PagedRunner(load_fd_model(gguf_path), num_blocks=8, block_size=16)
+    got = runner.step([("s", prompt)])
+    # Same dequantized weights in fp32; 30 layers of summation-order differences: atol 2e-3 on logits
+    # of magnitude ~20.
+    np.testing.assert_allclose(got, expected, atol=2e-3, rtol=0)
+    assert (got.argmax(-1) == expected.argmax(-1)).all()
