@@ -15,6 +15,9 @@ from pathlib import Path
 
 from fdcli_engine.errors import ConfigError
 
+# The clock run_offline times with; a module attribute so tests can substitute a fake one.
+clock = time.perf_counter
+
 
 @dataclass
 class OfflineOptions:
@@ -48,7 +51,7 @@ def random_token_prompts(vocab_size: int, num: int, length: int, seed: int) -> l
     return rng.integers(0, vocab_size, size=(num, length)).tolist()
 
 
-def time_iterations(llm, prompts, params, iters: int, on_iter=None, clock=time.perf_counter):
+def time_iterations(llm, prompts, params, iters: int, on_iter=None):
     """Run generate() `iters` times; return (seconds per iteration, outputs of the last one)."""
     times, outputs = [], []
     for _ in range(iters):

@@ -133,7 +133,8 @@ def _prepare(opts: ServeOptions):
     _check(opts)
     percentiles = parse_percentiles(opts.percentiles)
     slo = parse_goodput(opts.goodput)
-    headers = parse_headers(opts.header)
+    user_headers = parse_headers(opts.header)
+    headers = dict(user_headers)
     offsets = arrival_offsets(
         opts.num_prompts, opts.request_rate, opts.burstiness, opts.seed,
         opts.ramp_up, opts.ramp_up_start_rate, opts.ramp_up_end_rate,
@@ -162,7 +163,7 @@ def _prepare(opts: ServeOptions):
         request_timeout=opts.request_timeout,
     )  # fmt: skip
     traffic = TrafficConfig(offsets, opts.max_concurrency, opts.num_warmups)
-    config = _effective_config(opts, base_url, model, tok_note, headers)
+    config = _effective_config(opts, base_url, model, tok_note, user_headers)
     return cfg, requests, traffic, tokenizer, percentiles, slo, config
 
 

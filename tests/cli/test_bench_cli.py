@@ -1,0 +1,192 @@
+"""`fd bench serve` / `compare` through the CLI: a full run against a scripted server, the saved JSON,
+and the error paths (one line on stderr, non-zero exit, never a traceback)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from bench_support import free_port, running_server, train_bpe  # noqa: E402
+
+from fdcli.commands.bench import app  # noqa: E402
+
+runner = CliRunner()
+
+TOP_KEYS = ["schema", "kind", "date", "fd_version", "config", "metrics", "requests"]
+METRIC_KEYS = {
+    "num_requests", "completed", "failed", "duration_s", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput", "peak_output_throughput",
+    "itl_mode", "output_tokens_source", "good_requests", "goodput", "goodput_slo_ms", "ttft", "tpot",
+    "itl", "e2el", "errors", "throughput_series", "interrupted",
+}  # fmt: skip
+
+
+@pytest.fixture
+def scripted_server():
+    with running_server() as state:
+        yield state
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory):
+    tok = train_bpe()
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
+
+
+def _custom(tmp_path, prompts) -> str:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "output_tokens": 3}) + "\n" for p in prompts))
+    return str(path)
+
+
+def test_full_run_prints_summary_and_saves_stable_json(scripted_server, tmp_path, tokenizer_json):
+    out = tmp_path / "r.json"
+    args = ["serve", "--base-url", scripted_server.url + "/v1", "--tokenizer", tokenizer_json,
+            "--dataset-name", "random", "--random-input-len", "12", "--random-output-len", "3",
+            "--num-prompts", "4", "--max-concurrency", "2", "--header", "X-Secret=hunter2",
+            "--api-key", "sk-topsecret", "--goodput", "ttft:5000 tpot:5000", "--percentiles", "50,99",
+            "--save-result", str(out), "--save-detailed", "--no-progress"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "Successful requests" in res.stdout and "Inter-token latency (per token)" in res.stdout
+    assert "TTFT distribution" in res.stdout and "Output throughput over time" in res.stdout
+    text = out.read_text()
+    assert "hunter2" not in text and "sk-topsecret" not in text and "hunter2" not in res.output
+    data = json.loads(text)
+    assert list(data) == TOP_KEYS and data["schema"] == "fd-bench/1" and data["kind"] == "serve"
+    assert set(data["metrics"]) == METRIC_KEYS
+    assert set(data["metrics"]["ttft"]) == {"mean_ms", "median_ms", "std_ms", "p50_ms", "p99_ms"}
+    m = data["metrics"]
+    assert (m["completed"], m["failed"], m["good_requests"]) == (4, 0, 4)
+    assert m["total_output_tokens"] == 12 and m["total_input_tokens"] == 4 * 7  # the server's usage
+    cfg = data["config"]
+    assert cfg["model"] == "scripted-model" and cfg["base_url"] == scripted_server.url
+    assert cfg["endpoint"] == "/v1/completions" and cfg["request_rate"] == "inf"
+    assert cfg["header"] == {"X-Secret": "<redacted>"} and cfg["api_key"] == "<redacted>"
+    assert cfg["goodput"] == {"ttft": 5000.0, "tpot": 5000.0}
+    assert len(data["requests"]) == 4 and all(r["ok"] for r in data["requests"])
+    # The prompts the server got re-tokenize to exactly 12 tokens, and the key reached it as a bearer.
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_json)
+    assert {len(tok.encode(b["prompt"]).ids) for b in scripted_server.payloads} == {12}
+    assert scripted_server.peak_in_flight <= 2
+    assert set(scripted_server.auth) == {"Bearer sk-topsecret"}
+
+
+def test_failures_are_shown_and_counted(scripted_server, tmp_path):
+    path = _custom(tmp_path, ["ok", "fail", "ok", "malformed"])
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+            "--num-prompts", "4", "--seed", "0", "--num-warmups", "0", "--no-progress", "--no-chart"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "2 request(s) failed" in res.stdout
+    assert "HTTP 500" in res.stdout and "malformed stream" in res.stdout
+
+
+def test_unreachable_server_is_one_line_and_nonzero(tmp_path):
+    res = runner.invoke(app, ["serve", "--port", str(free_port()), "--ready-timeout", "0", "--no-progress"])
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: server at http://127.0.0.1:")
+    assert "Traceback" not in res.output
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--goodput", "ttft=100"], "--goodput"),
+        (["--percentiles", "50,x"], "--percentiles"),
+        (["--backend", "grpc"], "--backend"),
+        (["--header", "novalue"], "KEY=VALUE"),
+        (["--request-rate", "0"], "--request-rate"),
+        (["--save-detailed"], "--save-result"),
+    ],
+)
+def test_bad_options_fail_before_any_network_call(extra, message):
+    # Nothing listens on the port and the ready timeout is long: reaching the network would hang.
+    res = runner.invoke(app, ["serve", "--port", str(free_port()), "--ready-timeout", "600", *extra])
+    assert res.exit_code == 2
+    assert res.stderr.count("\n") == 1 and message in res.stderr
+
+
+def test_unknown_model_name_lists_fails_per_request_not_the_run(scripted_server, tmp_path):
+    # A dataset error after the server is ready is still one line (exit 2).
+    res = runner.invoke(
+        app, ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--no-progress"]
+    )
+    assert res.exit_code == 2 and "--dataset-path" in res.stderr
+
+
+def _result(tmp_path, name, ttft, tput):
+    metrics = {"completed": 10, "output_throughput": tput, "ttft": {"mean_ms": ttft}, "itl_mode": "token"}
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema": "fd-bench/1", "kind": "serve", "metrics": metrics}))
+    return str(path)
+
+
+def test_compare_prints_runs_side_by_side_with_ratios(tmp_path):
+    a = _result(tmp_path, "a.json", 100.0, 50.0)
+    b = _result(tmp_path, "b.json", 250.0, 25.0)
+    res = runner.invoke(app, ["compare", a, b], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    lines = {ln.split("│")[1].strip(): ln for ln in res.stdout.splitlines() if ln.count("│") >= 3}
+    assert "2.50×" in lines["ttft.mean_ms"] and "0.50×" in lines["output_throughput"]
+    assert "1.00×" in lines["completed"] and "itl_mode" not in lines
+
+
+@pytest.mark.parametrize("content", [None, "not json", '{"kind": "serve"}'])
+def test_compare_bad_inputs(tmp_path, content):
+    a = _result(tmp_path, "a.json", 1.0, 1.0)
+    args = ["compare", a]
+    if content is not None:
+        (tmp_path / "bad.json").write_text(content)
+        args.append(str(tmp_path / "bad.json"))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and res.stderr.startswith("Error: ") and res.stderr.count("\n") == 1
+
+
+def test_ctrl_c_prints_the_partial_summary(monkeypatch, scripted_server, tmp_path):
+    from fdcli.bench import serve_cmd
+    from fdcli.bench.metrics import RequestRecord
+
+    async def interrupted(cfg, requests, traffic, state, tokenizer=None, on_done=None):
+        state.bench_start = 100.0
+        state.records.append(
+            RequestRecord(
+                0,
+                ok=True,
+                output_tokens=2,
+                start=100.0,
+                end=100.5,
+                chunk_times=[100.2, 100.4],
+                chunk_tokens=[1, 1],
+                prompt_len=3,
+            )  # fmt: skip
+        )
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serve_cmd, "run_benchmark", interrupted)
+    path = _custom(tmp_path, ["ok"])
+    out = tmp_path / "partial.json"
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+            "--num-prompts", "3", "--no-progress", "--save-result", str(out)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 130
+    assert "Interrupted: partial results" in res.stdout
+    data = json.loads(out.read_text())
+    assert data["metrics"]["interrupted"] is True and data["metrics"]["completed"] == 1
+    assert data["metrics"]["ttft"]["mean_ms"] == pytest.approx(200.0)
+
+
+def test_bench_is_mounted_on_the_fd_app():
+    from fdcli.main import app as fd_app
+
+    res = runner.invoke(fd_app, ["bench", "--help"])
+    assert res.exit_code == 0 and "serve" in res.stdout and "compare" in res.stdout
