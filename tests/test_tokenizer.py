@@ -27,6 +27,7 @@ TEXTS = [
     " ",
     "a" * 40,
 ]
+TOKENIZER_CLASS = "PreTrainedTokenizerFast"
 MESSAGES = [
     [{"role": "user", "content": "What is 2+2?"}],
     [
@@ -201,7 +202,7 @@ def _tiny_hf_folder(
         "bos_token": "<s>",
         "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True},
         "model_max_length": 128,
-        "tokenizer_class": "PreTrainedTokenizerFast",
+        "tokenizer_class": TOKENIZER_CLASS,
     }
     if chat_template:
         cfg["chat_template"] = chat_template
@@ -325,3 +326,21 @@ def test_load_tokenizer_resolution(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match="no tokenizer.json"):
         load_tokenizer(tmp_path / "empty")
+
+
+@pytest.mark.parametrize(("add_bos", "add_eos"), [(False, False), (True, True), (False, True)])
+def test_bos_eos_follow_tokenizer_json_like_transformers(tmp_path, add_bos, add_eos):
+    transformers = pytest.importorskip("transformers")
+    folder = _tiny_hf_folder(tmp_path)  # tokenizer.json's post-processor adds <s>
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg.update(add_bos_token=add_bos, add_eos_token=add_eos)
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    ours = Tokenizer.from_model(folder)
+    ref = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ids = ours.encode("the lazy fox")
+    assert ids == ref.encode("the lazy fox")
+    assert ids[0] == 0 and ids[-1] != 1  # tokenizer.json's post-processor (adds <s>) wins over the flags
+
+
+def test_gguf_context_length_is_model_max_length(smol):
+    assert smol.model_max_length == 8192  # llama.context_length of SmolLM2-135M-Instruct

@@ -93,7 +93,8 @@ class _Reader:
 def read_gguf_metadata(
     path: str | Path, prefixes: tuple[str, ...] = ("tokenizer.", "general.")
 ) -> dict[str, Any]:
-    """Key/value metadata of a GGUF file whose key starts with one of `prefixes` (others are skipped)."""
+    """Key/value metadata of a GGUF file whose key starts with one of `prefixes`, plus every
+    `*.context_length` key (the model's length limit); other values are skipped without decoding."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -108,7 +109,7 @@ def read_gguf_metadata(
             for _ in range(n_kv):
                 key = r.string()
                 (vtype,) = struct.unpack("<I", r.take(4))
-                keep = key.startswith(prefixes)
+                keep = key.startswith(prefixes) or key.endswith(".context_length")
                 val = r.value(vtype, keep)
                 if keep:
                     meta[key] = val

@@ -129,7 +129,9 @@ class Tokenizer:
             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=dict.fromkeys(eos_ids),
             chat_template=meta.get("tokenizer.chat_template"),
-            model_max_length=DEFAULT_MAX_LENGTH,
+            model_max_length=int(
+                meta.get(f"{meta.get('general.architecture')}.context_length") or DEFAULT_MAX_LENGTH
+            ),
             name=path.name,
         )
 
@@ -151,6 +153,9 @@ class Tokenizer:
         def token_id(key: str) -> int | None:
             content = _token_content(cfg.get(key)) or _token_content(special_map.get(key))
             return backend.token_to_id(content) if content is not None else None
+
+        # add_bos_token/add_eos_token in tokenizer_config are not applied: tokenizer.json's post-processor
+        # decides, as in transformers 5 (the reference), which keeps it even when the flags disagree.
 
         eos_ids: list[int] = []
         if (eos := token_id("eos_token")) is not None:
