@@ -76,8 +76,18 @@ def _import_built(base: Path):
     return extension_utils._import_module_from_library(MODULE_NAME, str(base / MODULE_NAME), False)
 
 
+_loaded = None  # Paddle registers custom ops once per process: a second import would expose no ops
+
+
 def load(verbose: bool = False):
     """Build (first time) or import the cached extension module; raises KernelBuildError on failure."""
+    global _loaded
+    if _loaded is None:
+        _loaded = _load(verbose)
+    return _loaded
+
+
+def _load(verbose: bool):
     base = build_dir()
     if _find_library(base):
         try:

@@ -70,13 +70,21 @@ def _upload(p: packing.Packed, quantization: str | None) -> LinearWeight:
     )
 
 
-_PACKERS = {None: packing.pack_f32, "wint8": packing.pack_wint8, "wint4": packing.pack_wint4}
+# "gguf": a GGUF tensor the loader already dequantized, used as given (as in the reference ops).
+_PACKERS = {
+    None: packing.pack_f32,
+    "gguf": packing.pack_f32,
+    "wint8": packing.pack_wint8,
+    "wint4": packing.pack_wint4,
+}
 
 
 def prepare_linear(weight: np.ndarray, bias: np.ndarray | None = None, quantization: str | None = None):
     """Pack a float32 [out, in] weight (HF layout) once at load time."""
     if quantization not in _PACKERS:
-        raise ValueError(f"quantization {quantization!r} is not supported: use None, 'wint8' or 'wint4'")
+        raise ValueError(
+            f"quantization {quantization!r} is not supported: use None, 'gguf', 'wint8' or 'wint4'"
+        )
     weight = np.asarray(weight, dtype=np.float32)
     if weight.ndim != 2:
         raise ValueError(f"linear weight must be 2-D [out, in], got shape {weight.shape}")
@@ -89,40 +97,72 @@ def prepare_linear_gguf(raw: np.ndarray, ggml_type: int, in_features: int, bias:
     return _upload(packing.pack_gguf(raw, ggml_type, in_features, bias), f"gguf:{ggml_type}")
 
 
+def _bad_input(exc: OSError) -> ValueError:
+    """Paddle reports a failed PD_CHECK as OSError with a source location; keep the first line."""
+    return ValueError(str(exc).strip().splitlines()[0])
+
+
 def linear(x: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
     if x.shape[-1] != lw.in_features:
         raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
-    return _ext.fd_linear(
-        x, lw.packed, lw.scales, lw.mins, lw.bias, lw.out_features, lw.kind, lw.group, lw.has_bias
-    )
+    try:
+        return _ext.fd_linear(
+            x, lw.packed, lw.scales, lw.mins, lw.bias, lw.out_features, lw.kind, lw.group, lw.has_bias
+        )
+    except OSError as exc:
+        raise _bad_input(exc) from None
 
 
 def rms_norm(x: paddle.Tensor, weight: paddle.Tensor, eps: float) -> paddle.Tensor:
-    return _ext.fd_rms_norm(x, weight, float(eps))
+    try:
+        return _ext.fd_rms_norm(x, weight, float(eps))
+    except OSError as exc:
+        raise _bad_input(exc) from None
 
 
 def fused_add_rms_norm(x, residual, weight, eps: float):
     """Returns (rms_norm(x + residual) * weight, x + residual); the inputs are not modified."""
-    out, res = _ext.fd_fused_add_rms_norm(x, residual, weight, float(eps))
+    try:
+        out, res = _ext.fd_fused_add_rms_norm(x, residual, weight, float(eps))
+    except OSError as exc:
+        raise _bad_input(exc) from None
     return out, res
 
 
 def silu_and_mul(x: paddle.Tensor) -> paddle.Tensor:
-    return _ext.fd_silu_and_mul(x)
+    try:
+        return _ext.fd_silu_and_mul(x)
+    except OSError as exc:
+        raise _bad_input(exc) from None
 
 
 def rotary_embedding(positions, q, k, cos_sin_cache, head_dim: int):
-    """NeoX rotary applied in place on q and k (which must be contiguous); returns (q, k)."""
-    _ext.fd_rotary_embedding(positions, q, k, cos_sin_cache, int(head_dim))
+    """NeoX rotary applied in place on q and k; returns (q, k). Paddle hands custom ops a contiguous copy
+    of a strided view and drops in-place writes to it, so a view (a column slice of a fused qkv, as the
+    attention layer passes) is copied here first and the rotated copy returned: use the return value."""
+    if not q.is_contiguous():
+        q = q.contiguous()
+    if not k.is_contiguous():
+        k = k.contiguous()
+    try:
+        _ext.fd_rotary_embedding(positions, q, k, cos_sin_cache, int(head_dim))
+    except OSError as exc:
+        raise _bad_input(exc) from None
     return q, k
 
 
 def reshape_and_cache(k, v, k_cache, v_cache, slot_mapping) -> None:
     """Write k/v [T, nkv, hd] into the caches at slot_mapping (negative slots are skipped)."""
-    _ext.fd_reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+    try:
+        _ext.fd_reshape_and_cache(k, v, k_cache, v_cache, slot_mapping)
+    except OSError as exc:
+        raise _bad_input(exc) from None
 
 
 def paged_attention(q, k_cache, v_cache, meta, scale: float) -> paddle.Tensor:
-    return _ext.fd_paged_attention(
-        q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, float(scale)
-    )
+    try:
+        return _ext.fd_paged_attention(
+            q, k_cache, v_cache, meta.query_start_loc, meta.seq_lens, meta.block_tables, float(scale)
+        )
+    except OSError as exc:
+        raise _bad_input(exc) from None

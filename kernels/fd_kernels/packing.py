@@ -35,19 +35,20 @@ class Packed:
     bias: np.ndarray | None  # [panels * NR] float32, zero padded
 
     def dequantize(self) -> np.ndarray:
-        """The float32 [out, in] weight this packing represents (the kernel's exact operand)."""
+        """The float32 [out, in] weight this packing represents (the kernel's exact operand). Computed in
+        float64 and rounded once, as the kernel's fma(q, scale, min) rounds once."""
         k, n = self.in_features, self.out_features
         if self.kind == KIND_U4:
             lo, hi = self.data & 15, self.data >> 4
-            q = np.concatenate([lo, hi], axis=-1).astype(np.float32)
+            q = np.concatenate([lo, hi], axis=-1).astype(np.float64)
         else:
-            q = self.data.astype(np.float32)
+            q = self.data.astype(np.float64)
         if self.kind != KIND_F32:
             kidx = np.arange(k) // self.group
             q = q * self.scales[:, kidx, :]
             if self.kind == KIND_U4:
                 q = q + self.mins[:, kidx, :]
-        return q.transpose(0, 2, 1).reshape(-1, k)[:n]
+        return q.transpose(0, 2, 1).reshape(-1, k)[:n].astype(np.float32)
 
 
 def _panels(cols: np.ndarray) -> np.ndarray:

@@ -206,12 +206,12 @@ static inline void rope_head(float* x, const float* cs, int64_t half) {
 }
 
 static void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t,
-                             int64_t nh, int64_t nkv, int64_t hd) {
+                             int64_t nh, int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride) {
 #pragma omp parallel for schedule(static) if (t * (nh + nkv) * hd >= (1 << 16))
   for (int64_t r = 0; r < t; ++r) {
     const float* cs = cos_sin + pos[r] * hd;
-    for (int64_t h = 0; h < nh; ++h) rope_head(q + (r * nh + h) * hd, cs, hd / 2);
-    for (int64_t h = 0; h < nkv; ++h) rope_head(k + (r * nkv + h) * hd, cs, hd / 2);
+    for (int64_t h = 0; h < nh; ++h) rope_head(q + r * q_stride + h * hd, cs, hd / 2);
+    for (int64_t h = 0; h < nkv; ++h) rope_head(k + r * k_stride + h * hd, cs, hd / 2);
   }
 }
 

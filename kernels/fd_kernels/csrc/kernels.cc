@@ -89,8 +89,8 @@ void fused_add_rms_norm(const float* x, const float* res, const float* w, float 
 void silu_and_mul(const float* x, int64_t t, int64_t i, float* out) { FD_DISPATCH(silu_and_mul, x, t, i, out); }
 
 void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t, int64_t nh,
-                      int64_t nkv, int64_t hd) {
-  FD_DISPATCH(rotary_embedding, pos, q, k, cos_sin, t, nh, nkv, hd);
+                      int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride) {
+  FD_DISPATCH(rotary_embedding, pos, q, k, cos_sin, t, nh, nkv, hd, q_stride, k_stride);
 }
 
 void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots, int64_t t,

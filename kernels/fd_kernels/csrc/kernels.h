@@ -48,8 +48,9 @@ void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, f
 void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                         float* out, float* res_out);
 void silu_and_mul(const float* x, int64_t t, int64_t i, float* out);
+// q / k rows (one token's heads, contiguous) start q_stride / k_stride floats apart.
 void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t, int64_t nh,
-                      int64_t nkv, int64_t hd);
+                      int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride);
 void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots, int64_t t,
                        int64_t nkv, int64_t bs, int64_t hd);
 void paged_attention(const AttnArgs& a);

@@ -99,24 +99,40 @@ std::vector<Tensor> SiluAndMul(const Tensor& x_in) {
   return {out};
 }
 
-// In place on q and k (both must already be contiguous: a copy would not be seen by the caller).
+// Floats between consecutive tokens of x, whose per-token part must be dense: contiguous tensors and
+// column slices of a fused qkv projection both qualify. -1 if x has another layout.
+int64_t row_stride(const Tensor& x) {
+  const auto shape = x.shape();
+  const auto st = x.strides();
+  if (shape.empty()) return -1;
+  int64_t dense = 1;
+  for (int64_t d = (int64_t)shape.size() - 1; d >= 1; --d) {
+    if (shape[d] != 1 && st[d] != dense) return -1;
+    dense *= shape[d];
+  }
+  return shape.size() == 1 ? 1 : st[0];
+}
+
+// In place on q and k: a copy would not be seen by the caller, so views must be row-strided.
 void Rotary(const Tensor& positions, Tensor& q, Tensor& k, const Tensor& cos_sin_in, int64_t head_dim) {
   check_f32(q, "q");
   check_f32(k, "k");
   check_f32(cos_sin_in, "cos_sin_cache");
-  PD_CHECK(q.is_contiguous() && k.is_contiguous(), "rotary_embedding: q and k must be contiguous");
+  const int64_t qs = row_stride(q), ks = row_stride(k);
+  PD_CHECK(qs >= 0 && ks >= 0, "rotary_embedding: q and k must be contiguous within each token");
   const Tensor cos_sin = contig(cos_sin_in);
   const std::vector<int64_t> pos = as_i64(positions, "positions");
   const int64_t t = (int64_t)pos.size();
   PD_CHECK(head_dim > 0 && head_dim % 2 == 0, "rotary_embedding: head_dim must be even");
   PD_CHECK(last_dim(cos_sin) == head_dim, "rotary_embedding: cos_sin_cache rows must have head_dim values");
-  PD_CHECK(q.numel() % (t * head_dim) == 0 && k.numel() % (t * head_dim) == 0,
-           "rotary_embedding: q/k sizes do not match positions x head_dim");
+  if (t == 0) return;
+  PD_CHECK(q.shape()[0] == t && k.shape()[0] == t, "rotary_embedding: q/k and positions disagree on T");
+  const int64_t q_row = q.numel() / t, k_row = k.numel() / t;
+  PD_CHECK(q_row % head_dim == 0 && k_row % head_dim == 0, "rotary_embedding: rows are not whole heads");
   const int64_t max_pos = cos_sin.numel() / head_dim;
   for (int64_t p : pos) PD_CHECK(p >= 0 && p < max_pos, "rotary_embedding: position ", p, " out of range");
-  if (t == 0) return;
   fdk::rotary_embedding(pos.data(), q.data<float>(), k.data<float>(), cos_sin.data<float>(), t,
-                        q.numel() / (t * head_dim), k.numel() / (t * head_dim), head_dim);
+                        q_row / head_dim, k_row / head_dim, head_dim, qs, ks);
 }
 
 void ReshapeAndCache(const Tensor& k_in, const Tensor& v_in, Tensor& kc, Tensor& vc, const Tensor& slots_in) {

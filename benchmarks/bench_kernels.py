@@ -1,0 +1,141 @@
+"""Micro-benchmarks of fd's C++ kernels against paddle.matmul and numpy.
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_kernels.py [--quick]
+
+GEMM: y[M,N] = x[M,K] @ W^T for the SmolLM2-135M shapes, in GFLOP/s (2*M*N*K / time), for fp32 panels,
+wint8, wint4 and GGUF Q4_1 weights. Attention: decode (1 query per sequence) and prefill over the paged
+cache, in milliseconds per call for 9 query heads / 3 KV heads / head_dim 64 (SmolLM2's layer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+import numpy as np  # noqa: E402
+import paddle  # noqa: E402
+from fd_kernels import ops  # noqa: E402
+
+SHAPES = [(1, 576, 1536), (16, 576, 1536), (512, 576, 1536), (512, 1536, 576)]
+
+
+def best_time(fn, min_time: float = 0.3, max_reps: int = 2000) -> float:
+    """Median of repeated calls after a warm-up, in seconds."""
+    for _ in range(3):
+        fn()
+    times, start = [], time.perf_counter()
+    while len(times) < max_reps and (time.perf_counter() - start < min_time or len(times) < 5):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def gguf_q4_1_raw(w: np.ndarray) -> np.ndarray:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    return quantize(w, GGMLQuantizationType.Q4_1)
+
+
+def _gemm_row(rng, m: int, k: int, n: int) -> list[float]:
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    xt, wt, wn = paddle.to_tensor(x), paddle.to_tensor(np.ascontiguousarray(w.T)), np.ascontiguousarray(w.T)
+    flop = 2.0 * m * n * k
+    weights = [ops.prepare_linear(w, None, q) for q in (None, "wint8", "wint4")]
+    weights.append(ops.prepare_linear_gguf(gguf_q4_1_raw(w), 3, k))
+    times = [best_time(lambda lw=lw: ops.linear(xt, lw)) for lw in weights]
+    times.append(best_time(lambda: paddle.matmul(xt, wt)))
+    times.append(best_time(lambda: x @ wn))
+    return [flop / t / 1e9 for t in times]
+
+
+def bench_gemm(quick: bool) -> None:
+    rng = np.random.default_rng(0)
+    print(
+        f"{'M,K,N':>16} {'fd fp32':>8} {'wint8':>8} {'wint4':>8} {'q4_1':>8} {'paddle':>8} {'numpy':>8}  GFLOP/s"
+    )
+    for m, k, n in SHAPES:
+        row = _gemm_row(rng, m, k, n)
+        print(f"{str((m, k, n)):>16} " + " ".join(f"{v:8.1f}" for v in row))
+
+
+def _meta(q_lens, ctx_lens, block_size, rng):
+    from fdcli_engine.step_types import AttentionMetadata
+
+    max_blocks = max(-(-c // block_size) for c in ctx_lens)
+    perm = rng.permutation(len(ctx_lens) * max_blocks)
+    bt = perm.reshape(len(ctx_lens), max_blocks).astype(np.int32)
+    qsl = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    lens = np.asarray(ctx_lens, dtype=np.int32)
+    meta = AttentionMetadata(
+        slot_mapping=paddle.zeros([int(qsl[-1])], dtype="int64"),
+        query_start_loc=paddle.to_tensor(qsl),
+        seq_lens=paddle.to_tensor(lens),
+        block_tables=paddle.to_tensor(bt),
+        max_query_len=int(max(q_lens)),
+        max_seq_len=int(max(ctx_lens)),
+        block_size=block_size,
+        query_start_loc_np=qsl,
+        seq_lens_np=lens,
+    )
+    return meta, len(ctx_lens) * max_blocks
+
+
+def _attention_time(rng, q_lens, ctx, nh=9, nkv=3, hd=64, bs=16) -> float:
+    meta, nb = _meta(q_lens, ctx, bs, rng)
+    kc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
+    vc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
+    q = paddle.to_tensor(rng.standard_normal((sum(q_lens), nh, hd), dtype=np.float32))
+    return best_time(lambda: ops.paged_attention(q, kc, vc, meta, hd**-0.5))
+
+
+def bench_attention(quick: bool) -> None:
+    rng = np.random.default_rng(0)
+    cases = [
+        ("decode B=1 ctx=512", [1], [512]),
+        ("decode B=16 ctx=512", [1] * 16, [512] * 16),
+        ("prefill 512", [512], [512]),
+    ]
+    if not quick:
+        cases.append(("decode B=16 ctx=2048", [1] * 16, [2048] * 16))
+    for name, q_lens, ctx in cases:
+        print(f"attention {name:>22}: {_attention_time(rng, q_lens, ctx) * 1e3:8.3f} ms")
+
+
+def _small_ops_line(rng, t: int) -> str:
+    x = paddle.to_tensor(rng.standard_normal((t, 576), dtype=np.float32))
+    w = paddle.to_tensor(rng.standard_normal(576, dtype=np.float32))
+    g = paddle.to_tensor(rng.standard_normal((t, 3072), dtype=np.float32))
+    return (
+        f"T={t:4d}: rms_norm {best_time(lambda: ops.rms_norm(x, w, 1e-5)) * 1e6:7.1f} us, "
+        f"fused_add_rms_norm {best_time(lambda: ops.fused_add_rms_norm(x, x, w, 1e-5)) * 1e6:7.1f} us, "
+        f"silu_and_mul(1536) {best_time(lambda: ops.silu_and_mul(g)) * 1e6:7.1f} us"
+    )
+
+
+def bench_small_ops() -> None:
+    rng = np.random.default_rng(0)
+    for t in (1, 512):
+        print(_small_ops_line(rng, t))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    ops.load()
+    print(f"threads={os.environ['OMP_NUM_THREADS']} isa={ops.active_isa()}")
+    bench_gemm(args.quick)
+    bench_attention(args.quick)
+    bench_small_ops()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Build system: cache reuse, the clear error without a compiler, and the ISA switch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from fd_kernels import build
+
+from fdcli_engine.errors import KernelBuildError
+
+
+def test_cached_build_is_imported_without_compiling(native):
+    # The session fixture built (or found) the library; a fresh process must import it, not compile.
+    assert build._find_library(build.build_dir())
+    code = (
+        "from fd_kernels import build\n"
+        "def no_build(*a, **k): raise SystemExit('rebuilt although the cache exists')\n"
+        "build._build = no_build\n"
+        "m = build.load()\n"
+        "assert m is build.load() and hasattr(m, 'fd_linear')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_cache_key_tracks_sources(monkeypatch, tmp_path):
+    key = build.cache_key()
+    assert key == build.cache_key()
+    fake = tmp_path / "csrc"
+    fake.mkdir()
+    (fake / "a.cc").write_text("int x;")
+    monkeypatch.setattr(build, "CSRC", fake)
+    assert build.cache_key() != key
+
+
+def test_missing_compiler_is_a_kernel_build_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(build, "_loaded", None)
+    monkeypatch.setenv("FD_KERNELS_CACHE", str(tmp_path))  # empty cache: a build would be needed
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    with pytest.raises(KernelBuildError, match="no C\\+\\+ compiler"):
+        build.load()
+
+
+def test_active_isa_follows_env(native):
+    want = os.environ.get("FD_KERNELS_ISA")
+    isa = native.active_isa()
+    assert isa in ("avx512", "avx2", "scalar")
+    if want:
+        assert isa == want
