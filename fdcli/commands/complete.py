@@ -1,10 +1,126 @@
-"""`fd complete`: placeholder until the client engineer replaces this module (same function name)."""
+"""`fd complete`: one completion from any OpenAI-compatible server, streamed to stdout.
+
+Also home of the small HTTP/SSE helpers `fd chat` shares (httpx only; no engine imports).
+"""
 
 from __future__ import annotations
 
-from fdcli.console import fail
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fdcli.console import BadInput, error_boundary, fail
+
+DEFAULT_URL = "http://127.0.0.1:8000/v1"
+
+UrlOpt = Annotated[str, typer.Option("--url", help="Base URL of the OpenAI-compatible API.")]
+ModelNameOpt = Annotated[
+    Optional[str], typer.Option("--model-name", help="Model to use. Default: the server's first model.")
+]
+ApiKeyOpt = Annotated[
+    Optional[str],
+    typer.Option("--api-key", envvar="OPENAI_API_KEY", help="Bearer key. Default: $OPENAI_API_KEY."),
+]
+MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Most tokens to generate.", min=1)]
+TemperatureOpt = Annotated[
+    Optional[float], typer.Option("--temperature", help="Sampling temperature (0: greedy).", min=0.0, max=2.0)
+]
 
 
-def complete() -> None:
-    """Send one completion request to an OpenAI-compatible server (not implemented yet)."""
-    fail("`fd complete` is not implemented yet")
+class ApiClient:
+    """A thin OpenAI-API client: JSON calls and SSE streams, server errors as one-line BadInput/FdError."""
+
+    def __init__(self, url: str, api_key: str | None, timeout: float = 600.0):
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base = url.rstrip("/")
+        self.http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=5.0))
+
+    def _raise_for(self, resp) -> None:
+        if resp.status_code < 400:
+            return
+        try:
+            resp.read()
+            message = resp.json()["error"]["message"]
+        except Exception:
+            message = resp.text[:300]
+        from fdcli_engine.errors import FdError
+
+        raise FdError(f"server answered {resp.status_code}: {message}")
+
+    def first_model(self) -> str:
+        resp = self.http.get(f"{self.base}/models")
+        self._raise_for(resp)
+        data = resp.json().get("data") or []
+        if not data:
+            raise BadInput("the server lists no models")
+        return data[0]["id"]
+
+    def post(self, path: str, body: dict[str, Any]) -> dict:
+        resp = self.http.post(f"{self.base}{path}", json=body)
+        self._raise_for(resp)
+        return resp.json()
+
+    def stream(self, path: str, body: dict[str, Any]) -> Iterator[dict]:
+        """Each SSE `data:` payload as a dict, until [DONE]; an error event raises."""
+        with self.http.stream("POST", f"{self.base}{path}", json={**body, "stream": True}) as resp:
+            self._raise_for(resp)
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    return
+                event = json.loads(payload)
+                if "error" in event:
+                    from fdcli_engine.errors import FdError
+
+                    raise FdError(f"server error: {event['error'].get('message')}")
+                yield event
+
+
+def sampling_body(max_tokens: int | None, temperature: float | None) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if temperature is not None:
+        body["temperature"] = temperature
+    return body
+
+
+def complete(
+    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or nothing reads stdin.")] = None,
+    url: UrlOpt = DEFAULT_URL,
+    model_name: ModelNameOpt = None,
+    api_key: ApiKeyOpt = None,
+    max_tokens: MaxTokensOpt = 128,
+    temperature: TemperatureOpt = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the whole JSON response.")] = False,
+) -> None:
+    """Send one completion request to an OpenAI-compatible server and stream the text."""
+    if prompt is None or prompt == "-":
+        if sys.stdin.isatty():
+            fail("give a prompt as an argument or on stdin", 2)
+        prompt = sys.stdin.read()
+    if not prompt:
+        fail("the prompt is empty", 2)
+    with error_boundary():
+        client = ApiClient(url, api_key or os.environ.get("OPENAI_API_KEY"))
+        body = {
+            "model": model_name or client.first_model(),
+            "prompt": prompt,
+            **sampling_body(max_tokens, temperature),
+        }
+        if json_output:
+            sys.stdout.write(json.dumps(client.post("/completions", body), indent=2) + "\n")
+            return
+        for event in client.stream("/completions", body):
+            for choice in event.get("choices", []):
+                sys.stdout.write(choice.get("text", ""))
+                sys.stdout.flush()
+        sys.stdout.write("\n")

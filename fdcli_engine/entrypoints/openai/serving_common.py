@@ -203,7 +203,10 @@ def delta_logprobs(comp, num_new: int):
 
 
 def token_text(tokenizer, lp) -> str:
-    return lp.decoded if lp.decoded else tokenizer.decode([lp.token_id])
+    """A logprob entry's text; ids past the tokenizer's vocabulary (padded embeddings) read as ''."""
+    if lp.decoded or lp.token_id >= getattr(tokenizer, "vocab_size", 1 << 62):
+        return lp.decoded
+    return tokenizer.decode([lp.token_id], skip_special_tokens=False)
 
 
 def completion_logprobs(tokenizer, entries, token_ids: list[int], start_offset: int) -> CompletionLogprobs:
