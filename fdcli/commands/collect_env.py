@@ -1,8 +1,7 @@
 """`fd collect-env`: an environment report to paste into bug reports.
 
 Invariants:
-- Environment variables are captured before paddle is imported (Paddle sets OMP_NUM_THREADS=1 on import,
-  which would misreport the user's setting).
+- Paddle is probed in a child process, never imported here (the CLI must not import paddle).
 - Package versions come from importlib.metadata, without importing the packages.
 - Nothing secret is printed: a variable whose name contains KEY/TOKEN/SECRET/PASSWORD/CREDENTIAL, or whose
   value looks like an API key (sk-..., hf_..., Bearer ...), is shown as <redacted>.
@@ -160,34 +159,44 @@ def _packages() -> dict[str, str]:
     return out
 
 
-def _paddle_info() -> dict[str, Any]:
-    """Import paddle and describe its build; never raises (a broken install is itself worth reporting)."""
-    import contextlib
-    import io
-    import warnings
+# Runs in a child process: the CLI never imports paddle (import-linter contract), a broken paddle install
+# (missing shared library, crash on import) is reported instead of taking the report down, and paddle's
+# import-time rewrite of OMP_NUM_THREADS and its warnings stay out of this process.
+_PADDLE_PROBE = """
+import json, warnings
+warnings.simplefilter("ignore")
+import paddle
+v = paddle.version
+info = {"version": paddle.__version__, "commit": getattr(v, "commit", "unknown"),
+        "compiled_with_cuda": bool(paddle.is_compiled_with_cuda())}
+for attr in ("cuda", "cudnn", "with_mkl"):
+    fn = getattr(v, attr, None)
+    if fn is not None:
+        try:
+            info[attr] = str(fn() if callable(fn) else fn)
+        except Exception as exc:
+            info[attr] = "unknown (%s)" % exc
+try:
+    info["device"] = paddle.device.get_device()
+except Exception as exc:
+    info["device"] = "unknown (%s)" % exc
+print("FD_PADDLE_INFO=" + json.dumps(info))
+"""
 
+
+def _paddle_info() -> dict[str, Any]:
+    """Paddle's version and build, probed in a child process; never raises."""
     try:
-        # Paddle prints setup warnings (ccache, OMP_NUM_THREADS) on import; they are noise in a report.
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            import paddle
-    except Exception as exc:  # ImportError, or a shared-library failure inside paddle's import
-        return {"error": f"import paddle failed: {type(exc).__name__}: {exc}"}
-    v = paddle.version
-    info: dict[str, Any] = {"version": paddle.__version__, "commit": getattr(v, "commit", "unknown")}
-    info["compiled_with_cuda"] = bool(paddle.is_compiled_with_cuda())
-    for attr in ("cuda", "cudnn", "with_mkl"):
-        fn = getattr(v, attr, None)
-        if fn is not None:
-            try:
-                info[attr] = str(fn() if callable(fn) else fn)
-            except Exception as exc:  # version helpers differ between builds
-                info[attr] = f"unknown ({exc})"
-    try:
-        info["device"] = paddle.device.get_device()
-    except Exception as exc:
-        info["device"] = f"unknown ({exc})"
-    return info
+        res = subprocess.run(
+            [sys.executable, "-c", _PADDLE_PROBE], capture_output=True, text=True, timeout=180, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"paddle probe failed: {exc}"}
+    for line in res.stdout.splitlines():
+        if line.startswith("FD_PADDLE_INFO="):
+            return json.loads(line.split("=", 1)[1])
+    last = (res.stderr.strip().splitlines() or [f"exit code {res.returncode}"])[-1]
+    return {"error": f"import paddle failed: {last[:300]}"}
 
 
 def _gpus() -> list[str] | str:

@@ -67,3 +67,42 @@ def test_version():
 def test_unknown_command_is_a_usage_error():
     result = CliRunner().invoke(app, ["no-such-command"])
     assert result.exit_code == 2
+
+
+LINTER_CONFIG = """
+[importlinter]
+root_packages =
+    fdcli
+    fdcli_engine
+include_external_packages = True
+
+[importlinter:contract:cli]
+name = The CLI never reaches engine internals
+type = forbidden
+source_modules =
+    fdcli
+forbidden_modules =
+    fdcli_engine.core
+    fdcli_engine.runner
+    fdcli_engine.models
+    fdcli_engine.layers
+    fdcli_engine.ops
+    paddle
+allow_indirect_imports = True
+"""
+
+
+def test_import_linter_contract(tmp_path):
+    # Also counts imports inside functions, which the sys.modules probes above cannot see.
+    import shutil
+
+    import pytest
+
+    pytest.importorskip("importlinter")
+    exe = shutil.which("lint-imports") or pytest.skip("lint-imports not on PATH")
+    cfg = tmp_path / "importlinter.ini"
+    cfg.write_text(LINTER_CONFIG)
+    res = subprocess.run(
+        [exe, "--config", str(cfg), "--no-cache"], capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stdout[-2000:]

@@ -67,3 +67,12 @@ def test_table_output_redacts(monkeypatch):
     assert result.exit_code == 0
     assert "packages" in result.stdout and "OPENAI_API_KEY" in result.stdout and REDACTED in result.stdout
     assert "sk-live-123456" not in result.stdout
+
+
+def test_broken_paddle_is_reported_not_raised(monkeypatch):
+    from fdcli.commands import collect_env
+
+    monkeypatch.setattr(collect_env, "_PADDLE_PROBE", "raise ImportError('libpaddle.so: cannot open')")
+    assert collect_env._paddle_info() == {
+        "error": "import paddle failed: ImportError: libpaddle.so: cannot open"
+    }
