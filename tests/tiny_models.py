@@ -59,11 +59,11 @@ def make_tiny_checkpoint(arch: str, folder: str | Path, seed: int = 0, **overrid
     return folder
 
 
-def load_hf_model(folder: str | Path):
-    """The transformers model saved in `folder`, fp32, eval mode, eager attention."""
+def load_hf_model(folder: str | Path, **kwargs):
+    """The transformers model saved in `folder`, eval mode, eager attention (kwargs: e.g. dtype)."""
     from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **kwargs).eval()
 
 
 CHAT_TEMPLATE = (
