@@ -47,8 +47,19 @@ def _models_from(resp) -> list[str]:
         return []
 
 
+def _still_loading(client, base: str) -> str | None:
+    """Some servers list models before they can serve (llama.cpp, fd while loading weights): they answer
+    /health or /ready with a 5xx until then. A 404 means the probe does not exist, which is fine."""
+    for path in ("/health", "/ready"):
+        status = client.get(base + path).status_code
+        if status >= 500:
+            return f"{base}{path} answered {status} (still loading?)"
+    return None
+
+
 def wait_ready(base_url: str, headers: dict, timeout: float, sleep=time.sleep) -> list[str]:
-    """Poll /v1/models (then /health) until the server answers 200; return the model ids it lists.
+    """Poll until /v1/models answers 200 and /health, /ready (where they exist) are not 5xx; return the
+    model ids listed (a server without /v1/models but with a healthy /health gives []).
 
     401/403 stop at once (waiting will not fix a key); anything else retries until `timeout`.
     """
@@ -62,14 +73,18 @@ def wait_ready(base_url: str, headers: dict, timeout: float, sleep=time.sleep) -
             try:
                 resp = client.get(base + "/v1/models")
                 if resp.status_code == 200:
-                    return _models_from(resp)
-                if resp.status_code in (401, 403):
+                    busy = _still_loading(client, base)
+                    if busy is None:
+                        return _models_from(resp)
+                    last = busy
+                elif resp.status_code in (401, 403):
                     raise ServerNotReady(
                         f"{base}/v1/models answered {resp.status_code}: check --api-key / OPENAI_API_KEY"
                     )
-                if resp.status_code == 404 and client.get(base + "/health").status_code == 200:
+                elif resp.status_code == 404 and client.get(base + "/health").status_code == 200:
                     return []
-                last = f"HTTP {resp.status_code} from {base}/v1/models"
+                else:
+                    last = f"HTTP {resp.status_code} from {base}/v1/models"
             except httpx.HTTPError as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if time.monotonic() >= deadline:

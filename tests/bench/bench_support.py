@@ -74,6 +74,7 @@ class ScriptedServer:
         self.peak_in_flight = 0
         self.payloads: list[dict] = []
         self.auth: list[str | None] = []
+        self.loading_polls = 0  # /health answers 503 this many more times (a server still loading)
         self.url = ""
 
 
@@ -122,6 +123,13 @@ def make_app(state: ScriptedServer):
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": "scripted-model", "object": "model"}]}
+
+    @app.get("/health")
+    async def health():
+        if state.loading_polls > 0:
+            state.loading_polls -= 1
+            return JSONResponse({"error": {"message": "loading"}}, status_code=503)
+        return {}
 
     async def handle(request: Request, chat: bool):
         body = await request.json()

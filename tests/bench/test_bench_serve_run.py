@@ -112,3 +112,10 @@ def test_wait_ready_lists_models_and_unreachable_server_is_one_clear_error(scrip
         wait_ready(f"http://127.0.0.1:{free_port()}", {}, 0.6, sleep=sleeps.append)
     assert sleeps  # it polled more than once before giving up
     assert math.isclose(sum(sleeps) / len(sleeps), 0.5)
+
+
+def test_wait_ready_waits_while_health_says_the_server_is_still_loading(scripted_server):
+    scripted_server.loading_polls = 3
+    sleeps = []
+    assert wait_ready(scripted_server.url, {}, 30.0, sleep=sleeps.append) == ["scripted-model"]
+    assert len(sleeps) == 3 and scripted_server.loading_polls == 0
