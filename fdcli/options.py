@@ -30,6 +30,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from fdcli.console import error_boundary
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 
@@ -269,8 +270,6 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from fdcli.console import error_boundary
-
         engine_kwargs = {name: kwargs.pop(name, None) for name in ENGINE_FLAGS}
         config_file = kwargs.pop("config", None)
         with error_boundary():

@@ -44,8 +44,16 @@ def _load(model: str | None, tokenizer: str | None):
     return load_tokenizer(tokenizer or model)
 
 
+def _read_stdin(what: str) -> str:
+    if sys.stdin.isatty():  # waiting on a terminal would look like a hang
+        raise BadInput(
+            f"'-' reads {what} from standard input: pipe it in, e.g. `echo ... | fd tokenizer ...`"
+        )
+    return sys.stdin.read()
+
+
 def _read_text(text: str) -> str:
-    return sys.stdin.read() if text == "-" else text
+    return _read_stdin("the text") if text == "-" else text
 
 
 def parse_ids(values: list[str]) -> list[int]:
@@ -202,7 +210,7 @@ def vocab_export(
 
 def _load_json(source: str, what: str) -> Any:
     try:
-        raw = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+        raw = _read_stdin(what) if source == "-" else Path(source).read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"cannot read {what} {source!r}: {exc.strerror or exc}") from None
     try:
