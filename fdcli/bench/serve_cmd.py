@@ -67,6 +67,7 @@ class ServeOptions:
     temperature: float = 0.0
     top_p: float | None = None
     top_k: int | None = None
+    max_tokens: int | None = None
     ignore_eos: bool = False
     percentiles: str = "50,90,99"
     goodput: list[str] | None = None
@@ -103,6 +104,8 @@ def _check(opts: ServeOptions) -> None:
         raise ConfigError("--request-timeout must be positive")
     if not 0.0 <= opts.temperature <= 2.0:
         raise ConfigError(f"--temperature must be between 0 and 2, got {opts.temperature}")
+    if opts.max_tokens is not None and opts.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be at least 1, got {opts.max_tokens}")
     if opts.save_detailed and opts.save_result is None:
         raise ConfigError("--save-detailed needs --save-result FILE.json")
 
@@ -157,6 +160,9 @@ def _prepare(opts: ServeOptions):
         raise ConfigError(f"--tokenizer: {tok_note}")
     _note(f"fd bench: {model} at {base_url} — {tok_note}")
     requests = build_requests(ds_opts, tokenizer, opts.num_prompts, opts.seed)
+    if opts.max_tokens is not None:
+        for req in requests:
+            req.output_len = opts.max_tokens
     cfg = BackendConfig(
         base_url=base_url, backend=opts.backend, endpoint=opts.endpoint, model=model, headers=headers,
         temperature=opts.temperature, top_p=opts.top_p, top_k=opts.top_k, ignore_eos=opts.ignore_eos,

@@ -191,7 +191,7 @@ def serve(
         _opt(
             "--ramp-up",
             panel=TRAFFIC,
-            help="linear or exponential: move the rate from start to end over the run.",
+            help="linear or exponential: move the rate from start to end over the run (replaces --request-rate).",
         ),
     ] = None,
     ramp_up_start_rate: Annotated[
@@ -206,6 +206,14 @@ def serve(
     top_p: Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")] = None,
     top_k: Annotated[
         Optional[int], _opt("--top-k", panel=SAMPLING, help="Sent as an extra body field when given.")
+    ] = None,
+    max_tokens: Annotated[
+        Optional[int],
+        _opt(
+            "--max-tokens",
+            panel=SAMPLING,
+            help="Output tokens for every request, overriding the dataset's lengths.",
+        ),
     ] = None,
     ignore_eos: Annotated[
         bool,

@@ -83,11 +83,13 @@ def test_full_run_prints_summary_and_saves_stable_json(scripted_server, tmp_path
 def test_failures_are_shown_and_counted(scripted_server, tmp_path):
     path = _custom(tmp_path, ["ok", "fail", "ok", "malformed"])
     args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
-            "--num-prompts", "4", "--seed", "0", "--num-warmups", "0", "--no-progress", "--no-chart"]  # fmt: skip
+            "--num-prompts", "4", "--seed", "0", "--num-warmups", "0", "--no-progress", "--no-chart",
+            "--max-tokens", "2"]  # fmt: skip
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "2 request(s) failed" in res.stdout
     assert "HTTP 500" in res.stdout and "malformed stream" in res.stdout
+    assert {b["max_tokens"] for b in scripted_server.payloads} == {2}  # --max-tokens overrides the file's 3
 
 
 def test_unreachable_server_is_one_line_and_nonzero(tmp_path):
@@ -107,6 +109,7 @@ def test_unreachable_server_is_one_line_and_nonzero(tmp_path):
         (["--header", "novalue"], "KEY=VALUE"),
         (["--request-rate", "0"], "--request-rate"),
         (["--save-detailed"], "--save-result"),
+        (["--max-tokens", "0"], "--max-tokens"),
     ],
 )
 def test_bad_options_fail_before_any_network_call(extra, message):
