@@ -39,18 +39,22 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.to_dict(), status_code=err.status, headers=err.headers)
 
 
+_TYPE_LABELS = {"str", "int", "float", "bool", "dict", "list", "none", "json-or-python"}
+
+
 def _loc_to_param(loc) -> str | None:
-    parts = [p for p in loc if p not in ("body", "query", "path")]
+    """pydantic's error location → an OpenAI `param` like `messages[0].role` (union-branch labels such
+    as `list[int]` or `constrained-str` are not field names and are dropped)."""
     out = ""
-    for p in parts:
+    for p in loc:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif not out:
-            out = str(p)
-        elif "[" in str(p) or str(p) in ("str", "int", "list[int]", "list[str]", "list[list[int]]"):
-            continue  # pydantic's union-branch labels, not field names
+        elif p in ("body", "query", "path") and not out:
+            continue
+        elif "[" in p or "-" in p or p in _TYPE_LABELS:
+            continue
         else:
-            out += f".{p}"
+            out += f".{p}" if out else p
     return out or None
 
 

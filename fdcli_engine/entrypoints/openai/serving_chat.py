@@ -132,7 +132,9 @@ class OpenAIServingChat:
         prompt, prompt_ids = self.render(req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        max_tokens = resolve_max_tokens(len(prompt_ids), limit, self.engine.model_config.max_model_len, param)
+        max_tokens = resolve_max_tokens(
+            len(prompt_ids), limit, self.engine.model_config.max_model_len, param, "messages"
+        )
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = build_params(req, self.engine.tokenizer, max_tokens, logprobs)
         rid = request_id or req.request_id or random_id("chatcmpl")

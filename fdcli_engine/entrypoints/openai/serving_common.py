@@ -68,15 +68,17 @@ def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
         )
 
 
-def resolve_max_tokens(prompt_len: int, max_tokens: int | None, max_model_len: int, param: str) -> int:
+def resolve_max_tokens(
+    prompt_len: int, max_tokens: int | None, max_model_len: int, param: str, prompt_param: str = "prompt"
+) -> int:
     """Invariant: prompt_len + returned value <= max_model_len, or a 400 that states the lengths."""
     if prompt_len == 0:
-        raise bad_request("the prompt is empty", "prompt" if param == "max_tokens" else "messages")
+        raise bad_request("the prompt is empty", prompt_param)
     if prompt_len >= max_model_len:
         raise bad_request(
             f"the prompt has {prompt_len} tokens but the model's context length is {max_model_len}; "
             "shorten the prompt",
-            "prompt" if param == "max_tokens" else "messages",
+            prompt_param,
         )
     room = max_model_len - prompt_len
     if max_tokens is None:
