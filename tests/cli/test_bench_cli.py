@@ -188,6 +188,27 @@ def test_ctrl_c_prints_the_partial_summary(monkeypatch, scripted_server, tmp_pat
     assert data["metrics"]["ttft"]["mean_ms"] == pytest.approx(200.0)
 
 
+def test_ramp_up_and_rate_reach_the_arrival_schedule(monkeypatch, scripted_server, tmp_path):
+    from fdcli.bench import serve_cmd
+    from fdcli.bench.traffic import arrival_offsets
+
+    seen = {}
+
+    async def capture(cfg, requests, traffic, state, tokenizer=None, on_done=None):
+        seen["offsets"] = traffic.offsets
+        state.bench_start = state.bench_end = 0.0
+
+    monkeypatch.setattr(serve_cmd, "run_benchmark", capture)
+    path = _custom(tmp_path, ["ok"])
+    base = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+            "--num-prompts", "20", "--seed", "4", "--no-progress"]  # fmt: skip
+    ramp = ["--ramp-up", "exponential", "--ramp-up-start-rate", "1", "--ramp-up-end-rate", "50"]
+    assert runner.invoke(app, base + ramp).exit_code == 0
+    assert seen["offsets"] == arrival_offsets(20, float("inf"), 1.0, 4, "exponential", 1.0, 50.0)
+    assert runner.invoke(app, base + ["--request-rate", "7", "--burstiness", "0.5"]).exit_code == 0
+    assert seen["offsets"] == arrival_offsets(20, 7.0, 0.5, 4)
+
+
 def test_bench_is_mounted_on_the_fd_app():
     from fdcli.main import app as fd_app
 
