@@ -3,6 +3,8 @@ rotary, cache write, paged attention, output projection."""
 
 from __future__ import annotations
 
+import paddle
+
 from fdcli_engine import ops
 from fdcli_engine.layers.linear import Linear, MergedLinear
 from fdcli_engine.layers.norm import RMSNorm
@@ -42,9 +44,7 @@ class Attention:
     def __call__(self, positions, hidden, kv_cache, meta):
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden)
-        q = qkv[:, : self.q_size]
-        k = qkv[:, self.q_size : self.q_size + self.kv_size]
-        v = qkv[:, self.q_size + self.kv_size :]
+        q, k, v = paddle.split(qkv, [self.q_size, self.kv_size, self.kv_size], axis=-1)  # one op, not three
         if self.q_norm is not None:
             q = self.q_norm(q.reshape([-1, self.head_dim])).reshape([num_tokens, self.q_size])
             k = self.k_norm(k.reshape([-1, self.head_dim])).reshape([num_tokens, self.kv_size])
