@@ -33,6 +33,7 @@ class BackendConfig:
     top_p: float | None = None
     top_k: int | None = None
     ignore_eos: bool = False
+    include_usage: bool = True  # off for servers that reject stream_options
     request_timeout: float = 600.0
 
     @property
@@ -47,12 +48,9 @@ def build_payload(cfg: BackendConfig, req: SampleRequest) -> dict:
         body["messages"] = [{"role": "user", "content": req.prompt}]
     else:
         body["prompt"] = req.prompt
-    body.update(
-        max_tokens=req.output_len,
-        temperature=cfg.temperature,
-        stream=True,
-        stream_options={"include_usage": True},
-    )
+    body.update(max_tokens=req.output_len, temperature=cfg.temperature, stream=True)
+    if cfg.include_usage:
+        body["stream_options"] = {"include_usage": True}
     if cfg.top_p is not None:
         body["top_p"] = cfg.top_p
     if cfg.top_k is not None:

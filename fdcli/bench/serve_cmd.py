@@ -69,6 +69,7 @@ class ServeOptions:
     top_k: int | None = None
     max_tokens: int | None = None
     ignore_eos: bool = False
+    include_usage: bool = True
     percentiles: str = "50,90,99"
     goodput: list[str] | None = None
     save_result: Path | None = None
@@ -166,6 +167,7 @@ def _prepare(opts: ServeOptions):
     cfg = BackendConfig(
         base_url=base_url, backend=opts.backend, endpoint=opts.endpoint, model=model, headers=headers,
         temperature=opts.temperature, top_p=opts.top_p, top_k=opts.top_k, ignore_eos=opts.ignore_eos,
+        include_usage=opts.include_usage,
         request_timeout=opts.request_timeout,
     )  # fmt: skip
     traffic = TrafficConfig(offsets, opts.max_concurrency, opts.num_warmups)

@@ -223,6 +223,14 @@ def serve(
             help="Ask the server to generate exactly max_tokens (extra body field).",
         ),
     ] = False,
+    include_usage: Annotated[
+        bool,
+        _opt(
+            "--include-usage/--no-include-usage",
+            panel=TARGET,
+            help="Ask for token counts in the stream (stream_options); turn off for servers that reject it.",
+        ),
+    ] = True,
     percentiles: Annotated[
         str, _opt("--percentiles", panel=OUTPUT, help="Comma-separated percentiles.")
     ] = "50,90,99",

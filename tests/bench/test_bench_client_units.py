@@ -66,6 +66,8 @@ def test_payload_only_sends_optional_fields_when_set():
         "model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.0, "stream": True,
         "stream_options": {"include_usage": True},
     }  # fmt: skip
+    cfg.include_usage = False
+    assert "stream_options" not in build_payload(cfg, SampleRequest("hi", None, 7))
     assert BackendConfig(base_url="http://x/", backend="openai-chat").url == "http://x/v1/chat/completions"
 
 

@@ -84,12 +84,13 @@ def test_failures_are_shown_and_counted(scripted_server, tmp_path):
     path = _custom(tmp_path, ["ok", "fail", "ok", "malformed"])
     args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
             "--num-prompts", "4", "--seed", "0", "--num-warmups", "0", "--no-progress", "--no-chart",
-            "--max-tokens", "2"]  # fmt: skip
+            "--max-tokens", "2", "--no-include-usage"]  # fmt: skip
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "2 request(s) failed" in res.stdout
     assert "HTTP 500" in res.stdout and "malformed stream" in res.stdout
     assert {b["max_tokens"] for b in scripted_server.payloads} == {2}  # --max-tokens overrides the file's 3
+    assert not any("stream_options" in b for b in scripted_server.payloads)
 
 
 def test_unreachable_server_is_one_line_and_nonzero(tmp_path):
