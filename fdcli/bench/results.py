@@ -108,9 +108,9 @@ def flatten_metrics(metrics: dict) -> dict[str, float]:
         if isinstance(value, dict):
             for sub, v in value.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    flat[f"{key}.{sub}"] = float(v)
+                    flat[f"{key}.{sub}"] = v
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            flat[key] = float(value)
+            flat[key] = value  # ints stay ints so counts print as counts
     return flat
 
 
