@@ -344,3 +344,127 @@ def test_bos_eos_follow_tokenizer_json_like_transformers(tmp_path, add_bos, add_
 
 def test_gguf_context_length_is_model_max_length(smol):
     assert smol.model_max_length == 8192  # llama.context_length of SmolLM2-135M-Instruct
+
+
+# --- SentencePiece GGUF ("llama" tokenizer model) ---------------------------------------------------------
+SPM_PIECES = [
+    "▁",
+    "▁t",
+    "he",
+    "▁the",
+    "▁a",
+    "ll",
+    "▁h",
+    "▁he",
+    "llo",
+    "▁hello",
+    "or",
+    "▁w",
+    "▁wor",
+    "▁world",
+    "12",
+]
+SPM_CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'") + ["é", "世"]
+
+
+def _write_tiny_spm_gguf(path, add_space_prefix: bool | None = None):
+    gguf = pytest.importorskip("gguf")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES + SPM_CHARS
+    types = [2, 3, 3] + [6] * 256 + [1] * (len(SPM_PIECES) + len(SPM_CHARS))  # 6: byte-fallback pieces
+    scores = (
+        [0.0] * 259
+        + [-float(i) for i in range(len(SPM_PIECES))]
+        + [-100.0 - i for i in range(len(SPM_CHARS))]
+    )
+    w = gguf.GGUFWriter(str(path), "llama")
+    # transformers reads a model config from the file before its tokenizer.
+    w.add_context_length(256)
+    w.add_embedding_length(64)
+    w.add_block_count(1)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(16)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    if add_space_prefix is not None:
+        w.add_add_space_prefix(add_space_prefix)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    return tokens
+
+
+SPM_TEXTS = [
+    "hello world",
+    " hello  world",
+    "the hello",
+    "héllo 世界 🤗 ok",
+    "12 1 121\nx",
+    "",
+    "<s>the</s>",
+    "a  b",
+]
+
+
+@pytest.fixture(scope="module")
+def spm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("spm") / "tiny-spm.gguf"
+    _write_tiny_spm_gguf(path)
+    return path
+
+
+def test_sentencepiece_gguf_matches_transformers(spm):
+    transformers = pytest.importorskip("transformers")
+    ref = transformers.AutoTokenizer.from_pretrained(str(spm.parent), gguf_file=spm.name)
+    ours = Tokenizer.from_model(spm)
+    assert ours.vocab_size == len(ref)
+    for text in SPM_TEXTS:
+        ids = ours.encode(text)
+        assert ids == ref.encode(text), text
+        assert ids[0] == 1  # llama.cpp adds BOS to SentencePiece vocabularies by default
+        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True)
+        if "<s>" not in text:  # round trip, minus the one leading space SentencePiece decoding strips
+            assert ours.decode(ids) == (text[1:] if text.startswith(" ") else text)
+
+
+def test_sentencepiece_merges_and_byte_fallback(spm):
+    tok = Tokenizer.from_model(spm)
+    assert tok.convert_ids_to_tokens(tok.encode("the hello", add_special_tokens=False)) == ["▁the", "▁hello"]
+    ids = tok.encode("🤗", add_special_tokens=False)
+    assert tok.convert_ids_to_tokens(ids) == ["▁", "<0xF0>", "<0x9F>", "<0xA4>", "<0x97>"]
+    assert b"".join(tok.token_bytes(i) for i in ids) == " 🤗".encode()
+    assert tok.decode(ids) == "🤗"
+
+
+def test_sentencepiece_without_space_prefix(tmp_path):
+    path = tmp_path / "nospace.gguf"
+    _write_tiny_spm_gguf(path, add_space_prefix=False)
+    tok = Tokenizer.from_model(path)
+    assert tok.convert_ids_to_tokens(tok.encode("hello world", add_special_tokens=False))[:2] == ["he", "llo"]
+    assert tok.decode(tok.encode(" hello")) == " hello"
+
+
+def test_incremental_on_sentencepiece(spm):
+    # A SentencePiece decode strips the text's leading space, so the reference is the output's text in
+    # context — decode(prompt + output) past decode(prompt) — which keeps "hello" + " world" spaced.
+    tok = Tokenizer.from_model(spm)
+
+    def in_context(prompt, ids):
+        return tok.decode(prompt + ids)[len(tok.decode(prompt)) :]
+
+    rng = random.Random(2)
+    for _ in range(20):
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randint(1, 30))]
+        prompt = tok.encode("the")
+        assert "".join(_stream(tok, prompt, ids)) == in_context(prompt, ids)
+    text_ids = tok.encode("héllo 世界 🤗 the world", add_special_tokens=False)
+    deltas = _stream(tok, tok.encode("hello"), text_ids)
+    assert "".join(deltas) == " héllo 世界 🤗 the world" == in_context(tok.encode("hello"), text_ids)
+    assert not any("\ufffd" in d for d in deltas)

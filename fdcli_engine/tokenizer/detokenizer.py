@@ -1,8 +1,10 @@
 """Incremental detokenization for streaming.
 
 Invariant: the concatenation of every `add_tokens` delta followed by `flush()` equals
-`tokenizer.decode(output_ids, skip_special_tokens)` for byte-level BPE — a delta never contains a partial
-UTF-8 character (U+FFFD that a later token would complete); such text is held back until complete.
+`tokenizer.decode(output_ids, skip_special_tokens)` (byte-level BPE and SentencePiece byte fallback) — a
+delta never contains a partial UTF-8 character (U+FFFD that a later token would complete); such text is
+held back until complete. For SentencePiece, whose decode strips a text's leading space, the reference is
+the output in context (decode(prompt + output) past decode(prompt)): "hello" + " world" keeps its space.
 
 Method (vLLM's prefix/read offsets): decode only a short window, `tokens[prefix_offset:]`, and diff it
 against the decode of `tokens[prefix_offset:read_offset]`, so each call costs O(window), not O(length).
@@ -29,6 +31,11 @@ class IncrementalDetokenizer:
         self.prefix_offset = max(len(self.token_ids) - _PROMPT_CONTEXT, 0)
         self.read_offset = len(self.token_ids)
         self.output_text = ""
+        # SentencePiece byte-fallback ids: a run of them decodes as a unit (an invalid run becomes U+FFFD
+        # for every byte, valid ASCII included), so text is committed only once a run has ended.
+        # Skipped special tokens vanish before the decoder runs, so they do not end a run.
+        self._byte_run_ids = getattr(tokenizer, "byte_fallback_ids", frozenset())
+        self._skipped_ids = set(getattr(tokenizer, "special_tokens", {})) if skip_special_tokens else set()
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -40,6 +47,8 @@ class IncrementalDetokenizer:
     def add_tokens(self, new_token_ids: list[int]) -> str:
         """Append generated ids; return the newly completed text (possibly "")."""
         self.token_ids.extend(new_token_ids)
+        if self._byte_run_ids and self._in_byte_run():
+            return ""
         prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
         new_text = self._decode(self.token_ids[self.prefix_offset :])
         # Hold back while the window ends inside a character, or nothing visible was added.
@@ -50,6 +59,12 @@ class IncrementalDetokenizer:
         self.read_offset = len(self.token_ids)
         self.output_text += delta
         return delta
+
+    def _in_byte_run(self) -> bool:
+        for token_id in reversed(self.token_ids):
+            if token_id not in self._skipped_ids:
+                return token_id in self._byte_run_ids
+        return False
 
     def flush(self) -> str:
         """At the end of a sequence: emit held-back text (an incomplete character decodes to U+FFFD)."""

@@ -2,8 +2,8 @@
 
 Only the key/value header is read (a small sequential parser: gguf.GGUFReader takes about 2 s on a 49k
 vocabulary because it maps every array element; this reads the same header in well under a second and
-never touches tensor data). Supported: `tokenizer.ggml.model == "gpt2"` (byte-level BPE), which covers
-Llama-3, Qwen2 and SmolLM-style files.
+never touches tensor data). Supported: `tokenizer.ggml.model == "gpt2"` (byte-level BPE: Llama-3, Qwen2,
+SmolLM) and "llama" (SentencePiece with byte fallback: Llama-2, Mistral, TinyLlama).
 
 Pre-tokenizers follow llama.cpp's `tokenizer.ggml.pre` table: llama.cpp applies its regexes one after the
 other, each splitting the pieces the previous one produced, and we mirror that with a Sequence of
@@ -42,6 +42,7 @@ PRE_TOKENIZER_SPLITS: dict[str, list[str]] = {
 }
 
 # llama.cpp token types.
+TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
@@ -119,31 +120,49 @@ def read_gguf_metadata(
 
 
 def build_gguf_tokenizer(meta: dict[str, Any], path: Path):
-    """A byte-level BPE `tokenizers.Tokenizer` from GGUF tokenizer metadata (model "gpt2")."""
-    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+    """A `tokenizers.Tokenizer` from GGUF tokenizer metadata: byte-level BPE ("gpt2") or SentencePiece
+    ("llama": pieces with scores, `▁` for spaces, <0xXX> byte fallback)."""
+    kind = meta.get("tokenizer.ggml.model")
+    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
+    if not tokens:
+        raise ModelLoadError(f"GGUF file {str(path)!r} has no tokenizer vocabulary")
+    if kind == "gpt2":
+        tok = _byte_level_bpe(meta, tokens, path)
+        add_bos_default = False
+    elif kind == "llama":
+        tok = _sentencepiece_bpe(meta, tokens, path)
+        add_bos_default = True  # llama.cpp adds BOS to a SentencePiece vocabulary unless told otherwise
+    else:
+        raise ModelLoadError(
+            f"GGUF tokenizer model {kind!r} in {str(path)!r} is not supported (byte-level BPE 'gpt2' and "
+            "SentencePiece 'llama' are); pass --tokenizer with a Hugging Face tokenizer folder"
+        )
+    _add_special_tokens(tok, tokens, meta.get("tokenizer.ggml.token_type") or [])
+    _set_post_processor(tok, tokens, meta, add_bos_default)
+    return tok
+
+
+def _first_ids(tokens: list[str]) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(tokens):
+        vocab.setdefault(piece, i)  # a duplicated piece keeps its first id, as llama.cpp's lookup does
+    return vocab
+
+
+def _byte_level_bpe(meta: dict[str, Any], tokens: list[str], path: Path):
+    from tokenizers import Regex, decoders, models, pre_tokenizers
     from tokenizers import Tokenizer as HFTokenizer
 
-    kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ModelLoadError(
-            f"GGUF tokenizer model {kind!r} in {str(path)!r} is not supported (only byte-level BPE 'gpt2'); "
-            "pass --tokenizer with a Hugging Face tokenizer folder"
-        )
-    tokens: list[str] = meta.get("tokenizer.ggml.tokens") or []
     merges: list[str] = meta.get("tokenizer.ggml.merges") or []
-    if not tokens or not merges:
-        raise ModelLoadError(f"GGUF file {str(path)!r} has no tokenizer vocabulary or merges")
-    vocab: dict[str, int] = {}
-    for i, tok in enumerate(tokens):
-        vocab.setdefault(tok, i)  # a duplicated piece keeps its first id, as llama.cpp's lookup does
+    if not merges:
+        raise ModelLoadError(f"GGUF file {str(path)!r} has a byte-level vocabulary but no merges")
     pairs = []
     for m in merges:
         a, sep, b = m.partition(" ")
         if not sep:
             raise ModelLoadError(f"GGUF file {str(path)!r} has a malformed merge {m!r}")
         pairs.append((a, b))
-    tok = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
-
+    tok = HFTokenizer(models.BPE(vocab=_first_ids(tokens), merges=pairs, fuse_unk=False))
     pre = meta.get("tokenizer.ggml.pre") or "default"
     splits = PRE_TOKENIZER_SPLITS.get(pre)
     if splits is None:
@@ -156,9 +175,66 @@ def build_gguf_tokenizer(meta: dict[str, Any], path: Path):
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     tok.decoder = decoders.ByteLevel()
+    return tok
 
-    # Control tokens match whole and are special (skipped on decode); user-defined ones match whole too.
-    types: list[int] = meta.get("tokenizer.ggml.token_type") or []
+
+def _sentencepiece_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+    """BPE merges equivalent to SentencePiece's score-driven merging.
+
+    SentencePiece repeatedly joins the adjacent pair whose joined piece has the highest score. As BPE
+    merges: every split (left, right) of a normal piece whose halves are both pieces, ranked by the joined
+    piece's score (higher first); ties by longer left then longer right half, then piece id, then half ids.
+    """
+    vocab = _first_ids(tokens)
+    ranked = []
+    for pid, piece in enumerate(tokens):
+        if types and types[pid] not in (TOKEN_TYPE_NORMAL, TOKEN_TYPE_USER_DEFINED):
+            continue
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in vocab and right in vocab:
+                ranked.append(
+                    (-scores[pid], -len(left), -len(right), pid, vocab[left], vocab[right], left, right)
+                )
+    ranked.sort()
+    return [(r[6], r[7]) for r in ranked]
+
+
+def _sentencepiece_bpe(meta: dict[str, Any], tokens: list[str], path: Path):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    scores = meta.get("tokenizer.ggml.scores")
+    if not scores or len(scores) != len(tokens):
+        raise ModelLoadError(
+            f"GGUF file {str(path)!r} has a SentencePiece vocabulary without one score per piece"
+        )
+    types = meta.get("tokenizer.ggml.token_type") or []
+    merges = meta.get("tokenizer.ggml.merges")
+    pairs = (
+        [tuple(m.split(" ", 1)) for m in merges] if merges else _sentencepiece_merges(tokens, scores, types)
+    )
+    unk_id = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unk_id] if unk_id is not None and 0 <= unk_id < len(tokens) else None
+    tok = HFTokenizer(
+        models.BPE(vocab=_first_ids(tokens), merges=pairs, unk_token=unk, fuse_unk=True, byte_fallback=True)
+    )
+    add_space_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    # Spaces become "▁"; with add_space_prefix the text's first piece also gets a leading "▁".
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="\u2581", prepend_scheme="first" if add_space_prefix else "never", split=False
+    )
+    steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if add_space_prefix:
+        steps.append(decoders.Strip(content=" ", left=1, right=0))  # the prefix space added on encode
+    tok.decoder = decoders.Sequence(steps)
+    return tok
+
+
+def _add_special_tokens(tok: Any, tokens: list[str], types: list[int]) -> None:
+    """Control tokens match whole and are special (skipped on decode); user-defined ones match whole too."""
+    from tokenizers import AddedToken
+
     special = [
         AddedToken(tokens[i], special=True, normalized=False)
         for i, t in enumerate(types)
@@ -174,23 +250,22 @@ def build_gguf_tokenizer(meta: dict[str, Any], path: Path):
     if user:
         tok.add_tokens(user)
 
+
+def _set_post_processor(tok: Any, tokens: list[str], meta: dict[str, Any], add_bos_default: bool) -> None:
+    """BOS/EOS around encoded text as tokenizer.ggml.add_bos_token / add_eos_token say."""
+    from tokenizers import processors
+
     bos_id = meta.get("tokenizer.ggml.bos_token_id")
     eos_id = meta.get("tokenizer.ggml.eos_token_id")
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False)) and bos_id is not None
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)) and bos_id is not None
     add_eos = bool(meta.get("tokenizer.ggml.add_eos_token", False)) and eos_id is not None
-    if add_bos or add_eos:
-        single, pair, specials = ["$A"], ["$A"], []
-        if add_bos:
-            bos = tokens[bos_id]
-            single, pair = [bos, *single], [bos, *pair, bos, "$B"]
-            specials.append((bos, bos_id))
-        else:
-            pair = [*pair, "$B"]
-        if add_eos:
-            eos = tokens[eos_id]
-            single.append(eos)
-            pair.append(eos)
-            if eos_id != bos_id:
-                specials.append((eos, eos_id))
-        tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
-    return tok
+    if not (add_bos or add_eos):
+        return
+    bos = [tokens[bos_id]] if add_bos else []
+    eos = [tokens[eos_id]] if add_eos else []
+    specials = [(tokens[bos_id], bos_id)] if add_bos else []
+    if add_eos and not (add_bos and eos_id == bos_id):
+        specials.append((tokens[eos_id], eos_id))
+    tok.post_processor = processors.TemplateProcessing(
+        single=[*bos, "$A", *eos], pair=[*bos, "$A", *eos, *bos, "$B", *eos], special_tokens=specials
+    )

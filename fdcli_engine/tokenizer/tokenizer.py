@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from fdcli_engine.errors import InvalidRequestError, ModelLoadError
 from fdcli_engine.tokenizer.chat_template import render_chat_template
 
 DEFAULT_MAX_LENGTH = 8192
+# SentencePiece byte-fallback pieces: <0x00> .. <0xFF>.
+_BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 # transformers writes this sentinel when a tokenizer has no length limit.
 _HF_NO_LIMIT = int(1e20)
 
@@ -93,6 +96,12 @@ class Tokenizer:
         }
         # The first eos id is the primary one (the file's eos; generation_config ids only extend the set).
         self._eos_token_id = next(iter(eos_token_ids), None)
+        # SentencePiece byte-fallback pieces (<0xXX>): the decoder turns a whole run of them into text at
+        # once, so a streaming detokenizer must not cut a run (see IncrementalDetokenizer).
+        self.byte_fallback_ids: frozenset[int] = frozenset()
+        if "ByteFallback" in repr(backend.decoder):
+            vocab = backend.get_vocab(with_added_tokens=False)
+            self.byte_fallback_ids = frozenset(i for t, i in vocab.items() if _BYTE_PIECE.fullmatch(t))
 
     # --- construction -------------------------------------------------------------------------------
     @classmethod
@@ -236,18 +245,22 @@ class Tokenizer:
         return [self._tok.id_to_token(i) for i in ids]
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The raw bytes one id stands for (logprobs `bytes`, token display); exact for byte-level BPE,
-        where a token may hold part of a UTF-8 character; other tokenizers give the token's UTF-8 text."""
+        """The raw bytes one id stands for (logprobs `bytes`, token display). Exact for byte-level BPE and
+        SentencePiece byte fallback, where a token may hold part of a UTF-8 character; a SentencePiece
+        piece keeps its leading space; anything else gives the token's decoded UTF-8 text."""
         self._check_ids([token_id])
         piece = self._tok.id_to_token(token_id)
-        if token_id not in self.special_tokens and self._is_byte_level():
-            byte_of = _byte_level_inverse()
-            if all(ch in byte_of for ch in piece):
-                return bytes(byte_of[ch] for ch in piece)
+        decoder = repr(self._tok.decoder)
+        if token_id not in self.special_tokens:
+            if "ByteLevel" in decoder:
+                byte_of = _byte_level_inverse()
+                if all(ch in byte_of for ch in piece):
+                    return bytes(byte_of[ch] for ch in piece)
+            elif "ByteFallback" in decoder:
+                if _BYTE_PIECE.fullmatch(piece):
+                    return bytes([int(piece[3:5], 16)])
+                return piece.replace("\u2581", " ").encode("utf-8")
         return self._tok.decode([token_id], skip_special_tokens=False).encode("utf-8", errors="replace")
-
-    def _is_byte_level(self) -> bool:
-        return "ByteLevel" in repr(self._tok.decoder)
 
     # --- chat ---------------------------------------------------------------------------------------
     def apply_chat_template(
