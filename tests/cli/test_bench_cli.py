@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))  # for bench_support
 
 from bench_support import free_port, running_server, train_bpe  # noqa: E402
 
