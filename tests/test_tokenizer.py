@@ -151,6 +151,12 @@ def test_incremental_equals_full_decode_on_text(smol):
             assert not any("\ufffd" in d for d in deltas)
 
 
+def test_incremental_ignores_ids_past_the_vocabulary(smol):
+    # Models pad their embedding table past the tokenizer's vocabulary; a stream must not fail on those.
+    ids = smol.encode("Hello world", add_special_tokens=False)
+    assert "".join(_stream(smol, [], [ids[0], smol.vocab_size + 7, ids[1]])) == "Hello world"
+
+
 def test_incremental_emoji_waits_for_complete_character(smol):
     ids = smol.encode("🤗", add_special_tokens=False)
     assert len(ids) > 1  # the emoji spans several byte-level tokens

@@ -25,6 +25,7 @@ class IncrementalDetokenizer:
         self, tokenizer: Any, prompt_token_ids: list[int] | None = None, skip_special_tokens: bool = True
     ):
         self.tokenizer = tokenizer
+        self._backend = getattr(tokenizer, "backend", tokenizer)
         self.skip_special_tokens = skip_special_tokens
         self.token_ids: list[int] = list(prompt_token_ids or [])
         self.num_prompt_tokens = len(self.token_ids)
@@ -42,7 +43,9 @@ class IncrementalDetokenizer:
         return self.token_ids[self.num_prompt_tokens :]
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+        # The raw `tokenizers` backend when there is one: no per-call id validation, and an id past the
+        # vocabulary (models pad their embedding table) decodes to nothing instead of failing a stream.
+        return self._backend.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def add_tokens(self, new_token_ids: list[int]) -> str:
         """Append generated ids; return the newly completed text (possibly "")."""
