@@ -34,222 +34,265 @@ def _opt(*names: str, panel: str, help: str, **kw):
     return typer.Option(*names, rich_help_panel=panel, help=help, **kw)
 
 
+# `fd bench serve` options, declared once (Typer reads them from the annotations).
+BackendOpt = Annotated[
+    str,
+    _opt("--backend", panel=TARGET, help="openai (/v1/completions) or openai-chat (/v1/chat/completions)."),
+]
+BaseUrlOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--base-url",
+        panel=TARGET,
+        help="Server URL, e.g. http://127.0.0.1:8000 (overrides --host/--port).",
+    ),
+]
+HostOpt = Annotated[str, _opt("--host", panel=TARGET, help="Server host.")]
+PortOpt = Annotated[int, _opt("--port", panel=TARGET, help="Server port.")]
+EndpointOpt = Annotated[
+    Optional[str],
+    _opt("--endpoint", panel=TARGET, help="API path. Default: the backend's standard path."),
+]
+ModelOpt = Annotated[
+    Optional[str],
+    _opt("--model", panel=TARGET, help="Model name to request. Default: the first of /v1/models."),
+]
+TokenizerOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--tokenizer",
+        panel=TARGET,
+        help="Tokenizer path for token lengths. Default: the served model if it is a local path, else fd's default model.",
+    ),
+]
+ApiKeyOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--api-key",
+        panel=TARGET,
+        envvar="OPENAI_API_KEY",
+        help="Bearer token (env OPENAI_API_KEY). Never printed or saved.",
+    ),
+]
+HeaderOpt = Annotated[
+    Optional[list[str]],
+    _opt(
+        "--header",
+        panel=TARGET,
+        help="Extra HTTP header K=V (repeatable); values are redacted in output.",
+    ),
+]
+ReadyTimeoutOpt = Annotated[
+    float,
+    _opt(
+        "--ready-timeout",
+        panel=TARGET,
+        help="Seconds to wait for the server to answer /v1/models or /health.",
+    ),
+]
+RequestTimeoutOpt = Annotated[
+    float, _opt("--request-timeout", panel=TARGET, help="Seconds before one request counts as failed.")
+]
+DatasetOpt = Annotated[
+    str,
+    _opt(
+        "--dataset",
+        "--dataset-name",
+        panel=DATA,
+        help="random, sharegpt, custom, prefix-repetition or hf.",
+    ),
+]
+DatasetPathOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--dataset-path",
+        panel=DATA,
+        help="File or folder for sharegpt/custom/hf (hf: also a cached dataset name).",
+    ),
+]
+NumPromptsOpt = Annotated[int, _opt("--num-prompts", "-n", panel=DATA, help="Requests to send.")]
+SeedOpt = Annotated[int, _opt("--seed", panel=DATA, help="Seed for prompts and arrival times.")]
+RandomInputLenOpt = Annotated[
+    int, _opt("--random-input-len", panel=DATA, help="random: prompt tokens after the shared prefix.")
+]
+RandomOutputLenOpt = Annotated[
+    int, _opt("--random-output-len", panel=DATA, help="random: max output tokens.")
+]
+RandomRangeRatioOpt = Annotated[
+    float,
+    _opt("--random-range-ratio", panel=DATA, help="random: lengths drawn from [len·(1-r), len·(1+r)]."),
+]
+RandomPrefixLenOpt = Annotated[
+    int, _opt("--random-prefix-len", panel=DATA, help="random: shared prefix tokens.")
+]
+SharegptOutputLenOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--sharegpt-output-len",
+        panel=DATA,
+        help="sharegpt: fixed output length. Default: the recorded reply's length.",
+    ),
+]
+CustomOutputLenOpt = Annotated[
+    int,
+    _opt("--custom-output-len", panel=DATA, help="custom: output tokens for lines without output_tokens."),
+]
+PrefixRepetitionPrefixLenOpt = Annotated[
+    int, _opt("--prefix-repetition-prefix-len", panel=DATA, help="prefix-repetition: prefix tokens.")
+]
+PrefixRepetitionSuffixLenOpt = Annotated[
+    int, _opt("--prefix-repetition-suffix-len", panel=DATA, help="prefix-repetition: suffix tokens.")
+]
+PrefixRepetitionNumPrefixesOpt = Annotated[
+    int,
+    _opt("--prefix-repetition-num-prefixes", panel=DATA, help="prefix-repetition: distinct prefixes."),
+]
+PrefixRepetitionOutputLenOpt = Annotated[
+    int, _opt("--prefix-repetition-output-len", panel=DATA, help="prefix-repetition: output tokens.")
+]
+HfSplitOpt = Annotated[str, _opt("--hf-split", panel=DATA, help="hf: split.")]
+HfSubsetOpt = Annotated[
+    Optional[str], _opt("--hf-subset", panel=DATA, help="hf: subset (configuration) name.")
+]
+HfPromptColumnOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--hf-prompt-column",
+        panel=DATA,
+        help="hf: column holding prompts. Default: prompt/question/instruction/input/text.",
+    ),
+]
+HfOutputLenOpt = Annotated[int, _opt("--hf-output-len", panel=DATA, help="hf: output tokens.")]
+RequestRateOpt = Annotated[
+    float, _opt("--request-rate", panel=TRAFFIC, help="Requests/s; inf sends all at once.")
+]
+BurstinessOpt = Annotated[
+    float,
+    _opt(
+        "--burstiness",
+        panel=TRAFFIC,
+        help="Gamma shape of arrival gaps: 1 = Poisson, <1 burstier, >1 steadier.",
+    ),
+]
+MaxConcurrencyOpt = Annotated[
+    Optional[int],
+    _opt("--max-concurrency", panel=TRAFFIC, help="Most requests in flight. Default: unlimited."),
+]
+NumWarmupsOpt = Annotated[int, _opt("--num-warmups", panel=TRAFFIC, help="Untimed requests sent first.")]
+RampUpOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--ramp-up",
+        panel=TRAFFIC,
+        help="linear or exponential: move the rate from start to end over the run (replaces --request-rate).",
+    ),
+]
+RampUpStartRateOpt = Annotated[
+    Optional[float],
+    _opt("--ramp-up-start-rate", panel=TRAFFIC, help="Rate of the first request with --ramp-up."),
+]
+RampUpEndRateOpt = Annotated[
+    Optional[float],
+    _opt("--ramp-up-end-rate", panel=TRAFFIC, help="Rate of the last request with --ramp-up."),
+]
+TemperatureOpt = Annotated[float, _opt("--temperature", panel=SAMPLING, help="Sent on both backends.")]
+TopPOpt = Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")]
+TopKOpt = Annotated[
+    Optional[int], _opt("--top-k", panel=SAMPLING, help="Sent as an extra body field when given.")
+]
+MaxTokensOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--max-tokens",
+        panel=SAMPLING,
+        help="Output tokens for every request, overriding the dataset's lengths.",
+    ),
+]
+IgnoreEosOpt = Annotated[
+    bool,
+    _opt(
+        "--ignore-eos",
+        panel=SAMPLING,
+        help="Ask the server to generate exactly max_tokens (extra body field).",
+    ),
+]
+IncludeUsageOpt = Annotated[
+    bool,
+    _opt(
+        "--include-usage/--no-include-usage",
+        panel=TARGET,
+        help="Ask for token counts in the stream (stream_options); turn off for servers that reject it.",
+    ),
+]
+PercentilesOpt = Annotated[str, _opt("--percentiles", panel=OUTPUT, help="Comma-separated percentiles.")]
+GoodputOpt = Annotated[
+    Optional[list[str]],
+    _opt("--goodput", panel=OUTPUT, help="SLOs like 'ttft:200 tpot:50 e2el:2000' (ms)."),
+]
+SaveResultOpt = Annotated[
+    Optional[Path], _opt("--save-result", panel=OUTPUT, help="Write the results as JSON.")
+]
+SaveDetailedOpt = Annotated[
+    bool, _opt("--save-detailed", panel=OUTPUT, help="Include per-request records in --save-result.")
+]
+ProgressOpt = Annotated[
+    bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Live progress bar on stderr.")
+]
+ChartOpt = Annotated[
+    bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
+]
+
+
 @app.command("serve")
 def serve(
-    backend: Annotated[
-        str,
-        _opt(
-            "--backend", panel=TARGET, help="openai (/v1/completions) or openai-chat (/v1/chat/completions)."
-        ),
-    ] = "openai",
-    base_url: Annotated[
-        Optional[str],
-        _opt(
-            "--base-url",
-            panel=TARGET,
-            help="Server URL, e.g. http://127.0.0.1:8000 (overrides --host/--port).",
-        ),
-    ] = None,
-    host: Annotated[str, _opt("--host", panel=TARGET, help="Server host.")] = "127.0.0.1",
-    port: Annotated[int, _opt("--port", panel=TARGET, help="Server port.")] = 8000,
-    endpoint: Annotated[
-        Optional[str],
-        _opt("--endpoint", panel=TARGET, help="API path. Default: the backend's standard path."),
-    ] = None,
-    model: Annotated[
-        Optional[str],
-        _opt("--model", panel=TARGET, help="Model name to request. Default: the first of /v1/models."),
-    ] = None,
-    tokenizer: Annotated[
-        Optional[str],
-        _opt(
-            "--tokenizer",
-            panel=TARGET,
-            help="Tokenizer path for token lengths. Default: the served model if it is a local path, else fd's default model.",
-        ),
-    ] = None,
-    api_key: Annotated[
-        Optional[str],
-        _opt(
-            "--api-key",
-            panel=TARGET,
-            envvar="OPENAI_API_KEY",
-            help="Bearer token (env OPENAI_API_KEY). Never printed or saved.",
-        ),
-    ] = None,
-    header: Annotated[
-        Optional[list[str]],
-        _opt(
-            "--header",
-            panel=TARGET,
-            help="Extra HTTP header K=V (repeatable); values are redacted in output.",
-        ),
-    ] = None,
-    ready_timeout: Annotated[
-        float,
-        _opt(
-            "--ready-timeout",
-            panel=TARGET,
-            help="Seconds to wait for the server to answer /v1/models or /health.",
-        ),
-    ] = 60.0,
-    request_timeout: Annotated[
-        float, _opt("--request-timeout", panel=TARGET, help="Seconds before one request counts as failed.")
-    ] = 600.0,
-    dataset: Annotated[
-        str,
-        _opt(
-            "--dataset",
-            "--dataset-name",
-            panel=DATA,
-            help="random, sharegpt, custom, prefix-repetition or hf.",
-        ),
-    ] = "random",
-    dataset_path: Annotated[
-        Optional[str],
-        _opt(
-            "--dataset-path",
-            panel=DATA,
-            help="File or folder for sharegpt/custom/hf (hf: also a cached dataset name).",
-        ),
-    ] = None,
-    num_prompts: Annotated[int, _opt("--num-prompts", "-n", panel=DATA, help="Requests to send.")] = 100,
-    seed: Annotated[int, _opt("--seed", panel=DATA, help="Seed for prompts and arrival times.")] = 0,
-    random_input_len: Annotated[
-        int, _opt("--random-input-len", panel=DATA, help="random: prompt tokens after the shared prefix.")
-    ] = 128,
-    random_output_len: Annotated[
-        int, _opt("--random-output-len", panel=DATA, help="random: max output tokens.")
-    ] = 128,
-    random_range_ratio: Annotated[
-        float,
-        _opt("--random-range-ratio", panel=DATA, help="random: lengths drawn from [len·(1-r), len·(1+r)]."),
-    ] = 0.0,
-    random_prefix_len: Annotated[
-        int, _opt("--random-prefix-len", panel=DATA, help="random: shared prefix tokens.")
-    ] = 0,
-    sharegpt_output_len: Annotated[
-        Optional[int],
-        _opt(
-            "--sharegpt-output-len",
-            panel=DATA,
-            help="sharegpt: fixed output length. Default: the recorded reply's length.",
-        ),
-    ] = None,
-    custom_output_len: Annotated[
-        int,
-        _opt(
-            "--custom-output-len", panel=DATA, help="custom: output tokens for lines without output_tokens."
-        ),
-    ] = 256,
-    prefix_repetition_prefix_len: Annotated[
-        int, _opt("--prefix-repetition-prefix-len", panel=DATA, help="prefix-repetition: prefix tokens.")
-    ] = 256,
-    prefix_repetition_suffix_len: Annotated[
-        int, _opt("--prefix-repetition-suffix-len", panel=DATA, help="prefix-repetition: suffix tokens.")
-    ] = 256,
-    prefix_repetition_num_prefixes: Annotated[
-        int,
-        _opt("--prefix-repetition-num-prefixes", panel=DATA, help="prefix-repetition: distinct prefixes."),
-    ] = 10,
-    prefix_repetition_output_len: Annotated[
-        int, _opt("--prefix-repetition-output-len", panel=DATA, help="prefix-repetition: output tokens.")
-    ] = 128,
-    hf_split: Annotated[str, _opt("--hf-split", panel=DATA, help="hf: split.")] = "train",
-    hf_subset: Annotated[
-        Optional[str], _opt("--hf-subset", panel=DATA, help="hf: subset (configuration) name.")
-    ] = None,
-    hf_prompt_column: Annotated[
-        Optional[str],
-        _opt(
-            "--hf-prompt-column",
-            panel=DATA,
-            help="hf: column holding prompts. Default: prompt/question/instruction/input/text.",
-        ),
-    ] = None,
-    hf_output_len: Annotated[int, _opt("--hf-output-len", panel=DATA, help="hf: output tokens.")] = 256,
-    request_rate: Annotated[
-        float, _opt("--request-rate", panel=TRAFFIC, help="Requests/s; inf sends all at once.")
-    ] = math.inf,
-    burstiness: Annotated[
-        float,
-        _opt(
-            "--burstiness",
-            panel=TRAFFIC,
-            help="Gamma shape of arrival gaps: 1 = Poisson, <1 burstier, >1 steadier.",
-        ),
-    ] = 1.0,
-    max_concurrency: Annotated[
-        Optional[int],
-        _opt("--max-concurrency", panel=TRAFFIC, help="Most requests in flight. Default: unlimited."),
-    ] = None,
-    num_warmups: Annotated[
-        int, _opt("--num-warmups", panel=TRAFFIC, help="Untimed requests sent first.")
-    ] = 1,
-    ramp_up: Annotated[
-        Optional[str],
-        _opt(
-            "--ramp-up",
-            panel=TRAFFIC,
-            help="linear or exponential: move the rate from start to end over the run (replaces --request-rate).",
-        ),
-    ] = None,
-    ramp_up_start_rate: Annotated[
-        Optional[float],
-        _opt("--ramp-up-start-rate", panel=TRAFFIC, help="Rate of the first request with --ramp-up."),
-    ] = None,
-    ramp_up_end_rate: Annotated[
-        Optional[float],
-        _opt("--ramp-up-end-rate", panel=TRAFFIC, help="Rate of the last request with --ramp-up."),
-    ] = None,
-    temperature: Annotated[float, _opt("--temperature", panel=SAMPLING, help="Sent on both backends.")] = 0.0,
-    top_p: Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")] = None,
-    top_k: Annotated[
-        Optional[int], _opt("--top-k", panel=SAMPLING, help="Sent as an extra body field when given.")
-    ] = None,
-    max_tokens: Annotated[
-        Optional[int],
-        _opt(
-            "--max-tokens",
-            panel=SAMPLING,
-            help="Output tokens for every request, overriding the dataset's lengths.",
-        ),
-    ] = None,
-    ignore_eos: Annotated[
-        bool,
-        _opt(
-            "--ignore-eos",
-            panel=SAMPLING,
-            help="Ask the server to generate exactly max_tokens (extra body field).",
-        ),
-    ] = False,
-    include_usage: Annotated[
-        bool,
-        _opt(
-            "--include-usage/--no-include-usage",
-            panel=TARGET,
-            help="Ask for token counts in the stream (stream_options); turn off for servers that reject it.",
-        ),
-    ] = True,
-    percentiles: Annotated[
-        str, _opt("--percentiles", panel=OUTPUT, help="Comma-separated percentiles.")
-    ] = "50,90,99",
-    goodput: Annotated[
-        Optional[list[str]],
-        _opt("--goodput", panel=OUTPUT, help="SLOs like 'ttft:200 tpot:50 e2el:2000' (ms)."),
-    ] = None,
-    save_result: Annotated[
-        Optional[Path], _opt("--save-result", panel=OUTPUT, help="Write the results as JSON.")
-    ] = None,
-    save_detailed: Annotated[
-        bool, _opt("--save-detailed", panel=OUTPUT, help="Include per-request records in --save-result.")
-    ] = False,
-    progress: Annotated[
-        bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Live progress bar on stderr.")
-    ] = True,
-    chart: Annotated[
-        bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
-    ] = True,
+    backend: BackendOpt = "openai",
+    base_url: BaseUrlOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    endpoint: EndpointOpt = None,
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+    api_key: ApiKeyOpt = None,
+    header: HeaderOpt = None,
+    ready_timeout: ReadyTimeoutOpt = 60.0,
+    request_timeout: RequestTimeoutOpt = 600.0,
+    dataset: DatasetOpt = "random",
+    dataset_path: DatasetPathOpt = None,
+    num_prompts: NumPromptsOpt = 100,
+    seed: SeedOpt = 0,
+    random_input_len: RandomInputLenOpt = 128,
+    random_output_len: RandomOutputLenOpt = 128,
+    random_range_ratio: RandomRangeRatioOpt = 0.0,
+    random_prefix_len: RandomPrefixLenOpt = 0,
+    sharegpt_output_len: SharegptOutputLenOpt = None,
+    custom_output_len: CustomOutputLenOpt = 256,
+    prefix_repetition_prefix_len: PrefixRepetitionPrefixLenOpt = 256,
+    prefix_repetition_suffix_len: PrefixRepetitionSuffixLenOpt = 256,
+    prefix_repetition_num_prefixes: PrefixRepetitionNumPrefixesOpt = 10,
+    prefix_repetition_output_len: PrefixRepetitionOutputLenOpt = 128,
+    hf_split: HfSplitOpt = "train",
+    hf_subset: HfSubsetOpt = None,
+    hf_prompt_column: HfPromptColumnOpt = None,
+    hf_output_len: HfOutputLenOpt = 256,
+    request_rate: RequestRateOpt = math.inf,
+    burstiness: BurstinessOpt = 1.0,
+    max_concurrency: MaxConcurrencyOpt = None,
+    num_warmups: NumWarmupsOpt = 1,
+    ramp_up: RampUpOpt = None,
+    ramp_up_start_rate: RampUpStartRateOpt = None,
+    ramp_up_end_rate: RampUpEndRateOpt = None,
+    temperature: TemperatureOpt = 0.0,
+    top_p: TopPOpt = None,
+    top_k: TopKOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    ignore_eos: IgnoreEosOpt = False,
+    include_usage: IncludeUsageOpt = True,
+    percentiles: PercentilesOpt = "50,90,99",
+    goodput: GoodputOpt = None,
+    save_result: SaveResultOpt = None,
+    save_detailed: SaveDetailedOpt = False,
+    progress: ProgressOpt = True,
+    chart: ChartOpt = True,
 ) -> None:
     """Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed requests."""
     from fdcli.bench.serve_cmd import ServeOptions, run_serve
