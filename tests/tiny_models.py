@@ -195,3 +195,76 @@ def load_fd_model(folder: str | Path, **engine_options):
 
     config = EngineConfig(model=str(folder), **engine_options)
     return load_model(config)
+
+
+_GGUF_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+_GGUF_LAYER_NAMES = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+
+
+def _gguf_tensor_name(hf_name: str) -> str:
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    if hf_name in top:
+        return top[hf_name]
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    _, _, layer, rest = hf_name.split(".", 3)
+    module, kind = rest.rsplit(".", 1)
+    return f"blk.{layer}.{_GGUF_LAYER_NAMES[module]}.{kind}"
+
+
+def llama_cpp_permute(w: np.ndarray, num_heads: int) -> np.ndarray:
+    """llama.cpp's converter row order for Llama q/k: per head, row j of the first half goes to 2j
+    and row j of the second half to 2j+1 (its interleaved rotary)."""
+    return w.reshape(num_heads, 2, w.shape[0] // num_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def make_tiny_gguf(hf_folder: str | Path, path: str | Path, qtype: str = "F32") -> Path:
+    """Convert a tiny HF checkpoint to GGUF the way llama.cpp lays it out (names, metadata, permuted
+    Llama q/k rows). qtype "F32", or "Q8_0"/"Q4_0"/"Q4_1" for 2-D weights (norms and biases stay F32)."""
+    import gguf  # noqa: PLC0415
+    from safetensors.numpy import load_file  # noqa: PLC0415
+
+    hf_folder, path = Path(hf_folder), Path(path)
+    cfg = json.loads((hf_folder / "config.json").read_text())
+    arch = _GGUF_ARCH[cfg["architectures"][0]]
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(cfg["rope_parameters"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"<t{i}>" for i in range(cfg["vocab_size"])])
+    quant = getattr(gguf.GGMLQuantizationType, qtype)
+    for name, tensor in load_file(hf_folder / "model.safetensors").items():
+        tensor = tensor.astype(np.float32)
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            tensor = llama_cpp_permute(tensor, heads if "q_proj" in name else kv_heads)
+        if tensor.ndim == 2 and qtype != "F32":
+            w.add_tensor(_gguf_tensor_name(name), gguf.quants.quantize(tensor, quant), raw_dtype=quant)
+        else:
+            w.add_tensor(_gguf_tensor_name(name), tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
