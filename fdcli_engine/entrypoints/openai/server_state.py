@@ -45,11 +45,11 @@ class Admission:
         """Wait for a slot; returns the seconds waited."""
         loop = asyncio.get_running_loop()
         start = loop.time()
-        if self._sem.locked() and self.max_wait == 0:
-            raise _too_many(self.limit)
         try:
-            if self.max_wait < 0:
-                await self._sem.acquire()
+            if not self._sem.locked() or self.max_wait < 0:
+                await self._sem.acquire()  # a free slot is taken at once, whatever max_wait says
+            elif self.max_wait == 0:
+                raise _too_many(self.limit)
             else:
                 await asyncio.wait_for(self._sem.acquire(), self.max_wait)
         except asyncio.TimeoutError:

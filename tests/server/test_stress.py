@@ -1,0 +1,243 @@
+"""Concurrency, disconnects, admission limits, draining and engine death, against real `fd serve`
+processes. Long generations use a tiny model with a 2048-token context, so a request that was not
+aborted would visibly run on (ignore_eos, 1500 tokens: several seconds)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+from conftest import REPO, free_port, start_server
+
+LONG = {"model": "tiny", "prompt": "hello world", "max_tokens": 1500, "ignore_eos": True, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def long_model(tmp_path_factory):
+    from tiny_models import make_tiny_checkpoint, write_tiny_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-2k")
+    make_tiny_checkpoint("LlamaForCausalLM", folder, seed=5, max_position_embeddings=2048)
+    write_tiny_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def long_server(long_model, tmp_path_factory):
+    srv = start_server(long_model, tmp_path_factory.mktemp("long"), "--served-model-name", "tiny")
+    yield srv
+    srv.stop()
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_32_concurrent_streams_equal_solo_greedy(server):
+    prompts = [f"the quick brown fox {i} jumps over" for i in range(32)]
+    body = {"model": "tiny", "max_tokens": 8, "temperature": 0, "ignore_eos": True, "return_token_ids": True}
+    with server.http() as h:
+        solo = [h.post("/v1/completions", json={**body, "prompt": p}).json()["choices"][0] for p in prompts]
+
+    async def stream_one(client, prompt):
+        ids, text, finish = [], "", None
+        resp = await client.completions.create(
+            model="tiny",
+            prompt=prompt,
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True, "return_token_ids": True},
+        )
+        async for chunk in resp:
+            choice = chunk.choices[0]
+            ids += choice.token_ids or []
+            text += choice.text
+            finish = choice.finish_reason or finish
+        return ids, text, finish
+
+    async def all_streams():
+        client = server.async_client()
+        return await asyncio.gather(*(stream_one(client, p) for p in prompts))
+
+    results = asyncio.run(all_streams())
+    for ref, (ids, text, finish) in zip(solo, results):
+        assert ids == ref["token_ids"]
+        assert text == ref["text"]
+        assert finish == "length"
+
+
+def _gen_tokens(server) -> float:
+    return server.metrics()["fd:generation_tokens_total"]
+
+
+def test_stream_disconnect_aborts_request(long_server):
+    before = _gen_tokens(long_server)
+    with httpx.Client(headers=long_server.headers, timeout=30) as h:
+        with h.stream("POST", f"{long_server.url}/v1/completions", json={**LONG, "stream": True}) as r:
+            lines = r.iter_lines()
+            for _ in range(6):
+                next(lines)
+            assert long_server.metrics()["fd:num_requests_running"] == 1
+    # The client is gone: the request must leave the engine within a few steps.
+    wait_for(
+        lambda: long_server.metrics()["fd:num_requests_running"] == 0, 5, "the aborted stream to be freed"
+    )
+    assert long_server.metrics()["fd:kv_cache_usage_perc"] == 0
+    assert _gen_tokens(long_server) - before < LONG["max_tokens"]
+
+
+def test_non_stream_disconnect_aborts_request(long_server):
+    before = _gen_tokens(long_server)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{long_server.url}/v1/completions", json=LONG, headers=long_server.headers, timeout=1.0)
+    wait_for(
+        lambda: long_server.metrics()["fd:num_requests_running"] == 0, 5, "the abandoned request to be freed"
+    )
+    assert _gen_tokens(long_server) - before < LONG["max_tokens"]
+
+
+def test_metrics_report_latency_histograms(long_server):
+    with long_server.http() as h:
+        h.post("/v1/completions", json={**LONG, "max_tokens": 4})
+    m = long_server.metrics()
+    for name in (
+        "time_to_first_token_seconds",
+        "e2e_request_latency_seconds",
+        "time_per_output_token_seconds",
+    ):
+        assert m[f"fd:{name}_count"] >= 1, name
+    assert m["fd:prompt_tokens_total"] > 0
+
+
+def _stream_in_thread(server, body, sink: list):
+    def run():
+        try:
+            with httpx.Client(headers=server.headers, timeout=60) as h:
+                with h.stream("POST", f"{server.url}/v1/completions", json={**body, "stream": True}) as r:
+                    sink.append(r.status_code)
+                    for line in r.iter_lines():
+                        sink.append(line)
+        except httpx.HTTPError as e:
+            sink.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_queue_full_gives_429_and_config_file(long_model, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("max-concurrency: 1\nmax_waiting_time: 0\nserved-model-name: from-yaml\nmax-num-seqs: 4\n")
+    srv = start_server(long_model, tmp_path, "--config", str(cfg), "--served-model-name", "tiny")
+    try:
+        assert [m.id for m in srv.client().models.list().data] == ["tiny"]  # the flag beat the file
+        sink: list = []
+        t = _stream_in_thread(srv, LONG, sink)
+        wait_for(lambda: len(sink) > 2, 20, "the first stream to start")
+        r = httpx.post(f"{srv.url}/v1/completions", json={**LONG, "max_tokens": 2}, headers=srv.headers)
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "1"
+        assert r.json()["error"]["type"] == "rate_limit_error"
+    finally:
+        assert srv.stop() == 0
+        t.join(10)
+
+
+def test_sigterm_drains_then_aborts(long_model, tmp_path):
+    srv = start_server(
+        long_model, tmp_path, "--timeout-graceful-shutdown", "2", "--served-model-name", "tiny"
+    )
+    short: list = []
+    sink: list = []
+    t = _stream_in_thread(srv, LONG, sink)
+    wait_for(lambda: len(sink) > 2, 20, "the long stream to start")
+    t_short = _stream_in_thread(srv, {**LONG, "max_tokens": 20}, short)
+    wait_for(lambda: len(short) > 2, 20, "the short stream to start")
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    try:
+        r = httpx.get(f"{srv.url}/v1/models", headers=srv.headers, timeout=5)
+        assert r.status_code == 503  # draining: no new work
+    except httpx.ConnectError:
+        pytest.fail("the server stopped listening before draining finished")
+    assert srv.proc.wait(30) == 0
+    t.join(10)
+    t_short.join(10)
+    assert '"finish_reason":"length"' in "".join(x for x in short if isinstance(x, str))
+    long_text = "".join(x for x in sink if isinstance(x, str))
+    assert '"finish_reason":"abort"' in long_text and long_text.endswith("data: [DONE]")
+    assert not [c for c in psutil.Process().children(recursive=True) if "core_proc" in " ".join(c.cmdline())]
+
+
+def test_engine_death_turns_health_503_and_exits(long_model, tmp_path):
+    srv = start_server(long_model, tmp_path, "--served-model-name", "tiny")
+    core = [c for c in psutil.Process(srv.proc.pid).children() if "core_proc" in " ".join(c.cmdline())]
+    assert len(core) == 1
+    sink: list = []
+    t = _stream_in_thread(srv, LONG, sink)
+    wait_for(lambda: len(sink) > 2, 20, "a stream to start")
+    core[0].kill()
+    wait_for(lambda: httpx.get(f"{srv.url}/health", timeout=2).status_code == 503, 5, "/health to turn 503")
+    assert srv.proc.wait(20) != 0
+    t.join(10)
+    assert "error" in "".join(
+        x for x in sink if isinstance(x, str)
+    )  # the in-flight stream was failed, not hung
+
+
+def test_port_in_use_is_one_line_error(long_model):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "fdcli.main", "serve", "--model", str(long_model), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "already in use" in lines[0], r.stderr
+
+
+def test_unknown_config_key_is_an_error(long_model, tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("max-num-seqs: 4\nmax_concurency: 3\n")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fdcli.main",
+            "serve",
+            "--model",
+            str(long_model),
+            "--port",
+            str(free_port()),
+            "--config",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert r.returncode == 2
+    assert "max_concurency" in r.stderr and len(r.stderr.strip().splitlines()) == 1
