@@ -16,7 +16,7 @@ class ThinkParser:
 
     def __init__(self) -> None:
         self._buf = ""
-        self._state = "reasoning" if self.starts_in_reasoning else "start"
+        self._state = "start"  # until we know whether the text opens with <think>
 
     def split(self, text: str) -> tuple[str | None, str]:
         """Whole text → (reasoning or None, content)."""
@@ -45,7 +45,7 @@ class ThinkParser:
                     continue
                 if (START.startswith(s) or not s) and not final:
                     return reasoning, content  # could still become <think>
-                self._state = "content"
+                self._state = "reasoning" if self.starts_in_reasoning else "content"
                 continue
             if self._state == "reasoning":
                 if END in self._buf:

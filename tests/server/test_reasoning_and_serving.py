@@ -1,0 +1,165 @@
+"""The reasoning parser (whole and streamed) and the framework-free serving layer, driven by a scripted
+engine client in-process (no HTTP, no model): what the model "says" is fixed, so the split is exact."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import pytest
+
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser, get_parser_cls
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from fdcli_engine.errors import ConfigError
+from fdcli_engine.outputs import CompletionOutput, RequestOutput
+
+SPLITS = [
+    # (parser, text, reasoning, content)
+    (ThinkParser, "<think>let me think</think>\n\nThe answer is 42", "let me think", "The answer is 42"),
+    (ThinkParser, "The answer is 42", None, "The answer is 42"),
+    (ThinkParser, "<think>still thinking", "still thinking", ""),
+    (ThinkParser, "\n<think>a</think>b", "a", "b"),
+    (ThinkParser, "<think></think>b</think>", "", "b</think>"),
+    (DeepSeekR1Parser, "reasoning here</think>answer", "reasoning here", "answer"),
+    (DeepSeekR1Parser, "<think>r</think>\nanswer", "r", "answer"),
+    (DeepSeekR1Parser, "no end tag", "no end tag", ""),
+]
+
+
+@pytest.mark.parametrize("cls,text,reasoning,content", SPLITS)
+def test_split_whole(cls, text, reasoning, content):
+    assert cls().split(text) == (reasoning, content)
+
+
+def _stream(cls, pieces):
+    p = cls()
+    r, c = "", ""
+    for i, piece in enumerate(pieces):
+        dr, dc = p.feed(piece, final=i == len(pieces) - 1)
+        r, c = r + dr, c + dc
+    return r, c
+
+
+@pytest.mark.parametrize("cls,text,reasoning,content", SPLITS)
+def test_streamed_split_equals_whole_at_every_cut(cls, text, reasoning, content):
+    # Every way of cutting the text in three pieces (tags split anywhere) gives the whole-text answer.
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1):
+            got = _stream(cls, [text[:i], text[i:j], text[j:]])
+            assert got == (reasoning or "", content), (i, j)
+
+
+def test_unknown_parser_is_a_config_error():
+    with pytest.raises(ConfigError, match="qwen3"):
+        get_parser_cls("nope")
+
+
+@dataclass
+class _ModelConfig:
+    served_model_name: str = "fake"
+    max_model_len: int = 256
+    vocab_size: int = 0
+
+
+class ScriptedEngine:
+    """Says `pieces` (one RequestOutput per piece) whatever the prompt; records what it was asked."""
+
+    def __init__(self, tokenizer, pieces):
+        self.tokenizer = tokenizer
+        self.model_config = _ModelConfig()
+        self.is_ready = True
+        self.pieces = pieces
+        self.calls = []
+
+    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
+        self.calls.append((request_id, params.seed, list(prompt_token_ids)))
+        text, ids = "", []
+        for k, piece in enumerate(self.pieces):
+            await asyncio.sleep(0)
+            last = k == len(self.pieces) - 1
+            text += piece
+            ids.append(k + 3)
+            comp = CompletionOutput(0, text, list(ids), "stop" if last else None, None, None, piece, [k + 3])
+            yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
+
+    def abort(self, request_id):
+        pass
+
+
+PIECES = ["<th", "ink>let me ", "think</th", "ink>\n\nThe answer", " is 42"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tiny_models import write_tiny_tokenizer
+
+    from fdcli_engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+def _chat(engine, **kw):
+    return OpenAIServingChat(engine, ["fake"], reasoning_parser_cls=ThinkParser, **kw)
+
+
+def test_chat_reasoning_split_non_streaming(tokenizer):
+    engine = ScriptedEngine(tokenizer, PIECES)
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": "q"}])
+    resp = asyncio.run(_chat(engine).create_chat_completion(req))
+    msg = resp.choices[0].message
+    assert (msg.reasoning_content, msg.content) == ("let me think", "The answer is 42")
+    assert resp.usage.completion_tokens == len(PIECES)
+
+
+def test_chat_reasoning_split_streaming(tokenizer):
+    import json
+
+    engine = ScriptedEngine(tokenizer, PIECES)
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": "q"}], stream=True)
+
+    async def collect():
+        it = await _chat(engine).create_chat_completion(req)
+        return [chunk async for chunk in it]
+
+    chunks = asyncio.run(collect())
+    assert chunks[-1] == "data: [DONE]\n\n"
+    deltas = [json.loads(c[6:])["choices"][0]["delta"] for c in chunks[:-1]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == "let me think"
+    assert "".join(d.get("content") or "" for d in deltas) == "The answer is 42"
+    assert all("<" not in (d.get("content") or "") + (d.get("reasoning_content") or "") for d in deltas)
+
+
+def test_chat_template_kwargs_reach_the_template(tokenizer):
+    template = (
+        "{{ 'THINK' if enable_thinking else 'NOTHINK' }}{% for m in messages %}|{{ m.content }}{% endfor %}"
+    )
+    chat = _chat(ScriptedEngine(tokenizer, PIECES), chat_template=template)
+    on = ChatCompletionRequest(
+        messages=[{"role": "user", "content": "q"}], chat_template_kwargs={"enable_thinking": True}
+    )
+    off = ChatCompletionRequest(
+        messages=[{"role": "user", "content": "q"}], chat_template_kwargs={"enable_thinking": False}
+    )
+    assert chat.render(on)[0] == "THINK|q" and chat.render(off)[0] == "NOTHINK|q"
+
+
+def test_template_sandbox_blocks_attribute_escape(tokenizer):
+    evil = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    chat = _chat(ScriptedEngine(tokenizer, PIECES), chat_template=evil)
+    from fdcli_engine.entrypoints.openai.errors import APIError
+
+    with pytest.raises(APIError) as e:
+        chat.render(ChatCompletionRequest(messages=[{"role": "user", "content": "q"}]))
+    assert e.value.status == 400 and e.value.param == "messages"
+
+
+def test_n_fans_out_with_child_ids_and_seeds(tokenizer):
+    engine = ScriptedEngine(tokenizer, ["a", "b"])
+    serving = OpenAIServingCompletion(engine, ["fake"])
+    req = CompletionRequest(prompt="hello", n=3, seed=10, max_tokens=4)
+    resp = asyncio.run(serving.create_completion(req, request_id="r"))
+    assert sorted((rid, seed) for rid, seed, _ in engine.calls) == [("r-0", 10), ("r-1", 11), ("r-2", 12)]
+    assert [c.index for c in resp.choices] == [0, 1, 2] and all(c.text == "ab" for c in resp.choices)
+    assert resp.usage.prompt_tokens == len(engine.calls[0][2]) and resp.usage.completion_tokens == 6
