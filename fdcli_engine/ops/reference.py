@@ -8,10 +8,12 @@ Weight-only quantization is *simulated* here (quantize, then dequantize back to 
 integer GEMMs have an exact oracle. The schemes, which the kernels must reproduce bit for bit:
 - "wint8": symmetric per output channel. scale[o] = max_i |w[o, i]| / 127 (a zero row gets scale 1);
   q = clip(round_half_even(w / scale), -127, 127); w' = q * scale.
-- "wint4": symmetric per group of 64 consecutive `in` elements of one output row.
+- "wint4": symmetric per group of 64 consecutive `in` elements of one output row (the last group of a
+  row whose `in` is not a multiple of 64 is shorter: zero padding does not change its absmax).
   scale[o, g] = max |w[o, 64g : 64g+64]| / 7 (a zero group gets scale 1);
-  q = clip(round_half_even(w / scale), -7, 7); w' = q * scale. `in` must be a multiple of 64.
+  q = clip(round_half_even(w / scale), -7, 7); w' = q * scale.
 - "gguf" and None: the weight is used as given (GGUF tensors arrive already dequantized).
+`prepare_linear_gguf` takes a GGUF tensor's raw block rows instead; the reference dequantizes them.
 """
 
 from __future__ import annotations
@@ -97,13 +99,14 @@ def _fake_quant_wint8(w: np.ndarray) -> np.ndarray:
 
 def _fake_quant_wint4(w: np.ndarray) -> np.ndarray:
     out_f, in_f = w.shape
-    if in_f % WINT4_GROUP_SIZE:
-        raise ValueError(f"wint4 needs in_features divisible by {WINT4_GROUP_SIZE}, got {in_f}")
-    g = w.reshape(out_f, in_f // WINT4_GROUP_SIZE, WINT4_GROUP_SIZE)
+    groups = -(-in_f // WINT4_GROUP_SIZE)
+    padded = np.zeros((out_f, groups * WINT4_GROUP_SIZE), dtype=np.float32)
+    padded[:, :in_f] = w
+    g = padded.reshape(out_f, groups, WINT4_GROUP_SIZE)
     scale = np.abs(g).max(axis=2, keepdims=True) / 7.0
     scale[scale == 0] = 1.0
     q = np.clip(np.round(g / scale), -7, 7)
-    return (q * scale).reshape(out_f, in_f).astype(np.float32)
+    return (q * scale).reshape(out_f, -1)[:, :in_f].astype(np.float32)
 
 
 def prepare_linear(weight: np.ndarray, bias: np.ndarray | None, quantization: str | None) -> RefLinear:
@@ -121,6 +124,19 @@ def prepare_linear(weight: np.ndarray, bias: np.ndarray | None, quantization: st
     w_t = paddle.to_tensor(np.ascontiguousarray(w.T))
     b = None if bias is None else paddle.to_tensor(np.asarray(bias, dtype=np.float32))
     return RefLinear(weight=w_t, bias=b, quantization=quantization)
+
+
+def prepare_linear_gguf(
+    raw: np.ndarray, ggml_type: int, in_features: int, bias: np.ndarray | None = None
+) -> RefLinear:
+    """A GGUF tensor's raw rows ([out, bytes_per_row] uint8, or [out, in] for F32/F16): dequantized with
+    the gguf package, then used as fp32. Same signature as the native op, which keeps the blocks."""
+    from gguf.quants import dequantize  # noqa: PLC0415 - only GGUF models need it
+
+    w = np.asarray(dequantize(raw, ggml_type), dtype=np.float32).reshape(raw.shape[0], in_features)
+    lw = prepare_linear(w, bias, None)
+    lw.quantization = f"gguf:{ggml_type}"
+    return lw
 
 
 def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:

@@ -78,9 +78,15 @@ def test_weight_only_fake_quantization_scheme(scheme, group, qmax):
     assert not np.array_equal(deq, w)
 
 
+def test_wint4_short_last_group():
+    """in=80: groups [0, 64) and [64, 80); the short group's scale is its own absmax / 7."""
+    w = rng.normal(size=(3, 80)).astype(np.float32)
+    deq = ref.prepare_linear(w, None, "wint4").weight.numpy().T
+    tail_scale = np.abs(w[:, 64:]).max(-1, keepdims=True) / 7
+    np.testing.assert_allclose(deq[:, 64:], np.round(w[:, 64:] / tail_scale) * tail_scale, atol=1e-6)
+
+
 def test_prepare_linear_rejects_bad_input():
-    with pytest.raises(ValueError, match="divisible by 64"):
-        ref.prepare_linear(np.zeros((4, 48), np.float32), None, "wint4")
     with pytest.raises(ValueError, match="unknown quantization"):
         ref.prepare_linear(np.zeros((4, 64), np.float32), None, "fp8")
 
