@@ -1,27 +1,45 @@
 // Paged attention over the block-table KV cache, included by kern_impl.h inside an ISA namespace.
 // Varlen batch: sequence b owns query tokens query_start_loc[b] .. query_start_loc[b+1]; query i sits at
 // position seq_len - q_len + i and attends causally to keys 0..position through its block table.
+//
+// Work is split into (sequence, KV head, tile of rows), where a row is one (query, head) pair of the KV
+// head's GQA group, so a tile's rows share every key and value they read. Tiles of >= kMinLaneRows rows
+// (prefill) put rows in vector lanes: scores and the P x V update are plain FMAs with broadcast key/value
+// elements, no horizontal sums. Smaller tiles (decode) take one row at a time with dot products; the
+// group's other heads then find the keys in cache.
 // No include guard on purpose.
 
-constexpr int64_t kKeyChunk = 64;     // scores buffered per online-softmax update
-constexpr int64_t kQueryChunk = 16;   // queries of one head per work item
+constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update
 constexpr int64_t kMaxHeadDim = 512;  // checked by the glue
+constexpr int64_t kMinLaneRows = FD_W >= 8 ? FD_W / 2 : 4;  // below it lanes would idle
+constexpr int64_t kDecodeRows = 16;  // rows per work item on the one-row-at-a-time path
 
-// One query row against its causal context: online softmax, rescaling the running sum and output only
-// once per chunk of keys (at most one block).
-static void attend_one(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t nk, const float* qp,
-                       float* op) {
-  const int64_t hd = a.head_dim, bs = a.block_size;
+struct AttnRow {
+  int64_t token, head, nk;  // query token index in T, query head, keys it sees (position + 1)
+};
+
+// Pointer to the first of `n` consecutive keys starting at key kk (never crossing a block).
+static inline int64_t key_base(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t kk) {
+  return ((bt[kk / a.block_size] * a.num_kv_heads + g) * a.block_size + kk % a.block_size) * a.head_dim;
+}
+
+static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
+  return std::min(std::min(a.block_size - kk % a.block_size, nk - kk), kKeyChunk);
+}
+
+// One row against its causal context: online softmax, rescaling the running sum and output once per
+// chunk of keys.
+static void attend_row(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow& r) {
+  const int64_t hd = a.head_dim;
+  const float* qp = a.q + (r.token * a.num_heads + r.head) * hd;
   float acc[kMaxHeadDim];
   float sc[kKeyChunk];
   for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0f;
   float mx = -INFINITY, l = 0.0f;
-  for (int64_t kk = 0; kk < nk;) {
-    const int64_t off = kk % bs;
-    const int64_t n = std::min(std::min(bs - off, nk - kk), kKeyChunk);
-    const int64_t base = ((bt[kk / bs] * a.num_kv_heads + g) * bs + off) * hd;
-    const float* kp = a.k_cache + base;
-    const float* vp = a.v_cache + base;
+  for (int64_t kk = 0; kk < r.nk;) {
+    const int64_t n = chunk_len(a, kk, r.nk);
+    const int64_t base = key_base(a, bt, g, kk);
+    const float *kp = a.k_cache + base, *vp = a.v_cache + base;
     float cmax = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
       sc[j] = dot(qp, kp + j * hd, hd) * a.scale;
@@ -29,55 +47,167 @@ static void attend_one(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t 
     }
     const float mnew = std::max(mx, cmax);
     const float corr = std::exp(mx - mnew);  // exp(-inf) = 0 on the first chunk
-    int64_t j = 0;
-    for (; j + FD_W <= n; j += FD_W) vstore(sc + j, vexp(vsub(vload(sc + j), vset1(mnew))));
-    for (; j < n; ++j) sc[j] = std::exp(sc[j] - mnew);
     float psum = 0.0f;
-    for (j = 0; j < n; ++j) psum += sc[j];
+    for (int64_t j = 0; j < n; ++j) psum += (sc[j] = std::exp(sc[j] - mnew));
     l = l * corr + psum;
     int64_t d = 0;
     for (; d + FD_W <= hd; d += FD_W) {
       vf o = vmul(vload(acc + d), vset1(corr));
-      for (j = 0; j < n; ++j) o = vfma(vset1(sc[j]), vload(vp + j * hd + d), o);
+      for (int64_t j = 0; j < n; ++j) o = vfma(vset1(sc[j]), vload(vp + j * hd + d), o);
       vstore(acc + d, o);
     }
     for (; d < hd; ++d) {
       float o = acc[d] * corr;
-      for (j = 0; j < n; ++j) o += sc[j] * vp[j * hd + d];
+      for (int64_t j = 0; j < n; ++j) o += sc[j] * vp[j * hd + d];
       acc[d] = o;
     }
     mx = mnew;
     kk += n;
   }
-  const float inv = nk > 0 ? 1.0f / l : 0.0f;
-  for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] * inv;
+  float* op = a.out + (r.token * a.num_heads + r.head) * hd;
+  for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
+}
+
+// Online-softmax state of up to FD_W rows held in vector lanes; qt / ot are q (pre-scaled) and the
+// output transposed: [hd][FD_W].
+struct LaneState {
+  float* qt;
+  float* ot;
+  vf limit;  // last key position each lane may see
+  int64_t min_nk;
+  vf mx, l;
+};
+
+// Scores of N keys (rows kp, stride hd) for all lanes. Fixed N keeps the N accumulators and four q
+// vectors in registers (N + 5 <= 32 for N = 16 on AVX-512), so each FMA loads only its broadcast key
+// element; hd must be a multiple of 4.
+template <int N>
+static inline void lane_scores_fixed(const float* qt, const float* kp, int64_t hd, vf* s) {
+  vf acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = vzero();
+  for (int64_t d = 0; d < hd; d += 4) {
+    const vf q0 = vload(qt + d * FD_W), q1 = vload(qt + (d + 1) * FD_W);
+    const vf q2 = vload(qt + (d + 2) * FD_W), q3 = vload(qt + (d + 3) * FD_W);
+    for (int j = 0; j < N; ++j) {
+      const float* kj = kp + j * hd + d;
+      acc[j] = vfma(q0, vset1(kj[0]), acc[j]);
+      acc[j] = vfma(q1, vset1(kj[1]), acc[j]);
+      acc[j] = vfma(q2, vset1(kj[2]), acc[j]);
+      acc[j] = vfma(q3, vset1(kj[3]), acc[j]);
+    }
+  }
+  for (int j = 0; j < N; ++j) s[j] = acc[j];
+}
+
+static inline void lane_scores(const float* qt, const float* kp, int64_t hd, int64_t n, vf* s) {
+  if (n == kKeyChunk && hd % 4 == 0) return lane_scores_fixed<kKeyChunk>(qt, kp, hd, s);
+  for (int64_t j = 0; j < n; ++j) {
+    vf acc = vzero();
+    for (int64_t d = 0; d < hd; ++d) acc = vfma(vload(qt + d * FD_W), vset1(kp[j * hd + d]), acc);
+    s[j] = acc;
+  }
+}
+
+// ot = ot * corr + sum_j p[j] * v_j, four output dims at a time so four FMA chains run side by side.
+static inline void lane_pv(float* ot, const vf* p, vf corr, const float* vp, int64_t hd, int64_t n) {
+  int64_t d = 0;
+  for (; d + 4 <= hd; d += 4) {
+    vf o0 = vmul(vload(ot + d * FD_W), corr), o1 = vmul(vload(ot + (d + 1) * FD_W), corr);
+    vf o2 = vmul(vload(ot + (d + 2) * FD_W), corr), o3 = vmul(vload(ot + (d + 3) * FD_W), corr);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* vj = vp + j * hd + d;
+      o0 = vfma(p[j], vset1(vj[0]), o0);
+      o1 = vfma(p[j], vset1(vj[1]), o1);
+      o2 = vfma(p[j], vset1(vj[2]), o2);
+      o3 = vfma(p[j], vset1(vj[3]), o3);
+    }
+    vstore(ot + d * FD_W, o0);
+    vstore(ot + (d + 1) * FD_W, o1);
+    vstore(ot + (d + 2) * FD_W, o2);
+    vstore(ot + (d + 3) * FD_W, o3);
+  }
+  for (; d < hd; ++d) {
+    vf o = vmul(vload(ot + d * FD_W), corr);
+    for (int64_t j = 0; j < n; ++j) o = vfma(p[j], vset1(vp[j * hd + d]), o);
+    vstore(ot + d * FD_W, o);
+  }
+}
+
+// One chunk of n keys starting at key kk: scores, causal mask near the diagonal, online softmax update.
+static inline void lane_chunk(LaneState& st, const float* kp, const float* vp, int64_t hd, int64_t kk, int64_t n) {
+  vf p[kKeyChunk];
+  lane_scores(st.qt, kp, hd, n, p);
+  vf cmax = st.mx;
+  for (int64_t j = 0; j < n; ++j) {
+    if (kk + j >= st.min_nk) p[j] = vmask_le(p[j], (float)(kk + j), st.limit);
+    cmax = vmax(cmax, p[j]);
+  }
+  const vf corr = vexp(vsub(st.mx, cmax));  // ~0 on the first chunk, where mx = -inf
+  vf psum = vzero();
+  for (int64_t j = 0; j < n; ++j) psum = vadd(psum, p[j] = vexp(vsub(p[j], cmax)));
+  st.l = vfma(st.l, corr, psum);
+  st.mx = cmax;
+  lane_pv(st.ot, p, corr, vp, hd, n);
+}
+
+// Up to FD_W rows in the lanes of one vector; idle lanes repeat the last row.
+static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
+  const int64_t hd = a.head_dim;
+  alignas(64) float qt[kMaxHeadDim * FD_W], ot[kMaxHeadDim * FD_W], lim[FD_W];
+  int64_t nk = 0, min_nk = INT64_MAX;
+  for (int64_t r = 0; r < FD_W; ++r) {
+    const AttnRow& row = rows[std::min(r, nrows - 1)];
+    const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
+    for (int64_t d = 0; d < hd; ++d) qt[d * FD_W + r] = qp[d] * a.scale;
+    lim[r] = (float)(row.nk - 1);
+    nk = std::max(nk, row.nk);
+    min_nk = std::min(min_nk, row.nk);
+  }
+  for (int64_t d = 0; d < hd * FD_W; ++d) ot[d] = 0.0f;
+  LaneState st{qt, ot, vload(lim), min_nk, vset1(-INFINITY), vzero()};
+  for (int64_t kk = 0; kk < nk;) {
+    const int64_t n = chunk_len(a, kk, nk);
+    const int64_t base = key_base(a, bt, g, kk);
+    lane_chunk(st, a.k_cache + base, a.v_cache + base, hd, kk, n);
+    kk += n;
+  }
+  vstore(lim, st.l);
+  for (int64_t r = 0; r < nrows; ++r) {
+    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
+    for (int64_t d = 0; d < hd; ++d) op[d] = ot[d * FD_W + r] / lim[r];
+  }
 }
 
 static void paged_attention(const AttnArgs& a) {
-  // Work items are (sequence, head, chunk of queries); dynamic scheduling evens out the causal
-  // triangle, where late queries see more keys.
   struct Item {
-    int64_t b, h, q0, q1;
+    int64_t b, g, r0, r1;  // rows r0..r1 of (sequence b, KV head g); row r = query r / group, head r % group
   };
+  const int64_t group = a.num_heads / a.num_kv_heads;
   std::vector<Item> items;
   for (int64_t b = 0; b < a.num_seqs; ++b) {
-    const int64_t nq = a.query_start_loc[b + 1] - a.query_start_loc[b];
-    for (int64_t h = 0; h < a.num_heads; ++h)
-      for (int64_t q0 = 0; q0 < nq; q0 += kQueryChunk) items.push_back({b, h, q0, std::min(nq, q0 + kQueryChunk)});
+    const int64_t nrows = (a.query_start_loc[b + 1] - a.query_start_loc[b]) * group;
+    const int64_t tile = nrows >= kMinLaneRows ? FD_W : kDecodeRows;
+    for (int64_t g = 0; g < a.num_kv_heads; ++g)
+      for (int64_t r0 = 0; r0 < nrows; r0 += tile) items.push_back({b, g, r0, std::min(nrows, r0 + tile)});
   }
-  const int64_t group = a.num_heads / a.num_kv_heads;
   const int64_t nitems = (int64_t)items.size();
+  // Dynamic scheduling evens out the causal triangle, where late queries see more keys.
 #pragma omp parallel for schedule(dynamic, 1) if (nitems > 1)
   for (int64_t it = 0; it < nitems; ++it) {
     const Item& w = items[it];
     const int64_t qs = a.query_start_loc[w.b];
     const int64_t nq = a.query_start_loc[w.b + 1] - qs;
     const int64_t* bt = a.block_tables + w.b * a.max_blocks;
-    for (int64_t i = w.q0; i < w.q1; ++i) {
-      const int64_t t = qs + i;
-      const int64_t nk = a.seq_lens[w.b] - nq + i + 1;
-      const int64_t row = (t * a.num_heads + w.h) * a.head_dim;
-      attend_one(a, bt, w.h / group, nk, a.q + row, a.out + row);
+    AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
+    for (int64_t r = w.r0; r < w.r1; ++r) {
+      const int64_t i = r / group;
+      rows[r - w.r0] = {qs + i, w.g * group + r % group, a.seq_lens[w.b] - nq + i + 1};
+    }
+    const int64_t n = w.r1 - w.r0;
+    if (FD_W > 1 && n >= kMinLaneRows) {
+      attend_lanes(a, bt, w.g, rows, n);
+    } else {
+      for (int64_t r = 0; r < n; ++r) attend_row(a, bt, w.g, rows[r]);
     }
   }
 }

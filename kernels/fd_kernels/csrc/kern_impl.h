@@ -57,18 +57,30 @@ static inline void load_b(const GemmArgs& g, int64_t p, int64_t k, const vf* s, 
   }
 }
 
-// C[m0 : m0+MR, panel p] = A[m0 : m0+MR, :] x W[:, panel p] (+ bias). Accumulators stay in registers
-// for the whole K loop; each weight row is dequantized once and reused by all MR rows.
+// K range [k0, k1) of panel p for rows m0 .. m0+MR: C = (first ? bias : C) + A x W. Accumulators
+// stay in registers over the range; each weight row is dequantized once and reused by all MR rows.
 template <int MR, int KIND>
-static void micro(const GemmArgs& g, int64_t m0, int64_t p) {
+static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t k1, bool first) {
+  const int64_t n0 = p * kNR;
+  const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
   vf acc[MR][kNV];
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < kNV; ++v) acc[m][v] = vzero();
+  for (int m = 0; m < MR; ++m) {
+    const float* crow = g.c + (m0 + m) * g.n + n0;
+    float tmp[kNR];
+    if (!first && ncols != kNR) std::memcpy(tmp, crow, ncols * sizeof(float));
+    for (int v = 0; v < kNV; ++v) {
+      if (first)
+        acc[m][v] = g.bias ? vload(g.bias + n0 + v * FD_W) : vzero();
+      else
+        acc[m][v] = ncols == kNR ? vload(crow + v * FD_W) : vload(tmp + v * FD_W);
+    }
+  }
   const float* a = g.a + m0 * g.lda;
   const int64_t group = KIND == kF32 ? g.k : g.group;
   const int64_t ngroups = (g.k + group - 1) / group;
   vf s[kNV], mn[kNV], b[kNV];
-  for (int64_t gi = 0; gi < ngroups; ++gi) {
+  for (int64_t k = k0; k < k1;) {
+    const int64_t gi = k / group;
     if (KIND != kF32) {
       const int64_t off = (p * ngroups + gi) * kNR;
       for (int v = 0; v < kNV; ++v) {
@@ -76,8 +88,8 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p) {
         mn[v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
       }
     }
-    const int64_t k1 = std::min(g.k, (gi + 1) * group);
-    for (int64_t k = gi * group; k < k1; ++k) {
+    const int64_t kend = std::min(k1, (gi + 1) * group);
+    for (; k < kend; ++k) {
       load_b<KIND>(g, p, k, s, mn, b);
       for (int m = 0; m < MR; ++m) {
         const vf av = vset1(a[m * g.lda + k]);
@@ -85,28 +97,22 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p) {
       }
     }
   }
-  const int64_t n0 = p * kNR;
-  const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
   for (int m = 0; m < MR; ++m) {
     float* crow = g.c + (m0 + m) * g.n + n0;
     float tmp[kNR];
     float* dst = ncols == kNR ? crow : tmp;
-    for (int v = 0; v < kNV; ++v) {
-      vf r = acc[m][v];
-      if (g.bias) r = vadd(r, vload(g.bias + n0 + v * FD_W));
-      vstore(dst + v * FD_W, r);
-    }
+    for (int v = 0; v < kNV; ++v) vstore(dst + v * FD_W, acc[m][v]);
     if (ncols != kNR) std::memcpy(crow, tmp, ncols * sizeof(float));
   }
 }
 
-#define FD_MICRO_CASE(n)                                   \
-  case n:                                                  \
-    if constexpr (n <= FD_MR) micro<n, KIND>(g, m0, p);   \
+#define FD_MICRO_CASE(n)                                            \
+  case n:                                                           \
+    if constexpr (n <= FD_MR) micro<n, KIND>(g, m0, p, k0, k1, first); \
     break;
 
 template <int KIND>
-static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p) {
+static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p, int64_t k0, int64_t k1, bool first) {
   switch (mr) {
     FD_MICRO_CASE(1) FD_MICRO_CASE(2) FD_MICRO_CASE(3) FD_MICRO_CASE(4) FD_MICRO_CASE(5)
     FD_MICRO_CASE(6) FD_MICRO_CASE(7) FD_MICRO_CASE(8) FD_MICRO_CASE(9) FD_MICRO_CASE(10)
@@ -114,17 +120,29 @@ static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p) {
   }
 }
 
-// Threads split the output-column panels; each thread walks all rows of a panel before the next one,
-// so a panel is read from memory once and then reused from L2 by every row block.
+// Rows at or above which K is blocked: then a kKC x kNR weight block (24 KiB fp32) stays in L1 while
+// every row block uses it, and the A[:, kc] block stays in L2 across a thread's panels. Below it (decode)
+// the weights are streamed once from memory and K is not blocked.
+constexpr int64_t kKC = 192;
+constexpr int64_t kBlockKMinRows = 48;
+
+// Threads split the output-column panels (static schedule: the same panels per thread in every K
+// block, so no barrier is needed between K blocks).
 template <int KIND>
 static void gemm_kind(const GemmArgs& g) {
   const int64_t panels = (g.n + kNR - 1) / kNR;
   const int64_t nblocks = (g.m + FD_MR - 1) / FD_MR;
   const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
+  const int64_t kc = g.m >= kBlockKMinRows ? kKC : std::max<int64_t>(g.k, 1);
   const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t p = 0; p < panels; ++p) {
-    for (int64_t m0 = 0; m0 < g.m; m0 += rows) micro_rows<KIND>(g, (int)std::min(rows, g.m - m0), m0, p);
+#pragma omp parallel if (parallel)
+  for (int64_t k0 = 0; k0 < g.k || k0 == 0; k0 += kc) {
+    const int64_t k1 = std::min(g.k, k0 + kc);
+#pragma omp for schedule(static) nowait
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int64_t m0 = 0; m0 < g.m; m0 += rows)
+        micro_rows<KIND>(g, (int)std::min(rows, g.m - m0), m0, p, k0, k1, k0 == 0);
+    }
   }
 }
 
