@@ -4,6 +4,8 @@ Merged projections (QKV, gate_up) are one matmul: their HF weights are concatena
 time, in the order the layer declares, and the output is split by the caller. A plain `Linear` is the
 one-shard case. Shards (and biases) arrive one by one from the checkpoint stream; the op weight is
 prepared once every piece is present, and `is_loaded` tells the loader whether something is missing.
+Shards may also be GGUF blocks (loader.gguf_io.QuantizedTensor, under --quantization gguf): kept as
+blocks when every shard has the same block type, else dequantized.
 """
 
 from __future__ import annotations
@@ -42,16 +44,38 @@ class MergedLinear:
             self._biases[shard] = bias
         n = len(self.shard_sizes)
         if len(self._weights) == n and (not self.has_bias or len(self._biases) == n):
-            w = self._weights[0] if n == 1 else np.concatenate([self._weights[i] for i in range(n)])
-            b = None
-            if self.has_bias:
-                b = np.concatenate([self._biases[i] for i in range(n)])
-            self.lw = ops.prepare_linear(w, b, self.quantization)
+            shards = [self._weights[i] for i in range(n)]
+            b = np.concatenate([self._biases[i] for i in range(n)]) if self.has_bias else None
+            self.lw = self._prepare(shards, b)
             self._weights.clear()
             self._biases.clear()
 
+    def _prepare(self, shards: list, bias: np.ndarray | None):
+        raw_types = {getattr(w, "ggml_type", None) for w in shards}
+        if len(raw_types) == 1 and None not in raw_types:
+            # All shards are GGUF blocks of one type: rows concatenate as blocks, nothing is dequantized.
+            raw = shards[0].raw if len(shards) == 1 else np.concatenate([w.raw for w in shards])
+            return _prepare_linear_gguf()(raw, raw_types.pop(), self.in_features, bias)
+        dense = [w.dequantize() if hasattr(w, "ggml_type") else w for w in shards]
+        w = dense[0] if len(dense) == 1 else np.concatenate(dense)
+        return ops.prepare_linear(w, bias, self.quantization)
+
     def __call__(self, x):
         return ops.linear(x, self.lw)
+
+
+def _prepare_linear_gguf():
+    """ops.prepare_linear_gguf when the op table binds it; otherwise the active backend's own."""
+    fn = getattr(ops, "prepare_linear_gguf", None)
+    if fn is not None:
+        return fn
+    if ops.backend == "native":
+        from fd_kernels.ops import prepare_linear_gguf  # noqa: PLC0415 - not yet in ops.OP_NAMES
+
+        return prepare_linear_gguf
+    from fdcli_engine.ops.reference import prepare_linear_gguf  # noqa: PLC0415
+
+    return prepare_linear_gguf
 
 
 class Linear(MergedLinear):

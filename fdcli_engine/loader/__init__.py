@@ -16,9 +16,17 @@ from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.loader.gguf_io import iter_gguf_tensors, iter_gguf_weights, read_gguf_config
 from fdcli_engine.loader.hf import is_hf_folder, iter_hf_weights, read_hf_config
 
-# layout -> (read_config(path) -> dict, iter_weights(path) -> Iterator[(hf_name, fp32 array)])
+
+def _iter_hf(path: Path, quantization: str | None):
+    if quantization == "gguf":
+        raise ModelLoadError(f"{path}: --quantization gguf keeps GGUF blocks and needs a .gguf model")
+    return iter_hf_weights(path)
+
+
+# layout -> (read_config(path) -> dict, iter_weights(path, quantization) -> Iterator[(hf_name, array)]).
+# Arrays are fp32 [out, in], or gguf_io.QuantizedTensor for GGUF linear weights under --quantization gguf.
 LAYOUTS = {
-    "hf": (read_hf_config, iter_hf_weights),
+    "hf": (read_hf_config, _iter_hf),
     "gguf": (read_gguf_config, iter_gguf_weights),
 }
 
@@ -75,7 +83,7 @@ def load_model(engine_config):
     model_cls = resolve_model_class(hf_config, str(source))
     try:
         model = model_cls(hf_config, engine_config)
-        model.load_weights(LAYOUTS[layout][1](p))
+        model.load_weights(LAYOUTS[layout][1](p, engine_config.quantization))
     except ModelLoadError as exc:
         msg = str(exc)
         raise ModelLoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,24 @@ _LAYER = {
     "ffn_down": "mlp.down_proj",
 }
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.(\w+)\.(weight|bias)$")
+# ggml block types the native linear consumes as they are (Q4_0, Q4_1, Q8_0); others are dequantized.
+KEEP_QUANTIZED_TYPES = {2, 3, 8}
+_LINEAR_SUFFIXES = ("_proj.weight",)
+
+
+@dataclass
+class QuantizedTensor:
+    """A linear weight kept as GGUF blocks: `raw` uint8 [out, bytes_per_row], rows already in HF order.
+    `shape` is the logical HF shape [out, in], so layers can check it like an array's."""
+
+    raw: np.ndarray
+    ggml_type: int
+    shape: tuple
+
+    def dequantize(self) -> np.ndarray:
+        from gguf.quants import dequantize  # noqa: PLC0415
+
+        return np.asarray(dequantize(self.raw, self.ggml_type), dtype=np.float32).reshape(self.shape)
 
 
 @functools.lru_cache(maxsize=2)
@@ -175,6 +194,15 @@ def iter_gguf_tensors(
         yield hf_name, array, int(t.tensor_type), shape
 
 
-def iter_gguf_weights(path: Path) -> Iterator[tuple[str, np.ndarray]]:
-    for hf_name, array, _, _ in iter_gguf_tensors(path, dequantize=True):
-        yield hf_name, array
+def iter_gguf_weights(path: Path, quantization: str | None = None) -> Iterator[tuple[str, object]]:
+    """(HF name, fp32 array); with quantization "gguf", linear weights of a block type the kernels
+    read directly come as QuantizedTensor instead (norms, embeddings and other types: fp32)."""
+    if quantization != "gguf":
+        for hf_name, array, _, _ in iter_gguf_tensors(path, dequantize=True):
+            yield hf_name, array
+        return
+    for hf_name, raw, ggml_type, shape in iter_gguf_tensors(path, dequantize=False):
+        if ggml_type in KEEP_QUANTIZED_TYPES and hf_name.endswith(_LINEAR_SUFFIXES):
+            yield hf_name, QuantizedTensor(np.ascontiguousarray(raw), ggml_type, shape)
+        else:
+            yield hf_name, QuantizedTensor(raw, ggml_type, shape).dequantize()
