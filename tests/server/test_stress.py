@@ -14,19 +14,14 @@ import time
 import httpx
 import psutil
 import pytest
-from conftest import REPO, free_port, start_server
+from fd_server import REPO, free_port, make_tiny_model, start_server
 
 LONG = {"model": "tiny", "prompt": "hello world", "max_tokens": 1500, "ignore_eos": True, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
 def long_model(tmp_path_factory):
-    from tiny_models import make_tiny_checkpoint, write_tiny_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-2k")
-    make_tiny_checkpoint("LlamaForCausalLM", folder, seed=5, max_position_embeddings=2048)
-    write_tiny_tokenizer(folder)
-    return folder
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-2k"), seed=5, max_position_embeddings=2048)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,92 @@
+"""`fd chat` against a real `fd serve` (tiny random model), through Typer's runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from server.fd_server import make_tiny_model, start_server
+from typer.testing import CliRunner
+
+from fdcli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    model = make_tiny_model(tmp_path_factory.mktemp("chat-model"))
+    s = start_server(model, tmp_path_factory.mktemp("chat-srv"), "--served-model-name", "tiny")
+    yield s
+    s.stop()
+
+
+def _reference(srv, messages, max_tokens=6) -> str:
+    with srv.http() as h:
+        body = {"model": "tiny", "messages": messages, "max_tokens": max_tokens, "temperature": 0}
+        return h.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+
+
+def _args(srv, *extra):
+    return [
+        "chat",
+        "--url",
+        f"{srv.url}/v1",
+        "--api-key",
+        srv.api_key,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "6",
+        *extra,
+    ]
+
+
+def test_quick_prints_the_streamed_answer(srv):
+    r = runner.invoke(app, _args(srv, "-q", "hello world", "--system-prompt", "be brief"))
+    assert r.exit_code == 0, r.output
+    want = _reference(
+        srv, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
+    )
+    assert r.stdout == want + "\n"
+
+
+def test_api_key_from_environment(srv):
+    args = [a for a in _args(srv, "-q", "hi") if a not in ("--api-key", srv.api_key)]
+    r = runner.invoke(app, args, env={"OPENAI_API_KEY": srv.api_key})
+    assert r.exit_code == 0, r.output
+    assert runner.invoke(app, args, env={"OPENAI_API_KEY": "wrong"}).exit_code == 1
+
+
+def test_conversation_save_and_reset(srv, tmp_path):
+    saved, after_reset = tmp_path / "conv.json", tmp_path / "reset.json"
+    script = f"hello\n/save {saved}\n/reset\n/save {after_reset}\n/exit\n"
+    r = runner.invoke(app, _args(srv), input=script)
+    assert r.exit_code == 0, r.output
+    conv = json.loads(saved.read_text())
+    assert conv == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": _reference(srv, [{"role": "user", "content": "hello"}])},
+    ]
+    assert json.loads(after_reset.read_text()) == []
+
+
+def test_second_turn_sends_the_history(srv, tmp_path):
+    saved = tmp_path / "two.json"
+    r = runner.invoke(app, _args(srv), input=f"hello\nagain\n/save {saved}\n/exit\n")
+    assert r.exit_code == 0, r.output
+    conv = json.loads(saved.read_text())
+    assert [m["role"] for m in conv] == ["user", "assistant", "user", "assistant"]
+    assert conv[3]["content"] == _reference(srv, conv[:3])
+
+
+def test_server_down_is_one_line():
+    r = runner.invoke(app, ["chat", "-q", "hi", "--url", "http://127.0.0.1:9/v1"])
+    assert r.exit_code == 1
+    assert r.stderr.count("\n") == 1 and "cannot reach the server" in r.stderr
+
+
+def test_unknown_model_is_one_line(srv):
+    r = runner.invoke(app, _args(srv, "-q", "hi", "--model-name", "nope"))
+    assert r.exit_code == 1
+    assert r.stderr.count("\n") == 1 and "404" in r.stderr and "nope" in r.stderr

@@ -1,0 +1,80 @@
+"""`fd complete` against a real `fd serve` (tiny random model), through Typer's runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from server.fd_server import make_tiny_model, start_server
+from typer.testing import CliRunner
+
+from fdcli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    model = make_tiny_model(tmp_path_factory.mktemp("complete-model"))
+    s = start_server(model, tmp_path_factory.mktemp("complete-srv"), "--served-model-name", "tiny")
+    yield s
+    s.stop()
+
+
+def _reference(srv, prompt: str, max_tokens=8) -> str:
+    with srv.http() as h:
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+        return h.post("/v1/completions", json=body).json()["choices"][0]["text"]
+
+
+def _args(srv, *extra):
+    return [
+        "complete",
+        "--url",
+        f"{srv.url}/v1",
+        "--api-key",
+        srv.api_key,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+        *extra,
+    ]
+
+
+def test_prompt_argument_streams_the_completion(srv):
+    r = runner.invoke(app, _args(srv, "the quick brown fox"))
+    assert r.exit_code == 0, r.output
+    assert r.stdout == _reference(srv, "the quick brown fox") + "\n"
+
+
+def test_prompt_from_stdin(srv):
+    r = runner.invoke(app, _args(srv), input="hello world")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == _reference(srv, "hello world") + "\n"
+
+
+def test_json_output(srv):
+    r = runner.invoke(app, _args(srv, "--json", "hello world"))
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.stdout)
+    assert body["object"] == "text_completion"
+    assert body["choices"][0]["text"] == _reference(srv, "hello world")
+    assert body["usage"]["completion_tokens"] <= 8
+
+
+def test_bad_max_tokens_is_a_usage_error(srv):
+    r = runner.invoke(app, _args(srv, "--max-tokens", "0", "x"))
+    assert r.exit_code == 2
+
+
+def test_server_side_400_is_one_line(srv):
+    r = runner.invoke(app, _args(srv, "--max-tokens", "100000", "hello"))
+    assert r.exit_code == 1
+    assert r.stderr.count("\n") == 1 and "400" in r.stderr and "max_tokens" in r.stderr
+
+
+def test_server_down_is_one_line():
+    r = runner.invoke(app, ["complete", "hi", "--url", "http://127.0.0.1:9/v1"])
+    assert r.exit_code == 1
+    assert r.stderr.count("\n") == 1 and "cannot reach the server" in r.stderr

@@ -1,0 +1,117 @@
+"""Start a real `fd serve` process on a free loopback port (used by tests/server and tests/cli).
+
+The default server serves a tiny random Llama (tests/tiny_models.py) with an API key, so every test also
+exercises auth through the official `openai` SDK. Servers are module-scoped; tests that kill or drain a
+server start their own with `start_server`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+API_KEY = "test-key-123"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+    api_key: str | None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def client(self):
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.api_key or "none", max_retries=0)
+
+    def async_client(self):
+        import openai
+
+        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=self.api_key or "none", max_retries=0)
+
+    def http(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kw)
+
+    def metrics(self) -> dict[str, float]:
+        text = httpx.get(f"{self.url}/metrics", headers=self.headers, timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_server(
+    model: Path, tmp: Path, *extra: str, api_key: str | None = API_KEY, wait_ready=True
+) -> Server:
+    port = free_port()
+    log = tmp / f"server-{port}.log"
+    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--model", str(model), "--port", str(port)]
+    cmd += ["--num-kv-blocks", "128", "--max-num-seqs", "32", "--threads", "1", *extra]
+    if api_key:
+        cmd += ["--api-key", api_key]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("FD_API_KEY", None)
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    server = Server(proc, port, log, api_key)
+    if wait_ready:
+        wait_until_ready(server)
+    return server
+
+
+def wait_until_ready(server: Server, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"fd serve exited {server.proc.returncode}:\n{server.log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{server.url}/ready", headers=server.headers, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"fd serve not ready after {timeout}s:\n{server.log.read_text()[-3000:]}")
+
+
+def make_tiny_model(folder: Path, seed: int = 3, **overrides) -> Path:
+    from tiny_models import make_tiny_checkpoint, write_tiny_tokenizer
+
+    make_tiny_checkpoint("LlamaForCausalLM", folder, seed=seed, **overrides)
+    write_tiny_tokenizer(folder)
+    return folder
