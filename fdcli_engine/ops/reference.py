@@ -146,6 +146,16 @@ def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
     return out
 
 
+def _step_cache(meta: AttentionMetadata, key: str, build):
+    """Per-step values shared by every layer (block lists, masks), built by the first layer and kept on
+    the step's AttentionMetadata, so they die with it. Relies on the runner building a new metadata
+    object per step (it is a plain dataclass; nothing mutates one after construction)."""
+    cache = meta.__dict__.setdefault("_reference_cache", {})
+    if key not in cache:
+        cache[key] = build()
+    return cache[key]
+
+
 def reshape_and_cache(
     k: paddle.Tensor,
     v: paddle.Tensor,
@@ -153,8 +163,7 @@ def reshape_and_cache(
     v_cache: paddle.Tensor,
     slot_mapping: paddle.Tensor,
 ) -> None:
-    block_size = k_cache.shape[2]
-    num_kv_heads = k_cache.shape[1]
+    num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     # Broadcast indices [T,1] x [1,nkv] x [T,1] address k_cache[block, head, offset, :] per token and head.
     block_idx = (slot_mapping // block_size).unsqueeze(1)
     offset = (slot_mapping % block_size).unsqueeze(1)
@@ -175,28 +184,38 @@ def paged_attention(
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
-    starts = meta.query_start_loc_np
-    seq_lens = meta.seq_lens_np
-    block_tables = meta.block_tables.numpy()
+    plan = _step_cache(meta, f"plan{block_size}/{group}", lambda: _attention_plan(meta, block_size, group))
     outs = []
-    for b in range(meta.num_seqs):
-        start, end, seq_len = int(starts[b]), int(starts[b + 1]), int(seq_lens[b])
+    for start, end, seq_len, blocks, bias in plan:
         q_len = end - start
-        if q_len == 0:
-            continue
-        num_blocks = (seq_len + block_size - 1) // block_size
-        blocks = paddle.to_tensor(block_tables[b, :num_blocks].astype(np.int64))
         k = _gather_seq(k_cache, blocks, num_kv_heads, seq_len, head_dim)
         v = _gather_seq(v_cache, blocks, num_kv_heads, seq_len, head_dim)
         # [q_len, nh, hd] -> [nkv, group * q_len, hd]: query heads h = kv * group + g share kv head kv.
         qs = q[start:end].transpose([1, 0, 2]).reshape([num_kv_heads, group * q_len, head_dim])
         scores = paddle.matmul(qs, k, transpose_y=True) * scale  # [nkv, group*q_len, L]
-        if q_len > 1:
-            scores = scores + _causal_bias(q_len, seq_len, group)
+        if bias is not None:
+            scores = scores + bias
         probs = F.softmax(scores, axis=-1)
         o = paddle.matmul(probs, v)  # [nkv, group*q_len, hd]
         outs.append(o.reshape([num_heads, q_len, head_dim]).transpose([1, 0, 2]))
     return outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
+
+
+def _attention_plan(meta: AttentionMetadata, block_size: int, group: int) -> list[tuple]:
+    """Per sequence with queries: (start, end, seq_len, its block ids as a tensor, causal bias or None)."""
+    starts, seq_lens = meta.query_start_loc_np, meta.seq_lens_np
+    block_tables = meta.block_tables.numpy()
+    plan = []
+    for b in range(meta.num_seqs):
+        start, end, seq_len = int(starts[b]), int(starts[b + 1]), int(seq_lens[b])
+        if end == start:
+            continue
+        num_blocks = (seq_len + block_size - 1) // block_size
+        blocks = paddle.to_tensor(block_tables[b, :num_blocks].astype(np.int64))
+        # A single query is the last position: it sees every key, so it needs no mask.
+        bias = _causal_bias(end - start, seq_len, group) if end - start > 1 else None
+        plan.append((start, end, seq_len, blocks, bias))
+    return plan
 
 
 def _gather_seq(cache, blocks, num_kv_heads, seq_len, head_dim) -> paddle.Tensor:
