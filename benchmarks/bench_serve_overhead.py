@@ -1,0 +1,174 @@
+"""Overhead of `fd serve` over the in-process engine, same load, same batch sizes.
+
+Load (the issue's): N streaming completion requests with random-token prompts of 128 and 512 tokens,
+128 output tokens each (ignore_eos), kept at concurrency 1, 4 and 16 (closed loop: a finished request
+is replaced at once). The server run goes through HTTP + SSE + the engine-core process; the in-process
+run drives `fdcli_engine.api.LLM`'s engine and output processor with the same closed loop. Prints output
+tokens/s of both and the ratio (server / in-process; 1.0 = no overhead).
+
+    python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
+        [--prompt-lens 128,512] [--concurrency 1,4,16] [--json out.json]
+
+Both runs share the machine's cores: run it when nothing else is busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+
+MAX_TOKEN_ID = 40000  # below SmolLM2's vocabulary (49152); --max-token-id for smaller models
+
+
+def make_prompts(n: int, length: int, seed: int, max_token_id: int = MAX_TOKEN_ID) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(100, max_token_id) for _ in range(length)] for _ in range(n)]
+
+
+def run_in_process(llm, prompts, output_len: int, concurrency: int) -> float:
+    """Output tokens/s of a closed loop of `concurrency` requests over the engine, no HTTP."""
+    from fdcli_engine.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=output_len, ignore_eos=True, temperature=0)
+    pending = list(enumerate(prompts))
+    tokens, inflight = 0, 0
+    t0 = time.perf_counter()
+    while pending or inflight:
+        while pending and inflight < concurrency:
+            i, ids = pending.pop(0)
+            llm.add_request(f"bench-{time.monotonic_ns()}-{i}", ids, params)
+            inflight += 1
+        outs, to_abort = llm.processor.process_outputs(llm.engine.step())
+        for o in outs:
+            tokens += len(o.outputs[0].delta_token_ids)
+            inflight -= o.finished
+    return tokens / (time.perf_counter() - t0)
+
+
+async def run_server(url: str, prompts, output_len: int, concurrency: int) -> float:
+    """Output tokens/s of the same closed loop through `fd serve` (streaming completions)."""
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    tokens = 0
+
+    async def one(client, ids):
+        nonlocal tokens
+        body = {
+            "prompt": ids,
+            "max_tokens": output_len,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+            "return_token_ids": True,
+        }
+        async with sem, client.stream("POST", f"{url}/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                raise SystemExit(f"server answered {r.status_code}: {(await r.aread())[:300]!r}")
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[6:])["choices"]:
+                        tokens += len(choice.get("token_ids") or [])
+
+    async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)) as client:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(client, ids) for ids in prompts))
+        return tokens / (time.perf_counter() - t0)
+
+
+def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), *engine_args]
+    if model:
+        cmd += ["--model", model]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(1200):
+        try:
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"fd serve exited with {proc.returncode}")
+        time.sleep(0.25)
+    proc.kill()
+    raise SystemExit("fd serve did not become ready")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--num-requests", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--prompt-lens", default="128,512")
+    p.add_argument("--concurrency", default="1,4,16")
+    p.add_argument("--max-num-seqs", type=int, default=16)
+    p.add_argument("--max-token-id", type=int, default=MAX_TOKEN_ID)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    lens = [int(x) for x in args.prompt_lens.split(",")]
+    concs = [int(x) for x in args.concurrency.split(",")]
+    engine_args = ["--max-num-seqs", str(args.max_num_seqs)]
+
+    rows = []
+    proc, url = start_server(args.model, engine_args)
+    try:
+        for length in lens:
+            for c in concs:
+                prompts = make_prompts(
+                    args.num_requests, length, seed=length * 100 + c, max_token_id=args.max_token_id
+                )
+                asyncio.run(run_server(url, prompts[:1], 4, 1))  # warm-up
+                rows.append(
+                    {
+                        "prompt_len": length,
+                        "concurrency": c,
+                        "server_tok_s": asyncio.run(run_server(url, prompts, args.output_len, c)),
+                    }
+                )
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+    from fdcli_engine.api import LLM
+
+    llm = LLM(args.model, max_num_seqs=args.max_num_seqs)
+    for row in rows:
+        prompts = make_prompts(
+            args.num_requests,
+            row["prompt_len"],
+            seed=row["prompt_len"] * 100 + row["concurrency"],
+            max_token_id=args.max_token_id,
+        )
+        run_in_process(llm, prompts[:1], 4, 1)  # warm-up
+        row["engine_tok_s"] = run_in_process(llm, prompts, args.output_len, row["concurrency"])
+        row["ratio"] = row["server_tok_s"] / row["engine_tok_s"]
+
+    print(f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6}")
+    for r in rows:
+        print(
+            f"{r['prompt_len']:>7} {r['concurrency']:>5} {r['server_tok_s']:>13.1f} {r['engine_tok_s']:>13.1f} "
+            f"{r['ratio']:>6.3f}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
