@@ -106,7 +106,11 @@ def read_gguf_config(path: Path) -> dict:
 
     heads = int(get("attention.head_count"))
     hidden = int(get("embedding_length"))
-    vocab = get("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
+    # The embedding's row count is what the weights hold; metadata and token lists may disagree with it.
+    embd = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embd is None:
+        raise ModelLoadError(f"{path}: GGUF file has no token_embd.weight tensor")
+    vocab = int(embd.shape[-1])
     cfg = {
         "architectures": [GGUF_ARCHITECTURES[arch]],
         "model_type": arch,
