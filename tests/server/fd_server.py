@@ -77,11 +77,13 @@ class Server:
 
 
 def start_server(
-    model: Path, tmp: Path, *extra: str, api_key: str | None = API_KEY, wait_ready=True
+    model: Path | None, tmp: Path, *extra: str, api_key: str | None = API_KEY, wait_ready=True
 ) -> Server:
     port = free_port()
     log = tmp / f"server-{port}.log"
-    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--model", str(model), "--port", str(port)]
+    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port)]
+    if model is not None:  # None: the default model (SmolLM2)
+        cmd += ["--model", str(model)]
     cmd += ["--num-kv-blocks", "128", "--max-num-seqs", "32", "--threads", "1", *extra]
     if api_key:
         cmd += ["--api-key", api_key]
