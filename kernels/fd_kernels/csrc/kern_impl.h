@@ -57,28 +57,55 @@ static inline void load_b(const GemmArgs& g, int64_t p, int64_t k, const vf* s, 
   }
 }
 
+// Rows x k of one panel: acc[m] += A[m, k] * W[k, panel], for k in [k, kend) of one scale group.
+// With few rows the FMA latency, not throughput, bounds a single accumulator set, so KU interleaved sets
+// each take every KU-th k (summed at the end) to keep enough independent chains in flight.
+template <int MR, int KIND, int KU>
+static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int64_t k, int64_t kend,
+                               const vf* s, const vf* mn, vf (*acc)[MR][kNV]) {
+  vf b[kNV];
+  for (; k + KU <= kend; k += KU) {
+    for (int u = 0; u < KU; ++u) {
+      load_b<KIND>(g, p, k + u, s, mn, b);
+      for (int m = 0; m < MR; ++m) {
+        const vf av = vset1(a[m * g.lda + k + u]);
+        for (int v = 0; v < kNV; ++v) acc[u][m][v] = vfma(av, b[v], acc[u][m][v]);
+      }
+    }
+  }
+  for (; k < kend; ++k) {
+    load_b<KIND>(g, p, k, s, mn, b);
+    for (int m = 0; m < MR; ++m) {
+      const vf av = vset1(a[m * g.lda + k]);
+      for (int v = 0; v < kNV; ++v) acc[0][m][v] = vfma(av, b[v], acc[0][m][v]);
+    }
+  }
+}
+
 // K range [k0, k1) of panel p for rows m0 .. m0+MR: C = (first ? bias : C) + A x W. Accumulators
 // stay in registers over the range; each weight row is dequantized once and reused by all MR rows.
 template <int MR, int KIND>
 static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t k1, bool first) {
+  constexpr int KU = MR == 1 ? 4 : MR == 2 ? 2 : 1;
   const int64_t n0 = p * kNR;
   const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
-  vf acc[MR][kNV];
+  vf acc[KU][MR][kNV];
   for (int m = 0; m < MR; ++m) {
     const float* crow = g.c + (m0 + m) * g.n + n0;
     float tmp[kNR];
     if (!first && ncols != kNR) std::memcpy(tmp, crow, ncols * sizeof(float));
     for (int v = 0; v < kNV; ++v) {
       if (first)
-        acc[m][v] = g.bias ? vload(g.bias + n0 + v * FD_W) : vzero();
+        acc[0][m][v] = g.bias ? vload(g.bias + n0 + v * FD_W) : vzero();
       else
-        acc[m][v] = ncols == kNR ? vload(crow + v * FD_W) : vload(tmp + v * FD_W);
+        acc[0][m][v] = ncols == kNR ? vload(crow + v * FD_W) : vload(tmp + v * FD_W);
+      for (int u = 1; u < KU; ++u) acc[u][m][v] = vzero();
     }
   }
   const float* a = g.a + m0 * g.lda;
   const int64_t group = KIND == kF32 ? g.k : g.group;
   const int64_t ngroups = (g.k + group - 1) / group;
-  vf s[kNV], mn[kNV], b[kNV];
+  vf s[kNV], mn[kNV];
   for (int64_t k = k0; k < k1;) {
     const int64_t gi = k / group;
     if (KIND != kF32) {
@@ -89,19 +116,18 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t 
       }
     }
     const int64_t kend = std::min(k1, (gi + 1) * group);
-    for (; k < kend; ++k) {
-      load_b<KIND>(g, p, k, s, mn, b);
-      for (int m = 0; m < MR; ++m) {
-        const vf av = vset1(a[m * g.lda + k]);
-        for (int v = 0; v < kNV; ++v) acc[m][v] = vfma(av, b[v], acc[m][v]);
-      }
-    }
+    micro_group<MR, KIND, KU>(g, a, p, k, kend, s, mn, acc);
+    k = kend;
   }
   for (int m = 0; m < MR; ++m) {
     float* crow = g.c + (m0 + m) * g.n + n0;
     float tmp[kNR];
     float* dst = ncols == kNR ? crow : tmp;
-    for (int v = 0; v < kNV; ++v) vstore(dst + v * FD_W, acc[m][v]);
+    for (int v = 0; v < kNV; ++v) {
+      vf r = acc[0][m][v];
+      for (int u = 1; u < KU; ++u) r = vadd(r, acc[u][m][v]);
+      vstore(dst + v * FD_W, r);
+    }
     if (ncols != kNR) std::memcpy(crow, tmp, ncols * sizeof(float));
   }
 }
@@ -120,11 +146,15 @@ static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p, int64_t
   }
 }
 
-// Rows at or above which K is blocked: then a kKC x kNR weight block (24 KiB fp32) stays in L1 while
+// Rows at or above which K is blocked: then a kKC x kNR weight block (48 KiB fp32) stays in L1/L2 while
 // every row block uses it, and the A[:, kc] block stays in L2 across a thread's panels. Below it (decode)
 // the weights are streamed once from memory and K is not blocked.
-constexpr int64_t kKC = 192;
-constexpr int64_t kBlockKMinRows = 48;
+#ifndef FD_GEMM_KC  // overridable for kernels/bench_native.cc experiments
+#define FD_GEMM_KC 384
+#define FD_GEMM_KC_MIN_ROWS 48
+#endif
+constexpr int64_t kKC = FD_GEMM_KC;
+constexpr int64_t kBlockKMinRows = FD_GEMM_KC_MIN_ROWS;
 
 // Threads split the output-column panels (static schedule: the same panels per thread in every K
 // block, so no barrier is needed between K blocks).

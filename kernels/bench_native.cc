@@ -1,0 +1,71 @@
+// Standalone timing of the raw kernels (no Paddle): GEMM GFLOP/s for SmolLM2 shapes and paged attention.
+// Build: g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
+//            kernels/bench_native.cc kernels/fd_kernels/csrc/kernels.cc -o /tmp/bench_native
+// Used to tune block sizes on a quiet machine (add -DFD_GEMM_KC=... -DFD_GEMM_KC_MIN_ROWS=...).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels.h"
+
+template <class F>
+static double best_seconds(F fn, int reps) {
+  fn();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+static void bench_gemm(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist;
+  const int64_t panels = (n + fdk::kNR - 1) / fdk::kNR;
+  std::vector<float> a(m * k), c(m * n), w32(panels * k * fdk::kNR), sc(panels * ((k + 63) / 64) * fdk::kNR, 0.01f);
+  std::vector<int8_t> w8(panels * k * fdk::kNR, 3);
+  std::vector<uint8_t> w4(panels * k * fdk::kNR / 2, 0x35);
+  for (auto& v : a) v = dist(rng);
+  for (auto& v : w32) v = dist(rng);
+  const int reps = m >= 256 ? 20 : 300;
+  double gf[3];
+  for (int kind = 0; kind < 3; ++kind) {
+    const void* w = kind == 0 ? (const void*)w32.data() : kind == 1 ? (const void*)w8.data() : (const void*)w4.data();
+    fdk::GemmArgs g{a.data(), k, m, k, n, w, sc.data(), sc.data(), kind == 1 ? k : 64, kind, nullptr, c.data()};
+    gf[kind] = 2.0 * m * n * k / best_seconds([&] { fdk::gemm(g); }, reps) / 1e9;
+  }
+  std::printf("gemm %4ld x %4ld x %5ld: fp32 %6.1f  s8 %6.1f  u4 %6.1f GFLOP/s\n", (long)m, (long)k, (long)n, gf[0],
+              gf[1], gf[2]);
+}
+
+static void bench_attention(const char* name, std::vector<int64_t> q_lens, std::vector<int64_t> ctx) {
+  const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, b = (int64_t)ctx.size();
+  int64_t max_blocks = 0, t = 0;
+  for (int64_t c : ctx) max_blocks = std::max(max_blocks, (c + bs - 1) / bs);
+  std::vector<int64_t> qsl(b + 1, 0), bt(b * max_blocks);
+  for (int64_t i = 0; i < b; ++i) qsl[i + 1] = qsl[i] + q_lens[i];
+  t = qsl[b];
+  for (int64_t i = 0; i < b * max_blocks; ++i) bt[i] = i;
+  std::vector<float> q(t * nh * hd, 0.1f), kc(b * max_blocks * nkv * bs * hd, 0.2f), vc(kc.size(), 0.3f), out(q.size());
+  fdk::AttnArgs args{q.data(), kc.data(), vc.data(), qsl.data(), ctx.data(), bt.data(), b, max_blocks, nh, nkv, bs,
+                     hd, 0.125f, out.data()};
+  std::printf("attention %-22s %8.3f ms\n", name, 1e3 * best_seconds([&] { fdk::paged_attention(args); }, 30));
+}
+
+int main() {
+  std::mt19937 rng(0);
+  std::printf("threads=%d isa=%d\n", omp_get_max_threads(), fdk::active_isa());
+  const int64_t shapes[][3] = {{1, 576, 1536}, {16, 576, 1536}, {512, 576, 1536}, {512, 1536, 576}, {512, 576, 960},
+                               {1, 576, 49152}};
+  for (auto& s : shapes) bench_gemm(s[0], s[1], s[2], rng);
+  bench_attention("decode B=1 ctx=512", {1}, {512});
+  bench_attention("decode B=16 ctx=512", std::vector<int64_t>(16, 1), std::vector<int64_t>(16, 512));
+  bench_attention("prefill 512", {512}, {512});
+  return 0;
+}
