@@ -1,0 +1,210 @@
+"""InProcessEngineClient: the EngineClient protocol over an EngineCore that lives in this process.
+
+`fd run-batch` uses it to drive the same serving layer as `fd serve` (OpenAIServingChat/Completion)
+without a second process or HTTP. One driver coroutine owns the core:
+
+    apply queued adds/aborts → step() on a dedicated worker thread → detokenize → route to queues
+
+Invariants:
+- Only the driver touches the core, and only between steps: `generate` and `abort` queue their work,
+  so a step running on the worker thread never sees the scheduler change under it. Validation that
+  only reads the config (`EngineCore.validate_request`) runs in `generate`, so a bad prompt fails the
+  caller at once instead of inside the driver.
+- Every step runs on the same single worker thread (OpenMP keeps one thread team per calling thread);
+  while it runs, the event loop is free, so the serving coroutines tokenize, render and write output
+  concurrently with the model.
+- Every request id has at most one queue; a request that ends without a finished output (caller
+  cancelled, error) is aborted in the core. A failed step fails every waiting request with
+  EngineDeadError and marks the client dead, so nothing hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.sampling_params import SamplingParams
+
+logger = logging.getLogger("fd.batch")
+
+
+class InProcessEngineClient:
+    """`core`/`tokenizer` may be injected (tests); by default both are built from `config`."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        tokenizer=None,
+        served_model_name: str | None = None,
+        core=None,
+        step_in_thread: bool = True,
+    ):
+        from fdcli_engine.api.async_llm import ModelConfig
+        from fdcli_engine.output_processor import OutputProcessor
+
+        if config.model_path is None:
+            config.finalize()
+        self.config = config
+        if core is None:
+            from fdcli_engine.engine import EngineCore
+
+            core = EngineCore(config)
+        self.core = core
+        if tokenizer is None:
+            from fdcli_engine.tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(config)
+        self.tokenizer = tokenizer
+        name = served_model_name or config.served_model_name or str(config.model or "fd-model")
+        self.model_config = ModelConfig(
+            str(config.model), name, int(config.max_model_len or 0), int(getattr(core, "vocab_size", 0))
+        )
+        self.output_processor = OutputProcessor(tokenizer)
+        self.is_ready = True
+        self.dead_reason: str | None = None
+        self._queues: dict[str, asyncio.Queue] = {}
+        self._pending_adds: list = []  # EngineCoreRequest, applied by the driver between steps
+        self._pending_aborts: list[str] = []
+        self._stats: dict = {}
+        self._wake: asyncio.Event | None = None
+        self._driver: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="fd-step") if step_in_thread else None
+
+    @property
+    def is_dead(self) -> bool:
+        return self.dead_reason is not None
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self._queues)
+
+    # ---- the EngineClient protocol ----
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str,
+        prompt: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        from fdcli_engine.api.async_llm import EngineDeadError
+        from fdcli_engine.engine import EngineCoreRequest
+
+        if self.is_dead:
+            raise EngineDeadError(self.dead_reason)
+        if request_id in self._queues:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
+        self.core.validate_request(prompt_token_ids, params)
+        self._ensure_driver()
+        q: asyncio.Queue = asyncio.Queue()
+        self._queues[request_id] = q
+        self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
+        self._pending_adds.append(EngineCoreRequest(request_id, list(prompt_token_ids), params, time.time()))
+        self._wake.set()
+        finished = False
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    finished = True  # the core is gone; nothing to abort
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request here and (at the next step boundary) in the core. Idempotent."""
+        if self._queues.pop(request_id, None) is None:
+            return
+        self.output_processor.abort(request_id)
+        self._pending_aborts.append(request_id)
+        if self._wake is not None:
+            self._wake.set()
+
+    async def get_stats(self) -> dict:
+        """The scheduler's counters as of the last step (read between steps, never during one)."""
+        if not self._stats and (self._driver is None or self._driver.done()):
+            self._stats = self.core.get_stats()
+        return dict(self._stats)
+
+    async def shutdown(self) -> None:
+        if self._driver is not None and not self._driver.done():
+            self._driver.cancel()
+            try:
+                await self._driver
+            except asyncio.CancelledError:
+                pass
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+    # ---- the driver ----
+    def _ensure_driver(self) -> None:
+        if self._driver is None or self._driver.done():
+            self._wake = asyncio.Event()
+            self._driver = asyncio.get_running_loop().create_task(self._drive(), name="fd-engine-driver")
+
+    def _apply_pending(self) -> None:
+        adds, self._pending_adds = self._pending_adds, []
+        aborts, self._pending_aborts = self._pending_aborts, []
+        dropped = set(aborts)
+        for req in adds:
+            if req.req_id not in dropped:
+                self.core.add_request(req)
+        if aborts:
+            self.core.abort_requests(aborts)
+
+    async def _drive(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                self._apply_pending()
+                if not self.core.has_unfinished_requests():
+                    self._wake.clear()
+                    if not self._pending_adds and not self._pending_aborts:
+                        await self._wake.wait()
+                    continue
+                if self._executor is not None:
+                    outputs = await loop.run_in_executor(self._executor, self.core.step)
+                else:
+                    outputs = self.core.step()
+                    await asyncio.sleep(0)
+                self._stats = self.core.get_stats()
+                self._route(outputs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failed step leaves the core in an unknown state: stop for good
+            logger.exception("engine step failed")
+            self._fail_all(f"the engine step failed: {type(e).__name__}: {e}")
+
+    def _route(self, outputs) -> None:
+        known = [o for o in outputs if o.req_id in self._queues]
+        if not known:
+            return
+        request_outputs, to_abort = self.output_processor.process_outputs(known)
+        for ro in request_outputs:
+            q = self._queues.get(ro.request_id)
+            if q is None:
+                continue
+            if ro.finished:
+                del self._queues[ro.request_id]
+            q.put_nowait(ro)
+        # Stop strings matched: finished here; free the request in the core before the next step.
+        self._pending_aborts.extend(to_abort)
+
+    def _fail_all(self, reason: str) -> None:
+        from fdcli_engine.api.async_llm import EngineDeadError
+
+        self.dead_reason = reason
+        self.is_ready = False
+        for req_id, q in list(self._queues.items()):
+            del self._queues[req_id]
+            q.put_nowait(EngineDeadError(reason))

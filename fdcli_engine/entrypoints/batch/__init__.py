@@ -1,0 +1,133 @@
+"""`fd run-batch`: OpenAI Batch-format JSONL through the engine in this process.
+
+    summary = run_batch(BatchOptions(input=Path("in.jsonl"), output=Path("out.jsonl")), engine_args)
+
+Order of work (each step fails before the next costs anything):
+1. stdin is spooled to a temp file (two passes need to re-read it);
+2. first pass: duplicate custom_ids → DuplicateIdsError, before the model is loaded;
+3. OUT.partial is prepared (--resume keeps what is there);
+4. the engine is loaded and the lines run; OUT.partial is renamed to OUT once every line has a record.
+
+Exit codes (the CLI maps outcomes to them; documented in docs/run-batch.md):
+EXIT_OK 0 every line succeeded · EXIT_RUN_FAILED 1 the run failed (engine, I/O) · EXIT_USAGE 2 bad
+options or input (duplicate ids) · EXIT_LINES_FAILED 3 the run finished but some lines failed, or
+--strict stopped it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fdcli_engine.entrypoints.batch.files import (
+    BatchFileError,
+    DuplicateIdsError,
+    OutputWriter,
+    prepare_output,
+    scan_input,
+    spool_stdin,
+)
+from fdcli_engine.entrypoints.batch.summary import BatchProgress, BatchSummary
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_USAGE = 2
+EXIT_LINES_FAILED = 3
+
+__all__ = [
+    "EXIT_LINES_FAILED",
+    "EXIT_OK",
+    "EXIT_RUN_FAILED",
+    "EXIT_USAGE",
+    "BatchFileError",
+    "BatchOptions",
+    "BatchSummary",
+    "DuplicateIdsError",
+    "run_batch",
+]
+
+
+@dataclass
+class BatchOptions:
+    input: Path | None  # None: stdin
+    output: Path | None  # None: stdout (no partial file, no resume)
+    strict: bool = False
+    resume: bool = False
+    max_inflight: int | None = None  # None: 2 × max_num_seqs
+    progress: bool = True
+    chat_template: str | None = None
+
+
+def _default_engine(engine_args: dict[str, Any]):
+    from fdcli_engine.api.inproc_client import InProcessEngineClient
+    from fdcli_engine.config import EngineConfig
+
+    config = EngineConfig.from_dict(engine_args, source="options").finalize()
+    return InProcessEngineClient(config)
+
+
+def run_batch(
+    opts: BatchOptions,
+    engine_args: dict[str, Any] | None = None,
+    engine_factory: Callable[[dict[str, Any]], Any] | None = None,
+) -> BatchSummary:
+    """Run the batch; returns the summary (status "completed", "lines_failed" or "stopped").
+
+    Raises DuplicateIdsError / BatchFileError before any model work, BatchRunError if the engine dies.
+    `engine_factory(engine_args)` returns an EngineClient (tests inject fakes).
+    """
+    if opts.output is not None and opts.input is not None and opts.output.resolve() == opts.input.resolve():
+        raise BatchFileError("the output file must not be the input file")
+    if opts.resume and opts.output is None:
+        raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
+    spooled = spool_stdin() if opts.input is None else None
+    path = spooled or opts.input
+    try:
+        try:
+            scan = scan_input(path)
+        except OSError as e:
+            raise BatchFileError(f"cannot read the input {str(path)!r}: {e.strerror or e}") from None
+        done_keys, _ = prepare_output(opts.output, opts.resume) if opts.output is not None else (set(), 0)
+        engine = (engine_factory or _default_engine)(dict(engine_args or {}))
+        return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
+    finally:
+        if spooled is not None:
+            spooled.unlink(missing_ok=True)
+
+
+async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: set) -> BatchSummary:
+    from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving, StrictStop
+
+    window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
+    serving = Serving(engine, [engine.model_config.served_model_name], opts.chat_template)
+    writer = OutputWriter(opts.output)
+    progress = BatchProgress(num_lines) if opts.progress else None
+    runner = BatchRunner(serving, writer, window, done_keys, opts.strict, progress)
+    summary = runner.summary
+    summary.total = num_lines
+    summary.output = str(opts.output) if opts.output is not None else "-"
+    t0 = time.perf_counter()
+    try:
+        await runner.run(path)
+        summary.status = "completed" if summary.failed == 0 else "lines_failed"
+        summary.wall_time_s = time.perf_counter() - t0
+        writer.commit()
+    except StrictStop as e:
+        summary.status = "stopped"
+        summary.message = str(e)
+    except BaseException:
+        summary.status = "failed"
+        raise
+    finally:
+        summary.wall_time_s = time.perf_counter() - t0
+        writer.close()
+        if progress is not None:
+            progress.close()
+        shutdown = getattr(engine, "shutdown", None)
+        if shutdown is not None:
+            await shutdown()
+    return summary

@@ -1,0 +1,236 @@
+"""The batch runner: input lines → the OpenAI serving layer (the same classes `fd serve` routes to) →
+output records in input order.
+
+Flow invariants:
+- Lines are read lazily; at most `window` lines are between "read" and "written". A line may start
+  only when its sequence number is within `window` of the next one to write, so the reorder buffer
+  never holds more than `window` records, however slow one request is.
+- A line's failure is an error record, never an exception out of the run; only a dead engine or an
+  I/O error fails the run. With `strict`, the first error record written (the first bad line in input
+  order) stops the run.
+- The body is parsed by the server's pydantic request models and executed by OpenAIServingChat /
+  OpenAIServingCompletion; a rejection is the same status and error object the server would send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from fdcli_engine.entrypoints.batch.files import OutputWriter, iter_lines
+from fdcli_engine.entrypoints.batch.records import (
+    BatchLine,
+    LineError,
+    dump_record,
+    error_record,
+    line_key,
+    parse_line,
+    success_record,
+)
+from fdcli_engine.entrypoints.batch.summary import BatchSummary
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from fdcli_engine.errors import FdError
+
+logger = logging.getLogger("fd.batch")
+
+
+class BatchRunError(FdError):
+    """The run itself failed (the engine died); results written so far stay in OUT.partial."""
+
+
+class StrictStop(FdError):
+    """--strict: a line failed; the run stopped after writing its error record."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one url is served: the request model that validates the body, and the serving call."""
+
+    request_model: type
+    call: Callable[[Any, Any], Awaitable[Any]]  # (Serving, request) -> response model
+
+
+class Serving:
+    """The serving-layer objects of one engine, shared by every route."""
+
+    def __init__(self, engine, served_model_names: list[str], chat_template: str | None = None):
+        self.engine = engine
+        self.chat = OpenAIServingChat(engine, served_model_names, chat_template=chat_template)
+        self.completion = OpenAIServingCompletion(engine, served_model_names)
+
+
+# Adding /v1/embeddings or /v1/chat/reward is one entry here once the serving layer has them.
+ROUTES: dict[str, Route] = {
+    "/v1/chat/completions": Route(ChatCompletionRequest, lambda s, req: s.chat.create_chat_completion(req)),
+    "/v1/completions": Route(CompletionRequest, lambda s, req: s.completion.create_completion(req)),
+}
+
+
+def validation_api_error(exc: ValidationError) -> APIError:
+    """The 400 `fd serve` answers for a body its request model rejects (same message and param)."""
+    try:
+        from fdcli_engine.entrypoints.openai.server_app import validation_error
+    except ImportError:  # the HTTP adapter's dependencies are missing: a plainer message
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(p) for p in first.get("loc", ())) or None
+        return bad_request(f"{loc or 'body'}: {first.get('msg', 'invalid value')}", loc)
+
+    class _Errors:  # validation_error() reads only `.errors()`
+        def errors(self):
+            return exc.errors()
+
+    return validation_error(_Errors())
+
+
+def _usage_tokens(body: dict) -> tuple[int, int]:
+    usage = body.get("usage") or {}
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        serving: Serving,
+        writer: OutputWriter,
+        window: int,
+        done_keys: set | None = None,
+        strict: bool = False,
+        progress=None,
+        routes: dict[str, Route] | None = None,
+    ):
+        self.serving = serving
+        self.writer = writer
+        self.window = max(1, window)
+        self.done_keys = done_keys or set()
+        self.strict = strict
+        self.progress = progress
+        self.routes = routes or ROUTES
+        self.summary = BatchSummary()
+        self._buffer: dict[int, tuple[str, dict]] = {}  # seq -> (output line, record)
+        self._next_write = 0
+        self._room = asyncio.Condition()
+        self._tasks: set[asyncio.Task] = set()
+        self._stop: BaseException | None = None
+
+    async def run(self, path: Path) -> BatchSummary:
+        seq = 0
+        try:
+            for line_no, raw in iter_lines(path):
+                if self._stop is not None:
+                    break
+                try:
+                    line = parse_line(line_no, raw, self.routes)
+                except LineError as e:
+                    if line_key(line_no, e.custom_id) in self.done_keys:
+                        self._skip()
+                        continue
+                    await self._wait_for_room(seq)
+                    self._finish(seq, error_record(line_no, e.custom_id, e.code, e.message))
+                    seq += 1
+                    continue
+                if line_key(line_no, line.custom_id) in self.done_keys:
+                    self._skip()
+                    continue
+                await self._wait_for_room(seq)
+                if self._stop is not None:
+                    break
+                task = asyncio.create_task(self._execute(seq, line))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                seq += 1
+            while self._tasks and self._stop is None:
+                await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in list(self._tasks):
+                t.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            self.writer.flush()
+        if self._stop is not None:
+            raise self._stop
+        return self.summary
+
+    def _skip(self) -> None:
+        self.summary.skipped += 1
+        if self.progress is not None:
+            self.progress.advance(self.summary)
+
+    async def _wait_for_room(self, seq: int) -> None:
+        async with self._room:
+            await self._room.wait_for(lambda: seq - self._next_write < self.window or self._stop is not None)
+
+    async def _execute(self, seq: int, line: BatchLine) -> None:
+        try:
+            record = await self._serve(line)
+        except asyncio.CancelledError:
+            raise
+        except BatchRunError as e:
+            self._stop = e
+            await self._notify()
+            return
+        self._finish(seq, record)
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._room:
+            self._room.notify_all()
+
+    async def _serve(self, line: BatchLine) -> dict:
+        route = self.routes[line.url]
+        try:
+            req = route.request_model.model_validate(line.body)
+            resp = await route.call(self.serving, req)
+        except ValidationError as e:
+            err = validation_api_error(e)
+            return error_record(
+                line.line_no, line.custom_id, "invalid_request", err.message, 400, err.to_dict()
+            )
+        except Exception as e:
+            err = from_exception(e)
+            if getattr(self.serving.engine, "is_dead", False):
+                raise BatchRunError(f"the engine failed at line {line.line_no}: {err.message}") from None
+            if err.status >= 500:
+                logger.error("line %d (%s) failed: %s: %s", line.line_no, line.custom_id, type(e).__name__, e)
+            code = err.code or err.type
+            return error_record(line.line_no, line.custom_id, code, err.message, err.status, err.to_dict())
+        body = resp.model_dump(mode="json")
+        return success_record(line.custom_id, str(body.get("id", "")), body)
+
+    def _finish(self, seq: int, record: dict) -> None:
+        """Buffer one record and write every record that is now next in input order."""
+        self._buffer[seq] = (dump_record(record), record)
+        wrote = False
+        while self._next_write in self._buffer and self._stop is None:
+            text, rec = self._buffer.pop(self._next_write)
+            self.writer.write(text)
+            self._next_write += 1
+            wrote = True
+            self._count(rec)
+            if rec["error"] is not None and self.strict:
+                err = rec["error"]
+                self._stop = StrictStop(f"line {err['line']} failed (--strict): {err['message']}")
+        if wrote:
+            self.writer.flush()
+        if self._stop is not None:
+            self._buffer.clear()
+
+    def _count(self, record: dict) -> None:
+        s = self.summary
+        if record["error"] is None:
+            s.succeeded += 1
+            prompt, completion = _usage_tokens(record["response"]["body"])
+            s.prompt_tokens += prompt
+            s.completion_tokens += completion
+        else:
+            s.failed += 1
+        if self.progress is not None:
+            self.progress.advance(s)
