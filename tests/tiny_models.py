@@ -268,3 +268,27 @@ def make_tiny_gguf(hf_folder: str | Path, path: str | Path, qtype: str = "F32") 
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def make_tiny_bert(folder: str | Path, seed: int = 0) -> Path:
+    """A tiny random BertModel (hidden 64, 2 layers, 4 heads, vocab 512), every parameter randomized."""
+    import torch  # noqa: PLC0415
+    from transformers import BertConfig, BertModel  # noqa: PLC0415
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=512,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+    )
+    model = BertModel(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = 0.2 if "LayerNorm" in name else 0.15
+            p.copy_((1.0 if name.endswith("LayerNorm.weight") else 0.0) + scale * torch.randn_like(p))
+    model.save_pretrained(folder)
+    return folder

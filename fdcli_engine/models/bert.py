@@ -1,0 +1,180 @@
+"""BertModel: the bidirectional encoder behind sentence-transformers embedding models (all-MiniLM-L6-v2).
+
+Returns the last hidden states [T, hidden] of a varlen batch (sequences laid out as in
+AttentionMetadata); pooling and normalization belong to the runner's pooler. An encoder sees each whole
+sequence in one step: it keeps no KV cache, and a chunked sequence (cached tokens) is an error.
+Token types are all 0 (single-segment inputs, which is what embedding requests are).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+import paddle
+import paddle.nn.functional as F
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import InvalidRequestError, ModelLoadError
+from fdcli_engine.layers import Linear, MergedLinear
+
+logger = logging.getLogger(__name__)
+
+
+class LayerNorm:
+    def __init__(self, hidden_size: int, eps: float):
+        self.hidden_size, self.eps = hidden_size, eps
+        self.weight = self.bias = None
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.weight is not None and self.bias is not None
+
+    def load_part(self, kind: str, array: np.ndarray) -> None:
+        if tuple(array.shape) != (self.hidden_size,):
+            raise ValueError(f"layer norm {kind} shape {tuple(array.shape)} != ({self.hidden_size},)")
+        setattr(self, kind, paddle.to_tensor(np.asarray(array, dtype=np.float32)))
+
+    def __call__(self, x):
+        return F.layer_norm(x, [self.hidden_size], self.weight, self.bias, self.eps)
+
+
+class BertLayer:
+    def __init__(self, hidden: int, heads: int, intermediate: int, eps: float, quantization):
+        self.num_heads, self.head_dim = heads, hidden // heads
+        self.qkv = MergedLinear(hidden, [hidden] * 3, True, quantization)  # shards: query, key, value
+        self.attn_out = Linear(hidden, hidden, True, quantization)
+        self.attn_norm = LayerNorm(hidden, eps)
+        self.intermediate = Linear(hidden, intermediate, True, quantization)
+        self.output = Linear(intermediate, hidden, True, quantization)
+        self.out_norm = LayerNorm(hidden, eps)
+
+    def __call__(self, x, spans: list[tuple[int, int]]):
+        num_tokens, hidden = x.shape
+        q, k, v = paddle.split(self.qkv(x), 3, axis=-1)
+        outs = []
+        for start, end in spans:
+            # [L, hidden] -> [nh, L, hd]; full (non-causal) attention inside the sequence only.
+            qs, ks, vs = (
+                t[start:end].reshape([end - start, self.num_heads, self.head_dim]).transpose([1, 0, 2])
+                for t in (q, k, v)
+            )
+            probs = F.softmax(paddle.matmul(qs, ks, transpose_y=True) * self.head_dim**-0.5, axis=-1)
+            outs.append(paddle.matmul(probs, vs).transpose([1, 0, 2]).reshape([end - start, hidden]))
+        attn = outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
+        x = self.attn_norm(self.attn_out(attn) + x)
+        return self.out_norm(self.output(F.gelu(self.intermediate(x))) + x)
+
+
+_LAYER_NAMES = {
+    "attention.self.query": ("qkv", 0),
+    "attention.self.key": ("qkv", 1),
+    "attention.self.value": ("qkv", 2),
+    "attention.output.dense": ("attn_out", 0),
+    "attention.output.LayerNorm": ("attn_norm", None),
+    "intermediate.dense": ("intermediate", 0),
+    "output.dense": ("output", 0),
+    "output.LayerNorm": ("out_norm", None),
+}
+# Entries that are not parameters of the encoder (buffers, the unused [CLS] pooler, MLM heads).
+_IGNORED_PREFIXES = ("embeddings.position_ids", "pooler.", "cls.")
+
+
+class BertModel:
+    is_pooling_model = True
+
+    def __init__(self, hf_config: dict, engine_config: EngineConfig):
+        cfg = hf_config
+        if cfg.get("hidden_act", "gelu") != "gelu":
+            raise ModelLoadError(f"BERT hidden_act {cfg.get('hidden_act')!r} is not supported: expected gelu")
+        if cfg.get("position_embedding_type", "absolute") != "absolute":
+            raise ModelLoadError("BERT position_embedding_type other than absolute is not supported")
+        self.hidden_size = int(cfg["hidden_size"])
+        self.num_layers = int(cfg["num_hidden_layers"])
+        self.num_heads = self.num_kv_heads = int(cfg["num_attention_heads"])
+        self.head_dim = self.hidden_size // self.num_heads
+        self.vocab_size = int(cfg["vocab_size"])
+        self.max_position = int(cfg.get("max_position_embeddings", 512))
+        eps = float(cfg.get("layer_norm_eps", 1e-12))
+        quant = engine_config.quantization
+        inter = int(cfg["intermediate_size"])
+        self.layers = [
+            BertLayer(self.hidden_size, self.num_heads, inter, eps, quant) for _ in range(self.num_layers)
+        ]
+        self.emb_norm = LayerNorm(self.hidden_size, eps)
+        self.word_embeddings = self.position_embeddings = self.token_type0 = None
+
+    def load_weights(self, weights: Iterable[tuple[str, np.ndarray]]) -> None:
+        for name, array in weights:
+            name = name.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
+            name = name.replace("LayerNorm.beta", "LayerNorm.bias")
+            if name.startswith(_IGNORED_PREFIXES):
+                continue
+            try:
+                self._load_one(name, array)
+            except ValueError as exc:
+                raise ModelLoadError(f"tensor {name}: {exc}") from None
+        missing = [n for n, ok in self._loaded_parts() if not ok]
+        if missing:
+            raise ModelLoadError(f"checkpoint is missing tensor(s) for: {', '.join(missing[:5])}")
+
+    def _load_one(self, name: str, array: np.ndarray) -> None:
+        embeddings = {
+            "embeddings.word_embeddings.weight": ("word_embeddings", self.vocab_size),
+            "embeddings.position_embeddings.weight": ("position_embeddings", self.max_position),
+        }
+        if name in embeddings:
+            attr, rows = embeddings[name]
+            if tuple(array.shape) != (rows, self.hidden_size):
+                raise ValueError(f"shape {tuple(array.shape)} != ({rows}, {self.hidden_size})")
+            setattr(self, attr, paddle.to_tensor(np.asarray(array, dtype=np.float32)))
+        elif name == "embeddings.token_type_embeddings.weight":
+            self.token_type0 = paddle.to_tensor(np.asarray(array[0], dtype=np.float32))
+        elif name.startswith("embeddings.LayerNorm."):
+            self.emb_norm.load_part(name.rsplit(".", 1)[1], array)
+        elif name.startswith("encoder.layer."):
+            _, _, index, rest = name.split(".", 3)
+            module_name, kind = rest.rsplit(".", 1)
+            if module_name not in _LAYER_NAMES or int(index) >= self.num_layers:
+                logger.warning("ignoring unexpected checkpoint tensor %s", name)
+                return
+            attr, shard = _LAYER_NAMES[module_name]
+            module = getattr(self.layers[int(index)], attr)
+            if shard is None:
+                module.load_part(kind, array)
+            else:
+                module.load_shard(shard, **{kind: array})
+        else:
+            logger.warning("ignoring unexpected checkpoint tensor %s", name)
+
+    def _loaded_parts(self):
+        yield "embeddings.word_embeddings", self.word_embeddings is not None
+        yield "embeddings.position_embeddings", self.position_embeddings is not None
+        yield "embeddings.token_type_embeddings", self.token_type0 is not None
+        yield "embeddings.LayerNorm", self.emb_norm.is_loaded
+        for i, layer in enumerate(self.layers):
+            for hf_name, (attr, _) in _LAYER_NAMES.items():
+                yield f"encoder.layer.{i}.{hf_name}", getattr(layer, attr).is_loaded
+
+    def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
+        """Last hidden states [T, hidden]; kv_caches is ignored (an encoder caches nothing)."""
+        starts, lens = meta.query_start_loc_np, meta.seq_lens_np
+        spans = [(int(starts[b]), int(starts[b + 1])) for b in range(meta.num_seqs)]
+        if any(end - start != int(n) for (start, end), n in zip(spans, lens)):
+            raise InvalidRequestError("an encoder model must see each sequence whole in one step")
+        if meta.max_seq_len > self.max_position:
+            raise InvalidRequestError(
+                f"input of {meta.max_seq_len} tokens exceeds the model's {self.max_position} positions"
+            )
+        with paddle.no_grad():
+            x = F.embedding(input_ids, self.word_embeddings) + F.embedding(
+                positions, self.position_embeddings
+            )
+            x = self.emb_norm(x + self.token_type0)
+            for layer in self.layers:
+                x = layer(x, spans)
+            return x
+
+    def compute_logits(self, hidden):
+        raise InvalidRequestError("BertModel is an embedding model: it produces no token logits")
