@@ -27,45 +27,61 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
   return std::min(std::min(a.block_size - kk % a.block_size, nk - kk), kKeyChunk);
 }
 
-// One row against its causal context: online softmax, rescaling the running sum and output once per
-// chunk of keys.
-static void attend_row(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow& r) {
+// Online-softmax update of one row with n scores sc[0..n) (already scaled) against values vp.
+static inline void row_update(float* sc, int64_t n, const float* vp, int64_t hd, float* acc, float& mx,
+                              float& l) {
+  float cmax = mx;
+  for (int64_t j = 0; j < n; ++j) cmax = std::max(cmax, sc[j]);
+  const float corr = std::exp(mx - cmax);  // exp(-inf) = 0 on the first chunk
+  int64_t j = 0;
+  for (; j + FD_W <= n; j += FD_W) vstore(sc + j, vexp(vsub(vload(sc + j), vset1(cmax))));
+  for (; j < n; ++j) sc[j] = std::exp(sc[j] - cmax);
+  float psum = 0.0f;
+  for (j = 0; j < n; ++j) psum += sc[j];
+  l = l * corr + psum;
+  mx = cmax;
+  int64_t d = 0;
+  for (; d + FD_W <= hd; d += FD_W) {
+    vf o = vmul(vload(acc + d), vset1(corr));
+    for (j = 0; j < n; ++j) o = vfma(vset1(sc[j]), vload(vp + j * hd + d), o);
+    vstore(acc + d, o);
+  }
+  for (; d < hd; ++d) {
+    float o = acc[d] * corr;
+    for (j = 0; j < n; ++j) o += sc[j] * vp[j * hd + d];
+    acc[d] = o;
+  }
+}
+
+// A few rows (decode: the GQA group's heads) one at a time with dot products, chunk by chunk so a
+// chunk's keys and values stay in L1 for every row that reads them.
+static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim;
-  const float* qp = a.q + (r.token * a.num_heads + r.head) * hd;
-  float acc[kMaxHeadDim];
-  float sc[kKeyChunk];
-  for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0f;
-  float mx = -INFINITY, l = 0.0f;
-  for (int64_t kk = 0; kk < r.nk;) {
-    const int64_t n = chunk_len(a, kk, r.nk);
+  float acc[kDecodeRows][kMaxHeadDim], mx[kDecodeRows], l[kDecodeRows], sc[kKeyChunk];
+  int64_t nk = 0;
+  for (int64_t r = 0; r < nrows; ++r) {
+    for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
+    mx[r] = -INFINITY;
+    l[r] = 0.0f;
+    nk = std::max(nk, rows[r].nk);
+  }
+  for (int64_t kk = 0; kk < nk;) {
+    const int64_t n = chunk_len(a, kk, nk);
     const int64_t base = key_base(a, bt, g, kk);
     const float *kp = a.k_cache + base, *vp = a.v_cache + base;
-    float cmax = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) {
-      sc[j] = dot(qp, kp + j * hd, hd) * a.scale;
-      cmax = std::max(cmax, sc[j]);
+    for (int64_t r = 0; r < nrows; ++r) {
+      const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
+      if (nr <= 0) continue;
+      const float* qp = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
+      for (int64_t j = 0; j < nr; ++j) sc[j] = dot(qp, kp + j * hd, hd) * a.scale;
+      row_update(sc, nr, vp, hd, acc[r], mx[r], l[r]);
     }
-    const float mnew = std::max(mx, cmax);
-    const float corr = std::exp(mx - mnew);  // exp(-inf) = 0 on the first chunk
-    float psum = 0.0f;
-    for (int64_t j = 0; j < n; ++j) psum += (sc[j] = std::exp(sc[j] - mnew));
-    l = l * corr + psum;
-    int64_t d = 0;
-    for (; d + FD_W <= hd; d += FD_W) {
-      vf o = vmul(vload(acc + d), vset1(corr));
-      for (int64_t j = 0; j < n; ++j) o = vfma(vset1(sc[j]), vload(vp + j * hd + d), o);
-      vstore(acc + d, o);
-    }
-    for (; d < hd; ++d) {
-      float o = acc[d] * corr;
-      for (int64_t j = 0; j < n; ++j) o += sc[j] * vp[j * hd + d];
-      acc[d] = o;
-    }
-    mx = mnew;
     kk += n;
   }
-  float* op = a.out + (r.token * a.num_heads + r.head) * hd;
-  for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
+  for (int64_t r = 0; r < nrows; ++r) {
+    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
+    for (int64_t d = 0; d < hd; ++d) op[d] = acc[r][d] / l[r];
+  }
 }
 
 // Online-softmax state of up to FD_W rows held in vector lanes; qt / ot are q (pre-scaled) and the
@@ -207,7 +223,7 @@ static void paged_attention(const AttnArgs& a) {
     if (FD_W > 1 && n >= kMinLaneRows) {
       attend_lanes(a, bt, w.g, rows, n);
     } else {
-      for (int64_t r = 0; r < n; ++r) attend_row(a, bt, w.g, rows[r]);
+      attend_rows(a, bt, w.g, rows, n);
     }
   }
 }

@@ -187,10 +187,14 @@ static void gemm(const GemmArgs& g) {
 
 // ------------------------------------------------------------------------------------ elementwise
 static inline float dot(const float* x, const float* y, int64_t n) {
-  vf acc = vzero();
+  vf acc = vzero(), acc2 = vzero();  // two chains: half the FMA latency
   int64_t i = 0;
+  for (; i + 2 * FD_W <= n; i += 2 * FD_W) {
+    acc = vfma(vload(x + i), vload(y + i), acc);
+    acc2 = vfma(vload(x + i + FD_W), vload(y + i + FD_W), acc2);
+  }
   for (; i + FD_W <= n; i += FD_W) acc = vfma(vload(x + i), vload(y + i), acc);
-  float s = vhsum(acc);
+  float s = vhsum(vadd(acc, acc2));
   for (; i < n; ++i) s += x[i] * y[i];
   return s;
 }
