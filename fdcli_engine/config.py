@@ -65,7 +65,9 @@ class EngineConfig:
     tokenizer: str | None = None
     served_model_name: str | None = None
     dtype: str = "float32"
-    quantization: str | None = None  # None | "wint8" | "wint4" | "gguf" (keep GGUF blocks as they are)
+    # "auto": a GGUF file keeps its quantized blocks ("gguf"), anything else stays as stored (None).
+    # None / "none": dequantize to fp32. "wint8" / "wint4": weight-only int8 / 4-bit.
+    quantization: str | None = "auto"
     kv_cache_dtype: str = "auto"  # "auto" (= dtype) | "int8"
     max_model_len: int | None = None  # None: the model's own limit, capped at 8192
     max_num_seqs: int = 64
@@ -106,6 +108,8 @@ class EngineConfig:
         if self.model is None:
             self.model = str(self.model_path)
         self.hf_config = read_model_config(self.model_path)
+        if self.quantization == "auto":
+            self.quantization = "gguf" if self.model_path.suffix.lower() == ".gguf" else None
         model_limit = int(self.hf_config.get("max_position_embeddings") or 8192)
         if self.max_model_len is None:
             self.max_model_len = min(model_limit, 8192)
@@ -123,8 +127,8 @@ class EngineConfig:
         if self.dtype == "auto":
             self.dtype = "float32"
         need(
-            self.quantization in (None, "none", "wint8", "wint4", "gguf"),
-            f"--quantization {self.quantization!r} is not supported: use wint8, wint4, gguf or none",
+            self.quantization in (None, "auto", "none", "wint8", "wint4", "gguf"),
+            f"--quantization {self.quantization!r} is not supported: use auto, wint8, wint4, gguf or none",
         )
         if self.quantization == "none":
             self.quantization = None
