@@ -47,7 +47,8 @@ _LAYER = {
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.(\w+)\.(weight|bias)$")
 # ggml block types the native linear consumes as they are (Q4_0, Q4_1, Q8_0); others are dequantized.
 KEEP_QUANTIZED_TYPES = {2, 3, 8}
-_LINEAR_SUFFIXES = ("_proj.weight",)
+# Tensors consumed by a linear op: projections, the LM head, and the token embedding (the tied head).
+_LINEAR_SUFFIXES = ("_proj.weight", "lm_head.weight", "embed_tokens.weight")
 
 
 @dataclass

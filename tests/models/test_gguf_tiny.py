@@ -63,6 +63,7 @@ def test_quantization_gguf_keeps_blocks(qtype, tiny_checkpoint, tmp_path):
     model = load_fd_model(path, quantization="gguf")
     qkv = model.layers[0].self_attn.qkv_proj
     assert qkv.lw.quantization.startswith("gguf:") and qkv.lw.bias is not None
+    assert model.lm_head.lw.quantization.startswith("gguf:")  # the head reads blocks too
     np.testing.assert_allclose(PagedRunner(model).step([("s", PROMPT)]), dense, atol=1e-5, rtol=0)
 
 
