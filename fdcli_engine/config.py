@@ -102,6 +102,9 @@ class EngineConfig:
 
     def finalize(self) -> EngineConfig:
         """Resolve the model, read its config, and validate every combination. Idempotent."""
+        from fdcli_engine.threads import import_paddle
+
+        import_paddle()  # first import, without paddle's start-up banner
         from fdcli_engine.loader import read_model_config  # lazy: the loader imports gguf/safetensors
 
         self.model_path = resolve_model_path(self.model)
