@@ -57,7 +57,8 @@ def custom_id_of(obj: Any) -> str | None:
 def load_json_line(raw: bytes) -> Any:
     """Decode one input line; raises LineError('invalid_json') with the decoder's position."""
     try:
-        return json.loads(raw)
+        # Decode explicitly: json.loads(bytes) would guess UTF-16/32 from a BOM instead of refusing it.
+        return json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise LineError("invalid_json", f"the line is not valid UTF-8: {e.reason}") from None
     except json.JSONDecodeError as e:

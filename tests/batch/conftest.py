@@ -1,0 +1,100 @@
+"""Fixtures for the run-batch tests: one tiny random Llama (with tokenizer) per session, a shared
+EngineCore over it, and helpers to write batch files and run `fd run-batch` as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# Small engine for every test: a 128-token context so "prompt longer than the context" is cheap.
+ENGINE_ARGS = {"max_model_len": 128, "num_kv_blocks": 64, "max_num_seqs": 8, "threads": 1, "seed": 0}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    import tiny_models
+
+    folder = tmp_path_factory.mktemp("batch-tiny-llama")
+    tiny_models.make_tiny_checkpoint("LlamaForCausalLM", folder, seed=3)
+    tiny_models.write_tiny_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def shared_core(tiny_model):
+    """(EngineCore, tokenizer, config) built once; every run wraps them in a fresh in-process client."""
+    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.engine import EngineCore
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    config = EngineConfig.from_dict({"model": str(tiny_model), "served_model_name": "tiny", **ENGINE_ARGS})
+    config.finalize()
+    return EngineCore(config), load_tokenizer(config), config
+
+
+@pytest.fixture
+def engine_factory(shared_core):
+    from fdcli_engine.api.inproc_client import InProcessEngineClient
+
+    core, tokenizer, config = shared_core
+
+    def make(_engine_args):
+        assert not core.has_unfinished_requests(), "a previous run left requests in the shared core"
+        return InProcessEngineClient(config, tokenizer=tokenizer, core=core)
+
+    return make
+
+
+def write_jsonl(path: Path, lines: list) -> Path:
+    """Objects are dumped as JSON; strings are written verbatim (for malformed lines)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def chat_line(custom_id: str, content: str, max_tokens: int = 8, **body) -> dict:
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **body,
+    }
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def completion_line(custom_id: str, prompt, max_tokens: int = 8, **body) -> dict:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, **body}
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/completions", "body": body}
+
+
+def cli_args(model: Path, *extra: str) -> list[str]:
+    args = [
+        sys.executable,
+        "-m",
+        "fdcli.main",
+        "run-batch",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+    ]
+    for key, value in ENGINE_ARGS.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args + list(extra)
+
+
+def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, timeout=timeout, **kw)
