@@ -116,7 +116,7 @@ def test_resume_drops_a_torn_tail_and_merges_a_previous_output(tmp_path):
     part.write_text(a + b + c[: len(c) // 2], encoding="utf-8")  # killed mid-write of "c"
     out.write_text(b + _rec("d"), encoding="utf-8")  # an earlier completed run also answered b and d
     done, carried = prepare_output(out, resume=True)
-    assert done == {("id", "a"), ("id", "b"), ("id", "d")}
+    assert done == {("id", "a"): True, ("id", "b"): True, ("id", "d"): True}
     assert carried == 3
     lines = part.read_text(encoding="utf-8").splitlines(keepends=True)
     assert lines[:2] == [a, b]  # earlier results byte-identical, the torn line gone
@@ -128,7 +128,7 @@ def test_without_resume_the_partial_starts_empty_and_out_is_untouched(tmp_path):
     old = _rec("old")
     out.write_text(old, encoding="utf-8")
     partial_path(out).write_text(_rec("stale"), encoding="utf-8")
-    assert prepare_output(out, resume=False) == (set(), 0)
+    assert prepare_output(out, resume=False) == ({}, 0)
     assert partial_path(out).read_bytes() == b""
     assert out.read_text(encoding="utf-8") == old
     w, new = OutputWriter(out), _rec("new")

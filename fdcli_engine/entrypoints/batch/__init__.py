@@ -91,7 +91,7 @@ def run_batch(
             scan = scan_input(path)
         except OSError as e:
             raise BatchFileError(f"cannot read the input {str(path)!r}: {e.strerror or e}") from None
-        done_keys, _ = prepare_output(opts.output, opts.resume) if opts.output is not None else (set(), 0)
+        done_keys, _ = prepare_output(opts.output, opts.resume) if opts.output is not None else ({}, 0)
         engine = (engine_factory or _default_engine)(dict(engine_args or {}))
         return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
     finally:
@@ -99,7 +99,7 @@ def run_batch(
             spooled.unlink(missing_ok=True)
 
 
-async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: set) -> BatchSummary:
+async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
     from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving, StrictStop
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
@@ -113,7 +113,9 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
     t0 = time.perf_counter()
     try:
         await runner.run(path)
-        summary.status = "completed" if summary.failed == 0 else "lines_failed"
+        # "completed" means every record in the output succeeded, resumed ones included.
+        clean = summary.failed == 0 and summary.skipped_failed == 0
+        summary.status = "completed" if clean else "lines_failed"
         summary.wall_time_s = time.perf_counter() - t0
         writer.commit()
     except StrictStop as e:

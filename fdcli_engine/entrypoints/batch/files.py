@@ -101,21 +101,23 @@ def _truncate_torn_tail(path: Path) -> None:
         f.truncate(0)
 
 
-def _read_keys(path: Path) -> Iterator[tuple[tuple[str, Any], bytes]]:
+def _read_keys(path: Path) -> Iterator[tuple[tuple[str, Any], bool, bytes]]:
+    """(key, succeeded, raw line) of every complete record in an output file."""
     with open(path, "rb") as f:
         for raw in f:
             if not raw.endswith(b"\n"):
                 continue  # torn line
             try:
-                key = record_key(json.loads(raw))
+                record = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
+            key = record_key(record)
             if key is not None:
-                yield key, raw
+                yield key, record.get("error") is None, raw
 
 
-def prepare_output(out: Path, resume: bool) -> tuple[set, int]:
-    """Set up OUT.partial for appending. Returns (keys already done, records carried over).
+def prepare_output(out: Path, resume: bool) -> tuple[dict, int]:
+    """Set up OUT.partial for appending. Returns ({key already done: succeeded?}, records carried over).
 
     Without --resume the partial file starts empty and OUT is left alone until the run succeeds.
     With --resume the partial's complete lines are kept and the records of a previous OUT that the
@@ -127,15 +129,15 @@ def prepare_output(out: Path, resume: bool) -> tuple[set, int]:
             part.write_bytes(b"")
         else:
             _truncate_torn_tail(part)
-        done: set = set()
-        for key, _ in _read_keys(part):
-            done.add(key)
+        done: dict = {}
+        for key, ok, _ in _read_keys(part):
+            done[key] = ok
         carried = len(done)
         if resume and out.exists():
             with open(part, "ab") as f:
-                for key, raw in _read_keys(out):
+                for key, ok, raw in _read_keys(out):
                     if key not in done:
-                        done.add(key)
+                        done[key] = ok
                         f.write(raw)
                         carried += 1
     except OSError as e:

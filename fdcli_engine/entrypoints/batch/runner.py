@@ -102,7 +102,7 @@ class BatchRunner:
         serving: Serving,
         writer: OutputWriter,
         window: int,
-        done_keys: set | None = None,
+        done_keys: dict | None = None,
         strict: bool = False,
         progress=None,
         routes: dict[str, Route] | None = None,
@@ -110,7 +110,7 @@ class BatchRunner:
         self.serving = serving
         self.writer = writer
         self.window = max(1, window)
-        self.done_keys = done_keys or set()
+        self.done_keys = done_keys or {}  # key -> whether its earlier record succeeded
         self.strict = strict
         self.progress = progress
         self.routes = routes or ROUTES
@@ -131,14 +131,14 @@ class BatchRunner:
                     line = parse_line(line_no, raw, self.routes)
                 except LineError as e:
                     if line_key(line_no, e.custom_id) in self.done_keys:
-                        self._skip()
+                        self._skip(line_key(line_no, e.custom_id))
                         continue
                     await self._wait_for_room(seq)
                     self._finish(seq, error_record(line_no, e.custom_id, e.code, e.message))
                     seq += 1
                     continue
                 if line_key(line_no, line.custom_id) in self.done_keys:
-                    self._skip()
+                    self._skip(line_key(line_no, line.custom_id))
                     continue
                 await self._wait_for_room(seq)
                 if self._stop is not None:
@@ -159,8 +159,10 @@ class BatchRunner:
             raise self._stop
         return self.summary
 
-    def _skip(self) -> None:
+    def _skip(self, key) -> None:
         self.summary.skipped += 1
+        if not self.done_keys[key]:
+            self.summary.skipped_failed += 1
         if self.progress is not None:
             self.progress.advance(self.summary)
 

@@ -14,6 +14,7 @@ class BatchSummary:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0  # already in the output (--resume)
+    skipped_failed: int = 0  # of those, error records: the output as a whole still has failures
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_time_s: float = 0.0
@@ -48,7 +49,8 @@ class BatchSummary:
     def lines(self) -> list[str]:
         return [
             f"fd run-batch: {self.status}: {self.total} lines, {self.succeeded} succeeded, "
-            f"{self.failed} failed, {self.skipped} skipped (already done)",
+            f"{self.failed} failed, {self.skipped} skipped (already done"
+            + (f", {self.skipped_failed} of them failed)" if self.skipped_failed else ")"),
             f"  tokens: {self.prompt_tokens} in, {self.completion_tokens} out in {self.wall_time_s:.1f} s "
             f"({self.output_tokens_per_s:.1f} output tok/s, {self.total_tokens_per_s:.1f} total tok/s)",
         ]
