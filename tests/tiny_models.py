@@ -230,15 +230,18 @@ def llama_cpp_permute(w: np.ndarray, num_heads: int) -> np.ndarray:
     return w.reshape(num_heads, 2, w.shape[0] // num_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def make_tiny_gguf(hf_folder: str | Path, path: str | Path, qtype: str = "F32") -> Path:
+def make_tiny_gguf(
+    hf_folder: str | Path, path: str | Path, qtype: str = "F32", arch: str | None = None
+) -> Path:
     """Convert a tiny HF checkpoint to GGUF the way llama.cpp lays it out (names, metadata, permuted
-    Llama q/k rows). qtype "F32", or "Q8_0"/"Q4_0"/"Q4_1" for 2-D weights (norms and biases stay F32)."""
+    Llama q/k rows). qtype "F32", or "Q8_0"/"Q4_0"/"Q4_1" for 2-D weights (norms and biases stay F32).
+    `arch` overrides the GGUF architecture name (error-path tests)."""
     import gguf  # noqa: PLC0415
     from safetensors.numpy import load_file  # noqa: PLC0415
 
     hf_folder, path = Path(hf_folder), Path(path)
     cfg = json.loads((hf_folder / "config.json").read_text())
-    arch = _GGUF_ARCH[cfg["architectures"][0]]
+    arch = arch or _GGUF_ARCH[cfg["architectures"][0]]
     heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(cfg["num_hidden_layers"])

@@ -9,6 +9,7 @@ unsupported architecture) is a ModelLoadError whose one-line message names the f
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -78,11 +79,21 @@ def load_model(engine_config):
 
         path = default_model_path()
     layout, p = detect_layout(path)
+    if engine_config.quantization in ("auto", "none"):
+        # Not finalized: resolve as EngineConfig.finalize() does (GGUF keeps its blocks), on a copy.
+        resolved = "gguf" if layout == "gguf" and engine_config.quantization == "auto" else None
+        engine_config = dataclasses.replace(engine_config, quantization=resolved)
     hf_config = engine_config.hf_config or read_model_config(p)
     source = p / "config.json" if layout == "hf" else p
     model_cls = resolve_model_class(hf_config, str(source))
     try:
-        model = model_cls(hf_config, engine_config)
+        try:
+            model = model_cls(hf_config, engine_config)
+        except (KeyError, TypeError, ValueError) as exc:
+            # A config missing a field the architecture needs, or holding one of the wrong type.
+            raise ModelLoadError(
+                f"config lacks or has an invalid field ({type(exc).__name__}: {exc})"
+            ) from None
         model.load_weights(LAYOUTS[layout][1](p, engine_config.quantization))
     except ModelLoadError as exc:
         msg = str(exc)

@@ -164,3 +164,28 @@ def test_truncated_gguf(tmp_path):
         path.write_bytes(f.read(1 << 20))
     msg = expect_load_error(path, "not a valid GGUF file or truncated")
     assert msg.startswith(str(path))
+
+
+def test_bad_config_json(tiny_checkpoint, tmp_path):
+    shutil.copytree(tiny_checkpoint("LlamaForCausalLM"), tmp_path, dirs_exist_ok=True)
+    config = tmp_path / "config.json"
+    cfg = json.loads(config.read_text())
+    config.write_text("{not json")
+    expect_load_error(tmp_path, "cannot read config.json")
+    del cfg["intermediate_size"]
+    config.write_text(json.dumps(cfg))
+    expect_load_error(tmp_path, "config lacks or has an invalid field (KeyError: 'intermediate_size')")
+    del cfg["num_attention_heads"]
+    config.write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="num_attention_heads"):
+        read_model_config(tmp_path)
+
+
+def test_unsupported_gguf_architecture(tiny_checkpoint, tmp_path):
+    from tiny_models import make_tiny_gguf
+
+    path = make_tiny_gguf(tiny_checkpoint("LlamaForCausalLM"), tmp_path / "g.gguf", arch="gemma")
+    msg = expect_load_error(
+        path, "GGUF architecture 'gemma' is not supported; supported: llama, qwen2, qwen3"
+    )
+    assert msg.startswith(str(path))
