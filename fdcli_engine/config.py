@@ -111,6 +111,9 @@ class EngineConfig:
         if self.model is None:
             self.model = str(self.model_path)
         self.hf_config = read_model_config(self.model_path)
+        from fdcli_engine.pooling.config import resolve_runner  # noqa: PLC0415 - leaf; sets pooling defaults
+
+        resolve_runner(self)
         if self.quantization == "auto":
             self.quantization = "gguf" if self.model_path.suffix.lower() == ".gguf" else None
         model_limit = int(self.hf_config.get("max_position_embeddings") or 8192)

@@ -28,6 +28,15 @@ class EngineCoreRequest(msgspec.Struct, omit_defaults=True):
     is_pooling: bool = False
 
 
+def _wrong_runner(engine_is_pooling: bool) -> str:
+    if engine_is_pooling:
+        return (
+            "this server runs a pooling model (--runner pooling): it serves /v1/embeddings and "
+            "/v1/chat/reward, not text generation"
+        )
+    return "this server runs a generative model (--runner generate): it serves no embeddings or rewards"
+
+
 class EngineCore:
     def __init__(self, config: EngineConfig):
         from fdcli_engine.threads import set_num_threads
@@ -44,10 +53,19 @@ class EngineCore:
         from fdcli_engine.tokenizer import load_tokenizer
 
         t0 = time.perf_counter()
-        self.model = load_model(config)
-        eos = set(load_tokenizer(config).eos_token_ids)
+        self.is_pooling = config.runner == "pooling"
+        if self.is_pooling:
+            from fdcli_engine.models.adapters import load_pooling_model
+            from fdcli_engine.pooling.runner import PoolingModelRunner
+
+            self.model = load_pooling_model(config)
+            eos: set[int] = set()
+            self.runner = PoolingModelRunner(config, self.model)
+        else:
+            self.model = load_model(config)
+            eos = set(load_tokenizer(config).eos_token_ids)
+            self.runner = ModelRunner(config, self.model, eos)
         self.vocab_size = self.model.vocab_size
-        self.runner = ModelRunner(config, self.model, eos)
         capacity = self.runner.num_blocks * config.block_size
         if capacity < config.max_model_len:
             raise ConfigError(
@@ -65,8 +83,12 @@ class EngineCore:
         )
         logger.info("engine ready in %.1f s", time.perf_counter() - t0)
 
-    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, is_pooling: bool = False
+    ) -> None:
         n, limit = len(prompt_token_ids), self.config.max_model_len
+        if is_pooling != self.is_pooling:
+            raise InvalidRequestError(_wrong_runner(self.is_pooling), param="model")
         if n == 0:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
@@ -74,6 +96,13 @@ class EngineCore:
             raise InvalidRequestError(
                 f"token id {bad[0]} is out of range for a vocabulary of {self.vocab_size}", param="prompt"
             )
+        if is_pooling:
+            if n > limit:
+                raise InvalidRequestError(
+                    f"this model's maximum input length is {limit} tokens, but the input has {n} tokens",
+                    param="input",
+                )
+            return  # a pooling request generates nothing: max_tokens does not apply
         if n >= limit:
             raise InvalidRequestError(
                 f"this model's maximum context length is {limit} tokens, but the prompt has {n} tokens "
@@ -89,7 +118,7 @@ class EngineCore:
 
     def add_request(self, req: EngineCoreRequest) -> None:
         params = req.sampling_params
-        self.validate_request(req.prompt_token_ids, params)
+        self.validate_request(req.prompt_token_ids, params, req.is_pooling)
         request = Request(
             req.req_id,
             req.prompt_token_ids,
