@@ -50,3 +50,28 @@ def test_active_isa_follows_env(native):
     assert isa in ("avx512", "avx2", "scalar")
     if want:
         assert isa == want
+
+
+def test_openmp_entry_points_all_come_from_libiomp5(native):
+    # Every GOMP_*/omp_* symbol the library imports must exist in Paddle's libiomp5; one that only
+    # libgomp has (GCC's schedule(dynamic) -> GOMP_loop_nonmonotonic_*) would bind to libgomp at run time
+    # and run the loop once per thread instead of splitting it.
+    import shutil
+
+    if not shutil.which("nm"):
+        pytest.skip("nm (binutils) not installed")
+    iomp = os.path.join(build._paddle_libs(), "libiomp5.so")
+    if not os.path.exists(iomp):
+        pytest.skip("this Paddle build bundles no libiomp5")
+
+    def symbols(path, flag):
+        out = subprocess.run(["nm", "-D", flag, path], capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+
+    wanted = {
+        s
+        for s in symbols(build._find_library(build.build_dir()), "--undefined-only")
+        if s.startswith(("GOMP_", "omp_"))
+    }
+    assert wanted, "the kernels should use OpenMP"
+    assert wanted <= symbols(iomp, "--defined-only")

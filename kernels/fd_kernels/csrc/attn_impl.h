@@ -207,9 +207,12 @@ static void paged_attention(const AttnArgs& a) {
       for (int64_t r0 = 0; r0 < nrows; r0 += tile) items.push_back({b, g, r0, std::min(nrows, r0 + tile)});
   }
   const int64_t nitems = (int64_t)items.size();
-  // Dynamic scheduling evens out the causal triangle, where late queries see more keys.
-#pragma omp parallel for schedule(dynamic, 1) if (nitems > 1)
-  for (int64_t it = 0; it < nitems; ++it) {
+  // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
+  // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
+  // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item.
+  std::atomic<int64_t> next{0};
+#pragma omp parallel if (nitems > 1)
+  for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
     const Item& w = items[it];
     const int64_t qs = a.query_start_loc[w.b];
     const int64_t nq = a.query_start_loc[w.b + 1] - qs;
