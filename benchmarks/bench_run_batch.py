@@ -1,0 +1,168 @@
+"""Throughput of `fd run-batch` against the offline engine and against `fd serve` over HTTP.
+
+Load (issue 5): N chat requests (default 256), distinct short user messages through the model's chat
+template, 128 output tokens each (ignore_eos, greedy). Three runs, same engine options:
+
+  offline   `fdcli_engine.api.LLM.chat(...)` on all N at once (what `fd bench throughput` measures)
+  run-batch `run_batch()` in-process on a JSONL file of the same N bodies (wall time of the run,
+            model load excluded, JSON parsing/serving/writing included)
+  serve     `fd serve` subprocess, all N requests sent at once (non-streaming chat) with httpx
+
+Prints output tokens/s of each and run-batch's ratio to the other two. Model load is excluded
+everywhere. The runs share the machine's cores: run it when nothing else is busy.
+
+    python benchmarks/bench_run_batch.py [--model PATH] [--num-requests 256] [--output-len 128]
+        [--max-num-seqs 64] [--skip-serve] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+TOPICS = ["the sea", "a robot", "autumn", "a city at night", "mountains", "a library", "coffee", "rain"]
+
+
+def make_bodies(n: int, output_len: int) -> list[dict]:
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": f"Write a short story about {TOPICS[i % len(TOPICS)]}, part {i}."}
+            ],
+            "max_tokens": output_len,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        for i in range(n)
+    ]
+
+
+def run_offline(engine_args: dict, bodies: list[dict]) -> dict:
+    from fdcli_engine.api.llm import LLM
+    from fdcli_engine.sampling_params import SamplingParams
+
+    llm = LLM(**engine_args)
+    params = SamplingParams(max_tokens=bodies[0]["max_tokens"], temperature=0, ignore_eos=True)
+    t0 = time.perf_counter()
+    outs = llm.chat([b["messages"] for b in bodies], params)
+    wall = time.perf_counter() - t0
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    return {"wall_s": wall, "output_tokens": tokens, "output_tok_s": tokens / wall}
+
+
+def run_batch_file(engine_args: dict, bodies: list[dict], tmp: Path) -> dict:
+    from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
+
+    src = tmp / "in.jsonl"
+    with open(src, "w", encoding="utf-8") as f:
+        for i, body in enumerate(bodies):
+            f.write(
+                json.dumps(
+                    {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+                )
+            )
+            f.write("\n")
+    summary = run_batch(BatchOptions(src, tmp / "out.jsonl", progress=False), engine_args)
+    assert summary.succeeded == len(bodies), summary.to_dict()
+    return {
+        "wall_s": summary.wall_time_s,
+        "output_tokens": summary.completion_tokens,
+        "output_tok_s": summary.output_tokens_per_s,
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_serve(engine_args: dict, bodies: list[dict], tmp: Path) -> dict:
+    import httpx
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), "--max-concurrency", "1024"]
+    for key, value in engine_args.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    log = open(tmp / "serve.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"fd serve exited: {(tmp / 'serve.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("fd serve did not become ready")
+            time.sleep(0.5)
+        return asyncio.run(_serve_load(url, bodies))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+
+
+async def _serve_load(url: str, bodies: list[dict]) -> dict:
+    import httpx
+
+    limits = httpx.Limits(max_connections=len(bodies))
+    async with httpx.AsyncClient(base_url=url, timeout=3600, limits=limits) as client:
+
+        async def one(body):
+            r = await client.post("/v1/chat/completions", json=body)
+            r.raise_for_status()
+            return r.json()["usage"]["completion_tokens"]
+
+        t0 = time.perf_counter()
+        counts = await asyncio.gather(*(one(b) for b in bodies))
+        wall = time.perf_counter() - t0
+    return {"wall_s": wall, "output_tokens": sum(counts), "output_tok_s": sum(counts) / wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=None, help="Default: the installed SmolLM2 GGUF.")
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--skip-serve", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    engine_args = {"max_num_seqs": args.max_num_seqs}
+    if args.model:
+        engine_args["model"] = args.model
+    bodies = make_bodies(args.num_requests, args.output_len)
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="fd-bench-batch-") as tmp:
+        results["offline"] = run_offline(engine_args, bodies)
+        print(f"offline   {results['offline']['output_tok_s']:8.1f} output tok/s", flush=True)
+        results["run_batch"] = run_batch_file(engine_args, bodies, Path(tmp))
+        print(f"run-batch {results['run_batch']['output_tok_s']:8.1f} output tok/s", flush=True)
+        if not args.skip_serve:
+            results["serve"] = run_serve(engine_args, bodies, Path(tmp))
+            print(f"serve     {results['serve']['output_tok_s']:8.1f} output tok/s", flush=True)
+    rb = results["run_batch"]["output_tok_s"]
+    for other in ("offline", "serve"):
+        if other in results:
+            print(f"run-batch / {other}: {rb / results[other]['output_tok_s']:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, **results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
