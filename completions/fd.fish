@@ -4,7 +4,7 @@ complete -c fd -n '__fish_use_subcommand' -a bench -d 'Benchmark a server (serve
 complete -c fd -n '__fish_use_subcommand' -a chat -d 'Chat interactively with an OpenAI-compatible server (default: the local `fd...'
 complete -c fd -n '__fish_use_subcommand' -a collect-env -d 'Print the environment (OS, CPU, Python, Paddle, packages, env vars) for bug...'
 complete -c fd -n '__fish_use_subcommand' -a complete -d 'Send one completion request to an OpenAI-compatible server and stream the text.'
-complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine in-process (not...'
+complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine in-process, results...'
 complete -c fd -n '__fish_use_subcommand' -a serve -d 'Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on...'
 complete -c fd -n '__fish_use_subcommand' -a tokenizer -d 'Encode, decode and inspect a models tokenizer and chat template (offline).'
 complete -c fd -n '__fish_use_subcommand' -l version
@@ -149,29 +149,40 @@ complete -c fd -n '__fish_seen_subcommand_from complete' -l model-name
 complete -c fd -n '__fish_seen_subcommand_from complete' -l temperature
 complete -c fd -n '__fish_seen_subcommand_from complete' -l url
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l block-size
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l convert
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l input
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-memory-gb
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-inflight
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l model
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-kv-blocks
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pooler-config
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l quantization
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l resume
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l runner
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l seed
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l served-model-name
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l strict
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l summary-json
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l threads
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tokenizer
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -s i
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s m
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -s o
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s q
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -o tp
 complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key

@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         core, request_cls, config = build_core(args.config, args.core)
     except Exception as e:
         out.send(event_encoder.encode(FatalMsg(f"{type(e).__name__}: {e}")))
+        inp.close(0)  # ctx.term() waits for every socket: an open one would hang the exit
         out.close()
         ctx.term()
         return 1

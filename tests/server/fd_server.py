@@ -84,7 +84,11 @@ def start_server(
     cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port)]
     if model is not None:  # None: the default model (SmolLM2)
         cmd += ["--model", str(model)]
-    cmd += ["--num-kv-blocks", "128", "--max-num-seqs", "32", "--threads", "1", *extra]
+    defaults = {"--num-kv-blocks": "128", "--max-num-seqs": "32", "--threads": "1"}
+    for flag, value in defaults.items():
+        if flag not in extra:  # a flag given in `extra` replaces the default
+            cmd += [flag, value]
+    cmd += list(extra)
     if api_key:
         cmd += ["--api-key", api_key]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -1,6 +1,6 @@
 """Concurrency, disconnects, admission limits, draining and engine death, against real `fd serve`
-processes. Long generations use a tiny model with a 2048-token context, so a request that was not
-aborted would visibly run on (ignore_eos, 1500 tokens: several seconds)."""
+processes. Long generations use a tiny 4-layer model with a 4096-token context, so a request that was
+not aborted would visibly run on (ignore_eos, 4000 tokens: several seconds)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,19 @@ import psutil
 import pytest
 from fd_server import REPO, free_port, make_tiny_model, start_server
 
-LONG = {"model": "tiny", "prompt": "hello world", "max_tokens": 1500, "ignore_eos": True, "temperature": 0}
+LONG = {"model": "tiny", "prompt": "hello world", "max_tokens": 4000, "ignore_eos": True, "temperature": 0}
+KV = ("--num-kv-blocks", "1024")  # room for a few 4096-token sequences
 
 
 @pytest.fixture(scope="module")
 def long_model(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-2k"), seed=5, max_position_embeddings=2048)
+    folder = tmp_path_factory.mktemp("tiny-4k")
+    return make_tiny_model(folder, seed=5, max_position_embeddings=4096, num_hidden_layers=4)
 
 
 @pytest.fixture(scope="module")
 def long_server(long_model, tmp_path_factory):
-    srv = start_server(long_model, tmp_path_factory.mktemp("long"), "--served-model-name", "tiny")
+    srv = start_server(long_model, tmp_path_factory.mktemp("long"), "--served-model-name", "tiny", *KV)
     yield srv
     srv.stop()
 
@@ -137,7 +139,17 @@ def _stream_in_thread(server, body, sink: list):
 def test_queue_full_gives_429_and_config_file(long_model, tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text("max-concurrency: 1\nmax_waiting_time: 0\nserved-model-name: from-yaml\nmax-num-seqs: 4\n")
-    srv = start_server(long_model, tmp_path, "--config", str(cfg), "--served-model-name", "tiny")
+    srv = start_server(
+        long_model,
+        tmp_path,
+        "--config",
+        str(cfg),
+        "--served-model-name",
+        "tiny",
+        "--timeout-graceful-shutdown",
+        "1",
+        *KV,
+    )
     try:
         assert [m.id for m in srv.client().models.list().data] == ["tiny"]  # the flag beat the file
         sink: list = []
@@ -154,7 +166,7 @@ def test_queue_full_gives_429_and_config_file(long_model, tmp_path):
 
 def test_sigterm_drains_then_aborts(long_model, tmp_path):
     srv = start_server(
-        long_model, tmp_path, "--timeout-graceful-shutdown", "2", "--served-model-name", "tiny"
+        long_model, tmp_path, "--timeout-graceful-shutdown", "2", "--served-model-name", "tiny", *KV
     )
     short: list = []
     sink: list = []
@@ -162,6 +174,8 @@ def test_sigterm_drains_then_aborts(long_model, tmp_path):
     wait_for(lambda: len(sink) > 2, 20, "the long stream to start")
     t_short = _stream_in_thread(srv, {**LONG, "max_tokens": 20}, short)
     wait_for(lambda: len(short) > 2, 20, "the short stream to start")
+    core = [c for c in psutil.Process(srv.proc.pid).children() if "core_proc" in " ".join(c.cmdline())]
+    assert len(core) == 1
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     try:
@@ -175,11 +189,11 @@ def test_sigterm_drains_then_aborts(long_model, tmp_path):
     assert '"finish_reason":"length"' in "".join(x for x in short if isinstance(x, str))
     long_text = "".join(x for x in sink if isinstance(x, str))
     assert '"finish_reason":"abort"' in long_text and long_text.endswith("data: [DONE]")
-    assert not [c for c in psutil.Process().children(recursive=True) if "core_proc" in " ".join(c.cmdline())]
+    assert not core[0].is_running() or core[0].status() == psutil.STATUS_ZOMBIE  # the engine was reaped
 
 
 def test_engine_death_turns_health_503_and_exits(long_model, tmp_path):
-    srv = start_server(long_model, tmp_path, "--served-model-name", "tiny")
+    srv = start_server(long_model, tmp_path, "--served-model-name", "tiny", *KV)
     core = [c for c in psutil.Process(srv.proc.pid).children() if "core_proc" in " ".join(c.cmdline())]
     assert len(core) == 1
     sink: list = []
