@@ -196,16 +196,11 @@ PD_BUILD_OP(fd_linear)
     .Attrs({"n: int64_t", "kind: int64_t", "group: int64_t", "has_bias: bool"})
     .SetKernelFn(PD_KERNEL(Linear));
 
-std::vector<std::vector<int64_t>> SameShape(const std::vector<int64_t>& x, const std::vector<int64_t>&) { return {x}; }
-std::vector<paddle::DataType> SameDtype(const paddle::DataType& x, const paddle::DataType&) { return {x}; }
-
 PD_BUILD_OP(fd_rms_norm)
     .Inputs({"X", "W"})
     .Outputs({"Out"})
     .Attrs({"eps: float"})
-    .SetKernelFn(PD_KERNEL(RmsNorm))
-    .SetInferShapeFn(PD_INFER_SHAPE(SameShape))
-    .SetInferDtypeFn(PD_INFER_DTYPE(SameDtype));
+    .SetKernelFn(PD_KERNEL(RmsNorm));
 
 PD_BUILD_OP(fd_fused_add_rms_norm)
     .Inputs({"X", "Residual", "W"})
