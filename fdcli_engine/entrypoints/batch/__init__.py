@@ -92,6 +92,7 @@ def run_batch(
         except OSError as e:
             raise BatchFileError(f"cannot read the input {str(path)!r}: {e.strerror or e}") from None
         done_keys, _ = prepare_output(opts.output, opts.resume) if opts.output is not None else ({}, 0)
+        # Only now, with the input checked and the output writable, is the model loaded.
         engine = (engine_factory or _default_engine)(dict(engine_args or {}))
         return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
     finally:
@@ -121,6 +122,9 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
     except StrictStop as e:
         summary.status = "stopped"
         summary.message = str(e)
+    except OSError as e:  # disk full, output folder removed mid-run: results so far stay in OUT.partial
+        summary.status = "failed"
+        raise BatchFileError(f"writing the output failed: {e.strerror or e}") from None
     except BaseException:
         summary.status = "failed"
         raise
