@@ -28,7 +28,8 @@ MOE_OVERRIDES = dict(
     moe_layer_end_index=-1,
     moe_layer_interval=2,
 )
-OVERRIDES = {DENSE: dict(head_dim=16), MOE: dict(MOE_OVERRIDES, head_dim=16)}
+# Dense: untied LM head (lm_head.weight is stored, transposed in the Paddle layout); MoE: tied.
+OVERRIDES = {DENSE: dict(head_dim=16, tie_word_embeddings=False), MOE: dict(MOE_OVERRIDES, head_dim=16)}
 
 
 @pytest.fixture(scope="session")
