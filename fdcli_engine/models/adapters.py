@@ -73,7 +73,11 @@ class _PoolingDecoderMixin:
                 yield (name if name.startswith("model.") else "model." + name), array
 
         super().load_weights(body())
-        missing = sorted(f"score.{p}.{k}" for p, lin in self._head_parts.items() for k in self._kinds(lin))
+        missing = sorted(
+            ".".join(filter(None, ("score", p, k)))
+            for p, lin in self._head_parts.items()
+            for k in self._kinds(lin)
+        )
         missing = [m for m in missing if m not in seen_head]
         if missing:
             raise ModelLoadError(f"checkpoint is missing tensor(s): {', '.join(missing)}")

@@ -1,0 +1,97 @@
+"""Request and response models of the pooling routes: /v1/embeddings and /v1/chat/reward (/v1/reward).
+
+One EmbeddingRequest model covers OpenAI's EmbeddingCompletionRequest form (`input`) and vLLM's
+EmbeddingChatRequest form (`messages`); the serving layer insists on exactly one of them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from fdcli_engine.entrypoints.openai.protocol import (
+    MAX_MESSAGES,
+    MAX_STR,
+    TOKEN_ID,
+    ChatMessage,
+    _Strict,
+)
+
+MAX_INPUTS = 2048  # inputs in one embeddings request (OpenAI's limit)
+MAX_INPUT_TOKENS = 1 << 17  # token ids in one input given as ids (the model's limit is checked later)
+
+TextInput = Annotated[str, Field(max_length=MAX_STR)]
+IdsInput = Annotated[list[TOKEN_ID], Field(max_length=MAX_INPUT_TOKENS)]
+
+
+class _ChatFields(_Strict):
+    messages: list[ChatMessage] | None = Field(default=None, max_length=MAX_MESSAGES)
+    chat_template: str | None = Field(default=None, max_length=1 << 16)
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = False  # an embedding/reward reads the conversation, it does not answer
+    continue_final_message: bool = False
+
+
+class EmbeddingRequest(_ChatFields):
+    model: str | None = Field(default=None, max_length=512)
+    input: (
+        TextInput
+        | Annotated[list[TextInput], Field(max_length=MAX_INPUTS)]
+        | IdsInput
+        | Annotated[list[IdsInput], Field(max_length=MAX_INPUTS)]
+        | None
+    ) = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1, le=1 << 16)
+    normalize: bool | None = None
+    # -1: keep the first max-model-len tokens; k > 0: keep the first k (special tokens kept at the ends).
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
+    add_special_tokens: bool = True
+    user: str | None = Field(default=None, max_length=256)
+    request_id: str | None = Field(default=None, max_length=256)
+
+
+class ChatRewardRequest(_ChatFields):
+    model: str | None = Field(default=None, max_length=512)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
+    user: str | None = Field(default=None, max_length=256)
+    request_id: str | None = Field(default=None, max_length=256)
+
+
+class PoolingUsage(BaseModel):
+    prompt_tokens: int = 0
+    total_tokens: int = 0
+
+
+class EmbeddingData(BaseModel):
+    index: int
+    object: Literal["embedding"] = "embedding"
+    embedding: list[float] | list[list[float]] | str  # str: base64 of float32 little-endian
+
+
+class EmbeddingResponse(BaseModel):
+    id: str
+    object: Literal["list"] = "list"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    data: list[EmbeddingData]
+    usage: PoolingUsage
+
+
+class RewardData(BaseModel):
+    index: int
+    object: Literal["reward"] = "reward"
+    # One score per label (classification / reward head), per token (ALL) or per step tag (STEP).
+    score: list[float] | list[list[float]]
+
+
+class RewardResponse(BaseModel):
+    id: str
+    object: Literal["list"] = "list"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    data: list[RewardData]
+    usage: PoolingUsage

@@ -1,0 +1,218 @@
+"""/v1/embeddings, framework-free (the server and `fd run-batch` share it), plus the pooling plumbing the
+reward route reuses: runner checks, prompt rendering and truncation, concurrent pooled requests.
+
+The engine returns raw pools; normalization, matryoshka truncation and softmax happen here
+(fdcli_engine.pooling.postprocess) with the request's own `normalize` / `dimensions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import numpy as np
+
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
+from fdcli_engine.entrypoints.openai.protocol_pooling import (
+    EmbeddingData,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    PoolingUsage,
+)
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_common import check_model, check_token_ids, encode, random_id
+from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
+from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
+from fdcli_engine.sampling_params import SamplingParams
+
+# Content-part types a text-only model cannot read; named in the 400 instead of being dropped.
+MEDIA_PARTS = {"image_url", "image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
+
+
+def truncate_ids(ids: list[int], limit: int, prefix: int = 0, suffix: int = 0) -> list[int]:
+    """The first tokens of `ids` within `limit`, keeping `prefix`/`suffix` special tokens at the ends
+    (as sentence-transformers truncates: [CLS] a b c … [SEP])."""
+    if len(ids) <= limit:
+        return ids
+    if limit <= prefix + suffix:
+        return ids[:limit]
+    body = ids[prefix : len(ids) - suffix]
+    return ids[:prefix] + body[: limit - prefix - suffix] + ids[len(ids) - suffix :]
+
+
+def special_token_frame(full: list[int], plain: list[int]) -> tuple[int, int]:
+    """(prefix, suffix) counts of the special tokens the tokenizer put around `plain` to make `full`."""
+    extra = len(full) - len(plain)
+    for p in range(max(extra, 0) + 1):
+        if full[p : p + len(plain)] == plain:
+            return p, extra - p
+    return 0, 0
+
+
+class PoolingServing:
+    """What both pooling routes need. `task_ok` names the pooler tasks the route serves."""
+
+    route = "/v1/embeddings"
+    task_ok: tuple[str, ...] = ("embed",)
+
+    def __init__(
+        self,
+        engine,
+        served_model_names: list[str],
+        chat_template: str | None = None,
+        allow_request_chat_template: bool = False,
+    ):
+        self.engine = engine
+        self.served_model_names = served_model_names
+        self.chat = OpenAIServingChat(
+            engine,
+            served_model_names,
+            chat_template=chat_template,
+            allow_request_chat_template=allow_request_chat_template,
+        )
+
+    def pooler_config(self) -> PoolerConfig:
+        """The server's pooler settings; a 400 when this route does not fit the model being served."""
+        cfg = getattr(self.engine, "config", None)
+        pc = get_pooler_config(cfg) if cfg is not None else None
+        if pc is None:
+            raise bad_request(
+                f"{self.route} needs a pooling model, but this server runs a generative model "
+                "(--runner generate); start fd serve with an embedding or reward model",
+                "model",
+            )
+        if pc.task not in self.task_ok:
+            other = "/v1/embeddings" if pc.task == "embed" else "/v1/chat/reward"
+            raise bad_request(f"this server runs a {pc.task} model: use {other}, not {self.route}", "model")
+        return pc
+
+    def render_messages(self, req, param: str = "messages") -> list[int]:
+        for i, m in enumerate(req.messages):
+            for j, part in enumerate(m.content if isinstance(m.content, list) else []):
+                if part.type in MEDIA_PARTS:
+                    raise bad_request(
+                        f"content part type {part.type!r} is not supported: this model is text-only",
+                        f"{param}[{i}].content[{j}].type",
+                    )
+        chat_req = ChatCompletionRequest(
+            messages=req.messages,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            chat_template=req.chat_template,
+            chat_template_kwargs=req.chat_template_kwargs,
+        )
+        if req.chat_template is not None and not self.chat.allow_request_chat_template:
+            self.chat._check_unsupported(chat_req)  # the same 400 as /v1/chat/completions
+        try:
+            return self.chat.render(chat_req)[1]
+        except InvalidRequestError as e:
+            raise bad_request(str(e), e.param or param) from None
+
+    def limit(self, truncate: int | None, param: str = "truncate_prompt_tokens") -> int | None:
+        max_len = self.engine.model_config.max_model_len
+        if truncate is None:
+            return None
+        if truncate == -1:
+            return max_len
+        if truncate == 0 or truncate > max_len:
+            raise bad_request(f"{param} must be -1 or between 1 and {max_len}, got {truncate}", param)
+        return truncate
+
+    def check_length(self, ids: list[int], param: str) -> None:
+        max_len = self.engine.model_config.max_model_len
+        if not ids:
+            raise bad_request(f"{param} is empty", param)
+        if len(ids) > max_len:
+            raise bad_request(
+                f"{param} has {len(ids)} tokens but this model takes at most {max_len}; shorten it or "
+                "set truncate_prompt_tokens",
+                param,
+            )
+        check_token_ids(ids, self.engine.model_config.vocab_size, param)
+
+    async def pool_all(self, prompts: list[list[int]], request_id: str) -> list[np.ndarray]:
+        """Raw pools of every prompt, submitted together so the scheduler batches them. If one fails
+        or the caller is cancelled, the others are cancelled (their generators abort in the engine)."""
+
+        async def one(i: int, ids: list[int]):
+            rid = request_id if len(prompts) == 1 else f"{request_id}-{i}"
+            params = SamplingParams(max_tokens=1, temperature=0.0)
+            final = None
+            async for out in self.engine.generate(ids, params, rid, None, is_pooling=True):
+                final = out
+            pooled = getattr(final, "pooled", None)
+            if pooled is None:
+                raise APIError("the engine returned no pooled output for this request", 500)
+            return np.asarray(pooled, dtype=np.float32)
+
+        tasks = [asyncio.ensure_future(one(i, ids)) for i, ids in enumerate(prompts)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class OpenAIServingEmbedding(PoolingServing):
+    def prompts(self, req: EmbeddingRequest) -> list[list[int]]:
+        if (req.input is None) == (req.messages is None):
+            raise bad_request("give exactly one of input or messages", "input")
+        limit = self.limit(req.truncate_prompt_tokens)
+        if req.messages is not None:
+            if not req.messages:
+                raise bad_request("messages is empty", "messages")
+            ids = self.render_messages(req)
+            ids = truncate_ids(ids, limit) if limit else ids
+            self.check_length(ids, "messages")
+            return [ids]
+        items = req.input
+        if isinstance(items, str) or (isinstance(items, list) and items and isinstance(items[0], int)):
+            items = [items]
+        if not items:
+            raise bad_request("input is empty", "input")
+        out = []
+        for i, item in enumerate(items):
+            param = "input" if len(items) == 1 else f"input[{i}]"
+            if isinstance(item, str):
+                if not item:
+                    raise bad_request(f"{param} is an empty string", param)
+                ids = encode(self.engine.tokenizer, item, req.add_special_tokens)
+                if limit and len(ids) > limit:
+                    frame = (0, 0)
+                    if req.add_special_tokens:
+                        frame = special_token_frame(ids, encode(self.engine.tokenizer, item, False))
+                    ids = truncate_ids(ids, limit, *frame)
+            else:
+                ids = truncate_ids(list(item), limit) if limit else list(item)
+            self.check_length(ids, param)
+            out.append(ids)
+        return out
+
+    async def create_embedding(
+        self, req: EmbeddingRequest, request_id: str | None = None
+    ) -> EmbeddingResponse:
+        model = check_model(req.model, self.served_model_names)
+        pc = self.pooler_config()
+        hidden = int(self.engine.config.hf_config.get("hidden_size") or 0)
+        try:
+            dims = check_dimensions(req.dimensions, pc, hidden)
+        except InvalidRequestError as e:
+            raise bad_request(str(e), e.param) from None
+        prompts = self.prompts(req)
+        rid = request_id or req.request_id or random_id("embd")
+        pools = await self.pool_all(prompts, rid)
+        data = []
+        for i, raw in enumerate(pools):
+            vec = postprocess(raw, pc, dims, req.normalize)
+            if req.encoding_format == "base64":
+                emb = base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
+            else:
+                emb = vec.tolist()
+            data.append(EmbeddingData(index=i, embedding=emb))
+        n = sum(len(p) for p in prompts)
+        return EmbeddingResponse(
+            id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
+        )

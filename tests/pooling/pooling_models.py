@@ -1,0 +1,127 @@
+"""Tiny random pooling checkpoints and their transformers references.
+
+- "qwen3_embed": Qwen3ForCausalLM (is_matryoshka in config.json) to serve with --convert embed.
+- "qwen3_seqcls": Qwen3ForSequenceClassification, 3 labels.
+- "qwen2_prm": Qwen2ForProcessRewardModel (no transformers class: a Qwen2Model body saved under
+  `model.` plus a score MLP score.0 / score.2 with 2 labels, the Qwen2.5-Math-PRM layout).
+- "qwen2_rm": Qwen2ForRewardModel, same layout with 1 label.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import tiny_models
+
+STEP_TAG = "<|im_end|>"  # a special token of the tiny tokenizer, used as the PRM step tag
+
+
+def _randomize(model, seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+
+
+def _config(family: str, **extra):
+    import transformers
+
+    dims = dict(tiny_models.TINY_DIMS)
+    if family == "Qwen3":
+        dims["head_dim"] = 32
+    cfg = getattr(transformers, f"{family}Config")(**dims, **extra)
+    cfg.rope_parameters = {"rope_theta": 10000.0, "rope_type": "default"}
+    return cfg
+
+
+def qwen3_embed(folder: Path) -> Path:
+    tiny_models.make_tiny_checkpoint("Qwen3ForCausalLM", folder, seed=3)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["is_matryoshka"] = True
+    (folder / "config.json").write_text(json.dumps(cfg))
+    tiny_models.write_tiny_tokenizer(folder)
+    return folder
+
+
+def qwen3_seqcls(folder: Path) -> Path:
+    import transformers
+
+    cfg = _config("Qwen3", num_labels=3, pad_token_id=0)
+    model = transformers.Qwen3ForSequenceClassification(cfg).eval()
+    _randomize(model, 4)
+    model.save_pretrained(folder)
+    tiny_models.write_tiny_tokenizer(folder)
+    return folder
+
+
+def _score_model(folder: Path, arch: str, num_labels: int, seed: int) -> Path:
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    cfg = _config("Qwen2")
+    body = transformers.Qwen2Model(cfg).eval()
+    _randomize(body, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    h = cfg.hidden_size
+    tensors = {f"model.{k}": v.contiguous() for k, v in body.state_dict().items()}
+    tensors["score.0.weight"] = 0.15 * torch.randn(h, h, generator=g)
+    tensors["score.0.bias"] = 0.15 * torch.randn(h, generator=g)
+    tensors["score.2.weight"] = 0.15 * torch.randn(num_labels, h, generator=g)
+    tensors["score.2.bias"] = 0.15 * torch.randn(num_labels, generator=g)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = cfg.to_dict()
+    config.update(architectures=[arch], num_labels=num_labels)
+    config.pop("id2label", None)
+    config.pop("label2id", None)
+    (folder / "config.json").write_text(json.dumps(config))
+    tiny_models.write_tiny_tokenizer(folder)
+    return folder
+
+
+def qwen2_prm(folder: Path) -> Path:
+    return _score_model(folder, "Qwen2ForProcessRewardModel", 2, 5)
+
+
+def qwen2_rm(folder: Path) -> Path:
+    return _score_model(folder, "Qwen2ForRewardModel", 1, 6)
+
+
+BUILDERS = {
+    "qwen3_embed": qwen3_embed,
+    "qwen3_seqcls": qwen3_seqcls,
+    "qwen2_prm": qwen2_prm,
+    "qwen2_rm": qwen2_rm,
+}
+
+
+def reference_hidden(folder: Path, ids: list[int]) -> np.ndarray:
+    """transformers' last hidden state [L, hidden] of the base model (final norm applied)."""
+    import torch
+    import transformers
+
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    if cfg.architectures[0].endswith("ForCausalLM"):
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+        body = model.model
+    else:
+        body = transformers.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return body(torch.tensor([ids])).last_hidden_state[0].numpy()
+
+
+def reference_score_head(folder: Path, hidden: np.ndarray) -> np.ndarray:
+    """The score MLP of a reward checkpoint (score.0 → ReLU → score.2) in float64 numpy."""
+    from safetensors.numpy import load_file
+
+    w = load_file(str(folder / "model.safetensors"))
+    h = hidden.astype(np.float64) @ w["score.0.weight"].T + w["score.0.bias"]
+    return np.maximum(h, 0) @ w["score.2.weight"].T + w["score.2.bias"]
