@@ -135,3 +135,23 @@ def test_without_resume_the_partial_starts_empty_and_out_is_untouched(tmp_path):
     w.write(new)
     w.commit()
     assert out.read_text(encoding="utf-8") == new and not partial_path(out).exists()
+
+
+def test_progress_bar_and_summary_text():
+    import io
+
+    from rich.console import Console
+
+    from fdcli_engine.entrypoints.batch.summary import BatchProgress, BatchSummary
+
+    buf = io.StringIO()
+    bar = BatchProgress(4, console=Console(file=buf, force_terminal=True, width=120))
+    s = BatchSummary(total=4, succeeded=3, failed=1, prompt_tokens=10, completion_tokens=30, wall_time_s=2.0)
+    bar.advance(s)
+    bar._p.refresh()
+    bar.close()
+    assert "4/4" in buf.getvalue() and "tok/s" in buf.getvalue()
+    assert s.lines()[0].endswith("4 lines, 3 succeeded, 1 failed, 0 skipped (already done)")
+    assert "15.0 output tok/s, 20.0 total tok/s" in s.lines()[1]
+    d = s.to_dict()
+    assert (d["output_tokens_per_s"], d["total_tokens_per_s"]) == (15.0, 20.0)

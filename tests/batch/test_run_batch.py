@@ -197,3 +197,15 @@ def test_small_windows_keep_input_order(tmp_path, engine_factory, window):
     assert [r["response"]["body"]["usage"]["completion_tokens"] for r in records] == [
         20 if i % 2 == 0 else 2 for i in range(9)
     ]
+
+
+def test_cli_all_good_exits_0_and_renames_the_partial(tmp_path, tiny_model):
+    src = write_jsonl(
+        tmp_path / "in.jsonl", [chat_line("a", "hi", max_tokens=3), completion_line("b", "yo", 2)]
+    )
+    out = tmp_path / "out.jsonl"
+    proc = run_cli(cli_args(tiny_model, "-i", str(src), "-o", str(out)))
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert [r["custom_id"] for r in read_jsonl(out)] == ["a", "b"]
+    assert not partial_path(out).exists()
+    assert "completed: 2 lines, 2 succeeded, 0 failed" in proc.stderr.decode()
