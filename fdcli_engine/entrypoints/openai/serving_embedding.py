@@ -29,6 +29,12 @@ from fdcli_engine.sampling_params import SamplingParams
 
 # Content-part types a text-only model cannot read; named in the 400 instead of being dropped.
 MEDIA_PARTS = {"image_url", "image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
+_TASK_NAMES = {
+    "embed": "an embedding",
+    "classify": "a classification",
+    "reward": "a reward",
+    "process_reward": "a process-reward",
+}
 
 
 def truncate_ids(ids: list[int], limit: int, prefix: int = 0, suffix: int = 0) -> list[int]:
@@ -85,7 +91,8 @@ class PoolingServing:
             )
         if pc.task not in self.task_ok:
             other = "/v1/embeddings" if pc.task == "embed" else "/v1/chat/reward"
-            raise bad_request(f"this server runs a {pc.task} model: use {other}, not {self.route}", "model")
+            kind = _TASK_NAMES.get(pc.task, pc.task)
+            raise bad_request(f"this server runs {kind} model: use {other}, not {self.route}", "model")
         return pc
 
     def render_messages(self, req, param: str = "messages") -> list[int]:

@@ -1,0 +1,149 @@
+"""The framework-free pooling serving layer over a scripted engine: input forms, truncation that keeps
+[CLS]/[SEP], base64, dimensions/normalize, wrong-runner and bad-input 400s. The scripted engine's raw
+pool of a prompt is [len(ids), sum(ids), first id, last id] so every assertion can be computed by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from fdcli_engine.config import EngineConfig, default_embedding_model_path
+from fdcli_engine.entrypoints.openai.errors import APIError
+from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, EmbeddingRequest
+from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding, truncate_ids
+from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
+from fdcli_engine.pooling.config import resolve_runner
+from fdcli_engine.tokenizer import load_tokenizer
+
+
+@dataclass
+class _Out:
+    pooled: list
+    finished: bool = True
+
+
+@dataclass
+class _ModelConfig:
+    served_model_name: str = "m"
+    max_model_len: int = 16
+    vocab_size: int = 30522
+
+
+class ScriptedEngine:
+    def __init__(self, arch="BertModel", **config):
+        self.tokenizer = load_tokenizer(default_embedding_model_path())
+        self.model_config = _ModelConfig()
+        self.config = EngineConfig(**config)
+        self.config.hf_config = {"architectures": [arch], "hidden_size": 4, "max_position_embeddings": 16}
+        resolve_runner(self.config)
+        self.calls: list[list[int]] = []
+
+    async def generate(self, ids, params, request_id, prompt=None, is_pooling=False):
+        assert is_pooling
+        self.calls.append(list(ids))
+        yield _Out([float(len(ids)), float(sum(ids)), float(ids[0]), float(ids[-1])])
+
+
+def embed(engine, **body):
+    serving = OpenAIServingEmbedding(engine, ["m"])
+    return asyncio.run(serving.create_embedding(EmbeddingRequest(**body)))
+
+
+def raw(ids):
+    return np.array([len(ids), sum(ids), ids[0], ids[-1]], dtype=np.float32)
+
+
+def test_input_forms_and_usage():
+    eng = ScriptedEngine(pooler_config={"normalize": False})
+    ids = eng.tokenizer.encode("hello world")
+    r = embed(eng, input=["hello world", "hi"])
+    assert [d.index for d in r.data] == [0, 1]
+    np.testing.assert_array_equal(r.data[0].embedding, raw(ids))
+    assert r.usage.prompt_tokens == len(ids) + len(eng.tokenizer.encode("hi"))
+    assert embed(eng, input=[5, 6, 7]).data[0].embedding == [3.0, 18.0, 5.0, 7.0]
+    assert len(embed(eng, input=[[5, 6], [7]]).data) == 2
+
+
+def test_normalize_default_and_request_override():
+    eng = ScriptedEngine()  # BertModel default: CLS pooling, normalized
+    v = np.array(embed(eng, input=[3, 4, 5]).data[0].embedding)
+    np.testing.assert_allclose(v, raw([3, 4, 5]) / np.linalg.norm(raw([3, 4, 5])), rtol=1e-6)
+    assert embed(eng, input=[3, 4, 5], normalize=False).data[0].embedding == [3.0, 12.0, 3.0, 5.0]
+
+
+def test_base64_is_float32_little_endian_of_the_float_form():
+    eng = ScriptedEngine()
+    f = embed(eng, input="hello world").data[0].embedding
+    b = embed(eng, input="hello world", encoding_format="base64").data[0].embedding
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(b), dtype="<f4"), np.float32(f))
+
+
+def test_truncation_keeps_cls_and_sep():
+    eng = ScriptedEngine()
+    text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+    full = eng.tokenizer.encode(text)
+    assert len(full) > 16
+    embed(eng, input=text, truncate_prompt_tokens=6)
+    assert eng.calls[-1] == full[:5] + [full[-1]]  # [CLS] one two three four [SEP]
+    embed(eng, input=text, truncate_prompt_tokens=-1)
+    assert len(eng.calls[-1]) == 16 and eng.calls[-1][-1] == full[-1]
+    assert truncate_ids([1, 2, 3, 4], 2) == [1, 2]
+
+
+def test_dimensions_on_matryoshka_model_truncates_before_normalizing():
+    eng = ScriptedEngine("Qwen3Model")
+    eng.config.pooler_config["is_matryoshka"] = True
+    v = embed(eng, input=[3, 4, 5], dimensions=2).data[0].embedding
+    np.testing.assert_allclose(v, raw([3, 4, 5])[:2] / np.linalg.norm(raw([3, 4, 5])[:2]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        ({"input": ""}, "input", "empty string"),
+        ({"input": []}, "input", "input is empty"),
+        ({"input": ["a", ""]}, "input[1]", "empty string"),
+        ({"input": list(range(17))}, "input", "at most 16"),
+        ({"input": [30522]}, "input", "outside the vocabulary"),
+        ({"input": "x", "dimensions": 2}, "dimensions", "matryoshka"),
+        ({"input": "x", "truncate_prompt_tokens": 17}, "truncate_prompt_tokens", "between 1 and 16"),
+        ({}, "input", "exactly one of input or messages"),
+        ({"input": "a", "messages": [{"role": "user", "content": "a"}]}, "input", "exactly one"),
+        ({"input": "x", "model": "other"}, "model", "does not exist"),
+    ],
+)
+def test_bad_embedding_requests(body, param, needle):
+    with pytest.raises(APIError) as e:
+        embed(ScriptedEngine(), **body)
+    assert e.value.status == (404 if param == "model" else 400)
+    assert e.value.param == param and needle in e.value.message
+
+
+def test_wrong_runner_is_400_on_both_routes():
+    gen = ScriptedEngine("LlamaForCausalLM")
+    with pytest.raises(APIError, match="needs a pooling model") as e:
+        embed(gen, input="x")
+    assert e.value.status == 400
+    reward = OpenAIServingReward(ScriptedEngine(), ["m"])
+    req = ChatRewardRequest(messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(APIError, match="runs an embedding model: use /v1/embeddings") as e:
+        asyncio.run(reward.create_reward(req))
+    with pytest.raises(APIError, match="use /v1/chat/reward"):
+        embed(ScriptedEngine("Qwen2ForRewardModel"), input="x")
+
+
+def test_images_on_text_model_are_a_400_naming_the_part():
+    reward = OpenAIServingReward(ScriptedEngine("Qwen2ForRewardModel"), ["m"])
+    content = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+    ]
+    req = ChatRewardRequest(messages=[{"role": "user", "content": content}])
+    with pytest.raises(APIError) as e:
+        asyncio.run(reward.create_reward(req))
+    assert e.value.status == 400 and e.value.param == "messages[0].content[1].type"
+    assert "image_url" in e.value.message and "text-only" in e.value.message
