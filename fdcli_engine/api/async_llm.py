@@ -129,11 +129,30 @@ class AsyncLLM:
         known = [o for o in outputs if o.req_id in self._queues]
         if not known:
             return
-        request_outputs, to_abort = self.output_processor.process_outputs(known)
+        try:
+            request_outputs, to_abort = self.output_processor.process_outputs(known)
+        except Exception:
+            # Some request's output broke detokenization: redo them one by one so only it fails.
+            request_outputs, to_abort = self._route_one_by_one(known)
         for ro in request_outputs:
             self._put(ro.request_id, ro)
-        if to_abort:  # stop strings matched: the request is finished here, free it in the core
+        if to_abort:  # stop strings matched (or a request failed): free it in the core
             self.client.send(AbortRequest(list(to_abort)))
+
+    def _route_one_by_one(self, outputs) -> tuple[list, list[str]]:
+        request_outputs, to_abort = [], []
+        for out in outputs:
+            try:
+                ros, aborts = self.output_processor.process_outputs([out])
+            except Exception as e:
+                logger.exception("processing the output of %s failed", out.req_id)
+                self.output_processor.abort(out.req_id)
+                self._put(out.req_id, EngineRequestError(f"{type(e).__name__} while detokenizing"))
+                to_abort.append(out.req_id)
+                continue
+            request_outputs += ros
+            to_abort += aborts
+        return request_outputs, to_abort
 
     def _put(self, req_id: str, item) -> None:
         q = self._queues.get(req_id)

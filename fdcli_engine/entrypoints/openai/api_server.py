@@ -41,6 +41,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def default_served_name(config: EngineConfig) -> str:
+    """The --model string as given; for a .gguf file its stem (the default model's path is long)."""
+    model = str(config.model or config.model_path)
+    return Path(model).stem if model.endswith(".gguf") else model
+
+
 def load_chat_template(value: str | None) -> str | None:
     """`--chat-template` is a file path, or the template itself when it holds Jinja markup."""
     if value is None or "{%" in value or "{{" in value:
@@ -104,7 +110,10 @@ async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socke
 
     tokenizer = hooks.pop("tokenizer", None) or _load_tokenizer(engine_config)
     engine = AsyncLLM(
-        engine_config, tokenizer, served_model_name=(args.served_model_name or [None])[0], **hooks
+        engine_config,
+        tokenizer,
+        served_model_name=(args.served_model_name or [None])[0] or default_served_name(engine_config),
+        **hooks,
     )
     state = _State(args, Admission(args.max_concurrency, args.max_waiting_time))
     app = build_app(engine, args, state)
