@@ -70,6 +70,8 @@ def run_batch(
     out_path = None if output == "-" else Path(output)
     if in_path is not None and not in_path.is_file():
         fail(f"input file {input!r} does not exist or is not a file", EXIT_USAGE)
+    if out_path is not None and out_path.is_dir():
+        fail(f"the output {output!r} is a folder; give a file name", EXIT_USAGE)
     if out_path is not None and not out_path.parent.is_dir():
         fail(f"the folder of the output file {output!r} does not exist", EXIT_USAGE)
     if resume and out_path is None:

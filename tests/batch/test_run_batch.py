@@ -209,3 +209,13 @@ def test_cli_all_good_exits_0_and_renames_the_partial(tmp_path, tiny_model):
     assert [r["custom_id"] for r in read_jsonl(out)] == ["a", "b"]
     assert not partial_path(out).exists()
     assert "completed: 2 lines, 2 succeeded, 0 failed" in proc.stderr.decode()
+
+
+def test_a_model_that_fails_to_load_is_one_line_and_leaves_no_partial(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [chat_line("a", "x")])
+    out = tmp_path / "out.jsonl"
+    proc = run_cli(cli_args(tmp_path / "missing-model", "-i", str(src), "-o", str(out)))
+    assert proc.returncode == 2
+    err = proc.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("Error: model path") and "does not exist" in err[0]
+    assert not out.exists() and not partial_path(out).exists()

@@ -27,6 +27,7 @@ from fdcli_engine.entrypoints.batch.files import (
     BatchFileError,
     DuplicateIdsError,
     OutputWriter,
+    partial_path,
     prepare_output,
     scan_input,
     spool_stdin,
@@ -93,11 +94,24 @@ def run_batch(
             raise BatchFileError(f"cannot read the input {str(path)!r}: {e.strerror or e}") from None
         done_keys, _ = prepare_output(opts.output, opts.resume) if opts.output is not None else ({}, 0)
         # Only now, with the input checked and the output writable, is the model loaded.
-        engine = (engine_factory or _default_engine)(dict(engine_args or {}))
+        try:
+            engine = (engine_factory or _default_engine)(dict(engine_args or {}))
+        except BaseException:
+            _drop_empty_partial(opts.output)
+            raise
         return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
     finally:
         if spooled is not None:
             spooled.unlink(missing_ok=True)
+
+
+def _drop_empty_partial(out: Path | None) -> None:
+    """A run that never started leaves no empty OUT.partial behind (one with records is kept)."""
+    if out is None:
+        return
+    part = partial_path(out)
+    if part.exists() and part.stat().st_size == 0:
+        part.unlink()
 
 
 async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
