@@ -18,7 +18,11 @@ from fdcli.bench.datasets import SampleRequest
 from fdcli.bench.metrics import RequestRecord
 from fdcli.bench.sse import SSEDecoder
 
-BACKENDS = {"openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
+BACKENDS = {
+    "openai": "/v1/completions",
+    "openai-chat": "/v1/chat/completions",
+    "embeddings": "/v1/embeddings",  # one non-streamed request per prompt: E2EL and throughput only
+}
 ERROR_BODY_CHARS = 300
 
 
@@ -150,6 +154,26 @@ async def _stream(client, cfg: BackendConfig, req: SampleRequest, record, state,
         raise StreamError("malformed stream: it ended without [DONE] or a finish_reason")
 
 
+async def _embed(client, cfg: BackendConfig, req: SampleRequest, record: RequestRecord) -> None:
+    """One /v1/embeddings call: no output tokens and no chunks, so only E2EL and throughput apply."""
+    body = {"model": cfg.model, "input": req.prompt}
+    resp = await client.post(cfg.url, json=body, headers=cfg.headers)
+    if resp.status_code != 200:
+        text = " ".join(resp.text.split())
+        raise StreamError(f"HTTP {resp.status_code}: {text[:ERROR_BODY_CHARS]}")
+    try:
+        obj = resp.json()
+    except ValueError:
+        raise StreamError("malformed response: not JSON") from None
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict) or "embedding" not in data[0]:
+        raise StreamError("malformed response: no data[0].embedding")
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    prompt_tokens = usage.get("prompt_tokens")
+    record.prompt_len = prompt_tokens if isinstance(prompt_tokens, int) else req.prompt_len
+    record.output_tokens, record.output_tokens_source = 0, "usage"
+
+
 async def send_request(
     client, cfg: BackendConfig, req: SampleRequest, index: int, tokenizer=None, clock=time.perf_counter
 ) -> RequestRecord:
@@ -159,8 +183,11 @@ async def send_request(
     state = _StreamState()
     record.start = clock()
     try:
-        await asyncio.wait_for(_stream(client, cfg, req, record, state, clock), cfg.request_timeout)
-        finalize_counts(record, state, req, tokenizer)
+        if cfg.backend == "embeddings":
+            await asyncio.wait_for(_embed(client, cfg, req, record), cfg.request_timeout)
+        else:
+            await asyncio.wait_for(_stream(client, cfg, req, record, state, clock), cfg.request_timeout)
+            finalize_counts(record, state, req, tokenizer)
         record.ok = True
     except asyncio.TimeoutError:
         record.error = f"timed out after {cfg.request_timeout:g} s (--request-timeout)"

@@ -94,7 +94,7 @@ def parse_headers(items: list[str] | None) -> dict[str, str]:
 
 def _check(opts: ServeOptions) -> None:
     if opts.backend not in BACKENDS:
-        raise ConfigError(f"--backend {opts.backend!r}: use openai or openai-chat")
+        raise ConfigError(f"--backend {opts.backend!r}: use openai, openai-chat or embeddings")
     if opts.endpoint is not None and not opts.endpoint.startswith("/"):
         raise ConfigError(f"--endpoint {opts.endpoint!r} must be a path starting with '/'")
     if opts.max_concurrency is not None and opts.max_concurrency < 1:
