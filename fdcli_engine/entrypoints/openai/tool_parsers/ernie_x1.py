@@ -1,0 +1,64 @@
+"""ERNIE-4.5's tool-call format (FastDeploy's "ernie-x1" tool parser): after the thinking block, each
+call is one JSON object between tags,
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"location": "Beijing"}}
+    </tool_call>
+
+possibly several in a row. `arguments` may be an object (sent on as JSON text) or already a string.
+If any block is not a JSON object with a string `name`, the output is treated as containing no tool
+calls (the text stays content): a half-parsed set of calls would be worse than none. Content is what
+the ernie-x1 reasoning parser would give (the <response> text), or None when only calls were made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fdcli_engine.entrypoints.openai.reasoning_ernie import (
+    RESPONSE_START,
+    THINK_END,
+    TOOL_CALL_START,
+    ErnieX1ReasoningParser,
+)
+from fdcli_engine.entrypoints.openai.tool_parsers.base import ExtractedToolCalls, ToolCall
+
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+class ErnieX1ToolParser:
+    def extract(self, text: str) -> ExtractedToolCalls:
+        after_think = text.partition(THINK_END)[2] if THINK_END in text else text
+        blocks = _BLOCK.findall(after_think)
+        content = _content(text)
+        if not blocks:
+            return ExtractedToolCalls(False, [], content)
+        calls = []
+        for block in blocks:
+            call = _parse_block(block)
+            if call is None:
+                return ExtractedToolCalls(False, [], text)
+            calls.append(call)
+        return ExtractedToolCalls(True, calls, content or None)
+
+
+def _content(text: str) -> str:
+    """The answer text: as the ernie-x1 reasoning parser splits it when the output is in ERNIE's
+    thinking format, else the text itself."""
+    if THINK_END in text or text.lstrip().startswith((RESPONSE_START, TOOL_CALL_START)):
+        return ErnieX1ReasoningParser().split(text)[1]
+    return text
+
+
+def _parse_block(block: str) -> ToolCall | None:
+    try:
+        obj = json.loads(block.strip())
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False)
+    return ToolCall(name=obj["name"], arguments=args)

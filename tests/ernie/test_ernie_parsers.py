@@ -1,0 +1,162 @@
+"""ERNIE's "ernie-x1" reasoning parser (whole text and streamed at every cut), its tool-call parser,
+and `enable_thinking` through `chat_template_kwargs` in the serving layer with a scripted engine.
+
+The texts follow ERNIE-4.5 thinking models' output format: thinking, `</think>`, then a
+`<response>` block or `<tool_call>` blocks (see reasoning_ernie.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
+from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+from fdcli_engine.errors import ConfigError
+from fdcli_engine.outputs import CompletionOutput, RequestOutput
+
+TOOL = '{"name": "get_weather", "arguments": {"location": "北京", "unit": "c"}}'
+SPLITS = [
+    # (text, reasoning, content)
+    (
+        "Let me think.\n</think>\n\n<response>\nThe answer is 42.\n</response>",
+        "Let me think.",
+        "The answer is 42.",
+    ),
+    ("<think>\nA\n\nB\n</think>\n\n<response>\nx\n\ny\n</response>\n", "A\n\nB", "x\n\ny"),
+    ("still thinking, a < b", "still thinking, a < b", ""),
+    ("plan\n</think>\n\n<tool_call>\n" + TOOL + "\n</tool_call>\n", "plan", ""),
+    ("<response>\nno thinking\n</response>", None, "no thinking"),
+    ("<tool_call>\n" + TOOL + "\n</tool_call>", None, ""),
+    ("r\n</think>\n\nplain answer", "r", "plain answer"),
+    ("r</think><response>cut off", "r", "cut off"),
+    ("r</think><response>a</response>trailing", "r", "a"),
+]
+
+
+@pytest.mark.parametrize("text,reasoning,content", SPLITS)
+def test_split_whole(text, reasoning, content):
+    assert ErnieX1ReasoningParser().split(text) == (reasoning, content)
+
+
+def _stream(pieces):
+    p = ErnieX1ReasoningParser()
+    r, c = "", ""
+    for i, piece in enumerate(pieces):
+        dr, dc = p.feed(piece, final=i == len(pieces) - 1)
+        r, c = r + dr, c + dc
+    return r, c
+
+
+@pytest.mark.parametrize("text,reasoning,content", SPLITS)
+def test_streamed_split_equals_whole_at_every_cut(text, reasoning, content):
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1, 3):
+            assert _stream([text[:i], text[i:j], text[j:]]) == (reasoning or "", content), (i, j)
+
+
+def test_streaming_never_leaks_a_tag():
+    text = SPLITS[0][0]
+    p = ErnieX1ReasoningParser()
+    for k, ch in enumerate(text):  # one character per delta: the hardest case for held-back tags
+        r, c = p.feed(ch, final=k == len(text) - 1)
+        assert "<" not in r + c
+
+
+def test_tool_calls_extracted():
+    text = "plan\n</think>\n\n<tool_call>\n" + TOOL + "\n</tool_call>\n<tool_call>\n"
+    text += '{"name": "now", "arguments": "{}"}\n</tool_call>'
+    out = get_tool_parser_cls("ernie-x1")().extract(text)
+    assert out.tools_called and out.content is None
+    calls = [c.to_openai() for c in out.tool_calls]
+    assert [c["function"]["name"] for c in calls] == ["get_weather", "now"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"location": "北京", "unit": "c"}
+    assert calls[1]["function"]["arguments"] == "{}"
+    assert calls[0]["type"] == "function" and calls[0]["id"] != calls[1]["id"]
+
+
+def test_tool_parser_without_calls_keeps_the_answer():
+    out = get_tool_parser_cls("ernie-x1")().extract(SPLITS[0][0])
+    assert not out.tools_called and out.content == "The answer is 42."
+    assert get_tool_parser_cls("ernie-x1")().extract("just text").content == "just text"
+
+
+def test_malformed_tool_call_is_not_half_parsed():
+    text = "p</think><tool_call>\n" + TOOL + "\n</tool_call><tool_call>{not json</tool_call>"
+    out = get_tool_parser_cls("ernie-x1")().extract(text)
+    assert not out.tools_called and out.tool_calls == [] and out.content == text
+
+
+def test_unknown_tool_parser_is_a_config_error():
+    with pytest.raises(ConfigError, match="ernie-x1"):
+        get_tool_parser_cls("nope")
+
+
+# An ERNIE-style thinking template (written for this test, same switch as the real one): with
+# enable_thinking false the prompt closes an empty thinking block, so the model answers directly.
+ERNIE_TEMPLATE = (
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}Assistant: "
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}"
+)
+
+
+@dataclass
+class _ModelConfig:
+    served_model_name: str = "fake"
+    max_model_len: int = 256
+    vocab_size: int = 0
+
+
+class ScriptedEngine:
+    """Says `pieces` (one RequestOutput per piece) whatever the prompt."""
+
+    def __init__(self, tokenizer, pieces):
+        self.tokenizer, self.pieces = tokenizer, pieces
+        self.model_config = _ModelConfig()
+        self.is_ready = True
+
+    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
+        text, ids = "", []
+        for k, piece in enumerate(self.pieces):
+            last = k == len(self.pieces) - 1
+            text += piece
+            ids.append(k + 3)
+            comp = CompletionOutput(0, text, list(ids), "stop" if last else None, None, None, piece, [k + 3])
+            yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
+
+    def abort(self, request_id):
+        pass
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tiny_models import write_tiny_tokenizer
+
+    from fdcli_engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+@pytest.mark.parametrize(
+    "thinking,pieces,reasoning,content",
+    [
+        (True, ["Think", "ing.\n</thi", "nk>\n\n<resp", "onse>\nHi!\n</response>"], "Thinking.", "Hi!"),
+        (False, ["<resp", "onse>\nHi!", "\n</response>"], None, "Hi!"),
+    ],
+)
+def test_enable_thinking_through_chat_template_kwargs(tokenizer, thinking, pieces, reasoning, content):
+    engine = ScriptedEngine(tokenizer, pieces)
+    chat = OpenAIServingChat(
+        engine, ["fake"], reasoning_parser_cls=ErnieX1ReasoningParser, chat_template=ERNIE_TEMPLATE
+    )
+    req = ChatCompletionRequest(
+        messages=[{"role": "user", "content": "hi"}], chat_template_kwargs={"enable_thinking": thinking}
+    )
+    prompt = chat.render(req)[0]
+    assert prompt.endswith("<think>\n\n</think>\n\n" if not thinking else "Assistant: <think>\n")
+    msg = asyncio.run(chat.create_chat_completion(req)).choices[0].message
+    assert (msg.reasoning_content, msg.content) == (reasoning, content)
