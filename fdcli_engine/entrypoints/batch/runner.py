@@ -2,9 +2,11 @@
 output records in input order.
 
 Flow invariants:
-- Lines are read lazily; at most `window` lines are between "read" and "written". A line may start
-  only when its sequence number is within `window` of the next one to write, so the reorder buffer
-  never holds more than `window` records, however slow one request is.
+- Lines are read lazily. A line starts only when fewer than `window` requests are in flight (the
+  engine's queue stays full but bounded) and its sequence number is within `reorder_limit` of the next
+  one to write, so the reorder buffer never holds more than `reorder_limit` records however slow one
+  request is. The reorder limit is larger than the window so one long request at the head does not
+  starve the batch of work until it reaches the limit.
 - A line's failure is an error record, never an exception out of the run; only a dead engine or an
   I/O error fails the run. With `strict`, the first error record written (the first bad line in input
   order) stops the run.
@@ -102,6 +104,7 @@ class BatchRunner:
         serving: Serving,
         writer: OutputWriter,
         window: int,
+        reorder_limit: int | None = None,
         done_keys: dict | None = None,
         strict: bool = False,
         progress=None,
@@ -110,6 +113,10 @@ class BatchRunner:
         self.serving = serving
         self.writer = writer
         self.window = max(1, window)
+        self.reorder_limit = max(self.window, reorder_limit or 8 * self.window)
+        self.max_inflight_seen = 0  # observability for tests: the bounds held
+        self.max_buffered_seen = 0
+        self._inflight = 0
         self.done_keys = done_keys or {}  # key -> whether its earlier record succeeded
         self.strict = strict
         self.progress = progress
@@ -143,6 +150,8 @@ class BatchRunner:
                 await self._wait_for_room(seq)
                 if self._stop is not None:
                     break
+                self._inflight += 1
+                self.max_inflight_seen = max(self.max_inflight_seen, self._inflight)
                 task = asyncio.create_task(self._execute(seq, line))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -168,18 +177,23 @@ class BatchRunner:
 
     async def _wait_for_room(self, seq: int) -> None:
         async with self._room:
-            await self._room.wait_for(lambda: seq - self._next_write < self.window or self._stop is not None)
+            await self._room.wait_for(
+                lambda: (
+                    (self._inflight < self.window and seq - self._next_write < self.reorder_limit)
+                    or self._stop is not None
+                )
+            )
 
     async def _execute(self, seq: int, line: BatchLine) -> None:
         try:
             record = await self._serve(line)
-        except asyncio.CancelledError:
-            raise
         except BatchRunError as e:
             self._stop = e
-            await self._notify()
-            return
-        self._finish(seq, record)
+        else:
+            self._finish(seq, record)
+        finally:
+            # Decrement before notifying: the reader's room predicate reads this counter.
+            self._inflight -= 1
         await self._notify()
 
     async def _notify(self) -> None:
@@ -210,6 +224,7 @@ class BatchRunner:
     def _finish(self, seq: int, record: dict) -> None:
         """Buffer one record and write every record that is now next in input order."""
         self._buffer[seq] = (dump_record(record), record)
+        self.max_buffered_seen = max(self.max_buffered_seen, len(self._buffer))
         wrote = False
         while self._next_write in self._buffer and self._stop is None:
             text, rec = self._buffer.pop(self._next_write)
