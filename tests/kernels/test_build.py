@@ -75,3 +75,15 @@ def test_openmp_entry_points_all_come_from_libiomp5(native):
     }
     assert wanted, "the kernels should use OpenMP"
     assert wanted <= symbols(iomp, "--defined-only")
+
+
+def test_engine_op_table_binds_native_ops(native):
+    from fdcli_engine import ops as engine_ops
+
+    previous = engine_ops.backend
+    try:
+        assert engine_ops.use("native") == "native"
+        for name in engine_ops.OP_NAMES:
+            assert getattr(engine_ops, name) is getattr(native, name), name
+    finally:
+        engine_ops.use(previous)

@@ -44,7 +44,7 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   const int64_t k = last_dim(x);
   const int64_t m = k ? x.numel() / k : 0;
   std::vector<int64_t> shape = x.shape();
-  PD_CHECK(!shape.empty(), "linear: x must have at least one dimension");
+  PD_CHECK(!shape.empty() && k > 0, "linear: x must have at least one dimension and one feature");
   shape.back() = n;
   Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
   const int64_t panels = (n + fdk::kNR - 1) / fdk::kNR;
