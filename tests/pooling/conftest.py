@@ -9,6 +9,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "2")  # before paddle is imported: it would default to 1
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
 import pytest  # noqa: E402
 

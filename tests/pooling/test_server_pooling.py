@@ -1,0 +1,246 @@
+"""Pooling through a real `fd serve`: all-MiniLM-L6-v2 against the sentence-transformers computation
+(transformers' BertModel token embeddings, attention-mask-weighted mean, L2 normalize), a tiny
+sequence-classification reward model against transformers' logits, and every documented 4xx."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import numpy as np
+import pytest
+from fd_server import start_server
+
+from fdcli_engine.config import default_embedding_model_path
+
+LONG = " ".join(["The committee reviewed the proposal in detail before the vote."] * 40)  # > 256 tokens
+SENTENCES = [
+    "A man is eating food.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "快速的棕色狐狸跳过了懒狗。",
+    "Я люблю машинное обучение",
+    "I love pizza 🍕🍕 and rockets 🚀!",
+    "x",
+    LONG,
+]
+
+
+def st_reference(texts: list[str]) -> np.ndarray:
+    """sentence-transformers' all-MiniLM-L6-v2 pipeline, computed with transformers directly."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = default_embedding_model_path()
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    out = []
+    for t in texts:  # one by one: no padding anywhere in the reference
+        batch = tok([t], truncation=True, max_length=256, return_tensors="pt")
+        with torch.no_grad():
+            h = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        out.append(torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)[0].numpy())
+    return np.stack(out)
+
+
+@pytest.fixture(scope="module")
+def minilm(tmp_path_factory):
+    srv = start_server(
+        default_embedding_model_path(),
+        tmp_path_factory.mktemp("minilm"),
+        "--max-num-seqs",
+        "64",
+        "--served-model-name",
+        "minilm",
+    )
+    yield srv
+    assert srv.stop() == 0, srv.log.read_text()[-3000:]
+
+
+def _embed(srv, **body) -> httpx.Response:
+    with srv.http() as c:
+        return c.post("/v1/embeddings", json={"model": "minilm", **body})
+
+
+def _vectors(resp: httpx.Response) -> np.ndarray:
+    assert resp.status_code == 200, resp.text
+    data = resp.json()["data"]
+    assert [d["index"] for d in data] == list(range(len(data)))
+    return np.array([d["embedding"] for d in data], dtype=np.float64)
+
+
+def test_minilm_equals_sentence_transformers(minilm):
+    ref = st_reference(SENTENCES)
+    resp = _embed(minilm, input=SENTENCES, truncate_prompt_tokens=-1)
+    got = _vectors(resp)
+    cos = (got * ref).sum(axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() >= 0.99999, cos
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    usage = resp.json()["usage"]
+    assert usage["prompt_tokens"] == usage["total_tokens"] > 256
+
+
+def test_openai_sdk_base64_and_float_agree(minilm):
+    # The openai SDK asks for base64 by default and decodes it; the raw float form must match it bit for bit.
+    sdk = minilm.client().embeddings.create(model="minilm", input=SENTENCES[:3])
+    floats = _vectors(_embed(minilm, input=SENTENCES[:3], encoding_format="float"))
+    raw = _embed(minilm, input=SENTENCES[:3], encoding_format="base64").json()["data"]
+    decoded = np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in raw])
+    np.testing.assert_array_equal(decoded, floats.astype(np.float32))
+    np.testing.assert_array_equal(np.array([d.embedding for d in sdk.data], dtype=np.float32), decoded)
+
+
+def test_batch_of_64_equals_one_by_one(minilm):
+    texts = [f"sentence {i}: {SENTENCES[i % 7]} {'more words ' * (i % 9)}" for i in range(64)]
+    batch = _vectors(_embed(minilm, input=texts))
+    single = np.concatenate([_vectors(_embed(minilm, input=t)) for t in texts])
+    np.testing.assert_allclose(batch, single, atol=2e-6)
+
+
+def test_token_ids_and_chat_messages_forms(minilm):
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    ids = load_tokenizer(default_embedding_model_path()).encode(SENTENCES[0])
+    by_ids = _vectors(_embed(minilm, input=[ids]))
+    np.testing.assert_allclose(by_ids, _vectors(_embed(minilm, input=SENTENCES[0])), atol=1e-6)
+    # MiniLM has no chat template: the messages form is a clear 400, not a crash.
+    r = _embed(minilm, messages=[{"role": "user", "content": "hi"}])
+    assert r.status_code == 400 and "chat template" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "param", "needle"),
+    [
+        ("/v1/embeddings", {"input": ""}, 400, "input", "empty"),
+        ("/v1/embeddings", {"input": []}, 400, "input", "empty"),
+        ("/v1/embeddings", {"input": LONG}, 400, "input", "at most 256"),
+        ("/v1/embeddings", {"input": "hi", "dimensions": 8}, 400, "dimensions", "matryoshka"),
+        ("/v1/embeddings", {"input": "hi", "encoding_format": "int8"}, 400, "encoding_format", ""),
+        ("/v1/embeddings", {"input": "hi", "model": "nope"}, 404, "model", "does not exist"),
+        (
+            "/v1/embeddings",
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            400,
+            "messages[0].content[0].type",
+            "text-only",
+        ),
+        (
+            "/v1/chat/reward",
+            {"messages": [{"role": "user", "content": "hi"}]},
+            400,
+            "model",
+            "/v1/embeddings",
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "hi"}]},
+            400,
+            None,
+            "pooling model",
+        ),
+        ("/v1/completions", {"prompt": "hi"}, 400, None, "pooling model"),
+    ],
+)
+def test_bad_requests_on_embedding_server(minilm, path, body, status, param, needle):
+    with minilm.http() as c:
+        r = c.post(path, json={"model": "minilm", **body})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] and "Traceback" not in err["message"]
+    if param is not None:
+        assert err["param"] == param
+
+
+# ---- reward ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reward_server(pooling_checkpoint, tmp_path_factory):
+    srv = start_server(
+        pooling_checkpoint("qwen3_seqcls"), tmp_path_factory.mktemp("rm"), "--served-model-name", "rm"
+    )
+    yield srv
+    assert srv.stop() == 0, srv.log.read_text()[-3000:]
+
+
+CONVERSATION = [
+    {"role": "user", "content": "what is the answer?"},
+    {"role": "assistant", "content": "42 is the answer."},
+]
+
+
+def test_chat_reward_scores_equal_transformers_logits(reward_server, pooling_checkpoint):
+    import torch
+    import transformers
+    from tiny_models import CHAT_TEMPLATE
+
+    folder = pooling_checkpoint("qwen3_seqcls")
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tok.apply_chat_template(
+        CONVERSATION, chat_template=CHAT_TEMPLATE, add_generation_prompt=False, tokenize=True
+    )
+    ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    with reward_server.http() as c:
+        for path in ("/v1/chat/reward", "/v1/reward"):
+            r = c.post(path, json={"model": "rm", "messages": CONVERSATION})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["object"] == "list" and body["usage"]["prompt_tokens"] == len(ids)
+            assert [d["index"] for d in body["data"]] == [0]
+            np.testing.assert_allclose(body["data"][0]["score"], ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "needle"),
+    [
+        ("/v1/chat/reward", {"messages": []}, "messages", ""),
+        (
+            "/v1/chat/reward",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "a"},
+                            {"type": "video_url", "video_url": {"url": "v"}},
+                        ],
+                    }
+                ]
+            },
+            "messages[0].content[1].type",
+            "text-only",
+        ),
+        (
+            "/v1/chat/reward",
+            {"messages": [{"role": "user", "content": "the answer " * 300}]},
+            "messages",
+            "at most",
+        ),
+        ("/v1/embeddings", {"input": "hello"}, "model", "/v1/chat/reward"),
+    ],
+)
+def test_bad_requests_on_reward_server(reward_server, path, body, param, needle):
+    with reward_server.http() as c:
+        r = c.post(path, json={"model": "rm", **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and needle in err["message"]
+
+
+def test_pooling_routes_on_generate_server_are_400(tmp_path_factory):
+    from fd_server import make_tiny_model
+
+    srv = start_server(make_tiny_model(tmp_path_factory.mktemp("gen")), tmp_path_factory.mktemp("gen-srv"))
+    try:
+        with srv.http() as c:
+            for path, body in (
+                ("/v1/embeddings", {"input": "hi"}),
+                ("/v1/chat/reward", {"messages": CONVERSATION}),
+            ):
+                r = c.post(path, json=body)
+                assert r.status_code == 400 and "needs a pooling model" in r.json()["error"]["message"], (
+                    r.text
+                )
+    finally:
+        assert srv.stop() == 0
