@@ -121,7 +121,7 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
     serving = Serving(engine, [engine.model_config.served_model_name], opts.chat_template)
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
-    runner = BatchRunner(serving, writer, window, done_keys, opts.strict, progress)
+    runner = BatchRunner(serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress)
     summary = runner.summary
     summary.total = num_lines
     summary.output = str(opts.output) if opts.output is not None else "-"

@@ -104,6 +104,7 @@ class BatchRunner:
         serving: Serving,
         writer: OutputWriter,
         window: int,
+        *,
         reorder_limit: int | None = None,
         done_keys: dict | None = None,
         strict: bool = False,
