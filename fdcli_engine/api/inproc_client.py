@@ -111,7 +111,7 @@ class InProcessEngineClient:
             while True:
                 item = await q.get()
                 if isinstance(item, BaseException):
-                    finished = True  # the core is gone; nothing to abort
+                    finished = True  # the core refused it or is gone; nothing to abort
                     raise item
                 finished = item.finished
                 yield item
@@ -157,8 +157,15 @@ class InProcessEngineClient:
         aborts, self._pending_aborts = self._pending_aborts, []
         dropped = set(aborts)
         for req in adds:
-            if req.req_id not in dropped:
+            if req.req_id in dropped:
+                continue
+            try:
                 self.core.add_request(req)
+            except InvalidRequestError as e:  # only this request is wrong: fail it, keep the engine
+                self.output_processor.abort(req.req_id)
+                q = self._queues.pop(req.req_id, None)
+                if q is not None:
+                    q.put_nowait(e)
         if aborts:
             self.core.abort_requests(aborts)
 

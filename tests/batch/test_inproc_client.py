@@ -119,3 +119,42 @@ def test_a_failing_step_fails_the_run_not_hangs(tmp_path, shared_core):
         await client.shutdown()
 
     asyncio.run(direct())
+
+
+class _PickyCore(_BrokenCore):
+    """Accepts validation but refuses the request in add_request (as a core-side check would)."""
+
+    def __init__(self):
+        self.requests = []
+
+    def add_request(self, req):
+        from fdcli_engine.errors import InvalidRequestError
+
+        if req.req_id == "bad":
+            raise InvalidRequestError("refused by the core", "prompt")
+        self.requests.append(req.req_id)
+
+    def has_unfinished_requests(self):
+        return False
+
+
+def test_a_request_the_core_refuses_fails_alone(shared_core):
+    from fdcli_engine.errors import InvalidRequestError
+
+    _, _, config = shared_core
+    core = _PickyCore()
+    client = InProcessEngineClient(config, CharTokenizer(), core=core)
+
+    async def scenario():
+        with pytest.raises(InvalidRequestError, match="refused by the core"):
+            async for _ in client.generate([1, 2], SamplingParams(max_tokens=2), "bad"):
+                pass
+        gen = client.generate([3], SamplingParams(max_tokens=2), "good")
+        task = asyncio.ensure_future(gen.__anext__())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert core.requests == ["good"] and not client.is_dead
+        task.cancel()
+        await client.shutdown()
+
+    asyncio.run(scenario())
