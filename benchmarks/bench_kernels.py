@@ -88,12 +88,13 @@ def _meta(q_lens, ctx_lens, block_size, rng):
     return meta, len(ctx_lens) * max_blocks
 
 
-def _attention_time(rng, q_lens, ctx, nh=9, nkv=3, hd=64, bs=16) -> float:
+def _attention_time(rng, q_lens, ctx, impl=None, nh=9, nkv=3, hd=64, bs=16) -> float:
+    impl = impl or ops
     meta, nb = _meta(q_lens, ctx, bs, rng)
     kc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
     vc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
     q = paddle.to_tensor(rng.standard_normal((sum(q_lens), nh, hd), dtype=np.float32))
-    return best_time(lambda: ops.paged_attention(q, kc, vc, meta, hd**-0.5))
+    return best_time(lambda: impl.paged_attention(q, kc, vc, meta, hd**-0.5), min_time=0.5, max_reps=200)
 
 
 def bench_attention(quick: bool) -> None:
@@ -105,8 +106,13 @@ def bench_attention(quick: bool) -> None:
     ]
     if not quick:
         cases.append(("decode B=16 ctx=2048", [1] * 16, [2048] * 16))
+    from fdcli_engine.ops import reference
+
+    print(f"{'attention (9 heads, 3 KV)':>32} {'fd':>9} {'reference':>10}  ms")
     for name, q_lens, ctx in cases:
-        print(f"attention {name:>22}: {_attention_time(rng, q_lens, ctx) * 1e3:8.3f} ms")
+        fd = _attention_time(rng, q_lens, ctx) * 1e3
+        ref = _attention_time(rng, q_lens, ctx, reference) * 1e3
+        print(f"{name:>32} {fd:9.3f} {ref:10.3f}")
 
 
 def _small_ops_line(rng, t: int) -> str:
