@@ -144,14 +144,21 @@ async def _send_error(scope, receive, send, err: APIError) -> None:
 
 
 class ClosingStreamingResponse(StreamingResponse):
-    """Closes its body iterator however the response ends (a client that went away included), so the
-    generator's `finally` aborts the request in the engine at once, not when it is garbage-collected."""
+    """Runs `on_close` exactly once however the response ends (client gone, error, or never started:
+    a generator that was never iterated would not run its own `finally`), so the stream's requests
+    are aborted in the engine and its admission slot is returned at once, not at garbage collection."""
+
+    def __init__(self, content, on_close, **kw):
+        super().__init__(content, **kw)
+        self._on_close = on_close
 
     async def __call__(self, scope, receive, send):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.body_iterator.aclose()
+            on_close, self._on_close = self._on_close, None
+            if on_close is not None:
+                await on_close()
 
 
 async def _until_disconnect(request: Request, coro):
@@ -234,15 +241,13 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
             state.admission.release()
             return result
 
-        async def body():
+        async def close() -> None:
             try:
-                async for chunk in result:
-                    yield chunk
+                await result.aclose()  # runs the serving generator's finally: aborts unfinished requests
             finally:
-                await result.aclose()
                 state.admission.release()
 
-        return ClosingStreamingResponse(body(), media_type="text/event-stream")
+        return ClosingStreamingResponse(result, close, media_type="text/event-stream")
 
     @app.post("/v1/completions", responses=_ERRORS)
     async def create_completion(req: CompletionRequest, request: Request):
