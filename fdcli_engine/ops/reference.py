@@ -140,10 +140,8 @@ def prepare_linear_gguf(
 
 
 def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
-    out = paddle.matmul(x, lw.weight)
-    if lw.bias is not None:
-        out = out + lw.bias
-    return out
+    # F.linear takes the weight as [in, out] and adds the bias in the same op.
+    return F.linear(x, lw.weight, lw.bias)
 
 
 def _step_cache(meta: AttentionMetadata, key: str, build):
