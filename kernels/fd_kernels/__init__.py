@@ -1,1 +1,1 @@
-"""fd\x27s C++ custom operators for Paddle (CPU), with pure-Paddle references in fdcli_engine.ops."""
+"""fd's C++ CPU operators for Paddle; `fd_kernels.ops` has the ops, `fdcli_engine.ops.reference` the oracles."""

@@ -17,11 +17,15 @@
 
 namespace fdk {
 
+#ifndef FD_AVX512_MR  // overridable for kernels/bench_native.cc experiments
+#define FD_AVX512_MR 12
+#endif
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
 namespace isa_avx512 {
 #define FD_W 16
-#define FD_MR 12  // 24 accumulators + 2 weight vectors + 1 broadcast of the 32 zmm registers
+#define FD_MR FD_AVX512_MR  // 24 accumulators + 2 weight vectors + 1 broadcast of the 32 zmm registers
 #include "kern_impl.h"
 #undef FD_W
 #undef FD_MR
