@@ -122,6 +122,13 @@ class DecoderForCausalLM:
             if target is None:
                 if name == "lm_head.weight" or name.endswith(IGNORED_SUFFIXES):
                     continue  # tied head stored anyway, or a non-parameter buffer
+                if name.startswith("model.layers."):
+                    # A weight the config did not announce (a bias, an extra norm): running without it
+                    # would be silently wrong, so the config and the checkpoint disagree.
+                    raise ModelLoadError(
+                        f"tensor {name} is not part of {type(self).__name__} as configured "
+                        "(config.json and the weights disagree)"
+                    )
                 logger.warning("ignoring unexpected checkpoint tensor %s", name)
                 continue
             module, shard, kind = target

@@ -189,3 +189,14 @@ def test_unsupported_gguf_architecture(tiny_checkpoint, tmp_path):
         path, "GGUF architecture 'gemma' is not supported; supported: llama, qwen2, qwen3"
     )
     assert msg.startswith(str(path))
+
+
+def test_unannounced_layer_tensor_is_an_error(tiny_checkpoint, tmp_path):
+    """A q_proj bias in a Llama checkpoint whose config says attention_bias=false must not be dropped."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(tiny_checkpoint("LlamaForCausalLM"), tmp_path, dirs_exist_ok=True)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["model.layers.0.self_attn.q_proj.bias"] = np.ones(64, np.float32)
+    save_file(tensors, tmp_path / "model.safetensors")
+    expect_load_error(tmp_path, "tensor model.layers.0.self_attn.q_proj.bias is not part of LlamaForCausalLM")
