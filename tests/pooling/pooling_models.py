@@ -125,3 +125,22 @@ def reference_score_head(folder: Path, hidden: np.ndarray) -> np.ndarray:
     w = load_file(str(folder / "model.safetensors"))
     h = hidden.astype(np.float64) @ w["score.0.weight"].T + w["score.0.bias"]
     return np.maximum(h, 0) @ w["score.2.weight"].T + w["score.2.bias"]
+
+
+def st_reference(texts: list[str]) -> np.ndarray:
+    """sentence-transformers' all-MiniLM-L6-v2 pipeline, computed with transformers directly."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from fdcli_engine.config import default_embedding_model_path
+
+    path = default_embedding_model_path()
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    out = []
+    for t in texts:  # one by one: no padding anywhere in the reference
+        batch = tok([t], truncation=True, max_length=256, return_tensors="pt")
+        with torch.no_grad():
+            h = model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        out.append(torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)[0].numpy())
+    return np.stack(out)

@@ -10,6 +10,7 @@ import httpx
 import numpy as np
 import pytest
 from fd_server import start_server
+from pooling_models import st_reference
 
 from fdcli_engine.config import default_embedding_model_path
 
@@ -24,23 +25,6 @@ SENTENCES = [
     "x",
     LONG,
 ]
-
-
-def st_reference(texts: list[str]) -> np.ndarray:
-    """sentence-transformers' all-MiniLM-L6-v2 pipeline, computed with transformers directly."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    path = default_embedding_model_path()
-    tok, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
-    out = []
-    for t in texts:  # one by one: no padding anywhere in the reference
-        batch = tok([t], truncation=True, max_length=256, return_tensors="pt")
-        with torch.no_grad():
-            h = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        out.append(torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)[0].numpy())
-    return np.stack(out)
 
 
 @pytest.fixture(scope="module")
