@@ -40,12 +40,13 @@ CASES = [
     ([37], [37]),
     ([1, 1, 1], [1, 17, 70]),
     ([5, 1, 20, 1], [5, 33, 52, 16]),
+    ([0, 3, 1], [9, 3, 40]),  # a sequence with no query tokens this step
 ]
 
 
 @pytest.mark.parametrize("q_lens,ctx_lens", CASES)
 @pytest.mark.parametrize("nh,nkv", [(4, 4), (9, 3), (8, 2)])
-@pytest.mark.parametrize("bs,hd", [(16, 64), (5, 24)])
+@pytest.mark.parametrize("bs,hd", [(16, 64), (5, 24), (16, 128)])
 def test_matches_reference(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd):
     q, kc, vc, meta = make_batch(rng, q_lens, ctx_lens, nh, nkv, hd, bs, np.int32)
     scale = hd**-0.5

@@ -26,6 +26,24 @@ def test_rms_norms(native, ref, rng, t, h):
     np.testing.assert_array_equal(rp.numpy(), r)  # inputs untouched
 
 
+def test_strided_inputs_are_read_correctly(native, ref, rng):
+    # Column slices (strided views) of a wider activation, as a fused projection's output is split.
+    big = to_pd(rng.standard_normal((9, 100), dtype=np.float32))
+    x, r = big[:, 3:35], big[:, 40:72]
+    w = to_pd(rng.standard_normal(32, dtype=np.float32))
+    np.testing.assert_allclose(
+        native.rms_norm(x, w, 1e-5).numpy(), ref.rms_norm(x, w, 1e-5).numpy(), rtol=1e-5, atol=1e-5
+    )
+    out, res = native.fused_add_rms_norm(x, r, w, 1e-5)
+    rout, rres = ref.fused_add_rms_norm(x, r, w, 1e-5)
+    np.testing.assert_array_equal(res.numpy(), rres.numpy())
+    np.testing.assert_allclose(out.numpy(), rout.numpy(), rtol=1e-5, atol=1e-5)
+    g = big[:, 10:90]
+    np.testing.assert_allclose(
+        native.silu_and_mul(g).numpy(), ref.silu_and_mul(g).numpy(), rtol=2e-6, atol=2e-6
+    )
+
+
 @pytest.mark.parametrize("t,i", [(1, 1536), (5, 37), (70, 16)])
 def test_silu_and_mul(native, ref, rng, t, i):
     x = rng.standard_normal((t, 2 * i), dtype=np.float32) * 4
