@@ -14,7 +14,12 @@ import os
 from pathlib import Path
 
 from fdcli_engine.errors import ModelLoadError
-from fdcli_engine.loader.gguf_io import iter_gguf_tensors, iter_gguf_weights, read_gguf_config
+from fdcli_engine.loader.gguf_io import (
+    iter_gguf_tensors,
+    iter_gguf_weights,
+    read_gguf_config,
+    release_gguf_readers,
+)
 from fdcli_engine.loader.hf import is_hf_folder, iter_hf_weights, read_hf_config
 
 
@@ -98,4 +103,6 @@ def load_model(engine_config):
     except ModelLoadError as exc:
         msg = str(exc)
         raise ModelLoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
+    finally:
+        release_gguf_readers()
     return model

@@ -79,6 +79,12 @@ def _open(path_str: str, mtime_ns: int, size: int):
         ) from None
 
 
+def release_gguf_readers() -> None:
+    """Drop cached readers (and their file mappings) once the weights are loaded: pages of the file the
+    loader touched would otherwise stay mapped, and counted in RSS, for the life of the process."""
+    _open.cache_clear()
+
+
 def open_gguf(path: Path):
     st = path.stat()
     return _open(str(path), st.st_mtime_ns, st.st_size)
