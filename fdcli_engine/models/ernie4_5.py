@@ -85,7 +85,3 @@ class Ernie4_5ForCausalLM(DecoderForCausalLM):
             # Let the layer's own shape check name the tensor and the expected shape.
             return array
         return interleaved_to_neox_rows(array, num_heads)
-
-
-# The original ERNIE remote-code name, as in the -Paddle checkpoints' config.json.
-Ernie4_5_ForCausalLM = Ernie4_5ForCausalLM

@@ -5,12 +5,14 @@ from __future__ import annotations
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.models.bert import BertModel
 from fdcli_engine.models.llama import LlamaForCausalLM
+from fdcli_engine.models.mistral import MistralForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
 from fdcli_engine.models.qwen3 import Qwen3ForCausalLM
 
 MODEL_REGISTRY = {
     "BertModel": BertModel,
     "LlamaForCausalLM": LlamaForCausalLM,
+    "MistralForCausalLM": MistralForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
 }

@@ -88,6 +88,19 @@ def test_mixed_varlen_batch(arch, tiny_checkpoint):
     np.testing.assert_allclose(got[11:], hf_logits(hf_model, seq_c)[6:], atol=ATOL, rtol=0)
 
 
+def test_mistral_without_window_matches(tiny_checkpoint):
+    folder = tiny_checkpoint("MistralForCausalLM", sliding_window=None)
+    got = PagedRunner(load_fd_model(folder)).step([("s", PROMPT)])
+    np.testing.assert_allclose(got, hf_logits(load_hf_model(folder), PROMPT), atol=ATOL, rtol=0)
+
+
+def test_mistral_sliding_window_is_refused(tiny_checkpoint):
+    from fdcli_engine.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="sliding_window=8 .* is not supported"):
+        load_fd_model(tiny_checkpoint("MistralForCausalLM", sliding_window=8))
+
+
 def test_model_interface_attributes(tiny_checkpoint):
     model = load_fd_model(tiny_checkpoint("Qwen3ForCausalLM"))
     assert (model.num_layers, model.num_kv_heads, model.head_dim) == (2, 2, 32)
