@@ -135,13 +135,15 @@ class BatchRunner:
             for line_no, raw in iter_lines(path):
                 if self._stop is not None:
                     break
+                if line_no % 256 == 0:
+                    await asyncio.sleep(0)  # long runs of skipped/bad lines must not starve the engine
                 try:
                     line = parse_line(line_no, raw, self.routes)
                 except LineError as e:
                     if line_key(line_no, e.custom_id) in self.done_keys:
                         self._skip(line_key(line_no, e.custom_id))
                         continue
-                    await self._wait_for_room(seq)
+                    await self._wait_for_room(seq, needs_slot=False)
                     self._finish(seq, error_record(line_no, e.custom_id, e.code, e.message))
                     seq += 1
                     continue
@@ -176,14 +178,17 @@ class BatchRunner:
         if self.progress is not None:
             self.progress.advance(self.summary)
 
-    async def _wait_for_room(self, seq: int) -> None:
+    async def _wait_for_room(self, seq: int, needs_slot: bool = True) -> None:
+        """Until `seq` fits the reorder buffer and (for a request) an in-flight slot is free."""
+
+        def room() -> bool:
+            if self._stop is not None:
+                return True
+            slot = not needs_slot or self._inflight < self.window
+            return slot and seq - self._next_write < self.reorder_limit
+
         async with self._room:
-            await self._room.wait_for(
-                lambda: (
-                    (self._inflight < self.window and seq - self._next_write < self.reorder_limit)
-                    or self._stop is not None
-                )
-            )
+            await self._room.wait_for(room)
 
     async def _execute(self, seq: int, line: BatchLine) -> None:
         try:
