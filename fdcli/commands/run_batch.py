@@ -92,13 +92,12 @@ def run_batch(
             max_inflight=max_inflight,
             progress=progress and Console(stderr=True).is_terminal,
             chat_template=load_chat_template(chat_template),
+            summary_json=summary_json,
         )
         summary = run(opts, engine_args)
     for line in summary.lines():
         sys.stderr.write(line + "\n")
     if summary.message:
         sys.stderr.write(f"Error: {summary.message}\n")
-    if summary_json is not None:
-        summary.write_json(summary_json)
     if summary.status != "completed":
         raise typer.Exit(EXIT_LINES_FAILED)

@@ -4,6 +4,7 @@ core, a cancelled caller aborts its request, and a failing step fails the run in
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from conftest import completion_line, write_jsonl
@@ -107,9 +108,12 @@ def test_a_failing_step_fails_the_run_not_hangs(tmp_path, shared_core):
         engine.model_config.served_model_name = "tiny"
         return engine
 
+    summary_file = tmp_path / "summary.json"
     with pytest.raises(BatchRunError, match="kernel exploded"):
-        run_batch(BatchOptions(src, out, progress=False), {}, factory)
+        run_batch(BatchOptions(src, out, progress=False, summary_json=summary_file), {}, factory)
     assert not out.exists()
+    summary = json.loads(summary_file.read_text())
+    assert summary["status"] == "failed" and "kernel exploded" in summary["message"]
 
     async def direct():
         client = factory(None)

@@ -61,6 +61,7 @@ class BatchOptions:
     max_inflight: int | None = None  # None: 2 × max_num_seqs
     progress: bool = True
     chat_template: str | None = None
+    summary_json: Path | None = None  # also write the summary here (every outcome, "failed" included)
 
 
 def _default_engine(engine_args: dict[str, Any]):
@@ -137,16 +138,18 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
         summary.status = "stopped"
         summary.message = str(e)
     except OSError as e:  # disk full, output folder removed mid-run: results so far stay in OUT.partial
-        summary.status = "failed"
-        raise BatchFileError(f"writing the output failed: {e.strerror or e}") from None
-    except BaseException:
-        summary.status = "failed"
+        summary.status, summary.message = "failed", f"writing the output failed: {e.strerror or e}"
+        raise BatchFileError(summary.message) from None
+    except BaseException as e:
+        summary.status, summary.message = "failed", str(e) or type(e).__name__
         raise
     finally:
         summary.wall_time_s = time.perf_counter() - t0
         writer.close()
         if progress is not None:
             progress.close()
+        if opts.summary_json is not None:  # written however the run ended
+            summary.write_json(opts.summary_json)
         shutdown = getattr(engine, "shutdown", None)
         if shutdown is not None:
             await shutdown()
