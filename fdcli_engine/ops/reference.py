@@ -182,6 +182,8 @@ def paged_attention(
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
+    if meta.is_decode_only and meta.num_seqs == q.shape[0] and meta.num_seqs > 1:
+        return _decode_batched(q, k_cache, v_cache, meta, scale)
     plan = _step_cache(meta, f"plan{block_size}/{group}", lambda: _attention_plan(meta, block_size, group))
     outs = []
     for start, end, seq_len, blocks, bias in plan:
@@ -197,6 +199,34 @@ def paged_attention(
         o = paddle.matmul(probs, v)  # [nkv, group*q_len, hd]
         outs.append(o.reshape([num_heads, q_len, head_dim]).transpose([1, 0, 2]))
     return outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
+
+
+def _decode_batched(q, k_cache, v_cache, meta, scale) -> paddle.Tensor:
+    """All sequences decode one token: one padded batch instead of a loop (op count independent of B).
+    Keys past a sequence's length (padding blocks, block id 0 in unused table entries) get -inf."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
+    table, bias = _step_cache(meta, f"decode{block_size}", lambda: _decode_plan(meta, block_size))
+    num_blocks = table.shape[0] // num_seqs
+
+    def gather(cache):  # -> [B, nkv, num_blocks * bs, hd]
+        x = paddle.index_select(cache, table, axis=0)
+        x = x.reshape([num_seqs, num_blocks, num_kv_heads, block_size, head_dim]).transpose([0, 2, 1, 3, 4])
+        return x.reshape([num_seqs, num_kv_heads, num_blocks * block_size, head_dim])
+
+    qs = q.reshape([num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim])
+    scores = paddle.matmul(qs, gather(k_cache), transpose_y=True) * scale + bias  # [B, nkv, group, L]
+    out = paddle.matmul(F.softmax(scores, axis=-1), gather(v_cache))
+    return out.reshape([num_seqs, num_heads, head_dim])
+
+
+def _decode_plan(meta: AttentionMetadata, block_size: int) -> tuple[paddle.Tensor, paddle.Tensor]:
+    seq_lens = meta.seq_lens_np.astype(np.int64)
+    num_blocks = int((seq_lens.max() + block_size - 1) // block_size)
+    table = meta.block_tables.numpy()[:, :num_blocks].astype(np.int64)
+    keys = np.arange(num_blocks * block_size)[None, :]
+    bias = np.where(keys < seq_lens[:, None], 0.0, -np.inf).astype(np.float32)
+    return paddle.to_tensor(table.reshape(-1)), paddle.to_tensor(bias[:, None, None, :])
 
 
 def _attention_plan(meta: AttentionMetadata, block_size: int, group: int) -> list[tuple]:

@@ -141,3 +141,22 @@ def test_paged_attention_mixed_batch_gqa():
         [dense_attention(q, k, v, hd**-0.5) for q, k, v in zip(queries, full_k, full_v, strict=True)]
     )
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_paged_attention_decode_batch():
+    """Decode-only batch (the padded batched path): sequences of different lengths, one of them
+    shorter than a block, unused block-table entries pointing at block 0 which holds other data."""
+    nh, nkv, hd, bs, nb = 6, 2, 4, 4, 12
+    seqs = [(8, 1, [3, 5, 9]), (1, 1, [0]), (4, 1, [7, 2])]
+    k_cache = paddle.to_tensor(rng.normal(size=(nb, nkv, bs, hd)).astype(np.float32))
+    v_cache = paddle.to_tensor(rng.normal(size=(nb, nkv, bs, hd)).astype(np.float32))
+    kc, vc = k_cache.numpy(), v_cache.numpy()
+    q = rng.normal(size=(3, nh, hd))
+    meta, _ = make_attention_metadata(seqs, bs)
+    assert meta.is_decode_only
+    got = ref.paged_attention(t(q), k_cache, v_cache, meta, 0.5).numpy()
+    for i, (cached, new, blocks) in enumerate(seqs):
+        length = cached + new
+        k = np.stack([kc[blocks[p // bs], :, p % bs] for p in range(length)])
+        v = np.stack([vc[blocks[p // bs], :, p % bs] for p in range(length)])
+        np.testing.assert_allclose(got[i], dense_attention(q[i : i + 1], k, v, 0.5)[0], atol=1e-5)
