@@ -1,7 +1,8 @@
 // Standalone timing of the raw kernels (no Paddle): GEMM GFLOP/s for SmolLM2 shapes and paged attention.
 // Build: g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
 //            kernels/bench_native.cc kernels/fd_kernels/csrc/kernels.cc -o /tmp/bench_native
-// Used to tune block sizes on a quiet machine (add -DFD_GEMM_KC=... -DFD_GEMM_KC_MIN_ROWS=...).
+// Used to tune block sizes on a quiet machine (add -DFD_GEMM_KC=... -DFD_GEMM_KC_MIN_ROWS=...,
+// -DFD_AVX512_MR=...). With arguments "M K N" it times that one GEMM shape only.
 #include <omp.h>
 
 #include <algorithm>
@@ -33,7 +34,7 @@ static void bench_gemm(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
   std::vector<uint8_t> w4(panels * k * fdk::kNR / 2, 0x35);
   for (auto& v : a) v = dist(rng);
   for (auto& v : w32) v = dist(rng);
-  const int reps = m >= 256 ? 20 : 300;
+  const int reps = 2 * m * n * k > (int64_t)2e8 ? 20 : 300;
   double gf[3];
   for (int kind = 0; kind < 3; ++kind) {
     const void* w = kind == 0 ? (const void*)w32.data() : kind == 1 ? (const void*)w8.data() : (const void*)w4.data();
@@ -58,8 +59,12 @@ static void bench_attention(const char* name, std::vector<int64_t> q_lens, std::
   std::printf("attention %-22s %8.3f ms\n", name, 1e3 * best_seconds([&] { fdk::paged_attention(args); }, 30));
 }
 
-int main() {
+int main(int argc, char** argv) {
   std::mt19937 rng(0);
+  if (argc == 4) {  // one GEMM shape: M K N
+    bench_gemm(std::atol(argv[1]), std::atol(argv[2]), std::atol(argv[3]), rng);
+    return 0;
+  }
   std::printf("threads=%d isa=%d\n", omp_get_max_threads(), fdk::active_isa());
   const int64_t shapes[][3] = {{1, 576, 1536}, {16, 576, 1536}, {512, 576, 1536}, {512, 1536, 576}, {512, 576, 960},
                                {1, 576, 49152}};

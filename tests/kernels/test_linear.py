@@ -30,7 +30,8 @@ def test_fp32_matches_numpy(native, rng, m, k, n, with_bias):
 
 
 @pytest.mark.parametrize("quant", ["wint8", "wint4"])
-@pytest.mark.parametrize("m,k,n", [(1, 576, 1536), (5, 128, 45), (16, 192, 96), (40, 64, 33)])
+# (64, 640, 70): enough rows for the K-blocked schedule, with K blocks (384 + 256) inside one scale group.
+@pytest.mark.parametrize("m,k,n", [(1, 576, 1536), (5, 128, 45), (16, 192, 96), (40, 64, 33), (64, 640, 70)])
 def test_weight_only_matches_reference(native, ref, rng, quant, m, k, n):
     w = rng.standard_normal((n, k), dtype=np.float32)
     w[3] = 0.0  # an all-zero row/group takes the scale-1 branch
@@ -62,7 +63,7 @@ GGUF_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "F16": 1, "F32": 0}
 
 
 @pytest.mark.parametrize("name", list(GGUF_TYPES))
-@pytest.mark.parametrize("m,k,n", [(1, 576, 100), (7, 64, 33), (33, 96, 64)])
+@pytest.mark.parametrize("m,k,n", [(1, 576, 100), (7, 64, 33), (33, 96, 64), (50, 800, 40)])
 def test_gguf_blocks_match_gguf_dequantize(native, rng, name, m, k, n):
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize, quantize
