@@ -30,7 +30,7 @@ from fdcli_engine.api.core_messages import (
 )
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import FdError, InvalidRequestError
-from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.outputs import CompletionOutput, RequestOutput
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger("fd.serve")
@@ -56,6 +56,13 @@ class ModelConfig:
     vocab_size: int = 0
 
 
+def _pooling_output(out) -> RequestOutput:
+    comp = CompletionOutput(0, "", [], finish_reason=out.finish_reason, stop_reason=out.stop_reason)
+    ro = RequestOutput(out.req_id, None, [], [comp], out.finish_reason is not None, out.num_cached_tokens)
+    ro.pooled = getattr(out, "pooled", None)  # read by the pooling serving layer
+    return ro
+
+
 def _default_output_processor_cls():
     from fdcli_engine.output_processor import OutputProcessor
 
@@ -77,6 +84,7 @@ class AsyncLLM:
         self.model_config = ModelConfig(str(config.model), name, int(config.max_model_len or 0))
         self.output_processor = (output_processor_cls or _default_output_processor_cls())(tokenizer)
         self._queues: dict[str, asyncio.Queue] = {}
+        self._pooling: set[str] = set()  # pooling requests bypass the output processor
         self._pending_calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count()
         self.is_ready = False
@@ -127,6 +135,10 @@ class AsyncLLM:
     def _route_outputs(self, outputs) -> None:
         # Outputs of requests the front end already dropped (aborted) are ignored.
         known = [o for o in outputs if o.req_id in self._queues]
+        if self._pooling:
+            for o in [o for o in known if o.req_id in self._pooling]:
+                self._put(o.req_id, _pooling_output(o))
+            known = [o for o in known if o.req_id not in self._pooling]
         if not known:
             return
         try:
@@ -160,6 +172,7 @@ class AsyncLLM:
             return
         if isinstance(item, BaseException) or item.finished:
             del self._queues[req_id]
+            self._pooling.discard(req_id)
         q.put_nowait(item)
 
     def _on_dead(self, reason: str) -> None:
@@ -183,7 +196,10 @@ class AsyncLLM:
         params: SamplingParams,
         request_id: str,
         prompt: str | None = None,
+        is_pooling: bool = False,
     ) -> AsyncIterator[RequestOutput]:
+        """Outputs of one sequence until it finishes. Pooling requests yield one output whose
+        `pooled` attribute holds the pooled vector (or scores)."""
         if self.is_dead:
             raise EngineDeadError(self.dead_reason)
         if not self.is_ready:
@@ -192,8 +208,11 @@ class AsyncLLM:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         q: asyncio.Queue = asyncio.Queue()
         self._queues[request_id] = q
-        self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
-        self.client.send(AddRequest(request_id, list(prompt_token_ids), params, time.time()))
+        if is_pooling:
+            self._pooling.add(request_id)
+        else:
+            self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
+        self.client.send(AddRequest(request_id, list(prompt_token_ids), params, time.time(), is_pooling))
         finished = False
         try:
             while True:
@@ -213,6 +232,7 @@ class AsyncLLM:
         """Drop a request here and in the core. Idempotent; safe from sync code."""
         if self._queues.pop(request_id, None) is None:
             return
+        self._pooling.discard(request_id)
         self.output_processor.abort(request_id)
         if not self.is_dead:
             self.client.send(AbortRequest([request_id]))

@@ -20,6 +20,7 @@ class AddRequest(msgspec.Struct, tag="add"):
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     arrival_time: float = 0.0
+    is_pooling: bool = False  # pooling runner: the output carries `pooled`, no tokens
 
 
 class AbortRequest(msgspec.Struct, tag="abort"):

@@ -86,11 +86,13 @@ class CoreLoop:
 
     def add(self, msg: AddRequest) -> None:
         try:
+            extra = {"is_pooling": True} if msg.is_pooling else {}
             req = self.request_cls(
                 req_id=msg.req_id,
                 prompt_token_ids=msg.prompt_token_ids,
                 sampling_params=msg.sampling_params,
                 arrival_time=msg.arrival_time,
+                **extra,
             )
             self.core.add_request(req)
         except Exception as e:  # a bad request fails alone; the loop goes on

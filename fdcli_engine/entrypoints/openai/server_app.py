@@ -320,5 +320,17 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
             )
         return DetokenizeResponse(prompt=engine.tokenizer.decode(req.tokens))
 
+    _add_optional_routes(app, engine, names, args, run)
     app.state.metrics = metrics
     return app
+
+
+def _add_optional_routes(app, engine, names, args, run) -> None:
+    """Routes owned by other modules (pooling: /v1/embeddings, /v1/chat/reward), when present."""
+    try:
+        from fdcli_engine.entrypoints.openai.routes_pooling import add_pooling_routes
+    except ModuleNotFoundError as e:
+        if e.name != "fdcli_engine.entrypoints.openai.routes_pooling":
+            raise
+        return
+    add_pooling_routes(app, engine, names, args, run, _ERRORS)
