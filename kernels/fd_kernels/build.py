@@ -96,8 +96,12 @@ def _load(verbose: bool):
             pass
     if not (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")):
         raise KernelBuildError("no C++ compiler found (install g++ to build fd's CPU kernels)")
-    base.mkdir(parents=True, exist_ok=True)
-    with open(base / ".lock", "w") as lock:
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        lock = open(base / ".lock", "w")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise KernelBuildError(f"cannot write the kernel cache {base} ({exc}); set FD_KERNELS_CACHE") from exc
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building this very key
         try:
             if _find_library(base):

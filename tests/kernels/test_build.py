@@ -87,3 +87,12 @@ def test_engine_op_table_binds_native_ops(native):
             assert getattr(engine_ops, name) is getattr(native, name), name
     finally:
         engine_ops.use(previous)
+
+
+def test_unwritable_cache_is_a_kernel_build_error(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setattr(build, "_loaded", None)
+    monkeypatch.setenv("FD_KERNELS_CACHE", str(blocker / "sub"))  # a path below a regular file
+    with pytest.raises(KernelBuildError, match="FD_KERNELS_CACHE"):
+        build.load()
