@@ -89,8 +89,13 @@ PARSERS = {"qwen3": ThinkParser, "think": ThinkParser, "deepseek_r1": DeepSeekR1
 def get_parser_cls(name: str | None):
     if not name:
         return None
+    key = name.replace("-", "_").lower()
+    if key == "ernie_x1":  # its own module (ERNIE-4.5 thinking models' <response> blocks)
+        from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
+
+        return ErnieX1ReasoningParser
     try:
-        return PARSERS[name.replace("-", "_").lower()]
+        return PARSERS[key]
     except KeyError:
         from fdcli_engine.errors import ConfigError
 
