@@ -28,10 +28,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import InvalidRequestError
-from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.outputs import CompletionOutput, RequestOutput
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger("fd.batch")
+
+
+def _pooling_output(out) -> RequestOutput:
+    """The one output of a pooling request: no text or tokens, the pooled value in `.pooled`."""
+    comp = CompletionOutput(0, "", [], finish_reason=out.finish_reason, stop_reason=out.stop_reason)
+    ro = RequestOutput(out.req_id, None, [], [comp], out.finish_reason is not None, out.num_cached_tokens)
+    ro.pooled = getattr(out, "pooled", None)  # read by the pooling serving layer
+    return ro
 
 
 class InProcessEngineClient:
@@ -71,6 +79,7 @@ class InProcessEngineClient:
         self._queues: dict[str, asyncio.Queue] = {}
         self._pending_adds: list = []  # EngineCoreRequest, applied by the driver between steps
         self._pending_aborts: list[str] = []
+        self._pooling: set[str] = set()  # pooling requests: outputs bypass the OutputProcessor
         self._stats: dict = {}
         self._wake: asyncio.Event | None = None
         self._driver: asyncio.Task | None = None
@@ -91,7 +100,10 @@ class InProcessEngineClient:
         params: SamplingParams,
         request_id: str,
         prompt: str | None = None,
+        is_pooling: bool = False,
     ) -> AsyncIterator[RequestOutput]:
+        """Outputs of one sequence until it finishes. A pooling request yields one output whose
+        `pooled` attribute holds the pooled vector (or scores); it bypasses detokenization."""
         from fdcli_engine.api.async_llm import EngineDeadError
         from fdcli_engine.engine import EngineCoreRequest
 
@@ -99,12 +111,19 @@ class InProcessEngineClient:
             raise EngineDeadError(self.dead_reason)
         if request_id in self._queues:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        self.core.validate_request(prompt_token_ids, params)
+        if is_pooling:
+            self.core.validate_request(prompt_token_ids, params, is_pooling=True)
+        else:  # positional form: cores (and test doubles) without pooling support take two arguments
+            self.core.validate_request(prompt_token_ids, params)
         self._ensure_driver()
         q: asyncio.Queue = asyncio.Queue()
         self._queues[request_id] = q
-        self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
-        self._pending_adds.append(EngineCoreRequest(request_id, list(prompt_token_ids), params, time.time()))
+        if is_pooling:
+            self._pooling.add(request_id)
+        else:
+            self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
+        core_req = EngineCoreRequest(request_id, list(prompt_token_ids), params, time.time(), is_pooling)
+        self._pending_adds.append(core_req)
         self._wake.set()
         finished = False
         try:
@@ -125,6 +144,7 @@ class InProcessEngineClient:
         """Drop a request here and (at the next step boundary) in the core. Idempotent."""
         if self._queues.pop(request_id, None) is None:
             return
+        self._pooling.discard(request_id)
         self.output_processor.abort(request_id)
         self._pending_aborts.append(request_id)
         if self._wake is not None:
@@ -163,6 +183,7 @@ class InProcessEngineClient:
                 self.core.add_request(req)
             except InvalidRequestError as e:  # only this request is wrong: fail it, keep the engine
                 self.output_processor.abort(req.req_id)
+                self._pooling.discard(req.req_id)
                 q = self._queues.pop(req.req_id, None)
                 if q is not None:
                     q.put_nowait(e)
@@ -194,18 +215,50 @@ class InProcessEngineClient:
 
     def _route(self, outputs) -> None:
         known = [o for o in outputs if o.req_id in self._queues]
+        if self._pooling:
+            pooled = [o for o in known if o.req_id in self._pooling]
+            known = [o for o in known if o.req_id not in self._pooling]
+            for o in pooled:
+                self._deliver(_pooling_output(o))
         if not known:
             return
-        request_outputs, to_abort = self.output_processor.process_outputs(known)
+        try:
+            request_outputs, to_abort = self.output_processor.process_outputs(known)
+        except Exception:  # one request's output broke detokenization: redo them one by one
+            request_outputs, to_abort = self._route_one_by_one(known)
         for ro in request_outputs:
-            q = self._queues.get(ro.request_id)
-            if q is None:
-                continue
-            if ro.finished:
-                del self._queues[ro.request_id]
-            q.put_nowait(ro)
+            self._deliver(ro)
         # Stop strings matched: finished here; free the request in the core before the next step.
         self._pending_aborts.extend(to_abort)
+
+    def _deliver(self, ro: RequestOutput) -> None:
+        q = self._queues.get(ro.request_id)
+        if q is None:
+            return
+        if ro.finished:
+            del self._queues[ro.request_id]
+            self._pooling.discard(ro.request_id)
+        q.put_nowait(ro)
+
+    def _route_one_by_one(self, outputs):
+        """Process outputs singly; a request whose output fails is failed and aborted alone."""
+        from fdcli_engine.api.async_llm import EngineRequestError
+
+        results, to_abort = [], []
+        for o in outputs:
+            try:
+                ros, aborts = self.output_processor.process_outputs([o])
+            except Exception as e:
+                logger.exception("output processing failed for %s", o.req_id)
+                q = self._queues.pop(o.req_id, None)
+                self.output_processor.abort(o.req_id)
+                to_abort.append(o.req_id)
+                if q is not None:
+                    q.put_nowait(EngineRequestError(f"output processing failed: {type(e).__name__}: {e}"))
+                continue
+            results.extend(ros)
+            to_abort.extend(aborts)
+        return results, to_abort
 
     def _fail_all(self, reason: str) -> None:
         from fdcli_engine.api.async_llm import EngineDeadError

@@ -40,7 +40,7 @@ BAD_LINES = [
     (json.dumps({**GOOD, "extra": 1}).encode(), "invalid_line", "x", "'extra'"),
     (json.dumps({**GOOD, "method": "GET"}).encode(), "invalid_method", "x", "'GET'"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "url"}).encode(), "missing_url", "x", "no url"),
-    (json.dumps({**GOOD, "url": "/v1/embeddings"}).encode(), "invalid_url", "x", "/v1/chat/completions"),
+    (json.dumps({**GOOD, "url": "/v1/images/generations"}).encode(), "invalid_url", "x", "/v1/embeddings"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "body"}).encode(), "missing_body", "x", "no body"),
     (json.dumps({**GOOD, "body": [1]}).encode(), "invalid_body", "x", "not an array"),
     (

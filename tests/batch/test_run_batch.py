@@ -104,13 +104,14 @@ def test_every_kind_of_bad_line_gets_one_error_record_and_good_lines_are_answere
         completion_line("too-long", list(range(1, 201))),
         chat_line("empty-messages", "x") | {"body": {"messages": [], "max_tokens": 3}},
         completion_line("good-2", "the end", max_tokens=4),
+        {"custom_id": "embed-on-llm", "method": "POST", "url": "/v1/embeddings", "body": {"input": "hi"}},
     ]
     summary, out = _run(tmp_path, lines, engine_factory)
     records = read_jsonl(out)
     assert len(records) == len(lines)
     assert summary.status == "lines_failed" and (summary.succeeded, summary.failed) == (2, len(lines) - 2)
     by_line = {i + 1: r for i, r in enumerate(records)}  # one record per line, in input order
-    for line_no in (1, 13):
+    for line_no in (1, 13):  # the good lines
         assert by_line[line_no]["error"] is None
         assert by_line[line_no]["response"]["body"]["choices"][0]["finish_reason"] in ("length", "stop")
     expected = {
@@ -125,6 +126,7 @@ def test_every_kind_of_bad_line_gets_one_error_record_and_good_lines_are_answere
         10: ("model_not_found", "bad-model", 404),
         11: ("invalid_request_error", "too-long", 400),
         12: ("invalid_request", "empty-messages", 400),
+        14: ("invalid_request_error", "embed-on-llm", 400),  # a generate model serves no embeddings
     }
     for line_no, (code, custom_id, status) in expected.items():
         rec = by_line[line_no]

@@ -38,6 +38,7 @@ from fdcli_engine.entrypoints.batch.records import (
 from fdcli_engine.entrypoints.batch.summary import BatchSummary
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
+from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, EmbeddingRequest
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.errors import FdError
@@ -70,10 +71,25 @@ class Serving:
         self.completion = OpenAIServingCompletion(engine, served_model_names)
 
 
-# Adding /v1/embeddings or /v1/chat/reward is one entry here once the serving layer has them.
+def _embedding(serving: Serving, req):
+    from fdcli_engine.entrypoints.openai.serving_embedding import batch_create_embedding
+
+    return batch_create_embedding(serving, req)
+
+
+def _reward(serving: Serving, req):
+    from fdcli_engine.entrypoints.openai.serving_reward import batch_create_reward
+
+    return batch_create_reward(serving, req)
+
+
+# One entry per url, as `fd serve` routes them (the pooling serving modules load on first use).
 ROUTES: dict[str, Route] = {
     "/v1/chat/completions": Route(ChatCompletionRequest, lambda s, req: s.chat.create_chat_completion(req)),
     "/v1/completions": Route(CompletionRequest, lambda s, req: s.completion.create_completion(req)),
+    "/v1/embeddings": Route(EmbeddingRequest, _embedding),
+    "/v1/chat/reward": Route(ChatRewardRequest, _reward),
+    "/v1/reward": Route(ChatRewardRequest, _reward),
 }
 
 
