@@ -85,6 +85,40 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in load(path).items()}
 
 
+_TYPES = {
+    "host": str,
+    "port": int,
+    "api_key": list,
+    "max_concurrency": int,
+    "max_waiting_time": float,
+    "timeout_graceful_shutdown": float,
+    "reasoning_parser": str,
+    "chat_template": str,
+    "trust_request_chat_template": bool,
+    "max_request_body_bytes": int,
+    "uvicorn_log_level": str,
+}
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """A server option from the YAML file, checked against its flag's type (ConfigError if wrong)."""
+    from fdcli_engine.errors import ConfigError
+
+    want = _TYPES[key]
+    if want is list:
+        value = [value] if isinstance(value, str) else value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+    elif want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    elif isinstance(value, want) and not (want is int and isinstance(value, bool)):
+        return value
+    flag = "--" + key.replace("_", "-")
+    raise ConfigError(
+        f"{flag} in --config must be {'a string or list of strings' if want is list else want.__name__}"
+    )
+
+
 def _with_engine_flags(func):
     """Like fdcli.options.engine_options, but the YAML file may also hold server options."""
     sig = inspect.signature(func, eval_str=True)
@@ -134,7 +168,8 @@ def serve(
     from fdcli_engine.entrypoints.openai.server_state import ServerArgs
 
     cli = dict(locals())
-    values = dict(file_values)
+    with error_boundary():
+        values = {k: _coerce(k, v) for k, v in file_values.items()}
     values.update({k: cli[k] for k in SERVER_KEYS if cli.get(k) not in (None, [])})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
@@ -143,6 +178,12 @@ def serve(
         args.served_model_name = [engine_args["served_model_name"]]
     if not 0 < args.port < 65536:
         fail(f"--port must be between 1 and 65535, got {args.port}", 2)
+    if args.uvicorn_log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
+        fail(
+            f"--uvicorn-log-level {args.uvicorn_log_level!r}: use critical, error, warning, info or debug", 2
+        )
+    if args.max_concurrency < 1 or args.max_request_body_bytes < 1:
+        fail("--max-concurrency and --max-request-body-bytes must be positive", 2)
     with error_boundary():
         code = run_server(EngineConfig.from_dict(engine_args), args)
     if code:

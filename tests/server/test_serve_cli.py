@@ -1,0 +1,92 @@
+"""`fd serve` option parsing (flags, YAML file, environment) with the server itself patched out."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from fdcli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    calls = []
+
+    def fake_run_server(config, args, **kw):
+        calls.append((config, args))
+        return 0
+
+    monkeypatch.setattr("fdcli_engine.entrypoints.openai.api_server.run_server", fake_run_server)
+    return calls
+
+
+def test_yaml_holds_engine_and_server_options_and_flags_win(captured, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        "port: 9001\nhost: 0.0.0.0\nmax-num-seqs: 8\nmax_model_len: 512\napi-key: from-file\n"
+        "reasoning-parser: qwen3\nmax-concurrency: 4\n"
+    )
+    r = runner.invoke(app, ["serve", "--config", str(cfg), "--port", "9002", "--max-num-seqs", "3"])
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert (args.host, args.port, args.max_concurrency, args.reasoning_parser) == (
+        "0.0.0.0",
+        9002,
+        4,
+        "qwen3",
+    )
+    assert args.api_keys == ["from-file"]
+    assert (config.max_num_seqs, config.max_model_len) == (3, 512)
+
+
+def test_defaults(captured, monkeypatch):
+    monkeypatch.delenv("FD_API_KEY", raising=False)
+    r = runner.invoke(app, ["serve"])
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert (args.host, args.port, args.api_keys) == ("127.0.0.1", 8000, [])
+    assert config.model is None  # the engine resolves the default model (SmolLM2)
+
+
+def test_api_keys_repeatable_or_from_environment(captured):
+    r = runner.invoke(app, ["serve", "--api-key", "a", "--api-key", "b"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].api_keys == ["a", "b"]
+    r = runner.invoke(app, ["serve"], env={"FD_API_KEY": "secret"})
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].api_keys == ["secret"]
+
+
+@pytest.mark.parametrize(
+    "yaml_text,needle",
+    [
+        ("max_concurency: 3\n", "max_concurency"),
+        ("- just a list\n", "mapping"),
+        ("port: [1\n", "YAML"),
+        ("port: eighty\n", "--port"),
+        ("api-key: [1, 2]\n", "--api-key"),
+        ("max-waiting-time: soon\n", "--max-waiting-time"),
+    ],
+)
+def test_bad_config_file_is_one_line(captured, tmp_path, yaml_text, needle):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(yaml_text)
+    r = runner.invoke(app, ["serve", "--config", str(cfg)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and needle in r.stderr
+    assert not captured
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--port", "70000"], "--port"),
+        (["--uvicorn-log-level", "loud"], "--uvicorn-log-level"),
+        (["--max-concurrency", "0"], "--max-concurrency"),
+    ],
+)
+def test_bad_server_flag_is_a_usage_error(captured, argv, needle):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 2 and needle in r.stderr and not captured
