@@ -200,6 +200,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l max-concurrency
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-num-seqs
+complete -c fd -n '__fish_seen_subcommand_from serve' -l max-queue-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-request-body-bytes
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-waiting-time
 complete -c fd -n '__fish_seen_subcommand_from serve' -l model

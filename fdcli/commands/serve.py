@@ -41,6 +41,10 @@ MaxWaitingTimeOpt = Annotated[
         help="Seconds a request may wait for a slot before a 429 (0: reject at once, <0: no limit). (default: -1)",
     ),
 ]
+MaxQueueOpt = Annotated[
+    Optional[int],
+    _opt("--max-queue-size", help="Requests that may wait for a slot; more get 429. (default: 1024)"),
+]
 GracefulOpt = Annotated[
     Optional[float],
     _opt("--timeout-graceful-shutdown", help="Seconds running requests get on SIGTERM. (default: 30)"),
@@ -70,6 +74,7 @@ SERVER_KEYS = {
     "api_key": "api_keys",
     "max_concurrency": "max_concurrency",
     "max_waiting_time": "max_waiting_time",
+    "max_queue_size": "max_queue_size",
     "timeout_graceful_shutdown": "timeout_graceful_shutdown",
     "reasoning_parser": "reasoning_parser",
     "chat_template": "chat_template",
@@ -91,6 +96,7 @@ _TYPES = {
     "api_key": list,
     "max_concurrency": int,
     "max_waiting_time": float,
+    "max_queue_size": int,
     "timeout_graceful_shutdown": float,
     "reasoning_parser": str,
     "chat_template": str,
@@ -153,6 +159,7 @@ def serve(
     api_key: ApiKeyOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
     max_waiting_time: MaxWaitingTimeOpt = None,
+    max_queue_size: MaxQueueOpt = None,
     timeout_graceful_shutdown: GracefulOpt = None,
     reasoning_parser: ReasoningParserOpt = None,
     chat_template: ChatTemplateOpt = None,

@@ -61,3 +61,23 @@ def test_admission_limits_and_waits():
         assert adm.idle.is_set()
 
     asyncio.run(scenario())
+
+
+def test_queue_size_limit():
+    import asyncio
+
+    from fdcli_engine.entrypoints.openai.errors import APIError
+
+    async def scenario():
+        adm = Admission(limit=1, max_wait=-1, max_queue=1)
+        await adm.acquire()
+        queued = asyncio.create_task(adm.acquire())  # waits (no time limit), fills the queue
+        await asyncio.sleep(0.01)
+        with pytest.raises(APIError) as e:
+            await adm.acquire()  # the queue is full: 429 at once
+        assert e.value.status == 429 and "1 queued" in e.value.message
+        adm.release()
+        await asyncio.wait_for(queued, 1)
+        assert adm.waiting == 0 and adm.inflight == 1
+
+    asyncio.run(scenario())

@@ -115,7 +115,7 @@ async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socke
         served_model_name=(args.served_model_name or [None])[0] or default_served_name(engine_config),
         **hooks,
     )
-    state = _State(args, Admission(args.max_concurrency, args.max_waiting_time))
+    state = _State(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
     app = build_app(engine, args, state)
     config = uvicorn.Config(
         app, log_level=args.uvicorn_log_level, timeout_graceful_shutdown=5, access_log=False, lifespan="off"

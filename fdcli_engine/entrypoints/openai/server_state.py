@@ -18,6 +18,7 @@ class ServerArgs:
     api_keys: list[str] = field(default_factory=list, repr=False)  # never logged
     max_concurrency: int = 256  # requests admitted at once; more wait up to max_waiting_time
     max_waiting_time: float = -1.0  # seconds to wait for admission (<0: no limit, 0: reject at once)
+    max_queue_size: int = 1024  # requests waiting for admission; one more gets 429 at once
     timeout_graceful_shutdown: float = 30.0
     reasoning_parser: str | None = None
     chat_template: str | None = None  # a file path or the template itself
@@ -33,9 +34,11 @@ class Admission:
     waits on it.
     """
 
-    def __init__(self, limit: int, max_wait: float):
+    def __init__(self, limit: int, max_wait: float, max_queue: int = 1 << 30):
         self.limit = max(1, limit)
         self.max_wait = max_wait
+        self.max_queue = max(0, max_queue)
+        self.waiting = 0
         self._sem = asyncio.Semaphore(self.limit)
         self.inflight = 0
         self.idle = asyncio.Event()
@@ -45,6 +48,9 @@ class Admission:
         """Wait for a slot; returns the seconds waited."""
         loop = asyncio.get_running_loop()
         start = loop.time()
+        if self._sem.locked() and self.waiting >= self.max_queue:
+            raise _too_many(self.limit, self.waiting)
+        self.waiting += 1
         try:
             if not self._sem.locked() or self.max_wait < 0:
                 await self._sem.acquire()  # a free slot is taken at once, whatever max_wait says
@@ -54,6 +60,8 @@ class Admission:
                 await asyncio.wait_for(self._sem.acquire(), self.max_wait)
         except asyncio.TimeoutError:
             raise _too_many(self.limit) from None
+        finally:
+            self.waiting -= 1
         self.inflight += 1
         self.idle.clear()
         return loop.time() - start
@@ -73,9 +81,10 @@ class Admission:
             self.release()
 
 
-def _too_many(limit: int) -> APIError:
+def _too_many(limit: int, queued: int | None = None) -> APIError:
+    queue = f" and {queued} queued" if queued is not None else ""
     return APIError(
-        f"the server is at its limit of {limit} concurrent requests; retry shortly",
+        f"the server is at its limit of {limit} concurrent requests{queue}; retry shortly",
         429,
         code="too_many_requests",
         headers={"Retry-After": "1"},
