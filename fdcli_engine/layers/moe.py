@@ -122,25 +122,35 @@ class MoE:
 
     def _routed(self, x: paddle.Tensor, selected: np.ndarray, weights: np.ndarray) -> paddle.Tensor:
         num_tokens = selected.shape[0]
+        if num_tokens == 1 and len(self.local_experts) == self.num_experts:
+            return self._routed_one_token(x, selected[0], weights)
         flat_experts = selected.reshape(-1)
         # Stable sort by expert: each expert's (token, slot) pairs become one contiguous run of rows.
         order = np.argsort(flat_experts, kind="stable")
         token_of_row = (order // self.top_k).astype(np.int64)
         weight_of_row = weights.reshape(-1)[order]
         counts = np.bincount(flat_experts, minlength=self.num_experts)
-        keep = np.isin(flat_experts[order], np.asarray(self.local_experts, dtype=np.int64))
-        if not keep.all():  # expert parallel: rows of other ranks' experts are not computed here
+        local = np.zeros(self.num_experts, dtype=bool)
+        local[list(self.local_experts)] = True
+        if not local.all():  # expert parallel: rows of other ranks' experts are not computed here
+            keep = local[flat_experts[order]]
             token_of_row, weight_of_row = token_of_row[keep], weight_of_row[keep]
-            counts = np.where(np.isin(np.arange(self.num_experts), list(self.local_experts)), counts, 0)
+            counts = np.where(local, counts, 0)
         out = paddle.zeros([num_tokens, self.hidden_size], dtype=x.dtype)
         if token_of_row.size == 0:
             return out
-        rows = paddle.gather(x, paddle.to_tensor(token_of_row))
-        pieces, start = [], 0
-        for expert_id in np.nonzero(counts)[0]:
-            n = int(counts[expert_id])
-            pieces.append(self.experts[expert_id](rows[start : start + n]))
-            start += n
+        hit = np.nonzero(counts)[0]
+        token_index = paddle.to_tensor(token_of_row)
+        rows = paddle.gather(x, token_index)
+        # One split op rather than a slice per hit expert (each eager op costs a few microseconds).
+        chunks = paddle.split(rows, [int(counts[e]) for e in hit]) if len(hit) > 1 else [rows]
+        pieces = [self.experts[e](chunk) for e, chunk in zip(hit, chunks, strict=True)]
         expert_out = pieces[0] if len(pieces) == 1 else paddle.concat(pieces, axis=0)
         expert_out = expert_out * paddle.to_tensor(weight_of_row[:, None])
-        return paddle.index_add(out, paddle.to_tensor(token_of_row), 0, expert_out)
+        return paddle.index_add(out, token_index, 0, expert_out)
+
+    def _routed_one_token(self, x: paddle.Tensor, experts: np.ndarray, weights: np.ndarray) -> paddle.Tensor:
+        """Batch-1 decode: every chosen expert sees the same row, so no sort, gather or scatter; the
+        weighted sum is one [1, k] x [k, hidden] matmul."""
+        pieces = [self.experts[e](x) for e in experts]
+        return paddle.matmul(paddle.to_tensor(weights), paddle.concat(pieces, axis=0))

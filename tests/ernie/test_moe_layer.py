@@ -125,3 +125,19 @@ def test_quantized_moe_logits_close_to_fp32(ernie_checkpoint, fp32_logits, quant
     rel = np.linalg.norm(got - fp32_logits) / np.linalg.norm(fp32_logits)
     lo, hi = QUANT_BOUNDS[quant]
     assert lo < rel < hi, f"{quant}: relative logit error {rel:.4f} outside ({lo}, {hi})"
+
+
+def test_expert_parallel_halves_sum_to_the_whole(moe_layer):
+    """The sharding hook: two MoE layers holding experts {0,1} and {2,3} (same router) compute
+    partial outputs whose sum (the all-reduce an expert-parallel setup would do) is the full output."""
+    moe, _ = moe_layer
+    x = paddle.to_tensor(np.eye(len(LOGITS), H, dtype=np.float32))
+    full = moe(x).numpy()
+    parts = []
+    for local in (range(0, 2), range(2, 4)):
+        part = MoE(H, INTER, E, top_k=2, local_experts=local)
+        part.gate, part.correction_bias = moe.gate, moe.correction_bias
+        part.experts = [moe.experts[e] if e in local else None for e in range(E)]
+        parts.append(part(x).numpy())
+    assert not np.allclose(parts[0], 0) and not np.allclose(parts[1], 0)
+    np.testing.assert_allclose(parts[0] + parts[1], full, atol=1e-6)
