@@ -10,7 +10,7 @@ from __future__ import annotations
 from fdcli_engine.entrypoints.openai.tool_parsers.base import ExtractedToolCalls, ToolCall
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
 
-TOOL_PARSERS = {"ernie_x1": ErnieX1ToolParser, "ernie_45": ErnieX1ToolParser}
+TOOL_PARSERS = {"ernie_x1": ErnieX1ToolParser}
 
 __all__ = ["TOOL_PARSERS", "ExtractedToolCalls", "ToolCall", "get_tool_parser_cls"]
 
