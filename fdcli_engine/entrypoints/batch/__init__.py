@@ -67,9 +67,13 @@ class BatchOptions:
 def _default_engine(engine_args: dict[str, Any]):
     from fdcli_engine.api.inproc_client import InProcessEngineClient
     from fdcli_engine.config import EngineConfig
+    from fdcli_engine.entrypoints.openai.api_server import default_served_name
 
     config = EngineConfig.from_dict(engine_args, source="options").finalize()
-    return InProcessEngineClient(config)
+    # The same default name as `fd serve`, so a body's "model" that works there works here.
+    return InProcessEngineClient(
+        config, served_model_name=config.served_model_name or default_served_name(config)
+    )
 
 
 def run_batch(
