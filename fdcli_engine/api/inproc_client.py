@@ -71,7 +71,10 @@ class InProcessEngineClient:
         self.tokenizer = tokenizer
         name = served_model_name or config.served_model_name or str(config.model or "fd-model")
         self.model_config = ModelConfig(
-            str(config.model), name, int(config.max_model_len or 0), int(getattr(core, "vocab_size", 0))
+            str(config.model or config.model_path),
+            name,
+            int(config.max_model_len or 0),
+            int(getattr(core, "vocab_size", 0)),
         )
         self.output_processor = OutputProcessor(tokenizer)
         self.is_ready = True
