@@ -47,6 +47,9 @@ ChatTemplateOpt = Annotated[
     Optional[str],
     typer.Option("--chat-template", help="Chat template file (or inline Jinja) instead of the model's."),
 ]
+ReasoningParserOpt = Annotated[
+    Optional[str], typer.Option("--reasoning-parser", help="Split out reasoning_content, as fd serve does.")
+]
 ProgressOpt = Annotated[
     bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr (only on a terminal).")
 ]
@@ -61,6 +64,7 @@ def run_batch(
     summary_json: SummaryJsonOpt = None,
     max_inflight: MaxInflightOpt = None,
     chat_template: ChatTemplateOpt = None,
+    reasoning_parser: ReasoningParserOpt = None,
     progress: ProgressOpt = True,
     *,
     engine_args: dict,
@@ -93,6 +97,7 @@ def run_batch(
             progress=progress and Console(stderr=True).is_terminal,
             chat_template=load_chat_template(chat_template),
             summary_json=summary_json,
+            reasoning_parser=reasoning_parser,
         )
         summary = run(opts, engine_args)
     for line in summary.lines():

@@ -52,3 +52,32 @@ def test_slow_head_request_bounds_inflight_and_reorder_buffer(tmp_path):
     assert runner.max_buffered_seen == reorder  # the slow head filled the buffer up to its bound
     records = read_jsonl(partial_path(out))
     assert [r["custom_id"] for r in records] == [None if i == 17 else f"r{i}" for i in range(n)]
+
+
+def test_reasoning_parser_splits_like_the_server_and_unknown_parser_fails_first(tmp_path):
+    import pytest
+
+    from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
+    from fdcli_engine.errors import ConfigError
+
+    src = write_jsonl(tmp_path / "in.jsonl", [completion_line("c", "x", 50), completion_line("d", "y", 50)])
+    src.write_text(
+        src.read_text()
+        .replace('"/v1/completions"', '"/v1/chat/completions"')
+        .replace('"prompt": "x"', '"messages": [{"role": "user", "content": "x"}]')
+        .replace('"prompt": "y"', '"messages": [{"role": "user", "content": "y"}]')
+    )
+    out = tmp_path / "out.jsonl"
+    opts = BatchOptions(src, out, progress=False, reasoning_parser="qwen3")
+    summary = run_batch(opts, {}, lambda _: FakeEngine(reply="<think>because</think>42"))
+    assert summary.succeeded == 2, read_jsonl(out)
+    message = read_jsonl(out)[0]["response"]["body"]["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == ("because", "42")
+
+    def never(_):
+        raise AssertionError("the engine must not be built")
+
+    with pytest.raises(ConfigError):
+        run_batch(
+            BatchOptions(src, tmp_path / "o2.jsonl", progress=False, reasoning_parser="nope"), {}, never
+        )

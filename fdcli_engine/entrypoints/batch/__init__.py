@@ -61,6 +61,7 @@ class BatchOptions:
     max_inflight: int | None = None  # None: 2 × max_num_seqs
     progress: bool = True
     chat_template: str | None = None
+    reasoning_parser: str | None = None  # as `fd serve --reasoning-parser`
     summary_json: Path | None = None  # also write the summary here (every outcome, "failed" included)
 
 
@@ -90,6 +91,9 @@ def run_batch(
         raise BatchFileError("the output file must not be the input file")
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
+    from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+
+    get_parser_cls(opts.reasoning_parser)  # an unknown parser is a ConfigError now, not after the load
     spooled = spool_stdin() if opts.input is None else None
     path = spooled or opts.input
     try:
@@ -123,7 +127,9 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
     from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving, StrictStop
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
-    serving = Serving(engine, [engine.model_config.served_model_name], opts.chat_template)
+    serving = Serving(
+        engine, [engine.model_config.served_model_name], opts.chat_template, opts.reasoning_parser
+    )
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
     runner = BatchRunner(serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress)

@@ -65,9 +65,22 @@ class Route:
 class Serving:
     """The serving-layer objects of one engine, shared by every route."""
 
-    def __init__(self, engine, served_model_names: list[str], chat_template: str | None = None):
+    def __init__(
+        self,
+        engine,
+        served_model_names: list[str],
+        chat_template: str | None = None,
+        reasoning_parser: str | None = None,
+    ):
+        from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+
         self.engine = engine
-        self.chat = OpenAIServingChat(engine, served_model_names, chat_template=chat_template)
+        self.chat = OpenAIServingChat(
+            engine,
+            served_model_names,
+            chat_template=chat_template,
+            reasoning_parser_cls=get_parser_cls(reasoning_parser),
+        )
         self.completion = OpenAIServingCompletion(engine, served_model_names)
 
 
