@@ -186,23 +186,70 @@ def _fd_version() -> str:
         return "0+unknown"
 
 
+class _Ctx:
+    """What the route handlers share: the engine, server state, metrics and the serving objects."""
+
+    def __init__(self, engine, args: ServerArgs, state):
+        self.engine = engine
+        self.state = state
+        self.metrics = ServerMetrics()
+        observed = ObservedEngine(engine, self.metrics)
+        self.names = args.served_model_name or [engine.model_config.served_model_name]
+        self.completion = OpenAIServingCompletion(observed, self.names)
+        self.chat = OpenAIServingChat(
+            observed,
+            self.names,
+            chat_template=args.chat_template,
+            reasoning_parser_cls=get_parser_cls(args.reasoning_parser),
+            allow_request_chat_template=args.trust_request_chat_template,
+        )
+
+    def require_ready(self) -> None:
+        if self.engine.is_dead:
+            raise APIError(f"the engine is not running: {self.engine.dead_reason}", 503)
+        if not self.engine.is_ready:
+            raise APIError("the engine is still loading the model", 503, headers={"Retry-After": "5"})
+
+    async def run(self, request: Request, create):
+        """Readiness, admission (429) and disconnect handling around one serving call. A streaming
+        result keeps its admission slot until the stream ends."""
+        self.require_ready()
+        admission = self.state.admission
+        self.metrics.queue.observe(await admission.acquire())
+        self.metrics.engine.num_http_inflight = admission.inflight
+        try:
+            result = await _until_disconnect(request, create())
+        except BaseException:
+            admission.release()
+            raise
+        if not hasattr(result, "__aiter__"):
+            admission.release()
+            return result
+
+        async def close() -> None:
+            try:
+                await result.aclose()  # runs the serving generator's finally: aborts unfinished requests
+            finally:
+                admission.release()
+
+        return ClosingStreamingResponse(result, close, media_type="text/event-stream")
+
+
 def build_app(engine, args: ServerArgs, state) -> FastAPI:
     """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
-    fd_version = _fd_version()
-    app = FastAPI(title="fd OpenAI-compatible server", version=fd_version)
-    metrics = ServerMetrics()
-    observed = ObservedEngine(engine, metrics)
-    names = args.served_model_name or [engine.model_config.served_model_name]
-    completion = OpenAIServingCompletion(observed, names)
-    chat = OpenAIServingChat(
-        observed,
-        names,
-        chat_template=args.chat_template,
-        reasoning_parser_cls=get_parser_cls(args.reasoning_parser),
-        allow_request_chat_template=args.trust_request_chat_template,
-    )
+    app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version())
+    ctx = _Ctx(engine, args, state)
     app.add_middleware(GuardMiddleware, state=state)
+    _add_error_handlers(app)
+    _add_generation_routes(app, ctx)
+    _add_info_routes(app, ctx)
+    _add_token_routes(app, ctx)
+    _add_optional_routes(app, engine, ctx.names, args, ctx.run)
+    app.state.metrics = ctx.metrics
+    return app
 
+
+def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(_req, exc: APIError):
         return error_response(exc)
@@ -220,48 +267,25 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
         logger.exception("unhandled error")
         return error_response(from_exception(exc))
 
-    def require_ready() -> None:
-        if engine.is_dead:
-            raise APIError(f"the engine is not running: {engine.dead_reason}", 503)
-        if not engine.is_ready:
-            raise APIError("the engine is still loading the model", 503, headers={"Retry-After": "5"})
 
-    async def run(request: Request, create):
-        """Admission + readiness + disconnect handling around one serving call."""
-        require_ready()
-        waited = await state.admission.acquire()
-        metrics.queue.observe(waited)
-        metrics.engine.num_http_inflight = state.admission.inflight
-        try:
-            result = await _until_disconnect(request, create())
-        except BaseException:
-            state.admission.release()
-            raise
-        if not hasattr(result, "__aiter__"):
-            state.admission.release()
-            return result
-
-        async def close() -> None:
-            try:
-                await result.aclose()  # runs the serving generator's finally: aborts unfinished requests
-            finally:
-                state.admission.release()
-
-        return ClosingStreamingResponse(result, close, media_type="text/event-stream")
-
+def _add_generation_routes(app: FastAPI, ctx: _Ctx) -> None:
     @app.post("/v1/completions", responses=_ERRORS)
     async def create_completion(req: CompletionRequest, request: Request):
-        return await run(request, lambda: completion.create_completion(req))
+        return await ctx.run(request, lambda: ctx.completion.create_completion(req))
 
     @app.post("/v1/chat/completions", responses=_ERRORS)
     async def create_chat_completion(req: ChatCompletionRequest, request: Request):
-        return await run(request, lambda: chat.create_chat_completion(req))
+        return await ctx.run(request, lambda: ctx.chat.create_chat_completion(req))
+
+
+def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
+    engine = ctx.engine
 
     @app.get("/v1/models", response_model=ModelList)
     async def list_models():
         cfg = engine.model_config
         return ModelList(
-            data=[ModelCard(id=n, root=cfg.model, max_model_len=cfg.max_model_len) for n in names]
+            data=[ModelCard(id=n, root=cfg.model, max_model_len=cfg.max_model_len) for n in ctx.names]
         )
 
     @app.get("/health")
@@ -276,12 +300,12 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
 
     @app.get("/ready")
     async def ready():
-        require_ready()
-        return {"status": "ready", "model": names[0]}
+        ctx.require_ready()
+        return {"status": "ready", "model": ctx.names[0]}
 
     @app.get("/version")
     async def version():
-        return {"version": fd_version}
+        return {"version": app.version}
 
     @app.get("/metrics")
     async def get_metrics():
@@ -291,12 +315,16 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
                 stats = await engine.get_stats()
             except Exception as e:  # stale gauges beat a failed scrape
                 logger.warning("could not read engine stats: %s", e)
-        metrics.engine.num_http_inflight = state.admission.inflight
-        return Response(metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
+        ctx.metrics.engine.num_http_inflight = ctx.state.admission.inflight
+        return Response(ctx.metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _add_token_routes(app: FastAPI, ctx: _Ctx) -> None:
+    engine = ctx.engine
 
     @app.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
     async def tokenize(req: TokenizeRequest):
-        check_model(req.model, names)
+        check_model(req.model, ctx.names)
         if (req.prompt is None) == (req.messages is None):
             raise bad_request("give exactly one of prompt or messages", "prompt")
         if req.prompt is not None:
@@ -305,24 +333,20 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
             chat_req = ChatCompletionRequest(
                 messages=req.messages, add_generation_prompt=req.add_generation_prompt
             )
-            tokens = chat.render(chat_req)[1]
+            tokens = ctx.chat.render(chat_req)[1]
         return TokenizeResponse(
             count=len(tokens), max_model_len=engine.model_config.max_model_len, tokens=tokens
         )
 
     @app.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
     async def detokenize(req: DetokenizeRequest):
-        check_model(req.model, names)
+        check_model(req.model, ctx.names)
         vocab = engine.model_config.vocab_size
         if vocab and req.tokens and max(req.tokens) >= vocab:
             raise bad_request(
                 f"token id {max(req.tokens)} is outside the vocabulary (size {vocab})", "tokens"
             )
         return DetokenizeResponse(prompt=engine.tokenizer.decode(req.tokens))
-
-    _add_optional_routes(app, engine, names, args, run)
-    app.state.metrics = metrics
-    return app
 
 
 def _add_optional_routes(app, engine, names, args, run) -> None:
