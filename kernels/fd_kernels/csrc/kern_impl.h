@@ -156,22 +156,24 @@ static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p, int64_t
 constexpr int64_t kKC = FD_GEMM_KC;
 constexpr int64_t kBlockKMinRows = FD_GEMM_KC_MIN_ROWS;
 
-// Threads split the output-column panels (static schedule: the same panels per thread in every K
-// block, so no barrier is needed between K blocks).
+// Threads split the (panel, row block) pairs, panel-major: with many panels each thread owns whole
+// panels and walks all their row blocks (a panel is read from memory once, then reused from L2); with one
+// or two panels (a classifier head) the row blocks are split instead. The static schedule gives each
+// thread the same pairs in every K block, so no barrier is needed between K blocks.
 template <int KIND>
 static void gemm_kind(const GemmArgs& g) {
   const int64_t panels = (g.n + kNR - 1) / kNR;
   const int64_t nblocks = (g.m + FD_MR - 1) / FD_MR;
   const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
   const int64_t kc = g.m >= kBlockKMinRows ? kKC : std::max<int64_t>(g.k, 1);
-  const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels > 1;
+  const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels * nblocks > 1;
 #pragma omp parallel if (parallel)
   for (int64_t k0 = 0; k0 < g.k || k0 == 0; k0 += kc) {
     const int64_t k1 = std::min(g.k, k0 + kc);
-#pragma omp for schedule(static) nowait
+#pragma omp for schedule(static) collapse(2) nowait
     for (int64_t p = 0; p < panels; ++p) {
-      for (int64_t m0 = 0; m0 < g.m; m0 += rows)
-        micro_rows<KIND>(g, (int)std::min(rows, g.m - m0), m0, p, k0, k1, k0 == 0);
+      for (int64_t b = 0; b < nblocks; ++b)
+        micro_rows<KIND>(g, (int)std::min(rows, g.m - b * rows), b * rows, p, k0, k1, k0 == 0);
     }
   }
 }
