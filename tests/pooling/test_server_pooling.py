@@ -228,3 +228,36 @@ def test_pooling_routes_on_generate_server_are_400(tmp_path_factory):
                 )
     finally:
         assert srv.stop() == 0
+
+
+# ---- a converted causal LM, CLI flags end to end ------------------------------------------------------
+def test_convert_embed_server_flags_messages_and_dimensions(pooling_checkpoint, tmp_path_factory):
+    import pooling_models
+
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    folder = pooling_checkpoint("qwen3_embed")
+    srv = start_server(
+        folder,
+        tmp_path_factory.mktemp("q3"),
+        "--convert",
+        "embed",
+        "--pooler-config",
+        '{"pooling_type": "MEAN"}',
+    )
+    try:
+        tok = load_tokenizer(str(folder))
+        conv = [{"role": "user", "content": "hello world"}]
+        ids = tok.encode(tok.apply_chat_template(conv, add_generation_prompt=False), add_special_tokens=False)
+        ref = pooling_models.reference_hidden(folder, ids).mean(axis=0)
+        with srv.http() as c:
+            got = _vectors(c.post("/v1/embeddings", json={"messages": conv}))[0]
+            np.testing.assert_allclose(got, ref / np.linalg.norm(ref), atol=2e-5)
+            short = _vectors(c.post("/v1/embeddings", json={"input": [ids], "dimensions": 8}))[0]
+            np.testing.assert_allclose(short, ref[:8] / np.linalg.norm(ref[:8]), atol=2e-5)
+            r = c.post("/v1/embeddings", json={"input": [ids], "dimensions": 65})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"
+            r = c.post("/v1/embeddings", json={"input": "hi", "truncate_prompt_tokens": 0})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens"
+    finally:
+        assert srv.stop() == 0, srv.log.read_text()[-3000:]
