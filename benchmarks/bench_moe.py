@@ -5,14 +5,18 @@ dense, as moe_layer_start_index 1), 64 routed experts top-6 with moe_intermediat
 experts, vocab 8192, random weights. The model is built through fd's Ernie4_5_MoeForCausalLM and its
 weights go through `load_weights` by HF name, like a checkpoint.
 
-Reports, per batch size: decode tokens/s (batch / step time, context length ~64, best of the timed
-steps' median), and how each MoE layer's time splits into
+Reports, per batch size: decode tokens/s (batch / median step time, context length ~64) measured two
+ways, wall clock and process CPU time, and how each MoE layer's CPU time splits into
 - experts: the routed experts' gate_up/down matmuls and activation (`ops.linear`, `silu_and_mul`),
 - shared: the shared experts,
 - routing: router matmul, softmax/top-k/normalisation (numpy),
 - gather/scatter: sorting rows by expert, gathering them, weighting and index_add back (the rest).
 
-    python benchmarks/bench_moe.py [--quantization wint8|wint4|none] [--kernels auto|reference]
+On a shared machine run it with OMP_NUM_THREADS=1: the CPU-time figures then count only the work
+this process did (time spent descheduled by other load is excluded), so they stay comparable while
+the wall-clock ones swing with the load.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_moe.py [--quantization wint8|wint4|none] [--kernels auto|reference]
                                    [--batches 1,16] [--steps 16] [--json out.json]
 """
 
@@ -70,8 +74,11 @@ def random_weights(model, rng):
         yield name, (np.abs(w) * 0.01 if "statics" in name else w)
 
 
+CLOCK = time.process_time  # CPU seconds of this process: Paddle CPU ops run synchronously in it
+
+
 class PhaseTimer:
-    """Wall-clock seconds per phase (Paddle CPU ops run synchronously, so wall time is op time)."""
+    """CPU seconds per phase."""
 
     def __init__(self):
         self.seconds = {"moe_total": 0.0, "experts": 0.0, "shared": 0.0, "routing": 0.0}
@@ -80,11 +87,11 @@ class PhaseTimer:
         fn = getattr(obj, attr)
 
         def timed(*args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[phase] += time.perf_counter() - t0
+                self.seconds[phase] += CLOCK() - t0
 
         setattr(obj, attr, timed)
 
@@ -108,11 +115,11 @@ class PhaseTimer:
                 return getattr(obj, name)
 
             def __call__(self, *args):
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 try:
                     return obj(*args)
                 finally:
-                    timer.seconds[phase] += time.perf_counter() - t0
+                    timer.seconds[phase] += CLOCK() - t0
 
         return Timed()
 
@@ -145,7 +152,8 @@ def decode_meta(batch, context, step):
 
 
 def run_batch(model, batch, steps, rng):
-    """Median decode step seconds and the phase seconds summed over the timed steps."""
+    """(median wall seconds per step, median CPU seconds per step, CPU seconds of the timed steps,
+    phase CPU seconds summed over the timed steps)."""
     import numpy as np
     import paddle
 
@@ -158,17 +166,18 @@ def run_batch(model, batch, steps, rng):
     ]
     timer = PhaseTimer()
     timer.instrument(model)
-    times = []
+    walls, cpus = [], []
     for step in range(steps + 2):
         meta, positions, _ = decode_meta(batch, CONTEXT, step)
         ids = paddle.to_tensor(rng.integers(3, model.vocab_size, batch).astype(np.int64))
         if step == 2:  # two warm-up steps, then reset the phase counters
             timer.seconds = dict.fromkeys(timer.seconds, 0.0)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), CLOCK()
         model.compute_logits(model.forward(ids, positions, kv, meta)).numpy()
         if step >= 2:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times), sum(times), timer.seconds
+            walls.append(time.perf_counter() - t0)
+            cpus.append(CLOCK() - c0)
+    return statistics.median(walls), statistics.median(cpus), sum(cpus), timer.seconds
 
 
 def build_model(quantization):
@@ -201,12 +210,14 @@ def main() -> None:
     print(f"kernels={backend} quantization={args.quantization} threads={os.environ['OMP_NUM_THREADS']}")
     for batch in (int(b) for b in args.batches.split(",")):
         model = build_model(quant)  # fresh model: the timers wrap its MoE layers
-        step_s, total_s, phases = run_batch(model, batch, args.steps, np.random.default_rng(1))
+        wall_s, cpu_s, total_s, phases = run_batch(model, batch, args.steps, np.random.default_rng(1))
         moe = phases["moe_total"]
         gather = moe - phases["experts"] - phases["shared"] - phases["routing"]
         row = {
-            "decode_tokens_per_s": batch / step_s,
-            "step_ms": step_s * 1e3,
+            "decode_tokens_per_s_wall": batch / wall_s,
+            "decode_tokens_per_cpu_s": batch / cpu_s,
+            "step_ms_wall": wall_s * 1e3,
+            "step_ms_cpu": cpu_s * 1e3,
             "moe_share_of_step": moe / total_s,
             "experts_share_of_moe": phases["experts"] / moe,
             "shared_share_of_moe": phases["shared"] / moe,
@@ -215,7 +226,8 @@ def main() -> None:
         }
         results["batches"][batch] = row
         print(
-            f"batch {batch:3d}: {row['decode_tokens_per_s']:8.1f} tok/s  step {row['step_ms']:7.2f} ms  "
+            f"batch {batch:3d}: {row['decode_tokens_per_cpu_s']:7.1f} tok/CPU-s ({row['step_ms_cpu']:6.1f} ms)  "
+            f"wall {row['decode_tokens_per_s_wall']:7.1f} tok/s ({row['step_ms_wall']:6.1f} ms)  "
             f"MoE {100 * row['moe_share_of_step']:4.1f}% of step; of MoE: experts "
             f"{100 * row['experts_share_of_moe']:4.1f}%  shared {100 * row['shared_share_of_moe']:4.1f}%  "
             f"routing {100 * row['routing_share_of_moe']:4.1f}%  gather/scatter "

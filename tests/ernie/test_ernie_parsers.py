@@ -160,3 +160,9 @@ def test_enable_thinking_through_chat_template_kwargs(tokenizer, thinking, piece
     assert prompt.endswith("<think>\n\n</think>\n\n" if not thinking else "Assistant: <think>\n")
     msg = asyncio.run(chat.create_chat_completion(req)).choices[0].message
     assert (msg.reasoning_content, msg.content) == (reasoning, content)
+
+
+def test_reasoning_parser_flag_selects_ernie_x1():
+    from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+
+    assert get_parser_cls("ernie-x1") is ErnieX1ReasoningParser
