@@ -146,7 +146,7 @@ class CoreLoop:
     def run(self) -> None:
         while self.running:
             busy = self.core.has_unfinished_requests()
-            if not busy and os.getppid() != self.parent_pid:
+            if os.getppid() != self.parent_pid:  # reparented: the front end died without telling us
                 logger.error("front end is gone; engine core exits")
                 return
             self.drain_input(0 if busy else IDLE_POLL_MS)
@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = zmq.Context()
     out = ctx.socket(zmq.PUSH)
     out.setsockopt(zmq.LINGER, 2000)
+    # A front end that stops reading must not wedge the core forever: a send blocked this long fails.
+    out.setsockopt(zmq.SNDTIMEO, 30_000)
     out.connect(args.output)
     inp = ctx.socket(zmq.PULL)
     inp.connect(args.input)
@@ -179,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
-    CoreLoop(core, request_cls, inp, out).run()
+    try:
+        CoreLoop(core, request_cls, inp, out).run()
+    except zmq.Again:
+        logger.error("the front end stopped reading outputs for 30 s; engine core exits")
+        out.setsockopt(zmq.LINGER, 0)
     inp.close(0)
     out.close()
     ctx.term()

@@ -90,3 +90,23 @@ def test_unknown_model_is_one_line(srv):
     r = runner.invoke(app, _args(srv, "-q", "hi", "--model-name", "nope"))
     assert r.exit_code == 1
     assert r.stderr.count("\n") == 1 and "404" in r.stderr and "nope" in r.stderr
+
+
+def test_reasoning_is_shown_apart_from_the_answer(capsys):
+    from fdcli.commands.chat import _stream_reply
+
+    class Scripted:
+        def stream(self, path, body):
+            assert path == "/chat/completions"
+            for delta in (
+                {"role": "assistant", "content": ""},
+                {"reasoning_content": "think "},
+                {"reasoning_content": "more"},
+                {"content": "The answer"},
+                {"content": " is 42"},
+            ):
+                yield {"choices": [{"index": 0, "delta": delta}]}
+
+    answer = _stream_reply(Scripted(), {})
+    assert answer == "The answer is 42"  # the conversation keeps the answer only
+    assert capsys.readouterr().out == "[reasoning] think more\n[answer] The answer is 42\n"
