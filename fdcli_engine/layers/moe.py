@@ -111,7 +111,7 @@ class MoE:
 
     def route(self, x: paddle.Tensor):
         logits = paddle.matmul(x, self.gate.weight)
-        return route(np.from_dlpack(logits), self.top_k, self.correction_bias.value, self.norm_min)
+        return route(logits.numpy(), self.top_k, self.correction_bias.value, self.norm_min)
 
     def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
         selected, weights = self.route(x)
