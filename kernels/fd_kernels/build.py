@@ -11,10 +11,11 @@ import contextlib
 import fcntl
 import glob
 import hashlib
-import io
 import os
 import shutil
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
 from fdcli_engine.errors import KernelBuildError
@@ -66,32 +67,43 @@ def build_dir() -> Path:
 
 
 def _find_library(base: Path) -> str | None:
-    hits = glob.glob(str(base / MODULE_NAME / "**" / f"{MODULE_NAME}*.so"), recursive=True)
-    return hits[0] if hits else None
+    path = base / MODULE_NAME / f"{MODULE_NAME}.so"
+    return str(path) if path.exists() else None
 
 
-def _import_built(base: Path):
-    from paddle.utils.cpp_extension import extension_utils  # noqa: PLC0415
+def _cpp_extension():
+    # Importing it warns "No ccache found" on every start; fd caches whole builds, ccache would not help.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from paddle.utils import cpp_extension  # noqa: PLC0415
+        from paddle.utils.cpp_extension import extension_utils  # noqa: PLC0415
+    return cpp_extension, extension_utils
 
-    return extension_utils._import_module_from_library(MODULE_NAME, str(base / MODULE_NAME), False)
+
+def _register(library: str) -> tuple[str, ...]:
+    """Register the library's ops with Paddle. No generated Python module is needed: fd_kernels.ops calls
+    Paddle's custom-op entry point by name."""
+    return tuple(_cpp_extension()[1].load_op_meta_info_and_register_op(library))
 
 
-_loaded = None  # Paddle registers custom ops once per process: a second import would expose no ops
+_loaded: tuple[str, ...] | None = None  # Paddle registers custom ops once per process
 
 
-def load(verbose: bool = False):
-    """Build (first time) or import the cached extension module; raises KernelBuildError on failure."""
+def load(verbose: bool = False) -> tuple[str, ...]:
+    """Build (first time) or load the cached library and register its ops; returns their names.
+    Raises KernelBuildError on failure."""
     global _loaded
     if _loaded is None:
         _loaded = _load(verbose)
     return _loaded
 
 
-def _load(verbose: bool):
+def _load(verbose: bool) -> tuple[str, ...]:
     base = build_dir()
-    if _find_library(base):
+    library = _find_library(base)
+    if library:
         try:
-            return _import_built(base)
+            return _register(library)
         except Exception:  # a stale or half-written cache: rebuild below
             pass
     if not (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")):
@@ -104,20 +116,39 @@ def _load(verbose: bool):
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building this very key
         try:
-            if _find_library(base):
-                return _import_built(base)
-            return _build(base, verbose)
+            library = _find_library(base)
+            return _register(library) if library else _build(base, verbose)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _build(base: Path, verbose: bool):
-    from paddle.utils.cpp_extension import load as cpp_load  # noqa: PLC0415
-
-    out = io.StringIO()
+@contextlib.contextmanager
+def _captured_output(log):
+    """Route fds 1 and 2 (the compiler subprocess inherits them) and sys.stdout/err into `log`: a first
+    build must not spray setuptools and g++ chatter over a CLI's output."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
     try:
-        with contextlib.redirect_stdout(out):
-            return cpp_load(
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _build(base: Path, verbose: bool) -> tuple[str, ...]:
+    cpp_load = _cpp_extension()[0].load
+    log = tempfile.TemporaryFile(mode="w+")
+    try:
+        with _captured_output(log):
+            module = cpp_load(
                 name=MODULE_NAME,
                 sources=_sources(),
                 extra_cxx_cflags=list(CXX_FLAGS),
@@ -127,5 +158,9 @@ def _build(base: Path, verbose: bool):
                 verbose=verbose,
             )
     except Exception as exc:
-        tail = (out.getvalue() + str(exc)).strip().splitlines()[-15:]
+        log.seek(0)
+        tail = (log.read() + str(exc)).strip().splitlines()[-15:]
         raise KernelBuildError("building fd's C++ kernels failed:\n" + "\n".join(tail)) from exc
+    finally:
+        log.close()
+    return tuple(name for name in dir(module) if name.startswith("fd_"))

@@ -18,7 +18,7 @@ import paddle
 from fd_kernels import packing
 from fd_kernels.build import load as _build_load
 
-_ext = None
+_ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
 ISA_NAMES = {2: "avx512", 1: "avx2", 0: "scalar"}
 

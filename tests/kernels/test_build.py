@@ -20,7 +20,7 @@ def test_cached_build_is_imported_without_compiling(native):
         "def no_build(*a, **k): raise SystemExit('rebuilt although the cache exists')\n"
         "build._build = no_build\n"
         "m = build.load()\n"
-        "assert m is build.load() and hasattr(m, 'fd_linear')\n"
+        "assert m is build.load() and 'fd_linear' in m\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
