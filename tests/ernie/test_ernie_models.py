@@ -104,3 +104,19 @@ def test_interleaved_to_neox_permutation_is_a_rotary_identity():
         [p[:half] * np.cos(ang) - p[half:] * np.sin(ang), p[half:] * np.cos(ang) + p[:half] * np.sin(ang)]
     )
     np.testing.assert_allclose(neox, interleaved_to_neox_rows(gptj[:, None], 1)[:, 0], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "arch,change,message",
+    [
+        (DENSE, {"use_bias": True}, "use_bias=true is not supported"),
+        (MOE, {"moe_num_experts": [8, 8]}, "moe_num_experts must be an integer"),
+        (MOE, {"moe_layer_interval": 0}, "moe_layer_interval must be at least 1"),
+    ],
+)
+def test_unsupported_configs_are_clear_errors(ernie_checkpoint, arch, change, message):
+    from fdcli_engine.errors import ModelLoadError
+
+    cfg = {**read_hf_config(ernie_checkpoint(arch)), **change}
+    with pytest.raises(ModelLoadError, match=message):
+        CLASSES[arch](cfg, EngineConfig(quantization=None))
