@@ -13,7 +13,8 @@ dense MLPs, shared experts) to 8 bits. The router and the LM head stay fp32.
 
 Checkpoint names (HF "-PT" layout; the Paddle layout is renamed into these by the loader):
     model.layers.{i}.mlp.gate.weight                             [E, hidden]
-    model.layers.{i}.mlp.moe_statics.e_score_correction_bias     [1, E]
+    model.layers.{i}.mlp.moe_statics.e_score_correction_bias     [1, E]  (absent, and zero, when the
+                                                                 config says moe_use_aux_free: false)
     model.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight
     model.layers.{i}.mlp.shared_experts.{gate,up,down}_proj.weight
 """
@@ -96,6 +97,9 @@ class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
                 targets[f"model.layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
             if i in moe_ids:
                 targets.update(self._moe_targets(f"model.layers.{i}.mlp", layer.mlp))
+                if self.config.get("moe_use_aux_free") is False:
+                    # Trained without the aux-free correction bias: none is stored, zero is exact.
+                    del targets[f"model.layers.{i}.mlp.moe_statics.e_score_correction_bias"]
         return targets
 
     @staticmethod

@@ -120,3 +120,18 @@ def test_unsupported_configs_are_clear_errors(ernie_checkpoint, arch, change, me
     cfg = {**read_hf_config(ernie_checkpoint(arch)), **change}
     with pytest.raises(ModelLoadError, match=message):
         CLASSES[arch](cfg, EngineConfig(quantization=None))
+
+
+def test_no_correction_bias_needed_without_aux_free_routing(ernie_checkpoint):
+    """moe_use_aux_free: false (no moe_statics in the checkpoint) loads with a zero bias; otherwise a
+    missing bias is a load error, not silently zero."""
+    from fdcli_engine.errors import ModelLoadError
+
+    folder = ernie_checkpoint(MOE)
+    weights = [(n, w) for n, w in iter_hf_weights(folder) if "moe_statics" not in n]
+    cfg = read_hf_config(folder)
+    with pytest.raises(ModelLoadError, match="moe_statics"):
+        Ernie4_5_MoeForCausalLM(cfg, EngineConfig(quantization=None)).load_weights(iter(weights))
+    model = Ernie4_5_MoeForCausalLM({**cfg, "moe_use_aux_free": False}, EngineConfig(quantization=None))
+    model.load_weights(iter(weights))
+    assert not model.layers[1].mlp.correction_bias.value.any()
