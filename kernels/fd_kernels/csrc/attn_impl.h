@@ -5,8 +5,8 @@
 // Work is split into (sequence, KV head, tile of rows), where a row is one (query, head) pair of the KV
 // head's GQA group, so a tile's rows share every key and value they read. Tiles of >= kMinLaneRows rows
 // (prefill) put rows in vector lanes: scores and the P x V update are plain FMAs with broadcast key/value
-// elements, no horizontal sums. Smaller tiles (decode) take one row at a time with dot products; the
-// group's other heads then find the keys in cache.
+// elements, no horizontal sums. Smaller tiles (decode) use dot products, row by row within each chunk of
+// keys, so the group's heads read a chunk from L1 after the first one loads it.
 // No include guard on purpose.
 
 constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update
