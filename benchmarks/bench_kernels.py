@@ -1,6 +1,6 @@
 """Micro-benchmarks of fd's C++ kernels against paddle.matmul and numpy.
 
-    OMP_NUM_THREADS=2 python benchmarks/bench_kernels.py [--quick]
+    OMP_NUM_THREADS=2 python benchmarks/bench_kernels.py [--quick] [--passes N]
 
 GEMM: y[M,N] = x[M,K] @ W^T for the SmolLM2-135M shapes, in GFLOP/s (2*M*N*K / time), for fp32 panels,
 wint8, wint4 and GGUF Q4_1 weights. Attention: decode (1 query per sequence) and prefill over the paged
@@ -135,10 +135,11 @@ def bench_small_ops() -> None:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--passes", type=int, default=1, help="GEMM passes; each cell reports its best")
     args = ap.parse_args()
     ops.load()
     print(f"threads={os.environ['OMP_NUM_THREADS']} isa={ops.active_isa()}")
-    bench_gemm(args.quick)
+    bench_gemm(args.passes)
     bench_attention(args.quick)
     bench_small_ops()
     return 0
