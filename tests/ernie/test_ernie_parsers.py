@@ -166,3 +166,20 @@ def test_reasoning_parser_flag_selects_ernie_x1():
     from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 
     assert get_parser_cls("ernie-x1") is ErnieX1ReasoningParser
+
+
+def test_streamed_chat_splits_reasoning_without_tags(tokenizer):
+    pieces = ["Think", "ing.\n</thi", "nk>\n\n<resp", "onse>\nHi", " there!\n</resp", "onse>"]
+    chat = OpenAIServingChat(
+        ScriptedEngine(tokenizer, pieces), ["fake"], reasoning_parser_cls=ErnieX1ReasoningParser
+    )
+    req = ChatCompletionRequest(messages=[{"role": "user", "content": "hi"}], stream=True)
+
+    async def collect():
+        return [chunk async for chunk in await chat.create_chat_completion(req)]
+
+    chunks = asyncio.run(collect())
+    deltas = [json.loads(c[6:])["choices"][0]["delta"] for c in chunks[:-1]]
+    assert "".join(d.get("reasoning_content") or "" for d in deltas) == "Thinking."
+    assert "".join(d.get("content") or "" for d in deltas) == "Hi there!"
+    assert all("<" not in (d.get("content") or "") + (d.get("reasoning_content") or "") for d in deltas)
