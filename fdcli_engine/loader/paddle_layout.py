@@ -39,24 +39,28 @@ PADDLE_PREFIX = "ernie."
 _SKIPPED_PREFIXES = ("ernie.mtp", "mtp")
 
 
-def tensor_names(path: Path) -> list[str]:
-    """Tensor names of a safetensors folder, from its index when there is one (no data is read)."""
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"{index}: invalid safetensors index ({exc})") from None
-    names: list[str] = []
-    for file in sorted(path.glob("*.safetensors")):
-        names.extend(read_safetensors_header(file)[0])
-    return names
+def _index_names(index: Path) -> list[str]:
+    try:
+        return list(json.loads(index.read_text(encoding="utf-8"))["weight_map"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{index}: invalid safetensors index ({exc})") from None
 
 
 def is_paddle_folder(path: Path) -> bool:
+    """True for a config.json folder whose safetensors use Paddle (`ernie.`) names. Reads the index,
+    or safetensors headers until one names a decoder tensor (no tensor data is read)."""
     if not (path.is_dir() and (path / "config.json").is_file()):
         return False
-    return any(name.startswith(PADDLE_PREFIX) for name in tensor_names(path))
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        return any(name.startswith(PADDLE_PREFIX) for name in _index_names(index))
+    for file in sorted(path.glob("*.safetensors")):
+        names = read_safetensors_header(file)[0]
+        if any(name.startswith(PADDLE_PREFIX) for name in names):
+            return True
+        if any(name.startswith("model.") for name in names):
+            return False
+    return False
 
 
 def read_paddle_config(path: Path) -> dict:

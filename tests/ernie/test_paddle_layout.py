@@ -91,6 +91,7 @@ def test_paddle_fused_projection_of_wrong_width_is_a_clear_error(ernie_checkpoin
         {"ernie.layers.0.self_attn.qkv_proj.weight": np.zeros((64, 100), np.float32)},
         str(folder / "m.safetensors"),
     )
+    assert is_paddle_folder(folder)  # detected from the file header when there is no index
     with pytest.raises(ModelLoadError, match="qkv_proj.*do not split"):
         list(iter_paddle_weights(folder))
 
