@@ -147,3 +147,17 @@ def test_images_on_text_model_are_a_400_naming_the_part():
         asyncio.run(reward.create_reward(req))
     assert e.value.status == 400 and e.value.param == "messages[0].content[1].type"
     assert "image_url" in e.value.message and "text-only" in e.value.message
+
+
+def test_request_chat_template_needs_the_server_flag():
+    reward = OpenAIServingReward(ScriptedEngine("Qwen2ForRewardModel"), ["m"])
+    req = ChatRewardRequest(messages=[{"role": "user", "content": "hi"}], chat_template="{{ messages }}")
+    with pytest.raises(APIError) as e:
+        asyncio.run(reward.create_reward(req))
+    assert e.value.status == 400 and e.value.param == "chat_template"
+    trusted = OpenAIServingReward(reward.engine, ["m"], allow_request_chat_template=True)
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    req = ChatRewardRequest(messages=[{"role": "user", "content": "hello world"}], chat_template=template)
+    out = asyncio.run(trusted.create_reward(req))
+    ids = reward.engine.tokenizer.encode("hello world", add_special_tokens=False)
+    assert reward.engine.calls[-1] == ids and out.usage.prompt_tokens == len(ids)
