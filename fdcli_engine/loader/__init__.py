@@ -2,6 +2,8 @@
 
 Layouts (one entry each in LAYOUTS; adding FastDeploy's "-Paddle" folders is one more entry):
 - "hf": a folder with config.json and *.safetensors.
+- "paddle": FastDeploy's "-Paddle" folders (config.json + safetensors with Paddle names, [in, out]
+  Linear weights, fused projections); paddle_layout.py renames and transposes them into HF names.
 - "gguf": a .gguf file, or a folder holding exactly one.
 Every failure a user can cause (missing path, not a model, corrupt or truncated file, missing tensor,
 unsupported architecture) is a ModelLoadError whose one-line message names the file.
@@ -21,6 +23,7 @@ from fdcli_engine.loader.gguf_io import (
     release_gguf_readers,
 )
 from fdcli_engine.loader.hf import is_hf_folder, iter_hf_weights, read_hf_config
+from fdcli_engine.loader.paddle_layout import is_paddle_folder, iter_paddle_weights, read_paddle_config
 
 
 def _iter_hf(path: Path, quantization: str | None):
@@ -33,6 +36,7 @@ def _iter_hf(path: Path, quantization: str | None):
 # Arrays are fp32 [out, in], or gguf_io.QuantizedTensor for GGUF linear weights under --quantization gguf.
 LAYOUTS = {
     "hf": (read_hf_config, _iter_hf),
+    "paddle": (read_paddle_config, iter_paddle_weights),
     "gguf": (read_gguf_config, iter_gguf_weights),
 }
 
@@ -49,7 +53,8 @@ def detect_layout(path: str | os.PathLike) -> tuple[str, Path]:
             return "gguf", p
         raise ModelLoadError(f"{p}: not a model: expected a .gguf file or a folder with config.json")
     if is_hf_folder(p):
-        return "hf", p
+        # Both folder layouts have config.json; the tensor names tell them apart.
+        return ("paddle" if is_paddle_folder(p) else "hf"), p
     ggufs = sorted(p.glob("*.gguf"))
     if len(ggufs) == 1:
         return "gguf", ggufs[0]
@@ -89,7 +94,7 @@ def load_model(engine_config):
         resolved = "gguf" if layout == "gguf" and engine_config.quantization == "auto" else None
         engine_config = dataclasses.replace(engine_config, quantization=resolved)
     hf_config = engine_config.hf_config or read_model_config(p)
-    source = p / "config.json" if layout == "hf" else p
+    source = p if layout == "gguf" else p / "config.json"
     model_cls = resolve_model_class(hf_config, str(source))
     try:
         try:
