@@ -53,6 +53,33 @@ static inline void row_update(float* sc, int64_t n, const float* vp, int64_t hd,
   }
 }
 
+#if FD_W == 16
+// sc[j] = scale * dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree
+// folds them into one vector of 16 sums (~3 shuffles/adds per key instead of a full horizontal sum each).
+static inline void dots16(const float* q, const float* kp, int64_t hd, float scale, float* sc) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < hd; d += 16) {
+    const __m512 qv = _mm512_loadu_ps(q + d);
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp + j * hd + d), acc[j]);
+  }
+  __m512 r[8], s4[4], u[2];
+  for (int i = 0; i < 8; ++i)  // 256-bit halves: lanes 0-7 key i, 8-15 key i+8
+    r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[i], acc[i + 8], 0x44),
+                         _mm512_shuffle_f32x4(acc[i], acc[i + 8], 0xEE));
+  for (int i = 0; i < 4; ++i)  // 128-bit quarters: keys i, i+8, i+4, i+12
+    s4[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[i], r[i + 4], 0x88), _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD));
+  for (int i = 0; i < 2; ++i)  // pairs inside each quarter
+    u[i] = _mm512_add_ps(_mm512_unpacklo_ps(s4[i], s4[i + 2]), _mm512_unpackhi_ps(s4[i], s4[i + 2]));
+  const __m512 v = _mm512_add_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]))));
+  // Lanes now hold keys 0,2,1,3, 8,10,9,11, 4,6,5,7, 12,14,13,15; the permutation is its own inverse.
+  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_permutexvar_ps(order, v), _mm512_set1_ps(scale)));
+}
+#endif
+
 // A few rows (decode: the GQA group's heads) one at a time with dot products, chunk by chunk so a
 // chunk's keys and values stay in L1 for every row that reads them.
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
@@ -73,7 +100,12 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
       if (nr <= 0) continue;
       const float* qp = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
-      for (int64_t j = 0; j < nr; ++j) sc[j] = dot(qp, kp + j * hd, hd) * a.scale;
+#if FD_W == 16
+      if (nr == 16 && hd % 16 == 0) {
+        dots16(qp, kp, hd, a.scale, sc);
+      } else
+#endif
+        for (int64_t j = 0; j < nr; ++j) sc[j] = dot(qp, kp + j * hd, hd) * a.scale;
       row_update(sc, nr, vp, hd, acc[r], mx[r], l[r]);
     }
     kk += n;
