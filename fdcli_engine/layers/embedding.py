@@ -14,7 +14,6 @@ import paddle
 import paddle.nn.functional as F
 
 from fdcli_engine import ops
-from fdcli_engine.layers.linear import prepare_linear_gguf
 
 
 class VocabEmbedding:
@@ -58,7 +57,7 @@ class LMHead:
                 f"lm_head shape {tuple(weight.shape)} != expected ({self.vocab_size}, {self.hidden_size})"
             )
         if hasattr(weight, "ggml_type"):
-            self.lw = prepare_linear_gguf()(weight.raw, weight.ggml_type, self.hidden_size, None)
+            self.lw = ops.prepare_linear_gguf(weight.raw, weight.ggml_type, self.hidden_size, None)
             return
         self.weight = paddle.to_tensor(np.ascontiguousarray(np.asarray(weight, dtype=np.float32).T))
 

@@ -55,27 +55,13 @@ class MergedLinear:
         if len(raw_types) == 1 and None not in raw_types:
             # All shards are GGUF blocks of one type: rows concatenate as blocks, nothing is dequantized.
             raw = shards[0].raw if len(shards) == 1 else np.concatenate([w.raw for w in shards])
-            return prepare_linear_gguf()(raw, raw_types.pop(), self.in_features, bias)
+            return ops.prepare_linear_gguf(raw, raw_types.pop(), self.in_features, bias)
         dense = [w.dequantize() if hasattr(w, "ggml_type") else w for w in shards]
         w = dense[0] if len(dense) == 1 else np.concatenate(dense)
         return ops.prepare_linear(w, bias, self.quantization)
 
     def __call__(self, x):
         return ops.linear(x, self.lw)
-
-
-def prepare_linear_gguf():
-    """ops.prepare_linear_gguf when the op table binds it; otherwise the active backend's own."""
-    fn = getattr(ops, "prepare_linear_gguf", None)
-    if fn is not None:
-        return fn
-    if ops.backend == "native":
-        from fd_kernels.ops import prepare_linear_gguf  # noqa: PLC0415 - not yet in ops.OP_NAMES
-
-        return prepare_linear_gguf
-    from fdcli_engine.ops.reference import prepare_linear_gguf  # noqa: PLC0415
-
-    return prepare_linear_gguf
 
 
 class Linear(MergedLinear):

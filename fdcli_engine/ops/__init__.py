@@ -15,6 +15,8 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         -> (q, k) with NeoX (rotate-half) rotary applied; cos_sin_cache[p] = [cos(p*f_0..), sin(p*f_0..)]
     silu_and_mul(x[T,2I]) -> silu(x[:, :I]) * x[:, I:]
     prepare_linear(weight np.float32[out,in], bias np.float32[out] | None, quantization) -> LinearWeight
+    prepare_linear_gguf(raw uint8[out, bytes_per_row], ggml_type, in_features, bias) -> LinearWeight
+        GGUF Q4_0/Q4_1/Q8_0 blocks kept as they are (the reference dequantizes: the oracle)
     linear(x[T,in], lw: LinearWeight) -> [T,out]
     reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T])
         writes in place
@@ -34,6 +36,7 @@ OP_NAMES = (
     "rotary_embedding",
     "silu_and_mul",
     "prepare_linear",
+    "prepare_linear_gguf",
     "linear",
     "reshape_and_cache",
     "paged_attention",
