@@ -7,6 +7,8 @@ import os
 
 # Paddle's bootstrap sets OMP_NUM_THREADS=1 when it is unset; claim the cores before anything imports it.
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+# numpy's OpenBLAS threads would spin against the kernels' OpenMP threads; the engine does no numpy BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from fdcli_engine.sampling_params import SamplingParams  # noqa: E402
 
