@@ -171,6 +171,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l quantization
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l reasoning-parser
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l resume
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l runner
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l seed
