@@ -88,6 +88,7 @@ class AsyncLLM:
         self._pending_calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count()
         self.is_ready = False
+        self.was_ready = False  # stays True after a death: tells "died while serving" from "never started"
         self.dead_reason: str | None = None
         self.ready_event = asyncio.Event()
         self.client = CoreClient(config, self._on_event, self._on_dead, core_spec)
@@ -127,7 +128,7 @@ class AsyncLLM:
             if event.max_model_len:
                 self.model_config.max_model_len = event.max_model_len
             self.model_config.vocab_size = event.vocab_size
-            self.is_ready = True
+            self.is_ready = self.was_ready = True
             self.ready_event.set()
         elif isinstance(event, FatalMsg):
             self._on_dead(f"the engine core failed to start: {event.message}")

@@ -250,3 +250,11 @@ def test_unknown_config_key_is_an_error(long_model, tmp_path):
     )
     assert r.returncode == 2
     assert "max_concurency" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_engine_that_cannot_start_exits_with_the_reason(long_model, tmp_path):
+    # 4 blocks of 16 tokens cannot hold one 4096-token sequence: the core refuses to start.
+    srv = start_server(long_model, tmp_path, "--num-kv-blocks", "4", wait_ready=False)
+    assert srv.proc.wait(120) == 1
+    last = srv.log.read_text().strip().splitlines()[-1]
+    assert last.startswith("Error: ") and "--num-kv-blocks" in last

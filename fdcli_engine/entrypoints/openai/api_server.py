@@ -100,9 +100,9 @@ class FdServer(uvicorn.Server):
 
     def engine_died(self) -> None:
         self.exit_code = 1
-        asyncio.get_event_loop().call_later(
-            DEAD_ENGINE_EXIT_DELAY_S, lambda: setattr(self, "should_exit", True)
-        )
+        # While serving, /health answers 503 for a while first; an engine that never started: exit now.
+        delay = DEAD_ENGINE_EXIT_DELAY_S if self.engine.was_ready else 0.0
+        asyncio.get_event_loop().call_later(delay, lambda: setattr(self, "should_exit", True))
 
 
 async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socket.socket, **hooks) -> int:
@@ -139,6 +139,8 @@ async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socke
         await server.serve(sockets=[sock])
     finally:
         await engine.shutdown()
+    if server.exit_code and engine.dead_reason:
+        _say(f"Error: {' '.join(engine.dead_reason.split())}")  # the last line says why, on one line
     return server.exit_code
 
 
