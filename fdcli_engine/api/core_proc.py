@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import traceback
 
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="EngineConfig fields as JSON")
     p.add_argument("--core", default=DEFAULT_CORE, help="module:Class building the core from an EngineConfig")
     args = p.parse_args(argv)
+    # Ctrl-C in a terminal reaches the whole process group; the front end owns shutdown (it drains, then
+    # terminates this process), so the core must not die of that SIGINT mid-drain.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd-core %(levelname)s %(message)s")
 
     ctx = zmq.Context()
