@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -91,7 +90,9 @@ def hf_runner():
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quantization", default="gguf", help="fd weight format: gguf (native Q4_1), wint8, none")
+    ap.add_argument(
+        "--quantization", default="gguf", help="fd weight format: gguf (native Q4_1), wint8, none"
+    )
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--json", dest="json_out")
