@@ -135,7 +135,9 @@ SeedOpt = Annotated[
 DtypeOpt = Annotated[
     Optional[str],
     typer.Option(
-        "--dtype", help="float32, bfloat16 or auto. (default: float32)", rich_help_panel=ENGINE_PANEL
+        "--dtype",
+        help="float32 or auto (bfloat16 is not supported yet). (default: float32)",
+        rich_help_panel=ENGINE_PANEL,
     ),
 ]
 ThreadsOpt = Annotated[
@@ -144,11 +146,20 @@ ThreadsOpt = Annotated[
 ]
 QuantizationOpt = Annotated[
     Optional[str],
-    typer.Option("--quantization", "-q", help="wint8, wint4, gguf or none.", rich_help_panel=ENGINE_PANEL),
+    typer.Option(
+        "--quantization",
+        "-q",
+        help="auto (GGUF files keep their quantized blocks), gguf, wint8, wint4 or none (float32).",
+        rich_help_panel=ENGINE_PANEL,
+    ),
 ]
 KvCacheDtypeOpt = Annotated[
     Optional[str],
-    typer.Option("--kv-cache-dtype", help="auto or int8. (default: auto)", rich_help_panel=ENGINE_PANEL),
+    typer.Option(
+        "--kv-cache-dtype",
+        help="auto (int8 is not supported yet). (default: auto)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
 ]
 RunnerOpt = Annotated[
     Optional[str],

@@ -68,7 +68,7 @@ class EngineConfig:
     # "auto": a GGUF file keeps its quantized blocks ("gguf"), anything else stays as stored (None).
     # None / "none": dequantize to fp32. "wint8" / "wint4": weight-only int8 / 4-bit.
     quantization: str | None = "auto"
-    kv_cache_dtype: str = "auto"  # "auto" (= dtype) | "int8"
+    kv_cache_dtype: str = "auto"  # "auto" (= dtype); "int8" (C8) is not implemented yet
     max_model_len: int | None = None  # None: the model's own limit, capped at 8192
     max_num_seqs: int = 64
     max_num_batched_tokens: int | None = None  # None: max(2048, max_model_len) without chunked prefill
@@ -128,7 +128,9 @@ class EngineConfig:
                 raise ConfigError(msg)
 
         need(
-            self.dtype in ("float32", "bfloat16", "auto"), f"--dtype {self.dtype!r}: use float32 or bfloat16"
+            self.dtype in ("float32", "auto"),
+            f"--dtype {self.dtype!r} is not supported: fd computes in float32 on this build (use float32, "
+            "or --quantization wint8/wint4 for smaller weights)",
         )
         if self.dtype == "auto":
             self.dtype = "float32"
@@ -139,8 +141,8 @@ class EngineConfig:
         if self.quantization == "none":
             self.quantization = None
         need(
-            self.kv_cache_dtype in ("auto", "int8"),
-            f"--kv-cache-dtype {self.kv_cache_dtype!r}: use auto or int8",
+            self.kv_cache_dtype == "auto",
+            f"--kv-cache-dtype {self.kv_cache_dtype!r} is not supported yet: the KV cache is float32 (use auto)",
         )
         need(
             1 <= self.block_size <= 256 and self.block_size & (self.block_size - 1) == 0,
