@@ -34,6 +34,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l output-json
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l output-len
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l override-pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l quantization
@@ -120,6 +121,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-prompts
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l output-json
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l output-len
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l override-pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l quantization
@@ -168,6 +170,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-prefix-ca
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l override-pooler-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l quantization
@@ -208,6 +211,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l model
 complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from serve' -l num-kv-blocks
+complete -c fd -n '__fish_seen_subcommand_from serve' -l override-pooler-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l quantization

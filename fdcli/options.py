@@ -173,6 +173,7 @@ PoolerConfigOpt = Annotated[
     Optional[str],
     typer.Option(
         "--pooler-config",
+        "--override-pooler-config",
         help='Pooler settings as JSON, e.g. \'{"pooling_type": "MEAN"}\'.',
         rich_help_panel=ENGINE_PANEL,
     ),
