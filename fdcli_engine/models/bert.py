@@ -50,44 +50,21 @@ class BertLayer:
         self.output = Linear(intermediate, hidden, True, quantization)
         self.out_norm = LayerNorm(hidden, eps)
 
-    def __call__(self, x, batch: _PaddedBatch):
+    def __call__(self, x, spans: list[tuple[int, int]]):
         num_tokens, hidden = x.shape
         q, k, v = paddle.split(self.qkv(x), 3, axis=-1)
-        # All sequences at once, padded to the longest: [B, nh, L, hd]. Padded keys are masked out, so
-        # each sequence attends (bidirectionally) to its own tokens only; padded query rows are dropped.
-        b, length = batch.shape
-        qs, ks, vs = (
-            paddle.gather(t, batch.pad_index)
-            .reshape([b, length, self.num_heads, self.head_dim])
-            .transpose([0, 2, 1, 3])
-            for t in (q, k, v)
-        )
-        scores = paddle.matmul(qs, ks, transpose_y=True) * self.head_dim**-0.5 + batch.key_mask
-        out = (
-            paddle.matmul(F.softmax(scores, axis=-1), vs)
-            .transpose([0, 2, 1, 3])
-            .reshape([b * length, hidden])
-        )
-        attn = out if batch.unpad_index is None else paddle.gather(out, batch.unpad_index)
+        outs = []
+        for start, end in spans:
+            # [L, hidden] -> [nh, L, hd]; full (non-causal) attention inside the sequence only.
+            qs, ks, vs = (
+                t[start:end].reshape([end - start, self.num_heads, self.head_dim]).transpose([1, 0, 2])
+                for t in (q, k, v)
+            )
+            probs = F.softmax(paddle.matmul(qs, ks, transpose_y=True) * self.head_dim**-0.5, axis=-1)
+            outs.append(paddle.matmul(probs, vs).transpose([1, 0, 2]).reshape([end - start, hidden]))
+        attn = outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
         x = self.attn_norm(self.attn_out(attn) + x)
         return self.out_norm(self.output(F.gelu(self.intermediate(x))) + x)
-
-
-class _PaddedBatch:
-    """Index maps between the flat varlen token layout [T] and a padded [B, L] one, built once a step."""
-
-    def __init__(self, spans: list[tuple[int, int]]):
-        lens = np.array([end - start for start, end in spans], dtype=np.int64)
-        b, length = len(spans), int(lens.max())
-        self.shape = (b, length)
-        cols = np.arange(length, dtype=np.int64)
-        valid = cols[None, :] < lens[:, None]
-        starts = np.array([start for start, _ in spans], dtype=np.int64)
-        pad = np.where(valid, starts[:, None] + cols[None, :], 0)  # padding reads token 0; masked below
-        self.pad_index = paddle.to_tensor(pad.reshape(-1))
-        mask = np.where(valid, 0.0, -np.inf).astype(np.float32)
-        self.key_mask = paddle.to_tensor(mask.reshape(b, 1, 1, length))
-        self.unpad_index = None if valid.all() else paddle.to_tensor(np.flatnonzero(valid.reshape(-1)))
 
 
 _LAYER_NAMES = {
@@ -195,9 +172,8 @@ class BertModel:
                 positions, self.position_embeddings
             )
             x = self.emb_norm(x + self.token_type0)
-            batch = _PaddedBatch(spans)
             for layer in self.layers:
-                x = layer(x, batch)
+                x = layer(x, spans)
             return x
 
     def compute_logits(self, hidden):
