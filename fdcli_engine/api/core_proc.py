@@ -155,6 +155,16 @@ class CoreLoop:
                 self.step_once()
 
 
+def _ignore_group_signals() -> None:
+    """Ctrl-C in a terminal, `timeout`, and systemd's control-group stop signal every process of the
+    server at once. The front end owns shutdown (it drains, sends Shutdown, and kills this process if
+    it does not leave), so the core ignores SIGINT/SIGTERM rather than dying mid-drain, and so Paddle's
+    own SIGTERM handler does not print a C++ "FatalError" report. A front end that is gone is noticed by
+    the reparenting check in the loop."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fd-engine-core")
     p.add_argument("--input", required=True)
@@ -162,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="EngineConfig fields as JSON")
     p.add_argument("--core", default=DEFAULT_CORE, help="module:Class building the core from an EngineConfig")
     args = p.parse_args(argv)
-    # Ctrl-C in a terminal reaches the whole process group; the front end owns shutdown (it drains, then
-    # terminates this process), so the core must not die of that SIGINT mid-drain.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _ignore_group_signals()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd-core %(levelname)s %(message)s")
 
     ctx = zmq.Context()
@@ -183,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         out.close()
         ctx.term()
         return 1
+    _ignore_group_signals()  # again: importing paddle installed its own handlers
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:
