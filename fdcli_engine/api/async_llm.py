@@ -11,6 +11,7 @@ gets EngineDeadError at once instead of hanging.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -28,6 +29,7 @@ from fdcli_engine.api.core_messages import (
     UtilityReply,
     UtilityRequest,
 )
+from fdcli_engine.api.request_stream import stream_until_finished
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import FdError, InvalidRequestError
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
@@ -214,20 +216,9 @@ class AsyncLLM:
         else:
             self.output_processor.add_request(request_id, prompt, prompt_token_ids, params)
         self.client.send(AddRequest(request_id, list(prompt_token_ids), params, time.time(), is_pooling))
-        finished = False
-        try:
-            while True:
-                item = await q.get()
-                if isinstance(item, BaseException):
-                    finished = True  # the core already forgot it (failed) or is gone
-                    raise item
-                finished = item.finished
+        async with contextlib.aclosing(stream_until_finished(q, lambda: self.abort(request_id))) as outputs:
+            async for item in outputs:
                 yield item
-                if finished:
-                    return
-        finally:
-            if not finished:
-                self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
         """Drop a request here and in the core. Idempotent; safe from sync code."""

@@ -21,11 +21,13 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from fdcli_engine.api.request_stream import stream_until_finished
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
@@ -128,20 +130,9 @@ class InProcessEngineClient:
         core_req = EngineCoreRequest(request_id, list(prompt_token_ids), params, time.time(), is_pooling)
         self._pending_adds.append(core_req)
         self._wake.set()
-        finished = False
-        try:
-            while True:
-                item = await q.get()
-                if isinstance(item, BaseException):
-                    finished = True  # the core refused it or is gone; nothing to abort
-                    raise item
-                finished = item.finished
+        async with contextlib.aclosing(stream_until_finished(q, lambda: self.abort(request_id))) as outputs:
+            async for item in outputs:
                 yield item
-                if finished:
-                    return
-        finally:
-            if not finished:
-                self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
         """Drop a request here and (at the next step boundary) in the core. Idempotent."""
