@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from fdcli_engine.errors import InvalidRequestError
@@ -44,6 +45,14 @@ class SamplingParams:
         if self.top_k == -1:
             self.top_k = 0
         self.validate()
+
+    def for_sample(self, index: int) -> SamplingParams:
+        """Params of the index-th of `n` parallel samples: n=1 and, when seeded, seed + index, so the
+        samples differ yet each stays reproducible."""
+        seed = None if self.seed is None else (self.seed + index) % 2**64
+        child = dataclasses.replace(self, n=1, seed=seed)
+        child.bad_words_token_ids = self.bad_words_token_ids
+        return child
 
     @property
     def is_greedy(self) -> bool:

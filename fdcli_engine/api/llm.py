@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Sequence
 
@@ -11,15 +10,6 @@ from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import SamplingParams
 
 PromptType = str | list[int]
-
-
-def child_params(params: SamplingParams, index: int) -> SamplingParams:
-    """Params of the index-th of n parallel samples: n=1, and a distinct seed if one was given."""
-    child = copy.copy(params)
-    child.n = 1
-    if params.seed is not None:
-        child.seed = params.seed + index
-    return child
 
 
 def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutput:
@@ -72,7 +62,7 @@ class LLM:
             parent = str(next(self._ids))
             child_ids = [f"{parent}-{i}" for i in range(params.n)]
             for i, cid in enumerate(child_ids):
-                self.add_request(cid, ids, child_params(params, i), prompt=text, index=i)
+                self.add_request(cid, ids, params.for_sample(i), prompt=text, index=i)
             parents.append((parent, child_ids))
         done = self.run_until_done(sum(len(c) for _, c in parents), use_tqdm)
         return [merge_children(p, [done[c] for c in cids]) for p, cids in parents]

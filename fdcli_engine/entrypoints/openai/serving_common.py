@@ -7,7 +7,6 @@ Nothing here imports FastAPI: `fd run-batch` calls the same code in-process.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -145,9 +144,7 @@ def fan_out(request_id: str, prompts: list[tuple[str | None, list[int]]], params
     single = len(prompts) == 1 and n == 1
     for k, (text, ids) in enumerate(prompts):
         for i in range(n):
-            seed = None if params.seed is None else (params.seed + i) % (1 << 64)
-            child = dataclasses.replace(params, n=1, seed=seed)
-            child.bad_words_token_ids = params.bad_words_token_ids
+            child = params.for_sample(i)
             if single:
                 rid = request_id
             elif len(prompts) == 1:
