@@ -144,6 +144,10 @@ def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
     return F.linear(x, lw.weight, lw.bias)
 
 
+def set_prompt_rows(mask) -> None:
+    """The reference computes every row in fp32: nothing to mark."""
+
+
 def _step_cache(meta: AttentionMetadata, key: str, build):
     """Per-step values shared by every layer (block lists, masks), built by the first layer and kept on
     the step's AttentionMetadata, so they die with it. Relies on the runner building a new metadata

@@ -17,6 +17,8 @@ class ModelInputs:
     meta: AttentionMetadata
     # Row of the last scheduled token of each request, in `scheduled` order.
     last_token_rows: np.ndarray
+    # Rows whose token is part of its request's prompt (bool [T]): see ops.set_prompt_rows.
+    prompt_rows: np.ndarray
 
 
 def _tensor(a: np.ndarray) -> paddle.Tensor:
@@ -42,6 +44,7 @@ def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInp
         positions[a:b] = np.arange(starts[i], seq_lens[i])
         block_tables[i, : len(s.block_ids)] = s.block_ids
     seq_idx = np.repeat(np.arange(n), q_lens)
+    prompt_lens = np.fromiter((len(s.prompt_token_ids) for s in scheduled), dtype=np.int64, count=n)
     slot_mapping = (
         block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
     )
@@ -62,4 +65,5 @@ def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInp
         positions=_tensor(positions),
         meta=meta,
         last_token_rows=query_start_loc[1:] - 1,
+        prompt_rows=positions < prompt_lens[seq_idx],
     )

@@ -7,6 +7,7 @@ import logging
 import numpy as np
 import paddle
 
+from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.runner.sampler import Sampler
@@ -55,7 +56,11 @@ class ModelRunner:
         if so.is_empty:
             return ModelRunnerOutput(sampled_token_ids={})
         inputs = build_inputs(so.scheduled, self.block_size)
-        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+        ops.set_prompt_rows(inputs.prompt_rows)
+        try:
+            hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+        finally:
+            ops.set_prompt_rows(None)
         sample_idx = [i for i, s in enumerate(so.scheduled) if s.do_sample]
         if not sample_idx:
             return ModelRunnerOutput(sampled_token_ids={})

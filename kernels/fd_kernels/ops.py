@@ -20,7 +20,7 @@ from fd_kernels.build import load as _build_load
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
-ISA_NAMES = {2: "avx512", 1: "avx2", 0: "scalar"}
+ISA_NAMES = {3: "amx", 2: "avx512", 1: "avx2", 0: "scalar"}
 
 
 def load():
@@ -129,9 +129,35 @@ def _bad_input(exc: OSError) -> ValueError:
     return ValueError(str(exc).strip().splitlines()[0])
 
 
+# Rows of the current step that hold prompt tokens (uint8 [T]), set by the model runner around the forward
+# pass; None outside it. Only a linear whose input has exactly T rows uses it (an LM head over the sampled
+# rows, or an MoE expert over its routed subset, computes every row in fp32).
+_prompt_rows: paddle.Tensor | None = None
+_prompt_rows_len = -1
+_NO_ROWS: paddle.Tensor | None = None
+
+
+def set_prompt_rows(mask: np.ndarray | None) -> None:
+    """Mark the prompt-token rows of the next forward pass (None clears). On AMX CPUs the quantized
+    linears compute those rows in bf16 on the tiles (csrc/amx.cc) and all other rows in fp32: prefill gets
+    the AMX speed while a token's numerics stay independent of its batch."""
+    global _prompt_rows, _prompt_rows_len
+    if mask is None or not mask.any():
+        _prompt_rows, _prompt_rows_len = None, -1
+    else:
+        _prompt_rows = paddle.to_tensor(np.ascontiguousarray(mask, dtype=np.uint8))
+        _prompt_rows_len = int(mask.shape[0])
+
+
 def linear(x: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
+    global _NO_ROWS
     if x.shape[-1] != lw.in_features:
         raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
+    rows = _prompt_rows
+    if rows is None or lw.kind == packing.KIND_F32 or x.shape[0] != _prompt_rows_len or len(x.shape) != 2:
+        if _NO_ROWS is None:
+            _NO_ROWS = paddle.zeros([0], dtype="uint8")
+        rows = _NO_ROWS
     try:
         return _run(
             "fd_linear",
@@ -140,6 +166,7 @@ def linear(x: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
             lw.scales,
             lw.mins,
             lw.bias,
+            rows,
             lw.out_features,
             lw.kind,
             lw.group,

@@ -39,8 +39,9 @@ static inline vf vexp(vf x) { return std::exp(x); }
 // ---------------------------------------------------------------------------------------------- GEMM
 constexpr int kNV = kNR / FD_W;  // vectors per panel row
 
-// Loads the kNR weights of row k of panel p as kNV vectors, dequantized with the group's scale/min.
-template <int KIND>
+// Loads the kNR weights of row k of panel p as kNV vectors, dequantized with the group's scale/min
+// (and rounded to bf16 when RND: the AMX level's numerics, see amx.cc).
+template <int KIND, bool RND>
 static inline void load_b(const GemmArgs& g, int64_t p, int64_t k, const vf* s, const vf* mn, vf* b) {
   if (KIND == kF32) {
     const float* bp = (const float*)g.w + (p * g.k + k) * kNR;
@@ -55,18 +56,22 @@ static inline void load_b(const GemmArgs& g, int64_t p, int64_t k, const vf* s, 
       b[v] = vfma(vload_u4(bp + (c % 16), c >= 16 ? 4 : 0), s[v], mn[v]);
     }
   }
+#if FD_W == 16
+  if (RND)
+    for (int v = 0; v < kNV; ++v) b[v] = vround_bf16(b[v]);
+#endif
 }
 
 // Rows x k of one panel: acc[m] += A[m, k] * W[k, panel], for k in [k, kend) of one scale group.
 // With few rows the FMA latency, not throughput, bounds a single accumulator set, so KU interleaved sets
 // each take every KU-th k (summed at the end) to keep enough independent chains in flight.
-template <int MR, int KIND, int KU>
+template <int MR, int KIND, int KU, bool RND>
 static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int64_t k, int64_t kend,
                                const vf* s, const vf* mn, vf (*acc)[MR][kNV]) {
   vf b[kNV];
   for (; k + KU <= kend; k += KU) {
     for (int u = 0; u < KU; ++u) {
-      load_b<KIND>(g, p, k + u, s, mn, b);
+      load_b<KIND, RND>(g, p, k + u, s, mn, b);
       for (int m = 0; m < MR; ++m) {
         const vf av = vset1(a[m * g.lda + k + u]);
         for (int v = 0; v < kNV; ++v) acc[u][m][v] = vfma(av, b[v], acc[u][m][v]);
@@ -74,7 +79,7 @@ static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int
     }
   }
   for (; k < kend; ++k) {
-    load_b<KIND>(g, p, k, s, mn, b);
+    load_b<KIND, RND>(g, p, k, s, mn, b);
     for (int m = 0; m < MR; ++m) {
       const vf av = vset1(a[m * g.lda + k]);
       for (int v = 0; v < kNV; ++v) acc[0][m][v] = vfma(av, b[v], acc[0][m][v]);
@@ -84,7 +89,7 @@ static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int
 
 // K range [k0, k1) of panel p for rows m0 .. m0+MR: C = (first ? bias : C) + A x W. Accumulators
 // stay in registers over the range; each weight row is dequantized once and reused by all MR rows.
-template <int MR, int KIND>
+template <int MR, int KIND, bool RND>
 static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t k1, bool first) {
   constexpr int KU = MR == 1 ? 4 : MR == 2 ? 2 : 1;
   const int64_t n0 = p * kNR;
@@ -116,7 +121,7 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t 
       }
     }
     const int64_t kend = std::min(k1, (gi + 1) * group);
-    micro_group<MR, KIND, KU>(g, a, p, k, kend, s, mn, acc);
+    micro_group<MR, KIND, KU, RND>(g, a, p, k, kend, s, mn, acc);
     k = kend;
   }
   for (int m = 0; m < MR; ++m) {
@@ -134,10 +139,10 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t 
 
 #define FD_MICRO_CASE(n)                                            \
   case n:                                                           \
-    if constexpr (n <= FD_MR) micro<n, KIND>(g, m0, p, k0, k1, first); \
+    if constexpr (n <= FD_MR) micro<n, KIND, RND>(g, m0, p, k0, k1, first); \
     break;
 
-template <int KIND>
+template <int KIND, bool RND>
 static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p, int64_t k0, int64_t k1, bool first) {
   switch (mr) {
     FD_MICRO_CASE(1) FD_MICRO_CASE(2) FD_MICRO_CASE(3) FD_MICRO_CASE(4) FD_MICRO_CASE(5)
@@ -160,7 +165,7 @@ constexpr int64_t kBlockKMinRows = FD_GEMM_KC_MIN_ROWS;
 // panels and walks all their row blocks (a panel is read from memory once, then reused from L2); with one
 // or two panels (a classifier head) the row blocks are split instead. The static schedule gives each
 // thread the same pairs in every K block, so no barrier is needed between K blocks.
-template <int KIND>
+template <int KIND, bool RND>
 static void gemm_kind(const GemmArgs& g) {
   const int64_t panels = (g.n + kNR - 1) / kNR;
   const int64_t nblocks = (g.m + FD_MR - 1) / FD_MR;
@@ -173,18 +178,24 @@ static void gemm_kind(const GemmArgs& g) {
 #pragma omp for schedule(static) collapse(2) nowait
     for (int64_t p = 0; p < panels; ++p) {
       for (int64_t b = 0; b < nblocks; ++b)
-        micro_rows<KIND>(g, (int)std::min(rows, g.m - b * rows), b * rows, p, k0, k1, k0 == 0);
+        micro_rows<KIND, RND>(g, (int)std::min(rows, g.m - b * rows), b * rows, p, k0, k1, k0 == 0);
     }
   }
 }
 
 static void gemm(const GemmArgs& g) {
   if (g.kind == kF32)
-    gemm_kind<kF32>(g);
+    gemm_kind<kF32, false>(g);
+#if FD_W == 16
+  else if (g.bf16 && g.kind == kS8)
+    gemm_kind<kS8, true>(g);
+  else if (g.bf16)
+    gemm_kind<kU4, true>(g);
+#endif
   else if (g.kind == kS8)
-    gemm_kind<kS8>(g);
+    gemm_kind<kS8, false>(g);
   else
-    gemm_kind<kU4>(g);
+    gemm_kind<kU4, false>(g);
 }
 
 // ------------------------------------------------------------------------------------ elementwise

@@ -58,8 +58,10 @@ static int detect_isa() {
   if (best == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     best = 2;
+  if (best == 2 && amx::usable()) best = 3;
   const char* env = std::getenv("FD_KERNELS_ISA");
   int want = best;
+  if (env && std::strcmp(env, "avx512") == 0) want = 2;
   if (env && std::strcmp(env, "scalar") == 0) want = 0;
   if (env && std::strcmp(env, "avx2") == 0) want = 1;
   return std::min(best, want);
@@ -72,6 +74,7 @@ int active_isa() {
 
 #define FD_DISPATCH(fn, ...)                     \
   switch (active_isa()) {                        \
+    case 3:                                      \
     case 2:                                      \
       return isa_avx512::fn(__VA_ARGS__);        \
     case 1:                                      \
@@ -80,7 +83,56 @@ int active_isa() {
       return isa_scalar::fn(__VA_ARGS__);        \
   }
 
-void gemm(const GemmArgs& g) { FD_DISPATCH(gemm, g); }
+// Rows from which the AMX tiles beat the AVX-512 microkernel on quantized weights (each call repacks the
+// weights to bf16, which only pays off over enough rows). FD_AMX_MIN_ROWS overrides, for benchmarks.
+static int64_t amx_min_rows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("FD_AMX_MIN_ROWS");
+    return env ? std::max<int64_t>(1, std::atoll(env)) : (int64_t)8;
+  }();
+  return rows;
+}
+
+static void gemm_fp32(const GemmArgs& g) { FD_DISPATCH(gemm, g); }
+
+// All rows in bf16: AMX tiles for many rows, the AVX-512 microkernel on bf16-rounded operands for few.
+static void gemm_bf16(const GemmArgs& g) {
+  GemmArgs b = g;
+  b.bf16 = true;
+  if (g.m >= amx_min_rows()) return amx::gemm_bf16(b);
+  std::vector<float> a(g.m * g.k);
+  amx::round_rows_bf16(g.a, g.m, g.k, g.lda, a.data());
+  b.a = a.data();
+  b.lda = g.k;
+  isa_avx512::gemm(b);
+}
+
+void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
+  if (active_isa() != 3 || g.kind == kF32 || !prompt_rows || g.m == 0) return gemm_fp32(g);
+  std::vector<int64_t> order;  // prompt rows first, then the others
+  order.reserve(g.m);
+  for (int64_t r = 0; r < g.m; ++r)
+    if (prompt_rows[r]) order.push_back(r);
+  const int64_t np = (int64_t)order.size();
+  if (np == 0) return gemm_fp32(g);
+  if (np == g.m) return gemm_bf16(g);
+  for (int64_t r = 0; r < g.m; ++r)
+    if (!prompt_rows[r]) order.push_back(r);
+  // Mixed batch: gather the two kinds of rows, run each path, scatter the results back.
+  std::vector<float> a(g.m * g.k), c(g.m * g.n);
+  for (int64_t i = 0; i < g.m; ++i) std::memcpy(&a[i * g.k], g.a + order[i] * g.lda, g.k * sizeof(float));
+  GemmArgs gp = g, gd = g;
+  gp.a = a.data();
+  gp.lda = gd.lda = g.k;
+  gp.m = np;
+  gp.c = c.data();
+  gd.a = a.data() + np * g.k;
+  gd.m = g.m - np;
+  gd.c = c.data() + np * g.n;
+  gemm_bf16(gp);
+  gemm_fp32(gd);
+  for (int64_t i = 0; i < g.m; ++i) std::memcpy(g.c + order[i] * g.n, &c[i * g.n], g.n * sizeof(float));
+}
 
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {
   FD_DISPATCH(rms_norm, x, w, eps, t, h, out);

@@ -26,6 +26,9 @@ struct GemmArgs {
   int kind;
   const float* bias;  // padded to panels * kNR, or nullptr
   float* c;           // [m, n]
+  // Set by gemm() for prompt rows on the AMX level (kS8/kU4): the AVX-512 microkernel rounds the
+  // dequantized weights to bf16 (the activations arrive rounded), as amx.cc does. Never set by callers.
+  bool bf16 = false;
 };
 
 struct AttnArgs {
@@ -40,10 +43,21 @@ struct AttnArgs {
   float* out;  // [T, nh, hd]
 };
 
-// 2 = AVX-512, 1 = AVX2+FMA, 0 = scalar: the best the CPU supports, lowered by FD_KERNELS_ISA.
+// 3 = AVX-512 + AMX-BF16 (weight-only quantized linears compute in bf16, see amx.cc), 2 = AVX-512,
+// 1 = AVX2+FMA, 0 = scalar: the best the CPU supports, lowered by FD_KERNELS_ISA.
 int active_isa();
 
-void gemm(const GemmArgs& g);
+namespace amx {
+bool usable();                       // CPU has AMX-BF16 and the OS granted the tile state
+void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 weights, any m
+// a [m, lda] -> out [m, k]: each value rounded to bf16 (as amx.cc rounds), kept as fp32.
+void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* out);
+}  // namespace amx
+
+// prompt_rows (uint8 [m], may be null) marks the rows of prompt tokens. On the AMX level, quantized
+// weights compute those rows in bf16 (amx.cc) and every other row in fp32, so a token's numerics depend on
+// what it is, never on which requests share its batch. Elsewhere it is ignored.
+void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out);
 void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                         float* out, float* res_out);

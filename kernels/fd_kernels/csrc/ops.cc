@@ -37,8 +37,10 @@ int64_t last_dim(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().bac
 
 }  // namespace
 
+// prompt_rows: uint8 [m] (1 = a prompt token's row, computed in bf16 on the AMX level) or empty.
 std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
-                           const Tensor& bias, int64_t n, int64_t kind, int64_t group, bool has_bias) {
+                           const Tensor& bias, const Tensor& prompt_rows, int64_t n, int64_t kind, int64_t group,
+                           bool has_bias) {
   check_f32(x_in, "x");
   const Tensor x = contig(x_in);
   const int64_t k = last_dim(x);
@@ -57,7 +59,14 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   if (m == 0) return {out};
   fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
                   group, (int)kind, has_bias ? bias.data<float>() : nullptr, out.data<float>()};
-  fdk::gemm(g);
+  const uint8_t* rows = nullptr;
+  if (prompt_rows.numel() > 0) {
+    PD_CHECK(prompt_rows.dtype() == paddle::DataType::UINT8 && prompt_rows.is_contiguous(),
+             "linear: prompt_rows must be a contiguous uint8 tensor");
+    PD_CHECK(prompt_rows.numel() == m, "linear: prompt_rows has ", prompt_rows.numel(), " rows, x has ", m);
+    rows = prompt_rows.data<uint8_t>();
+  }
+  fdk::gemm(g, rows);
   return {out};
 }
 
@@ -191,7 +200,7 @@ std::vector<Tensor> ActiveIsa(const Tensor& x) {
 }
 
 PD_BUILD_OP(fd_linear)
-    .Inputs({"X", "W", "Scales", "Mins", "Bias"})
+    .Inputs({"X", "W", "Scales", "Mins", "Bias", "PromptRows"})
     .Outputs({"Out"})
     .Attrs({"n: int64_t", "kind: int64_t", "group: int64_t", "has_bias: bool"})
     .SetKernelFn(PD_KERNEL(Linear));

@@ -28,6 +28,13 @@ static inline vf vload_u4(const uint8_t* p, int shift) {
   __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p));
   return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b, shift), _mm512_set1_epi32(15)));
 }
+// Round to bf16 (nearest even), kept as fp32: the formula amx.cc uses, so both paths see equal operands.
+static inline vf vround_bf16(vf x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
 #elif FD_W == 8
 typedef __m256 vf;
 static inline vf vzero() { return _mm256_setzero_ps(); }

@@ -1,0 +1,226 @@
+// bf16 GEMM on Intel AMX for weight-only quantized linears (kS8, kU4) with many rows (prefill).
+//
+// Numerics (shared with the AVX-512 path's bf16 mode in kern_impl.h, so a row's result does not depend on
+// which path the batch took beyond fp32 summation order): activations and dequantized weights are rounded
+// to bf16 (round-to-nearest-even, the same integer formula in both paths), products are exact in fp32 and
+// accumulated in fp32. The weights are dequantized exactly as the AVX-512 path does (q * s, or
+// fma(q, s, min)) before rounding. Rounding a 4- or 8-bit weight's dequantized value to bf16 adds an error
+// far below its quantization step; the activation rounding (relative 2^-9) is what this mode costs.
+//
+// Layout: A is converted once per call to bf16 [Mp][Kp] (rows padded to 32, K to 32, zeros). Each thread
+// takes whole weight panels (kNR = 32 columns), dequantizes a panel into a bf16 buffer in AMX's pair-
+// interleaved ("VNNI") layout [Kp/2][32 columns][2], then runs every 32-row block of A against it with
+// four 16x16 fp32 accumulator tiles.
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels.h"
+
+namespace fdk {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,amx-tile,amx-bf16")
+
+namespace {
+
+constexpr int64_t kRows = 32;  // rows per block: two A tiles of 16
+constexpr int64_t kKStep = 32;  // bf16 k's per tile (64 bytes per tile row)
+
+struct TileConfig {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// fp32 -> bf16 bits (round to nearest even) in the high half of each lane, low half zero: the value the
+// AVX-512 bf16 mode multiplies by. NaN/Inf are not special-cased (activations and weights are finite).
+inline __m512i round_hi(__m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u));
+}
+
+inline uint16_t round_scalar(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+
+// Activations [m, lda] fp32 -> [mp, kp] bf16, zero padded.
+void convert_a(const GemmArgs& g, int64_t mp, int64_t kp, uint16_t* out) {
+#pragma omp parallel for schedule(static) if (g.m * g.k >= (1 << 15))
+  for (int64_t r = 0; r < mp; ++r) {
+    uint16_t* o = out + r * kp;
+    int64_t k = 0;
+    if (r < g.m) {
+      const float* a = g.a + r * g.lda;
+      for (; k + 16 <= g.k; k += 16) {
+        const __m512i hi = _mm512_srli_epi32(round_hi(_mm512_loadu_ps(a + k)), 16);
+        _mm256_storeu_si256((__m256i*)(o + k), _mm512_cvtepi32_epi16(hi));
+      }
+      for (; k < g.k; ++k) o[k] = round_scalar(a[k]);
+    }
+    std::memset(o + k, 0, (kp - k) * sizeof(uint16_t));
+  }
+}
+
+// Row k of panel p, dequantized as the AVX-512 path does: columns 0-15 in lo, 16-31 in hi.
+template <int KIND>
+inline void dequant_row(const GemmArgs& g, int64_t p, int64_t k, int64_t ngroups, __m512& lo, __m512& hi) {
+  const int64_t off = (p * ngroups + k / g.group) * kNR;
+  const __m512 s0 = _mm512_loadu_ps(g.scales + off), s1 = _mm512_loadu_ps(g.scales + off + 16);
+  if (KIND == kS8) {
+    const int8_t* bp = (const int8_t*)g.w + (p * g.k + k) * kNR;
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)bp))), s0);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(bp + 16)))), s1);
+  } else {
+    const uint8_t* bp = (const uint8_t*)g.w + (p * g.k + k) * (kNR / 2);
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)bp));
+    const __m512i m15 = _mm512_set1_epi32(15);
+    const __m512 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(b, m15));
+    const __m512 q1 = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(b, 4), m15));
+    lo = _mm512_fmadd_ps(q0, s0, _mm512_loadu_ps(g.mins + off));
+    hi = _mm512_fmadd_ps(q1, s1, _mm512_loadu_ps(g.mins + off + 16));
+  }
+}
+
+// Panel p -> [kp/2][32][2] bf16: 32-bit lane c of pair row r holds (k = 2r, k = 2r + 1) of column c.
+template <int KIND>
+void pack_panel(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
+  const int64_t ngroups = (g.k + g.group - 1) / g.group;
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kp; k += 2) {
+    __m512 a0 = zero, a1 = zero, b0 = zero, b1 = zero;
+    if (k < g.k) dequant_row<KIND>(g, p, k, ngroups, a0, a1);
+    if (k + 1 < g.k) dequant_row<KIND>(g, p, k + 1, ngroups, b0, b1);
+    uint16_t* row = out + k * kNR;  // (k / 2) pair rows of 64 bf16
+    _mm512_storeu_si512(row, _mm512_or_si512(round_hi(b0), _mm512_srli_epi32(round_hi(a0), 16)));
+    _mm512_storeu_si512(row + 32, _mm512_or_si512(round_hi(b1), _mm512_srli_epi32(round_hi(a1), 16)));
+  }
+}
+
+// One 32-row block of A against one packed panel; writes rows [m0, min(m0 + 32, m)) of C.
+void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  const uint16_t* a = abf + m0 * kp;
+  for (int64_t k = 0; k < kp; k += kKStep) {
+    _tile_loadd(4, a + k, kp * 2);
+    _tile_loadd(5, a + 16 * kp + k, kp * 2);
+    _tile_loadd(6, bp + k * kNR, kNR * 4);
+    _tile_loadd(7, bp + k * kNR + 32, kNR * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float tmp[kRows * kNR];
+  _tile_stored(0, tmp, kNR * 4);
+  _tile_stored(1, tmp + 16, kNR * 4);
+  _tile_stored(2, tmp + 16 * kNR, kNR * 4);
+  _tile_stored(3, tmp + 16 * kNR + 16, kNR * 4);
+  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
+  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* c = g.c + (m0 + r) * g.n + n0;
+    const float* t = tmp + r * kNR;
+    if (ncols == kNR) {
+      __m512 c0 = _mm512_load_ps(t), c1 = _mm512_load_ps(t + 16);
+      if (g.bias) {
+        c0 = _mm512_add_ps(c0, _mm512_loadu_ps(g.bias + n0));
+        c1 = _mm512_add_ps(c1, _mm512_loadu_ps(g.bias + n0 + 16));
+      }
+      _mm512_storeu_ps(c, c0);
+      _mm512_storeu_ps(c + 16, c1);
+    } else {
+      for (int64_t j = 0; j < ncols; ++j) c[j] = t[j] + (g.bias ? g.bias[n0 + j] : 0.0f);
+    }
+  }
+}
+
+template <int KIND>
+void gemm_kind(const GemmArgs& g) {
+  const int64_t kp = (g.k + kKStep - 1) / kKStep * kKStep;
+  const int64_t mp = (g.m + kRows - 1) / kRows * kRows;
+  const int64_t panels = (g.n + kNR - 1) / kNR;
+  std::vector<uint16_t> abf(mp * kp);
+  convert_a(g, mp, kp, abf.data());
+#pragma omp parallel
+  {
+    TileConfig cfg{};
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; ++t) {
+      cfg.colsb[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    uint16_t* bp = (uint16_t*)std::aligned_alloc(64, kp * kNR * sizeof(uint16_t));
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < panels; ++p) {
+      pack_panel<KIND>(g, p, kp, bp);
+      for (int64_t m0 = 0; m0 < g.m; m0 += kRows) block(g, abf.data(), kp, bp, m0, p);
+    }
+    std::free(bp);
+    _tile_release();
+  }
+}
+
+}  // namespace
+
+namespace amx {
+
+bool usable() {
+  // The kernel must grant this process the AMX tile state (Linux >= 5.16); without it the first tile
+  // instruction faults, so AMX is used only when the CPU has it and the request succeeded.
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return false;
+    unsigned eax, ebx, ecx, edx;
+    __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+    const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
+    if (!amx_bf16 || !amx_tile) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return ok;
+}
+
+void gemm_bf16(const GemmArgs& g) {
+  if (g.kind == kS8)
+    gemm_kind<kS8>(g);
+  else
+    gemm_kind<kU4>(g);
+}
+
+void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* out) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* x = a + r * lda;
+    float* o = out + r * k;
+    int64_t i = 0;
+    for (; i + 16 <= k; i += 16) _mm512_storeu_si512(o + i, round_hi(_mm512_loadu_ps(x + i)));
+    for (; i < k; ++i) {
+      const uint32_t u = (uint32_t)round_scalar(x[i]) << 16;
+      std::memcpy(o + i, &u, 4);
+    }
+  }
+}
+
+}  // namespace amx
+
+#pragma GCC pop_options
+
+}  // namespace fdk

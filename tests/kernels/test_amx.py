@@ -1,0 +1,102 @@
+"""Prompt rows of quantized linears on AMX CPUs (csrc/amx.cc): computed as bf16(x) @ bf16(W) with fp32
+accumulation, where W is the exact dequantized operand. The oracle rounds both operands to bf16 in numpy
+and multiplies in float64, so the only allowed difference is fp32 summation (the 1e-5 bound of
+test_linear.py). Rows not marked as prompt rows stay fp32, and a row's result does not depend on the
+other rows of its batch (AMX tiles for many prompt rows, the AVX-512 microkernel for few)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import to_pd
+
+
+@pytest.fixture(autouse=True)
+def amx_only(native):
+    if native.active_isa() != "amx":
+        pytest.skip("the CPU (or FD_KERNELS_ISA) does not select the AMX level")
+    yield
+    native.set_prompt_rows(None)
+
+
+def bf16(a: np.ndarray) -> np.ndarray:
+    """Round float32 to bf16 (nearest even), kept as float32."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
+def _check(y, expect, x, w):
+    bound = np.abs(x).astype(np.float64) @ np.abs(w).astype(np.float64).T
+    np.testing.assert_array_less(np.abs(y - expect), 1e-5 * bound + 1e-6)
+
+
+def _weight(native, rng, kind, k, n):
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    b = rng.standard_normal(n, dtype=np.float32)
+    if kind == "q4_1":  # GGUF Q4_1 blocks: fp16 d, fp16 m, 16 bytes of nibbles per 32 values
+        blocks = np.zeros((n, k // 32, 20), dtype=np.uint8)
+        blocks[..., 0:2] = np.array([0.05], np.float16).view(np.uint8)
+        blocks[..., 2:4] = np.array([-0.4], np.float16).view(np.uint8)
+        blocks[..., 4:] = rng.integers(0, 256, (n, k // 32, 16), dtype=np.uint8)
+        return native.prepare_linear_gguf(blocks.reshape(n, -1), 3, k, b), b
+    return native.prepare_linear(w, b, kind), b
+
+
+@pytest.mark.parametrize("kind", ["wint8", "wint4", "q4_1"])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (5, 96, 70), (8, 576, 200), (33, 128, 45), (100, 640, 96)])
+def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
+    lw, b = _weight(native, rng, kind, k, n)
+    w = lw.dequantize()
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    native.set_prompt_rows(np.ones(m, dtype=bool))
+    y = native.linear(to_pd(x), lw).numpy()
+    xb, wb = bf16(x), bf16(w)
+    _check(y, xb.astype(np.float64) @ wb.astype(np.float64).T + b, xb, wb)
+    # ... which is not the fp32 result: the rounding is really there (else this test proves nothing).
+    native.set_prompt_rows(None)
+    y32 = native.linear(to_pd(x), lw).numpy()
+    _check(y32, x.astype(np.float64) @ w.astype(np.float64).T + b, x, w)
+    assert np.abs(y - y32).max() > 1e-4 * np.abs(y32).max()
+
+
+@pytest.mark.parametrize("m", [2, 40, 97])
+def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, m):
+    k, n = 192, 130
+    lw, _ = _weight(native, rng, "q4_1", k, n)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    mask = rng.random(m) < 0.6
+    mask[0], mask[-1] = True, False
+    native.set_prompt_rows(mask)
+    y = native.linear(to_pd(x), lw).numpy()
+    native.set_prompt_rows(np.ones(m, dtype=bool))
+    all_bf16 = native.linear(to_pd(x), lw).numpy()
+    native.set_prompt_rows(None)
+    all_fp32 = native.linear(to_pd(x), lw).numpy()
+    w = lw.dequantize()
+    _check(y[mask], all_bf16[mask], bf16(x[mask]), bf16(w))
+    _check(y[~mask], all_fp32[~mask], x[~mask], w)
+
+
+def test_a_prompt_row_does_not_depend_on_its_batch(native, rng):
+    # 3 prompt rows alone take the AVX-512 microkernel on rounded operands; inside 64 they take the tiles.
+    k, n = 576, 96
+    lw, _ = _weight(native, rng, "q4_1", k, n)
+    x = rng.standard_normal((64, k), dtype=np.float32)
+    native.set_prompt_rows(np.ones(3, dtype=bool))
+    alone = native.linear(to_pd(x[:3]), lw).numpy()
+    native.set_prompt_rows(np.ones(64, dtype=bool))
+    batched = native.linear(to_pd(x), lw).numpy()[:3]
+    _check(alone, batched, bf16(x[:3]), bf16(lw.dequantize()))
+
+
+def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng):
+    w = rng.standard_normal((40, 64), dtype=np.float32)
+    x = rng.standard_normal((6, 64), dtype=np.float32)
+    lw = native.prepare_linear(w, None, None)
+    native.set_prompt_rows(np.ones(6, dtype=bool))
+    _check(native.linear(to_pd(x), lw).numpy(), x.astype(np.float64) @ w.astype(np.float64).T, x, w)
+    q = native.prepare_linear(w, None, "wint8")
+    native.set_prompt_rows(np.ones(5, dtype=bool))  # an LM head over fewer rows than the step
+    wq = q.dequantize()
+    _check(native.linear(to_pd(x), q).numpy(), x.astype(np.float64) @ wq.astype(np.float64).T, x, wq)
