@@ -242,7 +242,8 @@ def _decode_batched(q, k_cache, v_cache, meta, scale, k_scales=None, v_scales=No
         return x.reshape([num_seqs, num_kv_heads, num_blocks * block_size, head_dim])
 
     qs = q.reshape([num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim])
-    scores = paddle.matmul(qs, gather(k_cache, k_scales), transpose_y=True) * scale + bias  # [B, nkv, group, L]
+    # [B, nkv, group, L]
+    scores = paddle.matmul(qs, gather(k_cache, k_scales), transpose_y=True) * scale + bias
     out = paddle.matmul(F.softmax(scores, axis=-1), gather(v_cache, v_scales))
     return out.reshape([num_seqs, num_heads, head_dim])
 
