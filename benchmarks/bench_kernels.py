@@ -4,7 +4,9 @@
 
 GEMM: y[M,N] = x[M,K] @ W^T for the SmolLM2-135M shapes, in GFLOP/s (2*M*N*K / time), for fp32 panels,
 wint8, wint4 and GGUF Q4_1 weights. Attention: decode (1 query per sequence) and prefill over the paged
-cache, in milliseconds per call for 9 query heads / 3 KV heads / head_dim 64 (SmolLM2's layer).
+cache, in milliseconds per call for 9 query heads / 3 KV heads / head_dim 64 (SmolLM2's layer), with the
+fp32 cache and the int8 (C8) cache; the long-context decode rows show what reading a quarter of the bytes
+buys once the cache no longer fits in the caches.
 """
 
 from __future__ import annotations
@@ -94,13 +96,21 @@ def _meta(q_lens, ctx_lens, block_size, rng):
     return meta, len(ctx_lens) * max_blocks
 
 
-def _attention_time(rng, q_lens, ctx, impl=None, nh=9, nkv=3, hd=64, bs=16) -> float:
+def _attention_time(rng, q_lens, ctx, impl=None, kv_dtype="float32", nh=9, nkv=3, hd=64, bs=16) -> float:
     impl = impl or ops
     meta, nb = _meta(q_lens, ctx, bs, rng)
     kc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
     vc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
     q = paddle.to_tensor(rng.standard_normal((sum(q_lens), nh, hd), dtype=np.float32))
-    return best_time(lambda: impl.paged_attention(q, kc, vc, meta, hd**-0.5), min_time=0.5, max_reps=200)
+    scales = ()
+    if kv_dtype == "int8":
+        from fdcli_engine.ops.reference import quantize_kv_s8
+
+        (kc, ks), (vc, vs) = quantize_kv_s8(kc), quantize_kv_s8(vc)
+        scales = (ks, vs)
+    return best_time(
+        lambda: impl.paged_attention(q, kc, vc, meta, hd**-0.5, *scales), min_time=0.5, max_reps=200
+    )
 
 
 def bench_attention(quick: bool) -> None:
@@ -111,14 +121,23 @@ def bench_attention(quick: bool) -> None:
         ("prefill 512", [512], [512]),
     ]
     if not quick:
-        cases.append(("decode B=16 ctx=2048", [1] * 16, [2048] * 16))
+        cases += [
+            ("decode B=1 ctx=8192", [1], [8192]),
+            ("decode B=16 ctx=2048", [1] * 16, [2048] * 16),
+            ("decode B=32 ctx=4096", [1] * 32, [4096] * 32),
+        ]
     from fdcli_engine.ops import reference
 
-    print(f"{'attention (9 heads, 3 KV)':>32} {'fd':>9} {'reference':>10}  ms")
+    print(
+        f"{'attention (9 heads, 3 KV)':>32} {'fd fp32':>9} {'fd int8':>9} {'ref fp32':>9} {'ref int8':>9}  ms"
+    )
     for name, q_lens, ctx in cases:
-        fd = _attention_time(rng, q_lens, ctx) * 1e3
-        ref = _attention_time(rng, q_lens, ctx, reference) * 1e3
-        print(f"{name:>32} {fd:9.3f} {ref:10.3f}")
+        times = [
+            _attention_time(rng, q_lens, ctx, impl, kv) * 1e3
+            for impl in (ops, reference)
+            for kv in ("float32", "int8")
+        ]
+        print(f"{name:>32} " + " ".join(f"{t:9.3f}" for t in times))
 
 
 def _small_ops_line(rng, t: int) -> str:

@@ -195,6 +195,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from serve' -l config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l convert
 complete -c fd -n '__fish_seen_subcommand_from serve' -l dtype
+complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-auto-tool-choice
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from serve' -l host
@@ -223,6 +224,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l threads
 complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-graceful-shutdown
 complete -c fd -n '__fish_seen_subcommand_from serve' -l tokenizer
+complete -c fd -n '__fish_seen_subcommand_from serve' -l tool-call-parser
 complete -c fd -n '__fish_seen_subcommand_from serve' -l trust-request-chat-template
 complete -c fd -n '__fish_seen_subcommand_from serve' -l uvicorn-log-level
 complete -c fd -n '__fish_seen_subcommand_from serve' -s m

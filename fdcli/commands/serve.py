@@ -50,7 +50,22 @@ GracefulOpt = Annotated[
     _opt("--timeout-graceful-shutdown", help="Seconds running requests get on SIGTERM. (default: 30)"),
 ]
 ReasoningParserOpt = Annotated[
-    Optional[str], _opt("--reasoning-parser", help="Split out reasoning_content: qwen3 or deepseek_r1.")
+    Optional[str],
+    _opt("--reasoning-parser", help="Split out reasoning_content: qwen3, deepseek_r1 or ernie-x1."),
+]
+ToolCallParserOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--tool-call-parser",
+        help="Parse tool calls from the output of requests with tools (tool_choice auto): ernie-x1.",
+    ),
+]
+AutoToolChoiceOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--enable-auto-tool-choice",
+        help="vLLM's switch for tool_choice auto; accepted, needs --tool-call-parser (which alone enables it).",
+    ),
 ]
 ChatTemplateOpt = Annotated[
     Optional[str],
@@ -77,6 +92,8 @@ SERVER_KEYS = {
     "max_queue_size": "max_queue_size",
     "timeout_graceful_shutdown": "timeout_graceful_shutdown",
     "reasoning_parser": "reasoning_parser",
+    "tool_call_parser": "tool_call_parser",
+    "enable_auto_tool_choice": "enable_auto_tool_choice",
     "chat_template": "chat_template",
     "trust_request_chat_template": "trust_request_chat_template",
     "max_request_body_bytes": "max_request_body_bytes",
@@ -99,6 +116,8 @@ _TYPES = {
     "max_queue_size": int,
     "timeout_graceful_shutdown": float,
     "reasoning_parser": str,
+    "tool_call_parser": str,
+    "enable_auto_tool_choice": bool,
     "chat_template": str,
     "trust_request_chat_template": bool,
     "max_request_body_bytes": int,
@@ -162,6 +181,8 @@ def serve(
     max_queue_size: MaxQueueOpt = None,
     timeout_graceful_shutdown: GracefulOpt = None,
     reasoning_parser: ReasoningParserOpt = None,
+    tool_call_parser: ToolCallParserOpt = None,
+    enable_auto_tool_choice: AutoToolChoiceOpt = None,
     chat_template: ChatTemplateOpt = None,
     trust_request_chat_template: TrustTemplateOpt = None,
     max_request_body_bytes: MaxBodyOpt = None,

@@ -49,10 +49,11 @@ class Attention:
             q = self.q_norm(q.reshape([-1, self.head_dim])).reshape([num_tokens, self.q_size])
             k = self.k_norm(k.reshape([-1, self.head_dim])).reshape([num_tokens, self.kv_size])
         q, k = self.rotary(positions, q, k)
-        k_cache, v_cache = kv_cache
+        # (k_cache, v_cache), or for the C8 cache (k_cache, v_cache, k_scales, v_scales): runner/kv_cache.py.
+        k_cache, v_cache, *scales = kv_cache
         k = k.reshape([num_tokens, self.num_kv_heads, self.head_dim])
         v = v.reshape([num_tokens, self.num_kv_heads, self.head_dim])
-        ops.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        ops.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping, *scales)
         q = q.reshape([num_tokens, self.num_heads, self.head_dim])
-        out = ops.paged_attention(q, k_cache, v_cache, meta, self.scale)
+        out = ops.paged_attention(q, k_cache, v_cache, meta, self.scale, *scales)
         return self.o_proj(out.reshape([num_tokens, self.q_size]))

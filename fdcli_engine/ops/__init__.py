@@ -20,11 +20,16 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     linear(x[T,in], lw: LinearWeight) -> [T,out]
     set_prompt_rows(mask bool[T] | None): marks the prompt-token rows of the next forward pass; on AMX
         CPUs the native linear computes those rows of quantized weights in bf16 (the reference ignores it)
-    reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T])
+    reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T],
+                      k_scales=None, v_scales=None)
         writes in place
-    paged_attention(q[T,nh,hd], k_cache, v_cache, meta: AttentionMetadata, scale) -> [T,nh,hd]
+    paged_attention(q[T,nh,hd], k_cache, v_cache, meta: AttentionMetadata, scale, k_scales=None,
+                    v_scales=None) -> [T,nh,hd]
         causal: query i of sequence b sits at position seq_len_b - q_len_b + i and attends to keys
         0..that position of its own sequence, read through its block table; GQA by nh // nkv.
+    With k_scales / v_scales fp32 [nb,nkv,bs] (the C8 cache, --kv-cache-dtype int8) the caches are int8:
+    reshape_and_cache stores each (token, head) row as codes + scale (reference.quantize_kv_s8), and
+    paged_attention reads code * scale. Without them both ops are the fp32 ones, unchanged.
 """
 
 from __future__ import annotations

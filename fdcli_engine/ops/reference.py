@@ -158,18 +158,34 @@ def _step_cache(meta: AttentionMetadata, key: str, build):
     return cache[key]
 
 
+def quantize_kv_s8(x: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """The C8 cache's quantization of rows x[..., hd]: (int8 codes, fp32 scales x.shape[:-1]).
+    scale = max |x| / 127 per row (1 if that is 0); q = clip(round_half_even(x / scale), -127, 127). The
+    kernels (csrc/c8_impl.h) produce the same codes and scales bit for bit."""
+    scale = paddle.divide(x.abs().max(axis=-1), paddle.full([], 127.0, dtype="float32"))
+    scale = paddle.where(scale == 0, paddle.ones_like(scale), scale)
+    q = paddle.clip(paddle.round(x / scale.unsqueeze(-1)), -127.0, 127.0).astype("int8")
+    return q, scale
+
+
 def reshape_and_cache(
     k: paddle.Tensor,
     v: paddle.Tensor,
     k_cache: paddle.Tensor,
     v_cache: paddle.Tensor,
     slot_mapping: paddle.Tensor,
+    k_scales: paddle.Tensor | None = None,
+    v_scales: paddle.Tensor | None = None,
 ) -> None:
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     # Broadcast indices [T,1] x [1,nkv] x [T,1] address k_cache[block, head, offset, :] per token and head.
     block_idx = (slot_mapping // block_size).unsqueeze(1)
     offset = (slot_mapping % block_size).unsqueeze(1)
     head_idx = paddle.arange(num_kv_heads, dtype="int64").unsqueeze(0)
+    if k_scales is not None:  # C8: int8 codes, one scale per (token, head)
+        (k, ks), (v, vs) = quantize_kv_s8(k), quantize_kv_s8(v)
+        k_scales.index_put_((block_idx, head_idx, offset), ks)
+        v_scales.index_put_((block_idx, head_idx, offset), vs)
     k_cache.index_put_((block_idx, head_idx, offset), k)
     v_cache.index_put_((block_idx, head_idx, offset), v)
 
@@ -180,20 +196,23 @@ def paged_attention(
     v_cache: paddle.Tensor,
     meta: AttentionMetadata,
     scale: float,
+    k_scales: paddle.Tensor | None = None,
+    v_scales: paddle.Tensor | None = None,
 ) -> paddle.Tensor:
-    """One sequence at a time: gather its blocks into contiguous [nkv, L, hd] K/V, then dense causal
-    attention. Query i of a sequence with q_len queries and L keys sits at position L - q_len + i."""
+    """One sequence at a time: gather its blocks into contiguous [nkv, L, hd] K/V (dequantized for a C8
+    cache), then dense causal attention. Query i of a sequence with q_len queries and L keys sits at
+    position L - q_len + i."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
     if meta.is_decode_only and meta.num_seqs == q.shape[0] and meta.num_seqs > 1:
-        return _decode_batched(q, k_cache, v_cache, meta, scale)
+        return _decode_batched(q, k_cache, v_cache, meta, scale, k_scales, v_scales)
     plan = _step_cache(meta, f"plan{block_size}/{group}", lambda: _attention_plan(meta, block_size, group))
     outs = []
     for start, end, seq_len, blocks, bias in plan:
         q_len = end - start
-        k = _gather_seq(k_cache, blocks, num_kv_heads, seq_len, head_dim)
-        v = _gather_seq(v_cache, blocks, num_kv_heads, seq_len, head_dim)
+        k = _gather_seq(k_cache, blocks, num_kv_heads, seq_len, head_dim, k_scales)
+        v = _gather_seq(v_cache, blocks, num_kv_heads, seq_len, head_dim, v_scales)
         # [q_len, nh, hd] -> [nkv, group * q_len, hd]: query heads h = kv * group + g share kv head kv.
         qs = q[start:end].transpose([1, 0, 2]).reshape([num_kv_heads, group * q_len, head_dim])
         scores = paddle.matmul(qs, k, transpose_y=True) * scale  # [nkv, group*q_len, L]
@@ -205,7 +224,15 @@ def paged_attention(
     return outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
 
 
-def _decode_batched(q, k_cache, v_cache, meta, scale) -> paddle.Tensor:
+def _gather_blocks(cache, blocks, scales) -> paddle.Tensor:
+    """cache[blocks] as fp32: a C8 cache's codes times their scales (index_select has no int8 kernel)."""
+    if scales is None:
+        return paddle.index_select(cache, blocks, axis=0)
+    codes = paddle.gather(cache, blocks, axis=0).astype("float32")
+    return codes * paddle.gather(scales, blocks, axis=0).unsqueeze(-1)
+
+
+def _decode_batched(q, k_cache, v_cache, meta, scale, k_scales=None, v_scales=None) -> paddle.Tensor:
     """All sequences decode one token: one padded batch instead of a loop (op count independent of B).
     Keys past a sequence's length (padding blocks, block id 0 in unused table entries) get -inf."""
     num_seqs, num_heads, head_dim = q.shape
@@ -213,14 +240,15 @@ def _decode_batched(q, k_cache, v_cache, meta, scale) -> paddle.Tensor:
     table, bias = _step_cache(meta, f"decode{block_size}", lambda: _decode_plan(meta, block_size))
     num_blocks = table.shape[0] // num_seqs
 
-    def gather(cache):  # -> [B, nkv, num_blocks * bs, hd]
-        x = paddle.index_select(cache, table, axis=0)
+    def gather(cache, scales):  # -> [B, nkv, num_blocks * bs, hd]
+        x = _gather_blocks(cache, table, scales)
         x = x.reshape([num_seqs, num_blocks, num_kv_heads, block_size, head_dim]).transpose([0, 2, 1, 3, 4])
         return x.reshape([num_seqs, num_kv_heads, num_blocks * block_size, head_dim])
 
     qs = q.reshape([num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim])
-    scores = paddle.matmul(qs, gather(k_cache), transpose_y=True) * scale + bias  # [B, nkv, group, L]
-    out = paddle.matmul(F.softmax(scores, axis=-1), gather(v_cache))
+    # [B, nkv, group, L]
+    scores = paddle.matmul(qs, gather(k_cache, k_scales), transpose_y=True) * scale + bias
+    out = paddle.matmul(F.softmax(scores, axis=-1), gather(v_cache, v_scales))
     return out.reshape([num_seqs, num_heads, head_dim])
 
 
@@ -250,9 +278,9 @@ def _attention_plan(meta: AttentionMetadata, block_size: int, group: int) -> lis
     return plan
 
 
-def _gather_seq(cache, blocks, num_kv_heads, seq_len, head_dim) -> paddle.Tensor:
+def _gather_seq(cache, blocks, num_kv_heads, seq_len, head_dim, scales=None) -> paddle.Tensor:
     # [n, nkv, bs, hd] -> [nkv, n * bs, hd] -> first seq_len positions.
-    x = paddle.index_select(cache, blocks, axis=0).transpose([1, 0, 2, 3])
+    x = _gather_blocks(cache, blocks, scales).transpose([1, 0, 2, 3])
     return x.reshape([num_kv_heads, -1, head_dim])[:, :seq_len]
 
 

@@ -10,6 +10,7 @@ import paddle
 from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.runner.input_batch import build_inputs
+from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes
 from fdcli_engine.runner.sampler import Sampler
 from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
 
@@ -18,14 +19,12 @@ logger = logging.getLogger(__name__)
 GiB = 1 << 30
 
 
-def kv_block_bytes(model, block_size: int) -> int:
-    return 2 * model.num_layers * model.num_kv_heads * block_size * model.head_dim * 4
-
-
 def num_kv_blocks_for(config: EngineConfig, model) -> int:
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
-    n = int(config.kv_cache_memory_gb * GiB // kv_block_bytes(model, config.block_size))
+    n = int(
+        config.kv_cache_memory_gb * GiB // kv_block_bytes(model, config.block_size, config.kv_cache_dtype)
+    )
     # Never more than enough for max_num_seqs full-length sequences: memory nobody could use.
     per_seq = -(-config.max_model_len // config.block_size)
     return max(2, min(n, per_seq * config.max_num_seqs))
@@ -37,17 +36,14 @@ class ModelRunner:
         self.model = model
         self.block_size = config.block_size
         self.num_blocks = num_kv_blocks_for(config, model)
-        shape = [self.num_blocks, model.num_kv_heads, self.block_size, model.head_dim]
-        self.kv_caches = [
-            (paddle.zeros(shape, dtype="float32"), paddle.zeros(shape, dtype="float32"))
-            for _ in range(model.num_layers)
-        ]
+        self.kv_caches = allocate_kv_caches(model, self.num_blocks, self.block_size, config.kv_cache_dtype)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
         logger.info(
-            "KV cache: %d blocks of %d tokens (%.2f GiB)",
+            "KV cache: %d blocks of %d tokens, %s (%.2f GiB)",
             self.num_blocks,
             self.block_size,
-            self.num_blocks * kv_block_bytes(model, self.block_size) / GiB,
+            config.kv_cache_dtype,
+            self.num_blocks * kv_block_bytes(model, self.block_size, config.kv_cache_dtype) / GiB,
         )
 
     @paddle.no_grad()

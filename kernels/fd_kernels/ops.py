@@ -214,21 +214,38 @@ def rotary_embedding(positions, q, k, cos_sin_cache, head_dim: int):
     return q, k
 
 
-def reshape_and_cache(k, v, k_cache, v_cache, slot_mapping) -> None:
-    """Write k/v [T, nkv, hd] into the caches at slot_mapping (negative slots are skipped)."""
+def reshape_and_cache(k, v, k_cache, v_cache, slot_mapping, k_scales=None, v_scales=None) -> None:
+    """Write k/v [T, nkv, hd] into the caches at slot_mapping (negative slots are skipped). With scales,
+    the caches are int8 and each row is quantized (the C8 cache, csrc/c8_impl.h)."""
     try:
-        _run("fd_reshape_and_cache", k, v, k_cache, v_cache, slot_mapping)
+        if k_scales is None:
+            _run("fd_reshape_and_cache", k, v, k_cache, v_cache, slot_mapping)
+        else:
+            _run("fd_reshape_and_cache_s8", k, v, k_cache, v_cache, k_scales, v_scales, slot_mapping)
     except OSError as exc:
         raise _bad_input(exc) from None
 
 
-def paged_attention(q, k_cache, v_cache, meta, scale: float) -> paddle.Tensor:
+def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_scales=None) -> paddle.Tensor:
     try:
+        if k_scales is None:
+            return _run(
+                "fd_paged_attention",
+                q,
+                k_cache,
+                v_cache,
+                meta.query_start_loc,
+                meta.seq_lens,
+                meta.block_tables,
+                float(scale),
+            )[0]
         return _run(
-            "fd_paged_attention",
+            "fd_paged_attention_s8",
             q,
             k_cache,
             v_cache,
+            k_scales,
+            v_scales,
             meta.query_start_loc,
             meta.seq_lens,
             meta.block_tables,

@@ -57,6 +57,17 @@ def load_chat_template(value: str | None) -> str | None:
     return p.read_text()
 
 
+def check_tool_options(args: ServerArgs) -> None:
+    """An unknown --tool-call-parser, or --enable-auto-tool-choice without one, is a ConfigError now
+    (as in vLLM), not a 400 at the first request. The parser alone enables tool_choice "auto"
+    (FastDeploy's behaviour); vLLM's --enable-auto-tool-choice is accepted so its command lines work."""
+    from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+
+    get_tool_parser_cls(args.tool_call_parser)
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser (e.g. ernie-x1)")
+
+
 @dataclass
 class _State:
     args: ServerArgs
@@ -171,6 +182,7 @@ def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = T
         from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 
         get_parser_cls(args.reasoning_parser)  # unknown parser: ConfigError now, not at the first request
+        check_tool_options(args)
         return asyncio.run(serve_async(engine_config, args, sock, **hooks))
     finally:
         sock.close()

@@ -96,14 +96,40 @@ class ContentPart(BaseModel):
     text: str | None = Field(default=None, max_length=MAX_STR)
 
 
+class FunctionCall(_Strict):
+    name: str = Field(min_length=1, max_length=256)
+    arguments: str = Field(max_length=MAX_STR)  # a JSON object as text (the OpenAI wire format)
+
+
+class ToolCall(_Strict):
+    """A tool call: in an assistant message of the request, and in a response message."""
+
+    id: str = Field(max_length=256)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: (
         Annotated[str, Field(max_length=MAX_STR)] | Annotated[list[ContentPart], Field(max_length=256)] | None
-    )
+    ) = None  # an assistant message that only calls tools has none
     name: str | None = Field(default=None, max_length=256)
     reasoning_content: str | None = Field(default=None, max_length=MAX_STR)
+    tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
     tool_call_id: str | None = Field(default=None, max_length=256)
+
+
+class FunctionDefinition(_Strict):
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = Field(default=None, max_length=MAX_STR)
+    parameters: dict[str, Any] | None = None  # a JSON Schema object
+    strict: bool | None = None
+
+
+class ChatTool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
 
 
 class ResponseFormat(_Strict):
@@ -122,7 +148,8 @@ class ChatCompletionRequest(_SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tools: list[ChatTool] | None = Field(default=None, max_length=128)
+    # Checked by the serving layer (serving_tools.py), which says which choices are supported.
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     logit_bias: dict[str, float] | None = None
@@ -132,6 +159,7 @@ class TokenizeRequest(_Strict):
     model: str | None = Field(default=None, max_length=512)
     prompt: str | None = Field(default=None, max_length=MAX_STR)
     messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
+    tools: list[ChatTool] | None = Field(default=None, max_length=128)  # rendered with messages
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -203,6 +231,7 @@ class ChatResponseMessage(BaseModel):
     role: str = "assistant"
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -224,10 +253,20 @@ class ChatCompletionResponse(BaseModel):
     prompt_token_ids: list[int] | None = None
 
 
+class DeltaToolCall(BaseModel):
+    """A tool call in a stream: `index` says which call of the choice it is (fd sends each whole)."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: dict[str, str] | None = None  # {"name": ..., "arguments": ...}
+
+
 class DeltaMessage(BaseModel):
     role: str | None = None
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatStreamChoice(BaseModel):

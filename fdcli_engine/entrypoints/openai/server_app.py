@@ -29,6 +29,7 @@ from fdcli_engine.entrypoints.openai.server_state import ServerArgs, key_matches
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_common import check_model, encode
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
 logger = logging.getLogger("fd.serve")
 OPEN_PATHS = {"/health", "/ping"}  # liveness probes need no key
@@ -202,6 +203,7 @@ class _Ctx:
             chat_template=args.chat_template,
             reasoning_parser_cls=get_parser_cls(args.reasoning_parser),
             allow_request_chat_template=args.trust_request_chat_template,
+            tool_parser_cls=get_tool_parser_cls(args.tool_call_parser),
         )
 
     def require_ready(self) -> None:
@@ -331,7 +333,7 @@ def _add_token_routes(app: FastAPI, ctx: _Ctx) -> None:
             tokens = encode(engine.tokenizer, req.prompt, req.add_special_tokens)
         else:
             chat_req = ChatCompletionRequest(
-                messages=req.messages, add_generation_prompt=req.add_generation_prompt
+                messages=req.messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools
             )
             tokens = ctx.chat.render(chat_req)[1]
         return TokenizeResponse(

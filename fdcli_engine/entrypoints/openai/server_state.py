@@ -21,6 +21,8 @@ class ServerArgs:
     max_queue_size: int = 1024  # requests waiting for admission; one more gets 429 at once
     timeout_graceful_shutdown: float = 30.0
     reasoning_parser: str | None = None
+    tool_call_parser: str | None = None  # parses tool calls when a request has tools (tool_choice "auto")
+    enable_auto_tool_choice: bool = False  # vLLM's flag, accepted for its command lines; needs the parser
     chat_template: str | None = None  # a file path or the template itself
     trust_request_chat_template: bool = False
     max_request_body_bytes: int = 32 << 20

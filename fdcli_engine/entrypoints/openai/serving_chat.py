@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 
@@ -16,6 +17,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     ChatStreamChoice,
     ChatTokenLogprob,
     DeltaMessage,
+    DeltaToolCall,
     TopLogprob,
 )
 from fdcli_engine.entrypoints.openai.serving_common import (
@@ -34,6 +36,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     token_text,
 )
 from fdcli_engine.entrypoints.openai.serving_completion import _error_json
+from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 
 logger = logging.getLogger("fd.serve")
 
@@ -42,6 +45,9 @@ def messages_to_dicts(messages) -> list[dict]:
     """Plain dicts for the template; text parts are joined with newlines, other part types are a 400."""
     out = []
     for i, m in enumerate(messages):
+        if "content" not in m.model_fields_set and not m.tool_calls:
+            # Only an assistant message that calls tools may leave content out (as in OpenAI's API).
+            raise bad_request(f"messages[{i}].content: Field required", f"messages[{i}].content")
         content = m.content
         if isinstance(content, list):
             texts = []
@@ -58,8 +64,26 @@ def messages_to_dicts(messages) -> list[dict]:
             d["name"] = m.name
         if m.reasoning_content:
             d["reasoning_content"] = m.reasoning_content
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise bad_request("only assistant messages carry tool_calls", f"messages[{i}].tool_calls")
+            d["tool_calls"] = [_template_tool_call(c) for c in m.tool_calls]
+        if m.tool_call_id:
+            d["tool_call_id"] = m.tool_call_id
         out.append(d)
     return out
+
+
+def _template_tool_call(call) -> dict:
+    """A tool call as HF chat templates read it: arguments as an object (transformers' convention;
+    vLLM does the same), kept as the string when it is not a JSON object."""
+    try:
+        args = json.loads(call.function.arguments)
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        args = call.function.arguments
+    return {"id": call.id, "type": call.type, "function": {"name": call.function.name, "arguments": args}}
 
 
 class OpenAIServingChat:
@@ -70,12 +94,14 @@ class OpenAIServingChat:
         chat_template: str | None = None,
         reasoning_parser_cls=None,
         allow_request_chat_template: bool = False,
+        tool_parser_cls=None,
     ):
         self.engine = engine
         self.served_model_names = served_model_names
         self.chat_template = chat_template
         self.reasoning_parser_cls = reasoning_parser_cls
         self.allow_request_chat_template = allow_request_chat_template
+        self.tool_parser_cls = tool_parser_cls
 
     def _check_unsupported(self, req: ChatCompletionRequest) -> None:
         if req.response_format is not None and req.response_format.type != "text":
@@ -84,8 +110,6 @@ class OpenAIServingChat:
                 "use 'text'",
                 "response_format",
             )
-        if req.tools:
-            raise bad_request("tool calling is not supported", "tools")
         if req.logit_bias:
             raise bad_request("logit_bias is not supported", "logit_bias")
         if req.top_logprobs is not None and not req.logprobs:
@@ -103,9 +127,12 @@ class OpenAIServingChat:
         """The prompt text and ids the template produces for these messages."""
         tok = self.engine.tokenizer
         kwargs = dict(req.chat_template_kwargs or {})
-        for reserved in ("messages", "add_generation_prompt", "chat_template", "tokenize"):
+        for reserved in ("messages", "add_generation_prompt", "chat_template", "tokenize", "tools"):
             if reserved in kwargs:
-                raise bad_request(f"chat_template_kwargs may not set {reserved!r}", "chat_template_kwargs")
+                hint = ": send them in the request's tools field" if reserved == "tools" else ""
+                raise bad_request(
+                    f"chat_template_kwargs may not set {reserved!r}{hint}", "chat_template_kwargs"
+                )
         if req.continue_final_message and req.add_generation_prompt:
             raise bad_request(
                 "continue_final_message needs add_generation_prompt=false", "continue_final_message"
@@ -115,6 +142,7 @@ class OpenAIServingChat:
                 messages_to_dicts(req.messages),
                 add_generation_prompt=req.add_generation_prompt,
                 chat_template=req.chat_template or self.chat_template,
+                **({"tools": [t.model_dump(exclude_none=True) for t in req.tools]} if req.tools else {}),
                 **kwargs,
             )
         except Exception as e:
@@ -129,6 +157,7 @@ class OpenAIServingChat:
     async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None):
         model = check_model(req.model, self.served_model_names)
         self._check_unsupported(req)
+        parse_tools = parses_tool_calls(req, self.tool_parser_cls)
         prompt, prompt_ids = self.render(req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
@@ -138,14 +167,23 @@ class OpenAIServingChat:
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = build_params(req, self.engine.tokenizer, max_tokens, logprobs)
         rid = request_id or req.request_id or random_id("chatcmpl")
-        return model, rid, prompt_ids, fan_out(rid, [(prompt, prompt_ids)], params, req.n)
+        jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n)
+        return model, rid, prompt_ids, jobs, parse_tools
 
     async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):
         """A ChatCompletionResponse, or (stream=True) an async iterator of SSE strings."""
-        model, rid, prompt_ids, jobs = await self.prepare(req, request_id)
+        model, rid, prompt_ids, jobs, parse_tools = await self.prepare(req, request_id)
         if req.stream:
-            return self._stream(req, model, rid, prompt_ids, jobs)
-        return await self._full(req, model, rid, prompt_ids, jobs)
+            return self._stream(req, model, rid, prompt_ids, jobs, parse_tools)
+        return await self._full(req, model, rid, prompt_ids, jobs, parse_tools)
+
+    def _splitter(self, req, parse_tools: bool) -> OutputSplitter:
+        """One choice's output splitter; it parses tool calls only when the request asked for that."""
+        return OutputSplitter(
+            self.reasoning_parser_cls,
+            self.tool_parser_cls if parse_tools else None,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+        )
 
     def _logprobs(self, entries, token_ids) -> ChatLogprobs:
         tok = self.engine.tokenizer
@@ -171,7 +209,7 @@ class OpenAIServingChat:
             )
         return ChatLogprobs(content=content)
 
-    async def _full(self, req, model, rid, prompt_ids, jobs) -> ChatCompletionResponse:
+    async def _full(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> ChatCompletionResponse:
         finals = {}
         try:
             async for job, out in merge_jobs(self.engine, jobs):
@@ -185,19 +223,21 @@ class OpenAIServingChat:
             comp = out.outputs[0]
             completion_tokens += len(comp.token_ids)
             cached = max(cached, out.num_cached_tokens)
-            reasoning, content = None, comp.text
-            if self.reasoning_parser_cls is not None:
-                reasoning, content = self.reasoning_parser_cls().split(comp.text)
+            split = self._splitter(req, parse_tools).split(comp.text)
             lps = None
             if req.logprobs and comp.logprobs is not None:
                 lps = self._logprobs(comp.logprobs, comp.token_ids)
-            message = ChatResponseMessage(content=content, reasoning_content=reasoning)
+            message = ChatResponseMessage(
+                content=split.content,
+                reasoning_content=split.reasoning,
+                tool_calls=split.tool_calls or None,
+            )
             choices.append(
                 ChatChoice(
                     index=index,
                     message=message,
                     logprobs=lps,
-                    finish_reason=comp.finish_reason,
+                    finish_reason=_finish_reason(comp.finish_reason, split.tool_calls),
                     stop_reason=comp.stop_reason,
                     token_ids=list(comp.token_ids) if req.return_token_ids else None,
                 )
@@ -217,8 +257,13 @@ class OpenAIServingChat:
         )
         return sse(ChatCompletionChunk(id=rid, model=model, choices=[choice]))
 
-    async def _stream(self, req, model, rid, prompt_ids, jobs) -> AsyncIterator[str]:
-        parsers = {j.index: self.reasoning_parser_cls() for j in jobs} if self.reasoning_parser_cls else {}
+    async def _stream(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> AsyncIterator[str]:
+        if parse_tools:
+            parsers = {j.index: self._splitter(req, True) for j in jobs}
+        elif self.reasoning_parser_cls:
+            parsers = {j.index: self.reasoning_parser_cls() for j in jobs}
+        else:
+            parsers = {}
         completion_tokens, cached = 0, 0
         try:
             for job in jobs:  # OpenAI opens every choice with a role-only delta
@@ -227,8 +272,11 @@ class OpenAIServingChat:
                 comp = out.outputs[0]
                 new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
-                reasoning, content = None, comp.delta_text
-                if parsers:
+                reasoning, content, calls = None, comp.delta_text, []
+                if parse_tools:
+                    split = parsers[job.index].feed(comp.delta_text, final=out.finished)
+                    reasoning, content, calls = split.reasoning or None, split.content, split.tool_calls
+                elif parsers:
                     r, c = parsers[job.index].feed(comp.delta_text, final=out.finished)
                     reasoning, content = (r or None), c
                 lps = None
@@ -239,7 +287,12 @@ class OpenAIServingChat:
                 elif not content and not reasoning and lps is None:
                     continue
                 delta = DeltaMessage(content=content or None, reasoning_content=reasoning)
-                finish = comp.finish_reason if out.finished else None
+                if calls:  # the last text, then the calls (each whole, with its index), then the finish
+                    if content or reasoning:
+                        yield self._chunk(rid, model, job.index, delta)
+                    yield self._chunk(rid, model, job.index, DeltaMessage(tool_calls=_delta_calls(calls)))
+                    delta = DeltaMessage()
+                finish = _finish_reason(comp.finish_reason, calls) if out.finished else None
                 ids = new_ids if req.return_token_ids else None
                 yield self._chunk(rid, model, job.index, delta, finish, lps, ids)
             if req.stream_options and req.stream_options.include_usage:
@@ -251,3 +304,16 @@ class OpenAIServingChat:
                 logger.error("chat stream %s failed: %s", rid, e)
             yield sse(_error_json(err))
         yield SSE_DONE
+
+
+def _finish_reason(engine_reason: str | None, tool_calls) -> str | None:
+    """The choice's finish_reason: "tool_calls" when the model stopped after calling tools; a cut-off
+    ("length") or aborted output keeps its reason (the calls parsed from it are still returned)."""
+    return "tool_calls" if tool_calls and engine_reason == "stop" else engine_reason
+
+
+def _delta_calls(calls) -> list[DeltaToolCall]:
+    return [
+        DeltaToolCall(index=k, id=c.id, type="function", function=c.function.model_dump())
+        for k, c in enumerate(calls)
+    ]

@@ -7,7 +7,13 @@
 // (prefill) put rows in vector lanes: scores and the P x V update are plain FMAs with broadcast key/value
 // elements, no horizontal sums. Smaller tiles (decode) use dot products, row by row within each chunk of
 // keys, so the group's heads read a chunk from L1 after the first one loads it.
+//
+// The cache holds fp32, or int8 codes with per-row scales (the C8 cache, c8_impl.h): the kernels are
+// templates on C8, and a C8 instance dequantizes each chunk of keys and values once into a small fp32
+// buffer that every row of the work item then reads, so the fp32 instance is exactly the plain kernel.
 // No include guard on purpose.
+
+#include "c8_impl.h"
 
 constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update
 constexpr int64_t kMaxHeadDim = 512;  // checked by the glue
@@ -21,6 +27,22 @@ struct AttnRow {
 // Pointer to the first of `n` consecutive keys starting at key kk (never crossing a block).
 static inline int64_t key_base(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t kk) {
   return ((bt[kk / a.block_size] * a.num_kv_heads + g) * a.block_size + kk % a.block_size) * a.head_dim;
+}
+
+// Keys and values of the chunk of n rows at `base` as fp32: the cache itself, or (C8) dequantized into
+// kbuf / vbuf. The scales share the cache's indexing without head_dim: row base / hd.
+template <bool C8>
+static inline void chunk_kv(const AttnArgs& a, int64_t base, int64_t n, float* kbuf, float* vbuf,
+                            const float*& kp, const float*& vp) {
+  if constexpr (C8) {
+    dequant_rows((const int8_t*)a.k_cache + base, a.k_scales + base / a.head_dim, n, a.head_dim, kbuf);
+    dequant_rows((const int8_t*)a.v_cache + base, a.v_scales + base / a.head_dim, n, a.head_dim, vbuf);
+    kp = kbuf;
+    vp = vbuf;
+  } else {
+    kp = (const float*)a.k_cache + base;
+    vp = (const float*)a.v_cache + base;
+  }
 }
 
 static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
@@ -82,9 +104,11 @@ static inline void dots16(const float* q, const float* kp, int64_t hd, float sca
 
 // A few rows (decode: the GQA group's heads) one at a time with dot products, chunk by chunk so a
 // chunk's keys and values stay in L1 for every row that reads them.
+template <bool C8>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim;
   float acc[kDecodeRows][kMaxHeadDim], mx[kDecodeRows], l[kDecodeRows], sc[kKeyChunk];
+  alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1], vbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
   int64_t nk = 0;
   for (int64_t r = 0; r < nrows; ++r) {
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
@@ -94,8 +118,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   }
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
-    const int64_t base = key_base(a, bt, g, kk);
-    const float *kp = a.k_cache + base, *vp = a.v_cache + base;
+    const float *kp, *vp;
+    chunk_kv<C8>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
     for (int64_t r = 0; r < nrows; ++r) {
       const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
       if (nr <= 0) continue;
@@ -199,9 +223,11 @@ static inline void lane_chunk(LaneState& st, const float* kp, const float* vp, i
 }
 
 // Up to FD_W rows in the lanes of one vector; idle lanes repeat the last row.
+template <bool C8>
 static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim;
   alignas(64) float qt[kMaxHeadDim * FD_W], ot[kMaxHeadDim * FD_W], lim[FD_W];
+  alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1], vbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
   int64_t nk = 0, min_nk = INT64_MAX;
   for (int64_t r = 0; r < FD_W; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
@@ -215,8 +241,9 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
   LaneState st{qt, ot, vload(lim), min_nk, vset1(-INFINITY), vzero()};
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
-    const int64_t base = key_base(a, bt, g, kk);
-    lane_chunk(st, a.k_cache + base, a.v_cache + base, hd, kk, n);
+    const float *kp, *vp;
+    chunk_kv<C8>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
+    lane_chunk(st, kp, vp, hd, kk, n);
     kk += n;
   }
   vstore(lim, st.l);
@@ -226,7 +253,8 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
   }
 }
 
-static void paged_attention(const AttnArgs& a) {
+template <bool C8>
+static void paged_attention_impl(const AttnArgs& a) {
   struct Item {
     int64_t b, g, r0, r1;  // rows r0..r1 of (sequence b, KV head g); row r = query r / group, head r % group
   };
@@ -256,9 +284,17 @@ static void paged_attention(const AttnArgs& a) {
     }
     const int64_t n = w.r1 - w.r0;
     if (FD_W > 1 && n >= kMinLaneRows) {
-      attend_lanes(a, bt, w.g, rows, n);
+      attend_lanes<C8>(a, bt, w.g, rows, n);
     } else {
-      attend_rows(a, bt, w.g, rows, n);
+      attend_rows<C8>(a, bt, w.g, rows, n);
     }
+  }
+}
+
+static void paged_attention(const AttnArgs& a) {
+  if (a.k_scales) {
+    paged_attention_impl<true>(a);
+  } else {
+    paged_attention_impl<false>(a);
   }
 }

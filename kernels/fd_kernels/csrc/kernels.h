@@ -32,15 +32,18 @@ struct GemmArgs {
 };
 
 struct AttnArgs {
-  const float* q;  // [T, nh, hd]
-  const float* k_cache;  // [nb, nkv, bs, hd]
-  const float* v_cache;
+  const float* q;        // [T, nh, hd]
+  const void* k_cache;   // [nb, nkv, bs, hd]: float, or int8 codes when k_scales is set (C8)
+  const void* v_cache;
   const int64_t* query_start_loc;  // [B + 1]
   const int64_t* seq_lens;         // [B]
   const int64_t* block_tables;     // [B, max_blocks]
   int64_t num_seqs, max_blocks, num_heads, num_kv_heads, block_size, head_dim;
   float scale;
   float* out;  // [T, nh, hd]
+  // C8 cache (c8_impl.h): per-row scales [nb, nkv, bs]; nullptr for an fp32 cache.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
 };
 
 // 3 = AVX-512 + AMX-BF16 (weight-only quantized linears compute in bf16, see amx.cc), 2 = AVX-512,
@@ -67,6 +70,9 @@ void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_s
                       int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride);
 void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots, int64_t t,
                        int64_t nkv, int64_t bs, int64_t hd);
+// C8: quantizes each (token, head) row of k / v into int8 codes kc / vc and scales ks / vs [nb, nkv, bs].
+void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc, float* ks, float* vs,
+                          const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd);
 void paged_attention(const AttnArgs& a);
 
 }  // namespace fdk

@@ -1,8 +1,10 @@
 """Tool-call parsers, selected by `--tool-call-parser`: turn a model's raw output into OpenAI
 `tool_calls` plus the remaining content.
 
-A parser class has `extract(text) -> ExtractedToolCalls`. Only whole outputs are parsed (a streamed
-response can send its tool calls with the final chunk).
+A parser class has `extract(text) -> ExtractedToolCalls`, `start_tag` (the text that opens a call:
+streamed content is held back from there) and `tags` (every tag of its format: a streamed tail that
+could grow into one is held back). Only whole outputs are parsed: a streamed response sends its tool
+calls when the output ends (serving_tools.py).
 """
 
 from __future__ import annotations

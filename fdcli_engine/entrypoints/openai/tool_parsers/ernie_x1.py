@@ -6,9 +6,10 @@ call is one JSON object between tags,
     </tool_call>
 
 possibly several in a row. `arguments` may be an object (sent on as JSON text) or already a string.
-If any block is not a JSON object with a string `name`, the output is treated as containing no tool
-calls (the text stays content): a half-parsed set of calls would be worse than none. Content is what
-the ernie-x1 reasoning parser would give (the <response> text), or None when only calls were made.
+If any block is not a JSON object with a non-empty string `name`, the output is treated as containing
+no tool calls (the text stays content): a half-parsed set of calls would be worse than none. Content
+is what the ernie-x1 reasoning parser would give (the <response> text) for output in ERNIE's thinking
+format, else the text before the first call; None when only calls were made.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ from fdcli_engine.entrypoints.openai.reasoning_ernie import (
 )
 from fdcli_engine.entrypoints.openai.tool_parsers.base import ExtractedToolCalls, ToolCall
 
+TOOL_CALL_END = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 class ErnieX1ToolParser:
+    start_tag = TOOL_CALL_START  # where a call begins: the serving layer cuts streamed content here
+    tags = (TOOL_CALL_START, TOOL_CALL_END)
+
     def extract(self, text: str) -> ExtractedToolCalls:
         after_think = text.partition(THINK_END)[2] if THINK_END in text else text
         blocks = _BLOCK.findall(after_think)
@@ -40,13 +45,19 @@ class ErnieX1ToolParser:
             if call is None:
                 return ExtractedToolCalls(False, [], text)
             calls.append(call)
+        if not _thinking_format(text):
+            content = text.partition(TOOL_CALL_START)[0].rstrip()  # a call block is never content
         return ExtractedToolCalls(True, calls, content or None)
+
+
+def _thinking_format(text: str) -> bool:
+    return THINK_END in text or text.lstrip().startswith((RESPONSE_START, TOOL_CALL_START))
 
 
 def _content(text: str) -> str:
     """The answer text: as the ernie-x1 reasoning parser splits it when the output is in ERNIE's
     thinking format, else the text itself."""
-    if THINK_END in text or text.lstrip().startswith((RESPONSE_START, TOOL_CALL_START)):
+    if _thinking_format(text):
         return ErnieX1ReasoningParser().split(text)[1]
     return text
 
@@ -56,7 +67,7 @@ def _parse_block(block: str) -> ToolCall | None:
         obj = json.loads(block.strip())
     except ValueError:
         return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
     if not isinstance(args, str):

@@ -1,0 +1,46 @@
+"""KV cache storage, one entry per decoder layer, handed to the attention layers as is:
+- float32: (k_cache, v_cache), each [num_blocks, num_kv_heads, block_size, head_dim];
+- int8, the C8 cache: (k_cache, v_cache, k_scales, v_scales), int8 codes of that shape plus one fp32
+  scale per cached (block, head, slot): [num_blocks, num_kv_heads, block_size]. reshape_and_cache
+  quantizes each new row (absmax / 127, see ops/reference.quantize_kv_s8) and paged_attention reads it
+  back as code * scale. No calibration; per-token scales keep an outlier token from costing its
+  neighbours precision, and make a token's codes independent of what was batched or cached with it.
+
+Bytes per token and KV head, K and V each: 4 * head_dim in fp32, head_dim + 4 in int8: 3.76x less at
+head_dim 64 (SmolLM2), 3.88x at 128, so a --kv-cache-memory-gb budget holds that many more blocks.
+"""
+
+from __future__ import annotations
+
+import paddle
+
+
+def bytes_per_token_head(head_dim: int, kv_cache_dtype: str) -> int:
+    """Bytes one token costs per KV head, for K or for V."""
+    return head_dim + 4 if kv_cache_dtype == "int8" else 4 * head_dim
+
+
+def kv_block_bytes(model, block_size: int, kv_cache_dtype: str = "float32") -> int:
+    per_layer = model.num_kv_heads * block_size * bytes_per_token_head(model.head_dim, kv_cache_dtype)
+    return 2 * model.num_layers * per_layer
+
+
+def allocate_kv_caches(
+    model, num_blocks: int, block_size: int, kv_cache_dtype: str = "float32"
+) -> list[tuple]:
+    shape = [num_blocks, model.num_kv_heads, block_size, model.head_dim]
+    if kv_cache_dtype == "int8":
+        # Scales start at 0, so a slot never written dequantizes to 0 (it is never read anyway).
+        return [
+            (
+                paddle.zeros(shape, dtype="int8"),
+                paddle.zeros(shape, dtype="int8"),
+                paddle.zeros(shape[:3], dtype="float32"),
+                paddle.zeros(shape[:3], dtype="float32"),
+            )
+            for _ in range(model.num_layers)
+        ]
+    return [
+        (paddle.zeros(shape, dtype="float32"), paddle.zeros(shape, dtype="float32"))
+        for _ in range(model.num_layers)
+    ]
