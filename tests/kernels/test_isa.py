@@ -24,8 +24,10 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
 def test_lower_isa_path_passes_kernel_tests(isa):
+    if isa == "avx512" and not {"amx_bf16", "amx_tile"} <= _cpu_flags():
+        pytest.skip("without AMX the default run already is the AVX-512 path")
     if isa == "avx2" and not {"avx2", "fma"} <= _cpu_flags():
         pytest.skip("CPU has no AVX2/FMA")
     if os.environ.get("FD_KERNELS_ISA"):
