@@ -23,6 +23,10 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     paged_attention(q[T,nh,hd], k_cache, v_cache, meta: AttentionMetadata, scale) -> [T,nh,hd]
         causal: query i of sequence b sits at position seq_len_b - q_len_b + i and attends to keys
         0..that position of its own sequence, read through its block table; GQA by nh // nkv.
+    sample(logits np.float32[B,V], params np.float64[B,7], ids np.int64[N], meta np.int64[B,4],
+           uniforms np.float64[B,R], rejection) -> np.int64[B]
+        numpy in and out (the sampler works on the host): penalties, bans, temperature, top-k/top-p/min-p
+        and the draw per row; layout and semantics in `fdcli_engine.ops.reference_sampler`
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ OP_NAMES = (
     "linear",
     "reshape_and_cache",
     "paged_attention",
+    "sample",
 )
 
 logger = logging.getLogger(__name__)
