@@ -7,6 +7,8 @@ wint8, wint4 and GGUF Q4_1 weights. Attention: decode (1 query per sequence) and
 cache, in milliseconds per call for 9 query heads / 3 KV heads / head_dim 64 (SmolLM2's layer), with the
 fp32 cache and the int8 (C8) cache; the long-context decode rows show what reading a quarter of the bytes
 buys once the cache no longer fits in the caches.
+Sampler: the whole batch's sample op (penalties, top-k/top-p, draw) at V=49152 (SmolLM2's vocabulary),
+fused kernel (exact and rejection) against the numpy reference, in milliseconds per batch.
 """
 
 from __future__ import annotations
@@ -157,6 +159,31 @@ def bench_small_ops() -> None:
         print(_small_ops_line(rng, t))
 
 
+def _sampler_inputs(rng, b: int, v: int, top_k: int, top_p: float):
+    logits = (rng.standard_normal((b, v)) * 3).astype(np.float32)
+    # temperature, top_k, top_p, min_p, repetition, presence, frequency: a typical chat request
+    params = np.tile([0.8, top_k, top_p, 0.0, 1.1, 0.0, 0.2], (b, 1))
+    ids = rng.integers(0, v, b * 300).astype(np.int64)  # 200 prompt + 100 output ids per row
+    meta = np.array([[i * 300, 200, 100, 0] for i in range(b)], dtype=np.int64)
+    return logits, params, ids, meta
+
+
+def bench_sampler() -> None:
+    from fdcli_engine.ops import reference_sampler
+
+    rng = np.random.default_rng(0)
+    v = 49152
+    print(f"{'sampler V=49152':>32} {'fd exact':>9} {'rejection':>10} {'numpy':>9}  ms per batch")
+    for label, top_k, top_p in (("top_p 0.9", 0, 0.9), ("top_k 50 top_p 0.9", 50, 0.9)):
+        for b in (1, 16, 64):
+            args = _sampler_inputs(rng, b, v, top_k, top_p)
+            u1, u5 = rng.random((b, 1)), rng.random((b, 5))
+            fd = best_time(lambda a=args, u=u1: ops.sample(*a, u), max_reps=500)
+            rej = best_time(lambda a=args, u=u5: ops.sample(*a, u, True), max_reps=500)
+            ref = best_time(lambda a=args, u=u1: reference_sampler.sample(*a, u), max_reps=20)
+            print(f"{f'{label} B={b}':>32} {fd * 1e3:9.3f} {rej * 1e3:10.3f} {ref * 1e3:9.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -166,6 +193,7 @@ def main() -> int:
     print(f"threads={os.environ['OMP_NUM_THREADS']} isa={ops.active_isa()}")
     bench_attention(args.quick)
     bench_small_ops()
+    bench_sampler()
     bench_gemm(args.passes)
     return 0
 

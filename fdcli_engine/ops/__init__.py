@@ -30,6 +30,10 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     With k_scales / v_scales fp32 [nb,nkv,bs] (the C8 cache, --kv-cache-dtype int8) the caches are int8:
     reshape_and_cache stores each (token, head) row as codes + scale (reference.quantize_kv_s8), and
     paged_attention reads code * scale. Without them both ops are the fp32 ones, unchanged.
+    sample(logits np.float32[B,V], params np.float64[B,7], ids np.int64[N], meta np.int64[B,4],
+           uniforms np.float64[B,R], rejection) -> np.int64[B]
+        numpy in and out (the sampler works on the host): penalties, bans, temperature, top-k/top-p/min-p
+        and the draw per row; layout and semantics in `fdcli_engine.ops.reference_sampler`
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ OP_NAMES = (
     "set_prompt_rows",
     "reshape_and_cache",
     "paged_attention",
+    "sample",
 )
 
 logger = logging.getLogger(__name__)

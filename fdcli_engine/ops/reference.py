@@ -25,6 +25,8 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from fdcli_engine.ops.reference_sampler import sample  # noqa: F401 - the `sample` op is numpy
+
 if TYPE_CHECKING:
     from fdcli_engine.step_types import AttentionMetadata
 

@@ -1,83 +1,79 @@
-"""Per-request sampling over a batch of logits (numpy, on the host).
+"""Per-request sampling over a batch of logits, on the host.
 
 Every row is processed with its own request's parameters, so one request's settings never leak into
-another's. A request with a `seed` draws from its own generator, advanced exactly once per sampled token:
-its tokens are the same whatever else is in the batch and however often it was preempted. Log-probs are
+another's. The batch goes to the `sample` op in one call: the fused C++ kernel when the native ops are
+bound (fdcli_engine.ops), else its numpy reference; both implement fdcli_engine/ops/reference_sampler.py.
+
+The random numbers stay here: a request with a `seed` draws from its own generator, advanced by a fixed
+amount per sampled token (one uniform, or REJECTION_TRIES + 1 with FD_SAMPLING_CLASS=rejection), so its
+tokens are the same whatever else is in the batch and however often it was preempted. Log-probs are
 those of the model's raw distribution (before penalties and temperature), as OpenAI reports them.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+
 import numpy as np
 
+from fdcli_engine import ops
+from fdcli_engine.errors import ConfigError
+from fdcli_engine.ops import reference_sampler
+from fdcli_engine.ops.reference_sampler import log_softmax
 from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
 
-_NEG_INF = np.float32(-np.inf)
+__all__ = ["SAMPLING_CLASSES", "Sampler", "filter_probs", "log_softmax", "sampling_class_from_env"]
+
+# FastDeploy's FD_SAMPLING_CLASS values: "base" samples the filtered distribution directly; "rejection"
+# draws from the whole temperature distribution and accepts tokens inside the top-k/top-p/min-p set
+# (FlashInfer-style), falling back to the exact draw. Same distribution either way.
+SAMPLING_CLASSES = ("base", "rejection")
+REJECTION_TRIES = 4  # draws from the whole distribution before the exact fallback
 
 
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    m = x.max(axis=-1, keepdims=True)
-    z = x - m
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+def sampling_class_from_env() -> str:
+    name = os.environ.get("FD_SAMPLING_CLASS", "").strip().lower() or "base"
+    if name not in SAMPLING_CLASSES:
+        raise ConfigError(f"FD_SAMPLING_CLASS={name!r} is not supported: use {' or '.join(SAMPLING_CLASSES)}")
+    return name
 
 
-def apply_penalties(
-    row: np.ndarray, params: SamplingParams, prompt_ids: list[int], output_ids: list[int]
-) -> None:
-    if params.repetition_penalty != 1.0:
-        seen = np.fromiter(set(prompt_ids) | set(output_ids), dtype=np.int64)
-        if seen.size:
-            vals = row[seen]
-            row[seen] = np.where(vals > 0, vals / params.repetition_penalty, vals * params.repetition_penalty)
-    if (params.presence_penalty or params.frequency_penalty) and output_ids:
-        ids, counts = np.unique(np.asarray(output_ids, dtype=np.int64), return_counts=True)
-        row[ids] -= params.frequency_penalty * counts + params.presence_penalty
+def filter_probs(row: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """Temperature, top-k, top-p, min-p of one row; returns normalised probabilities (the reference's)."""
+    return reference_sampler.filter_probs(row, params.temperature, params.top_k, params.top_p, params.min_p)
 
 
-def apply_masks(row: np.ndarray, params: SamplingParams, output_ids: list[int], eos_ids: set[int]) -> None:
+def banned_token_ids(params: SamplingParams, output_ids: list[int], eos_ids: set[int]) -> list[int]:
+    """Tokens this step must not produce: stop and EOS tokens before min_tokens, and the last token of
+    each bad word whose prefix the output ends with."""
+    banned: list[int] = []
     if len(output_ids) < params.min_tokens:
-        banned = set(params.stop_token_ids) | (set() if params.ignore_eos else eos_ids)
-        for t in banned:
-            if 0 <= t < row.shape[0]:
-                row[t] = _NEG_INF
+        banned.extend(sorted(set(params.stop_token_ids) | (set() if params.ignore_eos else eos_ids)))
     for seq in params.bad_words_token_ids:
         if not seq:
             continue
         prefix = seq[:-1]
         if not prefix or (len(output_ids) >= len(prefix) and output_ids[-len(prefix) :] == prefix):
-            if 0 <= seq[-1] < row.shape[0]:
-                row[seq[-1]] = _NEG_INF
-
-
-def filter_probs(row: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """Temperature, top-k, top-p, min-p; returns normalised probabilities."""
-    x = row / np.float32(params.temperature)
-    k = params.top_k
-    if 0 < k < x.shape[0]:
-        kth = np.partition(x, -k)[-k]
-        x = np.where(x < kth, _NEG_INF, x)
-    x = x - x.max()
-    p = np.exp(x)
-    p /= p.sum()
-    if params.top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
-        cum = np.cumsum(p[order])
-        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-        cut = int(np.searchsorted(cum, params.top_p, side="left")) + 1
-        keep = np.zeros_like(p, dtype=bool)
-        keep[order[:cut]] = True
-        p = np.where(keep, p, 0.0)
-    if params.min_p > 0.0:
-        p = np.where(p < params.min_p * p.max(), 0.0, p)
-    return p / p.sum()
+            banned.append(seq[-1])
+    return banned
 
 
 class Sampler:
-    def __init__(self, seed: int = 0, eos_token_ids: set[int] | None = None):
+    def __init__(
+        self, seed: int = 0, eos_token_ids: set[int] | None = None, sampling_class: str | None = None
+    ):
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.request_rngs: dict[str, np.random.Generator] = {}
         self.eos_token_ids = set(eos_token_ids or ())
+        self.sampling_class = sampling_class or sampling_class_from_env()
+        if self.sampling_class not in SAMPLING_CLASSES:
+            raise ConfigError(
+                f"sampling class {self.sampling_class!r} is not supported: use base or rejection"
+            )
+        self.rejection = self.sampling_class == "rejection"
+        self.num_uniforms = REJECTION_TRIES + 1 if self.rejection else 1
 
     def drop(self, req_ids) -> None:
         for rid in req_ids:
@@ -95,24 +91,41 @@ class Sampler:
     def sample(
         self, logits: np.ndarray, reqs: list[ScheduledRequest]
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
-        tokens: list[int] = []
+        n = len(reqs)
+        params = np.empty((n, len(reference_sampler.PARAM_COLUMNS)), dtype=np.float64)
+        meta = np.zeros((n, len(reference_sampler.META_COLUMNS)), dtype=np.int64)
+        uniforms = np.zeros((n, self.num_uniforms), dtype=np.float64)
+        chunks: list = []
+        offset = 0
+        for i, sr in enumerate(reqs):
+            sp = sr.sampling_params
+            params[i] = (
+                sp.temperature,
+                sp.top_k,
+                sp.top_p,
+                sp.min_p,
+                sp.repetition_penalty,
+                sp.presence_penalty,
+                sp.frequency_penalty,
+            )
+            # Only the ids a penalty reads: the prompt's for repetition, the output's for any penalty.
+            prompt = sr.prompt_token_ids if sp.repetition_penalty != 1.0 else ()
+            penalized = sp.repetition_penalty != 1.0 or sp.presence_penalty or sp.frequency_penalty
+            output = sr.output_token_ids if penalized else ()
+            banned = banned_token_ids(sp, sr.output_token_ids, self.eos_token_ids)
+            meta[i] = (offset, len(prompt), len(output), len(banned))
+            offset += len(prompt) + len(output) + len(banned)
+            chunks += (prompt, output, banned)
+            if not sp.is_greedy:  # greedy rows draw nothing: their generators stay where they are
+                rng = self._rng_for(sr)
+                uniforms[i] = rng.random() if self.num_uniforms == 1 else rng.random(self.num_uniforms)
+        ids = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64, count=offset)
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        tokens = ops.sample(logits, params, ids, meta, uniforms, self.rejection).tolist()
         all_logprobs: list[list[tuple[int, float]] | None] = []
         for i, sr in enumerate(reqs):
-            params = sr.sampling_params
-            raw = logits[i]
-            lp = log_softmax(raw) if params.logprobs is not None else None
-            row = raw.copy()
-            apply_penalties(row, params, sr.prompt_token_ids, sr.output_token_ids)
-            apply_masks(row, params, sr.output_token_ids, self.eos_token_ids)
-            if params.is_greedy:
-                tok = int(np.argmax(row))
-            else:
-                p = filter_probs(row, params)
-                cum = np.cumsum(p)
-                u = self._rng_for(sr).random() * cum[-1]
-                tok = int(min(np.searchsorted(cum, u, side="right"), p.shape[0] - 1))
-            tokens.append(tok)
-            all_logprobs.append(self._logprobs(lp, tok, params.logprobs) if lp is not None else None)
+            k = sr.sampling_params.logprobs
+            all_logprobs.append(None if k is None else self._logprobs(log_softmax(logits[i]), tokens[i], k))
         return tokens, all_logprobs
 
     @staticmethod

@@ -253,3 +253,28 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
+
+
+def _host_view(a: np.ndarray, dtype) -> paddle.Tensor:
+    """A zero-copy Paddle view of a numpy array (a copy only if it is not contiguous or of another dtype)."""
+    return paddle.utils.dlpack.from_dlpack(np.ascontiguousarray(a, dtype=dtype))
+
+
+def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.ndarray:
+    """The fused sampler (csrc/sampler_impl.h) on numpy inputs; semantics and layout in
+    fdcli_engine.ops.reference_sampler. Returns int64 [B]."""
+    if ids.size == 0:  # a zero-size tensor has no data pointer to hand over
+        ids = np.zeros(1, dtype=np.int64)
+    try:
+        out = _run(
+            "fd_sample",
+            _host_view(logits, np.float32),
+            _host_view(params, np.float64),
+            _host_view(ids, np.int64),
+            _host_view(meta, np.int64),
+            _host_view(uniforms, np.float64),
+            bool(rejection),
+        )[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+    return out.numpy()

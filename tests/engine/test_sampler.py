@@ -1,11 +1,27 @@
-"""The sampler against hand computations (numpy)."""
+"""The sampler against hand computations (numpy). Every test runs on both implementations of the `sample`
+op (the fused C++ kernel and its numpy reference) and, where the draw matters, both sampling classes."""
 
 import numpy as np
 import pytest
 
+from fdcli_engine import ops
+from fdcli_engine.errors import ConfigError
 from fdcli_engine.runner.sampler import Sampler, filter_probs, log_softmax
 from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
+
+
+@pytest.fixture(autouse=True, params=["native", "reference"])
+def backend(request):
+    before = ops.backend
+    ops.use(request.param)
+    yield request.param
+    ops.use(before)
+
+
+@pytest.fixture(params=["base", "rejection"])
+def sampling_class(request):
+    return request.param
 
 
 def sreq(rid, params, prompt=(1, 2), output=()):
@@ -31,11 +47,11 @@ def test_greedy_is_argmax():
     assert toks == list(np.argmax(logits, axis=1))
 
 
-def test_seeded_sampling_independent_of_batch():
+def test_seeded_sampling_independent_of_batch(sampling_class):
     params = SamplingParams(temperature=1.0, seed=1234)
     logits = rand_logits(4, seed=1)
-    solo = Sampler(seed=0)
-    mixed = Sampler(seed=99)
+    solo = Sampler(seed=0, sampling_class=sampling_class)
+    mixed = Sampler(seed=99, sampling_class=sampling_class)
     solo_toks, mixed_toks = [], []
     for step in range(20):
         row = rand_logits(1, seed=100 + step)
@@ -52,9 +68,9 @@ def test_seeded_sampling_independent_of_batch():
     assert len(set(solo_toks)) > 1  # really sampling, not greedy
 
 
-def test_sampling_frequencies_follow_softmax():
+def test_sampling_frequencies_follow_softmax(sampling_class):
     logits = np.array([[2.0, 1.0, 0.0, -1.0]], dtype=np.float32)
-    s = Sampler(seed=7)
+    s = Sampler(seed=7, sampling_class=sampling_class)
     params = SamplingParams(temperature=1.0)
     counts = np.zeros(4)
     n = 20000
@@ -116,3 +132,53 @@ def test_logprobs_are_raw_and_sorted():
     top = [t for t, _ in entry[1:]]
     assert top == list(np.argsort(-ref)[:3])
     assert [v for _, v in entry[1:]] == pytest.approx([float(ref[t]) for t in top], abs=1e-6)
+
+
+def test_filtered_sampling_frequencies(sampling_class):
+    # top-k 3 and top-p 0.8 over a 6-token row, drawn many times through the whole Sampler.
+    logits = np.array([[1.0, 2.0, 0.5, 1.5, -1.0, 0.0]], dtype=np.float32)
+    params = SamplingParams(temperature=1.0, top_k=3, top_p=0.8)
+    expected = filter_probs(logits[0].copy(), params)
+    s = Sampler(seed=3, sampling_class=sampling_class)
+    n = 20000
+    counts = np.zeros(6)
+    for _ in range(n):
+        counts[s.sample(logits, [sreq("a", params)])[0][0]] += 1
+    assert counts[expected == 0].sum() == 0
+    assert np.all(np.abs(counts / n - expected) < 4 * np.sqrt(expected * (1 - expected) / n) + 1e-12)
+
+
+def test_greedy_and_seeded_tokens_are_the_same_on_both_implementations():
+    rng = np.random.default_rng(8)
+    logits = rng.normal(size=(6, 3000)).astype(np.float32) * 3
+    kinds = [
+        SamplingParams(temperature=0, repetition_penalty=1.4, frequency_penalty=0.3, presence_penalty=0.2),
+        SamplingParams(temperature=0.8, top_p=0.9, seed=11),
+        SamplingParams(temperature=1.0, top_k=40, min_p=0.02, seed=12),
+        SamplingParams(top_k=1),
+        SamplingParams(temperature=0.6, repetition_penalty=0.9, seed=13, min_tokens=5, stop_token_ids=[7]),
+        SamplingParams(temperature=0),
+    ]
+    reqs = [
+        sreq(str(i), p, prompt=rng.integers(0, 3000, 30).tolist(), output=[5, 5, 9])
+        for i, p in enumerate(kinds)
+    ]
+    before = ops.backend
+    try:
+        toks = {}
+        for name in ("native", "reference"):
+            ops.use(name)
+            toks[name] = [Sampler().sample(logits.copy(), reqs)[0] for _ in range(3)]
+    finally:
+        ops.use(before)
+    assert toks["native"] == toks["reference"]
+
+
+def test_unknown_sampling_class_is_a_config_error(monkeypatch):
+    monkeypatch.setenv("FD_SAMPLING_CLASS", "bogus")
+    with pytest.raises(ConfigError, match="FD_SAMPLING_CLASS='bogus'.*base or rejection"):
+        Sampler()
+    monkeypatch.setenv("FD_SAMPLING_CLASS", "Rejection")
+    assert Sampler().sampling_class == "rejection"
+    monkeypatch.delenv("FD_SAMPLING_CLASS")
+    assert Sampler().sampling_class == "base"
