@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dispatch.h"
 #include "kernels.h"
 
 namespace fdk {
@@ -71,17 +72,6 @@ int active_isa() {
   static const int isa = detect_isa();  // decided once per process
   return isa;
 }
-
-#define FD_DISPATCH(fn, ...)                     \
-  switch (active_isa()) {                        \
-    case 3:                                      \
-    case 2:                                      \
-      return isa_avx512::fn(__VA_ARGS__);        \
-    case 1:                                      \
-      return isa_avx2::fn(__VA_ARGS__);          \
-    default:                                     \
-      return isa_scalar::fn(__VA_ARGS__);        \
-  }
 
 // Rows from which the AMX tiles beat the AVX-512 microkernel on quantized weights (each call repacks the
 // weights to bf16, which only pays off over enough rows). FD_AMX_MIN_ROWS overrides, for benchmarks.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "dispatch.h"
 #include "kernels.h"
 #include "sampler.h"
 
@@ -39,15 +40,6 @@ namespace isa_scalar {
 #undef FD_W
 }  // namespace isa_scalar
 
-void sample(const SampleArgs& a) {
-  switch (active_isa()) {
-    case 2:
-      return isa_avx512::sample(a);
-    case 1:
-      return isa_avx2::sample(a);
-    default:
-      return isa_scalar::sample(a);
-  }
-}
+void sample(const SampleArgs& a) { FD_DISPATCH(sample, a); }
 
 }  // namespace fdk

@@ -1,0 +1,72 @@
+// Helpers shared by the Paddle glue files (ops.cc, ops_c8.cc): input checks and metadata conversion.
+#pragma once
+#include <cstring>
+#include <vector>
+
+#include "paddle/extension.h"
+
+namespace fdglue {
+
+using paddle::Tensor;
+
+inline Tensor contig(const Tensor& x) { return x.is_contiguous() ? x : x.contiguous(); }
+
+inline void check_dtype(const Tensor& x, paddle::DataType dt, const char* name, const char* what) {
+  PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");
+  PD_CHECK(x.dtype() == dt, name, " must be ", what);
+}
+
+inline void check_f32(const Tensor& x, const char* name) {
+  check_dtype(x, paddle::DataType::FLOAT32, name, "float32");
+}
+
+// Integer metadata as int64, whatever its stored width (the runner may pass int32).
+inline std::vector<int64_t> as_i64(const Tensor& x, const char* name) {
+  PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");
+  const Tensor c = contig(x);
+  std::vector<int64_t> out(c.numel());
+  if (c.dtype() == paddle::DataType::INT64) {
+    std::memcpy(out.data(), c.data<int64_t>(), out.size() * sizeof(int64_t));
+  } else {
+    PD_CHECK(c.dtype() == paddle::DataType::INT32, name, " must be int32 or int64");
+    const int32_t* p = c.data<int32_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
+// Paged-attention metadata, converted and checked against q [T, nh, hd] and caches [nb, nkv, bs, hd]:
+// every sequence's queries fit its context, its block table covers it, and its block ids exist.
+struct PagedMeta {
+  std::vector<int64_t> qsl, lens, bt;
+  int64_t nseq, max_blocks, nh, hd, nkv, bs;
+};
+
+inline PagedMeta paged_meta(const Tensor& q, const std::vector<int64_t>& cs, const Tensor& qsl_in,
+                            const Tensor& seq_lens_in, const Tensor& bt_in) {
+  PD_CHECK(q.shape().size() == 3, "paged_attention: q must be [T, nh, hd]");
+  const auto qs = q.shape();
+  PagedMeta m;
+  m.nh = qs[1], m.hd = qs[2], m.nkv = cs[1], m.bs = cs[2];
+  PD_CHECK(cs[3] == m.hd && m.hd <= 512, "paged_attention: head_dim mismatch (or > 512)");
+  PD_CHECK(m.nkv > 0 && m.nh % m.nkv == 0, "paged_attention: num_heads must be a multiple of num_kv_heads");
+  m.qsl = as_i64(qsl_in, "query_start_loc");
+  m.lens = as_i64(seq_lens_in, "seq_lens");
+  m.bt = as_i64(bt_in, "block_tables");
+  m.nseq = (int64_t)m.lens.size();
+  PD_CHECK((int64_t)m.qsl.size() == m.nseq + 1 && m.qsl[m.nseq] == qs[0],
+           "paged_attention: query_start_loc mismatch");
+  m.max_blocks = m.nseq ? (int64_t)m.bt.size() / m.nseq : 0;
+  for (int64_t b = 0; b < m.nseq; ++b) {
+    const int64_t nq = m.qsl[b + 1] - m.qsl[b];
+    PD_CHECK(nq >= 0 && nq <= m.lens[b], "paged_attention: sequence ", b, " has more queries than context");
+    PD_CHECK(m.lens[b] <= m.max_blocks * m.bs, "paged_attention: block table too short for sequence ", b);
+    for (int64_t j = 0; j < (m.lens[b] + m.bs - 1) / m.bs; ++j) {
+      const int64_t id = m.bt[b * m.max_blocks + j];
+      PD_CHECK(id >= 0 && id < cs[0], "paged_attention: bad block id");
+    }
+  }
+  return m;
+}
+
+}  // namespace fdglue
