@@ -23,6 +23,12 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     paged_attention(q[T,nh,hd], k_cache, v_cache, meta: AttentionMetadata, scale) -> [T,nh,hd]
         causal: query i of sequence b sits at position seq_len_b - q_len_b + i and attends to keys
         0..that position of its own sequence, read through its block table; GQA by nh // nkv.
+    varlen_attention(q[T,nh,hd], k[T,nh,hd], v[T,nh,hd], cu_seqlens int[B+1], scale) -> [T,nh,hd]
+        bidirectional (non-causal, encoder): token i of sequence b (tokens cu_seqlens[b] ..
+        cu_seqlens[b+1]) attends to every token of sequence b; no KV cache. q/k/v may be views.
+    gelu(x) -> x * Phi(x) (exact, erf-based GELU)
+    add_layer_norm(x[T,H], residual[T,H], weight[H], bias[H], eps) -> layer_norm(x + residual)
+        (post-norm: the sum itself is not returned)
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ OP_NAMES = (
     "linear",
     "reshape_and_cache",
     "paged_attention",
+    "varlen_attention",
+    "gelu",
+    "add_layer_norm",
 )
 
 logger = logging.getLogger(__name__)

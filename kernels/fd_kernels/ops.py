@@ -209,3 +209,29 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float) -> paddle.Tensor:
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
+
+
+# ---- encoder (BERT) ops: csrc/encoder_kernels.cc, glue in csrc/encoder_ops.cc
+
+
+def varlen_attention(q, k, v, cu_seqlens, scale: float) -> paddle.Tensor:
+    """Bidirectional attention inside each sequence of a packed batch; q/k/v may be column slices of one
+    fused qkv output reshaped to [T, nh, hd] (read in place when Paddle passes the view through)."""
+    try:
+        return _run("fd_varlen_attention", q, k, v, cu_seqlens, float(scale))[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+
+
+def gelu(x: paddle.Tensor) -> paddle.Tensor:
+    try:
+        return _run("fd_gelu", x)[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+
+
+def add_layer_norm(x, residual, weight, bias, eps: float) -> paddle.Tensor:
+    try:
+        return _run("fd_add_layer_norm", x, residual, weight, bias, float(eps))[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
