@@ -122,6 +122,12 @@ def test_gelu_matches_reference(native, ref, rng, shape):
     np.testing.assert_allclose(native.gelu(xp).numpy(), ref.gelu(xp).numpy(), atol=1e-6, rtol=1e-6)
 
 
+def test_gelu_infinities_as_reference(native, ref):
+    # Paddle's gelu: inf -> inf, -inf -> nan (-inf * 0), huge values finite.
+    x = to_pd(np.array([np.inf, -np.inf, 1e30, -1e30], np.float32))
+    np.testing.assert_array_equal(native.gelu(x).numpy(), ref.gelu(x).numpy())
+
+
 def test_gelu_matches_erf_definition(native):
     x = np.linspace(-9, 9, 4001, dtype=np.float32)
     want = np.array([0.5 * float(v) * (1 + math.erf(float(v) / math.sqrt(2))) for v in x])
