@@ -215,8 +215,9 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float) -> paddle.Tensor:
 
 
 def varlen_attention(q, k, v, cu_seqlens, scale: float) -> paddle.Tensor:
-    """Bidirectional attention inside each sequence of a packed batch; q/k/v may be column slices of one
-    fused qkv output reshaped to [T, nh, hd] (read in place when Paddle passes the view through)."""
+    """Bidirectional attention inside each sequence of a packed batch. q/k/v may be column slices of one
+    fused qkv output reshaped to [T, nh, hd]: the glue reads any view whose heads are dense by its row
+    stride, and copies other layouts."""
     try:
         return _run("fd_varlen_attention", q, k, v, cu_seqlens, float(scale))[0]
     except OSError as exc:
