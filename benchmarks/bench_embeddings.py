@@ -9,7 +9,10 @@ stopped at the end; its startup is not timed. Every figure is the best of --repe
     python benchmarks/bench_embeddings.py [--batches 1,64] [--num-sentences 256] [--repeats 3]
         [--threads N] [--json out.json]
 
-Both sides share the machine: run it when nothing else is busy.
+Both sides share the machine: run it when nothing else is busy. The 1-minute load average is printed
+before and after (and saved with --json): above the core count, the figures (torch's most of all, its
+threads spin-wait for each other) say more about the neighbours than about either side; compare the
+ratio of one run, never figures across runs.
 """
 
 from __future__ import annotations
@@ -111,6 +114,8 @@ def main() -> None:
     tok, hf = AutoTokenizer.from_pretrained(model_path), AutoModel.from_pretrained(model_path).eval()
     sentences = make_sentences(args.num_sentences)
     proc, url = start_server(model_path, args.threads, max(batches))
+    load = [os.getloadavg()[0]]
+    print(f"load average {load[0]:.2f} on {os.cpu_count()} cores")
     rows = []
     try:
         for batch in batches:
@@ -124,9 +129,11 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+    load.append(os.getloadavg()[0])
+    print(f"load average {load[1]:.2f} at the end")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "rows": rows}, f, indent=2)
+            json.dump({"threads": args.threads, "load_average": load, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

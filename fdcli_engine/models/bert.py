@@ -15,6 +15,7 @@ import numpy as np
 import paddle
 import paddle.nn.functional as F
 
+from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import InvalidRequestError, ModelLoadError
 from fdcli_engine.layers import Linear, MergedLinear
@@ -36,8 +37,9 @@ class LayerNorm:
             raise ValueError(f"layer norm {kind} shape {tuple(array.shape)} != ({self.hidden_size},)")
         setattr(self, kind, paddle.to_tensor(np.asarray(array, dtype=np.float32)))
 
-    def __call__(self, x):
-        return F.layer_norm(x, [self.hidden_size], self.weight, self.bias, self.eps)
+    def add(self, x, residual):
+        """layer_norm(x + residual): BERT normalizes after each residual add (post-norm)."""
+        return ops.add_layer_norm(x, residual, self.weight, self.bias, self.eps)
 
 
 class BertLayer:
@@ -50,21 +52,17 @@ class BertLayer:
         self.output = Linear(intermediate, hidden, True, quantization)
         self.out_norm = LayerNorm(hidden, eps)
 
-    def __call__(self, x, spans: list[tuple[int, int]]):
+    def __call__(self, x, cu_seqlens):
         num_tokens, hidden = x.shape
-        q, k, v = paddle.split(self.qkv(x), 3, axis=-1)
-        outs = []
-        for start, end in spans:
-            # [L, hidden] -> [nh, L, hd]; full (non-causal) attention inside the sequence only.
-            qs, ks, vs = (
-                t[start:end].reshape([end - start, self.num_heads, self.head_dim]).transpose([1, 0, 2])
-                for t in (q, k, v)
-            )
-            probs = F.softmax(paddle.matmul(qs, ks, transpose_y=True) * self.head_dim**-0.5, axis=-1)
-            outs.append(paddle.matmul(probs, vs).transpose([1, 0, 2]).reshape([end - start, hidden]))
-        attn = outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
-        x = self.attn_norm(self.attn_out(attn) + x)
-        return self.out_norm(self.output(F.gelu(self.intermediate(x))) + x)
+        qkv = self.qkv(x)
+        # Column views of the fused projection, [T, nh, hd] each: the kernel reads them in place.
+        q, k, v = (
+            qkv[:, i * hidden : (i + 1) * hidden].reshape([num_tokens, self.num_heads, self.head_dim])
+            for i in range(3)
+        )
+        attn = ops.varlen_attention(q, k, v, cu_seqlens, self.head_dim**-0.5).reshape([num_tokens, hidden])
+        x = self.attn_norm.add(self.attn_out(attn), x)
+        return self.out_norm.add(self.output(ops.gelu(self.intermediate(x))), x)
 
 
 _LAYER_NAMES = {
@@ -104,6 +102,7 @@ class BertModel:
         ]
         self.emb_norm = LayerNorm(self.hidden_size, eps)
         self.word_embeddings = self.position_embeddings = self.token_type0 = None
+        self.position_type0 = None  # position_embeddings + token_type0, set once the weights are loaded
 
     def load_weights(self, weights: Iterable[tuple[str, np.ndarray]]) -> None:
         for name, array in weights:
@@ -118,6 +117,8 @@ class BertModel:
         missing = [n for n, ok in self._loaded_parts() if not ok]
         if missing:
             raise ModelLoadError(f"checkpoint is missing tensor(s) for: {', '.join(missing[:5])}")
+        # Token type 0 folded into the position table: one embedding add fewer per step.
+        self.position_type0 = self.position_embeddings + self.token_type0
 
     def _load_one(self, name: str, array: np.ndarray) -> None:
         embeddings = {
@@ -159,21 +160,20 @@ class BertModel:
 
     def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
         """Last hidden states [T, hidden]; kv_caches is ignored (an encoder caches nothing)."""
-        starts, lens = meta.query_start_loc_np, meta.seq_lens_np
-        spans = [(int(starts[b]), int(starts[b + 1])) for b in range(meta.num_seqs)]
-        if any(end - start != int(n) for (start, end), n in zip(spans, lens)):
+        num_seqs = meta.num_seqs
+        starts, lens = meta.query_start_loc_np[: num_seqs + 1], meta.seq_lens_np[:num_seqs]
+        if (np.diff(starts) != lens).any():
             raise InvalidRequestError("an encoder model must see each sequence whole in one step")
         if meta.max_seq_len > self.max_position:
             raise InvalidRequestError(
                 f"input of {meta.max_seq_len} tokens exceeds the model's {self.max_position} positions"
             )
         with paddle.no_grad():
-            x = F.embedding(input_ids, self.word_embeddings) + F.embedding(
-                positions, self.position_embeddings
+            x = self.emb_norm.add(
+                F.embedding(input_ids, self.word_embeddings), F.embedding(positions, self.position_type0)
             )
-            x = self.emb_norm(x + self.token_type0)
             for layer in self.layers:
-                x = layer(x, spans)
+                x = layer(x, meta.query_start_loc)
             return x
 
     def compute_logits(self, hidden):

@@ -34,6 +34,12 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
            uniforms np.float64[B,R], rejection) -> np.int64[B]
         numpy in and out (the sampler works on the host): penalties, bans, temperature, top-k/top-p/min-p
         and the draw per row; layout and semantics in `fdcli_engine.ops.reference_sampler`
+    varlen_attention(q[T,nh,hd], k[T,nh,hd], v[T,nh,hd], cu_seqlens int[B+1], scale) -> [T,nh,hd]
+        bidirectional (non-causal, encoder): token i of sequence b (tokens cu_seqlens[b] ..
+        cu_seqlens[b+1]) attends to every token of sequence b; no KV cache. q/k/v may be views.
+    gelu(x) -> x * Phi(x) (exact, erf-based GELU)
+    add_layer_norm(x[T,H], residual[T,H], weight[H], bias[H], eps) -> layer_norm(x + residual)
+        (post-norm: the sum itself is not returned)
 """
 
 from __future__ import annotations
@@ -53,6 +59,9 @@ OP_NAMES = (
     "reshape_and_cache",
     "paged_attention",
     "sample",
+    "varlen_attention",
+    "gelu",
+    "add_layer_norm",
 )
 
 logger = logging.getLogger(__name__)

@@ -92,6 +92,39 @@ def silu_and_mul(x: paddle.Tensor) -> paddle.Tensor:
     return F.silu(gate) * up
 
 
+# ---- encoder (BERT) ops
+
+
+def gelu(x: paddle.Tensor) -> paddle.Tensor:
+    return F.gelu(x)  # exact (erf) GELU, as BERT's hidden_act "gelu"
+
+
+def add_layer_norm(
+    x: paddle.Tensor, residual: paddle.Tensor, weight: paddle.Tensor, bias: paddle.Tensor, eps: float
+) -> paddle.Tensor:
+    return F.layer_norm(x + residual, [x.shape[-1]], weight, bias, eps)
+
+
+def varlen_attention(
+    q: paddle.Tensor, k: paddle.Tensor, v: paddle.Tensor, cu_seqlens: paddle.Tensor, scale: float
+) -> paddle.Tensor:
+    """One dense softmax(q k^T * scale) v per sequence, every token seeing every token of its sequence.
+    A loop rather than one padded batch: padding to the longest sequence cost more than the loop on
+    mixed lengths (measured on BERT batches)."""
+    num_tokens, num_heads, head_dim = q.shape
+    bounds = [int(b) for b in cu_seqlens.numpy()]
+    outs = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if end == start:
+            continue
+        qs, ks, vs = (t[start:end].transpose([1, 0, 2]) for t in (q, k, v))  # [nh, L, hd]
+        probs = F.softmax(paddle.matmul(qs, ks, transpose_y=True) * scale, axis=-1)
+        outs.append(paddle.matmul(probs, vs).transpose([1, 0, 2]))
+    if not outs:
+        return paddle.zeros([num_tokens, num_heads, head_dim], dtype=q.dtype)
+    return outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
+
+
 def _fake_quant_wint8(w: np.ndarray) -> np.ndarray:
     scale = np.abs(w).max(axis=1, keepdims=True) / 127.0
     scale[scale == 0] = 1.0

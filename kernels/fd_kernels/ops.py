@@ -278,3 +278,30 @@ def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.n
     except OSError as exc:
         raise _bad_input(exc) from None
     return out.numpy()
+
+
+# ---- encoder (BERT) ops: csrc/encoder_kernels.cc, glue in csrc/encoder_ops.cc
+
+
+def varlen_attention(q, k, v, cu_seqlens, scale: float) -> paddle.Tensor:
+    """Bidirectional attention inside each sequence of a packed batch. q/k/v may be column slices of one
+    fused qkv output reshaped to [T, nh, hd]: the glue reads any view whose heads are dense by its row
+    stride, and copies other layouts."""
+    try:
+        return _run("fd_varlen_attention", q, k, v, cu_seqlens, float(scale))[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+
+
+def gelu(x: paddle.Tensor) -> paddle.Tensor:
+    try:
+        return _run("fd_gelu", x)[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+
+
+def add_layer_norm(x, residual, weight, bias, eps: float) -> paddle.Tensor:
+    try:
+        return _run("fd_add_layer_norm", x, residual, weight, bias, float(eps))[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None

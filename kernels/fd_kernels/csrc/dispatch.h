@@ -4,13 +4,15 @@
 #pragma once
 #include "kernels.h"
 
-#define FD_DISPATCH(fn, ...)                     \
-  switch (active_isa()) {                        \
-    case 3:                                      \
-    case 2:                                      \
-      return isa_avx512::fn(__VA_ARGS__);        \
-    case 1:                                      \
-      return isa_avx2::fn(__VA_ARGS__);          \
-    default:                                     \
-      return isa_scalar::fn(__VA_ARGS__);        \
+#define FD_DISPATCH_IN(avx512, avx2, scalar, fn, ...) \
+  switch (active_isa()) {                             \
+    case 3:                                           \
+    case 2:                                           \
+      return avx512::fn(__VA_ARGS__);                 \
+    case 1:                                           \
+      return avx2::fn(__VA_ARGS__);                   \
+    default:                                          \
+      return scalar::fn(__VA_ARGS__);                 \
   }
+
+#define FD_DISPATCH(fn, ...) FD_DISPATCH_IN(isa_avx512, isa_avx2, isa_scalar, fn, __VA_ARGS__)
