@@ -37,10 +37,16 @@ def _engine_args(tiny_model) -> dict:
     return {"model": str(tiny_model), "served_model_name": "tiny", **ENGINE_ARGS}
 
 
-def test_core_process_answers_equal_the_in_process_client(tmp_path, tiny_model, engine_factory):
+def test_core_process_answers_equal_the_in_process_client(tmp_path, tiny_model, shared_core, engine_factory):
     lines = GOOD_LINES + [chat_line("bad-len", "x", max_tokens=1000)]  # a 400 record from the serving layer
     src = write_jsonl(tmp_path / "in.jsonl", lines)
-    reference = run_batch(BatchOptions(src, tmp_path / "ref.jsonl", progress=False), {}, engine_factory)
+    core = shared_core[0]
+    # A cold prefix cache on both sides (usage reports cached tokens), and none left for later tests.
+    core.reset_prefix_cache()
+    try:
+        reference = run_batch(BatchOptions(src, tmp_path / "ref.jsonl", progress=False), {}, engine_factory)
+    finally:
+        core.reset_prefix_cache()
     out = tmp_path / "out.jsonl"
     summary = run_batch(BatchOptions(src, out, progress=False), _engine_args(tiny_model))  # default engine
     assert core_pids(os.getpid()) == []  # the core was stopped and reaped before run_batch returned
