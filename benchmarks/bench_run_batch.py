@@ -4,16 +4,19 @@ Load (issue 5): N chat requests (default 256), distinct short user messages thro
 template, 128 output tokens each (ignore_eos, greedy). Three runs, same engine options:
 
   offline   `fdcli_engine.api.LLM.chat(...)` on all N at once (what `fd bench throughput` measures)
-  run-batch `run_batch()` in-process on a JSONL file of the same N bodies (wall time of the run,
-            model load excluded, JSON parsing/serving/writing included)
+  run-batch `run_batch()` on a JSONL file of the same N bodies, as `fd run-batch` runs it: its own
+            engine-core process (wall time of the run, model load excluded, JSON parsing, serving,
+            detokenizing and writing included)
   serve     `fd serve` subprocess, all N requests sent at once (non-streaming chat) with httpx
 
-Offline and run-batch share one loaded EngineCore (prefix cache reset before each run). Prints output
-tokens/s of each and run-batch's ratio to the other two (best of --repeats). Model load is excluded
-everywhere. The runs share the machine's cores: run it when nothing else is busy.
+Optional: `--inproc` also runs run-batch over the offline run's EngineCore in this process
+(InProcessEngineClient, step() on a worker thread; `--loop-driver`: step() on the event loop), the
+driver run-batch used before it moved the core out of process. Prints output tokens/s of each and
+run-batch's ratio to the others (best of --repeats; repeats interleave offline and run-batch). Model
+load is excluded everywhere. The runs share the machine's cores: run it when nothing else is busy.
 
     python benchmarks/bench_run_batch.py [--model PATH] [--num-requests 256] [--output-len 128]
-        [--max-num-seqs 64] [--skip-serve] [--json out.json]
+        [--max-num-seqs 64] [--repeats 1] [--inproc] [--skip-serve] [--json out.json]
 """
 
 from __future__ import annotations
@@ -66,28 +69,33 @@ def run_offline(llm, bodies: list[dict]) -> dict:
     return {"wall_s": wall, "output_tokens": tokens, "output_tok_s": tokens / wall}
 
 
-def run_batch_file(llm, bodies: list[dict], tmp: Path, step_in_thread: bool = True) -> dict:
-    """run-batch over the same EngineCore as the offline run (what `fd run-batch` builds itself)."""
-    from fdcli_engine.api.inproc_client import InProcessEngineClient
-    from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
-
+def write_batch_file(bodies: list[dict], tmp: Path) -> Path:
     src = tmp / "in.jsonl"
     with open(src, "w", encoding="utf-8") as f:
         for i, body in enumerate(bodies):
-            f.write(
-                json.dumps(
-                    {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
-                )
+            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+            f.write(json.dumps(line) + "\n")
+    return src
+
+
+def run_batch_file(engine_args: dict, bodies: list[dict], tmp: Path, llm=None, step_in_thread=True) -> dict:
+    """run-batch as `fd run-batch` runs it (its own core process, loaded before the clock starts);
+    with `llm`, in-process over the offline run's EngineCore instead."""
+    from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
+
+    src = write_batch_file(bodies, tmp)
+    factory = None
+    if llm is not None:
+        from fdcli_engine.api.inproc_client import InProcessEngineClient
+
+        llm.engine.reset_prefix_cache()
+
+        def factory(_args):
+            return InProcessEngineClient(
+                llm.config, llm.tokenizer, core=llm.engine, step_in_thread=step_in_thread
             )
-            f.write("\n")
-    llm.engine.reset_prefix_cache()
 
-    def factory(_args):
-        return InProcessEngineClient(
-            llm.config, llm.tokenizer, core=llm.engine, step_in_thread=step_in_thread
-        )
-
-    summary = run_batch(BatchOptions(src, tmp / "out.jsonl", progress=False), {}, factory)
+    summary = run_batch(BatchOptions(src, tmp / "out.jsonl", progress=False), dict(engine_args), factory)
     assert summary.succeeded == len(bodies), summary.to_dict()
     return {
         "wall_s": summary.wall_time_s,
@@ -157,8 +165,9 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--skip-serve", action="store_true")
     ap.add_argument("--repeats", type=int, default=1, help="Alternate offline/run-batch this many times.")
+    ap.add_argument("--inproc", action="store_true", help="Also run-batch with the in-process client.")
     ap.add_argument(
-        "--loop-driver", action="store_true", help="Also run-batch with step() on the event loop."
+        "--loop-driver", action="store_true", help="Also run-batch in-process with step() on the event loop."
     )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
@@ -179,9 +188,12 @@ def main() -> None:
         for rep in range(args.repeats):
             sfx = f"#{rep}" if args.repeats > 1 else ""
             record(f"offline{sfx}", run_offline(llm, bodies))
-            record(f"run_batch{sfx}", run_batch_file(llm, bodies, Path(tmp)))
+            record(f"run_batch{sfx}", run_batch_file(engine_args, bodies, Path(tmp)))
+            if args.inproc:
+                record(f"run_batch_inproc{sfx}", run_batch_file(engine_args, bodies, Path(tmp), llm))
             if args.loop_driver:
-                record(f"run_batch_loop{sfx}", run_batch_file(llm, bodies, Path(tmp), step_in_thread=False))
+                loop = run_batch_file(engine_args, bodies, Path(tmp), llm, step_in_thread=False)
+                record(f"run_batch_loop{sfx}", loop)
         del llm
         if not args.skip_serve:
             record("serve", run_serve(engine_args, bodies, Path(tmp)))
@@ -191,7 +203,7 @@ def main() -> None:
     }
     print("best of repeats:", json.dumps({k: round(v, 1) for k, v in best.items()}))
     rb = best["run_batch"]
-    for other in ("offline", "serve"):
+    for other in ("offline", "serve", "run_batch_inproc"):
         if other in best:
             print(f"run-batch / {other}: {rb / best[other]:.3f}")
     if args.json:

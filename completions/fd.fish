@@ -4,7 +4,7 @@ complete -c fd -n '__fish_use_subcommand' -a bench -d 'Benchmark a server (serve
 complete -c fd -n '__fish_use_subcommand' -a chat -d 'Chat interactively with an OpenAI-compatible server (default: the local `fd...'
 complete -c fd -n '__fish_use_subcommand' -a collect-env -d 'Print the environment (OS, CPU, Python, Paddle, packages, env vars) for bug...'
 complete -c fd -n '__fish_use_subcommand' -a complete -d 'Send one completion request to an OpenAI-compatible server and stream the text.'
-complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine in-process, results...'
+complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine without a server,...'
 complete -c fd -n '__fish_use_subcommand' -a serve -d 'Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on...'
 complete -c fd -n '__fish_use_subcommand' -a tokenizer -d 'Encode, decode and inspect a models tokenizer and chat template (offline).'
 complete -c fd -n '__fish_use_subcommand' -l version

@@ -1,8 +1,10 @@
-"""`fd run-batch`: an OpenAI Batch-format JSONL file through the engine in this process (no HTTP).
+"""`fd run-batch`: an OpenAI Batch-format JSONL file through `fd serve`'s serving layer, without HTTP
+(the engine core runs in a child process, as under `fd serve`; it is stopped however the run ends).
 
 Exit codes: 0 every line succeeded; 3 the run finished but some lines failed (each has an error record)
 or --strict stopped it; 2 bad options or input (e.g. duplicate custom_ids, found before the model
-loads); 1 the run itself failed (engine error, I/O). Engine internals load inside the command only.
+loads); 1 the run itself failed (engine error, I/O); 130 interrupted by Ctrl-C or SIGTERM (OUT.partial
+is kept for --resume). Engine internals load inside the command only.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def run_batch(
     *,
     engine_args: dict,
 ) -> None:
-    """Run an OpenAI Batch-format JSONL file through the engine in-process, results in input order."""
+    """Run an OpenAI Batch-format JSONL file through the engine without a server, results in input order."""
     in_path = None if input == "-" else Path(input)
     out_path = None if output == "-" else Path(output)
     if in_path is not None and not in_path.is_file():

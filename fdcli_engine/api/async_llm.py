@@ -79,6 +79,7 @@ class AsyncLLM:
         served_model_name: str | None = None,
         output_processor_cls=None,
         core_spec: str = DEFAULT_CORE,
+        core_stdout: int | None = None,
     ):
         self.config = config
         self.tokenizer = tokenizer
@@ -93,7 +94,7 @@ class AsyncLLM:
         self.was_ready = False  # stays True after a death: tells "died while serving" from "never started"
         self.dead_reason: str | None = None
         self.ready_event = asyncio.Event()
-        self.client = CoreClient(config, self._on_event, self._on_dead, core_spec)
+        self.client = CoreClient(config, self._on_event, self._on_dead, core_spec, core_stdout)
 
     @property
     def is_dead(self) -> bool:
@@ -251,5 +252,6 @@ class AsyncLLM:
             raise EngineRequestError(reply.error)
         return dict(reply.result or {})
 
-    async def shutdown(self) -> None:
-        await self.client.shutdown()
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop the core: Shutdown, up to `timeout` s to leave, then terminate/kill; then reap it."""
+        await self.client.shutdown(timeout)

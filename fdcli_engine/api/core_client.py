@@ -42,11 +42,15 @@ class CoreClient:
         on_event: Callable[[object], None],
         on_dead: Callable[[str], None],
         core_spec: str = DEFAULT_CORE,
+        core_stdout: int | None = None,
     ):
         self.config = config
         self.on_event = on_event
         self.on_dead = on_dead
         self.core_spec = core_spec
+        # Where the core's stdout goes (a file descriptor); None inherits ours. `fd run-batch -o -`
+        # writes results to stdout, so it sends the core's stray prints to stderr instead.
+        self.core_stdout = core_stdout
         self.proc: subprocess.Popen | None = None
         self._tmpdir = Path(tempfile.mkdtemp(prefix="fd-ipc-"))
         self._sync_ctx = zmq.Context()
@@ -66,7 +70,7 @@ class CoreClient:
         self._output.bind(out_addr)
         cmd = [sys.executable, "-m", "fdcli_engine.api.core_proc", "--input", in_addr, "--output", out_addr]
         cmd += ["--config", config_to_json(self.config), "--core", self.core_spec]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.core_stdout)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._read_loop()), loop.create_task(self._watch_loop())]
 

@@ -173,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core", default=DEFAULT_CORE, help="module:Class building the core from an EngineConfig")
     args = p.parse_args(argv)
     _ignore_group_signals()
+    # Importing paddle (in build_core) installs paddle's SIGTERM handler, which would print a C++
+    # FatalError report and kill the core mid-load; until the signals are ignored again below they
+    # are held (blocked), and a held one is then dropped.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd-core %(levelname)s %(message)s")
 
     ctx = zmq.Context()
@@ -192,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.term()
         return 1
     _ignore_group_signals()  # again: importing paddle installed its own handlers
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:

@@ -1,7 +1,10 @@
 """InProcessEngineClient: the EngineClient protocol over an EngineCore that lives in this process.
 
-`fd run-batch` uses it to drive the same serving layer as `fd serve` (OpenAIServingChat/Completion)
-without a second process or HTTP. One driver coroutine owns the core:
+It drives the same serving layer as `fd serve` (OpenAIServingChat/Completion) without a second process
+or HTTP: `run_batch(engine_factory=...)` takes it where one loaded core is shared (the run-batch tests,
+`benchmarks/bench_run_batch.py --inproc`). `fd run-batch` itself uses AsyncLLM (the core in its own
+process) so that the serving work overlaps the steps: here the step's Python and it share one GIL. One driver
+coroutine owns the core:
 
     apply queued adds/aborts → step() on a dedicated worker thread → detokenize → route to queues
 

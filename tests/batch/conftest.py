@@ -98,3 +98,28 @@ def cli_args(model: Path, *extra: str) -> list[str]:
 def run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, timeout=timeout, **kw)
+
+
+def core_pids(parent: int) -> list[int]:
+    """Engine-core processes (`python -m fdcli_engine.api.core_proc`) whose parent is `parent`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile
+        if ppid == parent and b"fdcli_engine.api.core_proc" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def is_gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for a reaper counts as exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")

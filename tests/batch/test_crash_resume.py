@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from conftest import REPO, cli_args, completion_line, read_jsonl, run_cli, write_jsonl
+from conftest import REPO, cli_args, completion_line, core_pids, is_gone, read_jsonl, run_cli, write_jsonl
 
 from fdcli_engine.entrypoints.batch.files import partial_path
 
@@ -35,10 +35,11 @@ def test_sigkill_then_resume_gives_each_custom_id_exactly_once(tmp_path, tiny_mo
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 240
-        while len(_complete_lines(part)) < 12:
+        while len(_complete_lines(part)) < 12 or not core_pids(proc.pid):
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "no progress written"
             time.sleep(0.02)
+        core = core_pids(proc.pid)[0]
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -46,6 +47,10 @@ def test_sigkill_then_resume_gives_each_custom_id_exactly_once(tmp_path, tiny_mo
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
+    # No orphan: the engine core notices that its front end is gone (it is reparented) and exits.
+    while not is_gone(core):
+        assert time.monotonic() < deadline + 60, "the engine core outlived its killed front end"
+        time.sleep(0.05)
     assert not out.exists(), "the run finished before the kill; the test needs more work per line"
     before = _complete_lines(part)
     assert 12 <= len(before) < NUM_LINES + 1

@@ -1,4 +1,4 @@
-"""`fd run-batch`: OpenAI Batch-format JSONL through the engine in this process.
+"""`fd run-batch`: OpenAI Batch-format JSONL through the serving layer of `fd serve`, without HTTP.
 
     summary = run_batch(BatchOptions(input=Path("in.jsonl"), output=Path("out.jsonl")), engine_args)
 
@@ -8,15 +8,24 @@ Order of work (each step fails before the next costs anything):
 3. OUT.partial is prepared (--resume keeps what is there);
 4. the engine is loaded and the lines run; OUT.partial is renamed to OUT once every line has a record.
 
+The engine is the server's `AsyncLLM`: the engine core steps in its own process while this one parses
+lines, renders prompts, detokenizes and writes records, so that work overlaps the model's steps instead
+of sitting between them (in-process, even with step() on a worker thread, the step's Python and the
+serving work share one GIL; `fd serve`, built this way, measured ~1.26x in-process run-batch).
+The front end owns shutdown: however the run ends (done, error, Ctrl-C, SIGTERM) the core is told to
+stop and is reaped before `run_batch` returns or raises; SIGTERM is handled exactly like Ctrl-C.
+
 Exit codes (the CLI maps outcomes to them; documented in docs/run-batch.md):
 EXIT_OK 0 every line succeeded · EXIT_RUN_FAILED 1 the run failed (engine, I/O) · EXIT_USAGE 2 bad
 options or input (duplicate ids) · EXIT_LINES_FAILED 3 the run finished but some lines failed, or
---strict stopped it.
+--strict stopped it · 130 interrupted (the CLI's KeyboardInterrupt exit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,15 +75,20 @@ class BatchOptions:
 
 
 def _default_engine(engine_args: dict[str, Any]):
-    from fdcli_engine.api.inproc_client import InProcessEngineClient
+    """The server's engine client; its core process starts (and loads the model) in `_start_engine`.
+    A bad option or missing model fails here, in `finalize()`, before any process starts."""
+    from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.config import EngineConfig
     from fdcli_engine.entrypoints.openai.api_server import default_served_name
+    from fdcli_engine.threads import import_paddle
+    from fdcli_engine.tokenizer import load_tokenizer
 
+    _import_paddle_keeping_sigterm(import_paddle)  # finalize() would import it, with paddle's handler
     config = EngineConfig.from_dict(engine_args, source="options").finalize()
     # The same default name as `fd serve`, so a body's "model" that works there works here.
-    return InProcessEngineClient(
-        config, served_model_name=config.served_model_name or default_served_name(config)
-    )
+    name = config.served_model_name or default_served_name(config)
+    # stdout may be the output (`-o -`): the core's stray prints go to stderr (fd 2).
+    return AsyncLLM(config, load_tokenizer(config), served_model_name=name, core_stdout=2)
 
 
 def run_batch(
@@ -94,9 +108,11 @@ def run_batch(
     from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 
     get_parser_cls(opts.reasoning_parser)  # an unknown parser is a ConfigError now, not after the load
-    spooled = spool_stdin() if opts.input is None else None
-    path = spooled or opts.input
+    previous_sigterm = _route_sigterm()
+    spooled = None
     try:
+        spooled = spool_stdin() if opts.input is None else None
+        path = spooled or opts.input
         try:
             scan = scan_input(path)
         except OSError as e:
@@ -105,17 +121,21 @@ def run_batch(
         # Only now, with the input checked and the output writable, is the model loaded.
         try:
             engine = (engine_factory or _default_engine)(dict(engine_args or {}))
+            _route_sigterm()
+            return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
         except BaseException:
             _drop_empty_partial(opts.output)
             raise
-        return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
     finally:
         if spooled is not None:
             spooled.unlink(missing_ok=True)
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def _drop_empty_partial(out: Path | None) -> None:
-    """A run that never started leaves no empty OUT.partial behind (one with records is kept)."""
+    """A run that fails or is interrupted before its first record leaves no empty OUT.partial behind
+    (one with records is kept for --resume)."""
     if out is None:
         return
     part = partial_path(out)
@@ -124,6 +144,65 @@ def _drop_empty_partial(out: Path | None) -> None:
 
 
 async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
+    """Start the engine, run the lines, and stop the engine however that ends."""
+    try:
+        await _start_engine(engine)
+        return await _run_lines(opts, engine, path, num_lines, done_keys)
+    finally:
+        shutdown = getattr(engine, "shutdown", None)
+        if shutdown is None:
+            pass
+        elif getattr(engine, "was_ready", True):
+            await shutdown()  # AsyncLLM: Shutdown to the core, then terminate/kill, then reap
+        else:  # interrupted (or failed) while the core loads: nothing to drain, do not wait for the load
+            await shutdown(timeout=0.0)
+
+
+def _sigterm_like_sigint(_signum=None, _frame=None) -> None:
+    """SIGTERM handler: whatever SIGINT does now happens. Before the event loop that is
+    KeyboardInterrupt; inside `asyncio.run` the main task is cancelled, so the partial output and the
+    summary are written and the core is stopped, then KeyboardInterrupt (the CLI's exit 130); a second
+    signal forces the exit at once."""
+    signal.raise_signal(signal.SIGINT)
+
+
+def _import_paddle_keeping_sigterm(import_paddle) -> None:
+    """Import paddle with SIGTERM held (blocked) in this thread, then route it: a SIGTERM that arrives
+    during the import is handled like Ctrl-C afterwards instead of by paddle's handler."""
+    if threading.current_thread() is not threading.main_thread():
+        import_paddle()
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        import_paddle()
+        _route_sigterm()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _route_sigterm():
+    """Install `_sigterm_like_sigint` (main thread only); returns the handler it replaced. Called
+    again after paddle is imported: paddle installs its own SIGTERM handler, which prints a C++
+    FatalError report and kills the process between two writes."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _sigterm_like_sigint)
+
+
+async def _start_engine(engine) -> None:
+    """An engine with a core process (`start()`, `ready_event`) starts it and waits for the model.
+    A core that fails to load is a BatchRunError (exit 1), with the core's reason."""
+    from fdcli_engine.entrypoints.batch.runner import BatchRunError
+
+    start = getattr(engine, "start", None)
+    if start is not None:
+        await start()
+        await engine.ready_event.wait()
+    if getattr(engine, "is_dead", False):
+        raise BatchRunError(" ".join(str(engine.dead_reason).split()))
+
+
+async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
     from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving, StrictStop
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
@@ -150,6 +229,9 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
     except OSError as e:  # disk full, output folder removed mid-run: results so far stay in OUT.partial
         summary.status, summary.message = "failed", f"writing the output failed: {e.strerror or e}"
         raise BatchFileError(summary.message) from None
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM: asyncio cancelled the run
+        summary.status, summary.message = "failed", "interrupted"
+        raise
     except BaseException as e:
         summary.status, summary.message = "failed", str(e) or type(e).__name__
         raise
@@ -160,7 +242,4 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
             progress.close()
         if opts.summary_json is not None:  # written however the run ended
             summary.write_json(opts.summary_json)
-        shutdown = getattr(engine, "shutdown", None)
-        if shutdown is not None:
-            await shutdown()
     return summary
