@@ -184,6 +184,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l summary-json
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l threads
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tokenizer
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tool-call-parser
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s i
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s m
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s o

@@ -52,6 +52,12 @@ ChatTemplateOpt = Annotated[
 ReasoningParserOpt = Annotated[
     Optional[str], typer.Option("--reasoning-parser", help="Split out reasoning_content, as fd serve does.")
 ]
+ToolCallParserOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tool-call-parser", help="Parse tool calls of lines with tools, as fd serve does: ernie-x1."
+    ),
+]
 ProgressOpt = Annotated[
     bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr (only on a terminal).")
 ]
@@ -67,6 +73,7 @@ def run_batch(
     max_inflight: MaxInflightOpt = None,
     chat_template: ChatTemplateOpt = None,
     reasoning_parser: ReasoningParserOpt = None,
+    tool_call_parser: ToolCallParserOpt = None,
     progress: ProgressOpt = True,
     *,
     engine_args: dict,
@@ -100,6 +107,7 @@ def run_batch(
             chat_template=load_chat_template(chat_template),
             summary_json=summary_json,
             reasoning_parser=reasoning_parser,
+            tool_call_parser=tool_call_parser,
         )
         summary = run(opts, engine_args)
     for line in summary.lines():

@@ -32,12 +32,13 @@ class _ModelConfig:
 
 
 class FakeEngine:
-    def __init__(self, reply: str = "ok!"):
+    def __init__(self, reply: str = "ok!", finish_reason: str = "length"):
         self.tokenizer = CharTokenizer()
         self.model_config = _ModelConfig()
         self.is_ready = True
         self.is_dead = False
         self.reply = reply
+        self.finish_reason = finish_reason
         self.num_requests = 0
 
     async def generate(self, prompt_token_ids, params, request_id, prompt=None):
@@ -47,7 +48,7 @@ class FakeEngine:
             0,
             self.tokenizer.decode(ids),
             ids,
-            finish_reason="length",
+            finish_reason=self.finish_reason,
             delta_text=self.tokenizer.decode(ids),
             delta_token_ids=ids,
         )

@@ -71,6 +71,7 @@ class BatchOptions:
     progress: bool = True
     chat_template: str | None = None
     reasoning_parser: str | None = None  # as `fd serve --reasoning-parser`
+    tool_call_parser: str | None = None  # as `fd serve --tool-call-parser`
     summary_json: Path | None = None  # also write the summary here (every outcome, "failed" included)
 
 
@@ -106,8 +107,11 @@ def run_batch(
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
     from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+    from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
-    get_parser_cls(opts.reasoning_parser)  # an unknown parser is a ConfigError now, not after the load
+    # An unknown parser is a ConfigError now, not after the load.
+    get_parser_cls(opts.reasoning_parser)
+    get_tool_parser_cls(opts.tool_call_parser)
     previous_sigterm = _route_sigterm()
     spooled = None
     try:
@@ -207,7 +211,11 @@ async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, don
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
     serving = Serving(
-        engine, [engine.model_config.served_model_name], opts.chat_template, opts.reasoning_parser
+        engine,
+        [engine.model_config.served_model_name],
+        opts.chat_template,
+        opts.reasoning_parser,
+        opts.tool_call_parser,
     )
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None

@@ -71,8 +71,10 @@ class Serving:
         served_model_names: list[str],
         chat_template: str | None = None,
         reasoning_parser: str | None = None,
+        tool_call_parser: str | None = None,
     ):
         from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+        from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
         self.engine = engine
         self.chat = OpenAIServingChat(
@@ -80,6 +82,7 @@ class Serving:
             served_model_names,
             chat_template=chat_template,
             reasoning_parser_cls=get_parser_cls(reasoning_parser),
+            tool_parser_cls=get_tool_parser_cls(tool_call_parser),
         )
         self.completion = OpenAIServingCompletion(engine, served_model_names)
 

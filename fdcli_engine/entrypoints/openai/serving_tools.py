@@ -63,8 +63,8 @@ def parses_tool_calls(req, tool_parser_cls) -> bool:
         return False
     if tool_parser_cls is None:
         raise bad_request(
-            'tool calling (tool_choice "auto") needs the server started with --tool-call-parser '
-            '(e.g. ernie-x1); or send tool_choice "none"',
+            'tool calling (tool_choice "auto") needs fd serve (or fd run-batch) started with '
+            '--tool-call-parser (e.g. ernie-x1); or send tool_choice "none"',
             "tools" if choice is None else "tool_choice",
         )
     return True

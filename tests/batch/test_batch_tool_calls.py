@@ -1,0 +1,72 @@
+"""`fd run-batch --tool-call-parser`: lines with tools get OpenAI tool_calls exactly as `fd serve` gives
+them (same serving layer); without the parser such a line is one error record naming the flag."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import chat_line, read_jsonl, write_jsonl
+from fake_engine import FakeEngine
+
+from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
+from fdcli_engine.errors import ConfigError
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+        },
+    }
+]
+REPLY = (
+    'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>\n'
+)
+
+
+def _run(tmp_path, **opts):
+    src = write_jsonl(
+        tmp_path / "in.jsonl",
+        [chat_line("tools", "weather in Paris?", 256, tools=TOOLS), chat_line("plain", "hi", 256)],
+    )
+    out = tmp_path / "out.jsonl"
+    summary = run_batch(
+        BatchOptions(src, out, progress=False, **opts), {}, lambda _: FakeEngine(REPLY, finish_reason="stop")
+    )
+    return summary, {r["custom_id"]: r for r in read_jsonl(out)}
+
+
+def test_tool_calls_are_parsed_per_line(tmp_path):
+    summary, recs = _run(tmp_path, tool_call_parser="ernie-x1")
+    assert summary.succeeded == 2
+    choice = recs["tools"]["response"]["body"]["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    (call,) = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"location": "Paris"}
+    assert choice["message"]["content"] == "Let me look."
+    # A line without tools is not parsed: the same text stays content.
+    plain = recs["plain"]["response"]["body"]["choices"][0]
+    assert plain["message"]["content"] == REPLY and plain["message"].get("tool_calls") is None
+    assert plain["finish_reason"] == "stop"
+
+
+def test_without_the_parser_a_tools_line_is_an_error_record_naming_the_flag(tmp_path):
+    summary, recs = _run(tmp_path)
+    assert summary.succeeded == 1 and summary.failed == 1
+    err = recs["tools"]["response"]
+    assert err["status_code"] == 400
+    assert "--tool-call-parser" in err["body"]["error"]["message"]
+    assert recs["plain"]["response"]["status_code"] == 200
+
+
+def test_unknown_parser_fails_before_the_engine_is_built(tmp_path):
+    def never(_):
+        raise AssertionError("the engine must not be built")
+
+    src = write_jsonl(tmp_path / "in.jsonl", [chat_line("a", "x")])
+    with pytest.raises(ConfigError, match="tool-call-parser"):
+        run_batch(BatchOptions(src, tmp_path / "o.jsonl", progress=False, tool_call_parser="nope"), {}, never)
