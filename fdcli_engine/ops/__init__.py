@@ -34,6 +34,12 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
            uniforms np.float64[B,R], rejection) -> np.int64[B]
         numpy in and out (the sampler works on the host): penalties, bans, temperature, top-k/top-p/min-p
         and the draw per row; layout and semantics in `fdcli_engine.ops.reference_sampler`
+    prepare_decoder_stack(layers: list[dict], final_norm, cos_sin_cache, num_heads, num_kv_heads,
+                          head_dim, eps, scale) -> DecoderStack
+    decoder_stack(x[T,H], positions, kv_caches, meta, stack) -> [T,H]
+        native only (None under the reference, whose oracle is the per-op loop itself): every layer of a
+        Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
+        models/decoder.py; see fd_kernels.ops.prepare_decoder_stack for the layer dicts.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ OP_NAMES = (
     "reshape_and_cache",
     "paged_attention",
     "sample",
+    "prepare_decoder_stack",
+    "decoder_stack",
 )
 
 logger = logging.getLogger(__name__)
@@ -87,7 +95,7 @@ def use(name: str | None = None) -> str:
         raise ValueError(f"FD_KERNELS={name!r}: use auto, native or reference")
     g = globals()
     for op in OP_NAMES:
-        g[op] = getattr(impl, op, getattr(reference, op))
+        g[op] = getattr(impl, op, getattr(reference, op, None))  # None: native-only (decoder_stack)
     backend = "native" if impl is not reference else "reference"
     return backend
 
