@@ -108,6 +108,25 @@ def test_stack_on_gguf_blocks(qtype, tiny_checkpoint, tmp_path, monkeypatch):
     assert_bit_identical(model, "float32", monkeypatch)
 
 
+def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
+    """ERNIE-4.5 dense is the same layer structure (its interleaved rotary is a load-time permutation);
+    ERNIE MoE layers are not, so that model keeps the per-op loop."""
+    dense = load_fd_model(tiny_checkpoint("Ernie4_5ForCausalLM", head_dim=16), quantization="wint8")
+    assert_bit_identical(dense, "int8", monkeypatch)
+    moe = tiny_checkpoint(
+        "Ernie4_5_MoeForCausalLM",
+        head_dim=16,
+        num_hidden_layers=2,
+        moe_num_experts=4,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_layer_start_index=1,
+    )
+    moe_model = load_fd_model(moe)
+    assert moe_model.moe_layer_ids == [1]  # layer 0 is dense: the MoE layer alone disqualifies
+    assert moe_model.decoder_stack is None
+
+
 def test_prompt_rows_reach_the_stack(tiny_checkpoint):
     """On AMX CPUs the mask changes quantized results (bf16 prompt rows), so the stack must see it."""
     from fd_kernels import ops as native
