@@ -4,6 +4,10 @@ MLP) with the residual carried through fused add+norm, final norm, LM head.
 Subclasses declare how their checkpoint names map onto this structure (`layer_mapping`) and the few
 architectural switches (QKV bias, per-head q/k norm). Weight loading walks a name -> (module, shard)
 table built at construction, so a missing tensor is found by set difference, not by a failed forward.
+
+With the native kernels, loading ends by packing the layers for `ops.decoder_stack` (models/decoder_stack.py),
+which runs them all in one C++ op, bit-identical to the per-op loop in `forward`; models whose layers
+differ (MoE) keep the loop.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from collections.abc import Iterable
 import numpy as np
 import paddle
 
+from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from fdcli_engine.models.decoder_stack import build_decoder_stack
 from fdcli_engine.models.hf_config import normalize_hf_config
 
 logger = logging.getLogger(__name__)
@@ -85,6 +91,8 @@ class DecoderForCausalLM:
         self.norm = RMSNorm(self.hidden_size, float(cfg.get("rms_norm_eps", 1e-6)))
         self.lm_head = LMHead(self.hidden_size, self.vocab_size)
         self._targets = self._build_targets(bias)
+        self.decoder_stack = None  # packed by load_weights where the native stack applies
+        self.use_decoder_stack = True  # False forces the per-op loop (tests, benchmarks)
 
     def _check_supported(self, cfg: dict) -> None:
         if cfg.get("mlp_bias"):
@@ -146,10 +154,13 @@ class DecoderForCausalLM:
         if missing:
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             raise ModelLoadError(f"checkpoint is missing tensor(s): {', '.join(missing[:5])}{more}")
+        self.decoder_stack = build_decoder_stack(self)
 
     def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
         with paddle.no_grad():
             hidden = self.embed_tokens(input_ids)
+            if self.decoder_stack is not None and self.use_decoder_stack and ops.decoder_stack is not None:
+                return ops.decoder_stack(hidden, positions, kv_caches, meta, self.decoder_stack)
             residual = None
             for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
                 if residual is None:

@@ -40,6 +40,12 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     gelu(x) -> x * Phi(x) (exact, erf-based GELU)
     add_layer_norm(x[T,H], residual[T,H], weight[H], bias[H], eps) -> layer_norm(x + residual)
         (post-norm: the sum itself is not returned)
+    prepare_decoder_stack(layers: list[dict], final_norm, cos_sin_cache, num_heads, num_kv_heads,
+                          head_dim, eps, scale) -> DecoderStack
+    decoder_stack(x[T,H], positions, kv_caches, meta, stack) -> [T,H]
+        native only (None under the reference, whose oracle is the per-op loop itself): every layer of a
+        Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
+        models/decoder.py; see fd_kernels.ops.prepare_decoder_stack for the layer dicts.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ OP_NAMES = (
     "varlen_attention",
     "gelu",
     "add_layer_norm",
+    "prepare_decoder_stack",
+    "decoder_stack",
 )
 
 logger = logging.getLogger(__name__)
@@ -96,7 +104,7 @@ def use(name: str | None = None) -> str:
         raise ValueError(f"FD_KERNELS={name!r}: use auto, native or reference")
     g = globals()
     for op in OP_NAMES:
-        g[op] = getattr(impl, op, getattr(reference, op))
+        g[op] = getattr(impl, op, getattr(reference, op, None))  # None: native-only (decoder_stack)
     backend = "native" if impl is not reference else "reference"
     return backend
 

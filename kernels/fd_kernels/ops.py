@@ -305,3 +305,112 @@ def add_layer_norm(x, residual, weight, bias, eps: float) -> paddle.Tensor:
         return _run("fd_add_layer_norm", x, residual, weight, bias, float(eps))[0]
     except OSError as exc:
         raise _bad_input(exc) from None
+
+
+# ------------------------------------------------------------------------------------- decoder stack
+# Per layer, the linears fd_decoder_stack_plan reads (csrc/decoder_stack_op.cc), in its order.
+_STACK_LINEARS = ("qkv", "o_proj", "gate_up", "down")
+
+
+@dataclass
+class DecoderStack:
+    """A Llama-family decoder packed for `decoder_stack`, once after loading: the weight plan (raw
+    pointers, checked once, into the tensors listed here, which this object keeps alive) and the cache
+    plan of the last KV caches it ran on."""
+
+    plan: paddle.Tensor
+    tensors: list[paddle.Tensor]  # every tensor the plan points into: never let them go before it
+    _kv_tensors: list | None = None
+    _kv_plan: paddle.Tensor | None = None
+
+    def cache_plan(self, kv_caches: list) -> paddle.Tensor:
+        """The cache plan for these caches: bound again whenever a cache tensor is not the one bound last
+        (the runner passes the same tensors every step, so that is the first step only)."""
+        flat = [t for layer in kv_caches for t in layer]
+        bound = self._kv_tensors
+        if bound is None or len(flat) != len(bound) or any(a is not b for a, b in zip(flat, bound)):
+            try:
+                self._kv_plan = _run("fd_decoder_stack_bind", self.plan, flat)[0]
+            except OSError as exc:
+                raise _bad_input(exc) from None
+            self._kv_tensors = flat  # the plan points into these: keep them alive with it
+        return self._kv_plan
+
+
+def prepare_decoder_stack(
+    layers: list[dict],
+    final_norm: paddle.Tensor,
+    cos_sin_cache: paddle.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    eps: float,
+    scale: float,
+) -> DecoderStack:
+    """Pack a decoder for `decoder_stack`. Each layer is a dict of input_norm, qkv, o_proj, post_norm,
+    gate_up, down (LinearWeight for the four linears, fp32 [hidden] tensors for the norms) and q_norm /
+    k_norm (fp32 [head_dim] tensors, or None for models without per-head q/k norms)."""
+    load()
+    qk_norm = bool(layers) and layers[0]["q_norm"] is not None
+    weights: list[paddle.Tensor] = []
+    meta: list[int] = []
+    for layer in layers:
+        if (layer["q_norm"] is not None) != qk_norm or (layer["k_norm"] is not None) != qk_norm:
+            raise ValueError("decoder_stack: every layer must have q/k norms, or none")
+        weights.append(layer["input_norm"])
+        for name in _STACK_LINEARS:
+            lw = layer[name]
+            weights += [lw.packed, lw.scales, lw.mins, lw.bias]
+            meta += [lw.out_features, lw.kind, lw.group, int(lw.has_bias)]
+            if name == "o_proj":
+                weights.append(layer["post_norm"])
+        if qk_norm:
+            weights += [layer["q_norm"], layer["k_norm"]]
+    hidden = int(final_norm.shape[0])
+    try:
+        plan = _run(
+            "fd_decoder_stack_plan",
+            final_norm,
+            cos_sin_cache,
+            weights,
+            meta,
+            hidden,
+            int(num_heads),
+            int(num_kv_heads),
+            int(head_dim),
+            qk_norm,
+            float(eps),
+            float(scale),
+        )[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+    return DecoderStack(plan=plan, tensors=[final_norm, cos_sin_cache, *weights])
+
+
+def decoder_stack(x, positions, kv_caches, meta, stack: DecoderStack) -> paddle.Tensor:
+    """Every decoder layer and the final norm in one op: what the per-op loop of
+    fdcli_engine/models/decoder.py computes from the embeddings x [T, hidden], bit for bit, writing the
+    KV caches the same way. The step's prompt-row mask (set_prompt_rows) reaches every linear as in
+    `linear`."""
+    global _NO_ROWS
+    rows = _prompt_rows
+    if rows is None or x.shape[0] != _prompt_rows_len:
+        if _NO_ROWS is None:
+            _NO_ROWS = paddle.zeros([0], dtype="uint8")
+        rows = _NO_ROWS
+    cache_plan = stack.cache_plan(kv_caches)
+    try:
+        return _run(
+            "fd_decoder_stack",
+            x,
+            positions,
+            meta.slot_mapping,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            rows,
+            stack.plan,
+            cache_plan,
+        )[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None

@@ -1,0 +1,88 @@
+"""Decode time per step on SmolLM2-135M (Q4_1 GGUF), fused decoder stack against the per-op layer loop,
+in one process so both see the same machine load.
+
+For each batch size (1 and 16 requests of 32 prompt tokens) it times a run of DECODE_LEN tokens and a
+1-token run and divides the difference by DECODE_LEN - 1 steps: prefill cancels out. Reports wall clock
+and `time.process_time()` (CPU seconds of this process: a load-robust proxy on a shared machine when
+one thread: --threads 1, the default).
+
+    python benchmarks/bench_decode_stack.py [--repeats 3] [--decode-len 64] [--kv-cache-dtype int8] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+
+
+def prompts(n: int, length: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(100, 40000) for _ in range(length)] for _ in range(n)]
+
+
+def timed(fn) -> tuple[float, float]:
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def per_step(llm, batch, decode_len: int, repeats: int) -> tuple[float, float]:
+    """(wall, cpu) seconds per decode step: best of `repeats` for the long and the 1-token run."""
+    from fdcli_engine import SamplingParams
+
+    def run(n):
+        llm.engine.reset_prefix_cache()
+        llm.generate(batch, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+
+    long = [timed(lambda: run(decode_len)) for _ in range(repeats)]
+    one = [timed(lambda: run(1)) for _ in range(repeats)]
+    steps = decode_len - 1
+    wall = (min(t[0] for t in long) - min(t[0] for t in one)) / steps
+    cpu = (min(t[1] for t in long) - min(t[1] for t in one)) / steps
+    return wall, cpu
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--decode-len", type=int, default=64)
+    ap.add_argument("--kv-cache-dtype", default="float32")
+    ap.add_argument("--quantization", default="gguf")
+    ap.add_argument("--threads", type=int, default=1, help="kernel threads (the engine's --threads)")
+    args = ap.parse_args()
+    from fdcli_engine import LLM, SamplingParams
+
+    llm = LLM(
+        None,
+        max_model_len=1024,
+        quantization=args.quantization,
+        kv_cache_dtype=args.kv_cache_dtype,
+        max_num_batched_tokens=1024,
+        threads=args.threads,
+    )
+    model = llm.engine.model
+    llm.generate(prompts(2, 8, 0), SamplingParams(max_tokens=4))  # warm-up
+    has_stack = getattr(model, "decoder_stack", None) is not None
+    print(f"threads={args.threads} stack_available={has_stack}")
+    print(
+        f"{'path':<8}{'batch':>6}{'wall ms/step':>14}{'cpu ms/step':>13}{'tok/s wall':>12}{'tok/s cpu':>11}"
+    )
+    for batch_size, seed in ((1, 1), (16, 2)):
+        batch = prompts(batch_size, 32, seed)
+        for use_stack in (False, True):
+            if use_stack and not has_stack:
+                continue
+            model.use_decoder_stack = use_stack
+            wall, cpu = per_step(llm, batch, args.decode_len, args.repeats)
+            name = "stack" if use_stack else "per-op"
+            print(
+                f"{name:<8}{batch_size:>6}{wall * 1e3:14.2f}{cpu * 1e3:13.2f}"
+                f"{batch_size / wall:12.1f}{batch_size / cpu:11.1f}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+// The whole Llama-family decoder stack (N x [norm, QKV, q/k norm, rotary, cache write, paged attention,
+// o_proj, add+norm, gate_up, silu_and_mul, down] and the final add+norm) as one call over raw pointers.
+// It calls the kernels of kernels.h in exactly the order, and with exactly the arguments, that the
+// per-op Python path (fdcli_engine/models/decoder.py, layers/attention.py) hands the single ops, so the
+// two paths give bit-identical results; the gain is one Paddle dispatch per step instead of ~12 a layer.
+// Nothing here knows about Paddle (decoder_stack_op.cc is the glue).
+#pragma once
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace fdk {
+
+// A packed linear as fd_linear takes it (see GemmArgs); k comes from the stack's dimensions.
+struct StackLinear {
+  const void* w;
+  const float* scales;
+  const float* mins;
+  const float* bias;  // nullptr: no bias
+  int64_t n, group;
+  int kind;
+};
+
+struct StackLayer {
+  const float* input_norm;  // [hidden]
+  const float* post_norm;   // [hidden]
+  const float* q_norm;      // [head_dim] per-head q/k RMSNorm before rotary (Qwen3), else nullptr
+  const float* k_norm;
+  StackLinear qkv, o_proj, gate_up, down;
+};
+
+// One layer's KV cache: [nb, nkv, bs, hd] float, or int8 codes with per-row scales [nb, nkv, bs] (C8).
+struct StackCache {
+  void* k_cache;
+  void* v_cache;
+  float* k_scales;  // nullptr: fp32 cache
+  float* v_scales;
+};
+
+struct StackArgs {
+  int64_t num_tokens, hidden, num_heads, num_kv_heads, head_dim, intermediate;
+  float eps;    // every RMSNorm of the stack (input, post-attention, q/k, final)
+  float scale;  // attention softmax scale
+  const int64_t* positions;        // [T]
+  const float* cos_sin;            // [max_pos, hd]
+  const int64_t* slot_mapping;     // [T]
+  const int64_t* query_start_loc;  // [B + 1]
+  const int64_t* seq_lens;         // [B]
+  const int64_t* block_tables;     // [B, max_blocks]
+  int64_t num_seqs, max_blocks, block_size;
+  const uint8_t* prompt_rows;  // [T] or nullptr: passed to every gemm, as fd_linear gets it
+  const float* final_norm;     // [hidden]
+};
+
+// x: the embedded tokens [T, hidden]; out: the final norm's output [T, hidden]. Writes the KV caches.
+void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
+                   const float* x, float* out);
+
+}  // namespace fdk

@@ -1,0 +1,297 @@
+// Paddle glue of fdk::decoder_stack (decoder_stack.h), in three ops so that a step hands over only its
+// own few tensors: handing ~600 weight tensors to a custom op costs Paddle ~1.5 ms, a quarter of the
+// decode step the stack is for.
+//
+//   fd_decoder_stack_plan(FinalNorm, CosSin, Weights[]) -> weight plan, once after loading. Weights holds
+//     per layer kPerLayer tensors (kPerLayerQkNorm with per-head q/k norms), in this order:
+//     input_norm, qkv{packed, scales, mins, bias}, o_proj{..}, post_norm, gate_up{..}, down{..},
+//     [q_norm, k_norm]; linear_meta per layer and linear (qkv, o_proj, gate_up, down): n, kind, group,
+//     has_bias.
+//   fd_decoder_stack_bind(Plan, KVCaches[]) -> cache plan, once per set of caches. KVCaches holds per
+//     layer (k_cache, v_cache) fp32, or (k_cache, v_cache, k_scales, v_scales) for the C8 cache.
+//   fd_decoder_stack(X, metadata, PromptRows, Plan, CachePlan) -> Out, every step.
+//
+// A plan is an int64 tensor whose bytes are a header and one record per layer, holding raw pointers
+// into the tensors it was built from: everything is checked when it is built (as fd_linear, fd_rms_norm
+// and the attention ops check their inputs), and the Python side (fd_kernels.ops.DecoderStack) keeps
+// those tensors alive as long as the plan. The step op writes the KV caches through the cache plan's
+// pointers, in place (Paddle does not see them: no autograd, which the engine never records anyway).
+// The step's metadata is checked every step, as paged_attention checks it.
+
+#include <cstring>
+#include <vector>
+
+#include "decoder_stack.h"
+#include "paddle/extension.h"
+
+namespace {
+
+using paddle::Tensor;
+
+constexpr int64_t kPerLayer = 18, kPerLayerQkNorm = 20, kMetaPerLayer = 16;
+
+Tensor contig(const Tensor& x) { return x.is_contiguous() ? x : x.contiguous(); }
+
+std::vector<int64_t> as_i64(const Tensor& x, const char* name) {
+  PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");
+  const Tensor c = contig(x);
+  std::vector<int64_t> out(c.numel());
+  if (c.dtype() == paddle::DataType::INT64) {
+    std::memcpy(out.data(), c.data<int64_t>(), out.size() * sizeof(int64_t));
+  } else {
+    PD_CHECK(c.dtype() == paddle::DataType::INT32, name, " must be int32 or int64");
+    const int32_t* p = c.data<int32_t>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
+// A weight the kernels read by raw pointer: CPU, contiguous (never copied, the pointer must be its own),
+// of the given dtype and at least `numel` elements.
+const void* weight_ptr(const Tensor& x, paddle::DataType dt, int64_t numel, const char* what, int64_t layer) {
+  PD_CHECK(x.is_cpu() && x.is_contiguous() && x.dtype() == dt, "decoder_stack: layer ", layer, " ", what,
+           " has the wrong dtype or layout");
+  PD_CHECK(x.numel() >= numel, "decoder_stack: layer ", layer, " ", what, " has ", x.numel(),
+           " elements, expected ", numel);
+  return x.data();
+}
+
+const float* f32_ptr(const Tensor& x, int64_t numel, const char* what, int64_t layer) {
+  return static_cast<const float*>(weight_ptr(x, paddle::DataType::FLOAT32, numel, what, layer));
+}
+
+// The four tensors of a packed linear with k inputs, checked as fd_linear checks them (plus the sizes
+// of scales / mins / bias, which fd_linear trusts).
+fdk::StackLinear stack_linear(const Tensor* t, const int64_t* meta, int64_t k, const char* what, int64_t layer) {
+  fdk::StackLinear l{};
+  l.n = meta[0];
+  l.kind = (int)meta[1];
+  l.group = meta[2];
+  const bool has_bias = meta[3] != 0;
+  PD_CHECK(l.n > 0 && l.kind >= fdk::kF32 && l.kind <= fdk::kU4, "decoder_stack: layer ", layer, " ", what,
+           " has bad metadata");
+  const int64_t panels = (l.n + fdk::kNR - 1) / fdk::kNR;
+  const int64_t per_k = l.kind == fdk::kU4 ? fdk::kNR / 2 : fdk::kNR;
+  const paddle::DataType wdt = l.kind == fdk::kF32  ? paddle::DataType::FLOAT32
+                               : l.kind == fdk::kS8 ? paddle::DataType::INT8
+                                                    : paddle::DataType::UINT8;
+  l.w = weight_ptr(t[0], wdt, panels * k * per_k, what, layer);
+  PD_CHECK(t[0].numel() == panels * k * per_k, "decoder_stack: layer ", layer, " ", what,
+           " does not match its input width ", k);
+  int64_t groups = 0;
+  if (l.kind != fdk::kF32) {
+    PD_CHECK(l.group > 0, "decoder_stack: layer ", layer, " ", what, " has group ", l.group);
+    groups = (k + l.group - 1) / l.group;
+  }
+  l.scales = f32_ptr(t[1], l.kind == fdk::kF32 ? 0 : panels * groups * fdk::kNR, what, layer);
+  l.mins = f32_ptr(t[2], l.kind == fdk::kU4 ? panels * groups * fdk::kNR : 0, what, layer);
+  l.bias = has_bias ? f32_ptr(t[3], panels * fdk::kNR, what, layer) : nullptr;
+  return l;
+}
+
+// Plan headers; see the top of this file.
+constexpr uint64_t kWeightMagic = 0x66645f737461636bULL, kCacheMagic = 0x66645f6b76636163ULL;
+
+struct WeightPlan {  // followed by num_layers StackLayer
+  uint64_t magic;
+  int64_t num_layers, hidden, num_heads, num_kv_heads, head_dim, intermediate, max_position;
+  float eps, scale;
+  const float* final_norm;
+  const float* cos_sin;
+  const fdk::StackLayer* layers() const { return reinterpret_cast<const fdk::StackLayer*>(this + 1); }
+};
+
+struct CachePlan {  // followed by num_layers StackCache
+  uint64_t magic;
+  int64_t num_layers, num_kv_heads, head_dim, num_blocks, block_size;
+  const fdk::StackCache* caches() const { return reinterpret_cast<const fdk::StackCache*>(this + 1); }
+};
+
+// An int64 tensor of at least `bytes` bytes, zeroed (the plan's storage).
+Tensor plan_tensor(int64_t bytes, const paddle::Place& place) {
+  Tensor t = paddle::empty({(bytes + 7) / 8}, paddle::DataType::INT64, place);
+  std::memset(t.data<int64_t>(), 0, t.numel() * sizeof(int64_t));
+  return t;
+}
+
+// The plan a tensor holds, checked for its kind and size (a stray tensor must not be read as pointers).
+template <typename Plan, typename Record>
+const Plan* read_plan(const Tensor& t, uint64_t magic, const char* what) {
+  PD_CHECK(t.is_cpu() && t.dtype() == paddle::DataType::INT64 && t.is_contiguous() &&
+               t.numel() * 8 >= (int64_t)sizeof(Plan),
+           "decoder_stack: ", what, " is not a plan built by fd_kernels.ops");
+  const Plan* p = reinterpret_cast<const Plan*>(t.data<int64_t>());
+  const int64_t bytes = (int64_t)(sizeof(Plan) + p->num_layers * sizeof(Record));
+  PD_CHECK(p->magic == magic && p->num_layers >= 0 && t.numel() == (bytes + 7) / 8, "decoder_stack: ", what,
+           " is not a plan built by fd_kernels.ops");
+  return p;
+}
+
+// Layer i's caches, shaped like layer 0's: [nb, nkv, bs, hd] fp32, or int8 with fp32 scales [nb, nkv, bs].
+fdk::StackCache stack_cache(const Tensor* c, bool c8, const std::vector<int64_t>& shape, int64_t i) {
+  const auto dt = c8 ? paddle::DataType::INT8 : paddle::DataType::FLOAT32;
+  for (int j = 0; j < 2; ++j)
+    PD_CHECK(c[j].is_cpu() && c[j].is_contiguous() && c[j].dtype() == dt && c[j].shape() == shape,
+             "decoder_stack: layer ", i, " KV cache must be contiguous ", c8 ? "int8" : "float32",
+             " [nb,nkv,bs,hd] like layer 0's");
+  fdk::StackCache out{const_cast<void*>(c[0].data()), const_cast<void*>(c[1].data()), nullptr, nullptr};
+  if (!c8) return out;
+  const std::vector<int64_t> ss(shape.begin(), shape.end() - 1);
+  for (int j = 2; j < 4; ++j)
+    PD_CHECK(c[j].is_cpu() && c[j].is_contiguous() && c[j].dtype() == paddle::DataType::FLOAT32 &&
+                 c[j].shape() == ss,
+             "decoder_stack: layer ", i, " KV scales must be contiguous float32 [nb,nkv,bs]");
+  out.k_scales = static_cast<float*>(const_cast<void*>(c[2].data()));
+  out.v_scales = static_cast<float*>(const_cast<void*>(c[3].data()));
+  return out;
+}
+
+// Positions, slots and block tables against the cache and rotary table sizes, as ops.cc checks them.
+void check_metadata(const fdk::StackArgs& a, int64_t t, int64_t max_pos, int64_t num_blocks,
+                    const std::vector<int64_t>& pos, const std::vector<int64_t>& slots,
+                    const std::vector<int64_t>& qsl, const std::vector<int64_t>& lens,
+                    const std::vector<int64_t>& bt) {
+  PD_CHECK((int64_t)pos.size() == t && (int64_t)slots.size() == t,
+           "decoder_stack: positions and slot_mapping must have one entry per token");
+  for (int64_t p : pos) PD_CHECK(p >= 0 && p < max_pos, "decoder_stack: position ", p, " out of range");
+  for (int64_t s : slots) PD_CHECK(s < num_blocks * a.block_size, "decoder_stack: slot ", s, " beyond the cache");
+  const int64_t nseq = (int64_t)lens.size();
+  PD_CHECK((int64_t)qsl.size() == nseq + 1 && qsl[nseq] == t, "decoder_stack: query_start_loc mismatch");
+  for (int64_t b = 0; b < nseq; ++b) {
+    const int64_t nq = qsl[b + 1] - qsl[b];
+    PD_CHECK(nq >= 0 && nq <= lens[b], "decoder_stack: sequence ", b, " has more queries than context");
+    PD_CHECK(lens[b] <= a.max_blocks * a.block_size, "decoder_stack: block table too short for sequence ", b);
+    for (int64_t j = 0; j < (lens[b] + a.block_size - 1) / a.block_size; ++j)
+      PD_CHECK(bt[b * a.max_blocks + j] >= 0 && bt[b * a.max_blocks + j] < num_blocks,
+               "decoder_stack: bad block id");
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> DecoderStackPlan(const Tensor& final_norm, const Tensor& cos_sin,
+                                     const std::vector<Tensor>& weights, const std::vector<int64_t>& linear_meta,
+                                     int64_t hidden, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                                     bool qk_norm, float eps, float scale) {
+  const int64_t per_layer = qk_norm ? kPerLayerQkNorm : kPerLayer;
+  const int64_t num_layers = (int64_t)weights.size() / per_layer;
+  PD_CHECK(num_layers > 0 && (int64_t)weights.size() == num_layers * per_layer &&
+               (int64_t)linear_meta.size() == num_layers * kMetaPerLayer,
+           "decoder_stack: weights / linear_meta do not describe whole layers");
+  PD_CHECK(hidden > 0 && num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0 && head_dim > 0 &&
+               head_dim % 2 == 0 && head_dim <= 512,
+           "decoder_stack: bad head configuration");
+  PD_CHECK(cos_sin.is_cpu() && cos_sin.is_contiguous() && cos_sin.dtype() == paddle::DataType::FLOAT32 &&
+               cos_sin.shape().size() == 2 && cos_sin.shape()[1] == head_dim,
+           "decoder_stack: cos_sin_cache must be contiguous float32 [max_pos, head_dim]");
+  PD_CHECK(linear_meta[8] > 0 && linear_meta[8] % 2 == 0, "decoder_stack: gate_up must have an even width");
+  Tensor plan = plan_tensor(sizeof(WeightPlan) + num_layers * sizeof(fdk::StackLayer), cos_sin.place());
+  WeightPlan* p = reinterpret_cast<WeightPlan*>(plan.data<int64_t>());
+  *p = WeightPlan{kWeightMagic, num_layers, hidden, num_heads, num_kv_heads, head_dim, linear_meta[8] / 2,
+                  cos_sin.shape()[0], eps, scale, nullptr, cos_sin.data<float>()};
+  PD_CHECK(final_norm.numel() == hidden, "decoder_stack: final norm must have hidden_size elements");
+  p->final_norm = f32_ptr(final_norm, hidden, "final norm", num_layers);
+  const int64_t q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
+  fdk::StackLayer* layers = reinterpret_cast<fdk::StackLayer*>(p + 1);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const Tensor* w = weights.data() + i * per_layer;
+    const int64_t* m = linear_meta.data() + i * kMetaPerLayer;
+    fdk::StackLayer& l = layers[i];
+    l.input_norm = f32_ptr(w[0], hidden, "input_layernorm", i);
+    l.qkv = stack_linear(w + 1, m, hidden, "qkv_proj", i);
+    l.o_proj = stack_linear(w + 5, m + 4, q_size, "o_proj", i);
+    l.post_norm = f32_ptr(w[9], hidden, "post_attention_layernorm", i);
+    l.gate_up = stack_linear(w + 10, m + 8, hidden, "gate_up_proj", i);
+    l.down = stack_linear(w + 14, m + 12, p->intermediate, "down_proj", i);
+    PD_CHECK(l.qkv.n == q_size + 2 * kv_size && l.o_proj.n == hidden && l.gate_up.n == 2 * p->intermediate &&
+                 l.down.n == hidden,
+             "decoder_stack: layer ", i, " linear widths do not fit the stack's dimensions");
+    l.q_norm = qk_norm ? f32_ptr(w[18], head_dim, "q_norm", i) : nullptr;
+    l.k_norm = qk_norm ? f32_ptr(w[19], head_dim, "k_norm", i) : nullptr;
+  }
+  return {plan};
+}
+
+std::vector<Tensor> DecoderStackBind(const Tensor& plan_in, const std::vector<Tensor>& kv_caches) {
+  const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan_in, kWeightMagic, "plan");
+  const int64_t n = p->num_layers, per_cache = (int64_t)kv_caches.size() / n;
+  PD_CHECK((per_cache == 2 || per_cache == 4) && (int64_t)kv_caches.size() == per_cache * n,
+           "decoder_stack: KV caches must be 2 (fp32) or 4 (C8) tensors per layer, for ", n, " layers");
+  const std::vector<int64_t> shape = kv_caches[0].shape();
+  PD_CHECK(shape.size() == 4 && shape[0] > 0 && shape[1] == p->num_kv_heads && shape[2] > 0 &&
+               shape[3] == p->head_dim,
+           "decoder_stack: caches must be [nb, num_kv_heads, bs, head_dim]");
+  Tensor plan = plan_tensor(sizeof(CachePlan) + n * sizeof(fdk::StackCache), plan_in.place());
+  CachePlan* c = reinterpret_cast<CachePlan*>(plan.data<int64_t>());
+  *c = CachePlan{kCacheMagic, n, shape[1], shape[3], shape[0], shape[2]};
+  fdk::StackCache* caches = reinterpret_cast<fdk::StackCache*>(c + 1);
+  for (int64_t i = 0; i < n; ++i) caches[i] = stack_cache(kv_caches.data() + i * per_cache, per_cache == 4, shape, i);
+  return {plan};
+}
+
+std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, const Tensor& slots_in,
+                                 const Tensor& qsl_in, const Tensor& seq_lens_in, const Tensor& bt_in,
+                                 const Tensor& prompt_rows, const Tensor& plan, const Tensor& cache_plan) {
+  const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan, kWeightMagic, "plan");
+  const CachePlan* c = read_plan<CachePlan, fdk::StackCache>(cache_plan, kCacheMagic, "cache plan");
+  PD_CHECK(c->num_layers == p->num_layers && c->num_kv_heads == p->num_kv_heads && c->head_dim == p->head_dim,
+           "decoder_stack: the caches were bound for another model");
+  PD_CHECK(x_in.is_cpu() && x_in.dtype() == paddle::DataType::FLOAT32 && x_in.shape().size() == 2 &&
+               x_in.shape()[1] == p->hidden,
+           "decoder_stack: x must be a float32 [T, hidden_size] CPU tensor");
+  const Tensor x = contig(x_in);
+  const int64_t t = x.shape()[0];
+
+  fdk::StackArgs a{};
+  a.num_tokens = t;
+  a.hidden = p->hidden;
+  a.num_heads = p->num_heads;
+  a.num_kv_heads = p->num_kv_heads;
+  a.head_dim = p->head_dim;
+  a.intermediate = p->intermediate;
+  a.eps = p->eps;
+  a.scale = p->scale;
+  a.cos_sin = p->cos_sin;
+  a.final_norm = p->final_norm;
+  a.block_size = c->block_size;
+  const std::vector<int64_t> pos = as_i64(positions, "positions"), slots = as_i64(slots_in, "slot_mapping"),
+                             qsl = as_i64(qsl_in, "query_start_loc"), lens = as_i64(seq_lens_in, "seq_lens"),
+                             bt = as_i64(bt_in, "block_tables");
+  a.num_seqs = (int64_t)lens.size();
+  a.max_blocks = a.num_seqs ? (int64_t)bt.size() / a.num_seqs : 0;
+  check_metadata(a, t, p->max_position, c->num_blocks, pos, slots, qsl, lens, bt);
+  a.positions = pos.data();
+  a.slot_mapping = slots.data();
+  a.query_start_loc = qsl.data();
+  a.seq_lens = lens.data();
+  a.block_tables = bt.data();
+  a.prompt_rows = nullptr;
+  if (prompt_rows.numel() > 0) {
+    PD_CHECK(prompt_rows.dtype() == paddle::DataType::UINT8 && prompt_rows.is_contiguous() &&
+                 prompt_rows.numel() == t,
+             "decoder_stack: prompt_rows must be a contiguous uint8 tensor with one entry per token");
+    a.prompt_rows = prompt_rows.data<uint8_t>();
+  }
+
+  Tensor out = paddle::empty({t, p->hidden}, paddle::DataType::FLOAT32, x.place());
+  fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>());
+  return {out};
+}
+
+PD_BUILD_OP(fd_decoder_stack_plan)
+    .Inputs({"FinalNorm", "CosSin", paddle::Vec("Weights")})
+    .Outputs({"Plan"})
+    .Attrs({"linear_meta: std::vector<int64_t>", "hidden: int64_t", "num_heads: int64_t", "num_kv_heads: int64_t",
+            "head_dim: int64_t", "qk_norm: bool", "eps: float", "scale: float"})
+    .SetKernelFn(PD_KERNEL(DecoderStackPlan));
+
+PD_BUILD_OP(fd_decoder_stack_bind)
+    .Inputs({"Plan", paddle::Vec("KVCaches")})
+    .Outputs({"CachePlan"})
+    .SetKernelFn(PD_KERNEL(DecoderStackBind));
+
+PD_BUILD_OP(fd_decoder_stack)
+    .Inputs({"X", "Positions", "Slots", "QueryStartLoc", "SeqLens", "BlockTables", "PromptRows", "Plan",
+             "CachePlan"})
+    .Outputs({"Out"})
+    .SetKernelFn(PD_KERNEL(DecoderStack));

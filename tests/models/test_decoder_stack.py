@@ -1,0 +1,173 @@
+"""The fused decoder stack (ops.decoder_stack, kernels/fd_kernels/csrc/decoder_stack.cc) against the
+per-op native loop of DecoderForCausalLM.forward, which it replaces.
+
+Both run the same kernels in the same order with the same arguments, so the oracle is exact: hidden
+states and KV caches must be bit-identical (np.array_equal), on tiny random Llama / Qwen2 (qkv bias) /
+Qwen3 (q/k norm) checkpoints, fp32 / wint8 / wint4 / GGUF weights, fp32 and int8 (C8) caches, through
+prefill, mixed prefill+decode and decode steps whose prompt-row masks (bf16 prompt rows on AMX CPUs)
+take every path of the gemm dispatch: all rows, many (AMX tiles) or few (AVX-512) prompt rows, and none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+import pytest
+from tiny_models import ARCHITECTURES, load_fd_model, make_attention_metadata, make_tiny_gguf
+
+from fdcli_engine import ops
+from fdcli_engine.models.decoder_stack import build_decoder_stack
+from fdcli_engine.runner.kv_cache import allocate_kv_caches
+
+BLOCK_SIZE = 4
+# Steps of (seq id, prompt length, new tokens): a token is a prompt token while its position is below the
+# prompt length. Token ids are arbitrary (< the tiny vocab of 512).
+STEPS = [
+    [("a", 10, 10), ("b", 7, 3)],  # 13 prompt rows: AMX tiles on AMX CPUs
+    [("a", 10, 1), ("b", 7, 4), ("c", 5, 5)],  # mixed: one decode row among 9 prompt rows
+    [("a", 10, 1), ("b", 7, 1), ("c", 5, 1)],  # decode only: no prompt rows
+    [("d", 3, 3), ("a", 10, 1)],  # 3 prompt rows (the AVX-512 bf16 path) and a decode row
+]
+
+
+@pytest.fixture(autouse=True)
+def reference_ops():
+    """Overrides the directory's fixture: this module tests the native ops."""
+    previous = ops.backend
+    try:
+        ops.use("native")
+    except RuntimeError as exc:
+        pytest.skip(f"C++ kernels unavailable: {exc}")
+    yield
+    ops.set_prompt_rows(None)
+    ops.use(previous)
+
+
+def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = True):
+    """Runs STEPS on fresh caches (shuffled block ids); returns (hidden per step, caches) as numpy."""
+    model.use_decoder_stack = use_stack
+    caches = allocate_kv_caches(model, 48, BLOCK_SIZE, kv_cache_dtype)
+    free = list(np.random.default_rng(0).permutation(48))
+    seqs: dict[str, dict] = {}
+    rng = np.random.default_rng(1)
+    hidden = []
+    for step in STEPS:
+        entries, ids, mask = [], [], []
+        for seq_id, prompt_len, new in step:
+            seq = seqs.setdefault(seq_id, {"len": 0, "blocks": []})
+            while len(seq["blocks"]) * BLOCK_SIZE < seq["len"] + new:
+                seq["blocks"].append(int(free.pop()))
+            entries.append((seq["len"], new, list(seq["blocks"])))
+            mask += [p < prompt_len for p in range(seq["len"], seq["len"] + new)]
+            ids += rng.integers(0, 512, new).tolist()
+            seq["len"] += new
+        meta, positions = make_attention_metadata(entries, BLOCK_SIZE)
+        ops.set_prompt_rows(np.asarray(mask) if prompt_rows else None)
+        try:
+            out = model.forward(paddle.to_tensor(np.asarray(ids, dtype=np.int64)), positions, caches, meta)
+        finally:
+            ops.set_prompt_rows(None)
+        hidden.append(out.numpy())
+    return hidden, [[t.numpy() for t in layer] for layer in caches]
+
+
+def assert_bit_identical(model, kv_cache_dtype: str, monkeypatch) -> None:
+    assert model.decoder_stack is not None, "the stack should apply to this model"
+    calls = []
+    fused = ops.decoder_stack
+    monkeypatch.setattr(ops, "decoder_stack", lambda *a: calls.append(1) or fused(*a))
+    loop_hidden, loop_caches = run_steps(model, False, kv_cache_dtype)
+    assert not calls
+    stack_hidden, stack_caches = run_steps(model, True, kv_cache_dtype)
+    assert len(calls) == len(STEPS)  # the stack really ran, every step
+    for i, (a, b) in enumerate(zip(loop_hidden, stack_hidden, strict=True)):
+        assert a.shape == b.shape and np.isfinite(a).all()
+        assert np.array_equal(a, b), f"step {i}: max |diff| {np.abs(a - b).max()}"
+    for i, (la, lb) in enumerate(zip(loop_caches, stack_caches, strict=True)):
+        for a, b in zip(la, lb, strict=True):
+            assert np.array_equal(a, b), f"layer {i} KV cache differs"
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["float32", "int8"])
+@pytest.mark.parametrize("quantization", [None, "wint8", "wint4"])
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_stack_is_bit_identical_to_the_op_loop(
+    arch, quantization, kv_cache_dtype, tiny_checkpoint, monkeypatch
+):
+    model = load_fd_model(tiny_checkpoint(arch), quantization=quantization)
+    assert_bit_identical(model, kv_cache_dtype, monkeypatch)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
+def test_stack_on_gguf_blocks(qtype, tiny_checkpoint, tmp_path, monkeypatch):
+    """SmolLM2's format: GGUF Q4_1 blocks kept quantized (and Q8_0), Llama q/k rows permuted back."""
+    path = make_tiny_gguf(tiny_checkpoint("LlamaForCausalLM"), tmp_path / f"tiny-{qtype}.gguf", qtype)
+    model = load_fd_model(path, quantization="gguf")
+    kinds = {model.layers[0].self_attn.qkv_proj.lw.quantization}
+    assert kinds == {f"gguf:{3 if qtype == 'Q4_1' else 8}"}  # really the block kernels
+    assert_bit_identical(model, "float32", monkeypatch)
+
+
+def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
+    """ERNIE-4.5 dense is the same layer structure (its interleaved rotary is a load-time permutation);
+    ERNIE MoE layers are not, so that model keeps the per-op loop."""
+    dense = load_fd_model(tiny_checkpoint("Ernie4_5ForCausalLM", head_dim=16), quantization="wint8")
+    assert_bit_identical(dense, "int8", monkeypatch)
+    moe = tiny_checkpoint(
+        "Ernie4_5_MoeForCausalLM",
+        head_dim=16,
+        num_hidden_layers=2,
+        moe_num_experts=4,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_layer_start_index=1,
+    )
+    moe_model = load_fd_model(moe)
+    assert moe_model.moe_layer_ids == [1]  # layer 0 is dense: the MoE layer alone disqualifies
+    assert moe_model.decoder_stack is None
+
+
+def test_prompt_rows_reach_the_stack(tiny_checkpoint):
+    """On AMX CPUs the mask changes quantized results (bf16 prompt rows), so the stack must see it."""
+    from fd_kernels import ops as native
+
+    if native.active_isa() != "amx":
+        pytest.skip("prompt rows only change numerics on the AMX level")
+    model = load_fd_model(tiny_checkpoint("LlamaForCausalLM"), quantization="wint4")
+    with_mask, _ = run_steps(model, True, "float32")
+    without, _ = run_steps(model, True, "float32", prompt_rows=False)
+    assert not np.array_equal(with_mask[0], without[0])  # step 0 is all prompt rows
+    loop_without, _ = run_steps(model, False, "float32", prompt_rows=False)
+    assert all(np.array_equal(a, b) for a, b in zip(without, loop_without, strict=True))
+
+
+def test_stack_only_where_it_applies(tiny_checkpoint, monkeypatch):
+    folder = tiny_checkpoint("Qwen3ForCausalLM")
+    model = load_fd_model(folder)
+    assert model.decoder_stack is not None
+    # A layer of another structure (an MoE FFN, say) keeps the whole model on the per-op loop.
+    model.layers[1].mlp = object()
+    assert build_decoder_stack(model) is None
+    monkeypatch.setenv("FD_DECODER_STACK", "0")
+    assert load_fd_model(folder).decoder_stack is None
+    monkeypatch.delenv("FD_DECODER_STACK")
+    ops.use("reference")
+    assert ops.decoder_stack is None
+    assert load_fd_model(folder).decoder_stack is None
+
+
+def test_bad_metadata_is_a_clear_error(tiny_checkpoint):
+    model = load_fd_model(tiny_checkpoint("LlamaForCausalLM"))
+    caches = allocate_kv_caches(model, 4, BLOCK_SIZE)
+    meta, positions = make_attention_metadata([(0, 3, [0])], BLOCK_SIZE)
+    x = paddle.zeros([3, model.hidden_size])
+    meta.slot_mapping = paddle.to_tensor(np.array([0, 1, 999], dtype=np.int64))  # beyond 4 blocks of 4
+    with pytest.raises(ValueError, match="slot 999 beyond the cache"):
+        ops.decoder_stack(x, positions, caches, meta, model.decoder_stack)
+    with pytest.raises(ValueError, match="KV caches must be 2"):
+        ops.decoder_stack(x, positions, caches[:1], meta, model.decoder_stack)
+    from fd_kernels.ops import DecoderStack
+
+    fake = DecoderStack(plan=paddle.zeros([64], dtype="int64"), tensors=[])
+    with pytest.raises(ValueError, match="not a plan"):
+        ops.decoder_stack(x, positions, caches, meta, fake)
