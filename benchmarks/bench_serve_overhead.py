@@ -6,6 +6,11 @@ is replaced at once). The server run goes through HTTP + SSE + the engine-core p
 run drives `fdcli_engine.api.LLM`'s engine and output processor with the same closed loop. Prints output
 tokens/s of both and the ratio (server / in-process; 1.0 = no overhead).
 
+It also prints CPU milliseconds per output token of each process (user + system time over the run, from
+psutil): the server's front end (HTTP, SSE, detokenization), its engine core, this benchmark as the
+HTTP client, and the in-process engine. Unlike tok/s these do not depend on what else the machine runs,
+so they say where the server's overhead goes even on a busy machine.
+
     python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
         [--prompt-lens 128,512] [--concurrency 1,4,16] [--json out.json]
 
@@ -35,8 +40,16 @@ def make_prompts(n: int, length: int, seed: int, max_token_id: int = MAX_TOKEN_I
     return [[rng.randrange(100, max_token_id) for _ in range(length)] for _ in range(n)]
 
 
-def run_in_process(llm, prompts, output_len: int, concurrency: int) -> float:
-    """Output tokens/s of a closed loop of `concurrency` requests over the engine, no HTTP."""
+def cpu_s(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process (this one when pid is None), all its threads."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def run_in_process(llm, prompts, output_len: int, concurrency: int) -> tuple[float, int]:
+    """(output tokens/s, tokens) of a closed loop of `concurrency` requests over the engine, no HTTP."""
     from fdcli_engine.sampling_params import SamplingParams
 
     params = SamplingParams(max_tokens=output_len, ignore_eos=True, temperature=0)
@@ -52,11 +65,11 @@ def run_in_process(llm, prompts, output_len: int, concurrency: int) -> float:
         for o in outs:
             tokens += len(o.outputs[0].delta_token_ids)
             inflight -= o.finished
-    return tokens / (time.perf_counter() - t0)
+    return tokens / (time.perf_counter() - t0), tokens
 
 
-async def run_server(url: str, prompts, output_len: int, concurrency: int) -> float:
-    """Output tokens/s of the same closed loop through `fd serve` (streaming completions)."""
+async def run_server(url: str, prompts, output_len: int, concurrency: int) -> tuple[float, int]:
+    """(output tokens/s, tokens) of the same closed loop through `fd serve` (streaming completions)."""
     import httpx
 
     sem = asyncio.Semaphore(concurrency)
@@ -83,7 +96,7 @@ async def run_server(url: str, prompts, output_len: int, concurrency: int) -> fl
     async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)) as client:
         t0 = time.perf_counter()
         await asyncio.gather(*(one(client, ids) for ids in prompts))
-        return tokens / (time.perf_counter() - t0)
+        return tokens / (time.perf_counter() - t0), tokens
 
 
 def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.Popen, str]:
@@ -110,6 +123,16 @@ def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.
     raise SystemExit("fd serve did not become ready")
 
 
+def _core_pid(server_pid: int) -> int:
+    """The engine-core process: the server's one child that runs fdcli_engine.api.core_proc."""
+    import psutil
+
+    for child in psutil.Process(server_pid).children(recursive=True):
+        if "fdcli_engine.api.core_proc" in " ".join(child.cmdline()):
+            return child.pid
+    raise SystemExit("cannot find the server's engine-core process")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None)
@@ -133,6 +156,7 @@ def main() -> None:
     rows = []
     proc, url = start_server(args.model, engine_args)
     try:
+        core_pid = _core_pid(proc.pid)
         llm = LLM(args.model, max_num_seqs=args.max_num_seqs)
         for length in lens:
             for c in concs:
@@ -141,23 +165,42 @@ def main() -> None:
                 )
                 asyncio.run(run_server(url, prompts[:1], 4, 1))  # warm-up
                 run_in_process(llm, prompts[:1], 4, 1)
-                server, engine = [], []
+                server, engine, cpu = [], [], {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0}
+                num_server_tokens = num_engine_tokens = 0
                 for _ in range(args.repeats):
-                    server.append(asyncio.run(run_server(url, prompts, args.output_len, c)))
-                    engine.append(run_in_process(llm, prompts, args.output_len, c))
+                    before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
+                    tok_s, n = asyncio.run(run_server(url, prompts, args.output_len, c))
+                    after = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
+                    server.append(tok_s)
+                    num_server_tokens += n
+                    for key, b, a in zip(("front_end", "core", "client"), before, after):
+                        cpu[key] += a - b
+                    before_engine = cpu_s()
+                    tok_s, n = run_in_process(llm, prompts, args.output_len, c)
+                    cpu["engine"] += cpu_s() - before_engine
+                    engine.append(tok_s)
+                    num_engine_tokens += n
                 row = {"prompt_len": length, "concurrency": c, "server_tok_s": max(server)}
                 row.update(engine_tok_s=max(engine), ratio=max(server) / max(engine))
+                for key, total in cpu.items():
+                    n = num_engine_tokens if key == "engine" else num_server_tokens
+                    row[f"{key}_cpu_ms_per_tok"] = 1000 * total / max(n, 1)
                 rows.append(row)
                 print(row, file=sys.stderr, flush=True)
     finally:
         proc.terminate()
         proc.wait(60)
 
-    print(f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6}")
+    print(
+        f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6}   CPU ms/token:",
+        end="",
+    )
+    print(f" {'front end':>9} {'core':>6} {'client':>6} {'in-proc':>7}")
     for r in rows:
         print(
             f"{r['prompt_len']:>7} {r['concurrency']:>5} {r['server_tok_s']:>13.1f} {r['engine_tok_s']:>13.1f} "
-            f"{r['ratio']:>6.3f}"
+            f"{r['ratio']:>6.3f}   {'':>13}{r['front_end_cpu_ms_per_tok']:>9.2f} {r['core_cpu_ms_per_tok']:>6.2f} "
+            f"{r['client_cpu_ms_per_tok']:>6.2f} {r['engine_cpu_ms_per_tok']:>7.2f}"
         )
     if args.json:
         with open(args.json, "w") as f:
