@@ -9,14 +9,11 @@ from collections.abc import AsyncIterator
 from fdcli_engine.entrypoints.openai.errors import bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatChoice,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatLogprobs,
     ChatResponseMessage,
-    ChatStreamChoice,
     ChatTokenLogprob,
-    DeltaMessage,
     DeltaToolCall,
     TopLogprob,
 )
@@ -37,6 +34,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 )
 from fdcli_engine.entrypoints.openai.serving_completion import _error_json
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
+from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
 
 logger = logging.getLogger("fd.serve")
 
@@ -251,12 +249,6 @@ class OpenAIServingChat:
             prompt_token_ids=prompt_ids if req.return_token_ids else None,
         )
 
-    def _chunk(self, rid, model, index, delta, finish=None, logprobs=None, token_ids=None) -> str:
-        choice = ChatStreamChoice(
-            index=index, delta=delta, finish_reason=finish, logprobs=logprobs, token_ids=token_ids
-        )
-        return sse(ChatCompletionChunk(id=rid, model=model, choices=[choice]))
-
     async def _stream(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> AsyncIterator[str]:
         if parse_tools:
             parsers = {j.index: self._splitter(req, True) for j in jobs}
@@ -265,9 +257,10 @@ class OpenAIServingChat:
         else:
             parsers = {}
         completion_tokens, cached = 0, 0
+        writer = ChunkWriter(rid, "chat.completion.chunk", model)
         try:
             for job in jobs:  # OpenAI opens every choice with a role-only delta
-                yield self._chunk(rid, model, job.index, DeltaMessage(role="assistant", content=""))
+                yield writer.chunk([chat_choice(job.index, chat_delta(role="assistant", content=""))])
             async for job, out in merge_jobs(self.engine, jobs):
                 comp = out.outputs[0]
                 new_ids = list(comp.delta_token_ids)
@@ -286,18 +279,19 @@ class OpenAIServingChat:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None:
                     continue
-                delta = DeltaMessage(content=content or None, reasoning_content=reasoning)
+                delta = chat_delta(content=content or None, reasoning_content=reasoning)
                 if calls:  # the last text, then the calls (each whole, with its index), then the finish
                     if content or reasoning:
-                        yield self._chunk(rid, model, job.index, delta)
-                    yield self._chunk(rid, model, job.index, DeltaMessage(tool_calls=_delta_calls(calls)))
-                    delta = DeltaMessage()
+                        yield writer.chunk([chat_choice(job.index, delta)])
+                    calls_delta = chat_delta(tool_calls=_delta_calls(calls))
+                    yield writer.chunk([chat_choice(job.index, calls_delta)])
+                    delta = chat_delta()
                 finish = _finish_reason(comp.finish_reason, calls) if out.finished else None
                 ids = new_ids if req.return_token_ids else None
-                yield self._chunk(rid, model, job.index, delta, finish, lps, ids)
+                yield writer.chunk([chat_choice(job.index, delta, lps, finish, ids)])
             if req.stream_options and req.stream_options.include_usage:
                 usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
-                yield sse(ChatCompletionChunk(id=rid, model=model, choices=[], usage=usage))
+                yield writer.chunk([], usage)
         except Exception as e:
             err = from_exception(e)
             if err.status >= 500:

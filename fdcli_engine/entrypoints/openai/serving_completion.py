@@ -23,6 +23,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     resolve_max_tokens,
     sse,
 )
+from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
 
 logger = logging.getLogger("fd.serve")
 
@@ -131,6 +132,7 @@ class OpenAIServingCompletion:
         offsets: dict[int, int] = {}
         cached: dict[int, int] = {}
         completion_tokens = 0
+        writer = ChunkWriter(rid, "text_completion", model)
         try:
             async for job, out in merge_jobs(self.engine, jobs):
                 comp = out.outputs[0]
@@ -148,21 +150,21 @@ class OpenAIServingCompletion:
                     entries = delta_logprobs(comp, len(new_ids))
                     lps = completion_logprobs(tok, entries, new_ids, offsets.get(job.index, 0))
                     offsets[job.index] = offsets.get(job.index, 0) + sum(len(t) for t in lps.tokens)
-                choice = CompletionChoice(
-                    index=job.index,
-                    text=text,
-                    logprobs=lps,
-                    finish_reason=comp.finish_reason if out.finished else None,
-                    stop_reason=comp.stop_reason if out.finished else None,
-                    token_ids=new_ids if req.return_token_ids else None,
+                choice = completion_choice(
+                    job.index,
+                    text,
+                    lps,
+                    comp.finish_reason if out.finished else None,
+                    comp.stop_reason if out.finished else None,
+                    new_ids if req.return_token_ids else None,
                 )
                 if out.finished:
                     cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
-                yield sse(CompletionResponse(id=rid, model=model, choices=[choice]))
+                yield writer.chunk([choice])
             if req.stream_options and req.stream_options.include_usage:
                 prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
                 usage = make_usage(prompt_lens, cached, completion_tokens)
-                yield sse(CompletionResponse(id=rid, model=model, choices=[], usage=usage))
+                yield writer.chunk([], usage)
         except Exception as e:
             err = from_exception(e)
             if err.status >= 500:

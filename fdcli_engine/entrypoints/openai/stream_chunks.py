@@ -1,0 +1,82 @@
+"""SSE chunks of streamed completions and chat completions, built without pydantic.
+
+A stream sends a chunk per generated token, so the chunk is the front end's hottest object. Building and
+serializing a pydantic response model for each cost about 15 µs; here a chunk is a prebuilt prefix (id,
+object, created and model are constant for a stream) + the choices encoded by msgspec from plain dicts,
+about 1 µs. Invariant (tests/server/test_stream_chunks.py): a chunk is byte for byte the JSON that
+`ChatCompletionChunk` / `CompletionResponse(...).model_dump_json(exclude_none=True)` writes — the same
+keys in the same order, None fields left out. Keep the dicts' key order that of the protocol models.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from pydantic import BaseModel
+
+
+def _enc_hook(obj):
+    # Logprobs and tool-call parts arrive as protocol models; they are rare next to plain text deltas.
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(exclude_none=True)
+    raise TypeError(f"cannot encode {type(obj).__name__} in a stream chunk")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def _without_none(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+class ChunkWriter:
+    """The SSE events of one stream: `data: {"id":..,"object":..,"created":..,"model":..,"choices":[..]}`."""
+
+    def __init__(self, request_id: str, object_name: str, model: str, created: int | None = None):
+        head = {
+            "id": request_id,
+            "object": object_name,
+            "created": int(time.time()) if created is None else created,
+        }
+        head["model"] = model
+        # The head's closing brace is replaced by the choices that follow.
+        self._prefix = b"data: " + _encoder.encode(head)[:-1] + b',"choices":'
+
+    def chunk(self, choices: list[dict], usage: BaseModel | None = None) -> str:
+        """One event; each choice dict in its protocol model's field order (None values are dropped)."""
+        body = self._prefix + _encoder.encode([_without_none(c) for c in choices])
+        if usage is not None:
+            body += b',"usage":' + _encoder.encode(usage)
+        return (body + b"}\n\n").decode()
+
+
+def completion_choice(
+    index: int, text: str, logprobs=None, finish_reason=None, stop_reason=None, token_ids=None
+):
+    """A streamed `CompletionChoice`, as a dict in that model's field order."""
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+        "token_ids": token_ids,
+    }
+
+
+def chat_delta(role=None, content=None, reasoning_content=None, tool_calls=None) -> dict:
+    """A `DeltaMessage` as a dict (None fields dropped; an empty delta is `{}`)."""
+    d = {"role": role, "content": content, "reasoning_content": reasoning_content, "tool_calls": tool_calls}
+    return _without_none(d)
+
+
+def chat_choice(index: int, delta: dict, logprobs=None, finish_reason=None, token_ids=None) -> dict:
+    """A `ChatStreamChoice`, as a dict in that model's field order."""
+    return {
+        "index": index,
+        "delta": delta,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "token_ids": token_ids,
+    }
