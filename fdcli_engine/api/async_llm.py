@@ -29,7 +29,7 @@ from fdcli_engine.api.core_messages import (
     UtilityReply,
     UtilityRequest,
 )
-from fdcli_engine.api.request_stream import stream_until_finished
+from fdcli_engine.api.request_stream import OutputCollector, stream_until_finished
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import FdError, InvalidRequestError
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
@@ -86,7 +86,7 @@ class AsyncLLM:
         name = served_model_name or config.served_model_name or str(config.model or "fd-model")
         self.model_config = ModelConfig(str(config.model), name, int(config.max_model_len or 0))
         self.output_processor = (output_processor_cls or _default_output_processor_cls())(tokenizer)
-        self._queues: dict[str, asyncio.Queue] = {}
+        self._queues: dict[str, OutputCollector] = {}
         self._pooling: set[str] = set()  # pooling requests bypass the output processor
         self._pending_calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count()
@@ -210,7 +210,7 @@ class AsyncLLM:
             raise EngineNotReadyError("the engine is still loading the model")
         if request_id in self._queues:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
-        q: asyncio.Queue = asyncio.Queue()
+        q = OutputCollector()
         self._queues[request_id] = q
         if is_pooling:
             self._pooling.add(request_id)

@@ -28,3 +28,48 @@ async def stream_until_finished(q: asyncio.Queue, abort: Callable[[], None]) -> 
     finally:
         if not finished:
             abort()
+
+
+class OutputCollector:
+    """One request's output queue (the `get`/`put_nowait` of asyncio.Queue) that merges: outputs that
+    arrive while the consumer is busy are folded into one, so a consumer that falls behind (a loaded
+    machine, a slow client) writes one chunk for several tokens instead of one per token and catches up.
+
+    Merged output: the newest one (its cumulative text, token ids, logprobs, finish) with the delta text
+    and delta token ids of every output folded into it, in order. An exception is delivered after the
+    outputs that came before it; outputs after an exception are dropped (the stream ends there)."""
+
+    def __init__(self) -> None:
+        self._output: RequestOutput | None = None
+        self._error: BaseException | None = None
+        self._ready = asyncio.Event()
+
+    def put_nowait(self, item: RequestOutput | BaseException) -> None:
+        if self._error is not None:
+            return
+        if isinstance(item, BaseException):
+            self._error = item
+        elif self._output is None:
+            self._output = item
+        else:
+            self._output = _merge(self._output, item)
+        self._ready.set()
+
+    async def get(self) -> RequestOutput | BaseException:
+        while self._output is None and self._error is None:
+            self._ready.clear()
+            await self._ready.wait()
+        if self._output is not None:
+            out, self._output = self._output, None
+            return out
+        err, self._error = self._error, None
+        return err
+
+
+def _merge(old: RequestOutput, new: RequestOutput) -> RequestOutput:
+    if not old.outputs or not new.outputs:  # pooling outputs come once; nothing to fold
+        return new
+    a, b = old.outputs[0], new.outputs[0]
+    b.delta_text = a.delta_text + b.delta_text
+    b.delta_token_ids = list(a.delta_token_ids) + list(b.delta_token_ids)
+    return new

@@ -1,0 +1,106 @@
+"""OutputCollector (AsyncLLM's per-request queue) folds outputs that pile up while the consumer is busy
+into one; the reference is the unmerged stream of the real OutputProcessor."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fdcli_engine.api.request_stream import OutputCollector, stream_until_finished
+from fdcli_engine.output_processor import OutputProcessor
+from fdcli_engine.outputs import EngineCoreOutput
+from fdcli_engine.sampling_params import SamplingParams
+
+IDS = [40, 41, 42, 43, 44, 45, 46, 47]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tiny_models import write_tiny_tokenizer
+
+    from fdcli_engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+def _outputs(tokenizer, logprobs=None):
+    """The processor's outputs for IDS, one token per step, the last one finished."""
+    proc = OutputProcessor(tokenizer)
+    proc.add_request("r", None, [5, 6], SamplingParams(max_tokens=len(IDS), logprobs=logprobs))
+    outs = []
+    for k, tid in enumerate(IDS):
+        lps = [[(tid, -0.5 - k), (3, -2.0)]] if logprobs is not None else None
+        finish = "length" if k == len(IDS) - 1 else None
+        outs += proc.process_outputs([EngineCoreOutput("r", [tid], lps, finish_reason=finish)])[0]
+    return outs
+
+
+def test_outputs_that_pile_up_are_merged(tokenizer):
+    ref = _outputs(tokenizer, logprobs=1)
+    outs = _outputs(tokenizer, logprobs=1)
+
+    async def consume():
+        q = OutputCollector()
+        for o in outs[:3]:
+            q.put_nowait(o)
+        first = await q.get()  # three outputs arrived before the consumer looked: one merged output
+        for o in outs[3:]:
+            q.put_nowait(o)
+        return [first] + [item async for item in stream_until_finished(q, lambda: None)]
+
+    got = asyncio.run(consume())
+    assert len(got) == 2
+    assert [o.outputs[0].delta_text for o in got] == [
+        "".join(o.outputs[0].delta_text for o in ref[:3]),
+        "".join(o.outputs[0].delta_text for o in ref[3:]),
+    ]
+    assert [o.outputs[0].delta_token_ids for o in got] == [IDS[:3], IDS[3:]]
+    assert got[0].outputs[0].token_ids == IDS[:3] and not got[0].finished
+    last = got[1].outputs[0]
+    assert got[1].finished and last.finish_reason == "length"
+    assert last.text == ref[-1].outputs[0].text == "".join(o.outputs[0].delta_text for o in ref)
+    # Cumulative logprobs: the newest output's; the merged delta's entries are its tail.
+    assert [list(d) for d in last.logprobs] == [[t, 3] for t in IDS]
+    assert [d[IDS[3 + k]].logprob for k, d in enumerate(last.logprobs[-5:])] == [-3.5, -4.5, -5.5, -6.5, -7.5]
+
+
+def test_an_error_comes_after_the_outputs_before_it(tokenizer):
+    outs = _outputs(tokenizer)
+
+    async def consume():
+        q = OutputCollector()
+        q.put_nowait(outs[0])
+        q.put_nowait(outs[1])
+        q.put_nowait(RuntimeError("core died"))
+        q.put_nowait(outs[2])  # after the error: dropped
+        got = []
+        with pytest.raises(RuntimeError, match="core died"):
+            async for item in stream_until_finished(q, lambda: got.append("aborted")):
+                got.append(item)
+        return got
+
+    got = asyncio.run(consume())
+    assert len(got) == 1 and got[0].outputs[0].delta_token_ids == IDS[:2]  # no abort: the error ended it
+
+
+def test_a_waiting_consumer_gets_each_output_alone(tokenizer):
+    outs = _outputs(tokenizer)
+
+    async def consume():
+        q = OutputCollector()
+        got = []
+
+        async def reader():
+            async for item in stream_until_finished(q, lambda: None):
+                got.append(item)
+
+        task = asyncio.create_task(reader())
+        for o in outs:
+            await asyncio.sleep(0)  # the reader is waiting each time an output arrives
+            q.put_nowait(o)
+        await task
+        return got
+
+    got = asyncio.run(consume())
+    assert [o.outputs[0].delta_token_ids for o in got] == [[t] for t in IDS]
