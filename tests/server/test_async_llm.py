@@ -49,7 +49,6 @@ def make_engine(tokenizer, processor_cls=OutputProcessor) -> AsyncLLM:
     )
     real = eng.client
     real._sync_ctx.term()
-    real._async_ctx.term()
     shutil.rmtree(real._tmpdir, ignore_errors=True)
     eng.client = StubClient()
     eng.is_ready = True
