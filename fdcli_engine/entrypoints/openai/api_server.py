@@ -171,6 +171,17 @@ def _load_tokenizer(config: EngineConfig):
     return load_tokenizer(config)
 
 
+def _event_loop_runner() -> asyncio.Runner:
+    """uvloop's event loop when it is installed (uvicorn's own `loop="auto"` choice, which does not apply
+    here because the loop is ours): its callbacks, timers and socket writes cost the front end less CPU
+    per streamed token. Otherwise asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
 def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = True, **hooks) -> int:
     """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd %(levelname)s %(message)s")
@@ -183,6 +194,7 @@ def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = T
 
         get_parser_cls(args.reasoning_parser)  # unknown parser: ConfigError now, not at the first request
         check_tool_options(args)
-        return asyncio.run(serve_async(engine_config, args, sock, **hooks))
+        with _event_loop_runner() as runner:
+            return runner.run(serve_async(engine_config, args, sock, **hooks))
     finally:
         sock.close()
