@@ -30,6 +30,10 @@ import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
+# It sets KMP_BLOCKTIME=0; the in-process engine here gets the same setting, so the two sides differ only
+# by the server.
+os.environ.setdefault("KMP_BLOCKTIME", "0")
 
 
 MAX_TOKEN_ID = 40000  # below SmolLM2's vocabulary (49152); --max-token-id for smaller models
@@ -108,7 +112,7 @@ def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.
     cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), *engine_args]
     if model:
         cmd += ["--model", model]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=SERVER_ENV)
     url = f"http://127.0.0.1:{port}"
     for _ in range(1200):
         try:

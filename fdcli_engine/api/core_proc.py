@@ -51,6 +51,12 @@ def build_core(config_json: str, core_spec: str):
     config = EngineConfig.from_dict(json.loads(config_json), source="engine-core config")
     # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1: set it before the core imports.
     os.environ.setdefault("OMP_NUM_THREADS", str(config.num_threads))
+    # OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. Here they share the cores
+    # with the front end, which runs between and during steps: a spinning thread takes its core, so
+    # the front end preempts a computing thread and the whole team waits. Measured on 2 shared cores
+    # (SmolLM2, 16 streams): the core spent 9.1 instead of 11.6 CPU ms per token and served 59 instead
+    # of 42 tok/s. A value in the environment wins.
+    os.environ.setdefault("KMP_BLOCKTIME", "0")
     core_cls, request_cls = load_core_module(core_spec)
     if getattr(core_cls, "needs_finalize", True):
         config.finalize()

@@ -1,0 +1,29 @@
+"""The engine-core process's OpenMP defaults (core_proc.build_core): waiting threads sleep at once
+(KMP_BLOCKTIME=0) so they leave the cores to the front end, unless the environment says otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from fdcli_engine.api.core_proc import build_core
+
+
+class StubCore:
+    needs_finalize = False
+
+    def __init__(self, config):
+        self.config = config
+
+
+EngineCoreRequest = dict  # build_core hands back the module's request type
+
+
+def test_core_sets_kmp_blocktime_unless_given(monkeypatch):
+    monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
+    core, request_cls, config = build_core(json.dumps({"max_model_len": 64}), f"{__name__}:StubCore")
+    assert isinstance(core, StubCore) and request_cls is dict and config.max_model_len == 64
+    assert os.environ["KMP_BLOCKTIME"] == "0"
+    monkeypatch.setenv("KMP_BLOCKTIME", "50")
+    build_core(json.dumps({}), f"{__name__}:StubCore")
+    assert os.environ["KMP_BLOCKTIME"] == "50"
