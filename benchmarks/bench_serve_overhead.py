@@ -31,9 +31,9 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
-# It sets KMP_BLOCKTIME=0; the in-process engine here gets the same setting, so the two sides differ only
+# It sets KMP_BLOCKTIME=1; the in-process engine here gets the same setting, so the two sides differ only
 # by the server.
-os.environ.setdefault("KMP_BLOCKTIME", "0")
+os.environ.setdefault("KMP_BLOCKTIME", "1")
 
 
 MAX_TOKEN_ID = 40000  # below SmolLM2's vocabulary (49152); --max-token-id for smaller models

@@ -52,11 +52,12 @@ def build_core(config_json: str, core_spec: str):
     # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1: set it before the core imports.
     os.environ.setdefault("OMP_NUM_THREADS", str(config.num_threads))
     # OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. Here they share the cores
-    # with the front end, which runs between and during steps: a spinning thread takes its core, so
-    # the front end preempts a computing thread and the whole team waits. Measured on 2 shared cores
-    # (SmolLM2, 16 streams): the core spent 9.1 instead of 11.6 CPU ms per token and served 59 instead
-    # of 42 tok/s. A value in the environment wins.
-    os.environ.setdefault("KMP_BLOCKTIME", "0")
+    # with the front end, which runs between steps: a thread still spinning then holds a core the front
+    # end needs. 1 ms covers the gaps between the kernels of one step and lets the threads sleep between
+    # steps. Measured (SmolLM2, 128-token prompts, bench_serve_overhead.py, quiet 2 cores): c1 72.4 tok/s
+    # and c16 229 tok/s at 1 ms, 72.9 / 230 at 200 ms, but 35.8 / 167 at 0 (a sleep and wake-up between
+    # every kernel, hundreds per step). Under a loaded machine 1 ms also beat 200 ms. The environment wins.
+    os.environ.setdefault("KMP_BLOCKTIME", "1")
     core_cls, request_cls = load_core_module(core_spec)
     if getattr(core_cls, "needs_finalize", True):
         config.finalize()

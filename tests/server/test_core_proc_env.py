@@ -1,5 +1,5 @@
 """The engine-core process's OpenMP defaults (core_proc.build_core): waiting threads sleep at once
-(KMP_BLOCKTIME=0) so they leave the cores to the front end, unless the environment says otherwise."""
+(KMP_BLOCKTIME=1) so they leave the cores to the front end, unless the environment says otherwise."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_core_sets_kmp_blocktime_unless_given(monkeypatch):
     monkeypatch.delenv("KMP_BLOCKTIME", raising=False)
     core, request_cls, config = build_core(json.dumps({"max_model_len": 64}), f"{__name__}:StubCore")
     assert isinstance(core, StubCore) and request_cls is dict and config.max_model_len == 64
-    assert os.environ["KMP_BLOCKTIME"] == "0"
+    assert os.environ["KMP_BLOCKTIME"] == "1"
     monkeypatch.setenv("KMP_BLOCKTIME", "50")
     build_core(json.dumps({}), f"{__name__}:StubCore")
     assert os.environ["KMP_BLOCKTIME"] == "50"
