@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "decoder_stack.h"
+#include "glue.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -30,21 +31,8 @@ using paddle::Tensor;
 
 constexpr int64_t kPerLayer = 18, kPerLayerQkNorm = 20, kMetaPerLayer = 16;
 
-Tensor contig(const Tensor& x) { return x.is_contiguous() ? x : x.contiguous(); }
-
-std::vector<int64_t> as_i64(const Tensor& x, const char* name) {
-  PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");
-  const Tensor c = contig(x);
-  std::vector<int64_t> out(c.numel());
-  if (c.dtype() == paddle::DataType::INT64) {
-    std::memcpy(out.data(), c.data<int64_t>(), out.size() * sizeof(int64_t));
-  } else {
-    PD_CHECK(c.dtype() == paddle::DataType::INT32, name, " must be int32 or int64");
-    const int32_t* p = c.data<int32_t>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
-  }
-  return out;
-}
+using fdglue::as_i64;
+using fdglue::contig;
 
 // A weight the kernels read by raw pointer: CPU, contiguous (never copied, the pointer must be its own),
 // of the given dtype and at least `numel` elements.

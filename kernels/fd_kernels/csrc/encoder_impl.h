@@ -4,35 +4,7 @@
 #include "simd.h"
 
 // ------------------------------------------------------------------------------------ vector math
-#if FD_W == 16 || FD_W == 8
-// exp: x = n ln2 + r, degree-6 polynomial on r, 2^n built in the exponent (Cephes expf). x is clamped to
-// [-87.3, 88.3] so n stays a normal exponent. Relative error ~2e-7 (same scheme as kern_impl.h's vexp).
-static inline vf vexp(vf x) {
-  x = vmax(x, vset1(-87.33654f));
-#if FD_W == 16
-  x = _mm512_min_ps(x, vset1(88.37626f));
-  vf n = _mm512_roundscale_ps(vmul(x, vset1(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#else
-  x = _mm256_min_ps(x, vset1(88.37626f));
-  vf n = _mm256_round_ps(vmul(x, vset1(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#endif
-  vf r = vfma(n, vset1(-0.693359375f), x);
-  r = vfma(n, vset1(2.12194440e-4f), r);
-  vf p = vset1(1.9875691500e-4f);
-  p = vfma(p, r, vset1(1.3981999507e-3f));
-  p = vfma(p, r, vset1(8.3334519073e-3f));
-  p = vfma(p, r, vset1(4.1665795894e-2f));
-  p = vfma(p, r, vset1(1.6666665459e-1f));
-  p = vfma(p, r, vset1(5.0000001201e-1f));
-  p = vfma(vmul(p, r), r, vadd(r, vset1(1.0f)));
-#if FD_W == 16
-  return _mm512_scalef_ps(p, n);
-#else
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return vmul(p, _mm256_castsi256_ps(e));
-#endif
-}
-#endif
+#include "vexp.h"  // vexp, shared with kern_impl.h and sampler_impl.h
 
 // 1 / x from the hardware estimate and one Newton step (relative error ~1e-7): a full-width divide has a
 // throughput of one per 5-10 cycles and bounded GELU.
@@ -61,7 +33,6 @@ static inline vf vselect_neg(vf x, vf if_neg, vf if_not) {
   return _mm256_blendv_ps(if_not, if_neg, _mm256_cmp_ps(x, vzero(), _CMP_LT_OQ));
 }
 #else
-static inline vf vexp(vf x) { return std::exp(x); }
 static inline vf vabs(vf x) { return std::fabs(x); }
 static inline vf vselect_neg(vf x, vf if_neg, vf if_not) { return x < 0.0f ? if_neg : if_not; }
 #endif
