@@ -22,22 +22,10 @@ import subprocess
 import sys
 import time
 
-import msgspec
-
+from fdcli_engine.engine import EngineCoreRequest  # what core_proc builds from an AddRequest
 from fdcli_engine.outputs import EngineCoreOutput
-from fdcli_engine.sampling_params import SamplingParams
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class EngineCoreRequest(msgspec.Struct, omit_defaults=True):
-    """What core_proc builds from an AddRequest (the same fields as fdcli_engine.engine's)."""
-
-    req_id: str
-    prompt_token_ids: list[int]
-    sampling_params: SamplingParams
-    arrival_time: float = 0.0
-    is_pooling: bool = False
 
 
 class StubCore:
