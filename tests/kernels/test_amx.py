@@ -1,8 +1,9 @@
-"""Prompt rows of quantized linears on AMX CPUs (csrc/amx.cc): computed as bf16(x) @ bf16(W) with fp32
+"""Prompt rows of weight-only quantized linears (wint8, wint4) on AMX CPUs (csrc/amx.cc): computed as bf16(x) @ bf16(W) with fp32
 accumulation, where W is the exact dequantized operand. The oracle rounds both operands to bf16 in numpy
 and multiplies in float64, so the only allowed difference is fp32 summation (the 1e-5 bound of
 test_linear.py). Rows not marked as prompt rows stay fp32, and a row's result does not depend on the
-other rows of its batch (AMX tiles for many prompt rows, the AVX-512 microkernel for few)."""
+other rows of its batch (AMX tiles for many prompt rows, the AVX-512 microkernel for few). GGUF block
+weights take the int8-activation kernel for every row instead (test_qgemm.py)."""
 
 from __future__ import annotations
 
@@ -34,16 +35,10 @@ def _check(y, expect, x, w):
 def _weight(native, rng, kind, k, n):
     w = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal(n, dtype=np.float32)
-    if kind == "q4_1":  # GGUF Q4_1 blocks: fp16 d, fp16 m, 16 bytes of nibbles per 32 values
-        blocks = np.zeros((n, k // 32, 20), dtype=np.uint8)
-        blocks[..., 0:2] = np.array([0.05], np.float16).view(np.uint8)
-        blocks[..., 2:4] = np.array([-0.4], np.float16).view(np.uint8)
-        blocks[..., 4:] = rng.integers(0, 256, (n, k // 32, 16), dtype=np.uint8)
-        return native.prepare_linear_gguf(blocks.reshape(n, -1), 3, k, b), b
     return native.prepare_linear(w, b, kind), b
 
 
-@pytest.mark.parametrize("kind", ["wint8", "wint4", "q4_1"])
+@pytest.mark.parametrize("kind", ["wint8", "wint4"])
 @pytest.mark.parametrize("m,k,n", [(1, 64, 32), (5, 96, 70), (8, 576, 200), (33, 128, 45), (100, 640, 96)])
 def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
     lw, b = _weight(native, rng, kind, k, n)
@@ -63,7 +58,7 @@ def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
 @pytest.mark.parametrize("m", [2, 40, 97])
 def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, m):
     k, n = 192, 130
-    lw, _ = _weight(native, rng, "q4_1", k, n)
+    lw, _ = _weight(native, rng, "wint4", k, n)
     x = rng.standard_normal((m, k), dtype=np.float32)
     mask = rng.random(m) < 0.6
     mask[0], mask[-1] = True, False
@@ -81,7 +76,7 @@ def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, m):
 def test_a_prompt_row_does_not_depend_on_its_batch(native, rng):
     # 3 prompt rows alone take the AVX-512 microkernel on rounded operands; inside 64 they take the tiles.
     k, n = 576, 96
-    lw, _ = _weight(native, rng, "q4_1", k, n)
+    lw, _ = _weight(native, rng, "wint4", k, n)
     x = rng.standard_normal((64, k), dtype=np.float32)
     native.set_prompt_rows(np.ones(3, dtype=bool))
     alone = native.linear(to_pd(x[:3]), lw).numpy()
@@ -100,3 +95,21 @@ def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng)
     native.set_prompt_rows(np.ones(5, dtype=bool))  # an LM head over fewer rows than the step
     wq = q.dequantize()
     _check(native.linear(to_pd(x), q).numpy(), x.astype(np.float64) @ wq.astype(np.float64).T, x, wq)
+
+
+def test_gguf_blocks_ignore_the_mask(native, rng):
+    """GGUF block weights compute every row with fixed-point activations, prompt row or not."""
+    from fd_kernels import packing
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    w = rng.standard_normal((48, 64), dtype=np.float32)
+    raw = np.ascontiguousarray(quantize(w, GGMLQuantizationType.Q4_1)).view(np.uint8).reshape(48, -1)
+    lw = native.prepare_linear_gguf(raw, 3, 64)
+    x = rng.standard_normal((6, 64), dtype=np.float32)
+    native.set_prompt_rows(np.array([1, 0, 1, 1, 0, 0], dtype=bool))
+    masked = native.linear(to_pd(x), lw).numpy()
+    native.set_prompt_rows(None)
+    np.testing.assert_array_equal(masked, native.linear(to_pd(x), lw).numpy())
+    expect, mag = packing.qgemm_reference(x, lw.host)
+    np.testing.assert_array_less(np.abs(masked - expect), 1e-5 * mag + 1e-6)

@@ -69,14 +69,16 @@ PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 30]  # any ids < voca
 
 
 @pytest.mark.parametrize(
-    "backend, quantization",
-    [("reference", None), ("native", None), ("native", "gguf")],
+    "backend, quantization, atol",
+    [("reference", None, 5e-4), ("native", None, 5e-4), ("native", "gguf", 2e-2)],
     ids=["reference-fp32", "native-fp32", "native-gguf-blocks"],
 )
-def test_logits_match_transformers_gguf_loader(backend, quantization, gguf_path, hf_reference):
-    """Same dequantized weights in fp32 (the gguf-blocks case multiplies the same values without
-    dequantizing them). Observed max |diff| 9e-5 (reference) and 1.4e-4 (native) on logits of magnitude
-    ~35; atol 5e-4."""
+def test_logits_match_transformers_gguf_loader(backend, quantization, atol, gguf_path, hf_reference):
+    """Same dequantized weights in fp32. Observed max |diff| 9e-5 (reference) and 1.4e-4 (native) on
+    logits of magnitude ~35; atol 5e-4. The gguf-blocks case multiplies the same weights without
+    dequantizing them, by activations rounded to 16-bit fixed point per block of 32 (test_qgemm.py):
+    observed max |diff| 8.8e-3 (mean 1.3e-3) over 30 layers; atol 2e-2. With llama.cpp's 8-bit
+    activations it was 1.7 (mean 0.21), which is why the kernel keeps 16 bits."""
     from fdcli_engine import ops
 
     if backend == "native":
@@ -86,5 +88,5 @@ def test_logits_match_transformers_gguf_loader(backend, quantization, gguf_path,
             pytest.skip("native kernels unavailable")
     runner = PagedRunner(load_fd_model(gguf_path, quantization=quantization), num_blocks=8, block_size=16)
     got = runner.step([("s", PROMPT)])
-    np.testing.assert_allclose(got, hf_reference, atol=5e-4, rtol=0)
+    np.testing.assert_allclose(got, hf_reference, atol=atol, rtol=0)
     assert (got.argmax(-1) == hf_reference.argmax(-1)).all()

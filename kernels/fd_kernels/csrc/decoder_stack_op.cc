@@ -56,22 +56,19 @@ fdk::StackLinear stack_linear(const Tensor* t, const int64_t* meta, int64_t k, c
   l.kind = (int)meta[1];
   l.group = meta[2];
   const bool has_bias = meta[3] != 0;
-  PD_CHECK(l.n > 0 && l.kind >= fdk::kF32 && l.kind <= fdk::kU4, "decoder_stack: layer ", layer, " ", what,
+  PD_CHECK(l.n > 0 && l.kind >= fdk::kF32 && l.kind <= fdk::kQ8_0, "decoder_stack: layer ", layer, " ", what,
            " has bad metadata");
   const int64_t panels = (l.n + fdk::kNR - 1) / fdk::kNR;
-  const int64_t per_k = l.kind == fdk::kU4 ? fdk::kNR / 2 : fdk::kNR;
-  const paddle::DataType wdt = l.kind == fdk::kF32  ? paddle::DataType::FLOAT32
-                               : l.kind == fdk::kS8 ? paddle::DataType::INT8
-                                                    : paddle::DataType::UINT8;
-  l.w = weight_ptr(t[0], wdt, panels * k * per_k, what, layer);
-  PD_CHECK(t[0].numel() == panels * k * per_k, "decoder_stack: layer ", layer, " ", what,
+  const int64_t elems = fdk::packed_elems(l.kind, l.n, k);
+  l.w = weight_ptr(t[0], fdglue::packed_dtype(l.kind), elems, what, layer);
+  PD_CHECK(elems >= 0 && t[0].numel() == elems, "decoder_stack: layer ", layer, " ", what,
            " does not match its input width ", k);
   int64_t groups = 0;
-  if (l.kind != fdk::kF32) {
+  if (l.kind == fdk::kS8 || l.kind == fdk::kU4) {
     PD_CHECK(l.group > 0, "decoder_stack: layer ", layer, " ", what, " has group ", l.group);
     groups = (k + l.group - 1) / l.group;
   }
-  l.scales = f32_ptr(t[1], l.kind == fdk::kF32 ? 0 : panels * groups * fdk::kNR, what, layer);
+  l.scales = f32_ptr(t[1], groups ? panels * groups * fdk::kNR : 0, what, layer);
   l.mins = f32_ptr(t[2], l.kind == fdk::kU4 ? panels * groups * fdk::kNR : 0, what, layer);
   l.bias = has_bias ? f32_ptr(t[3], panels * fdk::kNR, what, layer) : nullptr;
   return l;

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels.h"
 #include "paddle/extension.h"
 
 namespace fdglue {
@@ -18,6 +19,13 @@ inline void check_dtype(const Tensor& x, paddle::DataType dt, const char* name, 
 
 inline void check_f32(const Tensor& x, const char* name) {
   check_dtype(x, paddle::DataType::FLOAT32, name, "float32");
+}
+
+// The dtype of a packed linear weight of `kind` (kernels.h).
+inline paddle::DataType packed_dtype(int64_t kind) {
+  return kind == fdk::kF32 ? paddle::DataType::FLOAT32
+         : kind == fdk::kS8 ? paddle::DataType::INT8
+                            : paddle::DataType::UINT8;
 }
 
 // Integer metadata as int64, whatever its stored width (the runner may pass int32).

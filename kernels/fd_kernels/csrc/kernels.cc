@@ -98,6 +98,7 @@ static void gemm_bf16(const GemmArgs& g) {
 }
 
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
+  if (is_qkind(g.kind)) return qgemm(g);
   if (active_isa() != 3 || g.kind == kF32 || !prompt_rows || g.m == 0) return gemm_fp32(g);
   std::vector<int64_t> order;  // prompt rows first, then the others
   order.reserve(g.m);

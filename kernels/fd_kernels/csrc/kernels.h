@@ -14,7 +14,30 @@ constexpr int kNR = 32;
 //   kU4:  uint8[kNR / 2]; byte j holds column j (low nibble) and column j + 16 (high nibble);
 //         value = scale * q + min
 // scales / mins are float[panels][groups][kNR]: one pair per (column, group of `group` k's).
-enum WeightKind { kF32 = 0, kS8 = 1, kU4 = 2 };
+//
+// GGUF block kinds (qgemm.cc) keep the file's blocks: per column and block of kQBlock k's an fp16 scale d
+// (and for Q4_1 an fp16 min m) and one code u per weight; value = d * (u - z) (Q4_0: z = 8, Q8_0: codes
+// stored as q + 128, z = 128) or d * u + m (Q4_1). Their activations become 16-bit fixed point per row
+// and block, multiplied as two int8 planes and summed in int32: see qgemm_impl.h.
+enum WeightKind { kF32 = 0, kS8 = 1, kU4 = 2, kQ4_0 = 3, kQ4_1 = 4, kQ8_0 = 5 };
+
+constexpr int kQNR = 16;          // columns per panel of a GGUF block kind (one zmm of int32 lanes)
+constexpr int64_t kQBlock = 32;   // k's per block (GGUF's)
+inline constexpr bool is_qkind(int kind) { return kind >= kQ4_0 && kind <= kQ8_0; }
+// Bytes of one (panel, block) record: fp16 d[16], fp16 m[16] (Q4_1 only), then the codes: 4 chunks of 64
+// bytes for 4-bit kinds (byte 4c+j of chunk i: column c, low nibble k = 8i+j, high nibble k = 8i+4+j) or 8
+// chunks for Q8_0 (byte 4c+j of chunk i: column c, k = 4i+j), which is the operand layout of vpdpbusd.
+inline constexpr int64_t q_record_bytes(int kind) {
+  return 2 * kQNR + (kind == kQ4_1 ? 2 * kQNR : 0) + (kind == kQ8_0 ? kQBlock : kQBlock / 2) * kQNR;
+}
+inline constexpr int32_t q_zero(int kind) { return kind == kQ4_0 ? 8 : kind == kQ8_0 ? 128 : 0; }
+inline constexpr int64_t q_codes_offset(int kind) { return 2 * kQNR * (kind == kQ4_1 ? 2 : 1); }
+// Elements of the packed weight tensor (float for kF32, int8 for kS8, uint8 otherwise) for n outputs
+// and k inputs; -1 when the kind cannot hold k inputs (GGUF kinds need whole blocks).
+inline int64_t packed_elems(int kind, int64_t n, int64_t k) {
+  if (is_qkind(kind)) return k % kQBlock ? -1 : (n + kQNR - 1) / kQNR * (k / kQBlock) * q_record_bytes(kind);
+  return (n + kNR - 1) / kNR * k * (kind == kU4 ? kNR / 2 : kNR);
+}
 
 struct GemmArgs {
   const float* a;  // [m, lda] row-major activations
@@ -60,7 +83,9 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* o
 // prompt_rows (uint8 [m], may be null) marks the rows of prompt tokens. On the AMX level, quantized
 // weights compute those rows in bf16 (amx.cc) and every other row in fp32, so a token's numerics depend on
 // what it is, never on which requests share its batch. Elsewhere it is ignored.
+// GGUF block kinds take qgemm (every row the same way: int8 activations), the others the float paths.
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
+void qgemm(const GemmArgs& g);
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out);
 void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                         float* out, float* res_out);

@@ -31,13 +31,11 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   PD_CHECK(!shape.empty() && k > 0, "linear: x must have at least one dimension and one feature");
   shape.back() = n;
   Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
-  const int64_t panels = (n + fdk::kNR - 1) / fdk::kNR;
-  const int64_t per_k = kind == fdk::kU4 ? fdk::kNR / 2 : fdk::kNR;
-  const paddle::DataType wdt = kind == fdk::kF32  ? paddle::DataType::FLOAT32
-                               : kind == fdk::kS8 ? paddle::DataType::INT8
-                                                  : paddle::DataType::UINT8;
-  PD_CHECK(w.dtype() == wdt && w.is_contiguous(), "linear: packed weight has the wrong dtype for its kind");
-  PD_CHECK(w.numel() == panels * k * per_k, "linear: x has ", k, " features but the packed weight does not match");
+  PD_CHECK(kind >= fdk::kF32 && kind <= fdk::kQ8_0, "linear: unknown weight kind ", kind);
+  PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous(),
+           "linear: packed weight has the wrong dtype for its kind");
+  PD_CHECK(w.numel() == fdk::packed_elems((int)kind, n, k), "linear: x has ", k,
+           " features but the packed weight does not match");
   if (m == 0) return {out};
   fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
                   group, (int)kind, has_bias ? bias.data<float>() : nullptr, out.data<float>()};

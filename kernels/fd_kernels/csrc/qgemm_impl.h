@@ -1,0 +1,279 @@
+// GEMM on GGUF block weights (kQ4_0, kQ4_1, kQ8_0; layout in kernels.h) with 16-bit fixed-point
+// activations split into two int8 planes. Included once per ISA namespace by qgemm.cc with FD_QVNNI set
+// to 1 (AVX-512 VNNI: vpdpbusd multiplies 64 unsigned codes by 64 signed bytes per instruction) or 0
+// (portable C++ over the same layout, compiled for AVX2 and for the scalar baseline). No include guard.
+//
+// Every row, every block of 32 k's, in fp32: amax = max|x|, d = amax / 127, t = x * (1 / d) (0 when
+// amax is 0), Q = rint(256 * t), an integer in [-32512, 32512]; da = d / 256 (exact), sq = sum(Q),
+// s = da * sq. So x ~= da * Q within da / 2 (+ the rounding of t): 2^-15 of the block's largest value,
+// against 2^-8 for llama.cpp's 8-bit Q8 activations, while the products still run on int8 units:
+// Q = 256 * hi + lo with hi, lo signed bytes, and sum(u * Q) = 256 * sum(u * hi) + sum(u * lo), exact in
+// int32 (|sum| <= 32 * 255 * 32512). The row's output accumulates in fp32, block by block:
+//   acc += float(isum - z * sq) * (d_w * da)      then, Q4_1 only,   acc += m_w * s
+// So a row's result depends on that row alone (never on its batch), and every ISA path computes the same
+// integers; only how the compiler contracts the fp32 multiply-adds may differ between them.
+
+struct QAct {
+  const int8_t* hi;   // [m, k]: Q = 256 * hi + lo
+  const int8_t* lo;   // [m, k]
+  const float* d;     // [m, nb]: da
+  const float* s;     // [m, nb]: da * sq
+  const int32_t* sq;  // [m, nb]
+  int64_t k, nb;
+};
+
+template <int KIND>
+struct QKind {
+  static constexpr bool kFour = KIND != kQ8_0;
+  static constexpr bool kMin = KIND == kQ4_1;
+  static constexpr int32_t kZ = q_zero(KIND);
+  static constexpr int64_t kCodes = q_codes_offset(KIND);  // offset of the codes in a record
+};
+
+// fp16 bits -> fp32, exactly (what vcvtph2ps computes).
+static inline float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 31, man = h & 1023, bits;
+  if (exp == 31) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while (!(man & 1024)) {
+      man <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((man & 1023) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out, float* s_out, int32_t* sq_out) {
+#if FD_QVNNI
+  const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+  const float d = amax / 127.0f, id = amax != 0.0f ? 1.0f / d : 0.0f;
+  const __m512 vid = _mm512_set1_ps(id), v256 = _mm512_set1_ps(256.0f);
+  __m512i qsum = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512 t = _mm512_mul_ps(h ? b : a, vid);
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(t, v256));  // ties to even, as numpy's rint
+    const __m512i l = _mm512_srai_epi32(_mm512_slli_epi32(q, 24), 24);
+    _mm_storeu_si128((__m128i*)(lo + 16 * h), _mm512_cvtepi32_epi8(l));
+    _mm_storeu_si128((__m128i*)(hi + 16 * h), _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_sub_epi32(q, l), 8)));
+    qsum = _mm512_add_epi32(qsum, q);
+  }
+  const int32_t sq = _mm512_reduce_add_epi32(qsum);
+#else
+  float amax = 0.0f;
+  for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f, id = amax != 0.0f ? 1.0f / d : 0.0f;
+  int32_t sq = 0;
+  for (int j = 0; j < kQBlock; ++j) {
+    const float t = x[j] * id;
+    const int32_t q = (int32_t)std::nearbyint(t * 256.0f);  // ties to even, as cvtps2dq and numpy's rint
+    lo[j] = (int8_t)(uint8_t)(q & 255);
+    hi[j] = (int8_t)((q - lo[j]) / 256);
+    sq += q;
+  }
+#endif
+  const float da = d * (1.0f / 256.0f);
+  *d_out = da;
+  *sq_out = sq;
+  *s_out = da * (float)sq;
+}
+
+// Rows [r0, r1) of a [m, lda] into the QAct buffers (k % kQBlock == 0).
+static void quantize_rows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int8_t* hi, int8_t* lo,
+                          float* d, float* s, int32_t* sq) {
+  const int64_t nb = k / kQBlock;
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t i = r * nb + b, off = r * k + b * kQBlock;
+      quantize_block(a + r * lda + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
+    }
+}
+
+#if FD_QVNNI
+static inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Rows m0 .. m0+MR against panels p0 .. p0+NP, all blocks: one int32 accumulator per (row, panel,
+// activation plane), so 2 * MR * NP vpdpbusd chains are in flight.
+template <int KIND, int MR, int NP>
+static void qmicro(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
+  using K = QKind<KIND>;
+  const int64_t nb = x.nb, rec = q_record_bytes(KIND);
+  __m512 acc[MR][NP];
+  for (int p = 0; p < NP; ++p) {
+    const __m512 b = g.bias ? _mm512_loadu_ps(g.bias + (p0 + p) * kQNR) : _mm512_setzero_ps();
+    for (int r = 0; r < MR; ++r) acc[r][p] = b;
+  }
+  const __m512i low4 = _mm512_set1_epi8(15);
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const uint8_t* recs[NP];
+    for (int p = 0; p < NP; ++p) recs[p] = (const uint8_t*)g.w + ((p0 + p) * nb + blk) * rec;
+    const int64_t off = m0 * x.k + blk * kQBlock;
+    __m512i ih[MR][NP], il[MR][NP];
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NP; ++p) ih[r][p] = il[r][p] = _mm512_setzero_si512();
+    // Quad j of the block (k = 4j .. 4j+3) of every row against the codes w of every panel.
+    auto quad = [&](int j, const __m512i* w) {
+      for (int r = 0; r < MR; ++r) {
+        const __m512i xh = bcast4(x.hi + off + r * x.k + 4 * j), xl = bcast4(x.lo + off + r * x.k + 4 * j);
+        for (int p = 0; p < NP; ++p) {
+          ih[r][p] = _mm512_dpbusd_epi32(ih[r][p], w[p], xh);
+          il[r][p] = _mm512_dpbusd_epi32(il[r][p], w[p], xl);
+        }
+      }
+    };
+    __m512i w[NP];
+    if (K::kFour) {
+      for (int c = 0; c < 4; ++c) {
+        __m512i raw[NP];
+        for (int p = 0; p < NP; ++p) {
+          raw[p] = _mm512_loadu_si512(recs[p] + K::kCodes + 64 * c);
+          w[p] = _mm512_and_si512(raw[p], low4);
+        }
+        quad(2 * c, w);
+        for (int p = 0; p < NP; ++p) w[p] = _mm512_and_si512(_mm512_srli_epi16(raw[p], 4), low4);
+        quad(2 * c + 1, w);
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) {
+        for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(recs[p] + K::kCodes + 64 * c);
+        quad(c, w);
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)recs[p]));
+      const __m512 mw = K::kMin ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(recs[p] + 32)))
+                                : _mm512_setzero_ps();
+      for (int r = 0; r < MR; ++r) {
+        const int64_t i = (m0 + r) * nb + blk;
+        __m512i is = _mm512_add_epi32(_mm512_slli_epi32(ih[r][p], 8), il[r][p]);
+        if (K::kZ) is = _mm512_sub_epi32(is, _mm512_set1_epi32(K::kZ * x.sq[i]));
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[i])), acc[r][p]);
+        if (K::kMin) acc[r][p] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.s[i]), acc[r][p]);
+      }
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const int64_t c0 = (p0 + p) * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
+    const __mmask16 mask = (__mmask16)((1u << cols) - 1);
+    for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(g.c + (m0 + r) * g.n + c0, mask, acc[r][p]);
+  }
+}
+
+#define FD_QMICRO_CASE(mr, np)                   \
+  case (mr) * 4 + (np):                          \
+    return qmicro<KIND, mr, np>(g, x, m0, p0);
+
+template <int KIND>
+static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
+  switch (mr * 4 + np) {
+    FD_QMICRO_CASE(1, 1) FD_QMICRO_CASE(1, 2) FD_QMICRO_CASE(1, 3)
+    FD_QMICRO_CASE(2, 1) FD_QMICRO_CASE(2, 2) FD_QMICRO_CASE(2, 3)
+    FD_QMICRO_CASE(3, 1) FD_QMICRO_CASE(3, 2) FD_QMICRO_CASE(3, 3)
+  }
+}
+#undef FD_QMICRO_CASE
+
+constexpr int kQMaxRows = 3;
+#else
+// Portable path: one panel against rows [m0, m0 + mr) at a time; each block's codes are unpacked once
+// to [column][k] bytes and reused by every row.
+template <int KIND>
+static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
+  using K = QKind<KIND>;
+  const int64_t nb = x.nb, rec = q_record_bytes(KIND);
+  for (int64_t p = p0; p < p0 + np; ++p) {
+    float acc[kQMaxRowsPortable][kQNR];
+    for (int r = 0; r < mr; ++r)
+      for (int c = 0; c < kQNR; ++c) acc[r][c] = g.bias ? g.bias[p * kQNR + c] : 0.0f;
+    for (int64_t blk = 0; blk < nb; ++blk) {
+      const uint8_t* rp = (const uint8_t*)g.w + (p * nb + blk) * rec;
+      const uint8_t* codes = rp + K::kCodes;
+      uint8_t u[kQNR][kQBlock];
+      for (int c = 0; c < kQNR; ++c)
+        for (int j = 0; j < kQBlock; ++j) {
+          if (K::kFour) {
+            const int i = j / 8, h = (j % 8) / 4;
+            const uint8_t byte = codes[64 * i + 4 * c + j % 4];
+            u[c][j] = h ? byte >> 4 : byte & 15;
+          } else {
+            u[c][j] = codes[64 * (j / 4) + 4 * c + j % 4];
+          }
+        }
+      float dw[kQNR], mw[kQNR];
+      uint16_t h16[kQNR];
+      std::memcpy(h16, rp, sizeof h16);
+      for (int c = 0; c < kQNR; ++c) dw[c] = half_to_float(h16[c]);
+      if (K::kMin) {
+        std::memcpy(h16, rp + 2 * kQNR, sizeof h16);
+        for (int c = 0; c < kQNR; ++c) mw[c] = half_to_float(h16[c]);
+      }
+      for (int r = 0; r < mr; ++r) {
+        const int64_t i = (m0 + r) * nb + blk;
+        const int64_t off = (m0 + r) * x.k + blk * kQBlock;
+        int32_t xq[kQBlock];
+        for (int j = 0; j < kQBlock; ++j) xq[j] = 256 * x.hi[off + j] + x.lo[off + j];
+        for (int c = 0; c < kQNR; ++c) {
+          int32_t is = 0;
+          for (int j = 0; j < kQBlock; ++j) is += (int32_t)u[c][j] * xq[j];
+          is -= K::kZ * x.sq[i];
+          acc[r][c] += (float)is * (dw[c] * x.d[i]);
+          if (K::kMin) acc[r][c] += mw[c] * x.s[i];
+        }
+      }
+    }
+    const int64_t c0 = p * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
+    for (int r = 0; r < mr; ++r) std::memcpy(g.c + (m0 + r) * g.n + c0, acc[r], cols * sizeof(float));
+  }
+}
+
+constexpr int kQMaxRows = kQMaxRowsPortable;
+#endif
+
+// Work items are (group of panels, block of rows), panel-major so consecutive items reuse a panel group's
+// weights from cache. Threads take items from an atomic counter (OpenMP's dynamic schedule is not in
+// Paddle's libiomp5, see attn_impl.h), so a thread the OS preempts delays only the items it holds.
+template <int KIND>
+static void qgemm_kind(const GemmArgs& g) {
+  const int64_t m = g.m, k = g.k, nb = k / kQBlock;
+  std::vector<int8_t> hi(m * k), lo(m * k);
+  std::vector<float> d(m * nb), s(m * nb);
+  std::vector<int32_t> sq(m * nb);
+  const bool big = m * k >= (1 << 16);
+#pragma omp parallel for schedule(static) if (big)
+  for (int64_t r = 0; r < m; ++r)
+    quantize_rows(g.a, g.lda, r, r + 1, k, hi.data(), lo.data(), d.data(), s.data(), sq.data());
+  const QAct x{hi.data(), lo.data(), d.data(), s.data(), sq.data(), k, nb};
+  const int64_t panels = (g.n + kQNR - 1) / kQNR;
+  const int np = m == 1 ? 3 : 2;
+  const int64_t groups = (panels + np - 1) / np;
+  const int64_t nrb = (m + kQMaxRows - 1) / kQMaxRows;
+  const int64_t rows = (m + nrb - 1) / nrb;  // balanced blocks
+  const int64_t items = groups * nrb;
+  std::atomic<int64_t> next{0};
+#pragma omp parallel if (items > 1 && m * g.n * k >= (1 << 16))
+  for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+    const int64_t pg = it / nrb, rb = it % nrb;
+    const int64_t m0 = rb * rows, p0 = pg * np;
+    qitem<KIND>(g, x, m0, (int)std::min(rows, m - m0), p0, (int)std::min<int64_t>(np, panels - p0));
+  }
+}
+
+static void qgemm(const GemmArgs& g) {
+  if (g.kind == kQ4_0) return qgemm_kind<kQ4_0>(g);
+  if (g.kind == kQ4_1) return qgemm_kind<kQ4_1>(g);
+  qgemm_kind<kQ8_0>(g);
+}

@@ -1,0 +1,113 @@
+"""The GGUF block kernel (csrc/qgemm_impl.h): Q4_0 / Q4_1 / Q8_0 weights times 16-bit fixed-point
+activations (two int8 planes on the VNNI units).
+
+Oracle: `packing.qgemm_reference`, the kernel's arithmetic in numpy (the same integer activations, exact
+integer block sums, the same float32 factors), summed in float64; the kernel may differ only by its fp32
+accumulation, bounded by 1e-5 of the sum of the terms' magnitudes. Against the dequantized fp32 matmul the
+stated tolerance is what the fixed-point activations cost: each moves by at most half its block's step
+da = max|x| / (127 * 256), so |y - x @ W^T| <= sum over blocks of da / 2 * sum |w| (plus fp32 rounding).
+test_isa.py re-runs this file on the AVX2 and scalar paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import to_pd
+
+TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
+# Row counts around the kernel's row blocks (3 rows; 1 row takes 3-panel items), N around its 16-column
+# panels, K from one block up.
+SHAPES = [(1, 32, 1), (1, 576, 100), (2, 64, 33), (3, 96, 16), (7, 64, 47), (16, 576, 200), (50, 800, 40)]
+
+
+def _gguf_weight(native, rng, name, n, k, with_bias=True):
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    qtype = GGMLQuantizationType[name]
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    w[min(2, n - 1), :32] = 0.0  # an all-zero block: d = 0
+    raw = np.ascontiguousarray(quantize(w, qtype)).view(np.uint8).reshape(n, -1)
+    b = rng.standard_normal(n, dtype=np.float32) if with_bias else None
+    lw = native.prepare_linear_gguf(raw, TYPES[name], k, b)
+    deq = dequantize(raw, qtype).reshape(n, k).astype(np.float64)
+    return lw, deq, b
+
+
+def _check_reference(y, x, lw):
+    from fd_kernels import packing
+
+    expect, mag = packing.qgemm_reference(x, lw.host)
+    np.testing.assert_array_less(np.abs(y - expect), 1e-5 * mag + 1e-6)
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_matches_int8_activation_reference(native, rng, name, m, k, n):
+    lw, deq, b = _gguf_weight(native, rng, name, n, k)
+    x = rng.standard_normal((m, k), dtype=np.float32) * rng.uniform(0.1, 10, (m, 1)).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero activation block: q = 0, d = 0
+    y = native.linear(to_pd(x), lw).numpy()
+    assert y.shape == (m, n)
+    _check_reference(y, x, lw)
+    # The stated tolerance against the dequantized weights in float64.
+    step = np.abs(x.reshape(m, -1, 32)).max(axis=2) / (127 * 256)  # da per (row, block)
+    wsum = np.abs(deq).reshape(n, -1, 32).sum(axis=2)  # sum |w| per (column, block)
+    bound = (step / 2) @ wsum.T * 1.05 + 1e-5 * (np.abs(x) @ np.abs(deq).T) + 1e-5
+    exact = x.astype(np.float64) @ deq.T + b
+    np.testing.assert_array_less(np.abs(y - exact), bound)
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_a_row_does_not_depend_on_its_batch(native, rng, name):
+    lw, _, _ = _gguf_weight(native, rng, name, 70, 192)
+    x = rng.standard_normal((50, 192), dtype=np.float32)
+    batch = native.linear(to_pd(x), lw).numpy()
+    for i in (0, 1, 17, 49):
+        np.testing.assert_array_equal(native.linear(to_pd(x[i : i + 1]), lw).numpy()[0], batch[i])
+    np.testing.assert_array_equal(native.linear(to_pd(x[10:26]), lw).numpy(), batch[10:26])
+
+
+def test_without_bias_and_strided_input(native, rng):
+    lw, _, _ = _gguf_weight(native, rng, "Q4_1", 40, 64, with_bias=False)
+    big = rng.standard_normal((5, 100), dtype=np.float32)
+    y = native.linear(to_pd(big)[:, 20:84], lw).numpy()
+    _check_reference(y, big[:, 20:84], lw)
+
+
+def test_activation_quantization_matches_definition():
+    from fd_kernels import packing
+
+    x = np.array([np.linspace(-3, 3, 64, dtype=np.float32), np.zeros(64, np.float32)])
+    q, da, s, sq = packing.quantize_activations(x)
+    np.testing.assert_array_equal(da[0], np.float32(3) / np.float32(127) / np.float32(256))  # |x| reaches 3
+    assert q[0, 0] == -127 * 256 and q[0, 63] == 127 * 256 and (q[1] == 0).all() and (da[1] == 0).all()
+    np.testing.assert_array_equal(sq, q.reshape(2, 2, 32).sum(axis=2))
+    np.testing.assert_allclose(s, da * sq, rtol=1e-7)
+    err = np.abs(q.reshape(2, 2, 32) * da[..., None].astype(np.float64) - x.reshape(2, 2, 32))
+    assert err.max() <= da.max() / 2 * 1.01
+
+
+def test_codes_split_into_two_signed_bytes(native, rng):
+    """Q = 256 * hi + lo must survive every value, e.g. -1 (hi = -1, lo = -1) and -128 / 127 in lo:
+    a weight of one code against activations that hit those fixed-point values exactly."""
+    from fd_kernels import packing
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    w = np.ones((16, 32), dtype=np.float32)
+    raw = np.ascontiguousarray(quantize(w, GGMLQuantizationType.Q8_0)).view(np.uint8).reshape(16, -1)
+    lw = native.prepare_linear_gguf(raw, 8, 32)
+    # amax 127 -> d = 1, Q = rint(256 x): x = q / 256 for chosen q.
+    qs = np.array([-1, -128, 127, 128, -129, 255, -256, 32512, -32512, 1, 0, 383] + [0] * 19 + [32512])
+    x = (qs / 256).astype(np.float32)[None, :]
+    got = native.linear(to_pd(x), lw).numpy()
+    q, *_ = packing.quantize_activations(x)
+    np.testing.assert_array_equal(q[0], qs)
+    # x is exactly representable: the result is the exact product (fp16 d = 1/127 is not exactly 1/127).
+    np.testing.assert_allclose(got[0], lw.dequantize().astype(np.float64) @ x[0], rtol=1e-6)
+
+
+def test_rejects_partial_blocks(native):
+    with pytest.raises(ValueError):
+        native.prepare_linear_gguf(np.zeros((4, 10), np.uint8), 3, 16)
