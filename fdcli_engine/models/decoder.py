@@ -148,7 +148,7 @@ class DecoderForCausalLM:
             except ValueError as exc:
                 raise ModelLoadError(f"tensor {name}: {exc}") from None
             if name == "model.embed_tokens.weight" and self.tie_word_embeddings:
-                self.lm_head.load(array)
+                self.lm_head.tie(self.embed_tokens, array)
             seen.add(name)
         missing = sorted(set(self._targets) - seen)
         if missing:

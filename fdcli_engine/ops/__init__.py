@@ -18,6 +18,8 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     prepare_linear_gguf(raw uint8[out, bytes_per_row], ggml_type, in_features, bias) -> LinearWeight
         GGUF Q4_0/Q4_1/Q8_0 blocks kept as they are (the reference dequantizes: the oracle)
     linear(x[T,in], lw: LinearWeight) -> [T,out]
+    embedding(ids int64[...], lw: LinearWeight from prepare_linear_gguf) -> [..., in]: rows `ids` of the
+        [out, in] weight as fp32 (a token embedding read from the GGUF blocks it shares with the LM head)
     set_prompt_rows(mask bool[T] | None): marks the prompt-token rows of the next forward pass; on AMX
         CPUs the native linear computes those rows of quantized weights in bf16 (the reference ignores it)
     reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T],
@@ -61,6 +63,7 @@ OP_NAMES = (
     "prepare_linear",
     "prepare_linear_gguf",
     "linear",
+    "embedding",
     "set_prompt_rows",
     "reshape_and_cache",
     "paged_attention",

@@ -179,6 +179,12 @@ def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
     return F.linear(x, lw.weight, lw.bias)
 
 
+def embedding(ids: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
+    """Rows `ids` of the [out, in] weight (stored here as [in, out])."""
+    rows = paddle.index_select(lw.weight, ids.flatten(), axis=1).T
+    return rows.reshape([*ids.shape, lw.weight.shape[0]])
+
+
 def set_prompt_rows(mask) -> None:
     """The reference computes every row in fp32: nothing to mark."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import paddle
+from paddle.utils.dlpack import from_dlpack
 
 from fd_kernels import packing
 from fd_kernels.build import load as _build_load
@@ -72,11 +73,19 @@ class LinearWeight:
     mins: paddle.Tensor
     bias: paddle.Tensor
     has_bias: bool
-    host: packing.Packed  # kept for dequantize(); shares nothing with the Paddle copies
+    host: packing.Packed  # kept for dequantize(); its arrays are the memory of packed / scales / mins
 
     def dequantize(self) -> np.ndarray:
         """float32 [out, in]: the weight the kernel actually multiplies by (tests, debugging)."""
         return self.host.dequantize()
+
+
+def _shared(a: np.ndarray) -> paddle.Tensor:
+    """A flat Paddle tensor over the numpy array's memory (dlpack keeps the array alive): the packed
+    weights exist once, not once in numpy for dequantize() and again in Paddle. Flat because numpy may
+    export any stride for a dimension of size 1, which Paddle then reads as a non-contiguous layout (the
+    ops take the packed arrays by size, not shape)."""
+    return from_dlpack(np.ascontiguousarray(a).reshape(-1))
 
 
 def _upload(p: packing.Packed, quantization: str | None) -> LinearWeight:
@@ -88,9 +97,9 @@ def _upload(p: packing.Packed, quantization: str | None) -> LinearWeight:
         quantization=quantization,
         kind=p.kind,
         group=p.group,
-        packed=paddle.to_tensor(p.data),
-        scales=paddle.to_tensor(p.scales),
-        mins=paddle.to_tensor(p.mins),
+        packed=_shared(p.data),
+        scales=_shared(p.scales),
+        mins=_shared(p.mins),
         bias=paddle.to_tensor(bias),
         has_bias=p.bias is not None,
         host=p,
@@ -173,6 +182,15 @@ def linear(x: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
             lw.group,
             lw.has_bias,
         )[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+
+
+def embedding(ids: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
+    """Rows `ids` (output features) of a GGUF block weight as fp32 [*ids.shape, in_features], the values
+    gguf's dequantizer gives: an embedding lookup straight from the (tied) LM head's blocks."""
+    try:
+        return _run("fd_linear_rows", ids, lw.packed, lw.out_features, lw.in_features, lw.kind)[0]
     except OSError as exc:
         raise _bad_input(exc) from None
 

@@ -111,3 +111,24 @@ def test_codes_split_into_two_signed_bytes(native, rng):
 def test_rejects_partial_blocks(native):
     with pytest.raises(ValueError):
         native.prepare_linear_gguf(np.zeros((4, 10), np.uint8), 3, 16)
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_embedding_rows_equal_gguf_dequantize(native, ref, rng, name):
+    """A token embedding read from the blocks equals gguf's dequantized row bit for bit, natively and in
+    the reference; ids outside the table are a clear error."""
+    import paddle
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    n, k = 70, 96
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    raw = np.ascontiguousarray(quantize(w, GGMLQuantizationType[name])).view(np.uint8).reshape(n, -1)
+    deq = dequantize(raw, GGMLQuantizationType[name]).reshape(n, k).astype(np.float32)
+    ids = np.array([[0, 69, 17], [16, 15, 33]], dtype=np.int64)
+    got = native.embedding(paddle.to_tensor(ids), native.prepare_linear_gguf(raw, TYPES[name], k)).numpy()
+    np.testing.assert_array_equal(got, deq[ids])
+    want = ref.embedding(paddle.to_tensor(ids), ref.prepare_linear_gguf(raw, TYPES[name], k)).numpy()
+    np.testing.assert_array_equal(want, deq[ids])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        native.embedding(paddle.to_tensor(np.array([70])), native.prepare_linear_gguf(raw, TYPES[name], k))

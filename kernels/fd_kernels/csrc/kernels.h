@@ -86,6 +86,9 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* o
 // GGUF block kinds take qgemm (every row the same way: int8 activations), the others the float paths.
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
 void qgemm(const GemmArgs& g);
+// Rows ids[0..t) of a GGUF block kind's [n, k] weight, dequantized to fp32 [t, k] exactly as gguf does
+// (an embedding lookup in the LM head's packed table). Ids must be in [0, n).
+void q_rows(const void* w, int kind, int64_t n, int64_t k, const int64_t* ids, int64_t t, float* out);
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out);
 void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                         float* out, float* res_out);

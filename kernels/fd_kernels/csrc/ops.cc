@@ -157,6 +157,20 @@ std::vector<Tensor> PagedAttention(const Tensor& q_in, const Tensor& kc_in, cons
   return {out};
 }
 
+// The rows `ids` (out features) of a packed GGUF block weight [n, k], as fp32 [ids..., k].
+std::vector<Tensor> LinearRows(const Tensor& ids_in, const Tensor& w, int64_t n, int64_t k, int64_t kind) {
+  PD_CHECK(fdk::is_qkind((int)kind), "linear_rows: only GGUF block weights (Q4_0, Q4_1, Q8_0)");
+  PD_CHECK(w.dtype() == paddle::DataType::UINT8 && w.is_contiguous() && w.numel() == fdk::packed_elems((int)kind, n, k),
+           "linear_rows: packed weight does not match n and k");
+  const std::vector<int64_t> ids = as_i64(ids_in, "ids");
+  for (int64_t v : ids) PD_CHECK(v >= 0 && v < n, "token id ", v, " is outside the vocabulary [0, ", n, ")");
+  std::vector<int64_t> shape = ids_in.shape();
+  shape.push_back(k);
+  Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, w.place());
+  fdk::q_rows(w.data(), (int)kind, n, k, ids.data(), (int64_t)ids.size(), out.data<float>());
+  return {out};
+}
+
 std::vector<Tensor> ActiveIsa(const Tensor& x) {
   Tensor out = paddle::empty({1}, paddle::DataType::INT32, x.place());
   out.data<int32_t>()[0] = fdk::active_isa();
@@ -201,5 +215,11 @@ PD_BUILD_OP(fd_paged_attention)
     .Outputs({"Out"})
     .Attrs({"scale: float"})
     .SetKernelFn(PD_KERNEL(PagedAttention));
+
+PD_BUILD_OP(fd_linear_rows)
+    .Inputs({"Ids", "W"})
+    .Outputs({"Out"})
+    .Attrs({"n: int64_t", "k: int64_t", "kind: int64_t"})
+    .SetKernelFn(PD_KERNEL(LinearRows));
 
 PD_BUILD_OP(fd_active_isa).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(ActiveIsa));

@@ -41,6 +41,38 @@ namespace isa_qscalar {
 #undef FD_QVNNI
 }  // namespace isa_qscalar
 
+void q_rows(const void* w, int kind, int64_t n, int64_t k, const int64_t* ids, int64_t t, float* out) {
+  const int64_t nb = k / kQBlock, rec = q_record_bytes(kind), codes = q_codes_offset(kind);
+  const int32_t z = q_zero(kind);
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t v = ids[i], p = v / kQNR, c = v % kQNR;
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* r = (const uint8_t*)w + (p * nb + b) * rec;
+      uint16_t h;
+      std::memcpy(&h, r + 2 * c, 2);
+      const float d = isa_qscalar::half_to_float(h);
+      float m = 0.0f;
+      if (kind == kQ4_1) {
+        std::memcpy(&h, r + 2 * kQNR + 2 * c, 2);
+        m = isa_qscalar::half_to_float(h);
+      }
+      float* o = out + i * k + b * kQBlock;
+      for (int j = 0; j < kQBlock; ++j) {
+        int32_t u;
+        if (kind == kQ8_0) {
+          u = r[codes + 64 * (j / 4) + 4 * c + j % 4];
+        } else {
+          const uint8_t byte = r[codes + 64 * (j / 8) + 4 * c + j % 4];
+          u = (j % 8) < 4 ? byte & 15 : byte >> 4;
+        }
+        // d * u is exact in fp32 (an fp16 times at most 8 bits), so one rounding, as gguf's d * q + m.
+        o[j] = kind == kQ4_1 ? d * (float)u + m : d * (float)(u - z);
+      }
+    }
+  }
+  (void)n;
+}
+
 void qgemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
   static const bool vnni = [] {
