@@ -147,10 +147,10 @@ _NO_ROWS: paddle.Tensor | None = None
 
 
 def set_prompt_rows(mask: np.ndarray | None) -> None:
-    """Mark the prompt-token rows of the next forward pass (None clears). On AMX CPUs the wint8 / wint4
-    linears compute those rows in bf16 on the tiles (csrc/amx.cc) and all other rows in fp32: prefill gets
-    the AMX speed while a token's numerics stay independent of its batch. GGUF block weights treat every
-    row alike (csrc/qgemm_impl.h) and ignore the mask."""
+    """Mark the prompt-token rows of the next forward pass (None clears). On AMX CPUs the quantized
+    linears compute those rows in bf16 on the tiles (csrc/amx.cc) and all other rows on their usual path
+    (fp32 for wint8 / wint4, fixed-point activations for GGUF blocks: csrc/qgemm_impl.h): prefill gets the
+    AMX speed while a token's numerics stay independent of its batch."""
     global _prompt_rows, _prompt_rows_len
     if mask is None or not mask.any():
         _prompt_rows, _prompt_rows_len = None, -1

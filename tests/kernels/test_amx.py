@@ -1,9 +1,10 @@
-"""Prompt rows of weight-only quantized linears (wint8, wint4) on AMX CPUs (csrc/amx.cc): computed as bf16(x) @ bf16(W) with fp32
+"""Prompt rows of quantized linears on AMX CPUs (csrc/amx.cc): computed as bf16(x) @ bf16(W) with fp32
 accumulation, where W is the exact dequantized operand. The oracle rounds both operands to bf16 in numpy
 and multiplies in float64, so the only allowed difference is fp32 summation (the 1e-5 bound of
-test_linear.py). Rows not marked as prompt rows stay fp32, and a row's result does not depend on the
-other rows of its batch (AMX tiles for many prompt rows, the AVX-512 microkernel for few). GGUF block
-weights take the int8-activation kernel for every row instead (test_qgemm.py)."""
+test_linear.py). Rows not marked as prompt rows stay on their kind's other path (fp32 for wint8 / wint4,
+the fixed-point kernel of test_qgemm.py for GGUF blocks), and a row's result does not depend on the
+other rows of its batch (AMX tiles for many prompt rows, the AVX-512 microkernel for few; GGUF blocks
+always take the tiles)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,17 @@ def _check(y, expect, x, w):
 def _weight(native, rng, kind, k, n):
     w = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal(n, dtype=np.float32)
+    if kind in ("Q4_0", "Q4_1", "Q8_0"):
+        from gguf import GGMLQuantizationType
+        from gguf.quants import quantize
+
+        qtype = GGMLQuantizationType[kind]
+        raw = np.ascontiguousarray(quantize(w, qtype)).view(np.uint8).reshape(n, -1)
+        return native.prepare_linear_gguf(raw, int(qtype), k, b), b
     return native.prepare_linear(w, b, kind), b
 
 
-@pytest.mark.parametrize("kind", ["wint8", "wint4"])
+@pytest.mark.parametrize("kind", ["wint8", "wint4", "Q4_0", "Q4_1", "Q8_0"])
 @pytest.mark.parametrize("m,k,n", [(1, 64, 32), (5, 96, 70), (8, 576, 200), (33, 128, 45), (100, 640, 96)])
 def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
     lw, b = _weight(native, rng, kind, k, n)
@@ -48,17 +56,20 @@ def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
     y = native.linear(to_pd(x), lw).numpy()
     xb, wb = bf16(x), bf16(w)
     _check(y, xb.astype(np.float64) @ wb.astype(np.float64).T + b, xb, wb)
-    # ... which is not the fp32 result: the rounding is really there (else this test proves nothing).
+    # ... which is not the other path's result: the rounding is really there (else this test proves
+    # nothing). That path is fp32 for wint8 / wint4; GGUF blocks' is checked in test_qgemm.py.
     native.set_prompt_rows(None)
     y32 = native.linear(to_pd(x), lw).numpy()
-    _check(y32, x.astype(np.float64) @ w.astype(np.float64).T + b, x, w)
+    if kind.startswith("wint"):
+        _check(y32, x.astype(np.float64) @ w.astype(np.float64).T + b, x, w)
     assert np.abs(y - y32).max() > 1e-4 * np.abs(y32).max()
 
 
+@pytest.mark.parametrize("kind", ["wint4", "Q4_1"])
 @pytest.mark.parametrize("m", [2, 40, 97])
-def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, m):
+def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, kind, m):
     k, n = 192, 130
-    lw, _ = _weight(native, rng, "wint4", k, n)
+    lw, _ = _weight(native, rng, kind, k, n)
     x = rng.standard_normal((m, k), dtype=np.float32)
     mask = rng.random(m) < 0.6
     mask[0], mask[-1] = True, False
@@ -73,10 +84,12 @@ def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, m):
     _check(y[~mask], all_fp32[~mask], x[~mask], w)
 
 
-def test_a_prompt_row_does_not_depend_on_its_batch(native, rng):
-    # 3 prompt rows alone take the AVX-512 microkernel on rounded operands; inside 64 they take the tiles.
+@pytest.mark.parametrize("kind", ["wint4", "Q8_0"])
+def test_a_prompt_row_does_not_depend_on_its_batch(native, rng, kind):
+    # wint4: 3 prompt rows alone take the AVX-512 microkernel on rounded operands, inside 64 the tiles.
+    # GGUF blocks take the tiles either way.
     k, n = 576, 96
-    lw, _ = _weight(native, rng, "wint4", k, n)
+    lw, _ = _weight(native, rng, kind, k, n)
     x = rng.standard_normal((64, k), dtype=np.float32)
     native.set_prompt_rows(np.ones(3, dtype=bool))
     alone = native.linear(to_pd(x[:3]), lw).numpy()
@@ -95,21 +108,3 @@ def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng)
     native.set_prompt_rows(np.ones(5, dtype=bool))  # an LM head over fewer rows than the step
     wq = q.dequantize()
     _check(native.linear(to_pd(x), q).numpy(), x.astype(np.float64) @ wq.astype(np.float64).T, x, wq)
-
-
-def test_gguf_blocks_ignore_the_mask(native, rng):
-    """GGUF block weights compute every row with fixed-point activations, prompt row or not."""
-    from fd_kernels import packing
-    from gguf import GGMLQuantizationType
-    from gguf.quants import quantize
-
-    w = rng.standard_normal((48, 64), dtype=np.float32)
-    raw = np.ascontiguousarray(quantize(w, GGMLQuantizationType.Q4_1)).view(np.uint8).reshape(48, -1)
-    lw = native.prepare_linear_gguf(raw, 3, 64)
-    x = rng.standard_normal((6, 64), dtype=np.float32)
-    native.set_prompt_rows(np.array([1, 0, 1, 1, 0, 0], dtype=bool))
-    masked = native.linear(to_pd(x), lw).numpy()
-    native.set_prompt_rows(None)
-    np.testing.assert_array_equal(masked, native.linear(to_pd(x), lw).numpy())
-    expect, mag = packing.qgemm_reference(x, lw.host)
-    np.testing.assert_array_less(np.abs(masked - expect), 1e-5 * mag + 1e-6)

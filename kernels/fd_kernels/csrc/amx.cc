@@ -27,7 +27,7 @@
 namespace fdk {
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-bf16")
 
 namespace {
 
@@ -111,6 +111,52 @@ void pack_panel(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
   }
 }
 
+// GGUF block kinds: 32 columns from the 16-column panels 2p and 2p + 1, each value d * (u - z) or
+// d * u + m in fp32 (as packing.Packed.dequantize), then rounded like the other kinds. Lane c of a record's
+// 64-byte chunk holds column c's 4 code bytes (kernels.h), so shifting lanes by 8j picks byte j of
+// every column at once.
+template <int KIND>
+void pack_panel_q(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
+  const int64_t qpanels = (g.n + kQNR - 1) / kQNR, nb = g.k / kQBlock, rec = q_record_bytes(KIND);
+  const __m512i byte = _mm512_set1_epi32(255), low4 = _mm512_set1_epi32(15);
+  const __m512 z = _mm512_set1_ps((float)q_zero(KIND));
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int h = 0; h < 2; ++h) {
+      const int64_t qp = 2 * p + h;
+      __m512 v[kQBlock];
+      if (qp >= qpanels) {
+        for (int j = 0; j < kQBlock; ++j) v[j] = _mm512_setzero_ps();
+      } else {
+        const uint8_t* r = (const uint8_t*)g.w + (qp * nb + b) * rec;
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)r));
+        const __m512 m = KIND == kQ4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(r + 32)))
+                                       : _mm512_setzero_ps();
+        const uint8_t* codes = r + q_codes_offset(KIND);
+        for (int c = 0; c < (KIND == kQ8_0 ? 8 : 4); ++c) {
+          const __m512i raw = _mm512_loadu_si512(codes + 64 * c);
+          for (int j = 0; j < 4; ++j) {
+            const __m512i bj = _mm512_and_si512(_mm512_srli_epi32(raw, 8 * j), byte);
+            if (KIND == kQ8_0) {
+              v[4 * c + j] = _mm512_mul_ps(d, _mm512_sub_ps(_mm512_cvtepi32_ps(bj), z));
+            } else {
+              const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(bj, low4));
+              const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bj, 4));
+              // d * u is exact, so fma(d, u, m) rounds once, as dequantize() does.
+              v[8 * c + j] = KIND == kQ4_1 ? _mm512_fmadd_ps(d, lo, m) : _mm512_mul_ps(d, _mm512_sub_ps(lo, z));
+              v[8 * c + 4 + j] = KIND == kQ4_1 ? _mm512_fmadd_ps(d, hi, m) : _mm512_mul_ps(d, _mm512_sub_ps(hi, z));
+            }
+          }
+        }
+      }
+      for (int j = 0; j < kQBlock; j += 2) {
+        uint16_t* row = out + (b * kQBlock + j) * kNR;
+        _mm512_storeu_si512(row + 32 * h, _mm512_or_si512(round_hi(v[j + 1]), _mm512_srli_epi32(round_hi(v[j]), 16)));
+      }
+    }
+  }
+  (void)kp;
+}
+
 // One 32-row block of A against one packed panel; writes rows [m0, min(m0 + 32, m)) of C.
 void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p) {
   _tile_zero(0);
@@ -171,7 +217,10 @@ void gemm_kind(const GemmArgs& g) {
     uint16_t* bp = (uint16_t*)std::aligned_alloc(64, kp * kNR * sizeof(uint16_t));
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < panels; ++p) {
-      pack_panel<KIND>(g, p, kp, bp);
+      if constexpr (is_qkind(KIND))
+        pack_panel_q<KIND>(g, p, kp, bp);
+      else
+        pack_panel<KIND>(g, p, kp, bp);
       for (int64_t m0 = 0; m0 < g.m; m0 += kRows) block(g, abf.data(), kp, bp, m0, p);
     }
     std::free(bp);
@@ -200,10 +249,18 @@ bool usable() {
 }
 
 void gemm_bf16(const GemmArgs& g) {
-  if (g.kind == kS8)
-    gemm_kind<kS8>(g);
-  else
-    gemm_kind<kU4>(g);
+  switch (g.kind) {
+    case kS8:
+      return gemm_kind<kS8>(g);
+    case kU4:
+      return gemm_kind<kU4>(g);
+    case kQ4_0:
+      return gemm_kind<kQ4_0>(g);
+    case kQ4_1:
+      return gemm_kind<kQ4_1>(g);
+    default:
+      return gemm_kind<kQ8_0>(g);
+  }
 }
 
 void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* out) {

@@ -83,13 +83,20 @@ static int64_t amx_min_rows() {
   return rows;
 }
 
-static void gemm_fp32(const GemmArgs& g) { FD_DISPATCH(gemm, g); }
+// Rows that are not prompt rows on the AMX level (and every row elsewhere): GGUF block kinds take the
+// fixed-point int8 kernel, the others fp32.
+static void gemm_fp32(const GemmArgs& g) {
+  if (is_qkind(g.kind)) return qgemm(g);
+  FD_DISPATCH(gemm, g);
+}
 
 // All rows in bf16: AMX tiles for many rows, the AVX-512 microkernel on bf16-rounded operands for few.
+// GGUF block kinds always take the tiles (the microkernel reads only the kS8 / kU4 panels); a tile row's
+// result does not depend on the other rows, so that is the same numerics for any row count.
 static void gemm_bf16(const GemmArgs& g) {
   GemmArgs b = g;
   b.bf16 = true;
-  if (g.m >= amx_min_rows()) return amx::gemm_bf16(b);
+  if (g.m >= amx_min_rows() || is_qkind(g.kind)) return amx::gemm_bf16(b);
   std::vector<float> a(g.m * g.k);
   amx::round_rows_bf16(g.a, g.m, g.k, g.lda, a.data());
   b.a = a.data();
@@ -98,7 +105,6 @@ static void gemm_bf16(const GemmArgs& g) {
 }
 
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
-  if (is_qkind(g.kind)) return qgemm(g);
   if (active_isa() != 3 || g.kind == kF32 || !prompt_rows || g.m == 0) return gemm_fp32(g);
   std::vector<int64_t> order;  // prompt rows first, then the others
   order.reserve(g.m);

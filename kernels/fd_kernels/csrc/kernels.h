@@ -75,7 +75,7 @@ int active_isa();
 
 namespace amx {
 bool usable();                       // CPU has AMX-BF16 and the OS granted the tile state
-void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 weights, any m
+void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 / GGUF block weights, any m
 // a [m, lda] -> out [m, k]: each value rounded to bf16 (as amx.cc rounds), kept as fp32.
 void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* out);
 }  // namespace amx
@@ -83,7 +83,7 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* o
 // prompt_rows (uint8 [m], may be null) marks the rows of prompt tokens. On the AMX level, quantized
 // weights compute those rows in bf16 (amx.cc) and every other row in fp32, so a token's numerics depend on
 // what it is, never on which requests share its batch. Elsewhere it is ignored.
-// GGUF block kinds take qgemm (every row the same way: int8 activations), the others the float paths.
+// Rows that are not prompt rows of GGUF block kinds take qgemm (fixed-point activations on int8 units).
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
 void qgemm(const GemmArgs& g);
 // Rows ids[0..t) of a GGUF block kind's [n, k] weight, dequantized to fp32 [t, k] exactly as gguf does
