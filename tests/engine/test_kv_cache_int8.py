@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tiny_models
 from test_engine_e2e import GREEDY32, prompts_of, token_lists
+from test_engine_smollm2 import QUESTIONS
 
 from fdcli_engine import LLM, SamplingParams
 from fdcli_engine.config import EngineConfig
@@ -111,22 +112,14 @@ def test_batched_and_prefix_cached_equal_solo(c8_solo, options):
         assert llm.get_stats()["prefix_cache_hits"] > 0
 
 
-QUESTIONS = [
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "List three prime numbers.",
-    "Explain what a CPU cache is in one sentence.",
-    "Translate 'good morning' into Spanish.",
-]
-
-
 @pytest.mark.slow
 def test_smollm2_greedy_int8_vs_fp32_cache():
     """Greedy chat answers (32 tokens) of SmolLM2-135M (Q4_1 GGUF as shipped) with the int8 and the fp32
     cache. Measured with fp32 prompt rows: equal for the first 32, 32, 32, 30 and 17 tokens; with the AMX
-    level's bf16 prompt rows (test_amx.py): 32, 17, 10, 15 and 0. Every divergence was at a near-tie of the
-    fp32 run (top two within 0.01-0.15 nats: the Spanish answer's first token is a 0.01-nat tie), which the
-    int8 cache's ~0.1 logit noise can flip; greedy continuations then differ legitimately. Asserted: an
+    level's bf16 prompt rows (test_amx.py): 32, 17, 10, 15 and 0; with those and fixed-point generated rows
+    (test_qgemm.py): 32, 32, 10, 15, 0. Every divergence was at a near-tie of the fp32 run (top two within
+    0.01-0.15 nats: the Spanish answer's first token is a 0.01-nat tie), which the int8 cache's ~0.1 logit
+    noise can flip; greedy continuations then differ legitimately. Asserted: an
     answer diverges only where the fp32 run's top two log-probabilities were within 0.3 nats (a broken
     cache diverges at confident tokens), and at least two answers agree on their first 16 tokens."""
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True, logprobs=2)
