@@ -5,7 +5,8 @@ every millisecond it spends per token is taken from the model. This measures tha
 server (uvicorn, FastAPI, AsyncLLM, the engine-core process and its ZMQ sockets) with a core that sleeps
 --step-ms per step (as a model would, but without using a CPU) and emits one token per running request.
 Prints CPU ms per output token of the front-end process (user + system) and of this benchmark as the
-HTTP client. The tokenizer is the default model's (real detokenization).
+HTTP client (stream_client.py: a raw asyncio connection that checks every stream, lighter than httpx).
+The tokenizer is the default model's (real detokenization).
 
     python benchmarks/bench_serve_frontend.py [--concurrency 1,16] [--num-requests 16] [--output-len 128]
         [--step-ms 20] [--endpoint completions|chat]
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -104,8 +104,9 @@ def start_stub_server(step_ms: float) -> tuple[subprocess.Popen, str]:
 
 
 async def run_load(url: str, endpoint: str, n: int, output_len: int, concurrency: int) -> int:
-    """Streams `n` requests, `concurrency` at a time; returns the output tokens received."""
-    import httpx
+    """Streams `n` requests, `concurrency` at a time; returns the output tokens received. Every stream is
+    checked (stream_client.py): exactly `output_len` tokens, a finish_reason, [DONE], no error."""
+    from stream_client import stream_completion
 
     sem = asyncio.Semaphore(concurrency)
     tokens = 0
@@ -115,24 +116,20 @@ async def run_load(url: str, endpoint: str, n: int, output_len: int, concurrency
     else:
         path, body["prompt"] = "/v1/completions", list(range(100, 228))
 
-    async def one(client):
+    async def one():
         nonlocal tokens
-        async with sem, client.stream("POST", url + path, json=body) as r:
-            if r.status_code != 200:
-                raise SystemExit(f"server answered {r.status_code}: {(await r.aread())[:300]!r}")
-            async for line in r.aiter_lines():
-                if line.startswith("data: {"):
-                    for choice in json.loads(line[6:])["choices"]:
-                        tokens += len(choice.get("token_ids") or [])
+        async with sem:
+            n = await stream_completion(url, path, body, expected_tokens=output_len)
+            tokens += n  # after the await: `tokens += await ...` would read `tokens` before it
 
-    async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)) as client:
-        await asyncio.gather(*(one(client) for _ in range(n)))
+    await asyncio.gather(*(one() for _ in range(n)))
     return tokens
 
 
 def main() -> None:
     sys.path.insert(0, HERE)
     from bench_serve_overhead import cpu_s
+    from stream_client import run as run_async
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--concurrency", default="1,16")
@@ -144,11 +141,11 @@ def main() -> None:
     proc, url = start_stub_server(args.step_ms)
     rows = []
     try:
-        asyncio.run(run_load(url, args.endpoint, 1, 4, 1))  # warm-up
+        run_async(run_load(url, args.endpoint, 1, 4, 1))  # warm-up
         for c in (int(x) for x in args.concurrency.split(",")):
             before, client_before = cpu_s(proc.pid), cpu_s()
             t0 = time.perf_counter()
-            n = asyncio.run(run_load(url, args.endpoint, args.num_requests, args.output_len, c))
+            n = run_async(run_load(url, args.endpoint, args.num_requests, args.output_len, c))
             wall = time.perf_counter() - t0
             fe, cl = cpu_s(proc.pid) - before, cpu_s() - client_before
             rows.append((c, n, n / wall, 1000 * fe / n, 1000 * cl / n))

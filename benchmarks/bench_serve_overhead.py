@@ -11,6 +11,10 @@ psutil): the server's front end (HTTP, SSE, detokenization), its engine core, th
 HTTP client, and the in-process engine. Unlike tok/s these do not depend on what else the machine runs,
 so they say where the server's overhead goes even on a busy machine.
 
+The HTTP client is stream_client.py (raw asyncio connection, msgspec), not httpx: it shares the cores with
+the server, and httpx alone cost about as much CPU per token as the server's front end. It still parses and
+checks every stream (exact token count, finish_reason, [DONE], no error event).
+
     python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
         [--prompt-lens 128,512] [--concurrency 1,4,16] [--json out.json]
 
@@ -73,13 +77,14 @@ def run_in_process(llm, prompts, output_len: int, concurrency: int) -> tuple[flo
 
 
 async def run_server(url: str, prompts, output_len: int, concurrency: int) -> tuple[float, int]:
-    """(output tokens/s, tokens) of the same closed loop through `fd serve` (streaming completions)."""
-    import httpx
+    """(output tokens/s, tokens) of the same closed loop through `fd serve` (streaming completions).
+    Every stream is checked (stream_client.py): exactly `output_len` tokens, a finish_reason, [DONE]."""
+    from stream_client import stream_completion
 
     sem = asyncio.Semaphore(concurrency)
     tokens = 0
 
-    async def one(client, ids):
+    async def one(ids):
         nonlocal tokens
         body = {
             "prompt": ids,
@@ -89,18 +94,13 @@ async def run_server(url: str, prompts, output_len: int, concurrency: int) -> tu
             "stream": True,
             "return_token_ids": True,
         }
-        async with sem, client.stream("POST", f"{url}/v1/completions", json=body) as r:
-            if r.status_code != 200:
-                raise SystemExit(f"server answered {r.status_code}: {(await r.aread())[:300]!r}")
-            async for line in r.aiter_lines():
-                if line.startswith("data: {"):
-                    for choice in json.loads(line[6:])["choices"]:
-                        tokens += len(choice.get("token_ids") or [])
+        async with sem:
+            n = await stream_completion(url, "/v1/completions", body, expected_tokens=output_len)
+            tokens += n  # after the await: `tokens += await ...` would read `tokens` before it
 
-    async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=64)) as client:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(client, ids) for ids in prompts))
-        return tokens / (time.perf_counter() - t0), tokens
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(ids) for ids in prompts))
+    return tokens / (time.perf_counter() - t0), tokens
 
 
 def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.Popen, str]:
@@ -155,6 +155,8 @@ def main() -> None:
 
     # Both are loaded at once and measured alternately (best of --repeats each), so a load change on a
     # shared machine hits both sides alike instead of skewing the ratio. An idle server costs no CPU.
+    from stream_client import run as run_async
+
     from fdcli_engine.api import LLM
 
     rows = []
@@ -167,13 +169,13 @@ def main() -> None:
                 prompts = make_prompts(
                     args.num_requests, length, seed=length * 100 + c, max_token_id=args.max_token_id
                 )
-                asyncio.run(run_server(url, prompts[:1], 4, 1))  # warm-up
+                run_async(run_server(url, prompts[:1], 4, 1))  # warm-up
                 run_in_process(llm, prompts[:1], 4, 1)
                 server, engine, cpu = [], [], {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0}
                 num_server_tokens = num_engine_tokens = 0
                 for _ in range(args.repeats):
                     before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
-                    tok_s, n = asyncio.run(run_server(url, prompts, args.output_len, c))
+                    tok_s, n = run_async(run_server(url, prompts, args.output_len, c))
                     after = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
                     server.append(tok_s)
                     num_server_tokens += n
