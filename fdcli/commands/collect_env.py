@@ -73,6 +73,8 @@ PACKAGES = (
     "httpx",
     "fastapi",
     "uvicorn",
+    "uvloop",
+    "httptools",
     "pydantic",
     "pyzmq",
     "msgspec",

@@ -128,10 +128,7 @@ async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socke
     )
     state = _State(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
     app = build_app(engine, args, state)
-    config = uvicorn.Config(
-        app, log_level=args.uvicorn_log_level, timeout_graceful_shutdown=5, access_log=False, lifespan="off"
-    )
-    server = FdServer(config, state, engine)
+    server = FdServer(uvicorn_config(app, args), state, engine)
     original_on_dead = engine._on_dead
 
     def on_dead(reason: str) -> None:
@@ -169,6 +166,28 @@ def _load_tokenizer(config: EngineConfig):
     from fdcli_engine.tokenizer import load_tokenizer
 
     return load_tokenizer(config)
+
+
+def uvicorn_config(app, args: ServerArgs) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        http=http_protocol(),
+        log_level=args.uvicorn_log_level,
+        timeout_graceful_shutdown=5,
+        access_log=False,
+        lifespan="off",
+    )
+
+
+def http_protocol() -> str:
+    """uvicorn's HTTP/1.1 implementation: httptools (llhttp, in C) when it is installed, else h11 (pure
+    Python). Every streamed chunk passes through it; httptools' send path costs the front end less CPU
+    per chunk. Both are complete implementations, so the fallback changes speed, not behaviour."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
 
 
 def _event_loop_runner() -> asyncio.Runner:
