@@ -101,6 +101,58 @@ static inline __m512 dots16(const float* q, const float* kp, int64_t hd) {
   const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
   return _mm512_permutexvar_ps(order, v);
 }
+
+// Raw scores of R rows (q pointers qr) against the C8 codes of 16 keys (hd % 16 == 0), into sc rows
+// kKeyChunk apart. The codes are transposed in registers so the keys sit in lanes and each row's 16 scores
+// are plain FMAs with q[d] broadcast: no horizontal sums, and each code is converted to fp32 once for
+// all R rows. Per 64 dims, each 128-bit lane of the 16 key rows is a 16 x 16 byte matrix that four
+// rounds of unpacks (64 shuffles per KiB of codes) transpose; register i then holds dim bitrev4(i).
+template <int R>
+static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t hd, float* sc) {
+  static constexpr int kBitrev4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  alignas(64) int8_t t[16 * 64];
+  const float* q[R];
+  for (int r = 0; r < R; ++r) q[r] = qr[r];
+  __m512 acc[R][4];  // 4 FMA chains per row
+  for (int i = 0; i < R; ++i)
+    for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_setzero_ps();
+  for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+    const int64_t w = std::min<int64_t>(64, hd - d0);  // 16, 32, 48 or 64 dims
+    const __mmask64 m = w == 64 ? ~0ull : (1ull << w) - 1;
+    __m512i x[16], y[16];
+    for (int j = 0; j < 16; ++j) x[j] = _mm512_maskz_loadu_epi8(m, kq + j * hd + d0);
+    for (int i = 0; i < 8; ++i) {
+      y[i] = _mm512_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
+      y[i + 8] = _mm512_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
+    }
+    for (int i = 0; i < 8; ++i) {
+      x[i] = _mm512_unpacklo_epi16(y[2 * i], y[2 * i + 1]);
+      x[i + 8] = _mm512_unpackhi_epi16(y[2 * i], y[2 * i + 1]);
+    }
+    for (int i = 0; i < 8; ++i) {
+      y[i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
+      y[i + 8] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
+    }
+    for (int i = 0; i < 8; ++i) {
+      x[i] = _mm512_unpacklo_epi64(y[2 * i], y[2 * i + 1]);
+      x[i + 8] = _mm512_unpackhi_epi64(y[2 * i], y[2 * i + 1]);
+    }
+    for (int i = 0; i < 16; ++i) _mm512_store_si512((__m512i*)(t + i * 64), x[i]);
+    for (int64_t lane = 0; lane < w / 16; ++lane) {
+      const int8_t* tl = t + lane * 16;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const int64_t d = d0 + 16 * lane + kBitrev4[i];
+        const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i*)(tl + i * 64))));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r][i & 3] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), kv, acc[r][i & 3]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    _mm512_storeu_ps(sc + r * kKeyChunk,
+                     _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3])));
+}
 #endif
 
 // Online-softmax update of one row from its raw dot products sc[0..n) (n <= kKeyChunk): on return
@@ -214,19 +266,35 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
     if (kk + n < nk) prefetch_chunk<C8>(a, bt, g, kk + n, chunk_len(a, kk + n, nk));
-    const int64_t base = key_base(a, bt, g, kk), nread = whole16 ? kKeyChunk : n;
+    const int64_t base = key_base(a, bt, g, kk);
     const float* kp = (const float*)a.k_cache + base;
     const float *ks = nullptr, *vs = nullptr;
     const void* vp = (const float*)a.v_cache + base;
-    if constexpr (C8) {  // codes to fp32, unscaled
+    bool scored = false;  // all rows' raw scores already in p
+    if constexpr (C8) {
       const int8_t* kq = (const int8_t*)a.k_cache + base;
-      int64_t e = 0;
-      for (; e + FD_W <= nread * hd; e += FD_W) vstore(kbuf + e, vload_s8(kq + e));
-      for (; e < nread * hd; ++e) kbuf[e] = (float)kq[e];
-      kp = kbuf;
       vp = (const int8_t*)a.v_cache + base;
       ks = a.k_scales + base / hd;
       vs = a.v_scales + base / hd;
+#if FD_W == 16
+      if (whole16) {
+        const float* qr[kDecodeRows];
+        for (int64_t r = 0; r < nrows; ++r) qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
+        for (int64_t r = 0; r < nrows; r += 4) {
+          switch (std::min<int64_t>(4, nrows - r)) {
+            case 4: c8_scores16<4>(qr + r, kq, hd, p[r]); break;
+            case 3: c8_scores16<3>(qr + r, kq, hd, p[r]); break;
+            case 2: c8_scores16<2>(qr + r, kq, hd, p[r]); break;
+            default: c8_scores16<1>(qr + r, kq, hd, p[r]);
+          }
+        }
+        scored = true;
+      }
+#endif
+      if (!scored) {  // codes to fp32, unscaled
+        for (int64_t e = 0; e < n * hd; ++e) kbuf[e] = (float)kq[e];
+        kp = kbuf;
+      }
     }
     for (int64_t r = 0; r < nrows; ++r) {
       const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
@@ -237,12 +305,16 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
         continue;
       }
       const float* qp = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
+      if (scored) {
+      }
 #if FD_W == 16
-      if (whole16) {
+      else if (whole16) {
         vstore(sc, dots16(qp, kp, hd));
-      } else
+      }
 #endif
+      else {
         for (int64_t j = 0; j < nr; ++j) sc[j] = dot(qp, kp + j * hd, hd);
+      }
       softmax_update<C8>(sc, nr, a.scale, ks, vs, mx[r], l[r], corr[r]);
     }
     for (int64_t r = 0; r < nrows; r += 4) {
