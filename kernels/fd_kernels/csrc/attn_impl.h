@@ -169,9 +169,12 @@ static inline void softmax_update(float* sc, int64_t n, float scale, const float
   s = _mm512_mask_blend_ps(valid, vset1(-INFINITY), s);
   const float cmax = std::max(mx, _mm512_reduce_max_ps(s));
   vf p = _mm512_maskz_mov_ps(valid, vexp(vsub(s, vset1(cmax))));
-  // Vector exp, not a libm call (which would spill every live vector register around it); 0 on the
-  // first chunk, where mx = -inf, as vexp would give ~1e-38 there.
-  corr = mx == -INFINITY ? 0.0f : _mm_cvtss_f32(_mm512_castps512_ps128(vexp(vset1(mx - cmax))));
+  // exp(mx - cmax): 1 while the running max stands (most chunks), 0 on the first chunk (mx = -inf, where
+  // vexp would give ~1e-38), else a vector exp, not a libm call (which would spill every live vector
+  // register around it).
+  corr = cmax == mx ? 1.0f
+         : mx == -INFINITY ? 0.0f
+                           : _mm_cvtss_f32(_mm512_castps512_ps128(vexp(vset1(mx - cmax))));
   l = l * corr + _mm512_reduce_add_ps(p);
   mx = cmax;
   if constexpr (C8) p = _mm512_maskz_mul_ps(valid, p, _mm512_maskz_loadu_ps(valid, vs));
@@ -253,8 +256,10 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   alignas(64) float p[kDecodeRows][kKeyChunk];
   alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
   float mx[kDecodeRows], l[kDecodeRows], corr[kDecodeRows];
+  const float* qr[kDecodeRows];
   int64_t nk = 0;
   for (int64_t r = 0; r < nrows; ++r) {
+    qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     mx[r] = -INFINITY;
     l[r] = 0.0f;
@@ -270,7 +275,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     const float* kp = (const float*)a.k_cache + base;
     const float *ks = nullptr, *vs = nullptr;
     const void* vp = (const float*)a.v_cache + base;
-    bool scored = false;  // all rows' raw scores already in p
+    // Raw scores of every row first, then the rows' softmax updates: independent chains side by side.
+    bool scored = false;
     if constexpr (C8) {
       const int8_t* kq = (const int8_t*)a.k_cache + base;
       vp = (const int8_t*)a.v_cache + base;
@@ -278,8 +284,6 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       vs = a.v_scales + base / hd;
 #if FD_W == 16
       if (whole16) {
-        const float* qr[kDecodeRows];
-        for (int64_t r = 0; r < nrows; ++r) qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
         for (int64_t r = 0; r < nrows; r += 4) {
           switch (std::min<int64_t>(4, nrows - r)) {
             case 4: c8_scores16<4>(qr + r, kq, hd, p[r]); break;
@@ -296,26 +300,23 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
         kp = kbuf;
       }
     }
-    for (int64_t r = 0; r < nrows; ++r) {
-      const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
-      float* sc = p[r];
-      if (nr <= 0) {  // past this row's last key: leave its state as it is
-        corr[r] = 1.0f;
-        for (int64_t j = 0; j < kKeyChunk; ++j) sc[j] = 0.0f;
+    for (int64_t r = 0; r < nrows && !scored; ++r) {
+#if FD_W == 16
+      if (whole16) {
+        vstore(p[r], dots16(qr[r], kp, hd));
         continue;
       }
-      const float* qp = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
-      if (scored) {
-      }
-#if FD_W == 16
-      else if (whole16) {
-        vstore(sc, dots16(qp, kp, hd));
-      }
 #endif
-      else {
-        for (int64_t j = 0; j < nr; ++j) sc[j] = dot(qp, kp + j * hd, hd);
+      for (int64_t j = 0; j < std::min(n, rows[r].nk - kk); ++j) p[r][j] = dot(qr[r], kp + j * hd, hd);
+    }
+    for (int64_t r = 0; r < nrows; ++r) {
+      const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
+      if (nr > 0) {
+        softmax_update<C8>(p[r], nr, a.scale, ks, vs, mx[r], l[r], corr[r]);
+      } else {  // past this row's last key: leave its state as it is
+        corr[r] = 1.0f;
+        for (int64_t j = 0; j < kKeyChunk; ++j) p[r][j] = 0.0f;
       }
-      softmax_update<C8>(sc, nr, a.scale, ks, vs, mx[r], l[r], corr[r]);
     }
     for (int64_t r = 0; r < nrows; r += 4) {
       float *ar = acc[r], *pr = p[r], *cr = corr + r;
