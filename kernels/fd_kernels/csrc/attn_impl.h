@@ -296,7 +296,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       }
 #endif
       if (!scored) {  // codes to fp32, unscaled
-        for (int64_t e = 0; e < n * hd; ++e) kbuf[e] = (float)kq[e];
+        int64_t e = 0;
+        for (; e + FD_W <= n * hd; e += FD_W) vstore(kbuf + e, vload_s8(kq + e));
+        for (; e < n * hd; ++e) kbuf[e] = (float)kq[e];
         kp = kbuf;
       }
     }
