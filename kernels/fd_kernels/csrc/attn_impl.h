@@ -52,8 +52,9 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
 
 // ------------------------------------------------------------------------------------------- decode
 // A few rows (decode: the GQA group's heads of one query) that share every key and value they read.
-// Per chunk of keys: each row's scores (dot products, the chunk's keys stay in L1 after the first row),
-// its online-softmax update (one vector of 16 scores on AVX-512), then one P x V pass for all rows, which
+// Per chunk of keys: every row's raw scores (fp32: dot products, the chunk's keys stay in L1 after the
+// first row; C8 on AVX-512: the codes transposed so the keys sit in lanes, c8_scores16), then each row's
+// online-softmax update (one vector of 16 scores on AVX-512), then one P x V pass for all rows, which
 // loads (C8: converts) each value vector once and feeds every row's accumulators from it. The next
 // chunk's keys and values are prefetched meanwhile: chunks are whole cache blocks scattered over the
 // pool, which the hardware prefetchers, working within 4 KiB pages, do not run ahead into.
@@ -77,8 +78,8 @@ static inline void prefetch_chunk(const AttnArgs& a, const int64_t* bt, int64_t 
 }
 
 #if FD_W == 16
-// sc[j] = scale * dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree
-// folds them into one vector of 16 sums (~3 shuffles/adds per key instead of a full horizontal sum each).
+// Lane j = dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree folds
+// them into one vector of 16 sums (~3 shuffles/adds per key instead of a full horizontal sum each).
 static inline __m512 dots16(const float* q, const float* kp, int64_t hd) {
   __m512 acc[16];
   for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
@@ -265,8 +266,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     l[r] = 0.0f;
     nk = std::max(nk, rows[r].nk);
   }
-  // Whole 16-key chunks lie inside one block, so dots16 may read all 16 rows of a partial last chunk:
-  // the rows past the context are in the cache (stale, masked out of the softmax).
+  // Whole 16-key chunks lie inside one block, so dots16 / c8_scores16 may read all 16 rows of a partial
+  // last chunk: the rows past the context are in the cache (stale; the softmax masks their scores out
+  // and P x V stops at the context).
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
