@@ -55,27 +55,9 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
 // Per chunk of keys: every row's raw scores (fp32: dot products, the chunk's keys stay in L1 after the
 // first row; C8 on AVX-512: the codes transposed so the keys sit in lanes, c8_scores16), then each row's
 // online-softmax update (one vector of 16 scores on AVX-512), then one P x V pass for all rows, which
-// loads (C8: converts) each value vector once and feeds every row's accumulators from it. The next
-// chunk's keys and values are prefetched meanwhile: chunks are whole cache blocks scattered over the
-// pool, which the hardware prefetchers, working within 4 KiB pages, do not run ahead into.
+// loads (C8: converts) each value vector once and feeds every row's accumulators from it.
 // C8 folds the per-row scales into the scores (k scale) and the probabilities (v scale): the codes are
 // only converted to fp32, never multiplied per element.
-
-// Prefetches rows [kk, kk + n) of KV head g: its keys, values and (C8) their scales.
-template <bool C8>
-static inline void prefetch_chunk(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t kk, int64_t n) {
-  const int64_t base = key_base(a, bt, g, kk), esize = C8 ? 1 : 4;
-  const char* kp = (const char*)a.k_cache + base * esize;
-  const char* vp = (const char*)a.v_cache + base * esize;
-  for (int64_t off = 0; off < n * a.head_dim * esize; off += 64) {
-    __builtin_prefetch(kp + off);
-    __builtin_prefetch(vp + off);
-  }
-  if constexpr (C8) {
-    __builtin_prefetch(a.k_scales + base / a.head_dim);
-    __builtin_prefetch(a.v_scales + base / a.head_dim);
-  }
-}
 
 #if FD_W == 16
 // Lane j = dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree folds
@@ -272,7 +254,6 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
-    if (kk + n < nk) prefetch_chunk<C8>(a, bt, g, kk + n, chunk_len(a, kk + n, nk));
     const int64_t base = key_base(a, bt, g, kk);
     const float* kp = (const float*)a.k_cache + base;
     const float *ks = nullptr, *vs = nullptr;
