@@ -5,12 +5,13 @@
 // Work is split into (sequence, KV head, tile of rows), where a row is one (query, head) pair of the KV
 // head's GQA group, so a tile's rows share every key and value they read. Tiles of >= kMinLaneRows rows
 // (prefill) put rows in vector lanes: scores and the P x V update are plain FMAs with broadcast key/value
-// elements, no horizontal sums. Smaller tiles (decode) use dot products, row by row within each chunk of
-// keys, so the group's heads read a chunk from L1 after the first one loads it.
+// elements, no horizontal sums. Smaller tiles (decode) take the keys chunk by chunk: dot products row by
+// row (the group's heads read the chunk from L1 after the first one loads it), then one P x V pass that
+// reads each value once for all rows (attend_rows).
 //
 // The cache holds fp32, or int8 codes with per-row scales (the C8 cache, c8_impl.h): the kernels are
-// templates on C8, and a C8 instance dequantizes each chunk of keys and values once into a small fp32
-// buffer that every row of the work item then reads, so the fp32 instance is exactly the plain kernel.
+// templates on C8. The lane path dequantizes each chunk of keys and values once into a small fp32 buffer
+// that every row then reads; the decode path folds the scales into the scores and probabilities instead.
 // No include guard on purpose.
 
 #include "c8_impl.h"
@@ -49,36 +50,19 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
   return std::min(std::min(a.block_size - kk % a.block_size, nk - kk), kKeyChunk);
 }
 
-// Online-softmax update of one row with n scores sc[0..n) (already scaled) against values vp.
-static inline void row_update(float* sc, int64_t n, const float* vp, int64_t hd, float* acc, float& mx,
-                              float& l) {
-  float cmax = mx;
-  for (int64_t j = 0; j < n; ++j) cmax = std::max(cmax, sc[j]);
-  const float corr = std::exp(mx - cmax);  // exp(-inf) = 0 on the first chunk
-  int64_t j = 0;
-  for (; j + FD_W <= n; j += FD_W) vstore(sc + j, vexp(vsub(vload(sc + j), vset1(cmax))));
-  for (; j < n; ++j) sc[j] = std::exp(sc[j] - cmax);
-  float psum = 0.0f;
-  for (j = 0; j < n; ++j) psum += sc[j];
-  l = l * corr + psum;
-  mx = cmax;
-  int64_t d = 0;
-  for (; d + FD_W <= hd; d += FD_W) {
-    vf o = vmul(vload(acc + d), vset1(corr));
-    for (j = 0; j < n; ++j) o = vfma(vset1(sc[j]), vload(vp + j * hd + d), o);
-    vstore(acc + d, o);
-  }
-  for (; d < hd; ++d) {
-    float o = acc[d] * corr;
-    for (j = 0; j < n; ++j) o += sc[j] * vp[j * hd + d];
-    acc[d] = o;
-  }
-}
+// ------------------------------------------------------------------------------------------- decode
+// A few rows (decode: the GQA group's heads of one query) that share every key and value they read.
+// Per chunk of keys: every row's raw scores (fp32: dot products, the chunk's keys stay in L1 after the
+// first row; C8 on AVX-512: the codes transposed so the keys sit in lanes, c8_scores16), then each row's
+// online-softmax update (one vector of 16 scores on AVX-512), then one P x V pass for all rows, which
+// loads (C8: converts) each value vector once and feeds every row's accumulators from it.
+// C8 folds the per-row scales into the scores (k scale) and the probabilities (v scale): the codes are
+// only converted to fp32, never multiplied per element.
 
 #if FD_W == 16
-// sc[j] = scale * dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree
-// folds them into one vector of 16 sums (~3 shuffles/adds per key instead of a full horizontal sum each).
-static inline void dots16(const float* q, const float* kp, int64_t hd, float scale, float* sc) {
+// Lane j = dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree folds
+// them into one vector of 16 sums (~3 shuffles/adds per key instead of a full horizontal sum each).
+static inline __m512 dots16(const float* q, const float* kp, int64_t hd) {
   __m512 acc[16];
   for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t d = 0; d < hd; d += 16) {
@@ -98,39 +82,235 @@ static inline void dots16(const float* q, const float* kp, int64_t hd, float sca
       _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]))));
   // Lanes now hold keys 0,2,1,3, 8,10,9,11, 4,6,5,7, 12,14,13,15; the permutation is its own inverse.
   const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
-  _mm512_storeu_ps(sc, _mm512_mul_ps(_mm512_permutexvar_ps(order, v), _mm512_set1_ps(scale)));
+  return _mm512_permutexvar_ps(order, v);
+}
+
+// Raw scores of R rows (q pointers qr) against the C8 codes of 16 keys (hd % 16 == 0), into sc rows
+// kKeyChunk apart. The codes are transposed in registers so the keys sit in lanes and each row's 16 scores
+// are plain FMAs with q[d] broadcast: no horizontal sums, and each code is converted to fp32 once for
+// all R rows. Per 64 dims, each 128-bit lane of the 16 key rows is a 16 x 16 byte matrix that four
+// rounds of unpacks (64 shuffles per KiB of codes) transpose; register i then holds dim bitrev4(i).
+template <int R>
+static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t hd, float* sc) {
+  static constexpr int kBitrev4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  alignas(64) int8_t t[16 * 64];
+  const float* q[R];
+  for (int r = 0; r < R; ++r) q[r] = qr[r];
+  __m512 acc[R][4];  // 4 FMA chains per row
+  for (int i = 0; i < R; ++i)
+    for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_setzero_ps();
+  for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+    const int64_t w = std::min<int64_t>(64, hd - d0);  // 16, 32, 48 or 64 dims
+    const __mmask64 m = w == 64 ? ~0ull : (1ull << w) - 1;
+    __m512i x[16], y[16];
+    for (int j = 0; j < 16; ++j) x[j] = _mm512_maskz_loadu_epi8(m, kq + j * hd + d0);
+    for (int i = 0; i < 8; ++i) {
+      y[i] = _mm512_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
+      y[i + 8] = _mm512_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
+    }
+    for (int i = 0; i < 8; ++i) {
+      x[i] = _mm512_unpacklo_epi16(y[2 * i], y[2 * i + 1]);
+      x[i + 8] = _mm512_unpackhi_epi16(y[2 * i], y[2 * i + 1]);
+    }
+    for (int i = 0; i < 8; ++i) {
+      y[i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);
+      y[i + 8] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);
+    }
+    for (int i = 0; i < 8; ++i) {
+      x[i] = _mm512_unpacklo_epi64(y[2 * i], y[2 * i + 1]);
+      x[i + 8] = _mm512_unpackhi_epi64(y[2 * i], y[2 * i + 1]);
+    }
+    for (int i = 0; i < 16; ++i) _mm512_store_si512((__m512i*)(t + i * 64), x[i]);
+    for (int64_t lane = 0; lane < w / 16; ++lane) {
+      const int8_t* tl = t + lane * 16;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        const int64_t d = d0 + 16 * lane + kBitrev4[i];
+        const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i*)(tl + i * 64))));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) acc[r][i & 3] = _mm512_fmadd_ps(_mm512_set1_ps(q[r][d]), kv, acc[r][i & 3]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    _mm512_storeu_ps(sc + r * kKeyChunk,
+                     _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3])));
 }
 #endif
 
-// A few rows (decode: the GQA group's heads) one at a time with dot products, chunk by chunk so a
-// chunk's keys and values stay in L1 for every row that reads them.
+// Online-softmax update of one row from its raw dot products sc[0..n) (n <= kKeyChunk): on return
+// sc[j] holds the probability of key j (times the key's value scale for C8; 0 for j >= n), and corr the
+// factor the row's accumulator must be rescaled by. ks / vs: the chunk's C8 scales, else unused.
+template <bool C8>
+static inline void softmax_update(float* sc, int64_t n, float scale, const float* ks, const float* vs, float& mx,
+                                  float& l, float& corr) {
+#if FD_W == 16
+  static_assert(kKeyChunk == 16, "one vector of scores per chunk");
+  const __mmask16 valid = (__mmask16)((1u << n) - 1);
+  vf s = vmul(vload(sc), vset1(scale));
+  if constexpr (C8) s = _mm512_maskz_mul_ps(valid, s, _mm512_maskz_loadu_ps(valid, ks));
+  s = _mm512_mask_blend_ps(valid, vset1(-INFINITY), s);
+  const float cmax = std::max(mx, _mm512_reduce_max_ps(s));
+  vf p = _mm512_maskz_mov_ps(valid, vexp(vsub(s, vset1(cmax))));
+  // exp(mx - cmax): 1 while the running max stands (most chunks), 0 on the first chunk (mx = -inf, where
+  // vexp would give ~1e-38), else a vector exp, not a libm call (which would spill every live vector
+  // register around it).
+  corr = cmax == mx ? 1.0f
+         : mx == -INFINITY ? 0.0f
+                           : _mm_cvtss_f32(_mm512_castps512_ps128(vexp(vset1(mx - cmax))));
+  l = l * corr + _mm512_reduce_add_ps(p);
+  mx = cmax;
+  if constexpr (C8) p = _mm512_maskz_mul_ps(valid, p, _mm512_maskz_loadu_ps(valid, vs));
+  vstore(sc, p);
+#else
+  float cmax = mx;
+  for (int64_t j = 0; j < n; ++j) {
+    sc[j] *= C8 ? scale * ks[j] : scale;
+    cmax = std::max(cmax, sc[j]);
+  }
+  int64_t j = 0;
+  for (; j + FD_W <= n; j += FD_W) vstore(sc + j, vexp(vsub(vload(sc + j), vset1(cmax))));
+  for (; j < n; ++j) sc[j] = std::exp(sc[j] - cmax);
+  float psum = 0.0f;
+  for (j = 0; j < n; ++j) psum += sc[j];
+  corr = std::exp(mx - cmax);
+  l = l * corr + psum;
+  mx = cmax;
+  for (j = 0; j < n; ++j) sc[j] *= C8 ? vs[j] : 1.0f;
+  for (; j < kKeyChunk; ++j) sc[j] = 0.0f;
+#endif
+}
+
+template <bool C8>
+static inline vf load_value(const void* vp, int64_t off) {
+  if constexpr (C8) {
+    return vload_s8((const int8_t*)vp + off);
+  } else {
+    return vload((const float*)vp + off);
+  }
+}
+
+// acc[r] = acc[r] * corr[r] + sum_j p[r][j] * v_j for R rows (acc rows kMaxHeadDim apart, p rows
+// kKeyChunk apart) and the chunk's n values at vp (fp32, or C8 codes whose scales p already holds). Each
+// value vector is loaded once for all R rows; DB vectors per pass keep R * DB FMA chains going.
+template <int R, bool C8>
+static inline void pv_rows(float* acc, const float* p, const float* corr, const void* vp, int64_t n, int64_t hd) {
+  constexpr int DB = FD_W == 16 ? 4 : 2;  // R * DB accumulators + DB values + R broadcasts in registers
+  int64_t d = 0;
+  for (; d + DB * FD_W <= hd; d += DB * FD_W) {
+    vf o[R][DB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < DB; ++b) o[r][b] = vmul(vload(acc + r * kMaxHeadDim + d + b * FD_W), vset1(corr[r]));
+    for (int64_t j = 0; j < n; ++j) {
+      vf v[DB];
+      for (int b = 0; b < DB; ++b) v[b] = load_value<C8>(vp, j * hd + d + b * FD_W);
+      for (int r = 0; r < R; ++r) {
+        const vf pj = vset1(p[r * kKeyChunk + j]);
+        for (int b = 0; b < DB; ++b) o[r][b] = vfma(pj, v[b], o[r][b]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < DB; ++b) vstore(acc + r * kMaxHeadDim + d + b * FD_W, o[r][b]);
+  }
+  for (; d + FD_W <= hd; d += FD_W) {
+    vf o[R];
+    for (int r = 0; r < R; ++r) o[r] = vmul(vload(acc + r * kMaxHeadDim + d), vset1(corr[r]));
+    for (int64_t j = 0; j < n; ++j) {
+      const vf v = load_value<C8>(vp, j * hd + d);
+      for (int r = 0; r < R; ++r) o[r] = vfma(vset1(p[r * kKeyChunk + j]), v, o[r]);
+    }
+    for (int r = 0; r < R; ++r) vstore(acc + r * kMaxHeadDim + d, o[r]);
+  }
+  for (; d < hd; ++d)
+    for (int r = 0; r < R; ++r) {
+      float o = acc[r * kMaxHeadDim + d] * corr[r];
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = C8 ? (float)((const int8_t*)vp)[j * hd + d] : ((const float*)vp)[j * hd + d];
+        o += p[r * kKeyChunk + j] * v;
+      }
+      acc[r * kMaxHeadDim + d] = o;
+    }
+}
+
 template <bool C8>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim;
-  float acc[kDecodeRows][kMaxHeadDim], mx[kDecodeRows], l[kDecodeRows], sc[kKeyChunk];
-  alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1], vbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
+  alignas(64) float acc[kDecodeRows][kMaxHeadDim];
+  alignas(64) float p[kDecodeRows][kKeyChunk];
+  alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
+  float mx[kDecodeRows], l[kDecodeRows], corr[kDecodeRows];
+  const float* qr[kDecodeRows];
   int64_t nk = 0;
   for (int64_t r = 0; r < nrows; ++r) {
+    qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     mx[r] = -INFINITY;
     l[r] = 0.0f;
     nk = std::max(nk, rows[r].nk);
   }
+  // Whole 16-key chunks lie inside one block, so dots16 / c8_scores16 may read all 16 rows of a partial
+  // last chunk: the rows past the context are in the cache (stale; the softmax masks their scores out
+  // and P x V stops at the context).
+  const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
-    const float *kp, *vp;
-    chunk_kv<C8>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
+    const int64_t base = key_base(a, bt, g, kk);
+    const float* kp = (const float*)a.k_cache + base;
+    const float *ks = nullptr, *vs = nullptr;
+    const void* vp = (const float*)a.v_cache + base;
+    // Raw scores of every row first, then the rows' softmax updates: independent chains side by side.
+    bool scored = false;
+    if constexpr (C8) {
+      const int8_t* kq = (const int8_t*)a.k_cache + base;
+      vp = (const int8_t*)a.v_cache + base;
+      ks = a.k_scales + base / hd;
+      vs = a.v_scales + base / hd;
+#if FD_W == 16
+      if (whole16) {
+        for (int64_t r = 0; r < nrows; r += 4) {
+          switch (std::min<int64_t>(4, nrows - r)) {
+            case 4: c8_scores16<4>(qr + r, kq, hd, p[r]); break;
+            case 3: c8_scores16<3>(qr + r, kq, hd, p[r]); break;
+            case 2: c8_scores16<2>(qr + r, kq, hd, p[r]); break;
+            default: c8_scores16<1>(qr + r, kq, hd, p[r]);
+          }
+        }
+        scored = true;
+      }
+#endif
+      if (!scored) {  // codes to fp32, unscaled
+        int64_t e = 0;
+        for (; e + FD_W <= n * hd; e += FD_W) vstore(kbuf + e, vload_s8(kq + e));
+        for (; e < n * hd; ++e) kbuf[e] = (float)kq[e];
+        kp = kbuf;
+      }
+    }
+    for (int64_t r = 0; r < nrows && !scored; ++r) {
+#if FD_W == 16
+      if (whole16) {
+        vstore(p[r], dots16(qr[r], kp, hd));
+        continue;
+      }
+#endif
+      for (int64_t j = 0; j < std::min(n, rows[r].nk - kk); ++j) p[r][j] = dot(qr[r], kp + j * hd, hd);
+    }
     for (int64_t r = 0; r < nrows; ++r) {
       const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
-      if (nr <= 0) continue;
-      const float* qp = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
-#if FD_W == 16
-      if (nr == 16 && hd % 16 == 0) {
-        dots16(qp, kp, hd, a.scale, sc);
-      } else
-#endif
-        for (int64_t j = 0; j < nr; ++j) sc[j] = dot(qp, kp + j * hd, hd) * a.scale;
-      row_update(sc, nr, vp, hd, acc[r], mx[r], l[r]);
+      if (nr > 0) {
+        softmax_update<C8>(p[r], nr, a.scale, ks, vs, mx[r], l[r], corr[r]);
+      } else {  // past this row's last key: leave its state as it is
+        corr[r] = 1.0f;
+        for (int64_t j = 0; j < kKeyChunk; ++j) p[r][j] = 0.0f;
+      }
+    }
+    for (int64_t r = 0; r < nrows; r += 4) {
+      float *ar = acc[r], *pr = p[r], *cr = corr + r;
+      switch (std::min<int64_t>(4, nrows - r)) {
+        case 4: pv_rows<4, C8>(ar, pr, cr, vp, n, hd); break;
+        case 3: pv_rows<3, C8>(ar, pr, cr, vp, n, hd); break;
+        case 2: pv_rows<2, C8>(ar, pr, cr, vp, n, hd); break;
+        default: pv_rows<1, C8>(ar, pr, cr, vp, n, hd);
+      }
     }
     kk += n;
   }
