@@ -108,6 +108,8 @@ static inline __m512i bcast4(const int8_t* p) {
 
 // Rows m0 .. m0+MR against panels p0 .. p0+NP, all blocks: one int32 accumulator per (row, panel,
 // activation plane), so 2 * MR * NP vpdpbusd chains are in flight.
+constexpr int64_t kQPrefetch = 4;  // records ahead
+
 template <int KIND, int MR, int NP>
 static void qmicro(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
   using K = QKind<KIND>;
@@ -121,6 +123,10 @@ static void qmicro(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
   for (int64_t blk = 0; blk < nb; ++blk) {
     const uint8_t* recs[NP];
     for (int p = 0; p < NP; ++p) recs[p] = (const uint8_t*)g.w + ((p0 + p) * nb + blk) * rec;
+    // Each panel's records are one sequential stream; asking for the lines kQPrefetch records ahead
+    // keeps several streams' misses in flight, which the hardware prefetcher alone did not.
+    for (int p = 0; p < NP; ++p)
+      for (int64_t l = 0; l < rec; l += 64) _mm_prefetch((const char*)recs[p] + kQPrefetch * rec + l, _MM_HINT_T0);
     const int64_t off = m0 * x.k + blk * kQBlock;
     __m512i ih[MR][NP], il[MR][NP];
     for (int r = 0; r < MR; ++r)
@@ -243,9 +249,11 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 constexpr int kQMaxRows = kQMaxRowsPortable;
 #endif
 
-// Work items are (group of panels, block of rows), panel-major so consecutive items reuse a panel group's
-// weights from cache. Threads take items from an atomic counter (OpenMP's dynamic schedule is not in
-// Paddle's libiomp5, see attn_impl.h), so a thread the OS preempts delays only the items it holds.
+// Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
+// from memory once and reuses them from L1 for the other row blocks (12.8 against 15.1 ms for a batch-16
+// step's 120 GEMMs when items were (group, row block) pairs). Threads take items from an atomic counter
+// (OpenMP's dynamic schedule is not in Paddle's libiomp5, see attn_impl.h), so a thread the OS preempts
+// delays only the items it holds.
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
@@ -262,13 +270,12 @@ static void qgemm_kind(const GemmArgs& g) {
   const int64_t groups = (panels + np - 1) / np;
   const int64_t nrb = (m + kQMaxRows - 1) / kQMaxRows;
   const int64_t rows = (m + nrb - 1) / nrb;  // balanced blocks
-  const int64_t items = groups * nrb;
   std::atomic<int64_t> next{0};
-#pragma omp parallel if (items > 1 && m * g.n * k >= (1 << 16))
-  for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-    const int64_t pg = it / nrb, rb = it % nrb;
-    const int64_t m0 = rb * rows, p0 = pg * np;
-    qitem<KIND>(g, x, m0, (int)std::min(rows, m - m0), p0, (int)std::min<int64_t>(np, panels - p0));
+#pragma omp parallel if (groups > 1 && m * g.n * k >= (1 << 16))
+  for (int64_t pg; (pg = next.fetch_add(1, std::memory_order_relaxed)) < groups;) {
+    const int64_t p0 = pg * np;
+    for (int64_t m0 = 0; m0 < m; m0 += rows)
+      qitem<KIND>(g, x, m0, (int)std::min(rows, m - m0), p0, (int)std::min<int64_t>(np, panels - p0));
   }
 }
 
