@@ -16,7 +16,7 @@ the server, and httpx alone cost about as much CPU per token as the server's fro
 checks every stream (exact token count, finish_reason, [DONE], no error event).
 
     python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
-        [--prompt-lens 128,512] [--concurrency 1,4,16] [--json out.json]
+        [--prompt-lens 128,512] [--concurrency 1,4,16] [--kv-cache-dtype float32|int8] [--json out.json]
 
 Both runs share the machine's cores: run it when nothing else is busy.
 """
@@ -146,12 +146,13 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-token-id", type=int, default=MAX_TOKEN_ID)
+    p.add_argument("--kv-cache-dtype", default="float32", help="both sides' KV cache (int8: the C8 cache)")
     p.add_argument("--repeats", type=int, default=1, help="alternate runs per side; the best counts")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     lens = [int(x) for x in args.prompt_lens.split(",")]
     concs = [int(x) for x in args.concurrency.split(",")]
-    engine_args = ["--max-num-seqs", str(args.max_num_seqs)]
+    engine_args = ["--max-num-seqs", str(args.max_num_seqs), "--kv-cache-dtype", args.kv_cache_dtype]
 
     # Both are loaded at once and measured alternately (best of --repeats each), so a load change on a
     # shared machine hits both sides alike instead of skewing the ratio. An idle server costs no CPU.
@@ -163,7 +164,7 @@ def main() -> None:
     proc, url = start_server(args.model, engine_args)
     try:
         core_pid = _core_pid(proc.pid)
-        llm = LLM(args.model, max_num_seqs=args.max_num_seqs)
+        llm = LLM(args.model, max_num_seqs=args.max_num_seqs, kv_cache_dtype=args.kv_cache_dtype)
         for length in lens:
             for c in concs:
                 prompts = make_prompts(
