@@ -167,14 +167,19 @@ def main() -> None:
         llm = LLM(args.model, max_num_seqs=args.max_num_seqs, kv_cache_dtype=args.kv_cache_dtype)
         for length in lens:
             for c in concs:
-                prompts = make_prompts(
-                    args.num_requests, length, seed=length * 100 + c, max_token_id=args.max_token_id
-                )
-                run_async(run_server(url, prompts[:1], 4, 1))  # warm-up
-                run_in_process(llm, prompts[:1], 4, 1)
+                # Fresh prompts for every repeat (and none shared with the warm-up): both sides cache
+                # prefixes, and a prompt seen before would skip its prefill.
+                sets = [
+                    make_prompts(args.num_requests, length, length * 100 + c + 1000 * r, args.max_token_id)
+                    for r in range(args.repeats + 1)
+                ]
+                warm = sets.pop()[:1]
+                run_async(run_server(url, warm, 4, 1))  # warm-up
+                run_in_process(llm, warm, 4, 1)
                 server, engine, cpu = [], [], {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0}
                 num_server_tokens = num_engine_tokens = 0
-                for _ in range(args.repeats):
+                for r in range(args.repeats):
+                    prompts = sets[r]
                     before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
                     tok_s, n = run_async(run_server(url, prompts, args.output_len, c))
                     after = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
