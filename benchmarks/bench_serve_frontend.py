@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -76,11 +75,9 @@ sys.exit(run_server(cfg, ServerArgs(port=int(sys.argv[1])), finalize=False,
 
 
 def start_stub_server(step_ms: float) -> tuple[subprocess.Popen, str]:
-    import httpx
+    from stream_client import free_port, wait_ready
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, FD_STUB_STEP_MS=str(step_ms))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
@@ -90,17 +87,8 @@ def start_stub_server(step_ms: float) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(400):
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"the stub server exited with {proc.returncode}")
-        time.sleep(0.25)
-    proc.kill()
-    raise SystemExit("the stub server did not become ready")
+    wait_ready(proc, url, "the stub server", 100)
+    return proc, url
 
 
 async def run_load(url: str, endpoint: str, n: int, output_len: int, concurrency: int) -> int:

@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -104,27 +103,16 @@ async def run_server(url: str, prompts, output_len: int, concurrency: int) -> tu
 
 
 def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.Popen, str]:
-    import httpx
+    from stream_client import free_port, wait_ready
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), *engine_args]
     if model:
         cmd += ["--model", model]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=SERVER_ENV)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(1200):
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"fd serve exited with {proc.returncode}")
-        time.sleep(0.25)
-    proc.kill()
-    raise SystemExit("fd serve did not become ready")
+    wait_ready(proc, url, "fd serve", 300)
+    return proc, url
 
 
 def _core_pid(server_pid: int) -> int:

@@ -14,6 +14,9 @@ number of tokens. Anything else raises StreamError.
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import time
 from urllib.parse import urlsplit
 
 import msgspec
@@ -107,3 +110,28 @@ def run(coro):
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coro)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(proc: subprocess.Popen, url: str, name: str, seconds: float) -> None:
+    """Polls `url`/ready until it answers 200; exits (killing `proc`) if it dies or `seconds` pass."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"{name} exited with {proc.returncode}")
+        time.sleep(0.25)
+    proc.kill()
+    raise SystemExit(f"{name} did not become ready")
