@@ -81,14 +81,14 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* o
 }  // namespace amx
 
 // prompt_rows (uint8 [m], may be null) marks the rows of prompt tokens. On the AMX level, quantized
-// weights compute those rows in bf16 (amx.cc) and every other row in fp32, so a token's numerics depend on
-// what it is, never on which requests share its batch. Elsewhere it is ignored.
-// Rows that are not prompt rows of GGUF block kinds take qgemm (fixed-point activations on int8 units).
+// weights compute those rows in bf16 (amx.cc) and every other row on their kind's own path (fp32 for
+// kS8 / kU4, qgemm's fixed-point activations for GGUF block kinds), so a token's numerics depend on what
+// it is, never on which requests share its batch. Elsewhere it is ignored.
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
 void qgemm(const GemmArgs& g);
 // Rows ids[0..t) of a GGUF block kind's [n, k] weight, dequantized to fp32 [t, k] exactly as gguf does
-// (an embedding lookup in the LM head's packed table). Ids must be in [0, n).
-void q_rows(const void* w, int kind, int64_t n, int64_t k, const int64_t* ids, int64_t t, float* out);
+// (an embedding lookup in the LM head's packed table). The caller checks every id is in [0, n).
+void q_rows(const void* w, int kind, int64_t k, const int64_t* ids, int64_t t, float* out);
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out);
 void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                         float* out, float* res_out);

@@ -167,7 +167,7 @@ std::vector<Tensor> LinearRows(const Tensor& ids_in, const Tensor& w, int64_t n,
   std::vector<int64_t> shape = ids_in.shape();
   shape.push_back(k);
   Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, w.place());
-  fdk::q_rows(w.data(), (int)kind, n, k, ids.data(), (int64_t)ids.size(), out.data<float>());
+  fdk::q_rows(w.data(), (int)kind, k, ids.data(), (int64_t)ids.size(), out.data<float>());
   return {out};
 }
 

@@ -41,7 +41,7 @@ namespace isa_qscalar {
 #undef FD_QVNNI
 }  // namespace isa_qscalar
 
-void q_rows(const void* w, int kind, int64_t n, int64_t k, const int64_t* ids, int64_t t, float* out) {
+void q_rows(const void* w, int kind, int64_t k, const int64_t* ids, int64_t t, float* out) {
   const int64_t nb = k / kQBlock, rec = q_record_bytes(kind), codes = q_codes_offset(kind);
   const int32_t z = q_zero(kind);
   for (int64_t i = 0; i < t; ++i) {
@@ -58,19 +58,12 @@ void q_rows(const void* w, int kind, int64_t n, int64_t k, const int64_t* ids, i
       }
       float* o = out + i * k + b * kQBlock;
       for (int j = 0; j < kQBlock; ++j) {
-        int32_t u;
-        if (kind == kQ8_0) {
-          u = r[codes + 64 * (j / 4) + 4 * c + j % 4];
-        } else {
-          const uint8_t byte = r[codes + 64 * (j / 8) + 4 * c + j % 4];
-          u = (j % 8) < 4 ? byte & 15 : byte >> 4;
-        }
+        const int32_t u = isa_qscalar::q_code(r + codes, kind != kQ8_0, (int)c, j);
         // d * u is exact in fp32 (an fp16 times at most 8 bits), so one rounding, as gguf's d * q + m.
         o[j] = kind == kQ4_1 ? d * (float)u + m : d * (float)(u - z);
       }
     }
   }
-  (void)n;
 }
 
 void qgemm(const GemmArgs& g) {

@@ -53,6 +53,13 @@ static inline float half_to_float(uint16_t h) {
   return f;
 }
 
+// The code of column c, input j of a record's codes (layout in kernels.h).
+static inline uint8_t q_code(const uint8_t* codes, bool four, int c, int j) {
+  if (!four) return codes[64 * (j / 4) + 4 * c + j % 4];
+  const uint8_t byte = codes[64 * (j / 8) + 4 * c + j % 4];
+  return (j % 8) < 4 ? byte & 15 : byte >> 4;
+}
+
 static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out, float* s_out, int32_t* sq_out) {
 #if FD_QVNNI
   const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
@@ -88,15 +95,14 @@ static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out,
   *s_out = da * (float)sq;
 }
 
-// Rows [r0, r1) of a [m, lda] into the QAct buffers (k % kQBlock == 0).
-static void quantize_rows(const float* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int8_t* hi, int8_t* lo,
-                          float* d, float* s, int32_t* sq) {
+// Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0).
+static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8_t* hi, int8_t* lo, float* d,
+                         float* s, int32_t* sq) {
   const int64_t nb = k / kQBlock;
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t i = r * nb + b, off = r * k + b * kQBlock;
-      quantize_block(a + r * lda + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
-    }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
+    quantize_block(a + r * lda + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
+  }
 }
 
 #if FD_QVNNI
@@ -210,15 +216,7 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
       const uint8_t* codes = rp + K::kCodes;
       uint8_t u[kQNR][kQBlock];
       for (int c = 0; c < kQNR; ++c)
-        for (int j = 0; j < kQBlock; ++j) {
-          if (K::kFour) {
-            const int i = j / 8, h = (j % 8) / 4;
-            const uint8_t byte = codes[64 * i + 4 * c + j % 4];
-            u[c][j] = h ? byte >> 4 : byte & 15;
-          } else {
-            u[c][j] = codes[64 * (j / 4) + 4 * c + j % 4];
-          }
-        }
+        for (int j = 0; j < kQBlock; ++j) u[c][j] = q_code(codes, K::kFour, c, j);
       float dw[kQNR], mw[kQNR];
       uint16_t h16[kQNR];
       std::memcpy(h16, rp, sizeof h16);
@@ -263,7 +261,7 @@ static void qgemm_kind(const GemmArgs& g) {
   const bool big = m * k >= (1 << 16);
 #pragma omp parallel for schedule(static) if (big)
   for (int64_t r = 0; r < m; ++r)
-    quantize_rows(g.a, g.lda, r, r + 1, k, hi.data(), lo.data(), d.data(), s.data(), sq.data());
+    quantize_row(g.a, g.lda, r, k, hi.data(), lo.data(), d.data(), s.data(), sq.data());
   const QAct x{hi.data(), lo.data(), d.data(), s.data(), sq.data(), k, nb};
   const int64_t panels = (g.n + kQNR - 1) / kQNR;
   const int np = m == 1 ? 3 : 2;
