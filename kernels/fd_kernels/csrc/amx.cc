@@ -116,7 +116,7 @@ void pack_panel(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
 // 64-byte chunk holds column c's 4 code bytes (kernels.h), so shifting lanes by 8j picks byte j of
 // every column at once.
 template <int KIND>
-void pack_panel_q(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
+void pack_panel_q(const GemmArgs& g, int64_t p, uint16_t* out) {
   const int64_t qpanels = (g.n + kQNR - 1) / kQNR, nb = g.k / kQBlock, rec = q_record_bytes(KIND);
   const __m512i byte = _mm512_set1_epi32(255), low4 = _mm512_set1_epi32(15);
   const __m512 z = _mm512_set1_ps((float)q_zero(KIND));
@@ -154,7 +154,6 @@ void pack_panel_q(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
       }
     }
   }
-  (void)kp;
 }
 
 // One 32-row block of A against one packed panel; writes rows [m0, min(m0 + 32, m)) of C.
@@ -218,7 +217,7 @@ void gemm_kind(const GemmArgs& g) {
 #pragma omp for schedule(static)
     for (int64_t p = 0; p < panels; ++p) {
       if constexpr (is_qkind(KIND))
-        pack_panel_q<KIND>(g, p, kp, bp);
+        pack_panel_q<KIND>(g, p, bp);
       else
         pack_panel<KIND>(g, p, kp, bp);
       for (int64_t m0 = 0; m0 < g.m; m0 += kRows) block(g, abf.data(), kp, bp, m0, p);
