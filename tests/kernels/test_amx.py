@@ -47,7 +47,9 @@ def _weight(native, rng, kind, k, n):
 
 
 @pytest.mark.parametrize("kind", ["wint8", "wint4", "Q4_0", "Q4_1", "Q8_0"])
-@pytest.mark.parametrize("m,k,n", [(1, 64, 32), (5, 96, 70), (8, 576, 200), (33, 128, 45), (100, 640, 96)])
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 64, 32), (5, 96, 70), (8, 576, 200), (33, 128, 45), (100, 640, 96), (70, 4096, 300)]
+)
 def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
     lw, b = _weight(native, rng, kind, k, n)
     w = lw.dequantize()

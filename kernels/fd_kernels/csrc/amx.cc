@@ -7,12 +7,13 @@
 // fma(q, s, min)) before rounding. Rounding a 4- or 8-bit weight's dequantized value to bf16 adds an error
 // far below its quantization step; the activation rounding (relative 2^-9) is what this mode costs.
 //
-// Layout: A is converted once per call to bf16 [Mp][Kp] (rows padded to 32, K to 32, zeros). Each thread
-// takes whole weight panels (kNR = 32 columns), dequantizes a panel into a bf16 buffer in AMX's pair-
-// interleaved ("VNNI") layout [Kp/2][32 columns][2], then runs every 32-row block of A against it with
-// four 16x16 fp32 accumulator tiles.
+// Layout: A is converted once per call to bf16 [Mp][Kp] (rows padded to 32, K to 32, zeros). Weight panels
+// (kNR = 32 columns) are dequantized into bf16 in AMX's pair-interleaved ("VNNI") layout [Kp/2][32][2],
+// a group of panels at a time (gemm_kind), and each 32-row block of A runs against a panel with four
+// 16x16 fp32 accumulator tiles.
 
 #include <immintrin.h>
+#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -197,13 +198,25 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   }
 }
 
+// Panels are dequantized a group at a time (up to kGroupBytes of bf16, kept in L2) into one buffer the
+// threads share; then each thread runs its 32-row blocks of A against every panel of the group, so a block
+// (32 x Kp bf16, 36 KB at K = 576) is loaded from memory once per group and read from L1 for the others.
+// When each thread instead ran whole panels against all of A, A (2.4 MB at 2048 rows, more than L2) was
+// streamed again for every panel, and its tile loads were a third of a 2048-row prefill's profile.
+// Rows are split between the threads; with few row blocks the group's panels are split too (slices), so
+// every thread has work at any M.
+constexpr int64_t kGroupBytes = 1 << 20;
+
 template <int KIND>
 void gemm_kind(const GemmArgs& g) {
   const int64_t kp = (g.k + kKStep - 1) / kKStep * kKStep;
   const int64_t mp = (g.m + kRows - 1) / kRows * kRows;
-  const int64_t panels = (g.n + kNR - 1) / kNR;
+  const int64_t panels = (g.n + kNR - 1) / kNR, nrb = mp / kRows;
+  const int64_t panel_elems = kp * kNR;
+  const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   std::vector<uint16_t> abf(mp * kp);
   convert_a(g, mp, kp, abf.data());
+  uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
 #pragma omp parallel
   {
     TileConfig cfg{};
@@ -213,18 +226,28 @@ void gemm_kind(const GemmArgs& g) {
       cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
-    uint16_t* bp = (uint16_t*)std::aligned_alloc(64, kp * kNR * sizeof(uint16_t));
+    const int64_t nth = omp_get_num_threads();
+    for (int64_t p0 = 0; p0 < panels; p0 += group) {
+      const int64_t np = std::min(group, panels - p0);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < panels; ++p) {
-      if constexpr (is_qkind(KIND))
-        pack_panel_q<KIND>(g, p, bp);
-      else
-        pack_panel<KIND>(g, p, kp, bp);
-      for (int64_t m0 = 0; m0 < g.m; m0 += kRows) block(g, abf.data(), kp, bp, m0, p);
+      for (int64_t i = 0; i < np; ++i) {
+        if constexpr (is_qkind(KIND))
+          pack_panel_q<KIND>(g, p0 + i, bbuf + i * panel_elems);
+        else
+          pack_panel<KIND>(g, p0 + i, kp, bbuf + i * panel_elems);
+      }
+      const int64_t slices = std::min(np, (2 * nth + nrb - 1) / nrb);
+      const int64_t per = (np + slices - 1) / slices;
+#pragma omp for schedule(static)
+      for (int64_t it = 0; it < nrb * slices; ++it) {
+        const int64_t rb = it / slices, i1 = std::min(np, (it % slices + 1) * per);
+        for (int64_t i = it % slices * per; i < i1; ++i)
+          block(g, abf.data(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+      }  // the loop's barrier: the next group's packing overwrites bbuf
     }
-    std::free(bp);
     _tile_release();
   }
+  std::free(bbuf);
 }
 
 }  // namespace
