@@ -4,7 +4,8 @@ Load (the issue's): N streaming completion requests with random-token prompts of
 128 output tokens each (ignore_eos), kept at concurrency 1, 4 and 16 (closed loop: a finished request
 is replaced at once). The server run goes through HTTP + SSE + the engine-core process; the in-process
 run drives `fdcli_engine.api.LLM`'s engine and output processor with the same closed loop. Prints output
-tokens/s of both and the ratio (server / in-process; 1.0 = no overhead).
+tokens/s of both (medians over --repeats) and the ratio (server / in-process; 1.0 = no overhead): the median
+over the repeats of adjacent server and in-process runs, with the range of those pairs.
 
 It also prints CPU milliseconds per output token of each process (user + system time over the run, from
 psutil): the server's front end (HTTP, SSE, detokenization), its engine core, this benchmark as the
@@ -28,6 +29,7 @@ import asyncio
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -135,15 +137,22 @@ def main() -> None:
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-token-id", type=int, default=MAX_TOKEN_ID)
     p.add_argument("--kv-cache-dtype", default="float32", help="both sides' KV cache (int8: the C8 cache)")
-    p.add_argument("--repeats", type=int, default=1, help="alternate runs per side; the best counts")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per side, alternating; the ratio is the median of the pairs",
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args()
     lens = [int(x) for x in args.prompt_lens.split(",")]
     concs = [int(x) for x in args.concurrency.split(",")]
     engine_args = ["--max-num-seqs", str(args.max_num_seqs), "--kv-cache-dtype", args.kv_cache_dtype]
 
-    # Both are loaded at once and measured alternately (best of --repeats each), so a load change on a
-    # shared machine hits both sides alike instead of skewing the ratio. An idle server costs no CPU.
+    # Both are loaded at once and measured alternately, so a load change on a shared machine hits both
+    # sides alike; the ratio is the median over --repeats of (server / in-process) of adjacent runs, and
+    # the side that goes first alternates, so a drift during a pair favours neither.
+    # An idle server costs no CPU.
     from stream_client import run as run_async
 
     from fdcli_engine.api import LLM
@@ -165,25 +174,29 @@ def main() -> None:
                 run_async(run_server(url, warm, 4, 1))  # warm-up
                 run_in_process(llm, warm, 4, 1)
                 server, engine, cpu = [], [], {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0}
-                num_server_tokens = num_engine_tokens = 0
+                num_tokens = {"server": 0, "engine": 0}
+
                 for r in range(args.repeats):
-                    prompts = sets[r]
-                    before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
-                    tok_s, n = run_async(run_server(url, prompts, args.output_len, c))
-                    after = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
-                    server.append(tok_s)
-                    num_server_tokens += n
-                    for key, b, a in zip(("front_end", "core", "client"), before, after):
-                        cpu[key] += a - b
-                    before_engine = cpu_s()
-                    tok_s, n = run_in_process(llm, prompts, args.output_len, c)
-                    cpu["engine"] += cpu_s() - before_engine
-                    engine.append(tok_s)
-                    num_engine_tokens += n
-                row = {"prompt_len": length, "concurrency": c, "server_tok_s": max(server)}
-                row.update(engine_tok_s=max(engine), ratio=max(server) / max(engine))
+                    for side in ("server", "engine") if r % 2 == 0 else ("engine", "server"):
+                        before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
+                        if side == "server":
+                            tok_s, n = run_async(run_server(url, sets[r], args.output_len, c))
+                            server.append(tok_s)
+                            measured = {"front_end": 0, "core": 1, "client": 2}
+                        else:
+                            tok_s, n = run_in_process(llm, sets[r], args.output_len, c)
+                            engine.append(tok_s)
+                            measured = {"engine": 2}  # this process, like the client
+                        after = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
+                        num_tokens[side] += n
+                        for key, i in measured.items():
+                            cpu[key] += after[i] - before[i]
+                pairs = sorted(a / b for a, b in zip(server, engine))
+                row = {"prompt_len": length, "concurrency": c, "server_tok_s": statistics.median(server)}
+                row.update(engine_tok_s=statistics.median(engine), ratio=statistics.median(pairs))
+                row.update(ratio_min=pairs[0], ratio_max=pairs[-1])
                 for key, total in cpu.items():
-                    n = num_engine_tokens if key == "engine" else num_server_tokens
+                    n = num_tokens["engine" if key == "engine" else "server"]
                     row[f"{key}_cpu_ms_per_tok"] = 1000 * total / max(n, 1)
                 rows.append(row)
                 print(row, file=sys.stderr, flush=True)
@@ -192,14 +205,16 @@ def main() -> None:
         proc.wait(60)
 
     print(
-        f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6}   CPU ms/token:",
+        f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6} {'(range)':>13}"
+        "   CPU ms/token:",
         end="",
     )
     print(f" {'front end':>9} {'core':>6} {'client':>6} {'in-proc':>7}")
     for r in rows:
         print(
             f"{r['prompt_len']:>7} {r['concurrency']:>5} {r['server_tok_s']:>13.1f} {r['engine_tok_s']:>13.1f} "
-            f"{r['ratio']:>6.3f}   {'':>13}{r['front_end_cpu_ms_per_tok']:>9.2f} {r['core_cpu_ms_per_tok']:>6.2f} "
+            f"{r['ratio']:>6.3f} {r['ratio_min']:>6.3f}-{r['ratio_max']:<6.3f}   {'':>13}"
+            f"{r['front_end_cpu_ms_per_tok']:>9.2f} {r['core_cpu_ms_per_tok']:>6.2f} "
             f"{r['client_cpu_ms_per_tok']:>6.2f} {r['engine_cpu_ms_per_tok']:>7.2f}"
         )
     if args.json:
