@@ -12,7 +12,7 @@ head_dim 64 (SmolLM2), 3.88x at 128, so a --kv-cache-memory-gb budget holds that
 
 from __future__ import annotations
 
-from fdcli_engine.runner.host_memory import zeros
+import paddle
 
 
 def bytes_per_token_head(head_dim: int, kv_cache_dtype: str) -> int:
@@ -33,11 +33,14 @@ def allocate_kv_caches(
         # Scales start at 0, so a slot never written dequantizes to 0 (it is never read anyway).
         return [
             (
-                zeros(shape, "int8"),
-                zeros(shape, "int8"),
-                zeros(shape[:3], "float32"),
-                zeros(shape[:3], "float32"),
+                paddle.zeros(shape, dtype="int8"),
+                paddle.zeros(shape, dtype="int8"),
+                paddle.zeros(shape[:3], dtype="float32"),
+                paddle.zeros(shape[:3], dtype="float32"),
             )
             for _ in range(model.num_layers)
         ]
-    return [(zeros(shape, "float32"), zeros(shape, "float32")) for _ in range(model.num_layers)]
+    return [
+        (paddle.zeros(shape, dtype="float32"), paddle.zeros(shape, dtype="float32"))
+        for _ in range(model.num_layers)
+    ]
