@@ -9,11 +9,14 @@
 // row (the group's heads read the chunk from L1 after the first one loads it), then one P x V pass that
 // reads each value once for all rows (attend_rows).
 //
-// The cache holds fp32, or int8 codes with per-row scales (the C8 cache, c8_impl.h): the kernels are
-// templates on C8. The lane path dequantizes each chunk of keys and values once into a small fp32 buffer
-// that every row then reads; the decode path folds the scales into the scores and probabilities instead.
+// The cache holds fp32, bf16 (bf16_impl.h) or int8 codes with per-row scales (the C8 cache, c8_impl.h):
+// the kernels are templates on the KvKind KV. The lane path widens / dequantizes each chunk of keys and
+// values once into a small fp32 buffer that every row then reads. The decode path reads bf16 keys and
+// values straight into registers (AVX-512: dots16 and pv_rows widen as they load, so it reads half the
+// fp32 bytes and writes nothing); for C8 it folds the scales into the scores and probabilities.
 // No include guard on purpose.
 
+#include "bf16_impl.h"
 #include "c8_impl.h"
 
 constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update
@@ -30,14 +33,19 @@ static inline int64_t key_base(const AttnArgs& a, const int64_t* bt, int64_t g, 
   return ((bt[kk / a.block_size] * a.num_kv_heads + g) * a.block_size + kk % a.block_size) * a.head_dim;
 }
 
-// Keys and values of the chunk of n rows at `base` as fp32: the cache itself, or (C8) dequantized into
-// kbuf / vbuf. The scales share the cache's indexing without head_dim: row base / hd.
-template <bool C8>
+// Keys and values of the chunk of n rows at `base` as fp32: the cache itself, or widened (bf16) /
+// dequantized (C8) into kbuf / vbuf. The scales share the cache's indexing without head_dim: row base / hd.
+template <int KV>
 static inline void chunk_kv(const AttnArgs& a, int64_t base, int64_t n, float* kbuf, float* vbuf,
                             const float*& kp, const float*& vp) {
-  if constexpr (C8) {
+  if constexpr (KV == kKvS8) {
     dequant_rows((const int8_t*)a.k_cache + base, a.k_scales + base / a.head_dim, n, a.head_dim, kbuf);
     dequant_rows((const int8_t*)a.v_cache + base, a.v_scales + base / a.head_dim, n, a.head_dim, vbuf);
+    kp = kbuf;
+    vp = vbuf;
+  } else if constexpr (KV == kKvBF16) {
+    widen_bf16((const uint16_t*)a.k_cache + base, n * a.head_dim, kbuf);
+    widen_bf16((const uint16_t*)a.v_cache + base, n * a.head_dim, vbuf);
     kp = kbuf;
     vp = vbuf;
   } else {
@@ -55,19 +63,47 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
 // Per chunk of keys: every row's raw scores (fp32: dot products, the chunk's keys stay in L1 after the
 // first row; C8 on AVX-512: the codes transposed so the keys sit in lanes, c8_scores16), then each row's
 // online-softmax update (one vector of 16 scores on AVX-512), then one P x V pass for all rows, which
-// loads (C8: converts) each value vector once and feeds every row's accumulators from it.
-// C8 folds the per-row scales into the scores (k scale) and the probabilities (v scale): the codes are
-// only converted to fp32, never multiplied per element.
+// loads (bf16: widens, C8: converts) each value vector once and feeds every row's accumulators from it.
+// bf16 on AVX-512 widens keys in registers as dots16 loads them (the chunk's 2-byte keys stay in L1 for
+// the group's other rows), elsewhere once per chunk into kbuf. C8 folds the per-row scales into the
+// scores (k scale) and the probabilities (v scale): the codes are only converted to fp32, never
+// multiplied per element.
+
+// FD_W cached values at element offset off of an fp32 or bf16 cache (or C8 codes, unscaled) as fp32;
+// kv_at: one of them.
+template <int KV>
+static inline vf load_kv(const void* p, int64_t off) {
+  if constexpr (KV == kKvS8) {
+    return vload_s8((const int8_t*)p + off);
+  } else if constexpr (KV == kKvBF16) {
+    return vload_bf16((const uint16_t*)p + off);
+  } else {
+    return vload((const float*)p + off);
+  }
+}
+
+template <int KV>
+static inline float kv_at(const void* p, int64_t off) {
+  if constexpr (KV == kKvS8) {
+    return (float)((const int8_t*)p)[off];
+  } else if constexpr (KV == kKvBF16) {
+    return bf16_float(((const uint16_t*)p)[off]);
+  } else {
+    return ((const float*)p)[off];
+  }
+}
 
 #if FD_W == 16
-// Lane j = dot(q, k_j) for 16 keys (hd % 16 == 0): 16 vector accumulators, then a shuffle tree folds
-// them into one vector of 16 sums (~3 shuffles/adds per key instead of a full horizontal sum each).
-static inline __m512 dots16(const float* q, const float* kp, int64_t hd) {
+// Lane j = dot(q, k_j) for 16 keys (hd % 16 == 0) of an fp32 or bf16 cache (widened as loaded): 16
+// vector accumulators, then a shuffle tree folds them into one vector of 16 sums (~3 shuffles/adds per
+// key instead of a full horizontal sum each).
+template <int KV>
+static inline __m512 dots16(const float* q, const void* kp, int64_t hd) {
   __m512 acc[16];
   for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t d = 0; d < hd; d += 16) {
     const __m512 qv = _mm512_loadu_ps(q + d);
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp + j * hd + d), acc[j]);
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qv, load_kv<KV>(kp, j * hd + d), acc[j]);
   }
   __m512 r[8], s4[4], u[2];
   for (int i = 0; i < 8; ++i)  // 256-bit halves: lanes 0-7 key i, 8-15 key i+8
@@ -181,19 +217,11 @@ static inline void softmax_update(float* sc, int64_t n, float scale, const float
 #endif
 }
 
-template <bool C8>
-static inline vf load_value(const void* vp, int64_t off) {
-  if constexpr (C8) {
-    return vload_s8((const int8_t*)vp + off);
-  } else {
-    return vload((const float*)vp + off);
-  }
-}
-
 // acc[r] = acc[r] * corr[r] + sum_j p[r][j] * v_j for R rows (acc rows kMaxHeadDim apart, p rows
-// kKeyChunk apart) and the chunk's n values at vp (fp32, or C8 codes whose scales p already holds). Each
-// value vector is loaded once for all R rows; DB vectors per pass keep R * DB FMA chains going.
-template <int R, bool C8>
+// kKeyChunk apart) and the chunk's n values at vp (fp32, bf16, or C8 codes whose scales p already holds).
+// Each value vector is loaded (widened / converted) once for all R rows; DB vectors per pass keep R * DB
+// FMA chains going.
+template <int R, int KV>
 static inline void pv_rows(float* acc, const float* p, const float* corr, const void* vp, int64_t n, int64_t hd) {
   constexpr int DB = FD_W == 16 ? 4 : 2;  // R * DB accumulators + DB values + R broadcasts in registers
   int64_t d = 0;
@@ -203,7 +231,7 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
       for (int b = 0; b < DB; ++b) o[r][b] = vmul(vload(acc + r * kMaxHeadDim + d + b * FD_W), vset1(corr[r]));
     for (int64_t j = 0; j < n; ++j) {
       vf v[DB];
-      for (int b = 0; b < DB; ++b) v[b] = load_value<C8>(vp, j * hd + d + b * FD_W);
+      for (int b = 0; b < DB; ++b) v[b] = load_kv<KV>(vp, j * hd + d + b * FD_W);
       for (int r = 0; r < R; ++r) {
         const vf pj = vset1(p[r * kKeyChunk + j]);
         for (int b = 0; b < DB; ++b) o[r][b] = vfma(pj, v[b], o[r][b]);
@@ -216,7 +244,7 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
     vf o[R];
     for (int r = 0; r < R; ++r) o[r] = vmul(vload(acc + r * kMaxHeadDim + d), vset1(corr[r]));
     for (int64_t j = 0; j < n; ++j) {
-      const vf v = load_value<C8>(vp, j * hd + d);
+      const vf v = load_kv<KV>(vp, j * hd + d);
       for (int r = 0; r < R; ++r) o[r] = vfma(vset1(p[r * kKeyChunk + j]), v, o[r]);
     }
     for (int r = 0; r < R; ++r) vstore(acc + r * kMaxHeadDim + d, o[r]);
@@ -225,19 +253,19 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
     for (int r = 0; r < R; ++r) {
       float o = acc[r * kMaxHeadDim + d] * corr[r];
       for (int64_t j = 0; j < n; ++j) {
-        const float v = C8 ? (float)((const int8_t*)vp)[j * hd + d] : ((const float*)vp)[j * hd + d];
-        o += p[r * kKeyChunk + j] * v;
+        o += p[r * kKeyChunk + j] * kv_at<KV>(vp, j * hd + d);
       }
       acc[r * kMaxHeadDim + d] = o;
     }
 }
 
-template <bool C8>
+template <int KV>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
+  constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
   alignas(64) float acc[kDecodeRows][kMaxHeadDim];
   alignas(64) float p[kDecodeRows][kKeyChunk];
-  alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
+  alignas(64) float kbuf[KV != kKvF32 ? kKeyChunk * kMaxHeadDim : 1];
   float mx[kDecodeRows], l[kDecodeRows], corr[kDecodeRows];
   const float* qr[kDecodeRows];
   int64_t nk = 0;
@@ -252,17 +280,18 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   // last chunk: the rows past the context are in the cache (stale; the softmax masks their scores out
   // and P x V stops at the context).
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
+  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
     const int64_t base = key_base(a, bt, g, kk);
-    const float* kp = (const float*)a.k_cache + base;
+    const void* kc = (const char*)a.k_cache + base * esize;  // the chunk's keys as cached
+    const float* kp = (const float*)kc;                      // ... as fp32 (F32; else set below)
     const float *ks = nullptr, *vs = nullptr;
-    const void* vp = (const float*)a.v_cache + base;
+    const void* vp = (const char*)a.v_cache + base * esize;
     // Raw scores of every row first, then the rows' softmax updates: independent chains side by side.
     bool scored = false;
     if constexpr (C8) {
-      const int8_t* kq = (const int8_t*)a.k_cache + base;
-      vp = (const int8_t*)a.v_cache + base;
+      const int8_t* kq = (const int8_t*)kc;
       ks = a.k_scales + base / hd;
       vs = a.v_scales + base / hd;
 #if FD_W == 16
@@ -284,11 +313,16 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
         for (; e < n * hd; ++e) kbuf[e] = (float)kq[e];
         kp = kbuf;
       }
+    } else if constexpr (KV == kKvBF16) {
+      if (!whole16) {  // AVX2 / scalar, or odd shapes: widen the chunk once for all rows
+        widen_bf16((const uint16_t*)kc, n * hd, kbuf);
+        kp = kbuf;
+      }
     }
     for (int64_t r = 0; r < nrows && !scored; ++r) {
 #if FD_W == 16
-      if (whole16) {
-        vstore(p[r], dots16(qr[r], kp, hd));
+      if (whole16) {  // F32 / BF16: kc as cached (C8 with whole16 scored above)
+        vstore(p[r], dots16<KV>(qr[r], kc, hd));
         continue;
       }
 #endif
@@ -306,10 +340,10 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     for (int64_t r = 0; r < nrows; r += 4) {
       float *ar = acc[r], *pr = p[r], *cr = corr + r;
       switch (std::min<int64_t>(4, nrows - r)) {
-        case 4: pv_rows<4, C8>(ar, pr, cr, vp, n, hd); break;
-        case 3: pv_rows<3, C8>(ar, pr, cr, vp, n, hd); break;
-        case 2: pv_rows<2, C8>(ar, pr, cr, vp, n, hd); break;
-        default: pv_rows<1, C8>(ar, pr, cr, vp, n, hd);
+        case 4: pv_rows<4, KV>(ar, pr, cr, vp, n, hd); break;
+        case 3: pv_rows<3, KV>(ar, pr, cr, vp, n, hd); break;
+        case 2: pv_rows<2, KV>(ar, pr, cr, vp, n, hd); break;
+        default: pv_rows<1, KV>(ar, pr, cr, vp, n, hd);
       }
     }
     kk += n;
@@ -403,11 +437,12 @@ static inline void lane_chunk(LaneState& st, const float* kp, const float* vp, i
 }
 
 // Up to FD_W rows in the lanes of one vector; idle lanes repeat the last row.
-template <bool C8>
+template <int KV>
 static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
+  constexpr int64_t kBuf = KV != kKvF32 ? kKeyChunk * kMaxHeadDim : 1;
   const int64_t hd = a.head_dim;
   alignas(64) float qt[kMaxHeadDim * FD_W], ot[kMaxHeadDim * FD_W], lim[FD_W];
-  alignas(64) float kbuf[C8 ? kKeyChunk * kMaxHeadDim : 1], vbuf[C8 ? kKeyChunk * kMaxHeadDim : 1];
+  alignas(64) float kbuf[kBuf], vbuf[kBuf];
   int64_t nk = 0, min_nk = INT64_MAX;
   for (int64_t r = 0; r < FD_W; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
@@ -422,7 +457,7 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
     const float *kp, *vp;
-    chunk_kv<C8>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
+    chunk_kv<KV>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
     lane_chunk(st, kp, vp, hd, kk, n);
     kk += n;
   }
@@ -433,7 +468,7 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
   }
 }
 
-template <bool C8>
+template <int KV>
 static void paged_attention_impl(const AttnArgs& a) {
   struct Item {
     int64_t b, g, r0, r1;  // rows r0..r1 of (sequence b, KV head g); row r = query r / group, head r % group
@@ -464,17 +499,17 @@ static void paged_attention_impl(const AttnArgs& a) {
     }
     const int64_t n = w.r1 - w.r0;
     if (FD_W > 1 && n >= kMinLaneRows) {
-      attend_lanes<C8>(a, bt, w.g, rows, n);
+      attend_lanes<KV>(a, bt, w.g, rows, n);
     } else {
-      attend_rows<C8>(a, bt, w.g, rows, n);
+      attend_rows<KV>(a, bt, w.g, rows, n);
     }
   }
 }
 
 static void paged_attention(const AttnArgs& a) {
-  if (a.k_scales) {
-    paged_attention_impl<true>(a);
-  } else {
-    paged_attention_impl<false>(a);
+  switch (a.kv_kind) {
+    case kKvS8: return paged_attention_impl<kKvS8>(a);
+    case kKvBF16: return paged_attention_impl<kKvBF16>(a);
+    default: return paged_attention_impl<kKvF32>(a);
   }
 }

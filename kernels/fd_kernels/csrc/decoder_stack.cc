@@ -80,16 +80,19 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
       kp = k_normed.get();
     }
     rotary_embedding(a.positions, qp, kp, a.cos_sin, t, a.num_heads, a.num_kv_heads, hd, q_size, kv_size);
-    if (c.k_scales) {
+    if (c.kv_kind == kKvS8) {
       reshape_and_cache_s8(kp, v.get(), static_cast<int8_t*>(c.k_cache), static_cast<int8_t*>(c.v_cache),
                            c.k_scales, c.v_scales, a.slot_mapping, t, a.num_kv_heads, a.block_size, hd);
+    } else if (c.kv_kind == kKvBF16) {
+      reshape_and_cache_bf16(kp, v.get(), static_cast<uint16_t*>(c.k_cache), static_cast<uint16_t*>(c.v_cache),
+                             a.slot_mapping, t, a.num_kv_heads, a.block_size, hd);
     } else {
       reshape_and_cache(kp, v.get(), static_cast<float*>(c.k_cache), static_cast<float*>(c.v_cache),
                         a.slot_mapping, t, a.num_kv_heads, a.block_size, hd);
     }
     AttnArgs at{qp,         c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
                 a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, hd,
-                a.scale,    attn.get(),   c.k_scales,  c.v_scales};
+                a.scale,    attn.get(),   c.k_scales,  c.v_scales,     c.kv_kind};
     paged_attention(at);
     linear(l.o_proj, attn.get(), t, q_size, hidden.get(), rows);
 

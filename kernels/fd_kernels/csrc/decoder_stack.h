@@ -29,12 +29,14 @@ struct StackLayer {
   StackLinear qkv, o_proj, gate_up, down;
 };
 
-// One layer's KV cache: [nb, nkv, bs, hd] float, or int8 codes with per-row scales [nb, nkv, bs] (C8).
+// One layer's KV cache: [nb, nkv, bs, hd] of kv_kind's element type (kernels.h KvKind): float, bf16 bits,
+// or int8 codes with per-row scales [nb, nkv, bs] (C8).
 struct StackCache {
   void* k_cache;
   void* v_cache;
-  float* k_scales;  // nullptr: fp32 cache
+  float* k_scales;  // nullptr unless C8
   float* v_scales;
+  int kv_kind;
 };
 
 struct StackArgs {

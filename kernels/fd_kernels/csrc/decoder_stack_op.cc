@@ -8,7 +8,7 @@
 //     [q_norm, k_norm]; linear_meta per layer and linear (qkv, o_proj, gate_up, down): n, kind, group,
 //     has_bias.
 //   fd_decoder_stack_bind(Plan, KVCaches[]) -> cache plan, once per set of caches. KVCaches holds per
-//     layer (k_cache, v_cache) fp32, or (k_cache, v_cache, k_scales, v_scales) for the C8 cache.
+//     layer (k_cache, v_cache) fp32 or bf16, or (k_cache, v_cache, k_scales, v_scales) for the C8 cache.
 //   fd_decoder_stack(X, metadata, PromptRows, Plan, CachePlan) -> Out, every step.
 //
 // A plan is an int64 tensor whose bytes are a header and one record per layer, holding raw pointers
@@ -112,14 +112,17 @@ const Plan* read_plan(const Tensor& t, uint64_t magic, const char* what) {
   return p;
 }
 
-// Layer i's caches, shaped like layer 0's: [nb, nkv, bs, hd] fp32, or int8 with fp32 scales [nb, nkv, bs].
-fdk::StackCache stack_cache(const Tensor* c, bool c8, const std::vector<int64_t>& shape, int64_t i) {
-  const auto dt = c8 ? paddle::DataType::INT8 : paddle::DataType::FLOAT32;
+// Layer i's caches, shaped like layer 0's, of layer 0's dtype dt: [nb, nkv, bs, hd] fp32 or bf16, or int8
+// with fp32 scales [nb, nkv, bs].
+fdk::StackCache stack_cache(const Tensor* c, bool c8, paddle::DataType dt, const std::vector<int64_t>& shape,
+                            int64_t i) {
+  PD_CHECK(c8 ? dt == paddle::DataType::INT8 : dt == paddle::DataType::FLOAT32 || dt == paddle::DataType::BFLOAT16,
+           "decoder_stack: KV caches must be float32 or bfloat16 (2 per layer) or int8 with scales (4 per layer)");
   for (int j = 0; j < 2; ++j)
     PD_CHECK(c[j].is_cpu() && c[j].is_contiguous() && c[j].dtype() == dt && c[j].shape() == shape,
-             "decoder_stack: layer ", i, " KV cache must be contiguous ", c8 ? "int8" : "float32",
-             " [nb,nkv,bs,hd] like layer 0's");
-  fdk::StackCache out{const_cast<void*>(c[0].data()), const_cast<void*>(c[1].data()), nullptr, nullptr};
+             "decoder_stack: layer ", i, " KV cache must be contiguous [nb,nkv,bs,hd] of layer 0's dtype");
+  const int kind = c8 ? fdk::kKvS8 : dt == paddle::DataType::BFLOAT16 ? fdk::kKvBF16 : fdk::kKvF32;
+  fdk::StackCache out{const_cast<void*>(c[0].data()), const_cast<void*>(c[1].data()), nullptr, nullptr, kind};
   if (!c8) return out;
   const std::vector<int64_t> ss(shape.begin(), shape.end() - 1);
   for (int j = 2; j < 4; ++j)
@@ -201,7 +204,7 @@ std::vector<Tensor> DecoderStackBind(const Tensor& plan_in, const std::vector<Te
   const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan_in, kWeightMagic, "plan");
   const int64_t n = p->num_layers, per_cache = (int64_t)kv_caches.size() / n;
   PD_CHECK((per_cache == 2 || per_cache == 4) && (int64_t)kv_caches.size() == per_cache * n,
-           "decoder_stack: KV caches must be 2 (fp32) or 4 (C8) tensors per layer, for ", n, " layers");
+           "decoder_stack: KV caches must be 2 (fp32 / bf16) or 4 (C8) tensors per layer, for ", n, " layers");
   const std::vector<int64_t> shape = kv_caches[0].shape();
   PD_CHECK(shape.size() == 4 && shape[0] > 0 && shape[1] == p->num_kv_heads && shape[2] > 0 &&
                shape[3] == p->head_dim,
@@ -210,7 +213,9 @@ std::vector<Tensor> DecoderStackBind(const Tensor& plan_in, const std::vector<Te
   CachePlan* c = reinterpret_cast<CachePlan*>(plan.data<int64_t>());
   *c = CachePlan{kCacheMagic, n, shape[1], shape[3], shape[0], shape[2]};
   fdk::StackCache* caches = reinterpret_cast<fdk::StackCache*>(c + 1);
-  for (int64_t i = 0; i < n; ++i) caches[i] = stack_cache(kv_caches.data() + i * per_cache, per_cache == 4, shape, i);
+  const paddle::DataType dt = kv_caches[0].dtype();
+  for (int64_t i = 0; i < n; ++i)
+    caches[i] = stack_cache(kv_caches.data() + i * per_cache, per_cache == 4, dt, shape, i);
   return {plan};
 }
 

@@ -28,6 +28,16 @@ inline paddle::DataType packed_dtype(int64_t kind) {
                             : paddle::DataType::UINT8;
 }
 
+// An fp32 or bf16 KV cache pair (k_cache and v_cache of one dtype): the KvKind the kernels read.
+inline int kv_cache_kind(const Tensor& kc, const Tensor& vc) {
+  PD_CHECK(kc.is_cpu() && vc.is_cpu(), "k_cache and v_cache must be CPU tensors");
+  const auto dt = kc.dtype();
+  PD_CHECK(dt == paddle::DataType::FLOAT32 || dt == paddle::DataType::BFLOAT16,
+           "k_cache must be float32 or bfloat16");
+  PD_CHECK(vc.dtype() == dt, "v_cache must have k_cache's dtype");
+  return dt == paddle::DataType::BFLOAT16 ? fdk::kKvBF16 : fdk::kKvF32;
+}
+
 // Integer metadata as int64, whatever its stored width (the runner may pass int32).
 inline std::vector<int64_t> as_i64(const Tensor& x, const char* name) {
   PD_CHECK(x.is_cpu(), name, " must be a CPU tensor");

@@ -157,6 +157,11 @@ void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc
   FD_DISPATCH(reshape_and_cache_s8, k, v, kc, vc, ks, vs, slots, t, nkv, bs, hd);
 }
 
+void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc, const int64_t* slots,
+                            int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
+  FD_DISPATCH(reshape_and_cache_bf16, k, v, kc, vc, slots, t, nkv, bs, hd);
+}
+
 void paged_attention(const AttnArgs& a) { FD_DISPATCH(paged_attention, a); }
 
 }  // namespace fdk

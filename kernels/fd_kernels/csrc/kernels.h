@@ -54,9 +54,13 @@ struct GemmArgs {
   bool bf16 = false;
 };
 
+// What a KV cache stores per element: fp32; bf16 (uint16 bits, bf16_impl.h); int8 codes with per-row fp32
+// scales (the C8 cache, c8_impl.h).
+enum KvKind { kKvF32 = 0, kKvBF16 = 1, kKvS8 = 2 };
+
 struct AttnArgs {
   const float* q;        // [T, nh, hd]
-  const void* k_cache;   // [nb, nkv, bs, hd]: float, or int8 codes when k_scales is set (C8)
+  const void* k_cache;   // [nb, nkv, bs, hd] of kv_kind's element type
   const void* v_cache;
   const int64_t* query_start_loc;  // [B + 1]
   const int64_t* seq_lens;         // [B]
@@ -64,9 +68,10 @@ struct AttnArgs {
   int64_t num_seqs, max_blocks, num_heads, num_kv_heads, block_size, head_dim;
   float scale;
   float* out;  // [T, nh, hd]
-  // C8 cache (c8_impl.h): per-row scales [nb, nkv, bs]; nullptr for an fp32 cache.
+  // C8 cache (c8_impl.h): per-row scales [nb, nkv, bs]; nullptr for the others.
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
+  int kv_kind = kKvF32;
 };
 
 // 3 = AVX-512 + AMX-BF16 (weight-only quantized linears compute in bf16, see amx.cc), 2 = AVX-512,
@@ -101,6 +106,9 @@ void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, con
 // C8: quantizes each (token, head) row of k / v into int8 codes kc / vc and scales ks / vs [nb, nkv, bs].
 void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc, float* ks, float* vs,
                           const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd);
+// bf16 cache: each value of k / v rounded to bf16 (nearest even; bf16_impl.h), stored as its 16 bits.
+void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc, const int64_t* slots,
+                            int64_t t, int64_t nkv, int64_t bs, int64_t hd);
 void paged_attention(const AttnArgs& a);
 
 }  // namespace fdk

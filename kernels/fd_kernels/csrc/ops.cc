@@ -1,5 +1,6 @@
 // Paddle glue: validates shapes and dtypes, makes inputs contiguous, and calls the raw kernels in
-// kernels.cc. Every op runs on CPU fp32 tensors; integer metadata may be int32 or int64.
+// kernels.cc. Every op runs on CPU fp32 tensors (the KV cache ops also on bf16 caches); integer metadata
+// may be int32 or int64.
 
 #include <cstring>
 #include <vector>
@@ -124,11 +125,11 @@ void Rotary(const Tensor& positions, Tensor& q, Tensor& k, const Tensor& cos_sin
                         q_row / head_dim, k_row / head_dim, head_dim, qs, ks);
 }
 
+// Caches fp32, or bf16 (each value rounded to nearest even, bf16_impl.h).
 void ReshapeAndCache(const Tensor& k_in, const Tensor& v_in, Tensor& kc, Tensor& vc, const Tensor& slots_in) {
   check_f32(k_in, "k");
   check_f32(v_in, "v");
-  check_f32(kc, "k_cache");
-  check_f32(vc, "v_cache");
+  const int kind = fdglue::kv_cache_kind(kc, vc);
   PD_CHECK(kc.is_contiguous() && vc.is_contiguous(), "reshape_and_cache: caches must be contiguous");
   PD_CHECK(kc.shape().size() == 4 && kc.shape() == vc.shape(), "reshape_and_cache: caches must be [nb,nkv,bs,hd]");
   const Tensor k = contig(k_in), v = contig(v_in);
@@ -137,22 +138,27 @@ void ReshapeAndCache(const Tensor& k_in, const Tensor& v_in, Tensor& kc, Tensor&
   const int64_t t = (int64_t)slots.size(), nkv = cs[1], bs = cs[2], hd = cs[3];
   PD_CHECK(k.numel() == t * nkv * hd && v.numel() == t * nkv * hd, "reshape_and_cache: k/v shape mismatch");
   for (int64_t s : slots) PD_CHECK(s < cs[0] * bs, "reshape_and_cache: slot ", s, " beyond the cache");
-  fdk::reshape_and_cache(k.data<float>(), v.data<float>(), kc.data<float>(), vc.data<float>(), slots.data(), t,
-                         nkv, bs, hd);
+  if (kind == fdk::kKvBF16) {
+    fdk::reshape_and_cache_bf16(k.data<float>(), v.data<float>(), static_cast<uint16_t*>(kc.data()),
+                                static_cast<uint16_t*>(vc.data()), slots.data(), t, nkv, bs, hd);
+  } else {
+    fdk::reshape_and_cache(k.data<float>(), v.data<float>(), kc.data<float>(), vc.data<float>(), slots.data(), t,
+                           nkv, bs, hd);
+  }
 }
 
 std::vector<Tensor> PagedAttention(const Tensor& q_in, const Tensor& kc_in, const Tensor& vc_in,
                                    const Tensor& qsl_in, const Tensor& seq_lens_in, const Tensor& bt_in,
                                    float scale) {
   check_f32(q_in, "q");
-  check_f32(kc_in, "k_cache");
-  check_f32(vc_in, "v_cache");
+  const int kind = fdglue::kv_cache_kind(kc_in, vc_in);
   const Tensor q = contig(q_in), kc = contig(kc_in), vc = contig(vc_in);
   PD_CHECK(kc.shape().size() == 4 && kc.shape() == vc.shape(), "paged_attention: caches must be [nb,nkv,bs,hd]");
   const fdglue::PagedMeta m = fdglue::paged_meta(q, kc.shape(), qsl_in, seq_lens_in, bt_in);
   Tensor out = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
-  fdk::AttnArgs a{q.data<float>(), kc.data<float>(), vc.data<float>(), m.qsl.data(), m.lens.data(), m.bt.data(),
+  fdk::AttnArgs a{q.data<float>(), kc.data(), vc.data(), m.qsl.data(), m.lens.data(), m.bt.data(),
                   m.nseq, m.max_blocks, m.nh, m.nkv, m.bs, m.hd, scale, out.data<float>()};
+  a.kv_kind = kind;
   fdk::paged_attention(a);
   return {out};
 }

@@ -59,7 +59,7 @@ std::vector<Tensor> PagedAttentionS8(const Tensor& q_in, const Tensor& kc, const
   Tensor out = paddle::empty(q.shape(), paddle::DataType::FLOAT32, q.place());
   fdk::AttnArgs a{q.data<float>(), kc.data<int8_t>(), vc.data<int8_t>(), m.qsl.data(), m.lens.data(), m.bt.data(),
                   m.nseq, m.max_blocks, m.nh, m.nkv, m.bs, m.hd, scale, out.data<float>(), ks.data<float>(),
-                  vs.data<float>()};
+                  vs.data<float>(), fdk::kKvS8};
   fdk::paged_attention(a);
   return {out};
 }
