@@ -68,9 +68,11 @@ class EngineConfig:
     # "auto": a GGUF file keeps its quantized blocks ("gguf"), anything else stays as stored (None).
     # None / "none": dequantize to fp32. "wint8" / "wint4": weight-only int8 / 4-bit.
     quantization: str | None = "auto"
-    # "auto" / "float32" / "fp32": the compute dtype. "int8": the C8 cache, int8 values with one fp32 scale
-    # per token and KV head (3.8x the tokens per GiB at head_dim 64; ops/reference.quantize_kv_s8).
-    # Normalized by validate() to "float32" or "int8". The pooling runner's one-step cache stays fp32.
+    # "auto" / "float32" / "fp32": the compute dtype. "bfloat16" / "bf16": values rounded to bf16 (2x the
+    # tokens per GiB, half the bytes decode attention reads). "int8": the C8 cache, int8 values with one
+    # fp32 scale per token and KV head (3.8x the tokens per GiB at head_dim 64; ops/reference.quantize_kv_s8).
+    # Normalized by validate() to "float32", "bfloat16" or "int8". The pooling runner's one-step cache
+    # stays fp32.
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit, capped at 8192
     max_num_seqs: int = 64
@@ -203,10 +205,13 @@ class EngineConfig:
 
 
 def _kv_cache_dtype(value: str | None, dtype: str) -> str:
-    """--kv-cache-dtype as "float32" or "int8"; fp8 (vLLM's name for a quantized cache) points at int8."""
+    """--kv-cache-dtype as "float32", "bfloat16" or "int8"; fp8 (vLLM's name for a quantized cache) points
+    at int8."""
     name = str(value or "auto").lower()
     if name in ("auto", "float32", "fp32"):
         return dtype if name == "auto" else "float32"
+    if name in ("bfloat16", "bf16"):
+        return "bfloat16"
     if name == "int8":
         return "int8"
     if name.startswith("fp8"):
@@ -214,4 +219,4 @@ def _kv_cache_dtype(value: str | None, dtype: str) -> str:
             f"--kv-cache-dtype {value}: this CPU build has no fp8 arithmetic; use int8 for a quantized KV "
             "cache (the C8 cache: int8 values with per-token scales, about a quarter of the memory)"
         )
-    raise ConfigError(f"--kv-cache-dtype {value!r} is not supported: use auto, float32 or int8")
+    raise ConfigError(f"--kv-cache-dtype {value!r} is not supported: use auto, float32, bfloat16 or int8")

@@ -31,7 +31,9 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         0..that position of its own sequence, read through its block table; GQA by nh // nkv.
     With k_scales / v_scales fp32 [nb,nkv,bs] (the C8 cache, --kv-cache-dtype int8) the caches are int8:
     reshape_and_cache stores each (token, head) row as codes + scale (reference.quantize_kv_s8), and
-    paged_attention reads code * scale. Without them both ops are the fp32 ones, unchanged.
+    paged_attention reads code * scale. Without them the caches are float32, or bfloat16 (the bf16
+    cache, --kv-cache-dtype bfloat16): reshape_and_cache rounds each value to nearest even
+    (reference.round_bf16) and paged_attention reads it widened to fp32, exactly.
     sample(logits np.float32[B,V], params np.float64[B,7], ids np.int64[N], meta np.int64[B,4],
            uniforms np.float64[B,R], rejection) -> np.int64[B]
         numpy in and out (the sampler works on the host): penalties, bans, temperature, top-k/top-p/min-p

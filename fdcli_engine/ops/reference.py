@@ -209,6 +209,12 @@ def quantize_kv_s8(x: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
     return q, scale
 
 
+def round_bf16(x: paddle.Tensor) -> paddle.Tensor:
+    """The bf16 cache's rounding of fp32 x: Paddle's CPU cast, which rounds to nearest even and turns every
+    NaN into 0x7FFF; the kernels (csrc/simd.h bf16_bits) write the same bits, as the tests check."""
+    return x.astype("bfloat16")
+
+
 def reshape_and_cache(
     k: paddle.Tensor,
     v: paddle.Tensor,
@@ -227,6 +233,8 @@ def reshape_and_cache(
         (k, ks), (v, vs) = quantize_kv_s8(k), quantize_kv_s8(v)
         k_scales.index_put_((block_idx, head_idx, offset), ks)
         v_scales.index_put_((block_idx, head_idx, offset), vs)
+    elif k_cache.dtype == paddle.bfloat16:
+        k, v = round_bf16(k), round_bf16(v)
     k_cache.index_put_((block_idx, head_idx, offset), k)
     v_cache.index_put_((block_idx, head_idx, offset), v)
 
@@ -240,8 +248,8 @@ def paged_attention(
     k_scales: paddle.Tensor | None = None,
     v_scales: paddle.Tensor | None = None,
 ) -> paddle.Tensor:
-    """One sequence at a time: gather its blocks into contiguous [nkv, L, hd] K/V (dequantized for a C8
-    cache), then dense causal attention. Query i of a sequence with q_len queries and L keys sits at
+    """One sequence at a time: gather its blocks into contiguous [nkv, L, hd] fp32 K/V (widened from a
+    bf16 cache, dequantized from a C8 cache), then dense causal attention. Query i of a sequence with q_len queries and L keys sits at
     position L - q_len + i."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
@@ -266,9 +274,11 @@ def paged_attention(
 
 
 def _gather_blocks(cache, blocks, scales) -> paddle.Tensor:
-    """cache[blocks] as fp32: a C8 cache's codes times their scales (index_select has no int8 kernel)."""
+    """cache[blocks] as fp32: a bf16 cache widened (exact), a C8 cache's codes times their scales
+    (index_select has no int8 kernel)."""
     if scales is None:
-        return paddle.index_select(cache, blocks, axis=0)
+        x = paddle.index_select(cache, blocks, axis=0)
+        return x.astype("float32") if x.dtype == paddle.bfloat16 else x
     codes = paddle.gather(cache, blocks, axis=0).astype("float32")
     return codes * paddle.gather(scales, blocks, axis=0).unsqueeze(-1)
 

@@ -1,13 +1,17 @@
 """KV cache storage, one entry per decoder layer, handed to the attention layers as is:
 - float32: (k_cache, v_cache), each [num_blocks, num_kv_heads, block_size, head_dim];
+- bfloat16: (k_cache, v_cache) of that shape in Paddle bfloat16. reshape_and_cache rounds each value to
+  nearest even (ops/reference.round_bf16) and paged_attention widens it back exactly, so attention is the
+  fp32 computation on K/V rounded to 8 significant bits (relative error <= 2^-8 per element);
 - int8, the C8 cache: (k_cache, v_cache, k_scales, v_scales), int8 codes of that shape plus one fp32
   scale per cached (block, head, slot): [num_blocks, num_kv_heads, block_size]. reshape_and_cache
   quantizes each new row (absmax / 127, see ops/reference.quantize_kv_s8) and paged_attention reads it
   back as code * scale. No calibration; per-token scales keep an outlier token from costing its
   neighbours precision, and make a token's codes independent of what was batched or cached with it.
 
-Bytes per token and KV head, K and V each: 4 * head_dim in fp32, head_dim + 4 in int8: 3.76x less at
-head_dim 64 (SmolLM2), 3.88x at 128, so a --kv-cache-memory-gb budget holds that many more blocks.
+Bytes per token and KV head, K and V each: 4 * head_dim in fp32, 2 * head_dim in bf16 (2x less), head_dim
++ 4 in int8 (3.76x less at head_dim 64, SmolLM2; 3.88x at 128), so a --kv-cache-memory-gb budget holds
+that many more blocks.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import paddle
 
 def bytes_per_token_head(head_dim: int, kv_cache_dtype: str) -> int:
     """Bytes one token costs per KV head, for K or for V."""
-    return head_dim + 4 if kv_cache_dtype == "int8" else 4 * head_dim
+    return {"int8": head_dim + 4, "bfloat16": 2 * head_dim}.get(kv_cache_dtype, 4 * head_dim)
 
 
 def kv_block_bytes(model, block_size: int, kv_cache_dtype: str = "float32") -> int:
@@ -40,7 +44,7 @@ def allocate_kv_caches(
             )
             for _ in range(model.num_layers)
         ]
+    dtype = "bfloat16" if kv_cache_dtype == "bfloat16" else "float32"
     return [
-        (paddle.zeros(shape, dtype="float32"), paddle.zeros(shape, dtype="float32"))
-        for _ in range(model.num_layers)
+        (paddle.zeros(shape, dtype=dtype), paddle.zeros(shape, dtype=dtype)) for _ in range(model.num_layers)
     ]
