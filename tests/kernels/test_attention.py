@@ -1,6 +1,11 @@
 """paged_attention vs the reference (dense attention over gathered blocks): varlen batches mixing prefill,
-chunked prefill over a cached prefix and decode; GQA ratios 1, 3, 4; block sizes that the contexts cross.
-Tolerance 2e-5 absolute on outputs of unit-scale values (online vs two-pass softmax in fp32)."""
+chunked prefill over a cached prefix and decode; GQA ratios 1, 3, 4; block sizes that the contexts cross;
+fp32 and bf16 caches. Tolerance 2e-5 absolute on outputs of unit-scale values (online vs two-pass softmax
+in fp32).
+
+A bf16 cache is read by widening each value exactly, so the kernel on it must also equal the fp32 kernel on
+the widened values (the same arithmetic, in the same order, on the same numbers): 1e-6 absolute, which only
+leaves room for a compiler contracting a scalar tail into an FMA in one instantiation and not the other."""
 
 from __future__ import annotations
 
@@ -35,6 +40,22 @@ def make_batch(rng, q_lens, ctx_lens, nh, nkv, hd, bs, meta_dtype):
     return q, kc, vc, meta
 
 
+def bf16_caches(kc, vc):
+    """The caches in bf16 (Paddle's cast: what reshape_and_cache writes, test_kv_cache_bf16.py)."""
+    return kc.astype("bfloat16"), vc.astype("bfloat16")
+
+
+def widened(cache) -> np.ndarray:
+    """A bf16 cache's values as fp32, widened in numpy (bits << 16), independently of Paddle's cast."""
+    return (cache.view("uint16").numpy().astype(np.uint32) << 16).view(np.float32)
+
+
+def check_bf16_against_fp32_kernel(native, q, kb, vb, meta, scale, got, atol=1e-6):
+    """The tight oracle: the fp32-cache kernel on the widened bf16 values."""
+    want = native.paged_attention(q, to_pd(widened(kb)), to_pd(widened(vb)), meta, scale).numpy()
+    np.testing.assert_allclose(got, want, atol=atol, rtol=0)
+
+
 CASES = [
     # (q_lens, ctx_lens): prefill only, decode only, and a mix with a chunked prefill over a cached prefix.
     ([37], [37]),
@@ -44,23 +65,33 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
 @pytest.mark.parametrize("q_lens,ctx_lens", CASES)
 @pytest.mark.parametrize("nh,nkv", [(4, 4), (9, 3), (8, 2)])
 @pytest.mark.parametrize("bs,hd", [(16, 64), (5, 24), (16, 128)])
-def test_matches_reference(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd):
+def test_matches_reference(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd, kv):
     q, kc, vc, meta = make_batch(rng, q_lens, ctx_lens, nh, nkv, hd, bs, np.int32)
+    if kv == "bfloat16":
+        kc, vc = bf16_caches(kc, vc)
     scale = hd**-0.5
     got = native.paged_attention(q, kc, vc, meta, scale).numpy()
     want = ref.paged_attention(q, kc, vc, meta, scale).numpy()
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+    if kv == "bfloat16":
+        check_bf16_against_fp32_kernel(native, q, kc, vc, meta, scale, got)
 
 
-def test_long_context_int64_metadata(native, ref, rng):
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+def test_long_context_int64_metadata(native, ref, rng, kv):
     # 600 keys cross 38 blocks and many online-softmax chunks; large logits stress the max tracking.
     q, kc, vc, meta = make_batch(rng, [3, 1], [600, 301], 6, 2, 32, 16, np.int64)
+    if kv == "bfloat16":
+        kc, vc = bf16_caches(kc, vc)
     got = native.paged_attention(q * 4, kc, vc, meta, 0.5).numpy()
     want = ref.paged_attention(q * 4, kc, vc, meta, 0.5).numpy()
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+    if kv == "bfloat16":
+        check_bf16_against_fp32_kernel(native, q * 4, kc, vc, meta, 0.5, got)
 
 
 def test_bad_metadata_is_rejected(native, rng):

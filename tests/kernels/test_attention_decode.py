@@ -1,5 +1,6 @@
 """The decode path of paged_attention (one or a few query rows per KV head: attend_rows in attn_impl.h)
-against the pure-Paddle reference, fp32 and C8 caches.
+against the pure-Paddle reference, fp32, bf16 and C8 caches; bf16 also against the fp32 kernel on the
+widened values (test_attention.py), which on AVX-512 checks dots16 / pv_rows widening in registers.
 
 The decode path takes keys in chunks of 16 inside a block: dot products (AVX-512: 16 keys at once, the C8
 codes transposed in registers), a vectorized online softmax, and one P x V pass for all rows of a GQA
@@ -16,59 +17,64 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import to_pd
-from test_attention import make_batch
+from test_attention import bf16_caches, check_bf16_against_fp32_kernel, make_batch
 from test_attention_c8 import np_quantize
 
 CTX = [1, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 255, 256, 257, 513, 640]
+KV = ["fp32", "bf16", "c8"]
 
 
-def _run(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd, c8, qmul=1.0):
+def _run(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd, kv, qmul=1.0):
     q, kc, vc, meta = make_batch(rng, q_lens, ctx_lens, nh, nkv, hd, bs, np.int32)
     q = q * qmul
     scale = hd**-0.5
     extra = ()
-    if c8:
+    if kv == "c8":
         (kq, ks), (vq, vs) = np_quantize(kc.numpy()), np_quantize(vc.numpy())
         kc, vc, extra = to_pd(kq), to_pd(vq), (to_pd(ks), to_pd(vs))
+    elif kv == "bf16":
+        kc, vc = bf16_caches(kc, vc)
     got = native.paged_attention(q, kc, vc, meta, scale, *extra).numpy()
     want = ref.paged_attention(q, kc, vc, meta, scale, *extra).numpy()
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+    if kv == "bf16":
+        check_bf16_against_fp32_kernel(native, q, kc, vc, meta, scale, got)
 
 
-@pytest.mark.parametrize("c8", [False, True], ids=["fp32", "c8"])
+@pytest.mark.parametrize("kv", KV)
 @pytest.mark.parametrize("nh,nkv", [(3, 3), (9, 3), (12, 2), (14, 2), (16, 2)])
 @pytest.mark.parametrize("bs,hd", [(16, 64), (32, 128), (16, 80), (8, 48), (5, 24)])
-def test_decode_batch_matches_reference(native, ref, rng, c8, nh, nkv, bs, hd):
+def test_decode_batch_matches_reference(native, ref, rng, kv, nh, nkv, bs, hd):
     # 17 sequences, one query each, every context of CTX: batch 17 and all the chunk/block edges at once.
-    _run(native, ref, rng, [1] * len(CTX), CTX, nh, nkv, bs, hd, c8)
+    _run(native, ref, rng, [1] * len(CTX), CTX, nh, nkv, bs, hd, kv)
 
 
-@pytest.mark.parametrize("c8", [False, True], ids=["fp32", "c8"])
+@pytest.mark.parametrize("kv", KV)
 @pytest.mark.parametrize("ctx", [1, 16, 17, 640])
-def test_single_sequence(native, ref, rng, c8, ctx):
-    _run(native, ref, rng, [1], [ctx], 9, 3, 16, 64, c8)
+def test_single_sequence(native, ref, rng, kv, ctx):
+    _run(native, ref, rng, [1], [ctx], 9, 3, 16, 64, kv)
 
 
-@pytest.mark.parametrize("c8", [False, True], ids=["fp32", "c8"])
+@pytest.mark.parametrize("kv", KV)
 @pytest.mark.parametrize("bs,hd", [(16, 64), (32, 64), (8, 64), (16, 48)])
-def test_two_token_queries(native, ref, rng, c8, bs, hd):
+def test_two_token_queries(native, ref, rng, kv, bs, hd):
     # 2 queries x group 3 = 6 rows, below the lane path's threshold on AVX-512: one decode work item whose
     # rows see one key apart. At contexts 17 and 33 the last chunk holds only the second query's key, so
     # the first query's rows sit that chunk out.
-    _run(native, ref, rng, [2, 2, 2, 2], [17, 33, 2, 300], 9, 3, bs, hd, c8)
+    _run(native, ref, rng, [2, 2, 2, 2], [17, 33, 2, 300], 9, 3, bs, hd, kv)
 
 
-@pytest.mark.parametrize("c8", [False, True], ids=["fp32", "c8"])
-def test_large_logits(native, ref, rng, c8):
+@pytest.mark.parametrize("kv", KV)
+def test_large_logits(native, ref, rng, kv):
     # Scores of +-50 and more: the running max moves often and exp underflows for most keys.
-    _run(native, ref, rng, [1] * 6, [16, 17, 100, 257, 600, 1000], 9, 3, 16, 64, c8, qmul=8.0)
+    _run(native, ref, rng, [1] * 6, [16, 17, 100, 257, 600, 1000], 9, 3, 16, 64, kv, qmul=8.0)
 
 
-@pytest.mark.parametrize("c8", [False, True], ids=["fp32", "c8"])
+@pytest.mark.parametrize("kv", KV)
 @pytest.mark.parametrize("bs", [16, 32])
-def test_stale_slots_past_the_context_are_ignored(native, ref, rng, c8, bs):
+def test_stale_slots_past_the_context_are_ignored(native, ref, rng, kv, bs):
     # The AVX-512 decode path reads whole 16-key chunks, including slots past the context in the last
-    # block. Whatever they hold (here NaN values, NaN scales) must not reach the output: the kernel on
+    # block. Whatever they hold (here NaN / inf values, NaN scales) must not reach the output: the kernel on
     # the poisoned cache equals the reference on a clean one.
     q_lens, ctx_lens, nh, nkv, hd = [1, 1, 1], [1, 20, 47], 9, 3, 64
     q, kc, vc, meta = make_batch(rng, q_lens, ctx_lens, nh, nkv, hd, bs, np.int32)
@@ -82,13 +88,21 @@ def test_stale_slots_past_the_context_are_ignored(native, ref, rng, c8, bs):
     k[stale.nonzero()[0], :, stale.nonzero()[1]] = 0.0
     v[stale.nonzero()[0], :, stale.nonzero()[1]] = 0.0
     scale = hd**-0.5
-    if c8:
+    if kv == "c8":
         (kq, ks), (vq, vs) = np_quantize(k), np_quantize(v)
         want = ref.paged_attention(q, to_pd(kq), to_pd(vq), meta, scale, to_pd(ks), to_pd(vs)).numpy()
         kq[stale.nonzero()[0], :, stale.nonzero()[1]] = -127
         for s in (ks, vs):
             s[stale.nonzero()[0], :, stale.nonzero()[1]] = np.nan
         got = native.paged_attention(q, to_pd(kq), to_pd(vq), meta, scale, to_pd(ks), to_pd(vs)).numpy()
+    elif kv == "bf16":
+        kb, vb = bf16_caches(to_pd(k), to_pd(v))
+        want = ref.paged_attention(q, kb, vb, meta, scale).numpy()
+        kbits, vbits = kb.view("uint16").numpy(), vb.view("uint16").numpy()
+        kbits[stale.nonzero()[0], :, stale.nonzero()[1]] = 0x7FC0  # NaN
+        vbits[stale.nonzero()[0], :, stale.nonzero()[1]] = 0x7F80  # inf
+        kb, vb = to_pd(kbits).view("bfloat16"), to_pd(vbits).view("bfloat16")
+        got = native.paged_attention(q, kb, vb, meta, scale).numpy()
     else:
         want = ref.paged_attention(q, to_pd(k), to_pd(v), meta, scale).numpy()
         k[stale.nonzero()[0], :, stale.nonzero()[1]] = np.nan

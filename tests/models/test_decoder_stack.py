@@ -3,9 +3,10 @@ per-op native loop of DecoderForCausalLM.forward, which it replaces.
 
 Both run the same kernels in the same order with the same arguments, so the oracle is exact: hidden
 states and KV caches must be bit-identical (np.array_equal), on tiny random Llama / Qwen2 (qkv bias) /
-Qwen3 (q/k norm) checkpoints, fp32 / wint8 / wint4 / GGUF weights, fp32 and int8 (C8) caches, through
-prefill, mixed prefill+decode and decode steps whose prompt-row masks (bf16 prompt rows on AMX CPUs)
-take every path of the gemm dispatch: all rows, many (AMX tiles) or few (AVX-512) prompt rows, and none.
+Qwen3 (q/k norm) checkpoints, fp32 / wint8 / wint4 / GGUF weights, fp32, bf16 and int8 (C8) caches,
+through prefill, mixed prefill+decode and decode steps whose prompt-row masks (bf16 prompt rows on AMX
+CPUs) take every path of the gemm dispatch: all rows, many (AMX tiles) or few (AVX-512) prompt rows, and
+none. (The per-op loop's own oracle is the reference ops: tests/engine/test_kv_cache_int8.py.)
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def assert_bit_identical(model, kv_cache_dtype: str, monkeypatch) -> None:
             assert np.array_equal(a, b), f"layer {i} KV cache differs"
 
 
-@pytest.mark.parametrize("kv_cache_dtype", ["float32", "int8"])
+@pytest.mark.parametrize("kv_cache_dtype", ["float32", "bfloat16", "int8"])
 @pytest.mark.parametrize("quantization", [None, "wint8", "wint4"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_stack_is_bit_identical_to_the_op_loop(
@@ -166,6 +167,9 @@ def test_bad_metadata_is_a_clear_error(tiny_checkpoint):
         ops.decoder_stack(x, positions, caches, meta, model.decoder_stack)
     with pytest.raises(ValueError, match="KV caches must be 2"):
         ops.decoder_stack(x, positions, caches[:1], meta, model.decoder_stack)
+    mixed = caches[:1] + allocate_kv_caches(model, 4, BLOCK_SIZE, "bfloat16")[1:]
+    with pytest.raises(ValueError, match="of layer 0's dtype"):
+        ops.decoder_stack(x, positions, mixed, meta, model.decoder_stack)
     from fd_kernels.ops import DecoderStack
 
     fake = DecoderStack(plan=paddle.zeros([64], dtype="int64"), tensors=[])
