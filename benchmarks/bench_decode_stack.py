@@ -1,12 +1,14 @@
 """Decode time per step on SmolLM2-135M (Q4_1 GGUF), fused decoder stack against the per-op layer loop,
 in one process so both see the same machine load.
 
-For each batch size (1 and 16 requests of 32 prompt tokens) it times a run of DECODE_LEN tokens and a
-1-token run and divides the difference by DECODE_LEN - 1 steps: prefill cancels out. Reports wall clock
+For each KV cache dtype and batch size (1 and 16 requests of PROMPT_LEN prompt tokens, 32 by default: the
+context decode attention reads) it times a run of DECODE_LEN tokens and a 1-token run and divides the
+difference by DECODE_LEN - 1 steps: prefill cancels out. Reports wall clock
 and `time.process_time()` (CPU seconds of this process: a load-robust proxy on a shared machine when
 one thread: --threads 1, the default).
 
-    python benchmarks/bench_decode_stack.py [--repeats 3] [--decode-len 64] [--kv-cache-dtype int8] [--threads 1]
+    python benchmarks/bench_decode_stack.py [--repeats 3] [--decode-len 64] [--prompt-len 32] [--threads 1]
+        [--kv-cache-dtype float32,bfloat16,int8] [--paths per-op,stack]
 """
 
 from __future__ import annotations
@@ -48,39 +50,47 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-len", type=int, default=64)
-    ap.add_argument("--kv-cache-dtype", default="float32")
+    ap.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per request: the context")
+    ap.add_argument(
+        "--kv-cache-dtype", default="float32", help="comma-separated: each is measured in turn, same process"
+    )
+    ap.add_argument("--paths", default="per-op,stack", help="comma-separated: per-op, stack")
     ap.add_argument("--quantization", default="gguf")
     ap.add_argument("--threads", type=int, default=1, help="kernel threads (the engine's --threads)")
     args = ap.parse_args()
     from fdcli_engine import LLM, SamplingParams
 
-    llm = LLM(
-        None,
-        max_model_len=1024,
-        quantization=args.quantization,
-        kv_cache_dtype=args.kv_cache_dtype,
-        max_num_batched_tokens=1024,
-        threads=args.threads,
-    )
-    model = llm.engine.model
-    llm.generate(prompts(2, 8, 0), SamplingParams(max_tokens=4))  # warm-up
-    has_stack = getattr(model, "decoder_stack", None) is not None
-    print(f"threads={args.threads} stack_available={has_stack}")
+    print(f"threads={args.threads} prompt_len={args.prompt_len} decode_len={args.decode_len}")
     print(
-        f"{'path':<8}{'batch':>6}{'wall ms/step':>14}{'cpu ms/step':>13}{'tok/s wall':>12}{'tok/s cpu':>11}"
+        f"{'kv cache':<10}{'path':<8}{'batch':>6}{'wall ms/step':>14}{'cpu ms/step':>13}"
+        f"{'tok/s wall':>12}{'tok/s cpu':>11}"
     )
-    for batch_size, seed in ((1, 1), (16, 2)):
-        batch = prompts(batch_size, 32, seed)
-        for use_stack in (False, True):
-            if use_stack and not has_stack:
-                continue
-            model.use_decoder_stack = use_stack
-            wall, cpu = per_step(llm, batch, args.decode_len, args.repeats)
-            name = "stack" if use_stack else "per-op"
-            print(
-                f"{name:<8}{batch_size:>6}{wall * 1e3:14.2f}{cpu * 1e3:13.2f}"
-                f"{batch_size / wall:12.1f}{batch_size / cpu:11.1f}"
-            )
+    for kv_cache_dtype in args.kv_cache_dtype.split(","):
+        llm = LLM(
+            None,
+            max_model_len=max(1024, args.prompt_len + args.decode_len),
+            quantization=args.quantization,
+            kv_cache_dtype=kv_cache_dtype,
+            max_num_batched_tokens=1024,
+            threads=args.threads,
+        )
+        model = llm.engine.model
+        llm.generate(prompts(2, 8, 0), SamplingParams(max_tokens=4))  # warm-up
+        has_stack = getattr(model, "decoder_stack", None) is not None
+        for batch_size, seed in ((1, 1), (16, 2)):
+            batch = prompts(batch_size, args.prompt_len, seed)
+            for name in args.paths.split(","):
+                if name == "stack" and not has_stack:
+                    print(f"{kv_cache_dtype:<10}{name:<8}: this model has no fused decoder stack")
+                    continue
+                model.use_decoder_stack = name == "stack"
+                wall, cpu = per_step(llm, batch, args.decode_len, args.repeats)
+                print(
+                    f"{kv_cache_dtype:<10}{name:<8}{batch_size:>6}{wall * 1e3:14.2f}{cpu * 1e3:13.2f}"
+                    f"{batch_size / wall:12.1f}{batch_size / cpu:11.1f}",
+                    flush=True,
+                )
+        del llm, model
     return 0
 
 

@@ -5,8 +5,8 @@
 GEMM: y[M,N] = x[M,K] @ W^T for the SmolLM2-135M shapes, in GFLOP/s (2*M*N*K / time), for fp32 panels,
 wint8, wint4 and GGUF Q4_1 weights. Attention: decode (1 query per sequence) and prefill over the paged
 cache, in milliseconds per call for 9 query heads / 3 KV heads / head_dim 64 (SmolLM2's layer), with the
-fp32 cache and the int8 (C8) cache; the long-context decode rows show what reading a quarter of the bytes
-buys once the cache no longer fits in the caches.
+fp32, the bf16 and the int8 (C8) cache; the long-context decode rows show what reading half or a quarter of
+the bytes buys once the cache no longer fits in the caches.
 Sampler: the whole batch's sample op (penalties, top-k/top-p, draw) at V=49152 (SmolLM2's vocabulary),
 fused kernel (exact and rejection) against the numpy reference, in milliseconds per batch.
 """
@@ -115,6 +115,8 @@ def _attention_time(
 
             (kc, ks), (vc, vs) = quantize_kv_s8(kc), quantize_kv_s8(vc)
             caches.append((kc, vc, ks, vs))
+        elif kv_dtype == "bfloat16":
+            caches.append((kc.astype("bfloat16"), vc.astype("bfloat16")))
         else:
             caches.append((kc, vc))
 
@@ -145,20 +147,19 @@ def bench_attention(quick: bool) -> None:
     from fdcli_engine.ops import reference
 
     print(
-        f"{'attention (9 heads, 3 KV)':>32} {'fd fp32':>9} {'fd int8':>9} {'ref fp32':>9} {'ref int8':>9}  ms"
+        f"{'attention (9 heads, 3 KV)':>32} {'fd fp32':>9} {'fd bf16':>9} {'fd int8':>9} {'ref fp32':>9} "
+        f"{'ref int8':>9}  ms"
     )
     for name, q_lens, ctx in cases:
-        times = [
-            _attention_time(rng, q_lens, ctx, impl, kv) * 1e3
-            for impl in (ops, reference)
-            for kv in ("float32", "int8")
-        ]
+        times = [_attention_time(rng, q_lens, ctx, ops, kv) * 1e3 for kv in ("float32", "bfloat16", "int8")]
+        times += [_attention_time(rng, q_lens, ctx, reference, kv) * 1e3 for kv in ("float32", "int8")]
         print(f"{name:>32} " + " ".join(f"{t:9.3f}" for t in times))
     # Per layer with 30 layers' caches in turn (SmolLM2's stack): the caches no longer stay in L2/L3
     # between calls, as in a real decode step. fd kernels only.
     for ctx in (192, 640):
         times = [
-            _attention_time(rng, [1] * 16, [ctx] * 16, ops, kv, layers=30) * 1e3 for kv in ("float32", "int8")
+            _attention_time(rng, [1] * 16, [ctx] * 16, ops, kv, layers=30) * 1e3
+            for kv in ("float32", "bfloat16", "int8")
         ]
         print(f"{f'decode B=16 ctx={ctx} x30 layers':>32} " + " ".join(f"{t:9.3f}" for t in times))
 
