@@ -235,7 +235,8 @@ def rotary_embedding(positions, q, k, cos_sin_cache, head_dim: int):
 
 def reshape_and_cache(k, v, k_cache, v_cache, slot_mapping, k_scales=None, v_scales=None) -> None:
     """Write k/v [T, nkv, hd] into the caches at slot_mapping (negative slots are skipped). With scales,
-    the caches are int8 and each row is quantized (the C8 cache, csrc/c8_impl.h)."""
+    the caches are int8 and each row is quantized (the C8 cache, csrc/c8_impl.h); without, they are
+    float32, or bfloat16 and each value is rounded to nearest even (csrc/bf16_impl.h)."""
     try:
         if k_scales is None:
             _run("fd_reshape_and_cache", k, v, k_cache, v_cache, slot_mapping)
