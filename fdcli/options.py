@@ -157,7 +157,8 @@ KvCacheDtypeOpt = Annotated[
     Optional[str],
     typer.Option(
         "--kv-cache-dtype",
-        help="auto (float32), float32, bfloat16 (values rounded to bf16: 2x the tokens per GiB, faster "
+        help="auto (bfloat16 for a GGUF model on its own blocks, else float32), float32, bfloat16 (values "
+        "rounded to bf16: 2x the tokens per GiB, faster "
         "long-context decode), or int8: the C8 cache, int8 values with a scale per token and KV head, "
         "~3.8x more tokens per GiB. (default: auto)",
         rich_help_panel=ENGINE_PANEL,

@@ -68,8 +68,10 @@ class EngineConfig:
     # "auto": a GGUF file keeps its quantized blocks ("gguf"), anything else stays as stored (None).
     # None / "none": dequantize to fp32. "wint8" / "wint4": weight-only int8 / 4-bit.
     quantization: str | None = "auto"
-    # "auto" / "float32" / "fp32": the compute dtype. "bfloat16" / "bf16": values rounded to bf16 (2x the
-    # tokens per GiB, half the bytes decode attention reads). "int8": the C8 cache, int8 values with one
+    # "auto": bfloat16 for a GGUF model served on its own quantized blocks (the default model: weights of
+    # 4-8 bits, whose own error dwarfs bf16's 2^-9 rounding of K/V), else the compute dtype (float32).
+    # "float32" / "fp32". "bfloat16" / "bf16": values rounded to bf16 (2x the tokens per GiB, half the
+    # bytes decode attention reads). "int8": the C8 cache, int8 values with one
     # fp32 scale per token and KV head (3.8x the tokens per GiB at head_dim 64; ops/reference.quantize_kv_s8).
     # Normalized by validate() to "float32", "bfloat16" or "int8". The pooling runner's one-step cache
     # stays fp32.
@@ -145,7 +147,7 @@ class EngineConfig:
         )
         if self.quantization == "none":
             self.quantization = None
-        self.kv_cache_dtype = _kv_cache_dtype(self.kv_cache_dtype, self.dtype)
+        self.kv_cache_dtype = _kv_cache_dtype(self.kv_cache_dtype, self.dtype, self.quantization)
         need(
             1 <= self.block_size <= 256 and self.block_size & (self.block_size - 1) == 0,
             f"--block-size must be a power of two from 1 to 256, got {self.block_size}",
@@ -204,12 +206,15 @@ class EngineConfig:
         return self.threads or os.cpu_count() or 1
 
 
-def _kv_cache_dtype(value: str | None, dtype: str) -> str:
+def _kv_cache_dtype(value: str | None, dtype: str, quantization: str | None = None) -> str:
     """--kv-cache-dtype as "float32", "bfloat16" or "int8"; fp8 (vLLM's name for a quantized cache) points
-    at int8."""
+    at int8. "auto" follows the weights: bf16 over GGUF blocks, as vLLM and FastDeploy keep the cache in
+    the model's 16-bit dtype; the compute dtype for weights fd runs in fp32 (or quantized from fp32)."""
     name = str(value or "auto").lower()
-    if name in ("auto", "float32", "fp32"):
-        return dtype if name == "auto" else "float32"
+    if name == "auto":
+        return "bfloat16" if quantization == "gguf" else dtype
+    if name in ("float32", "fp32"):
+        return "float32"
     if name in ("bfloat16", "bf16"):
         return "bfloat16"
     if name == "int8":

@@ -40,6 +40,21 @@ def test_config_accepts_and_normalizes(value, want):
 
 
 @pytest.mark.parametrize(
+    "quantization,want", [("gguf", "bfloat16"), (None, "float32"), ("wint8", "float32"), ("wint4", "float32")]
+)
+def test_auto_follows_the_weights(quantization, want):
+    config = EngineConfig(kv_cache_dtype="auto", quantization=quantization)
+    config.validate()
+    assert config.kv_cache_dtype == want
+
+
+def test_the_default_model_gets_a_bf16_cache_unless_dequantized():
+    assert LLM(None, max_model_len=64).config.kv_cache_dtype == "bfloat16"
+    assert LLM(None, max_model_len=64, quantization=None).config.kv_cache_dtype == "float32"
+    assert LLM(None, max_model_len=64, kv_cache_dtype="float32").config.kv_cache_dtype == "float32"
+
+
+@pytest.mark.parametrize(
     "value,match",
     [("fp8", "use int8"), ("fp8_e5m2", "use int8"), ("float16", "auto, float32, bfloat16 or int8")],
 )
