@@ -17,7 +17,7 @@ the server, and httpx alone cost about as much CPU per token as the server's fro
 checks every stream (exact token count, finish_reason, [DONE], no error event).
 
     python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
-        [--prompt-lens 128,512] [--concurrency 1,4,16] [--kv-cache-dtype float32|int8] [--json out.json]
+        [--prompt-lens 128,512] [--concurrency 1,4,16] [--kv-cache-dtype auto|float32|bfloat16|int8] [--json out.json]
 
 Both runs share the machine's cores: run it when nothing else is busy.
 """
@@ -136,7 +136,7 @@ def main() -> None:
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--max-num-seqs", type=int, default=16)
     p.add_argument("--max-token-id", type=int, default=MAX_TOKEN_ID)
-    p.add_argument("--kv-cache-dtype", default="float32", help="both sides' KV cache (int8: the C8 cache)")
+    p.add_argument("--kv-cache-dtype", default="auto", help="both sides' KV cache (auto: what fd serve uses)")
     p.add_argument(
         "--repeats",
         type=int,
