@@ -225,6 +225,10 @@ def reshape_and_cache(
     v_scales: paddle.Tensor | None = None,
 ) -> None:
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
+    keep = slot_mapping >= 0  # a negative slot is a padding token: nothing to cache (as the kernels do)
+    if not bool(keep.all()):
+        rows = paddle.nonzero(keep).flatten()
+        k, v, slot_mapping = paddle.gather(k, rows), paddle.gather(v, rows), paddle.gather(slot_mapping, rows)
     # Broadcast indices [T,1] x [1,nkv] x [T,1] address k_cache[block, head, offset, :] per token and head.
     block_idx = (slot_mapping // block_size).unsqueeze(1)
     offset = (slot_mapping % block_size).unsqueeze(1)
