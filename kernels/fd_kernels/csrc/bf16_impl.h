@@ -17,16 +17,10 @@ static inline void round_row_bf16(const float* x, int64_t n, uint16_t* out) {
 
 static void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc,
                                    const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
-  for (int64_t r = 0; r < t; ++r) {
-    const int64_t slot = slots[r];
-    if (slot < 0) continue;  // padding token: nothing to cache
-    const int64_t blk = slot / bs, off = slot % bs;
-    for (int64_t h = 0; h < nkv; ++h) {
-      const int64_t dst = ((blk * nkv + h) * bs + off) * hd, src = (r * nkv + h) * hd;
-      round_row_bf16(k + src, hd, kc + dst);
-      round_row_bf16(v + src, hd, vc + dst);
-    }
-  }
+  for_each_cache_row(slots, t, nkv, bs, hd, false, [&](int64_t src, int64_t row) {
+    round_row_bf16(k + src, hd, kc + row * hd);
+    round_row_bf16(v + src, hd, vc + row * hd);
+  });
 }
 
 // n consecutive bf16 values widened to fp32 into out.

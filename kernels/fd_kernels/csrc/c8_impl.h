@@ -21,17 +21,10 @@ static inline void quantize_row_s8(const float* x, int64_t hd, int8_t* q, float*
 
 static void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc, float* ks, float* vs,
                                  const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
-#pragma omp parallel for schedule(static) if (t * nkv * hd >= (1 << 16))
-  for (int64_t r = 0; r < t; ++r) {
-    const int64_t slot = slots[r];
-    if (slot < 0) continue;  // padding token: nothing to cache
-    const int64_t blk = slot / bs, off = slot % bs;
-    for (int64_t h = 0; h < nkv; ++h) {
-      const int64_t row = (blk * nkv + h) * bs + off, src = (r * nkv + h) * hd;
-      quantize_row_s8(k + src, hd, kc + row * hd, ks + row);
-      quantize_row_s8(v + src, hd, vc + row * hd, vs + row);
-    }
-  }
+  for_each_cache_row(slots, t, nkv, bs, hd, t * nkv * hd >= (1 << 16), [&](int64_t src, int64_t row) {
+    quantize_row_s8(k + src, hd, kc + row * hd, ks + row);
+    quantize_row_s8(v + src, hd, vc + row * hd, vs + row);
+  });
 }
 
 // n consecutive cached rows of hd codes, times their scales, into out (fp32, same layout).

@@ -249,18 +249,27 @@ static void rotary_embedding(const int64_t* pos, float* q, float* k, const float
   }
 }
 
-static void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots,
-                              int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
+// Calls put(src, row) for every token r and KV head h whose slot is not padding (slot < 0): src indexes
+// the new K/V [T, nkv, hd] at (r, h), row the cache's (block, head, offset) rows [num_blocks, nkv, bs].
+// Every cache dtype writes through it; a token's row depends on that token alone.
+template <class Put>
+static inline void for_each_cache_row(const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd,
+                                      bool parallel, Put put) {
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t r = 0; r < t; ++r) {
     const int64_t slot = slots[r];
-    if (slot < 0) continue;  // padding token: nothing to cache
+    if (slot < 0) continue;
     const int64_t blk = slot / bs, off = slot % bs;
-    for (int64_t h = 0; h < nkv; ++h) {
-      const int64_t dst = ((blk * nkv + h) * bs + off) * hd, src = (r * nkv + h) * hd;
-      std::memcpy(kc + dst, k + src, hd * sizeof(float));
-      std::memcpy(vc + dst, v + src, hd * sizeof(float));
-    }
+    for (int64_t h = 0; h < nkv; ++h) put((r * nkv + h) * hd, (blk * nkv + h) * bs + off);
   }
+}
+
+static void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots,
+                              int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
+  for_each_cache_row(slots, t, nkv, bs, hd, false, [&](int64_t src, int64_t row) {
+    std::memcpy(kc + row * hd, k + src, hd * sizeof(float));
+    std::memcpy(vc + row * hd, v + src, hd * sizeof(float));
+  });
 }
 
 #include "attn_impl.h"
