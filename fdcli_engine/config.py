@@ -71,10 +71,9 @@ class EngineConfig:
     # "auto": bfloat16 for a GGUF model served on its own quantized blocks (the default model: weights of
     # 4-8 bits, whose own error dwarfs bf16's 2^-9 rounding of K/V), else the compute dtype (float32).
     # "float32" / "fp32". "bfloat16" / "bf16": values rounded to bf16 (2x the tokens per GiB, half the
-    # bytes decode attention reads). "int8": the C8 cache, int8 values with one
-    # fp32 scale per token and KV head (3.8x the tokens per GiB at head_dim 64; ops/reference.quantize_kv_s8).
-    # Normalized by validate() to "float32", "bfloat16" or "int8". The pooling runner's one-step cache
-    # stays fp32.
+    # bytes decode attention reads). "int8": the C8 cache, int8 values with one fp32 scale per token and
+    # KV head (3.8x the tokens per GiB at head_dim 64; ops/reference.quantize_kv_s8). Normalized by
+    # validate() to "float32", "bfloat16" or "int8". The pooling runner's one-step cache stays fp32.
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit, capped at 8192
     max_num_seqs: int = 64
@@ -206,6 +205,16 @@ class EngineConfig:
         return self.threads or os.cpu_count() or 1
 
 
+# The names --kv-cache-dtype takes besides "auto" (and fp8*, refused below), and what each normalizes to.
+_KV_CACHE_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "int8": "int8",
+}
+
+
 def _kv_cache_dtype(value: str | None, dtype: str, quantization: str | None = None) -> str:
     """--kv-cache-dtype as "float32", "bfloat16" or "int8"; fp8 (vLLM's name for a quantized cache) points
     at int8. "auto" follows the weights: bf16 over GGUF blocks, as vLLM and FastDeploy keep the cache in
@@ -213,12 +222,8 @@ def _kv_cache_dtype(value: str | None, dtype: str, quantization: str | None = No
     name = str(value or "auto").lower()
     if name == "auto":
         return "bfloat16" if quantization == "gguf" else dtype
-    if name in ("float32", "fp32"):
-        return "float32"
-    if name in ("bfloat16", "bf16"):
-        return "bfloat16"
-    if name == "int8":
-        return "int8"
+    if name in _KV_CACHE_DTYPES:
+        return _KV_CACHE_DTYPES[name]
     if name.startswith("fp8"):
         raise ConfigError(
             f"--kv-cache-dtype {value}: this CPU build has no fp8 arithmetic; use int8 for a quantized KV "

@@ -253,8 +253,8 @@ def paged_attention(
     v_scales: paddle.Tensor | None = None,
 ) -> paddle.Tensor:
     """One sequence at a time: gather its blocks into contiguous [nkv, L, hd] fp32 K/V (widened from a
-    bf16 cache, dequantized from a C8 cache), then dense causal attention. Query i of a sequence with q_len queries and L keys sits at
-    position L - q_len + i."""
+    bf16 cache, dequantized from a C8 cache), then dense causal attention. Query i of a sequence with q_len
+    queries and L keys sits at position L - q_len + i."""
     num_heads, head_dim = q.shape[1], q.shape[2]
     num_kv_heads, block_size = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
