@@ -16,8 +16,15 @@ The HTTP client is stream_client.py (raw asyncio connection, msgspec), not httpx
 the server, and httpx alone cost about as much CPU per token as the server's front end. It still parses and
 checks every stream (exact token count, finish_reason, [DONE], no error event).
 
+CPU placement: the in-process engine pins its OpenMP threads as the server's engine core does
+(FD_CPU_OMP_THREADS_BIND, default auto), so the two sides run the same compute and differ only by the server.
+The HTTP client must share the CPUs with the server: by default (--client-cpus any) the OS places it;
+--client-cpus front-end keeps it on the CPU the server gives its own front end (measured slower: the two
+then queue behind each other).
+
     python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
-        [--prompt-lens 128,512] [--concurrency 1,4,16] [--kv-cache-dtype auto|float32|bfloat16|int8] [--json out.json]
+        [--prompt-lens 128,512] [--concurrency 1,4,16] [--kv-cache-dtype auto|float32|bfloat16|int8]
+        [--client-cpus any|front-end] [--json out.json]
 
 Both runs share the machine's cores: run it when nothing else is busy.
 """
@@ -36,9 +43,10 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
-# It sets KMP_BLOCKTIME=1; the in-process engine here gets the same setting, so the two sides differ only
-# by the server.
+# It sets KMP_BLOCKTIME=1 and binds its OpenMP threads; the in-process engine here gets the same settings,
+# so the two sides differ only by the server.
 os.environ.setdefault("KMP_BLOCKTIME", "1")
+os.environ.setdefault("FD_CPU_OMP_THREADS_BIND", "auto")
 
 
 MAX_TOKEN_ID = 40000  # below SmolLM2's vocabulary (49152); --max-token-id for smaller models
@@ -127,6 +135,18 @@ def _core_pid(server_pid: int) -> int:
     raise SystemExit("cannot find the server's engine-core process")
 
 
+def _placement(num_threads: int, client: str) -> tuple[set[int], set[int]]:
+    """CPUs of this process's main thread while it drives the in-process engine (the CPU its OpenMP binding
+    gave it) and while it is the server's HTTP client (--client-cpus)."""
+    from fdcli_engine.threads import BIND_ENV, allowed_cpus, bind_plan
+
+    cpus = set(allowed_cpus())
+    plan = bind_plan(num_threads, os.environ.get(BIND_ENV), sorted(cpus))
+    if plan is None:
+        return cpus, cpus
+    return {plan[0][0]}, set(plan[1]) if client == "front-end" else cpus
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None)
@@ -142,6 +162,12 @@ def main() -> None:
         type=int,
         default=1,
         help="runs per side, alternating; the ratio is the median of the pairs",
+    )
+    p.add_argument(
+        "--client-cpus",
+        choices=["any", "front-end"],
+        default="any",
+        help="where the HTTP client runs during server runs (see the module docstring)",
     )
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -162,6 +188,7 @@ def main() -> None:
     try:
         core_pid = _core_pid(proc.pid)
         llm = LLM(args.model, max_num_seqs=args.max_num_seqs, kv_cache_dtype=args.kv_cache_dtype)
+        engine_cpus, client_cpus = _placement(llm.config.num_threads, args.client_cpus)
         for length in lens:
             for c in concs:
                 # Fresh prompts for every repeat (and none shared with the warm-up): both sides cache
@@ -179,6 +206,7 @@ def main() -> None:
                 for r in range(args.repeats):
                     for side in ("server", "engine") if r % 2 == 0 else ("engine", "server"):
                         before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
+                        os.sched_setaffinity(0, client_cpus if side == "server" else engine_cpus)
                         if side == "server":
                             tok_s, n = run_async(run_server(url, sets[r], args.output_len, c))
                             server.append(tok_s)

@@ -84,7 +84,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0
-    threads: int | None = None  # None: os.cpu_count()
+    threads: int | None = None  # None: the CPUs this process may use
     runner: str = "auto"  # "auto" | "generate" | "pooling"
     convert: str = "auto"  # "auto" | "none" | "embed"
     pooler_config: dict | None = None
@@ -202,7 +202,9 @@ class EngineConfig:
 
     @property
     def num_threads(self) -> int:
-        return self.threads or os.cpu_count() or 1
+        from fdcli_engine.threads import allowed_cpus
+
+        return self.threads or len(allowed_cpus()) or os.cpu_count() or 1
 
 
 # The names --kv-cache-dtype takes besides "auto" (and fp8*, refused below), and what each normalizes to.

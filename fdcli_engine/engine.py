@@ -81,6 +81,11 @@ class EngineCore:
             enable_chunked_prefill=config.enable_chunked_prefill,
             eos_token_ids=eos,
         )
+        from fdcli_engine.threads import BIND_ENV, bind_engine_threads
+
+        bound = bind_engine_threads(config.num_threads)
+        if bound:
+            logger.info("OpenMP threads bound to CPUs %s (%s)", bound, BIND_ENV)
         logger.info("engine ready in %.1f s", time.perf_counter() - t0)
 
     def validate_request(

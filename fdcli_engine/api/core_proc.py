@@ -32,6 +32,7 @@ from fdcli_engine.api.core_messages import (
     event_encoder,
     input_decoder,
 )
+from fdcli_engine.threads import BIND_ENV
 
 logger = logging.getLogger("fd.core")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
@@ -58,6 +59,8 @@ def build_core(config_json: str, core_spec: str):
     # and c16 229 tok/s at 1 ms, 72.9 / 230 at 200 ms, but 35.8 / 167 at 0 (a sleep and wake-up between
     # every kernel, hundreds per step). Under a loaded machine 1 ms also beat 200 ms. The environment wins.
     os.environ.setdefault("KMP_BLOCKTIME", "1")
+    # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
+    os.environ.setdefault(BIND_ENV, "auto")
     core_cls, request_cls = load_core_module(core_spec)
     if getattr(core_cls, "needs_finalize", True):
         config.finalize()

@@ -59,6 +59,12 @@ def active_isa() -> str:
     return ISA_NAMES[int(_run("fd_active_isa", paddle.zeros([1]))[0].numpy()[0])]
 
 
+def omp_thread_ids() -> list[int]:
+    """OS thread ids of the OpenMP team the kernels run on, by thread number (0: the calling thread)."""
+    load()
+    return [int(t) for t in _run("fd_omp_thread_ids", paddle.zeros([1]))[0].numpy()]
+
+
 @dataclass
 class LinearWeight:
     """A weight packed for `linear`, resident as Paddle tensors."""

@@ -21,6 +21,7 @@ from fdcli_engine.config import EngineConfig
 from fdcli_engine.entrypoints.openai.server_app import build_app
 from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.threads import FrontEndPlacement, front_end_placement, place_front_end
 
 logger = logging.getLogger("fd.serve")
 DEAD_ENGINE_EXIT_DELAY_S = 3.0  # keep /health answering 503 this long before exiting
@@ -116,7 +117,9 @@ class FdServer(uvicorn.Server):
         asyncio.get_event_loop().call_later(delay, lambda: setattr(self, "should_exit", True))
 
 
-async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socket.socket, **hooks) -> int:
+async def serve_async(
+    engine_config: EngineConfig, args: ServerArgs, sock: socket.socket, placement: FrontEndPlacement, **hooks
+) -> int:
     from fdcli_engine.api.async_llm import AsyncLLM
 
     tokenizer = hooks.pop("tokenizer", None) or _load_tokenizer(engine_config)
@@ -138,6 +141,10 @@ async def serve_async(engine_config: EngineConfig, args: ServerArgs, sock: socke
     engine._on_dead = on_dead
     engine.client.on_dead = on_dead
     await engine.start()
+    # After the core has started (a child inherits its parent's CPUs and priority): the front end moves
+    # off the CPU of the core's main thread and yields to the core's threads (threads.front_end_placement).
+    place_front_end(placement)
+    logger.info("front end: CPUs %s, priority %s", placement.cpus or "any", placement.priority)
     url = f"http://{args.host}:{args.port}"
     _say(
         f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url} — engine loading"
@@ -213,7 +220,8 @@ def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = T
 
         get_parser_cls(args.reasoning_parser)  # unknown parser: ConfigError now, not at the first request
         check_tool_options(args)
+        placement = front_end_placement(engine_config.num_threads)
         with _event_loop_runner() as runner:
-            return runner.run(serve_async(engine_config, args, sock, **hooks))
+            return runner.run(serve_async(engine_config, args, sock, placement, **hooks))
     finally:
         sock.close()

@@ -2,6 +2,10 @@
 // kernels.cc. Every op runs on CPU fp32 tensors (the KV cache ops also on bf16 caches); integer metadata
 // may be int32 or int64.
 
+#include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <vector>
 
@@ -183,6 +187,19 @@ std::vector<Tensor> ActiveIsa(const Tensor& x) {
   return {out};
 }
 
+// The OS thread id of each thread of the OpenMP team (index = omp_get_thread_num(); 0 is the caller). The
+// runtime keeps this team for every later region of the same size, so pinning these threads pins the ones
+// the kernels run on (fdcli_engine/threads.py).
+std::vector<Tensor> OmpThreadIds(const Tensor& x) {
+  const int n = omp_get_max_threads();
+  Tensor out = paddle::empty({n}, paddle::DataType::INT64, x.place());
+  int64_t* tids = out.data<int64_t>();
+  for (int i = 0; i < n; ++i) tids[i] = -1;
+#pragma omp parallel num_threads(n)
+  tids[omp_get_thread_num()] = (int64_t)syscall(SYS_gettid);
+  return {out};
+}
+
 PD_BUILD_OP(fd_linear)
     .Inputs({"X", "W", "Scales", "Mins", "Bias", "PromptRows"})
     .Outputs({"Out"})
@@ -229,3 +246,5 @@ PD_BUILD_OP(fd_linear_rows)
     .SetKernelFn(PD_KERNEL(LinearRows));
 
 PD_BUILD_OP(fd_active_isa).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(ActiveIsa));
+
+PD_BUILD_OP(fd_omp_thread_ids).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(OmpThreadIds));

@@ -1,0 +1,111 @@
+"""CPU placement of the engine's OpenMP threads and the server's front end (fdcli_engine/threads.py).
+
+The plan is checked as a pure function; the binding itself in a child process (binding pins threads of the
+process that does it, and pytest's must stay free), by asking the OS where each OpenMP thread may run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fdcli_engine.errors import ConfigError
+from fdcli_engine.threads import (
+    FrontEndPlacement,
+    allowed_cpus,
+    bind_plan,
+    front_end_placement,
+    parse_cpu_list,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "threads, value, allowed, expected",
+    [
+        (2, "auto", [0, 1], ([0, 1], [1])),  # no free CPU: the front end shares the last thread's
+        (1, "auto", [0, 1], ([0], [1])),  # a free CPU goes to the front end
+        (3, "auto", [0, 1], ([0, 1, 0], [1])),  # more threads than CPUs: round robin, never thread 0's CPU
+        (4, "auto", [2, 3, 5, 7], ([2, 3, 5, 7], [7])),
+        (2, "5,7", [2, 3, 5, 7], ([5, 7], [2, 3])),
+        (2, "0-1", [0, 1, 2], ([0, 1], [2])),
+        (2, "nobind", [0, 1], None),
+        (2, None, [0, 1], None),  # unset: a process fd does not own is left alone
+        (2, "auto", [0], None),  # one CPU: nothing to place
+        (1, "auto", [], None),  # no affinity API
+    ],
+)
+def test_bind_plan(threads, value, allowed, expected):
+    assert bind_plan(threads, value, allowed) == expected
+
+
+def test_cpu_list_and_bad_values():
+    assert parse_cpu_list("0-3,6,2") == [0, 1, 2, 3, 6]
+    with pytest.raises(ConfigError, match="use auto, nobind, or a CPU list"):
+        bind_plan(2, "fast", [0, 1])
+    with pytest.raises(ConfigError, match="use auto, nobind, or a CPU list"):
+        bind_plan(2, "3-1", [0, 1])
+    with pytest.raises(ConfigError, match=r"may only use CPUs \[0, 1\]"):
+        bind_plan(2, "0,4", [0, 1])
+
+
+def test_front_end_placement(monkeypatch):
+    monkeypatch.setenv("FD_CPU_OMP_THREADS_BIND", "nobind")
+    monkeypatch.delenv("FD_FRONTEND_PRIORITY", raising=False)
+    assert front_end_placement(2) == FrontEndPlacement(None, "idle")
+    for value, expected in (("normal", "normal"), (" 19", "19"), ("IDLE", "idle")):
+        monkeypatch.setenv("FD_FRONTEND_PRIORITY", value)
+        assert front_end_placement(2).priority == expected
+    # Unset, the server binds as its engine core does (auto), without writing the variable anywhere.
+    monkeypatch.delenv("FD_CPU_OMP_THREADS_BIND")
+    plan = bind_plan(2, "auto", allowed_cpus())
+    assert front_end_placement(2).cpus == (plan[1] if plan else None)
+    assert "FD_CPU_OMP_THREADS_BIND" not in os.environ
+    for bad in ("0", "-5", "20", "low"):
+        monkeypatch.setenv("FD_FRONTEND_PRIORITY", bad)
+        with pytest.raises(ConfigError, match="use idle, normal, or a nice value 1-19"):
+            front_end_placement(2)
+
+
+CHILD = """
+import json, os
+import fdcli_engine.ops as ops
+from fdcli_engine.threads import allowed_cpus, bind_engine_threads
+allowed = allowed_cpus()
+bound = bind_engine_threads(int(os.environ["OMP_NUM_THREADS"]))
+from fd_kernels.ops import omp_thread_ids
+tids = omp_thread_ids()
+print(json.dumps({"backend": ops.backend, "allowed": allowed, "bound": bound, "tids": tids,
+                  "main": os.getpid(), "cpus": [sorted(os.sched_getaffinity(t)) for t in tids]}))
+"""
+
+
+def _run_child(threads: int, bind: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "FD_CPU_OMP_THREADS_BIND": bind}
+    env.pop("FD_KERNELS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_engine_threads_are_pinned_one_per_cpu():
+    r = _run_child(2, "auto")
+    assert r["backend"] == "native"
+    assert len(set(r["tids"])) == 2 and r["tids"][0] == r["main"]  # thread 0 is the caller
+    plan = bind_plan(2, "auto", r["allowed"])
+    if plan is None:  # a one-CPU machine: nothing is bound
+        assert r["bound"] is None and all(c == r["allowed"] for c in r["cpus"])
+    else:
+        assert r["bound"] == plan[0] and r["cpus"] == [[c] for c in plan[0]]
+
+
+def test_nobind_leaves_threads_free():
+    r = _run_child(2, "nobind")
+    assert r["bound"] is None and all(c == r["allowed"] for c in r["cpus"])
