@@ -5,10 +5,10 @@ Importing this package must stay cheap and must not import paddle (the CLI impor
 
 import os
 
-# Paddle's bootstrap sets OMP_NUM_THREADS=1 when it is unset; claim the cores before anything imports it:
-# the ones this process may use (a container's cpuset, taskset), not every core of the host.
-_cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-os.environ.setdefault("OMP_NUM_THREADS", str(_cpus or 1))
+from fdcli_engine.threads import usable_cpu_count  # stdlib only: no paddle
+
+# Paddle's bootstrap sets OMP_NUM_THREADS=1 when it is unset; claim the cores before anything imports it.
+os.environ.setdefault("OMP_NUM_THREADS", str(usable_cpu_count()))
 # numpy's OpenBLAS threads would spin against the kernels' OpenMP threads; the engine does no numpy BLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -202,9 +202,9 @@ class EngineConfig:
 
     @property
     def num_threads(self) -> int:
-        from fdcli_engine.threads import allowed_cpus
+        from fdcli_engine.threads import usable_cpu_count
 
-        return self.threads or len(allowed_cpus()) or os.cpu_count() or 1
+        return self.threads or usable_cpu_count()
 
 
 # The names --kv-cache-dtype takes besides "auto" (and fp8*, refused below), and what each normalizes to.

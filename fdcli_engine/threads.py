@@ -45,6 +45,11 @@ def allowed_cpus() -> list[int]:
     return _allowed
 
 
+def usable_cpu_count() -> int:
+    """How many CPUs this process may use (a container's cpuset, taskset), not every core of the host."""
+    return len(allowed_cpus()) or os.cpu_count() or 1
+
+
 def parse_cpu_list(text: str) -> list[int]:
     """ "0-3,6" -> [0, 1, 2, 3, 6]; ValueError for anything else."""
     cpus: list[int] = []
