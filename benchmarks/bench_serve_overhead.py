@@ -141,7 +141,7 @@ def _placement(num_threads: int, client: str) -> tuple[set[int], set[int]]:
     from fdcli_engine.threads import BIND_ENV, allowed_cpus, bind_plan
 
     cpus = set(allowed_cpus())
-    plan = bind_plan(num_threads, os.environ.get(BIND_ENV), sorted(cpus))
+    plan = bind_plan(num_threads, os.environ.get(BIND_ENV), allowed_cpus())
     if plan is None:
         return cpus, cpus
     return {plan[0][0]}, set(plan[1]) if client == "front-end" else cpus

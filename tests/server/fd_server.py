@@ -65,6 +65,14 @@ class Server:
                 out[name] = float(value)
         return out
 
+    def core_process(self):
+        """The engine-core process (psutil.Process): the server's one child running core_proc."""
+        import psutil
+
+        core = [c for c in psutil.Process(self.proc.pid).children() if "core_proc" in " ".join(c.cmdline())]
+        assert len(core) == 1, core
+        return core[0]
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

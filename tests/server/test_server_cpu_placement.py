@@ -12,19 +12,12 @@ import psutil
 from fdcli_engine.threads import bind_plan
 
 
-def _core(server_pid: int) -> psutil.Process:
-    for child in psutil.Process(server_pid).children(recursive=True):
-        if "fdcli_engine.api.core_proc" in " ".join(child.cmdline()):
-            return child
-    raise AssertionError("no engine-core process under the server")
-
-
 def test_front_end_and_core_threads_are_placed(server):
     allowed = sorted(os.sched_getaffinity(0))  # this process never binds itself
     plan = bind_plan(1, "auto", allowed)
     threads = [t.id for t in psutil.Process(server.proc.pid).threads()]
     front_end = {tid: sorted(os.sched_getaffinity(tid)) for tid in threads}
-    core = _core(server.proc.pid)
+    core = server.core_process()
     core_main = sorted(os.sched_getaffinity(core.pid))
     assert {os.sched_getscheduler(tid) for tid in threads} == {os.SCHED_IDLE}
     assert os.sched_getscheduler(core.pid) == os.sched_getscheduler(0)

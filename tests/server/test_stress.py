@@ -174,8 +174,7 @@ def test_sigterm_drains_then_aborts(long_model, tmp_path):
     wait_for(lambda: len(sink) > 2, 20, "the long stream to start")
     t_short = _stream_in_thread(srv, {**LONG, "max_tokens": 20}, short)
     wait_for(lambda: len(short) > 2, 20, "the short stream to start")
-    core = [c for c in psutil.Process(srv.proc.pid).children() if "core_proc" in " ".join(c.cmdline())]
-    assert len(core) == 1
+    core = srv.core_process()
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     try:
@@ -189,17 +188,16 @@ def test_sigterm_drains_then_aborts(long_model, tmp_path):
     assert '"finish_reason":"length"' in "".join(x for x in short if isinstance(x, str))
     long_text = "".join(x for x in sink if isinstance(x, str))
     assert '"finish_reason":"abort"' in long_text and long_text.endswith("data: [DONE]")
-    assert not core[0].is_running() or core[0].status() == psutil.STATUS_ZOMBIE  # the engine was reaped
+    assert not core.is_running() or core.status() == psutil.STATUS_ZOMBIE  # the engine was reaped
 
 
 def test_engine_death_turns_health_503_and_exits(long_model, tmp_path):
     srv = start_server(long_model, tmp_path, "--served-model-name", "tiny", *KV)
-    core = [c for c in psutil.Process(srv.proc.pid).children() if "core_proc" in " ".join(c.cmdline())]
-    assert len(core) == 1
+    core = srv.core_process()
     sink: list = []
     t = _stream_in_thread(srv, LONG, sink)
     wait_for(lambda: len(sink) > 2, 20, "a stream to start")
-    core[0].kill()
+    core.kill()
     wait_for(lambda: httpx.get(f"{srv.url}/health", timeout=2).status_code == 503, 5, "/health to turn 503")
     assert srv.proc.wait(20) != 0
     t.join(10)
