@@ -4,8 +4,14 @@ Load (the issue's): N streaming completion requests with random-token prompts of
 128 output tokens each (ignore_eos), kept at concurrency 1, 4 and 16 (closed loop: a finished request
 is replaced at once). The server run goes through HTTP + SSE + the engine-core process; the in-process
 run drives `fdcli_engine.api.LLM`'s engine and output processor with the same closed loop. Prints output
-tokens/s of both (medians over --repeats) and the ratio (server / in-process; 1.0 = no overhead): the median
-over the repeats of adjacent server and in-process runs, with the range of those pairs.
+tokens/s of both (medians) and the ratio (server / in-process; 1.0 = no overhead).
+
+Load order: a process loaded later ran faster here. Three identical servers (bench_frontend_priority.py
+--priorities normal,normal,normal, started one after another) served 1.00 / 1.02 / 1.09 at concurrency 1
+and 1.00 / 1.20 / 1.29 at 16, in the order they were loaded. So whichever side is loaded second would win.
+The benchmark runs in two halves: first the server is loaded before the in-process engine, then a new server
+is started after it; each half runs --repeats alternated pairs of every load. The ratio is the geometric
+mean of the two halves' median ratios; both halves and the range of all pairs are printed too.
 
 It also prints CPU milliseconds per output token of each process (user + system time over the run, from
 psutil): the server's front end (HTTP, SSE, detokenization), its engine core, this benchmark as the
@@ -24,7 +30,7 @@ then queue behind each other).
 
     python benchmarks/bench_serve_overhead.py [--model PATH] [--num-requests 32] [--output-len 128]
         [--prompt-lens 128,512] [--concurrency 1,4,16] [--kv-cache-dtype auto|float32|bfloat16|int8]
-        [--client-cpus any|front-end] [--json out.json]
+        [--client-cpus any|front-end] [--repeats 1] [--json out.json]
 
 Both runs share the machine's cores: run it when nothing else is busy.
 """
@@ -34,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import statistics
@@ -115,11 +122,22 @@ async def run_server(url: str, prompts, output_len: int, concurrency: int) -> tu
 def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.Popen, str]:
     from stream_client import free_port, wait_ready
 
+    from fdcli_engine.threads import allowed_cpus
+
     port = free_port()
     cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), *engine_args]
     if model:
         cmd += ["--model", model]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=SERVER_ENV)
+    # Every CPU this process was given: a server started after the in-process engine has pinned this
+    # thread to one CPU would inherit that one CPU.
+    cpus = set(allowed_cpus()) or os.sched_getaffinity(0)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=SERVER_ENV,
+        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+    )
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, "fd serve", 300)
     return proc, url
@@ -147,6 +165,93 @@ def _placement(num_threads: int, client: str) -> tuple[set[int], set[int]]:
     return {plan[0][0]}, set(plan[1]) if client == "front-end" else cpus
 
 
+class Sides:
+    """The server (restartable) and the in-process engine, and the CPU placement of this process."""
+
+    def __init__(self, args):
+        from fdcli_engine.api import LLM
+
+        self.args = args
+        self.engine_args = ["--max-num-seqs", str(args.max_num_seqs), "--kv-cache-dtype", args.kv_cache_dtype]
+        self.proc = None
+        self.start_server()
+        self.llm = LLM(args.model, max_num_seqs=args.max_num_seqs, kv_cache_dtype=args.kv_cache_dtype)
+        self.engine_cpus, self.client_cpus = _placement(self.llm.config.num_threads, args.client_cpus)
+
+    def start_server(self) -> None:
+        self.stop_server()
+        self.proc, self.url = start_server(self.args.model, self.engine_args)
+        self.core_pid = _core_pid(self.proc.pid)
+
+    def stop_server(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(60)
+            self.proc = None
+
+    def measure(self, side: str, prompts, concurrency: int, cpu: dict) -> tuple[float, int]:
+        """One run of one side: (tok/s, tokens); adds each process's CPU seconds to `cpu`."""
+        from stream_client import run as run_async
+
+        before = (cpu_s(self.proc.pid), cpu_s(self.core_pid), cpu_s())
+        os.sched_setaffinity(0, self.client_cpus if side == "server" else self.engine_cpus)
+        if side == "server":
+            tok_s, n = run_async(run_server(self.url, prompts, self.args.output_len, concurrency))
+            measured = {"front_end": 0, "core": 1, "client": 2}
+        else:
+            tok_s, n = run_in_process(self.llm, prompts, self.args.output_len, concurrency)
+            measured = {"engine": 2}  # this process, like the client
+        after = (cpu_s(self.proc.pid), cpu_s(self.core_pid), cpu_s())
+        for key, i in measured.items():
+            cpu[key] += after[i] - before[i]
+        return tok_s, n
+
+    def warm_up(self, prompts) -> None:
+        from stream_client import run as run_async
+
+        run_async(run_server(self.url, prompts, 4, 1))
+        run_in_process(self.llm, prompts, 4, 1)
+
+
+def measure_half(sides: Sides, loads, half: int, results: dict) -> None:
+    """--repeats alternated pairs of every load; results[(length, c)] collects the runs of both halves."""
+    args = sides.args
+    for length, c in loads:
+        res = results.setdefault((length, c), {"pairs": ([], []), "server": [], "engine": [], "tokens": {}})
+        res["tokens"].setdefault("server", 0)
+        res["tokens"].setdefault("engine", 0)
+        cpu = res.setdefault("cpu", {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0})
+        # Fresh prompts for every repeat (and none shared with the warm-up): both sides cache prefixes,
+        # and a prompt seen before would skip its prefill.
+        seed = length * 100 + c + 10_000 * half
+        sets = [
+            make_prompts(args.num_requests, length, seed + 1000 * r, args.max_token_id)
+            for r in range(args.repeats + 1)
+        ]
+        sides.warm_up(sets.pop()[:1])
+        tok_s = {}
+        for r in range(args.repeats):
+            for side in ("server", "engine") if r % 2 == 0 else ("engine", "server"):
+                tok_s[side], n = sides.measure(side, sets[r], c, cpu)
+                res[side].append(tok_s[side])
+                res["tokens"][side] += n
+            res["pairs"][half].append(tok_s["server"] / tok_s["engine"])
+            print(f"half {half} prompt {length} c{c}: {tok_s}", file=sys.stderr, flush=True)
+
+
+def summarize(length: int, c: int, res: dict) -> dict:
+    halves = [statistics.median(p) for p in res["pairs"]]
+    pairs = sorted(res["pairs"][0] + res["pairs"][1])
+    row = {"prompt_len": length, "concurrency": c, "server_tok_s": statistics.median(res["server"])}
+    row.update(engine_tok_s=statistics.median(res["engine"]), ratio=math.sqrt(halves[0] * halves[1]))
+    row.update(ratio_server_first=halves[0], ratio_engine_first=halves[1])
+    row.update(ratio_min=pairs[0], ratio_max=pairs[-1])
+    for key, total in res["cpu"].items():
+        n = res["tokens"]["engine" if key == "engine" else "server"]
+        row[f"{key}_cpu_ms_per_tok"] = 1000 * total / max(n, 1)
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None)
@@ -158,10 +263,7 @@ def main() -> None:
     p.add_argument("--max-token-id", type=int, default=MAX_TOKEN_ID)
     p.add_argument("--kv-cache-dtype", default="auto", help="both sides' KV cache (auto: what fd serve uses)")
     p.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="runs per side, alternating; the ratio is the median of the pairs",
+        "--repeats", type=int, default=1, help="alternated pairs per load in each half (see above)"
     )
     p.add_argument(
         "--client-cpus",
@@ -171,83 +273,36 @@ def main() -> None:
     )
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    lens = [int(x) for x in args.prompt_lens.split(",")]
-    concs = [int(x) for x in args.concurrency.split(",")]
-    engine_args = ["--max-num-seqs", str(args.max_num_seqs), "--kv-cache-dtype", args.kv_cache_dtype]
+    loads = [(int(n), int(c)) for n in args.prompt_lens.split(",") for c in args.concurrency.split(",")]
 
-    # Both are loaded at once and measured alternately, so a load change on a shared machine hits both
-    # sides alike; the ratio is the median over --repeats of (server / in-process) of adjacent runs, and
-    # the side that goes first alternates, so a drift during a pair favours neither.
-    # An idle server costs no CPU.
-    from stream_client import run as run_async
-
-    from fdcli_engine.api import LLM
-
-    rows = []
-    proc, url = start_server(args.model, engine_args)
+    results: dict = {}
+    sides = Sides(args)  # the server first, then the in-process engine
     try:
-        core_pid = _core_pid(proc.pid)
-        llm = LLM(args.model, max_num_seqs=args.max_num_seqs, kv_cache_dtype=args.kv_cache_dtype)
-        engine_cpus, client_cpus = _placement(llm.config.num_threads, args.client_cpus)
-        for length in lens:
-            for c in concs:
-                # Fresh prompts for every repeat (and none shared with the warm-up): both sides cache
-                # prefixes, and a prompt seen before would skip its prefill.
-                sets = [
-                    make_prompts(args.num_requests, length, length * 100 + c + 1000 * r, args.max_token_id)
-                    for r in range(args.repeats + 1)
-                ]
-                warm = sets.pop()[:1]
-                run_async(run_server(url, warm, 4, 1))  # warm-up
-                run_in_process(llm, warm, 4, 1)
-                server, engine, cpu = [], [], {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0}
-                num_tokens = {"server": 0, "engine": 0}
-
-                for r in range(args.repeats):
-                    for side in ("server", "engine") if r % 2 == 0 else ("engine", "server"):
-                        before = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
-                        os.sched_setaffinity(0, client_cpus if side == "server" else engine_cpus)
-                        if side == "server":
-                            tok_s, n = run_async(run_server(url, sets[r], args.output_len, c))
-                            server.append(tok_s)
-                            measured = {"front_end": 0, "core": 1, "client": 2}
-                        else:
-                            tok_s, n = run_in_process(llm, sets[r], args.output_len, c)
-                            engine.append(tok_s)
-                            measured = {"engine": 2}  # this process, like the client
-                        after = (cpu_s(proc.pid), cpu_s(core_pid), cpu_s())
-                        num_tokens[side] += n
-                        for key, i in measured.items():
-                            cpu[key] += after[i] - before[i]
-                pairs = sorted(a / b for a, b in zip(server, engine))
-                row = {"prompt_len": length, "concurrency": c, "server_tok_s": statistics.median(server)}
-                row.update(engine_tok_s=statistics.median(engine), ratio=statistics.median(pairs))
-                row.update(ratio_min=pairs[0], ratio_max=pairs[-1])
-                for key, total in cpu.items():
-                    n = num_tokens["engine" if key == "engine" else "server"]
-                    row[f"{key}_cpu_ms_per_tok"] = 1000 * total / max(n, 1)
-                rows.append(row)
-                print(row, file=sys.stderr, flush=True)
+        measure_half(sides, loads, 0, results)
+        sides.start_server()  # a new server, loaded after the engine
+        measure_half(sides, loads, 1, results)
     finally:
-        proc.terminate()
-        proc.wait(60)
-
-    print(
-        f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6} {'(range)':>13}"
-        "   CPU ms/token:",
-        end="",
-    )
-    print(f" {'front end':>9} {'core':>6} {'client':>6} {'in-proc':>7}")
-    for r in rows:
-        print(
-            f"{r['prompt_len']:>7} {r['concurrency']:>5} {r['server_tok_s']:>13.1f} {r['engine_tok_s']:>13.1f} "
-            f"{r['ratio']:>6.3f} {r['ratio_min']:>6.3f}-{r['ratio_max']:<6.3f}   {'':>13}"
-            f"{r['front_end_cpu_ms_per_tok']:>9.2f} {r['core_cpu_ms_per_tok']:>6.2f} "
-            f"{r['client_cpu_ms_per_tok']:>6.2f} {r['engine_cpu_ms_per_tok']:>7.2f}"
-        )
+        sides.stop_server()
+    rows = [summarize(length, c, res) for (length, c), res in results.items()]
+    print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
+
+
+def print_table(rows: list[dict]) -> None:
+    print(
+        f"{'prompt':>7} {'conc':>5} {'server tok/s':>13} {'engine tok/s':>13} {'ratio':>6} {'(halves)':>13}"
+        f" {'(range)':>13}   CPU ms/token: {'front end':>9} {'core':>6} {'client':>6} {'in-proc':>7}"
+    )
+    for r in rows:
+        print(
+            f"{r['prompt_len']:>7} {r['concurrency']:>5} {r['server_tok_s']:>13.1f} {r['engine_tok_s']:>13.1f} "
+            f"{r['ratio']:>6.3f} {r['ratio_server_first']:>6.3f}/{r['ratio_engine_first']:<6.3f} "
+            f"{r['ratio_min']:>6.3f}-{r['ratio_max']:<6.3f}   {'':>13}"
+            f"{r['front_end_cpu_ms_per_tok']:>9.2f} {r['core_cpu_ms_per_tok']:>6.2f} "
+            f"{r['client_cpu_ms_per_tok']:>6.2f} {r['engine_cpu_ms_per_tok']:>7.2f}"
+        )
 
 
 if __name__ == "__main__":
