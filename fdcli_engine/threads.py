@@ -112,25 +112,25 @@ FRONT_END_PRIORITY_ENV = "FD_FRONTEND_PRIORITY"
 @dataclass(frozen=True)
 class FrontEndPlacement:
     cpus: list[int] | None  # None: left to the OS
-    priority: str  # "idle", "normal", or a nice value "1".."19"
+    priority: str  # "normal", "idle", or a nice value "1".."19"
 
 
 def front_end_placement(num_threads: int) -> FrontEndPlacement:
     """Where `fd serve`'s front end runs and at what priority; ConfigError for a bad variable.
 
-    Priority (FD_FRONTEND_PRIORITY): "idle" (the default, Linux's SCHED_IDLE), a nice value 1-19, or
-    "normal". Lowered, the front end gives way whenever an engine thread is runnable, so its work (which
-    a late token only delays, and which merges the tokens that queued meanwhile) fills the gaps where an
-    engine thread waits instead of stalling the engine's next parallel kernel on a shared CPU. Measured
-    (bench_serve_overhead's load on 2 CPUs, both servers bound, one run): nice 19 served 12% / 15% / 0%
-    more tokens/s than nice 10 at concurrency 1 / 4 / 16, and SCHED_IDLE 10% / 9% / 5% more than nice 19.
-    The cost: other busy processes on the machine also take the CPU first.
+    Priority (FD_FRONTEND_PRIORITY): "normal" (the default), a nice value 1-19, or "idle" (Linux's
+    SCHED_IDLE). A lowered front end gives way to the engine's threads, but those are runnable through
+    every step (OpenMP threads spin between kernels), so it starves while requests run. Measured on
+    2 CPUs (benchmarks/bench_frontend_priority.py): 15 short requests sent while one stream decoded were
+    all answered after a median 836 ms at idle, 444 at nice 19, 359 at nice 10 and 312 at normal (servers
+    loaded in that order), and 498 ms at idle against 329 at normal with the order reversed. Their
+    throughput differences were smaller than the load-order effect that script's A/A run shows.
     """
     from fdcli_engine.errors import ConfigError
 
-    priority = os.environ.get(FRONT_END_PRIORITY_ENV, "idle").strip().lower()
+    priority = os.environ.get(FRONT_END_PRIORITY_ENV, "normal").strip().lower()
     if priority not in ("idle", "normal") and not (priority.isdigit() and 1 <= int(priority) <= 19):
-        raise ConfigError(f"{FRONT_END_PRIORITY_ENV}={priority!r}: use idle, normal, or a nice value 1-19")
+        raise ConfigError(f"{FRONT_END_PRIORITY_ENV}={priority!r}: use normal, idle, or a nice value 1-19")
     if priority == "idle" and not hasattr(os, "SCHED_IDLE"):
         priority = "19"
     # "auto" unless set, as in the engine-core process (core_proc.build_core), without writing the

@@ -57,8 +57,8 @@ def test_cpu_list_and_bad_values():
 def test_front_end_placement(monkeypatch):
     monkeypatch.setenv("FD_CPU_OMP_THREADS_BIND", "nobind")
     monkeypatch.delenv("FD_FRONTEND_PRIORITY", raising=False)
-    assert front_end_placement(2) == FrontEndPlacement(None, "idle")
-    for value, expected in (("normal", "normal"), (" 19", "19"), ("IDLE", "idle")):
+    assert front_end_placement(2) == FrontEndPlacement(None, "normal")
+    for value, expected in (("idle", "idle"), (" 19", "19"), ("NORMAL", "normal")):
         monkeypatch.setenv("FD_FRONTEND_PRIORITY", value)
         assert front_end_placement(2).priority == expected
     # Unset, the server binds as its engine core does (auto), without writing the variable anywhere.
@@ -68,7 +68,7 @@ def test_front_end_placement(monkeypatch):
     assert "FD_CPU_OMP_THREADS_BIND" not in os.environ
     for bad in ("0", "-5", "20", "low"):
         monkeypatch.setenv("FD_FRONTEND_PRIORITY", bad)
-        with pytest.raises(ConfigError, match="use idle, normal, or a nice value 1-19"):
+        with pytest.raises(ConfigError, match="use normal, idle, or a nice value 1-19"):
             front_end_placement(2)
 
 
@@ -109,3 +109,43 @@ def test_engine_threads_are_pinned_one_per_cpu():
 def test_nobind_leaves_threads_free():
     r = _run_child(2, "nobind")
     assert r["bound"] is None and all(c == r["allowed"] for c in r["cpus"])
+
+
+PLACE_CHILD = """
+import json, os, sys, threading
+from fdcli_engine.threads import FrontEndPlacement, place_front_end
+stop = threading.Event()
+worker = threading.Thread(target=stop.wait)
+worker.start()
+place_front_end(FrontEndPlacement(None, sys.argv[1]))
+tids = [int(t) for t in os.listdir("/proc/self/task")]
+print(json.dumps({"policy": sorted({os.sched_getscheduler(t) for t in tids}),
+                  "nice": sorted({os.getpriority(os.PRIO_PROCESS, t) for t in tids}), "threads": len(tids)}))
+stop.set()
+"""
+
+
+_POLICY, _NICE = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@pytest.mark.parametrize(
+    "priority, started_nice, policy, nice",
+    [
+        ("normal", _NICE, _POLICY, _NICE),
+        ("idle", _NICE, os.SCHED_IDLE, _NICE),
+        ("7", _NICE, _POLICY, max(7, _NICE)),
+        ("7", max(12, _NICE), _POLICY, max(12, _NICE)),  # a priority the process started with is never raised
+    ],
+)
+def test_place_front_end_sets_every_thread(priority, started_nice, policy, nice):
+    out = subprocess.run(
+        [sys.executable, "-c", PLACE_CHILD, priority],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.nice(started_nice - _NICE),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout)
+    assert r["threads"] >= 2 and r["policy"] == [policy] and r["nice"] == [nice]
