@@ -1,6 +1,7 @@
-"""What `fd serve`'s front-end priority (FD_FRONTEND_PRIORITY) costs and buys, measured in one run.
+"""What `fd serve`'s front-end priority (FD_FRONTEND_PRIORITY) costs and buys, measured in one run; any
+other variable of the server's environment with --variable (e.g. FD_CPU_OMP_THREADS_BIND --values auto,nobind).
 
-One server per setting is loaded at once (all bound as fd serve binds by default), and each is measured
+One server per setting is loaded at once, and each is measured
 in turn, the order alternating between repeats, so a change in the machine's load hits all alike:
 - admission: while one stream decodes alone, 15 short requests (32-token prompts, 2 output tokens) are
   sent at once; the time until all are answered (median over --bursts). A front end that yields to the
@@ -9,8 +10,10 @@ in turn, the order alternating between repeats, so a change in the machine's loa
   each --concurrency; the median output tokens/s of each setting over --repeats, and its ratio to the
   first setting's.
 
-    python benchmarks/bench_frontend_priority.py [--priorities normal,10,idle] [--concurrency 1,4,16]
-        [--repeats 3] [--bursts 4] [--model PATH]
+    python benchmarks/bench_frontend_priority.py [--values normal,10,idle] [--variable FD_FRONTEND_PRIORITY]
+        [--concurrency 1,4,16] [--repeats 3] [--bursts 4] [--model PATH]
+
+Servers loaded later ran faster here (docs/bench.md, "Load order"): run it again with the values reversed.
 """
 
 from __future__ import annotations
@@ -67,20 +70,22 @@ async def burst_ms(url: str, bursts: int) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--priorities", default="normal,10,idle")
+    p.add_argument(
+        "--values", default="normal,10,idle", help="one server per value (a value named twice: A/A)"
+    )
+    p.add_argument("--variable", default="FD_FRONTEND_PRIORITY")
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--bursts", type=int, default=4)
     p.add_argument("--model", default=None)
     args = p.parse_args()
-    priorities = args.priorities.split(",")
-    # A setting named twice gets a server each (an A/A run shows what placement alone changes).
-    names = [f"{v}#{i}" if priorities.count(v) > 1 else v for i, v in enumerate(priorities)]
+    values = args.values.split(",")
+    names = [f"{v}#{i}" if values.count(v) > 1 else v for i, v in enumerate(values)]
     concs = [int(x) for x in args.concurrency.split(",")]
     servers = {}
     try:
-        for name, priority in zip(names, priorities):
-            overhead.SERVER_ENV = dict(os.environ, FD_FRONTEND_PRIORITY=priority)
+        for name, value in zip(names, values):
+            overhead.SERVER_ENV = dict(os.environ, **{args.variable: value})
             servers[name] = overhead.start_server(args.model, ["--max-num-seqs", "16"])
         admission = {name: run_async(burst_ms(url, args.bursts)) for name, (_, url) in servers.items()}
         tok_s = {(name, c): [] for name in names for c in concs}

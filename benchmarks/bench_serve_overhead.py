@@ -7,7 +7,7 @@ run drives `fdcli_engine.api.LLM`'s engine and output processor with the same cl
 tokens/s of both (medians) and the ratio (server / in-process; 1.0 = no overhead).
 
 Load order: a process loaded later ran faster here. Three identical servers (bench_frontend_priority.py
---priorities normal,normal,normal, started one after another) served 1.00 / 1.02 / 1.09 at concurrency 1
+--values normal,normal,normal, started one after another) served 1.00 / 1.02 / 1.09 at concurrency 1
 and 1.00 / 1.20 / 1.29 at 16, in the order they were loaded. So whichever side is loaded second would win.
 The benchmark runs in two halves: first the server is loaded before the in-process engine, then a new server
 is started after it; each half runs --repeats alternated pairs of every load. The ratio is the geometric
