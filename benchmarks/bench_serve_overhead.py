@@ -217,10 +217,16 @@ def measure_half(sides: Sides, loads, half: int, results: dict) -> None:
     """--repeats alternated pairs of every load; results[(length, c)] collects the runs of both halves."""
     args = sides.args
     for length, c in loads:
-        res = results.setdefault((length, c), {"pairs": ([], []), "server": [], "engine": [], "tokens": {}})
-        res["tokens"].setdefault("server", 0)
-        res["tokens"].setdefault("engine", 0)
-        cpu = res.setdefault("cpu", {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0})
+        res = results.setdefault(
+            (length, c),
+            {
+                "pairs": ([], []),  # server / in-process of each pair, per half
+                "server": [],
+                "engine": [],
+                "tokens": {"server": 0, "engine": 0},
+                "cpu": {"front_end": 0.0, "core": 0.0, "client": 0.0, "engine": 0.0},
+            },
+        )
         # Fresh prompts for every repeat (and none shared with the warm-up): both sides cache prefixes,
         # and a prompt seen before would skip its prefill.
         seed = length * 100 + c + 10_000 * half
@@ -232,7 +238,7 @@ def measure_half(sides: Sides, loads, half: int, results: dict) -> None:
         tok_s = {}
         for r in range(args.repeats):
             for side in ("server", "engine") if r % 2 == 0 else ("engine", "server"):
-                tok_s[side], n = sides.measure(side, sets[r], c, cpu)
+                tok_s[side], n = sides.measure(side, sets[r], c, res["cpu"])
                 res[side].append(tok_s[side])
                 res["tokens"][side] += n
             res["pairs"][half].append(tok_s["server"] / tok_s["engine"])
