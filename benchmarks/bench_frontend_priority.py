@@ -104,7 +104,7 @@ def main() -> None:
 
     base = names[0]
     print(
-        f"{'priority':>9} {'admission ms':>13}"
+        f"{'value':>9} {'admission ms':>13}"
         + "".join(f" {'c' + str(c) + ' tok/s (ratio)':>20}" for c in concs)
     )
     for name in names:
