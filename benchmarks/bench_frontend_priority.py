@@ -1,8 +1,8 @@
 """What `fd serve`'s front-end priority (FD_FRONTEND_PRIORITY) costs and buys, measured in one run; any
 other variable of the server's environment with --variable (e.g. FD_CPU_OMP_THREADS_BIND --values auto,nobind).
 
-One server per setting is loaded at once, and each is measured
-in turn, the order alternating between repeats, so a change in the machine's load hits all alike:
+One server per setting is loaded at once, and each is measured in turn (for throughput, in an order that
+alternates between repeats), so a change in the machine's load hits all alike:
 - admission: while one stream decodes alone, 15 short requests (32-token prompts, 2 output tokens) are
   sent at once; the time until all are answered (median over --bursts). A front end that yields to the
   engine's threads answers late, because those threads are runnable through every step;
