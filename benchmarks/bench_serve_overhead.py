@@ -130,13 +130,13 @@ def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.
         cmd += ["--model", model]
     # Every CPU this process was given: a server started after the in-process engine has pinned this
     # thread to one CPU would inherit that one CPU.
-    cpus = set(allowed_cpus()) or os.sched_getaffinity(0)
+    cpus = set(allowed_cpus())  # empty where the OS has no affinity: nothing to reset
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=SERVER_ENV,
-        preexec_fn=lambda: os.sched_setaffinity(0, cpus),
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     )
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, "fd serve", 300)

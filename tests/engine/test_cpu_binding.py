@@ -85,14 +85,20 @@ print(json.dumps({"backend": ops.backend, "allowed": allowed, "bound": bound, "t
 """
 
 
-def _run_child(threads: int, bind: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "FD_CPU_OMP_THREADS_BIND": bind}
-    env.pop("FD_KERNELS", None)
+def _child_json(code: str, *argv: str, **popen) -> dict:
+    """Run `code` in a fresh interpreter (placement changes the process that makes it); its last line of
+    stdout, as JSON."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", code, *argv], cwd=REPO, capture_output=True, text=True, timeout=600, **popen
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_child(threads: int, bind: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "FD_CPU_OMP_THREADS_BIND": bind}
+    env.pop("FD_KERNELS", None)
+    return _child_json(CHILD, env=env)
 
 
 def test_engine_threads_are_pinned_one_per_cpu():
@@ -138,14 +144,5 @@ _POLICY, _NICE = os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
     ],
 )
 def test_place_front_end_sets_every_thread(priority, started_nice, policy, nice):
-    out = subprocess.run(
-        [sys.executable, "-c", PLACE_CHILD, priority],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=lambda: os.nice(started_nice - _NICE),
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    r = json.loads(out.stdout)
+    r = _child_json(PLACE_CHILD, priority, preexec_fn=lambda: os.nice(started_nice - _NICE))
     assert r["threads"] >= 2 and r["policy"] == [policy] and r["nice"] == [nice]
