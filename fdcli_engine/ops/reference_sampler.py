@@ -1,4 +1,4 @@
-"""Reference (numpy) of the batched sampler op `sample`: the oracle for fd_kernels' fused `fd_sample`, and
+"""Reference (numpy) of the batched sampler op `sample`: the oracle for fd_kernels' fused sampler (`fd_sample_host`), and
 the engine's sampler when the C++ kernels are unavailable. Row by row, on the host:
 
 1. penalties on a copy of the logits: repetition over the distinct prompt and output tokens (x / r where

@@ -98,6 +98,15 @@ def load(verbose: bool = False) -> tuple[str, ...]:
     return _loaded
 
 
+def library_path() -> str:
+    """The shared library `load()` registered (its plain C entry points are called through ctypes)."""
+    load()
+    library = _find_library(build_dir())
+    if library is None:
+        raise KernelBuildError(f"the kernel library vanished from {build_dir()}")
+    return library
+
+
 def _load(verbose: bool) -> tuple[str, ...]:
     base = build_dir()
     library = _find_library(base)

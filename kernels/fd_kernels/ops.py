@@ -17,6 +17,7 @@ import paddle
 from paddle.utils.dlpack import from_dlpack
 
 from fd_kernels import packing
+from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
 
 _ext = None  # names of the registered ops once loaded
@@ -281,29 +282,63 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
         raise _bad_input(exc) from None
 
 
-def _host_view(a: np.ndarray, dtype) -> paddle.Tensor:
-    """A zero-copy Paddle view of a numpy array (a copy only if it is not contiguous or of another dtype)."""
-    return paddle.utils.dlpack.from_dlpack(np.ascontiguousarray(a, dtype=dtype))
+_sample_host = None  # the library's fd_sample_host through ctypes, bound on first use
+_SAMPLE_PARAMS, _SAMPLE_META = 7, 4  # sampler.h: kNumSampleParams, kNumSampleMeta
+
+
+def _bind_sample_host():
+    global _sample_host
+    if _sample_host is None:
+        fn = ctypes.CDLL(_library_path()).fd_sample_host
+        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
+        fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ptr, i64, ctypes.c_int32, ptr]
+        fn.restype = i64
+        _sample_host = fn
+    return _sample_host
+
+
+def _host_array(a, dtype, ndim: int, name: str) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if a.ndim != ndim:
+        raise ValueError(f"sample: {name} must be a {ndim}-D array, got shape {a.shape}")
+    return a
 
 
 def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.ndarray:
     """The fused sampler (csrc/sampler_impl.h) on numpy inputs; semantics and layout in
-    fdcli_engine.ops.reference_sampler. Returns int64 [B]."""
-    if ids.size == 0:  # a zero-size tensor has no data pointer to hand over
-        ids = np.zeros(1, dtype=np.int64)
-    try:
-        out = _run(
-            "fd_sample",
-            _host_view(logits, np.float32),
-            _host_view(params, np.float64),
-            _host_view(ids, np.int64),
-            _host_view(meta, np.int64),
-            _host_view(uniforms, np.float64),
-            bool(rejection),
-        )[0]
-    except OSError as exc:
-        raise _bad_input(exc) from None
-    return out.numpy()
+    fdcli_engine.ops.reference_sampler. Returns int64 [B]. Called through ctypes, not as a Paddle op
+    (csrc/sampler_ops.cc says why)."""
+    logits = _host_array(logits, np.float32, 2, "logits")
+    params = _host_array(params, np.float64, 2, "params")
+    ids = _host_array(ids, np.int64, 1, "ids")
+    meta = _host_array(meta, np.int64, 2, "meta")
+    uniforms = _host_array(uniforms, np.float64, 2, "uniforms")
+    rows, vocab = logits.shape
+    if vocab == 0:
+        raise ValueError("sample: empty vocabulary")
+    if params.shape != (rows, _SAMPLE_PARAMS):
+        raise ValueError(f"sample: params must be [rows, {_SAMPLE_PARAMS}], got {params.shape}")
+    if meta.shape != (rows, _SAMPLE_META):
+        raise ValueError(f"sample: meta must be [rows, {_SAMPLE_META}], got {meta.shape}")
+    if uniforms.shape[0] != rows or uniforms.shape[1] < 1:
+        raise ValueError(f"sample: uniforms must be [rows, >= 1], got {uniforms.shape}")
+    out = np.empty(rows, dtype=np.int64)
+    bad = _bind_sample_host()(
+        logits.ctypes.data,
+        rows,
+        vocab,
+        params.ctypes.data,
+        ids.ctypes.data,
+        ids.size,
+        meta.ctypes.data,
+        uniforms.ctypes.data,
+        uniforms.shape[1],
+        int(bool(rejection)),
+        out.ctypes.data,
+    )
+    if bad >= 0:
+        raise ValueError(f"sample: row {bad} has ids outside the ids tensor")
+    return out
 
 
 # ---- encoder (BERT) ops: csrc/encoder_kernels.cc, glue in csrc/encoder_ops.cc

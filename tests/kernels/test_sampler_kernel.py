@@ -1,4 +1,4 @@
-"""The fused sampler kernel (fd_sample) against its numpy reference (fdcli_engine.ops.reference_sampler).
+"""The fused sampler kernel (fd_sample_host) against its numpy reference (fdcli_engine.ops.reference_sampler).
 
 Greedy rows must match exactly. A sampled row is the same draw on both sides (same uniforms), but the two
 sum probabilities in different orders, so a token whose cumulative mass lies within float rounding of u
