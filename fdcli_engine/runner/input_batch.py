@@ -21,8 +21,13 @@ class ModelInputs:
     prompt_rows: np.ndarray
 
 
+_CPU = paddle.CPUPlace()
+
+
 def _tensor(a: np.ndarray) -> paddle.Tensor:
-    return paddle.to_tensor(a, place=paddle.CPUPlace())
+    # A copy, as paddle.to_tensor makes, without its argument handling: 11 against 16 us a call here, six
+    # calls a step.
+    return paddle.Tensor(a, _CPU)
 
 
 def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInputs:
