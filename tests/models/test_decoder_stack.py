@@ -6,7 +6,7 @@ states and KV caches must be bit-identical (np.array_equal), on tiny random Llam
 Qwen3 (q/k norm) checkpoints, fp32 / wint8 / wint4 / GGUF weights, fp32, bf16 and int8 (C8) caches,
 through prefill, mixed prefill+decode and decode steps whose prompt-row masks (bf16 prompt rows on AMX
 CPUs) take every path of the gemm dispatch: all rows, many (AMX tiles) or few (AVX-512) prompt rows, and
-none. (The per-op loop's own oracle is the reference ops: tests/engine/test_kv_cache_int8.py.)
+none. (The per-op loop's own oracle is the reference ops: tests/engine/test_kv_cache_dtypes.py.)
 """
 
 from __future__ import annotations
