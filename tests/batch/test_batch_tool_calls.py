@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import chat_line, read_jsonl, write_jsonl
+from batch_helpers import chat_line, read_jsonl, write_jsonl
 from fake_engine import FakeEngine
 
 from fdcli_engine.entrypoints.batch import BatchOptions, run_batch

@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import (
+from batch_helpers import (
     ENGINE_ARGS,
     REPO,
     chat_line,

@@ -9,7 +9,16 @@ import signal
 import subprocess
 import time
 
-from conftest import REPO, cli_args, completion_line, core_pids, is_gone, read_jsonl, run_cli, write_jsonl
+from batch_helpers import (
+    REPO,
+    cli_args,
+    completion_line,
+    core_pids,
+    is_gone,
+    read_jsonl,
+    run_cli,
+    write_jsonl,
+)
 
 from fdcli_engine.entrypoints.batch.files import partial_path
 

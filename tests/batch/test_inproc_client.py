@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import completion_line, write_jsonl
+from batch_helpers import completion_line, write_jsonl
 from fake_engine import CharTokenizer
 
 from fdcli_engine.api.async_llm import EngineDeadError

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, chat_line, completion_line, write_jsonl
+from batch_helpers import REPO, chat_line, completion_line, write_jsonl
 
 NUM_LINES = 20_000
 PROMPT_CHARS = 2_400

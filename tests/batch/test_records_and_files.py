@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import chat_line, write_jsonl
+from batch_helpers import chat_line, write_jsonl
 
 from fdcli_engine.entrypoints.batch.files import (
     DuplicateIdsError,

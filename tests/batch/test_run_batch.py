@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import chat_line, cli_args, completion_line, read_jsonl, run_cli, write_jsonl
+from batch_helpers import chat_line, cli_args, completion_line, read_jsonl, run_cli, write_jsonl
 
 from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
 from fdcli_engine.entrypoints.batch.files import partial_path

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import completion_line, read_jsonl, write_jsonl
+from batch_helpers import completion_line, read_jsonl, write_jsonl
 from fake_engine import FakeEngine
 
 from fdcli_engine.entrypoints.batch.files import OutputWriter, partial_path

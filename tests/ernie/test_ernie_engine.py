@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import DENSE, MOE
+from ernie_archs import DENSE, MOE
 from test_ernie_models import PROMPT, hf_logits
 from test_paddle_layout import to_paddle_layout
 from tiny_models import PagedRunner, load_fd_model, load_hf_model

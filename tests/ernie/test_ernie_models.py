@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import DENSE, MOE
+from ernie_archs import DENSE, MOE
 from tiny_models import PagedRunner, load_hf_model
 
 from fdcli_engine.config import EngineConfig

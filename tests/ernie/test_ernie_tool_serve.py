@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import DENSE
+from ernie_archs import DENSE
 from server.fd_server import REPO, free_port, start_server
 from test_ernie_tool_calls import HISTORY, TEMPLATE, TOOLS, USER
 from typer.testing import CliRunner

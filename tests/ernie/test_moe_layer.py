@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from conftest import MOE
+from ernie_archs import MOE
 from test_ernie_models import PROMPT, build_fd
 from tiny_models import PagedRunner
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import MOE
+from ernie_archs import MOE
 from test_ernie_models import PROMPT, build_fd, hf_logits
 from tiny_models import PagedRunner, load_hf_model
 

@@ -19,7 +19,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import DENSE, MOE
+from ernie_archs import DENSE, MOE
 from safetensors.numpy import save_file
 from test_ernie_models import PROMPT, build_fd
 from tiny_models import PagedRunner

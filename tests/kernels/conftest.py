@@ -30,9 +30,3 @@ def ref():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
-
-
-def to_pd(a):
-    import paddle
-
-    return paddle.to_tensor(np.ascontiguousarray(a))

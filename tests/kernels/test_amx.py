@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 from fdcli_engine.step_types import AttentionMetadata
 

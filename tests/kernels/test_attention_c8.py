@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 from test_attention import CASES, make_batch
 
 

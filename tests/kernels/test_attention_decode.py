@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 from test_attention import bf16_caches, check_bf16_against_fp32_kernel, make_batch
 from test_attention_c8 import np_quantize
 

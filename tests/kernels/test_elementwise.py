@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 
 @pytest.mark.parametrize("t,h", [(1, 576), (7, 33), (64, 17), (300, 576)])

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 
 def packed_qkv(rng, lens, nh, hd, *, fused=True, spread=1.0):

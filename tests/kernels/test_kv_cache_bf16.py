@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 
 def np_bf16(x: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 SHAPES = [(1, 1, 1), (1, 576, 1536), (3, 37, 45), (13, 100, 33), (16, 64, 96), (31, 128, 70), (130, 576, 200)]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import to_pd
+from kernel_helpers import to_pd
 
 TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
 # Row counts around the kernel's row blocks (3 rows; 1 row takes 3-panel items), N around its 16-column
