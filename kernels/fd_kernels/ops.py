@@ -19,6 +19,7 @@ from paddle.utils.dlpack import from_dlpack
 from fd_kernels import packing
 from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
+from fdcli_engine.ops import reference_sampler
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
@@ -283,7 +284,8 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
 
 
 _sample_host = None  # the library's fd_sample_host through ctypes, bound on first use
-_SAMPLE_PARAMS, _SAMPLE_META = 7, 4  # sampler.h: kNumSampleParams, kNumSampleMeta
+# The row layout sampler.h's kNumSampleParams / kNumSampleMeta mirror, defined once, by the reference.
+_SAMPLE_PARAMS, _SAMPLE_META = len(reference_sampler.PARAM_COLUMNS), len(reference_sampler.META_COLUMNS)
 
 
 def _bind_sample_host():
