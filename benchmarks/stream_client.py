@@ -119,14 +119,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(proc: subprocess.Popen, url: str, name: str, seconds: float) -> None:
-    """Polls `url`/ready until it answers 200; exits (killing `proc`) if it dies or `seconds` pass."""
+def wait_ready(proc: subprocess.Popen, url: str, name: str, seconds: float, path: str = "/ready") -> None:
+    """Polls `url` + `path` until it answers 200; exits (killing `proc`) if it dies or `seconds` pass."""
     import httpx
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
