@@ -3,13 +3,14 @@ counts what the official SDK counts, and it rejects every stream that is not com
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
 from fd_server import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from stream_client import StreamError, _check_events, run, stream_completion  # noqa: E402
+from stream_client import StreamError, _check_events, run, stream_completion, wait_ready  # noqa: E402
 
 
 def _body(**kw) -> dict:
@@ -61,3 +62,17 @@ def test_well_formed_stream_counts_every_choice():
         b"data: [DONE]\n\n"
     )
     assert _check_events(body, 3) == 3
+
+
+def test_wait_ready_polls_the_given_path(server):
+    """bench_vs_llamacpp.py waits on /v1/models for llama.cpp (no /ready there): the path is honoured, and a
+    path that never answers 200 (here 401: no API key) ends in SystemExit with the process killed."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        wait_ready(proc, server.url, "the test server", 5, "/health")
+        assert proc.poll() is None
+        with pytest.raises(SystemExit, match="did not become ready"):
+            wait_ready(proc, server.url, "the test server", 1, "/v1/models")
+        assert proc.wait(5) != 0
+    finally:
+        proc.kill()
