@@ -1,6 +1,6 @@
 """`fd serve` against llama.cpp's server on the same GGUF file, same load, one run, with ratios.
 
-Load (issue #3's): N streaming completions with random-token prompts of 128 and 512 tokens, 128 output
+Load (the serve benchmark's): N streaming completions with random-token prompts of 128 and 512 tokens, 128 output
 tokens each (ignore_eos), at concurrency 1, 4 and 16, measured by `fd bench serve` on both servers. Both
 servers stay up for the whole run and the loads alternate between them (fd first on even repeats,
 llama.cpp first on odd ones), so both see the same machine: on this VM the speed drifts by a third within
@@ -15,9 +15,10 @@ same thread count as fd's engine (--threads, default: the CPUs this process may 
 anything else (repeatable, e.g. --llama-arg=--no-repack).
 
 On this machine (AMX-INT8 CPU in a Firecracker VM) llama.cpp built with GGML_NATIVE dies with SIGILL in
-its AMX matmul (tinygemm_kernel_amx) on the first decode; `--no-repack` turns its AMX buffers off, and
-for Q4_1 weights it then runs its AVX-512 VNNI kernels. llama-cpp-python 0.3.36 built the same way
-segfaults in llama_decode the same way.
+its AMX matmul (tinygemm_kernel_amx) on any batch of more than one row, so its server dies in its warm-up;
+`--no-repack` turns its AMX buffers off, and Q4_1 weights then run on its AVX-512 VNNI dot products.
+llama-cpp-python 0.3.36 built the same way segfaults in llama_decode on the first prompt (not
+investigated further). A server that exits or never gets ready ends the run with its log's last lines.
 
 For fd against transformers (in-process, torch CPU) see bench_engine.py.
 
@@ -59,7 +60,11 @@ def start(make_cmd, log: Path, name: str, ready_path: str) -> tuple[subprocess.P
     port = free_port()
     proc = subprocess.Popen(make_cmd(port), stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    wait_ready(proc, url, name, 600, ready_path)
+    try:
+        wait_ready(proc, url, name, 600, ready_path)
+    except SystemExit as e:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise SystemExit(f"{e}; the last lines of {log}:\n{tail}") from None
     return proc, url
 
 
