@@ -19,7 +19,6 @@ from paddle.utils.dlpack import from_dlpack
 from fd_kernels import packing
 from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
-from fdcli_engine.ops import reference_sampler
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
@@ -284,13 +283,22 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
 
 
 _sample_host = None  # the library's fd_sample_host through ctypes, bound on first use
-# The row layout sampler.h's kNumSampleParams / kNumSampleMeta mirror, defined once, by the reference.
-_SAMPLE_PARAMS, _SAMPLE_META = len(reference_sampler.PARAM_COLUMNS), len(reference_sampler.META_COLUMNS)
+_SAMPLE_PARAMS = _SAMPLE_META = None  # the row layout's widths, read from the reference on first use
 
 
 def _bind_sample_host():
-    global _sample_host
+    # The row layout sampler.h's kNumSampleParams / kNumSampleMeta mirror is defined once, by the
+    # reference. Imported here, not at module level: fdcli_engine.ops binds this module's ops when it is
+    # imported, so a module-level import would make `from fd_kernels import ops` (before the engine) a
+    # circular import that leaves the whole process on the reference ops.
+    global _sample_host, _SAMPLE_PARAMS, _SAMPLE_META
     if _sample_host is None:
+        from fdcli_engine.ops import reference_sampler  # noqa: PLC0415
+
+        _SAMPLE_PARAMS, _SAMPLE_META = (
+            len(reference_sampler.PARAM_COLUMNS),
+            len(reference_sampler.META_COLUMNS),
+        )
         fn = ctypes.CDLL(_library_path()).fd_sample_host
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ptr, i64, ctypes.c_int32, ptr]
@@ -310,6 +318,7 @@ def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.n
     """The fused sampler (csrc/sampler_impl.h) on numpy inputs; semantics and layout in
     fdcli_engine.ops.reference_sampler. Returns int64 [B]. Called through ctypes, not as a Paddle op
     (csrc/sampler_ops.cc says why)."""
+    host = _bind_sample_host()
     logits = _host_array(logits, np.float32, 2, "logits")
     params = _host_array(params, np.float64, 2, "params")
     ids = _host_array(ids, np.int64, 1, "ids")
@@ -325,7 +334,7 @@ def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.n
     if uniforms.shape[0] != rows or uniforms.shape[1] < 1:
         raise ValueError(f"sample: uniforms must be [rows, >= 1], got {uniforms.shape}")
     out = np.empty(rows, dtype=np.int64)
-    bad = _bind_sample_host()(
+    bad = host(
         logits.ctypes.data,
         rows,
         vocab,

@@ -89,6 +89,20 @@ def test_engine_op_table_binds_native_ops(native):
         engine_ops.use(previous)
 
 
+def test_importing_the_kernels_first_still_gives_the_engine_native_ops(native):
+    # fdcli_engine.ops binds fd_kernels.ops when it is imported; fd_kernels.ops must therefore not import
+    # fdcli_engine.ops at its top, or importing it first (benchmarks, users' scripts) is a circular
+    # import that silently leaves the whole process on the reference ops.
+    code = (
+        "import fd_kernels.ops\nimport fdcli_engine.ops as o\nprint(o.backend, o.decoder_stack is not None)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FD_KERNELS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["native", "True"], proc.stdout + proc.stderr[-2000:]
+    assert "unavailable" not in proc.stderr
+
+
 def test_unwritable_cache_is_a_kernel_build_error(monkeypatch, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
