@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fdcli.bench import http1
 from fdcli.bench.client import BackendConfig, send_request
 from fdcli.bench.datasets import SampleRequest
 from fdcli.bench.metrics import RequestRecord
@@ -94,12 +95,32 @@ def wait_ready(base_url: str, headers: dict, timeout: float, sleep=time.sleep) -
             sleep(READY_POLL_S)
 
 
-def _client(cfg: BackendConfig, max_concurrency: int | None):
-    import httpx
+class BenchClient:
+    """What send_request calls: `stream()` and `post()`. Streams to a plain-http server go through
+    http1.Pool (a fraction of httpx's CPU per streamed token, see there); https, proxied URLs and the
+    non-streamed embeddings requests through httpx."""
 
-    # httpx caps a pool at 100 connections by default, which would silently cap concurrency.
-    limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-    return httpx.AsyncClient(timeout=httpx.Timeout(cfg.request_timeout), limits=limits)
+    def __init__(self, cfg: BackendConfig, max_concurrency: int | None) -> None:
+        import httpx
+
+        # httpx caps a pool at 100 connections by default, which would silently cap concurrency.
+        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
+        self.httpx = httpx.AsyncClient(timeout=httpx.Timeout(cfg.request_timeout), limits=limits)
+        self.pool = http1.Pool() if http1.use_for(cfg.url) else None
+
+    def stream(self, method: str, url: str, **kwargs):
+        return (self.pool or self.httpx).stream(method, url, **kwargs)
+
+    def post(self, url: str, **kwargs):
+        return self.httpx.post(url, **kwargs)
+
+    async def __aenter__(self) -> BenchClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.pool is not None:
+            await self.pool.aclose()
+        await self.httpx.aclose()
 
 
 async def _warmup(client, cfg, requests, traffic, tokenizer, state: RunState) -> None:
@@ -125,7 +146,7 @@ async def run_benchmark(
     clock=time.perf_counter,
 ) -> RunState:
     sem = asyncio.Semaphore(traffic.max_concurrency) if traffic.max_concurrency else None
-    async with _client(cfg, traffic.max_concurrency) as client:
+    async with BenchClient(cfg, traffic.max_concurrency) as client:
         await _warmup(client, cfg, requests, traffic, tokenizer, state)
         if traffic.num_warmups and len(state.warmup_errors) == traffic.num_warmups:
             raise ServerNotReady(f"every warmup request failed; first error: {state.warmup_errors[0]}")

@@ -6,7 +6,6 @@ during the run still prints (and saves) the summary of the requests that finishe
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import sys
@@ -21,6 +20,7 @@ from fdcli.bench.results import REDACTED, build_result, record_to_dict, redact_h
 from fdcli.bench.runner import RunState, TrafficConfig, run_benchmark, wait_ready
 from fdcli.bench.tokenize import default_tokenizer_path, load_tokenizer
 from fdcli.bench.traffic import arrival_offsets
+from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.errors import ConfigError
 
 EXIT_INTERRUPTED = 130
@@ -197,7 +197,8 @@ def _run_with_progress(cfg, requests, traffic, tokenizer, state: RunState, show:
             bar.update(task, advance=1, failed=failed[0])
 
         try:
-            asyncio.run(run_benchmark(cfg, requests, traffic, state, tokenizer, on_done))
+            with event_loop_runner() as runner:
+                runner.run(run_benchmark(cfg, requests, traffic, state, tokenizer, on_done))
         except KeyboardInterrupt:
             return True
     return False

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from fdcli_engine.entrypoints.openai.api_server import _event_loop_runner, http_protocol, uvicorn_config
+from fdcli_engine.entrypoints.event_loop import event_loop_runner
+from fdcli_engine.entrypoints.openai.api_server import http_protocol, uvicorn_config
 from fdcli_engine.entrypoints.openai.server_state import ServerArgs
 
 
@@ -19,7 +20,7 @@ async def _loop_module() -> str:
 def test_uses_uvloop_and_httptools_when_installed():
     pytest.importorskip("uvloop")
     pytest.importorskip("httptools")
-    with _event_loop_runner() as runner:
+    with event_loop_runner() as runner:
         assert runner.run(_loop_module()).startswith("uvloop")
     assert http_protocol() == "httptools"
     config = uvicorn_config(object(), ServerArgs())
@@ -31,7 +32,7 @@ def test_falls_back_to_asyncio_and_h11(monkeypatch):
     # A None entry in sys.modules makes `import name` raise ImportError, as when it is not installed.
     monkeypatch.setitem(sys.modules, "uvloop", None)
     monkeypatch.setitem(sys.modules, "httptools", None)
-    with _event_loop_runner() as runner:
+    with event_loop_runner() as runner:
         assert runner.run(_loop_module()).startswith("asyncio")
     assert http_protocol() == "h11"
     config = uvicorn_config(object(), ServerArgs())

@@ -19,6 +19,7 @@ from pathlib import Path
 import uvicorn
 
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.entrypoints.openai.server_app import build_app
 from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
 from fdcli_engine.errors import ConfigError
@@ -203,17 +204,6 @@ def http_protocol() -> str:
     return "httptools"
 
 
-def _event_loop_runner() -> asyncio.Runner:
-    """uvloop's event loop when it is installed (uvicorn's own `loop="auto"` choice, which does not apply
-    here because the loop is ours): its callbacks, timers and socket writes cost the front end less CPU
-    per streamed token. Otherwise asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
-
-
 def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = True, **hooks) -> int:
     """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd %(levelname)s %(message)s")
@@ -227,7 +217,7 @@ def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = T
         get_parser_cls(args.reasoning_parser)  # unknown parser: ConfigError now, not at the first request
         check_tool_options(args)
         placement = front_end_placement(engine_config.num_threads)
-        with _event_loop_runner() as runner:
+        with event_loop_runner() as runner:
             return runner.run(serve_async(engine_config, args, sock, placement, **hooks))
     finally:
         sock.close()
