@@ -17,7 +17,7 @@ static inline void round_row_bf16(const float* x, int64_t n, uint16_t* out) {
 
 static void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc,
                                    const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
-  for_each_cache_row(slots, t, nkv, bs, hd, false, [&](int64_t src, int64_t row) {
+  for_each_cache_row(slots, t, nkv, bs, hd, t * nkv * hd >= (1 << 16), [&](int64_t src, int64_t row) {
     round_row_bf16(k + src, hd, kc + row * hd);
     round_row_bf16(v + src, hd, vc + row * hd);
   });

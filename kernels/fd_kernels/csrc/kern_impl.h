@@ -251,7 +251,8 @@ static void rotary_embedding(const int64_t* pos, float* q, float* k, const float
 
 // Calls put(src, row) for every token r and KV head h whose slot is not padding (slot < 0): src indexes
 // the new K/V [T, nkv, hd] at (r, h), row the cache's (block, head, offset) rows [num_blocks, nkv, bs].
-// Every cache dtype writes through it; a token's row depends on that token alone.
+// Every cache dtype writes through it; a token's row depends on that token alone. Each token has its own
+// slot, so a prefill-sized step (t * nkv * hd >= 2^16) splits the tokens over the threads.
 template <class Put>
 static inline void for_each_cache_row(const int64_t* slots, int64_t t, int64_t nkv, int64_t bs, int64_t hd,
                                       bool parallel, Put put) {
@@ -266,7 +267,7 @@ static inline void for_each_cache_row(const int64_t* slots, int64_t t, int64_t n
 
 static void reshape_and_cache(const float* k, const float* v, float* kc, float* vc, const int64_t* slots,
                               int64_t t, int64_t nkv, int64_t bs, int64_t hd) {
-  for_each_cache_row(slots, t, nkv, bs, hd, false, [&](int64_t src, int64_t row) {
+  for_each_cache_row(slots, t, nkv, bs, hd, t * nkv * hd >= (1 << 16), [&](int64_t src, int64_t row) {
     std::memcpy(kc + row * hd, k + src, hd * sizeof(float));
     std::memcpy(vc + row * hd, v + src, hd * sizeof(float));
   });
