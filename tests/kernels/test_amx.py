@@ -67,14 +67,25 @@ def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
     assert np.abs(y - y32).max() > 1e-4 * np.abs(y32).max()
 
 
+def _mask(rng, m: int, layout: str) -> np.ndarray:
+    if layout == "scattered":  # rows of both kinds interleaved: gathered, computed, scattered back
+        mask = rng.random(m) < 0.6
+        mask[0], mask[-1] = True, False
+        return mask
+    # A serving step: the running requests' generated-token rows, then new prompts (or the reverse):
+    # each kind is one run of rows, computed in place.
+    mask = np.arange(m) >= m // 3
+    return mask if layout == "generated-first" else ~mask
+
+
 @pytest.mark.parametrize("kind", ["wint4", "Q4_1"])
 @pytest.mark.parametrize("m", [2, 40, 97])
-def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, kind, m):
+@pytest.mark.parametrize("layout", ["scattered", "generated-first", "prompts-first"])
+def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, kind, m, layout):
     k, n = 192, 130
     lw, _ = _weight(native, rng, kind, k, n)
     x = rng.standard_normal((m, k), dtype=np.float32)
-    mask = rng.random(m) < 0.6
-    mask[0], mask[-1] = True, False
+    mask = _mask(rng, m, layout)
     native.set_prompt_rows(mask)
     y = native.linear(to_pd(x), lw).numpy()
     native.set_prompt_rows(np.ones(m, dtype=bool))

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "dispatch.h"
@@ -104,31 +105,45 @@ static void gemm_bf16(const GemmArgs& g) {
   isa_avx512::gemm(b);
 }
 
+// The rows of g whose prompt flag is `prompt` through `path`. A serving step is mostly the running
+// requests' generated-token rows followed by new prompts, so each kind is usually one run of consecutive
+// rows, computed in place; scattered rows are gathered into scratch first and their results scattered
+// back. A row's result depends on that row alone, so both ways compute the same numbers.
+static void gemm_rows(const GemmArgs& g, const uint8_t* prompt_rows, bool prompt, void (*path)(const GemmArgs&)) {
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < g.m; ++r)
+    if ((prompt_rows[r] != 0) == prompt) rows.push_back(r);
+  const int64_t m = (int64_t)rows.size();
+  GemmArgs s = g;
+  s.m = m;
+  if (rows.back() - rows.front() + 1 == m) {
+    s.a = g.a + rows.front() * g.lda;
+    s.c = g.c + rows.front() * g.n;
+    return path(s);
+  }
+  // Uninitialized: every element is written before it is read. Copies split over the threads, since
+  // a mixed prefill step moves megabytes here (serial copies into zeroed vectors made a step of 15
+  // prompts and one generated token 40-70% slower than one of 16 prompts).
+  std::unique_ptr<float[]> a(new float[m * g.k]), c(new float[m * g.n]);
+  const bool big = m * (g.k + g.n) >= (1 << 16);
+#pragma omp parallel for schedule(static) if (big)
+  for (int64_t i = 0; i < m; ++i) std::memcpy(&a[i * g.k], g.a + rows[i] * g.lda, g.k * sizeof(float));
+  s.a = a.get();
+  s.lda = g.k;
+  s.c = c.get();
+  path(s);
+#pragma omp parallel for schedule(static) if (big)
+  for (int64_t i = 0; i < m; ++i) std::memcpy(g.c + rows[i] * g.n, &c[i * g.n], g.n * sizeof(float));
+}
+
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
   if (active_isa() != 3 || g.kind == kF32 || !prompt_rows || g.m == 0) return gemm_fp32(g);
-  std::vector<int64_t> order;  // prompt rows first, then the others
-  order.reserve(g.m);
-  for (int64_t r = 0; r < g.m; ++r)
-    if (prompt_rows[r]) order.push_back(r);
-  const int64_t np = (int64_t)order.size();
+  int64_t np = 0;
+  for (int64_t r = 0; r < g.m; ++r) np += prompt_rows[r] != 0;
   if (np == 0) return gemm_fp32(g);
   if (np == g.m) return gemm_bf16(g);
-  for (int64_t r = 0; r < g.m; ++r)
-    if (!prompt_rows[r]) order.push_back(r);
-  // Mixed batch: gather the two kinds of rows, run each path, scatter the results back.
-  std::vector<float> a(g.m * g.k), c(g.m * g.n);
-  for (int64_t i = 0; i < g.m; ++i) std::memcpy(&a[i * g.k], g.a + order[i] * g.lda, g.k * sizeof(float));
-  GemmArgs gp = g, gd = g;
-  gp.a = a.data();
-  gp.lda = gd.lda = g.k;
-  gp.m = np;
-  gp.c = c.data();
-  gd.a = a.data() + np * g.k;
-  gd.m = g.m - np;
-  gd.c = c.data() + np * g.n;
-  gemm_bf16(gp);
-  gemm_fp32(gd);
-  for (int64_t i = 0; i < g.m; ++i) std::memcpy(g.c + order[i] * g.n, &c[i * g.n], g.n * sizeof(float));
+  gemm_rows(g, prompt_rows, true, gemm_bf16);
+  gemm_rows(g, prompt_rows, false, gemm_fp32);
 }
 
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {
