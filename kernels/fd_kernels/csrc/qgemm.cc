@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include "kernels.h"
 

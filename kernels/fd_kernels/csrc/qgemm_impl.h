@@ -255,14 +255,15 @@ constexpr int kQMaxRows = kQMaxRowsPortable;
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
-  std::vector<int8_t> hi(m * k), lo(m * k);
-  std::vector<float> d(m * nb), s(m * nb);
-  std::vector<int32_t> sq(m * nb);
+  // Uninitialized: quantize_row writes every element (zeroing them first was a serial pass over 2.6 bytes
+  // per activation, with the other threads idle, in prompt-sized GEMMs on CPUs without AMX).
+  std::unique_ptr<int8_t[]> hi(new int8_t[m * k]), lo(new int8_t[m * k]);
+  std::unique_ptr<float[]> d(new float[m * nb]), s(new float[m * nb]);
+  std::unique_ptr<int32_t[]> sq(new int32_t[m * nb]);
   const bool big = m * k >= (1 << 16);
 #pragma omp parallel for schedule(static) if (big)
-  for (int64_t r = 0; r < m; ++r)
-    quantize_row(g.a, g.lda, r, k, hi.data(), lo.data(), d.data(), s.data(), sq.data());
-  const QAct x{hi.data(), lo.data(), d.data(), s.data(), sq.data(), k, nb};
+  for (int64_t r = 0; r < m; ++r) quantize_row(g.a, g.lda, r, k, hi.get(), lo.get(), d.get(), s.get(), sq.get());
+  const QAct x{hi.get(), lo.get(), d.get(), s.get(), sq.get(), k, nb};
   const int64_t panels = (g.n + kQNR - 1) / kQNR;
   const int np = m == 1 ? 3 : 2;
   const int64_t groups = (panels + np - 1) / np;
