@@ -12,7 +12,7 @@
 // The cache holds fp32, bf16 (bf16_impl.h) or int8 codes with per-row scales (the C8 cache, c8_impl.h):
 // the kernels are templates on the KvKind KV. The lane path widens / dequantizes each chunk of keys and
 // values once into a small fp32 buffer that every row then reads. The decode path reads bf16 keys and
-// values straight into registers (AVX-512: dots16 and pv_rows widen as they load, so it reads half the
+// values straight into registers (AVX-512: dots16_rows and pv_rows widen as they load, so it reads half the
 // fp32 bytes and writes nothing); for C8 it folds the scales into the scores and probabilities.
 // No include guard on purpose.
 
@@ -60,14 +60,13 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
 
 // ------------------------------------------------------------------------------------------- decode
 // A few rows (decode: the GQA group's heads of one query) that share every key and value they read.
-// Per chunk of keys: every row's raw scores (fp32: dot products, the chunk's keys stay in L1 after the
-// first row; C8 on AVX-512: the codes transposed so the keys sit in lanes, c8_scores16), then each row's
-// online-softmax update (one vector of 16 scores on AVX-512), then one P x V pass for all rows, which
-// loads (bf16: widens, C8: converts) each value vector once and feeds every row's accumulators from it.
-// bf16 on AVX-512 widens keys in registers as dots16 loads them (the chunk's 2-byte keys stay in L1 for
-// the group's other rows), elsewhere once per chunk into kbuf. C8 folds the per-row scales into the
-// scores (k scale) and the probabilities (v scale): the codes are only converted to fp32, never
-// multiplied per element.
+// Per chunk of keys: every row's raw scores (fp32 / bf16 on AVX-512: dots16_rows, each key vector loaded
+// once for up to three rows, bf16 widened in registers as it loads; elsewhere dot products row by row,
+// bf16 widened once per chunk into kbuf; C8 on AVX-512: the codes transposed so the keys sit in lanes,
+// c8_scores16), then each row's online-softmax update (one vector of 16 scores on AVX-512), then one
+// P x V pass for all rows, which loads (bf16: widens, C8: converts) each value vector once and feeds
+// every row's accumulators from it. C8 folds the per-row scales into the scores (k scale) and the
+// probabilities (v scale): the codes are only converted to fp32, never multiplied per element.
 
 // FD_W cached values at element offset off of an fp32 or bf16 cache (or C8 codes, unscaled) as fp32;
 // kv_at: one of them.
@@ -94,31 +93,40 @@ static inline float kv_at(const void* p, int64_t off) {
 }
 
 #if FD_W == 16
-// Lane j = dot(q, k_j) for 16 keys (hd % 16 == 0) of an fp32 or bf16 cache (widened as loaded): 16
-// vector accumulators, then a shuffle tree folds them into one vector of 16 sums (~3 shuffles/adds per
-// key instead of a full horizontal sum each).
-template <int KV>
-static inline __m512 dots16(const float* q, const void* kp, int64_t hd) {
-  __m512 acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t d = 0; d < hd; d += 16) {
-    const __m512 qv = _mm512_loadu_ps(q + d);
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(qv, load_kv<KV>(kp, j * hd + d), acc[j]);
+// Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
+// (hd % 16 == 0), into sc rows kKeyChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
+// R query vectors and the key vector fit the 32 registers: each key vector is loaded (bf16: widened) once
+// for all R rows (one row at a time loaded it R times: 6-12% slower decode attention over a bf16 cache,
+// benchmarks/bench_kernels.py's x30-layer rows). A shuffle tree folds each row's 8 accumulators into its
+// 8 sums, adding in the order the one-row version did (the scores are bit for bit the same).
+template <int R, int KV>
+static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc) {
+  for (int half = 0; half < 2; ++half) {
+    __m512 acc[R][8];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 8; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 16) {
+      __m512 qv[R];
+      for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
+      for (int j = 0; j < 8; ++j) {
+        const __m512 kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
+        for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(qv[r], kv, acc[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      __m512 t[4], s2[2];
+      for (int i = 0; i < 4; ++i)  // lanes 0-7: key i, 8-15: key i+4 (256-bit halves added)
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[r][i], acc[r][i + 4], 0x44),
+                             _mm512_shuffle_f32x4(acc[r][i], acc[r][i + 4], 0xEE));
+      for (int i = 0; i < 2; ++i)  // 128-bit quarters: keys i, i+4, i+2, i+6
+        s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 2], 0x88), _mm512_shuffle_f32x4(t[i], t[i + 2], 0xDD));
+      const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(s2[0], s2[1]), _mm512_unpackhi_ps(s2[0], s2[1]));
+      // Lanes 0 / 1 of each quarter: keys (0, 1), (4, 5), (2, 3), (6, 7) once the 64-bit halves are added.
+      const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
+      const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 4, 5, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+      _mm256_storeu_ps(sc + r * kKeyChunk + half * 8, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w)));
+    }
   }
-  __m512 r[8], s4[4], u[2];
-  for (int i = 0; i < 8; ++i)  // 256-bit halves: lanes 0-7 key i, 8-15 key i+8
-    r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[i], acc[i + 8], 0x44),
-                         _mm512_shuffle_f32x4(acc[i], acc[i + 8], 0xEE));
-  for (int i = 0; i < 4; ++i)  // 128-bit quarters: keys i, i+8, i+4, i+12
-    s4[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[i], r[i + 4], 0x88), _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD));
-  for (int i = 0; i < 2; ++i)  // pairs inside each quarter
-    u[i] = _mm512_add_ps(_mm512_unpacklo_ps(s4[i], s4[i + 2]), _mm512_unpackhi_ps(s4[i], s4[i + 2]));
-  const __m512 v = _mm512_add_ps(
-      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]))),
-      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[0]), _mm512_castps_pd(u[1]))));
-  // Lanes now hold keys 0,2,1,3, 8,10,9,11, 4,6,5,7, 12,14,13,15; the permutation is its own inverse.
-  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
-  return _mm512_permutexvar_ps(order, v);
 }
 
 // Raw scores of R rows (q pointers qr) against the C8 codes of 16 keys (hd % 16 == 0), into sc rows
@@ -276,7 +284,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     l[r] = 0.0f;
     nk = std::max(nk, rows[r].nk);
   }
-  // Whole 16-key chunks lie inside one block, so dots16 / c8_scores16 may read all 16 rows of a partial
+  // Whole 16-key chunks lie inside one block, so dots16_rows / c8_scores16 may read all 16 rows of a partial
   // last chunk: the rows past the context are in the cache (stale; the softmax masks their scores out
   // and P x V stops at the context).
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
@@ -330,13 +338,19 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
         kp = kbuf;
       }
     }
-    for (int64_t r = 0; r < nrows && !scored; ++r) {
 #if FD_W == 16
-      if (whole16) {  // F32 / BF16: kc as cached (C8 with whole16 scored above)
-        vstore(p[r], dots16<KV>(qr[r], kc, hd));
-        continue;
+    if (whole16 && !scored) {  // F32 / BF16: kc as cached (C8 with whole16 scored above)
+      for (int64_t r = 0; r < nrows; r += 3) {
+        switch (std::min<int64_t>(3, nrows - r)) {
+          case 3: dots16_rows<3, KV>(qr + r, kc, hd, p[r]); break;
+          case 2: dots16_rows<2, KV>(qr + r, kc, hd, p[r]); break;
+          default: dots16_rows<1, KV>(qr + r, kc, hd, p[r]);
+        }
       }
+      scored = true;
+    }
 #endif
+    for (int64_t r = 0; r < nrows && !scored; ++r) {
       for (int64_t j = 0; j < std::min(n, rows[r].nk - kk); ++j) p[r][j] = dot(qr[r], kp + j * hd, hd);
     }
     for (int64_t r = 0; r < nrows; ++r) {
