@@ -13,15 +13,11 @@ and prints the medians and the ratio mixed / pure (about (N-1)/N when the mix co
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
 
-
-def prompts(n: int, length: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(100, 40000) for _ in range(length)] for _ in range(n)]
+from bench_decode_stack import prompts
 
 
 def main() -> int:

@@ -1,5 +1,5 @@
-"""A light streaming-completion client for the serving benchmarks: one HTTP/1.1 request on a raw asyncio
-connection, the chunked SSE body parsed by hand, every stream checked.
+"""A light streaming-completion client for the serving benchmarks: one HTTP/1.1 request over `fd bench`'s
+own transport (fdcli/bench/http1.py), the whole SSE body parsed once it has ended, every stream checked.
 
 Why not httpx: the benchmark client runs on the same cores as the server it measures, and httpx spends
 about 0.3 ms of CPU per streamed token (its response machinery and line iterator), as much as the server's
@@ -13,13 +13,14 @@ number of tokens. Anything else raises StreamError.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import subprocess
 import time
-from urllib.parse import urlsplit
 
 import msgspec
+
+from fdcli.bench import http1
+from fdcli_engine.entrypoints.event_loop import event_loop_runner
 
 _decoder = msgspec.json.Decoder()
 
@@ -33,49 +34,14 @@ async def stream_completion(
 ) -> int:
     """POST `body` (with "stream": true) to `url + path`; returns the number of output tokens streamed
     (the `token_ids` of every choice, so the request needs "return_token_ids": true)."""
-    parts = urlsplit(url)
-    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80)
-    try:
-        payload = msgspec.json.encode(body)
-        head = [f"POST {path} HTTP/1.1", f"Host: {parts.netloc}", "Content-Type: application/json"]
-        head += [f"Content-Length: {len(payload)}", "Connection: close"]
-        head += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
-        status, response_headers = await _read_head(reader)
-        if status != 200:
-            raise StreamError(f"server answered {status}: {(await reader.read(300))!r}")
-        if response_headers.get("transfer-encoding", "").lower() != "chunked":
-            raise StreamError(f"expected a chunked SSE body, got headers {response_headers}")
-        return _check_events(await _read_chunked(reader), expected_tokens)
-    finally:
-        writer.close()
-
-
-async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-    raw = await reader.readuntil(b"\r\n\r\n")
-    lines = raw.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        if line:
-            k, _, v = line.partition(":")
-            headers[k.strip().lower()] = v.strip()
-    return status, headers
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    """The whole chunked body: the events are parsed once the stream has ended, so receiving stays as
-    cheap as reading the socket (the same bytes are parsed either way)."""
-    body = bytearray()
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        size = int(size_line.split(b";", 1)[0], 16)
-        if size == 0:
-            await reader.readuntil(b"\r\n")  # the empty trailer
-            return bytes(body)
-        body += await reader.readexactly(size)
-        if await reader.readexactly(2) != b"\r\n":
-            raise StreamError("malformed chunked encoding")
+    async with http1.Pool() as pool, pool.stream("POST", url + path, json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            raise StreamError(f"server answered {resp.status_code}: {(await resp.aread())[:300]!r}")
+        if resp.headers.get("transfer-encoding", "").lower() != "chunked":
+            raise StreamError(f"expected a chunked SSE body, got headers {resp.headers}")
+        # The events are parsed once the stream has ended, so receiving stays as cheap as reading the
+        # socket (the same bytes are parsed either way).
+        return _check_events(await resp.aread(), expected_tokens)
 
 
 def _check_events(body: bytes, expected_tokens: int | None) -> int:
@@ -104,11 +70,7 @@ def _check_events(body: bytes, expected_tokens: int | None) -> int:
 def run(coro):
     """asyncio.run on uvloop's event loop when it is installed (less CPU per wake-up: one per token at
     concurrency 1), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with event_loop_runner() as runner:
         return runner.run(coro)
 
 
