@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "kernels.h"
+#include "ranges.h"
 
 namespace fdk {
 

@@ -1,0 +1,49 @@
+// Contiguous work ranges with stealing: items 0..n split into one range per thread, each walked front to
+// back by its owner; a thread whose range is empty takes items from the back of the others'. Owners thus
+// read memory in long sequential runs (the hardware prefetchers' case), while a thread the OS preempts
+// still only delays the items it has not yet claimed.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace fdk {
+
+class StealRanges {
+ public:
+  // Created outside the parallel region, for up to omp_get_max_threads() threads.
+  explicit StealRanges(int64_t n) : nr_(std::max(1, omp_get_max_threads())), r_(new Range[nr_]) {
+    for (int i = 0; i < nr_; ++i) {
+      const uint64_t lo = (uint64_t)(n * i / nr_), hi = (uint64_t)(n * (i + 1) / nr_);
+      r_[i].fb.store(lo | hi << 32, std::memory_order_relaxed);
+    }
+  }
+  // The calling thread's next item, or -1 when every range is empty. Inside the parallel region.
+  int64_t next() {
+    const int t = omp_get_thread_num() % nr_;
+    int64_t i = take(r_[t], false);
+    for (int s = 1; i < 0 && s < nr_; ++s) i = take(r_[(t + s) % nr_], true);
+    return i;
+  }
+
+ private:
+  struct alignas(64) Range {
+    std::atomic<uint64_t> fb;  // front (next item) in the low 32 bits, back (one past the last) in the high
+  };
+  static int64_t take(Range& r, bool from_back) {
+    uint64_t v = r.fb.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t f = v & 0xFFFFFFFFu, b = v >> 32;
+      if (f >= b) return -1;
+      const uint64_t nv = from_back ? v - (1ull << 32) : v + 1;
+      if (r.fb.compare_exchange_weak(v, nv, std::memory_order_relaxed)) return (int64_t)(from_back ? b - 1 : f);
+    }
+  }
+  int nr_;
+  std::unique_ptr<Range[]> r_;
+};
+
+}  // namespace fdk
