@@ -7,8 +7,10 @@ codes transposed in registers), a vectorized online softmax, and one P x V pass 
 group, in groups of up to 4 rows. The sweep covers what those steps special-case: contexts just before,
 at and after 16-key and block boundaries (partial last chunks), block sizes that are and are not
 multiples of 16, GQA groups 1, 3, 6, 7 and 8 (row groups of 4 plus a remainder), head sizes that are
-multiples of 64 and not (the transposition's masked tail), batches of 1 and 17, and queries of two
-tokens (rows of one work item with different causal limits). Tolerance as in test_attention.py: 2e-5
+multiples of 64 and not (the transposition's masked tail), batches of 1 and 19, and queries of two
+tokens (rows of one work item with different causal limits). Contexts over 128 keys are split into parts
+of 128 (kKeysPerPart) computed as separate work items and combined: contexts at and around the part
+edges, and a row whose last part holds none of its keys. Tolerance as in test_attention.py: 2e-5
 absolute (online vs two-pass softmax in fp32). test_isa.py re-runs this file under every lower ISA.
 """
 
@@ -20,7 +22,9 @@ from kernel_helpers import to_pd
 from test_attention import bf16_caches, check_bf16_against_fp32_kernel, make_batch
 from test_attention_c8 import np_quantize
 
-CTX = [1, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 255, 256, 257, 513, 640]
+from fdcli_engine.step_types import AttentionMetadata
+
+CTX = [1, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 129, 255, 256, 257, 513, 640]
 KV = ["fp32", "bf16", "c8"]
 
 
@@ -45,7 +49,7 @@ def _run(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd, kv, qmul=1.0):
 @pytest.mark.parametrize("nh,nkv", [(3, 3), (9, 3), (12, 2), (14, 2), (16, 2)])
 @pytest.mark.parametrize("bs,hd", [(16, 64), (32, 128), (16, 80), (8, 48), (5, 24)])
 def test_decode_batch_matches_reference(native, ref, rng, kv, nh, nkv, bs, hd):
-    # 17 sequences, one query each, every context of CTX: batch 17 and all the chunk/block edges at once.
+    # 19 sequences, one query each, every context of CTX: batch 17 and all the chunk/block edges at once.
     _run(native, ref, rng, [1] * len(CTX), CTX, nh, nkv, bs, hd, kv)
 
 
@@ -60,8 +64,36 @@ def test_single_sequence(native, ref, rng, kv, ctx):
 def test_two_token_queries(native, ref, rng, kv, bs, hd):
     # 2 queries x group 3 = 6 rows, below the lane path's threshold on AVX-512: one decode work item whose
     # rows see one key apart. At contexts 17 and 33 the last chunk holds only the second query's key, so
-    # the first query's rows sit that chunk out.
-    _run(native, ref, rng, [2, 2, 2, 2], [17, 33, 2, 300], 9, 3, bs, hd, kv)
+    # the first query's rows sit that chunk out; at 129 they sit out the whole second 128-key part.
+    _run(native, ref, rng, [2, 2, 2, 2, 2], [17, 33, 2, 129, 300], 9, 3, bs, hd, kv)
+
+
+@pytest.mark.parametrize("kv", KV)
+def test_split_contexts_do_not_depend_on_the_batch(native, rng, kv):
+    # The parts depend on a sequence's own context, so its decode output is bit for bit the same alone
+    # and among others (whatever the thread count spreads where).
+    q, kc, vc, meta = make_batch(rng, [1, 1, 1, 1], [700, 3, 300, 129], 9, 3, 64, 16, np.int32)
+    extra = ()
+    if kv == "c8":
+        (kq, ks), (vq, vs) = np_quantize(kc.numpy()), np_quantize(vc.numpy())
+        kc, vc, extra = to_pd(kq), to_pd(vq), (to_pd(ks), to_pd(vs))
+    elif kv == "bf16":
+        kc, vc = bf16_caches(kc, vc)
+    batched = native.paged_attention(q, kc, vc, meta, 0.125, *extra).numpy()
+    for b in range(4):
+        one = AttentionMetadata(
+            slot_mapping=to_pd(np.zeros(1, np.int64)),
+            query_start_loc=to_pd(np.array([0, 1], np.int32)),
+            seq_lens=meta.seq_lens[b : b + 1],
+            block_tables=meta.block_tables[b : b + 1],
+            max_query_len=1,
+            max_seq_len=int(meta.seq_lens_np[b]),
+            block_size=16,
+            query_start_loc_np=np.array([0, 1], np.int32),
+            seq_lens_np=meta.seq_lens_np[b : b + 1],
+        )
+        alone = native.paged_attention(q[b : b + 1], kc, vc, one, 0.125, *extra).numpy()
+        np.testing.assert_array_equal(alone[0], batched[b])
 
 
 @pytest.mark.parametrize("kv", KV)

@@ -7,7 +7,8 @@
 // (prefill) put rows in vector lanes: scores and the P x V update are plain FMAs with broadcast key/value
 // elements, no horizontal sums. Smaller tiles (decode) take the keys chunk by chunk: dot products row by
 // row (the group's heads read the chunk from L1 after the first one loads it), then one P x V pass that
-// reads each value once for all rows (attend_rows).
+// reads each value once for all rows (attend_rows); contexts over kKeysPerPart keys in parts that are
+// separate work items, combined at the end (combine_parts).
 //
 // The cache holds fp32, bf16 (bf16_impl.h) or int8 codes with per-row scales (the C8 cache, c8_impl.h):
 // the kernels are templates on the KvKind KV. The lane path widens / dequantizes each chunk of keys and
@@ -267,8 +268,12 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
     }
 }
 
+// Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
+// to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max, sum
+// (max -inf and sum 0 for a row with no keys in the range), for combine_parts.
 template <int KV>
-static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
+static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
+                        int64_t k0, int64_t k1, float* part) {
   constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
   alignas(64) float acc[kDecodeRows][kMaxHeadDim];
@@ -282,14 +287,14 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     mx[r] = -INFINITY;
     l[r] = 0.0f;
-    nk = std::max(nk, rows[r].nk);
+    nk = std::max(nk, std::min(rows[r].nk, k1));
   }
   // Whole 16-key chunks lie inside one block, so dots16_rows / c8_scores16 may read all 16 rows of a partial
   // last chunk: the rows past the context are in the cache (stale; the softmax masks their scores out
   // and P x V stops at the context).
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
-  for (int64_t kk = 0; kk < nk;) {
+  for (int64_t kk = k0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
     const int64_t base = key_base(a, bt, g, kk);
     const void* kc = (const char*)a.k_cache + base * esize;  // the chunk's keys as cached
@@ -354,7 +359,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       for (int64_t j = 0; j < std::min(n, rows[r].nk - kk); ++j) p[r][j] = dot(qr[r], kp + j * hd, hd);
     }
     for (int64_t r = 0; r < nrows; ++r) {
-      const int64_t nr = std::min(n, rows[r].nk - kk);  // the row's causal limit
+      const int64_t nr = std::min(n, std::min(rows[r].nk, k1) - kk);  // the row's causal limit
       if (nr > 0) {
         softmax_update<C8>(p[r], nr, a.scale, ks, vs, mx[r], l[r], corr[r]);
       } else {  // past this row's last key: leave its state as it is
@@ -374,8 +379,45 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     kk += n;
   }
   for (int64_t r = 0; r < nrows; ++r) {
+    if (part) {
+      float* st = part + r * (hd + 2);
+      std::memcpy(st, acc[r], hd * sizeof(float));
+      st[hd] = mx[r];
+      st[hd + 1] = l[r];
+      continue;
+    }
     float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) op[d] = acc[r][d] / l[r];
+  }
+}
+
+// Decode rows whose context is longer than kKeysPerPart take it in parts of kKeysPerPart keys, each its
+// own work item (split-K), so a batch of one sequence gives the threads more than its few KV heads to
+// share: at batch 1 SmolLM2's 3 KV heads left one of 2 threads with twice the other's keys (attention
+// 597-619 against 666-732 us a step at contexts 128-528, AMD EPYC, 2 threads). The parts depend on the
+// context alone, never on the batch or the thread count, and combine in a fixed order, so a row's result
+// does not change with what shares its step.
+constexpr int64_t kKeysPerPart = 128;
+
+// Rows' outputs from their parts' states (attend_rows with a part buffer), parts in order.
+static void combine_parts(const AttnArgs& a, const AttnRow* rows, int64_t nrows, int64_t nparts, const float* parts) {
+  const int64_t hd = a.head_dim, stride = nrows * (hd + 2);
+  std::vector<float> w(nparts);
+  for (int64_t r = 0; r < nrows; ++r) {
+    float m = -INFINITY;
+    for (int64_t p = 0; p < nparts; ++p) m = std::max(m, parts[p * stride + r * (hd + 2) + hd]);
+    float l = 0.0f;
+    for (int64_t p = 0; p < nparts; ++p) {
+      const float* st = parts + p * stride + r * (hd + 2);
+      w[p] = st[hd + 1] > 0.0f ? std::exp(st[hd] - m) : 0.0f;
+      l += st[hd + 1] * w[p];
+    }
+    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
+    for (int64_t d = 0; d < hd; ++d) {
+      float o = 0.0f;
+      for (int64_t p = 0; p < nparts; ++p) o += parts[p * stride + r * (hd + 2) + d] * w[p];
+      op[d] = o / l;
+    }
   }
 }
 
@@ -497,15 +539,42 @@ template <int KV>
 static void paged_attention_impl(const AttnArgs& a) {
   struct Item {
     int64_t b, g, r0, r1;  // rows r0..r1 of (sequence b, KV head g); row r = query r / group, head r % group
+    int64_t k0, k1;        // the keys it takes (decode parts), else 0 and INT64_MAX
+    int64_t part;          // offset of its state in `parts`, or -1: write the outputs
   };
-  const int64_t group = a.num_heads / a.num_kv_heads;
+  struct Split {
+    int64_t item, nparts;  // first of its parts' items (consecutive), how many
+  };
+  const int64_t group = a.num_heads / a.num_kv_heads, hd = a.head_dim;
   std::vector<Item> items;
+  std::vector<Split> splits;
+  int64_t part_floats = 0;
   for (int64_t b = 0; b < a.num_seqs; ++b) {
     const int64_t nrows = (a.query_start_loc[b + 1] - a.query_start_loc[b]) * group;
     const int64_t tile = nrows >= kMinLaneRows ? FD_W : kDecodeRows;
+    const int64_t nparts = (a.seq_lens[b] + kKeysPerPart - 1) / kKeysPerPart;
     for (int64_t g = 0; g < a.num_kv_heads; ++g)
-      for (int64_t r0 = 0; r0 < nrows; r0 += tile) items.push_back({b, g, r0, std::min(nrows, r0 + tile)});
+      for (int64_t r0 = 0; r0 < nrows; r0 += tile) {
+        const int64_t r1 = std::min(nrows, r0 + tile);
+        if ((FD_W > 1 && r1 - r0 >= kMinLaneRows) || nparts <= 1) {
+          items.push_back({b, g, r0, r1, 0, INT64_MAX, -1});
+        } else {
+          splits.push_back({(int64_t)items.size(), nparts});
+          for (int64_t p = 0; p < nparts; ++p) {
+            items.push_back({b, g, r0, r1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats});
+            part_floats += (r1 - r0) * (hd + 2);
+          }
+        }
+      }
   }
+  std::vector<float> parts(part_floats);
+  auto item_rows = [&](const Item& w, AttnRow* rows) {
+    const int64_t qs = a.query_start_loc[w.b], nq = a.query_start_loc[w.b + 1] - qs;
+    for (int64_t r = w.r0; r < w.r1; ++r) {
+      const int64_t i = r / group;
+      rows[r - w.r0] = {qs + i, w.g * group + r % group, a.seq_lens[w.b] - nq + i + 1};
+    }
+  };
   const int64_t nitems = (int64_t)items.size();
   // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
   // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
@@ -514,20 +583,21 @@ static void paged_attention_impl(const AttnArgs& a) {
 #pragma omp parallel if (nitems > 1)
   for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
     const Item& w = items[it];
-    const int64_t qs = a.query_start_loc[w.b];
-    const int64_t nq = a.query_start_loc[w.b + 1] - qs;
     const int64_t* bt = a.block_tables + w.b * a.max_blocks;
     AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
-    for (int64_t r = w.r0; r < w.r1; ++r) {
-      const int64_t i = r / group;
-      rows[r - w.r0] = {qs + i, w.g * group + r % group, a.seq_lens[w.b] - nq + i + 1};
-    }
+    item_rows(w, rows);
     const int64_t n = w.r1 - w.r0;
     if (FD_W > 1 && n >= kMinLaneRows) {
       attend_lanes<KV>(a, bt, w.g, rows, n);
     } else {
-      attend_rows<KV>(a, bt, w.g, rows, n);
+      attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.data() + w.part : nullptr);
     }
+  }
+  for (const Split& sp : splits) {  // serial: a few rows' hd-vectors per split item
+    const Item& w = items[sp.item];
+    AttnRow rows[kDecodeRows];
+    item_rows(w, rows);
+    combine_parts(a, rows, w.r1 - w.r0, sp.nparts, parts.data() + w.part);
   }
 }
 
