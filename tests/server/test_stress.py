@@ -164,13 +164,30 @@ def test_queue_full_gives_429_and_config_file(long_model, tmp_path):
         t.join(10)
 
 
-def test_sigterm_drains_then_aborts(long_model, tmp_path):
+@pytest.fixture(scope="module")
+def longest_model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-64k")
+    return make_tiny_model(folder, seed=5, max_position_embeddings=65536, num_hidden_layers=4)
+
+
+def test_sigterm_drains_then_aborts(longest_model, tmp_path):
+    # The long stream must outlast the 2 s grace period on any machine: 4000 tokens of the 4k model took
+    # under 2 s on a 2-core AMD EPYC, so this one asks for 65000 (the KV blocks hold it and the short one).
     srv = start_server(
-        long_model, tmp_path, "--timeout-graceful-shutdown", "2", "--served-model-name", "tiny", *KV
+        longest_model,
+        tmp_path,
+        "--timeout-graceful-shutdown",
+        "2",
+        "--served-model-name",
+        "tiny",
+        "--num-kv-blocks",
+        "4200",
+        "--max-model-len",
+        "65536",
     )
     short: list = []
     sink: list = []
-    t = _stream_in_thread(srv, LONG, sink)
+    t = _stream_in_thread(srv, {**LONG, "max_tokens": 65000}, sink)
     wait_for(lambda: len(sink) > 2, 20, "the long stream to start")
     t_short = _stream_in_thread(srv, {**LONG, "max_tokens": 20}, short)
     wait_for(lambda: len(short) > 2, 20, "the short stream to start")
