@@ -28,16 +28,21 @@ CTX = [1, 5, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 129, 255, 256, 257, 5
 KV = ["fp32", "bf16", "c8"]
 
 
+def _caches(kc, vc, kv):
+    """The fp32 caches as `kv` stores them, and the C8 scales (paged_attention's extra arguments)."""
+    if kv == "c8":
+        (kq, ks), (vq, vs) = np_quantize(kc.numpy()), np_quantize(vc.numpy())
+        return to_pd(kq), to_pd(vq), (to_pd(ks), to_pd(vs))
+    if kv == "bf16":
+        return (*bf16_caches(kc, vc), ())
+    return kc, vc, ()
+
+
 def _run(native, ref, rng, q_lens, ctx_lens, nh, nkv, bs, hd, kv, qmul=1.0):
     q, kc, vc, meta = make_batch(rng, q_lens, ctx_lens, nh, nkv, hd, bs, np.int32)
     q = q * qmul
     scale = hd**-0.5
-    extra = ()
-    if kv == "c8":
-        (kq, ks), (vq, vs) = np_quantize(kc.numpy()), np_quantize(vc.numpy())
-        kc, vc, extra = to_pd(kq), to_pd(vq), (to_pd(ks), to_pd(vs))
-    elif kv == "bf16":
-        kc, vc = bf16_caches(kc, vc)
+    kc, vc, extra = _caches(kc, vc, kv)
     got = native.paged_attention(q, kc, vc, meta, scale, *extra).numpy()
     want = ref.paged_attention(q, kc, vc, meta, scale, *extra).numpy()
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
@@ -73,12 +78,7 @@ def test_split_contexts_do_not_depend_on_the_batch(native, rng, kv):
     # The parts depend on a sequence's own context, so its decode output is bit for bit the same alone
     # and among others (whatever the thread count spreads where).
     q, kc, vc, meta = make_batch(rng, [1, 1, 1, 1], [700, 3, 300, 129], 9, 3, 64, 16, np.int32)
-    extra = ()
-    if kv == "c8":
-        (kq, ks), (vq, vs) = np_quantize(kc.numpy()), np_quantize(vc.numpy())
-        kc, vc, extra = to_pd(kq), to_pd(vq), (to_pd(ks), to_pd(vs))
-    elif kv == "bf16":
-        kc, vc = bf16_caches(kc, vc)
+    kc, vc, extra = _caches(kc, vc, kv)
     batched = native.paged_attention(q, kc, vc, meta, 0.125, *extra).numpy()
     for b in range(4):
         one = AttentionMetadata(
