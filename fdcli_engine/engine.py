@@ -86,7 +86,9 @@ class EngineCore:
         bound = bind_engine_threads(config.num_threads)
         if bound:
             logger.info("OpenMP threads bound to CPUs %s (%s)", bound, BIND_ENV)
-        logger.info("engine ready in %.1f s", time.perf_counter() - t0)
+        from fdcli_engine import ops
+
+        logger.info("engine ready in %.1f s (kernels: %s)", time.perf_counter() - t0, ops.describe())
 
     def validate_request(
         self, prompt_token_ids: list[int], params: SamplingParams, is_pooling: bool = False

@@ -114,4 +114,14 @@ def use(name: str | None = None) -> str:
     return backend
 
 
+def describe() -> str:
+    """The bound implementation for logs: "native (avx512)" (the ISA the kernels dispatch to) or
+    "reference", so a failed kernel build is visible where speed is reported."""
+    if backend != "native":
+        return "reference"
+    from fd_kernels import ops as native  # noqa: PLC0415
+
+    return f"native ({native.active_isa()})"
+
+
 use()
