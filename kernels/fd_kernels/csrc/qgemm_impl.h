@@ -253,9 +253,10 @@ constexpr int kQMaxRows = kQMaxRowsPortable;
 // Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
 // from memory once and reuses them from L1 for the other row blocks (12.8 against 15.1 ms for a batch-16
 // step's 120 GEMMs when items were (group, row block) pairs). Each thread walks its own contiguous run of
-// groups and then steals from the others' (ranges.h): when threads took groups from one shared counter,
-// each read the weights in 17 KB pieces scattered over the matrix, and decode steps were 11% (batch 1)
-// and 6% (batch 16) slower on an AMD EPYC without AMX, in alternated runs in one process.
+// groups and then steals from the others' (ranges.h). Threads used to take groups from one shared
+// counter, each reading the weights in 17 KB pieces scattered over the matrix; the runs made decode steps
+// 0.887-0.889x the time at batch 1 and 0.944-0.948x at batch 16 on an AMD EPYC without AMX (alternated
+// in one process), prefill unchanged.
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
