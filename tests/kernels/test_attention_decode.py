@@ -8,8 +8,8 @@ group, in groups of up to 4 rows. The sweep covers what those steps special-case
 at and after 16-key and block boundaries (partial last chunks), block sizes that are and are not
 multiples of 16, GQA groups 1, 3, 6, 7 and 8 (row groups of 4 plus a remainder), head sizes that are
 multiples of 64 and not (the transposition's masked tail), batches of 1 and 19, and queries of two
-tokens (rows of one work item with different causal limits). Contexts over 128 keys are split into parts
-of 128 (kKeysPerPart) computed as separate work items and combined: contexts at and around the part
+tokens (rows of one work item with different causal limits). Contexts over 256 keys are split into parts
+of 256 (kKeysPerPart) computed as separate work items and combined: contexts at and around the part
 edges, and a row whose last part holds none of its keys. Tolerance as in test_attention.py: 2e-5
 absolute (online vs two-pass softmax in fp32). test_isa.py re-runs this file under every lower ISA.
 """
@@ -69,15 +69,15 @@ def test_single_sequence(native, ref, rng, kv, ctx):
 def test_two_token_queries(native, ref, rng, kv, bs, hd):
     # 2 queries x group 3 = 6 rows, below the lane path's threshold on AVX-512: one decode work item whose
     # rows see one key apart. At contexts 17 and 33 the last chunk holds only the second query's key, so
-    # the first query's rows sit that chunk out; at 129 they sit out the whole second 128-key part.
-    _run(native, ref, rng, [2, 2, 2, 2, 2], [17, 33, 2, 129, 300], 9, 3, bs, hd, kv)
+    # the first query's rows sit that chunk out; at 257 they sit out the whole second 256-key part.
+    _run(native, ref, rng, [2, 2, 2, 2, 2], [17, 33, 2, 257, 300], 9, 3, bs, hd, kv)
 
 
 @pytest.mark.parametrize("kv", KV)
 def test_split_contexts_do_not_depend_on_the_batch(native, rng, kv):
     # The parts depend on a sequence's own context, so its decode output is bit for bit the same alone
     # and among others (whatever the thread count spreads where).
-    q, kc, vc, meta = make_batch(rng, [1, 1, 1, 1], [700, 3, 300, 129], 9, 3, 64, 16, np.int32)
+    q, kc, vc, meta = make_batch(rng, [1, 1, 1, 1], [700, 3, 300, 257], 9, 3, 64, 16, np.int32)
     kc, vc, extra = _caches(kc, vc, kv)
     batched = native.paged_attention(q, kc, vc, meta, 0.125, *extra).numpy()
     for b in range(4):

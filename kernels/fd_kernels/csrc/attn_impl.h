@@ -393,16 +393,19 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
 
 // Decode rows whose context is longer than kKeysPerPart take it in parts of kKeysPerPart keys, each its
 // own work item (split-K), so a batch of one sequence gives the threads more than its few KV heads to
-// share: at batch 1 SmolLM2's 3 KV heads left one of 2 threads with twice the other's keys (attention
-// 597-619 against 666-732 us a step at contexts 128-528, AMD EPYC, 2 threads). The parts depend on the
-// context alone, never on the batch or the thread count, and combine in a fixed order, so a row's result
-// does not change with what shares its step.
-constexpr int64_t kKeysPerPart = 128;
+// share: at batch 1 SmolLM2's 3 KV heads left one of 2 threads with twice the other's keys. The parts
+// depend on the context alone, never on the batch or the thread count, and combine in a fixed order, so a
+// row's result does not change with what shares its step. Batches with enough items gain nothing and pay
+// the combine: against no split (AMD EPYC, 2 threads, alternated in one process, 512-token prompts),
+// 256-key parts made decode steps 0.953x the time at batch 1 and 1.015x at batch 16; 128-key parts
+// 0.969x and 1.030x.
+constexpr int64_t kKeysPerPart = 256;
 
-// Rows' outputs from their parts' states (attend_rows with a part buffer), parts in order.
-static void combine_parts(const AttnArgs& a, const AttnRow* rows, int64_t nrows, int64_t nparts, const float* parts) {
+// Rows' outputs from their parts' states (attend_rows with a part buffer), parts in order; w: nparts
+// floats of scratch.
+static void combine_parts(const AttnArgs& a, const AttnRow* rows, int64_t nrows, int64_t nparts, const float* parts,
+                          float* w) {
   const int64_t hd = a.head_dim, stride = nrows * (hd + 2);
-  std::vector<float> w(nparts);
   for (int64_t r = 0; r < nrows; ++r) {
     float m = -INFINITY;
     for (int64_t p = 0; p < nparts; ++p) m = std::max(m, parts[p * stride + r * (hd + 2) + hd]);
@@ -413,11 +416,12 @@ static void combine_parts(const AttnArgs& a, const AttnRow* rows, int64_t nrows,
       l += st[hd + 1] * w[p];
     }
     float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
-    for (int64_t d = 0; d < hd; ++d) {
-      float o = 0.0f;
-      for (int64_t p = 0; p < nparts; ++p) o += parts[p * stride + r * (hd + 2) + d] * w[p];
-      op[d] = o / l;
+    for (int64_t d = 0; d < hd; ++d) op[d] = 0.0f;
+    for (int64_t p = 0; p < nparts; ++p) {  // parts in order for each d, as one sum per d would add them
+      const float* acc = parts + p * stride + r * (hd + 2);
+      for (int64_t d = 0; d < hd; ++d) op[d] += acc[d] * w[p];
     }
+    for (int64_t d = 0; d < hd; ++d) op[d] /= l;
   }
 }
 
@@ -567,7 +571,10 @@ static void paged_attention_impl(const AttnArgs& a) {
         }
       }
   }
-  std::vector<float> parts(part_floats);
+  // Uninitialized: every part's item writes its whole state before the combine reads it.
+  std::unique_ptr<float[]> parts(new float[part_floats > 0 ? part_floats : 1]);
+  int64_t max_parts = 0;
+  for (const Split& sp : splits) max_parts = std::max(max_parts, sp.nparts);
   auto item_rows = [&](const Item& w, AttnRow* rows) {
     const int64_t qs = a.query_start_loc[w.b], nq = a.query_start_loc[w.b + 1] - qs;
     for (int64_t r = w.r0; r < w.r1; ++r) {
@@ -590,14 +597,20 @@ static void paged_attention_impl(const AttnArgs& a) {
     if (FD_W > 1 && n >= kMinLaneRows) {
       attend_lanes<KV>(a, bt, w.g, rows, n);
     } else {
-      attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.data() + w.part : nullptr);
+      attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr);
     }
   }
-  for (const Split& sp : splits) {  // serial: a few rows' hd-vectors per split item
-    const Item& w = items[sp.item];
-    AttnRow rows[kDecodeRows];
-    item_rows(w, rows);
-    combine_parts(a, rows, w.r1 - w.r0, sp.nparts, parts.data() + w.part);
+  const int64_t nsplits = (int64_t)splits.size();
+#pragma omp parallel if (nsplits > 1)
+  {
+    std::vector<float> weights(max_parts);
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < nsplits; ++i) {
+      const Item& w = items[splits[i].item];
+      AttnRow rows[kDecodeRows];
+      item_rows(w, rows);
+      combine_parts(a, rows, w.r1 - w.r0, splits[i].nparts, parts.get() + w.part, weights.data());
+    }
   }
 }
 
