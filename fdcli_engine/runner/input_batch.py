@@ -17,8 +17,6 @@ class ModelInputs:
     meta: AttentionMetadata
     # Row of the last scheduled token of each request, in `scheduled` order.
     last_token_rows: np.ndarray
-    # Rows whose token is part of its request's prompt (bool [T]): see ops.set_prompt_rows.
-    prompt_rows: np.ndarray
 
 
 _CPU = paddle.CPUPlace()
@@ -28,6 +26,11 @@ def _tensor(a: np.ndarray) -> paddle.Tensor:
     # A copy, as paddle.to_tensor makes, without its argument handling: 11 against 16 us a call here, six
     # calls a step.
     return paddle.Tensor(a, _CPU)
+
+
+def prompt_rows_tensor(mask: np.ndarray) -> paddle.Tensor | None:
+    """AttentionMetadata.prompt_rows from a bool [T] mask of the rows holding prompt tokens."""
+    return _tensor(mask.astype(np.uint8)) if mask.any() else None
 
 
 def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInputs:
@@ -64,11 +67,11 @@ def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInp
         block_size=block_size,
         query_start_loc_np=query_start_loc,
         seq_lens_np=seq_lens,
+        prompt_rows=prompt_rows_tensor(positions < prompt_lens[seq_idx]),
     )
     return ModelInputs(
         input_ids=_tensor(input_ids),
         positions=_tensor(positions),
         meta=meta,
         last_token_rows=query_start_loc[1:] - 1,
-        prompt_rows=positions < prompt_lens[seq_idx],
     )
