@@ -35,8 +35,8 @@ def _paddle_libs() -> str:
 
 
 def _ld_flags() -> list[str]:
-    # OpenMP from Paddle's bundled libiomp5 (it also provides the GOMP_* entry points GCC emits): mixing
-    # it with GCC's libgomp in one process made loops 1.3-1.7x slower (PADDLE_CPU.md).
+    # OpenMP from Paddle's bundled libiomp5 (it also provides the GOMP_* entry points GCC emits): two
+    # OpenMP runtimes in one process compete for the cores (docs/kernels-measurements.md).
     libs = _paddle_libs()
     if not os.path.exists(os.path.join(libs, "libiomp5.so")):
         return ["-fopenmp"]

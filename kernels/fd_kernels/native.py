@@ -2,8 +2,8 @@
 its docstring); `fd_kernels.reference` implements the same signatures in pure Paddle.
 
 `load()` builds or imports the extension once per process. The op functions call Paddle's custom-op
-entry point directly rather than the generated wrappers (which only add a mode check and list
-handling): about 1.3 us less per call, on ~10 calls per layer.
+entry point directly rather than the generated wrappers, which only add a mode check and list handling
+on a path called ~10 times per layer (docs/kernels-measurements.md has the cost).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def _keep_freed_memory() -> None:
     """Keep activation-sized blocks in glibc's heap instead of mmap/munmap per allocation.
 
     Paddle's CPU tensors come from malloc; glibc serves blocks above its mmap threshold with fresh mmaps,
-    so every op writing a multi-MB output (a 512-token prefill's [512, 1536] activations) paid ~770 page
-    faults, which tripled silu_and_mul's time. Raising the thresholds to 64/128 MiB keeps freed
-    activations for reuse. Process-wide by nature; FD_KERNELS_MALLOPT=0 turns it off.
+    so every op writing a multi-MB output (a 512-token prefill's [512, 1536] activations) would pay a
+    page fault per page touched (docs/kernels-measurements.md). Raising the thresholds to 64/128 MiB
+    keeps freed activations for reuse. Process-wide by nature; FD_KERNELS_MALLOPT=0 turns it off.
     """
     if os.environ.get("FD_KERNELS_MALLOPT", "1") == "0" or not sys.platform.startswith("linux"):
         return

@@ -3,7 +3,7 @@ fallback when they cannot be built. Signatures are documented in `fdcli_engine.o
 dispatch between these and `fd_kernels.native`. `meta` is the step's attention metadata
 (fdcli_engine.step_types.AttentionMetadata), read by attribute.
 
-Correctness first, then op count: each eager Paddle op costs ~2.5 µs of dispatch, so where it is free
+Correctness first, then op count: each eager Paddle op pays a fixed dispatch cost, so where it is free
 to do so an op is written with fewer, larger Paddle calls.
 
 Weight-only quantization is *simulated* here (quantize, then dequantize back to fp32) so the kernels'
@@ -107,8 +107,8 @@ def varlen_attention(
     q: paddle.Tensor, k: paddle.Tensor, v: paddle.Tensor, cu_seqlens: paddle.Tensor, scale: float
 ) -> paddle.Tensor:
     """One dense softmax(q k^T * scale) v per sequence, every token seeing every token of its sequence.
-    A loop rather than one padded batch: padding to the longest sequence cost more than the loop on
-    mixed lengths (measured on BERT batches)."""
+    A loop rather than one padded batch: on mixed lengths, padding to the longest sequence computes more
+    than the loop saves in dispatch."""
     num_tokens, num_heads, head_dim = q.shape
     bounds = [int(b) for b in cu_seqlens.numpy()]
     outs = []
@@ -144,7 +144,7 @@ def _fake_quant_wint4(w: np.ndarray) -> np.ndarray:
 
 def prepare_linear(weight: np.ndarray, bias: np.ndarray | None, quantization: str | None) -> RefLinear:
     """weight: fp32 [out, in] as in HF checkpoints. Stored transposed ([in, out]) so that `linear` is a
-    plain matmul; Paddle's transpose_y path is measurably slower on this CPU."""
+    plain matmul rather than Paddle's transpose_y path, the slower of the two on CPU."""
     w = np.asarray(weight, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"linear weight must be 2-D [out, in], got shape {w.shape}")
