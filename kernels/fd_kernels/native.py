@@ -1,5 +1,5 @@
-"""Python bindings of fd's native (C++) CPU operators, behind the signatures of `fdcli_engine.ops` (see
-its docstring); `fd_kernels.reference` implements the same signatures in pure Paddle.
+"""Python bindings of fd's native (C++) CPU operators, with the signatures of fd_kernels' package
+docstring; `fd_kernels.reference` implements the same signatures in pure Paddle.
 
 `load()` builds or imports the extension once per process. The op functions call Paddle's custom-op
 entry point directly rather than the generated wrappers, which only add a mode check and list handling

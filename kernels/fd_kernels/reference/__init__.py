@@ -1,6 +1,6 @@
 """Pure-Paddle reference implementations of fd's ops: the test oracle for the C++ kernels, and the
-fallback when they cannot be built. Signatures are documented in `fdcli_engine.ops`, the engine's
-dispatch between these and `fd_kernels.native`. `meta` is the step's attention metadata
+fallback when they cannot be built. Signatures are documented in fd_kernels' package docstring
+(`fdcli_engine.ops` binds these or `fd_kernels.native`). `meta` is the step's attention metadata
 (fdcli_engine.step_types.AttentionMetadata), read by attribute.
 
 Correctness first, then op count: each eager Paddle op pays a fixed dispatch cost, so where it is free
