@@ -50,7 +50,7 @@ class ModelRunner:
         self.sampler.drop(so.finished_req_ids)
         if so.is_empty:
             return ModelRunnerOutput(sampled_token_ids={})
-        inputs = build_inputs(so.scheduled, self.block_size)
+        inputs = build_inputs(so.scheduled, self.block_size, mark_prompt_rows=True)
         hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
         sample_idx = [i for i, s in enumerate(so.scheduled) if s.do_sample]
         if not sample_idx:
