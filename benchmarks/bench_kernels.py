@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
 import numpy as np  # noqa: E402
 import paddle  # noqa: E402
-from fd_kernels import ops  # noqa: E402
+from fd_kernels import native  # noqa: E402
 
 SHAPES = [(1, 576, 1536), (16, 576, 1536), (512, 576, 1536), (512, 1536, 576)]
 
@@ -55,9 +55,9 @@ def _gemm_times(rng, m: int, k: int, n: int, use_numpy: bool) -> list[float]:
         wn = np.ascontiguousarray(w.T)
         return [flop / best_time(lambda: x @ wn) / 1e9]
     xt, wt = paddle.to_tensor(x), paddle.to_tensor(np.ascontiguousarray(w.T))
-    weights = [ops.prepare_linear(w, None, q) for q in (None, "wint8", "wint4")]
-    weights.append(ops.prepare_linear_gguf(gguf_q4_1_raw(w), 3, k))
-    times = [best_time(lambda lw=lw: ops.linear(xt, lw)) for lw in weights]
+    weights = [native.prepare_linear(w, None, q) for q in (None, "wint8", "wint4")]
+    weights.append(native.prepare_linear_gguf(gguf_q4_1_raw(w), 3, k))
+    times = [best_time(lambda lw=lw: native.linear(xt, lw)) for lw in weights]
     times.append(best_time(lambda: paddle.matmul(xt, wt)))
     return [flop / t / 1e9 for t in times]
 
@@ -103,7 +103,7 @@ def _attention_time(
 ) -> float:
     """Seconds per call. layers > 1 gives each call its own cache, called in turn as a decode step calls
     its layers: the working set is then `layers` caches (the serve case), not one that stays in L2/L3."""
-    impl = impl or ops
+    impl = impl or native
     meta, nb = _meta(q_lens, ctx, bs, rng)
     q = paddle.to_tensor(rng.standard_normal((sum(q_lens), nh, hd), dtype=np.float32))
     caches = []
@@ -111,7 +111,7 @@ def _attention_time(
         kc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
         vc = paddle.to_tensor(rng.standard_normal((nb, nkv, bs, hd), dtype=np.float32))
         if kv_dtype == "int8":
-            from fdcli_engine.ops.reference import quantize_kv_s8
+            from fd_kernels.reference import quantize_kv_s8
 
             (kc, ks), (vc, vs) = quantize_kv_s8(kc), quantize_kv_s8(vc)
             caches.append((kc, vc, ks, vs))
@@ -144,21 +144,23 @@ def bench_attention(quick: bool) -> None:
             ("decode B=16 ctx=2048", [1] * 16, [2048] * 16),
             ("decode B=32 ctx=4096", [1] * 32, [4096] * 32),
         ]
-    from fdcli_engine.ops import reference
+    from fd_kernels import reference
 
     print(
         f"{'attention (9 heads, 3 KV)':>32} {'fd fp32':>9} {'fd bf16':>9} {'fd int8':>9} {'ref fp32':>9} "
         f"{'ref int8':>9}  ms"
     )
     for name, q_lens, ctx in cases:
-        times = [_attention_time(rng, q_lens, ctx, ops, kv) * 1e3 for kv in ("float32", "bfloat16", "int8")]
+        times = [
+            _attention_time(rng, q_lens, ctx, native, kv) * 1e3 for kv in ("float32", "bfloat16", "int8")
+        ]
         times += [_attention_time(rng, q_lens, ctx, reference, kv) * 1e3 for kv in ("float32", "int8")]
         print(f"{name:>32} " + " ".join(f"{t:9.3f}" for t in times))
     # Per layer with 30 layers' caches in turn (SmolLM2's stack): the caches no longer stay in L2/L3
     # between calls, as in a real decode step. fd kernels only.
     for ctx in (192, 640):
         times = [
-            _attention_time(rng, [1] * 16, [ctx] * 16, ops, kv, layers=30) * 1e3
+            _attention_time(rng, [1] * 16, [ctx] * 16, native, kv, layers=30) * 1e3
             for kv in ("float32", "bfloat16", "int8")
         ]
         print(f"{f'decode B=16 ctx={ctx} x30 layers':>32} " + " ".join(f"{t:9.3f}" for t in times))
@@ -169,9 +171,9 @@ def _small_ops_line(rng, t: int) -> str:
     w = paddle.to_tensor(rng.standard_normal(576, dtype=np.float32))
     g = paddle.to_tensor(rng.standard_normal((t, 3072), dtype=np.float32))
     return (
-        f"T={t:4d}: rms_norm {best_time(lambda: ops.rms_norm(x, w, 1e-5)) * 1e6:7.1f} us, "
-        f"fused_add_rms_norm {best_time(lambda: ops.fused_add_rms_norm(x, x, w, 1e-5)) * 1e6:7.1f} us, "
-        f"silu_and_mul(1536) {best_time(lambda: ops.silu_and_mul(g)) * 1e6:7.1f} us"
+        f"T={t:4d}: rms_norm {best_time(lambda: native.rms_norm(x, w, 1e-5)) * 1e6:7.1f} us, "
+        f"fused_add_rms_norm {best_time(lambda: native.fused_add_rms_norm(x, x, w, 1e-5)) * 1e6:7.1f} us, "
+        f"silu_and_mul(1536) {best_time(lambda: native.silu_and_mul(g)) * 1e6:7.1f} us"
     )
 
 
@@ -191,7 +193,7 @@ def _sampler_inputs(rng, b: int, v: int, top_k: int, top_p: float):
 
 
 def bench_sampler() -> None:
-    from fdcli_engine.ops import reference_sampler
+    from fd_kernels.reference import sampler as reference_sampler
 
     rng = np.random.default_rng(0)
     v = 49152
@@ -200,8 +202,8 @@ def bench_sampler() -> None:
         for b in (1, 16, 64):
             args = _sampler_inputs(rng, b, v, top_k, top_p)
             u1, u5 = rng.random((b, 1)), rng.random((b, 5))
-            fd = best_time(lambda a=args, u=u1: ops.sample(*a, u), max_reps=500)
-            rej = best_time(lambda a=args, u=u5: ops.sample(*a, u, True), max_reps=500)
+            fd = best_time(lambda a=args, u=u1: native.sample(*a, u), max_reps=500)
+            rej = best_time(lambda a=args, u=u5: native.sample(*a, u, True), max_reps=500)
             ref = best_time(lambda a=args, u=u1: reference_sampler.sample(*a, u), max_reps=20)
             print(f"{f'{label} B={b}':>32} {fd * 1e3:9.3f} {rej * 1e3:10.3f} {ref * 1e3:9.2f}")
 
@@ -212,8 +214,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=1, help="GEMM passes; each cell reports its best")
     ap.add_argument("--only", choices=["attention", "small", "sampler", "gemm"], help="run one table")
     args = ap.parse_args()
-    ops.load()
-    print(f"threads={os.environ['OMP_NUM_THREADS']} isa={ops.active_isa()}")
+    native.load()
+    print(f"threads={os.environ['OMP_NUM_THREADS']} isa={native.active_isa()}")
     tables = {
         "attention": lambda: bench_attention(args.quick),
         "small": bench_small_ops,

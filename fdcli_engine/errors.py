@@ -20,7 +20,3 @@ class InvalidRequestError(FdError):
     def __init__(self, message: str, param: str | None = None):
         super().__init__(message)
         self.param = param
-
-
-class KernelBuildError(FdError):
-    """The C++ operators could not be compiled or loaded."""

@@ -73,6 +73,9 @@ class AttentionMetadata:
     # Host copies of the same, for code that loops on the CPU side.
     query_start_loc_np: np.ndarray
     seq_lens_np: np.ndarray
+    # uint8 [T]: 1 on rows holding a prompt token; None when the step has none. The linears take it
+    # (ops.linear: bf16 prompt rows on AMX CPUs).
+    prompt_rows: paddle.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:

@@ -98,7 +98,7 @@ def bind_engine_threads(num_threads: int) -> list[int] | None:
     plan = bind_plan(num_threads, os.environ.get(BIND_ENV), allowed_cpus())
     if plan is None or ops.backend != "native":
         return None
-    from fd_kernels.ops import omp_thread_ids
+    from fd_kernels.native import omp_thread_ids
 
     omp, _ = plan
     for tid, cpu in zip(omp_thread_ids(), omp):

@@ -12,5 +12,5 @@ class GatedMLP:
         self.gate_up_proj = MergedLinear(hidden_size, [intermediate_size] * 2, False, quantization)
         self.down_proj = Linear(intermediate_size, hidden_size, False, quantization)
 
-    def __call__(self, x):
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))
+    def __call__(self, x, prompt_rows=None):
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x, prompt_rows)), prompt_rows)

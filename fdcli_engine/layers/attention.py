@@ -43,7 +43,7 @@ class Attention:
 
     def __call__(self, positions, hidden, kv_cache, meta):
         num_tokens = hidden.shape[0]
-        qkv = self.qkv_proj(hidden)
+        qkv = self.qkv_proj(hidden, meta.prompt_rows)
         q, k, v = paddle.split(qkv, [self.q_size, self.kv_size, self.kv_size], axis=-1)  # one op, not three
         if self.q_norm is not None:
             q = self.q_norm(q.reshape([-1, self.head_dim])).reshape([num_tokens, self.q_size])
@@ -56,4 +56,4 @@ class Attention:
         ops.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping, *scales)
         q = q.reshape([num_tokens, self.num_heads, self.head_dim])
         out = ops.paged_attention(q, k_cache, v_cache, meta, self.scale, *scales)
-        return self.o_proj(out.reshape([num_tokens, self.q_size]))
+        return self.o_proj(out.reshape([num_tokens, self.q_size]), meta.prompt_rows)

@@ -60,8 +60,9 @@ class MergedLinear:
         w = dense[0] if len(dense) == 1 else np.concatenate(dense)
         return ops.prepare_linear(w, bias, self.quantization)
 
-    def __call__(self, x):
-        return ops.linear(x, self.lw)
+    def __call__(self, x, prompt_rows=None):
+        """`prompt_rows`: the step's prompt-token rows (AttentionMetadata.prompt_rows), see ops.linear."""
+        return ops.linear(x, self.lw, prompt_rows)
 
 
 class Linear(MergedLinear):

@@ -113,17 +113,21 @@ class MoE:
         logits = paddle.matmul(x, self.gate.weight)
         return route(logits.numpy(), self.top_k, self.correction_bias.value, self.norm_min)
 
-    def __call__(self, x: paddle.Tensor) -> paddle.Tensor:
+    def __call__(self, x: paddle.Tensor, prompt_rows=None) -> paddle.Tensor:
+        """`prompt_rows` (the step's, see ops.linear) reaches every expert; an expert over a routed subset
+        of other length computes it on its usual path."""
         selected, weights = self.route(x)
-        out = self._routed(x, selected, weights)
+        out = self._routed(x, selected, weights, prompt_rows)
         if self.shared_experts is not None:
-            out = out + self.shared_experts(x)
+            out = out + self.shared_experts(x, prompt_rows)
         return out
 
-    def _routed(self, x: paddle.Tensor, selected: np.ndarray, weights: np.ndarray) -> paddle.Tensor:
+    def _routed(
+        self, x: paddle.Tensor, selected: np.ndarray, weights: np.ndarray, prompt_rows
+    ) -> paddle.Tensor:
         num_tokens = selected.shape[0]
         if num_tokens == 1 and len(self.local_experts) == self.num_experts:
-            return self._routed_one_token(x, selected[0], weights)
+            return self._routed_one_token(x, selected[0], weights, prompt_rows)
         flat_experts = selected.reshape(-1)
         # Stable sort by expert: each expert's (token, slot) pairs become one contiguous run of rows.
         order = np.argsort(flat_experts, kind="stable")
@@ -144,13 +148,15 @@ class MoE:
         rows = paddle.gather(x, token_index)
         # One split op rather than a slice per hit expert (each eager op costs a few microseconds).
         chunks = paddle.split(rows, [int(counts[e]) for e in hit]) if len(hit) > 1 else [rows]
-        pieces = [self.experts[e](chunk) for e, chunk in zip(hit, chunks, strict=True)]
+        pieces = [self.experts[e](chunk, prompt_rows) for e, chunk in zip(hit, chunks, strict=True)]
         expert_out = pieces[0] if len(pieces) == 1 else paddle.concat(pieces, axis=0)
         expert_out = expert_out * paddle.to_tensor(weight_of_row[:, None])
         return paddle.index_add(out, token_index, 0, expert_out)
 
-    def _routed_one_token(self, x: paddle.Tensor, experts: np.ndarray, weights: np.ndarray) -> paddle.Tensor:
+    def _routed_one_token(
+        self, x: paddle.Tensor, experts: np.ndarray, weights: np.ndarray, prompt_rows
+    ) -> paddle.Tensor:
         """Batch-1 decode: every chosen expert sees the same row, so no sort, gather or scatter; the
         weighted sum is one [1, k] x [k, hidden] matmul."""
-        pieces = [self.experts[e](x) for e in experts]
+        pieces = [self.experts[e](x, prompt_rows) for e in experts]
         return paddle.matmul(paddle.to_tensor(weights), paddle.concat(pieces, axis=0))

@@ -160,7 +160,8 @@ class DecoderForCausalLM:
         with paddle.no_grad():
             hidden = self.embed_tokens(input_ids)
             if self.decoder_stack is not None and self.use_decoder_stack and ops.decoder_stack is not None:
-                return ops.decoder_stack(hidden, positions, kv_caches, meta, self.decoder_stack)
+                stack = self.decoder_stack
+                return ops.decoder_stack(hidden, positions, kv_caches, meta, stack, meta.prompt_rows)
             residual = None
             for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
                 if residual is None:
@@ -170,7 +171,7 @@ class DecoderForCausalLM:
                     x, residual = layer.input_layernorm(hidden, residual)
                 hidden = layer.self_attn(positions, x, kv_cache, meta)
                 x, residual = layer.post_attention_layernorm(hidden, residual)
-                hidden = layer.mlp(x)
+                hidden = layer.mlp(x, meta.prompt_rows)
             out, _ = self.norm(hidden, residual)
             return out
 

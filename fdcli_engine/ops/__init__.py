@@ -1,55 +1,14 @@
-"""Thin op layer between layers/ and the implementations.
-
-Two implementations share one signature per op:
-- `fdcli_engine.ops.reference`: pure Paddle. The test oracle, and the fallback when no compiler exists.
-- `fd_kernels.ops`: C++ custom operators (kernels/), compiled on first use and cached.
+"""The engine's op dispatch: the names layers/ and models/ call, bound to one of fd_kernels' two
+implementations, which share one signature per op:
+- `fd_kernels.reference`: pure Paddle. The test oracle, and the fallback when no compiler exists.
+- `fd_kernels.native`: the Python bindings of the C++ custom operators (kernels/), compiled on first
+  use and cached.
 
 `FD_KERNELS=reference` (or `use("reference")`) forces the reference; the default `auto` uses the C++
 operators when they build and load, else the reference with one warning. Names are bound once at
 import (and on `use()`), so a call costs no lookup.
 
-Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
-    rms_norm(x[T,H], weight[H], eps) -> [T,H]
-    fused_add_rms_norm(x[T,H], residual[T,H], weight[H], eps) -> (normed[T,H], x + residual)
-    rotary_embedding(positions int64[T], q[T,nh*hd], k[T,nkv*hd], cos_sin_cache[max_pos,hd], head_dim)
-        -> (q, k) with NeoX (rotate-half) rotary applied; cos_sin_cache[p] = [cos(p*f_0..), sin(p*f_0..)]
-    silu_and_mul(x[T,2I]) -> silu(x[:, :I]) * x[:, I:]
-    prepare_linear(weight np.float32[out,in], bias np.float32[out] | None, quantization) -> LinearWeight
-    prepare_linear_gguf(raw uint8[out, bytes_per_row], ggml_type, in_features, bias) -> LinearWeight
-        GGUF Q4_0/Q4_1/Q8_0 blocks kept as they are (the reference dequantizes: the oracle)
-    linear(x[T,in], lw: LinearWeight) -> [T,out]
-    embedding(ids int64[...], lw: LinearWeight from prepare_linear_gguf) -> [..., in]: rows `ids` of the
-        [out, in] weight as fp32 (a token embedding read from the GGUF blocks it shares with the LM head)
-    set_prompt_rows(mask bool[T] | None): marks the prompt-token rows of the next forward pass; on AMX
-        CPUs the native linear computes those rows of quantized weights in bf16 (the reference ignores it)
-    reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T],
-                      k_scales=None, v_scales=None)
-        writes in place
-    paged_attention(q[T,nh,hd], k_cache, v_cache, meta: AttentionMetadata, scale, k_scales=None,
-                    v_scales=None) -> [T,nh,hd]
-        causal: query i of sequence b sits at position seq_len_b - q_len_b + i and attends to keys
-        0..that position of its own sequence, read through its block table; GQA by nh // nkv.
-    With k_scales / v_scales fp32 [nb,nkv,bs] (the C8 cache, --kv-cache-dtype int8) the caches are int8:
-    reshape_and_cache stores each (token, head) row as codes + scale (reference.quantize_kv_s8), and
-    paged_attention reads code * scale. Without them the caches are float32, or bfloat16 (the bf16
-    cache, --kv-cache-dtype bfloat16): reshape_and_cache rounds each value to nearest even
-    (reference.round_bf16) and paged_attention reads it widened to fp32, exactly.
-    sample(logits np.float32[B,V], params np.float64[B,7], ids np.int64[N], meta np.int64[B,4],
-           uniforms np.float64[B,R], rejection) -> np.int64[B]
-        numpy in and out (the sampler works on the host): penalties, bans, temperature, top-k/top-p/min-p
-        and the draw per row; layout and semantics in `fdcli_engine.ops.reference_sampler`
-    varlen_attention(q[T,nh,hd], k[T,nh,hd], v[T,nh,hd], cu_seqlens int[B+1], scale) -> [T,nh,hd]
-        bidirectional (non-causal, encoder): token i of sequence b (tokens cu_seqlens[b] ..
-        cu_seqlens[b+1]) attends to every token of sequence b; no KV cache. q/k/v may be views.
-    gelu(x) -> x * Phi(x) (exact, erf-based GELU)
-    add_layer_norm(x[T,H], residual[T,H], weight[H], bias[H], eps) -> layer_norm(x + residual)
-        (post-norm: the sum itself is not returned)
-    prepare_decoder_stack(layers: list[dict], final_norm, cos_sin_cache, num_heads, num_kv_heads,
-                          head_dim, eps, scale) -> DecoderStack
-    decoder_stack(x[T,H], positions, kv_caches, meta, stack) -> [T,H]
-        native only (None under the reference, whose oracle is the per-op loop itself): every layer of a
-        Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
-        models/decoder.py; see fd_kernels.ops.prepare_decoder_stack for the layer dicts.
+The signatures are fd_kernels' (its package docstring); OP_NAMES lists the ops.
 """
 
 from __future__ import annotations
@@ -57,25 +16,7 @@ from __future__ import annotations
 import logging
 import os
 
-OP_NAMES = (
-    "rms_norm",
-    "fused_add_rms_norm",
-    "rotary_embedding",
-    "silu_and_mul",
-    "prepare_linear",
-    "prepare_linear_gguf",
-    "linear",
-    "embedding",
-    "set_prompt_rows",
-    "reshape_and_cache",
-    "paged_attention",
-    "sample",
-    "varlen_attention",
-    "gelu",
-    "add_layer_norm",
-    "prepare_decoder_stack",
-    "decoder_stack",
-)
+from fd_kernels import OP_NAMES, reference
 
 logger = logging.getLogger(__name__)
 backend = "reference"
@@ -83,7 +24,7 @@ backend = "reference"
 
 def _load_native():
     try:
-        from fd_kernels import ops as native  # noqa: PLC0415
+        from fd_kernels import native  # noqa: PLC0415
 
         native.load()
         return native
@@ -95,8 +36,6 @@ def _load_native():
 def use(name: str | None = None) -> str:
     """Bind the op names to an implementation: "reference", "native" or "auto". Returns the one chosen."""
     global backend
-    from fdcli_engine.ops import reference
-
     name = (name or os.environ.get("FD_KERNELS", "auto")).lower()
     impl = reference
     if name in ("auto", "native"):
@@ -119,7 +58,7 @@ def describe() -> str:
     "reference", so a failed kernel build is visible where speed is reported."""
     if backend != "native":
         return "reference"
-    from fd_kernels import ops as native  # noqa: PLC0415
+    from fd_kernels import native  # noqa: PLC0415
 
     return f"native ({native.active_isa()})"
 

@@ -17,8 +17,6 @@ class ModelInputs:
     meta: AttentionMetadata
     # Row of the last scheduled token of each request, in `scheduled` order.
     last_token_rows: np.ndarray
-    # Rows whose token is part of its request's prompt (bool [T]): see ops.set_prompt_rows.
-    prompt_rows: np.ndarray
 
 
 _CPU = paddle.CPUPlace()
@@ -30,7 +28,16 @@ def _tensor(a: np.ndarray) -> paddle.Tensor:
     return paddle.Tensor(a, _CPU)
 
 
-def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInputs:
+def prompt_rows_tensor(mask: np.ndarray) -> paddle.Tensor | None:
+    """AttentionMetadata.prompt_rows from a bool [T] mask of the rows holding prompt tokens."""
+    return _tensor(mask.astype(np.uint8)) if mask.any() else None
+
+
+def build_inputs(
+    scheduled: list[ScheduledRequest], block_size: int, mark_prompt_rows: bool = False
+) -> ModelInputs:
+    """The step's model inputs. `mark_prompt_rows` fills meta.prompt_rows (the generation runner: bf16
+    prompt rows on AMX CPUs); without it every row is computed on its usual path (the pooling runner)."""
     n = len(scheduled)
     q_lens = np.fromiter((len(s.token_ids) for s in scheduled), dtype=np.int32, count=n)
     starts = np.fromiter((s.num_computed_tokens for s in scheduled), dtype=np.int32, count=n)
@@ -64,11 +71,11 @@ def build_inputs(scheduled: list[ScheduledRequest], block_size: int) -> ModelInp
         block_size=block_size,
         query_start_loc_np=query_start_loc,
         seq_lens_np=seq_lens,
+        prompt_rows=prompt_rows_tensor(positions < prompt_lens[seq_idx]) if mark_prompt_rows else None,
     )
     return ModelInputs(
         input_ids=_tensor(input_ids),
         positions=_tensor(positions),
         meta=meta,
         last_token_rows=query_start_loc[1:] - 1,
-        prompt_rows=positions < prompt_lens[seq_idx],
     )

@@ -1,12 +1,13 @@
 """KV cache storage, one entry per decoder layer, handed to the attention layers as is:
 - float32: (k_cache, v_cache), each [num_blocks, num_kv_heads, block_size, head_dim];
 - bfloat16: (k_cache, v_cache) of that shape in Paddle bfloat16. reshape_and_cache rounds each value to
-  nearest even (ops/reference.round_bf16) and paged_attention widens it back exactly, so attention is the
-  fp32 computation on K/V rounded to 8 significant bits (relative error <= 2^-8 per element);
+  nearest even (fd_kernels.reference.round_bf16) and paged_attention widens it back exactly, so
+  attention is the fp32 computation on K/V rounded to 8 significant bits (relative error <= 2^-8 per
+  element);
 - int8, the C8 cache: (k_cache, v_cache, k_scales, v_scales), int8 codes of that shape plus one fp32
   scale per cached (block, head, slot): [num_blocks, num_kv_heads, block_size]. reshape_and_cache
-  quantizes each new row (absmax / 127, see ops/reference.quantize_kv_s8) and paged_attention reads it
-  back as code * scale. No calibration; per-token scales keep an outlier token from costing its
+  quantizes each new row (absmax / 127, see fd_kernels.reference.quantize_kv_s8) and paged_attention
+  reads it back as code * scale. No calibration; per-token scales keep an outlier token from costing its
   neighbours precision, and make a token's codes independent of what was batched or cached with it.
 
 Bytes per token and KV head, K and V each: 4 * head_dim in fp32, 2 * head_dim in bf16 (2x less), head_dim

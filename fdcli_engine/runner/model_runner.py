@@ -7,7 +7,6 @@ import logging
 import numpy as np
 import paddle
 
-from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes
@@ -51,12 +50,8 @@ class ModelRunner:
         self.sampler.drop(so.finished_req_ids)
         if so.is_empty:
             return ModelRunnerOutput(sampled_token_ids={})
-        inputs = build_inputs(so.scheduled, self.block_size)
-        ops.set_prompt_rows(inputs.prompt_rows)
-        try:
-            hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
-        finally:
-            ops.set_prompt_rows(None)
+        inputs = build_inputs(so.scheduled, self.block_size, mark_prompt_rows=True)
+        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
         sample_idx = [i for i, s in enumerate(so.scheduled) if s.do_sample]
         if not sample_idx:
             return ModelRunnerOutput(sampled_token_ids={})

@@ -2,7 +2,8 @@
 
 Every row is processed with its own request's parameters, so one request's settings never leak into
 another's. The batch goes to the `sample` op in one call: the fused C++ kernel when the native ops are
-bound (fdcli_engine.ops), else its numpy reference; both implement fdcli_engine/ops/reference_sampler.py.
+bound (fdcli_engine.ops), else its numpy reference; both implement fd_kernels/reference/sampler.py, on
+rows in the layout of fd_kernels.sampler_layout.
 
 The random numbers stay here: a request with a `seed` draws from its own generator, advanced by a fixed
 amount per sampled token (one uniform, or REJECTION_TRIES + 1 with FD_SAMPLING_CLASS=rejection), so its
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import itertools
 import os
+from operator import attrgetter
 
 import numpy as np
+from fd_kernels.reference import sampler as reference_sampler
+from fd_kernels.reference.sampler import log_softmax
+from fd_kernels.sampler_layout import META_COLUMNS, PARAM_COLUMNS, MetaRow
 
 from fdcli_engine import ops
 from fdcli_engine.errors import ConfigError
-from fdcli_engine.ops import reference_sampler
-from fdcli_engine.ops.reference_sampler import log_softmax
 from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
 
@@ -31,6 +34,8 @@ __all__ = ["SAMPLING_CLASSES", "Sampler", "filter_probs", "log_softmax", "sampli
 # (FlashInfer-style), falling back to the exact draw. Same distribution either way.
 SAMPLING_CLASSES = ("base", "rejection")
 REJECTION_TRIES = 4  # draws from the whole distribution before the exact fallback
+# A request's params row: PARAM_COLUMNS are SamplingParams field names, read in the layout's order.
+_param_row = attrgetter(*PARAM_COLUMNS)
 
 
 def sampling_class_from_env() -> str:
@@ -92,28 +97,22 @@ class Sampler:
         self, logits: np.ndarray, reqs: list[ScheduledRequest]
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
         n = len(reqs)
-        params = np.empty((n, len(reference_sampler.PARAM_COLUMNS)), dtype=np.float64)
-        meta = np.zeros((n, len(reference_sampler.META_COLUMNS)), dtype=np.int64)
+        params = np.empty((n, len(PARAM_COLUMNS)), dtype=np.float64)
+        meta = np.zeros((n, len(META_COLUMNS)), dtype=np.int64)
         uniforms = np.zeros((n, self.num_uniforms), dtype=np.float64)
         chunks: list = []
         offset = 0
         for i, sr in enumerate(reqs):
             sp = sr.sampling_params
-            params[i] = (
-                sp.temperature,
-                sp.top_k,
-                sp.top_p,
-                sp.min_p,
-                sp.repetition_penalty,
-                sp.presence_penalty,
-                sp.frequency_penalty,
-            )
+            params[i] = _param_row(sp)
             # Only the ids a penalty reads: the prompt's for repetition, the output's for any penalty.
             prompt = sr.prompt_token_ids if sp.repetition_penalty != 1.0 else ()
             penalized = sp.repetition_penalty != 1.0 or sp.presence_penalty or sp.frequency_penalty
             output = sr.output_token_ids if penalized else ()
             banned = banned_token_ids(sp, sr.output_token_ids, self.eos_token_ids)
-            meta[i] = (offset, len(prompt), len(output), len(banned))
+            meta[i] = MetaRow(
+                offset=offset, num_prompt=len(prompt), num_output=len(output), num_banned=len(banned)
+            )
             offset += len(prompt) + len(output) + len(banned)
             chunks += (prompt, output, banned)
             if not sp.is_greedy:  # greedy rows draw nothing: their generators stay where they are

@@ -18,7 +18,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from fdcli_engine.errors import KernelBuildError
+from fd_kernels.errors import KernelBuildError
 
 MODULE_NAME = "fd_kernels_ext"
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -35,8 +35,8 @@ def _paddle_libs() -> str:
 
 
 def _ld_flags() -> list[str]:
-    # OpenMP from Paddle's bundled libiomp5 (it also provides the GOMP_* entry points GCC emits): mixing
-    # it with GCC's libgomp in one process made loops 1.3-1.7x slower (PADDLE_CPU.md).
+    # OpenMP from Paddle's bundled libiomp5 (it also provides the GOMP_* entry points GCC emits): two
+    # OpenMP runtimes in one process compete for the cores (docs/kernels-measurements.md).
     libs = _paddle_libs()
     if not os.path.exists(os.path.join(libs, "libiomp5.so")):
         return ["-fopenmp"]
@@ -81,7 +81,7 @@ def _cpp_extension():
 
 
 def _register(library: str) -> tuple[str, ...]:
-    """Register the library's ops with Paddle. No generated Python module is needed: fd_kernels.ops calls
+    """Register the library's ops with Paddle. No generated Python module is needed: fd_kernels.native calls
     Paddle's custom-op entry point by name."""
     return tuple(_cpp_extension()[1].load_op_meta_info_and_register_op(library))
 

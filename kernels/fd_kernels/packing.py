@@ -30,7 +30,7 @@ _GGML_BLOCK_BYTES = {GGML_Q4_0: 18, GGML_Q4_1: 20, GGML_Q8_0: 34}  # per 32 valu
 
 @dataclass
 class Packed:
-    """Host-side packed weight: what `fd_kernels.ops.LinearWeight` uploads to Paddle."""
+    """Host-side packed weight: what `fd_kernels.native.LinearWeight` uploads to Paddle."""
 
     kind: int
     in_features: int

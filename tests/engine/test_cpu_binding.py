@@ -78,7 +78,7 @@ import fdcli_engine.ops as ops
 from fdcli_engine.threads import allowed_cpus, bind_engine_threads
 allowed = allowed_cpus()
 bound = bind_engine_threads(int(os.environ["OMP_NUM_THREADS"]))
-from fd_kernels.ops import omp_thread_ids
+from fd_kernels.native import omp_thread_ids
 tids = omp_thread_ids()
 print(json.dumps({"backend": ops.backend, "allowed": allowed, "bound": bound, "tids": tids,
                   "main": os.getpid(), "cpus": [sorted(os.sched_getaffinity(t)) for t in tids]}))

@@ -4,7 +4,7 @@ from fdcli_engine import ops
 
 
 def test_describe_names_the_bound_implementation_and_isa():
-    from fd_kernels import ops as native
+    from fd_kernels import native
 
     before = ops.backend
     try:

@@ -14,15 +14,15 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")  # before paddle is imported: it w
 
 @pytest.fixture(scope="session")
 def native():
-    from fd_kernels import ops
+    from fd_kernels import native
 
-    ops.load()
-    return ops
+    native.load()
+    return native
 
 
 @pytest.fixture(scope="session")
 def ref():
-    from fdcli_engine.ops import reference
+    from fd_kernels import reference
 
     return reference
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import to_pd
+from kernel_helpers import to_pd, to_rows
 
 
 @pytest.fixture(autouse=True)
 def amx_only(native):
     if native.active_isa() != "amx":
         pytest.skip("the CPU (or FD_KERNELS_ISA) does not select the AMX level")
-    yield
-    native.set_prompt_rows(None)
 
 
 def bf16(a: np.ndarray) -> np.ndarray:
@@ -54,13 +52,11 @@ def test_prompt_rows_are_bf16_times_bf16_in_fp32(native, rng, kind, m, k, n):
     lw, b = _weight(native, rng, kind, k, n)
     w = lw.dequantize()
     x = rng.standard_normal((m, k), dtype=np.float32)
-    native.set_prompt_rows(np.ones(m, dtype=bool))
-    y = native.linear(to_pd(x), lw).numpy()
+    y = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
     xb, wb = bf16(x), bf16(w)
     _check(y, xb.astype(np.float64) @ wb.astype(np.float64).T + b, xb, wb)
     # ... which is not the other path's result: the rounding is really there (else this test proves
     # nothing). That path is fp32 for wint8 / wint4; GGUF blocks' is checked in test_qgemm.py.
-    native.set_prompt_rows(None)
     y32 = native.linear(to_pd(x), lw).numpy()
     if kind.startswith("wint"):
         _check(y32, x.astype(np.float64) @ w.astype(np.float64).T + b, x, w)
@@ -86,11 +82,8 @@ def test_mixed_batch_keeps_each_row_on_its_own_path(native, rng, kind, m, layout
     lw, _ = _weight(native, rng, kind, k, n)
     x = rng.standard_normal((m, k), dtype=np.float32)
     mask = _mask(rng, m, layout)
-    native.set_prompt_rows(mask)
-    y = native.linear(to_pd(x), lw).numpy()
-    native.set_prompt_rows(np.ones(m, dtype=bool))
-    all_bf16 = native.linear(to_pd(x), lw).numpy()
-    native.set_prompt_rows(None)
+    y = native.linear(to_pd(x), lw, to_rows(mask)).numpy()
+    all_bf16 = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
     all_fp32 = native.linear(to_pd(x), lw).numpy()
     w = lw.dequantize()
     _check(y[mask], all_bf16[mask], bf16(x[mask]), bf16(w))
@@ -104,10 +97,8 @@ def test_a_prompt_row_does_not_depend_on_its_batch(native, rng, kind):
     k, n = 576, 96
     lw, _ = _weight(native, rng, kind, k, n)
     x = rng.standard_normal((64, k), dtype=np.float32)
-    native.set_prompt_rows(np.ones(3, dtype=bool))
-    alone = native.linear(to_pd(x[:3]), lw).numpy()
-    native.set_prompt_rows(np.ones(64, dtype=bool))
-    batched = native.linear(to_pd(x), lw).numpy()[:3]
+    alone = native.linear(to_pd(x[:3]), lw, to_rows(np.ones(3, dtype=bool))).numpy()
+    batched = native.linear(to_pd(x), lw, to_rows(np.ones(64, dtype=bool))).numpy()[:3]
     _check(alone, batched, bf16(x[:3]), bf16(lw.dequantize()))
 
 
@@ -115,9 +106,9 @@ def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng)
     w = rng.standard_normal((40, 64), dtype=np.float32)
     x = rng.standard_normal((6, 64), dtype=np.float32)
     lw = native.prepare_linear(w, None, None)
-    native.set_prompt_rows(np.ones(6, dtype=bool))
-    _check(native.linear(to_pd(x), lw).numpy(), x.astype(np.float64) @ w.astype(np.float64).T, x, w)
+    rows = to_rows(np.ones(6, dtype=bool))
+    _check(native.linear(to_pd(x), lw, rows).numpy(), x.astype(np.float64) @ w.astype(np.float64).T, x, w)
     q = native.prepare_linear(w, None, "wint8")
-    native.set_prompt_rows(np.ones(5, dtype=bool))  # an LM head over fewer rows than the step
     wq = q.dequantize()
-    _check(native.linear(to_pd(x), q).numpy(), x.astype(np.float64) @ wq.astype(np.float64).T, x, wq)
+    fewer = to_rows(np.ones(5, dtype=bool))  # an LM head over fewer rows than the step
+    _check(native.linear(to_pd(x), q, fewer).numpy(), x.astype(np.float64) @ wq.astype(np.float64).T, x, wq)

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 from fd_kernels import build
-
-from fdcli_engine.errors import KernelBuildError
+from fd_kernels.errors import KernelBuildError
 
 
 def test_cached_build_is_imported_without_compiling(native):
@@ -90,12 +89,10 @@ def test_engine_op_table_binds_native_ops(native):
 
 
 def test_importing_the_kernels_first_still_gives_the_engine_native_ops(native):
-    # fdcli_engine.ops binds fd_kernels.ops when it is imported; fd_kernels.ops must therefore not import
-    # fdcli_engine.ops at its top, or importing it first (benchmarks, users' scripts) is a circular
-    # import that silently leaves the whole process on the reference ops.
-    code = (
-        "import fd_kernels.ops\nimport fdcli_engine.ops as o\nprint(o.backend, o.decoder_stack is not None)\n"
-    )
+    # fdcli_engine.ops binds fd_kernels.native when it is imported; fd_kernels must therefore never import
+    # the engine, or importing it first (benchmarks, users' scripts) is a circular import that silently
+    # leaves the whole process on the reference ops.
+    code = "import fd_kernels.native\nimport fdcli_engine.ops as o\nprint(o.backend, o.decoder_stack is not None)\n"
     env = {k: v for k, v in os.environ.items() if k != "FD_KERNELS"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""The fused sampler kernel (fd_sample_host) against its numpy reference (fdcli_engine.ops.reference_sampler).
+"""The fused sampler kernel (fd_sample_host) against its numpy reference (fd_kernels.reference.sampler).
 
 Greedy rows must match exactly. A sampled row is the same draw on both sides (same uniforms), but the two
 sum probabilities in different orders, so a token whose cumulative mass lies within float rounding of u
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from fdcli_engine.ops import reference_sampler as R
+from fd_kernels.reference import sampler as R
 
 # temperature, top_k, top_p, min_p, repetition, presence, frequency
 CONFIGS = [

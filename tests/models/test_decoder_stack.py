@@ -11,6 +11,8 @@ none. (The per-op loop's own oracle is the reference ops: tests/engine/test_kv_c
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import paddle
 import pytest
@@ -18,6 +20,7 @@ from tiny_models import ARCHITECTURES, load_fd_model, make_attention_metadata, m
 
 from fdcli_engine import ops
 from fdcli_engine.models.decoder_stack import build_decoder_stack
+from fdcli_engine.runner.input_batch import prompt_rows_tensor
 from fdcli_engine.runner.kv_cache import allocate_kv_caches
 
 BLOCK_SIZE = 4
@@ -40,7 +43,6 @@ def reference_ops():
     except RuntimeError as exc:
         pytest.skip(f"C++ kernels unavailable: {exc}")
     yield
-    ops.set_prompt_rows(None)
     ops.use(previous)
 
 
@@ -63,11 +65,9 @@ def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = T
             ids += rng.integers(0, 512, new).tolist()
             seq["len"] += new
         meta, positions = make_attention_metadata(entries, BLOCK_SIZE)
-        ops.set_prompt_rows(np.asarray(mask) if prompt_rows else None)
-        try:
-            out = model.forward(paddle.to_tensor(np.asarray(ids, dtype=np.int64)), positions, caches, meta)
-        finally:
-            ops.set_prompt_rows(None)
+        if prompt_rows:
+            meta = dataclasses.replace(meta, prompt_rows=prompt_rows_tensor(np.asarray(mask)))
+        out = model.forward(paddle.to_tensor(np.asarray(ids, dtype=np.int64)), positions, caches, meta)
         hidden.append(out.numpy())
     return hidden, [[t.numpy() for t in layer] for layer in caches]
 
@@ -130,7 +130,7 @@ def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
 
 def test_prompt_rows_reach_the_stack(tiny_checkpoint):
     """On AMX CPUs the mask changes quantized results (bf16 prompt rows), so the stack must see it."""
-    from fd_kernels import ops as native
+    from fd_kernels import native
 
     if native.active_isa() != "amx":
         pytest.skip("prompt rows only change numerics on the AMX level")
@@ -170,7 +170,7 @@ def test_bad_metadata_is_a_clear_error(tiny_checkpoint):
     mixed = caches[:1] + allocate_kv_caches(model, 4, BLOCK_SIZE, "bfloat16")[1:]
     with pytest.raises(ValueError, match="of layer 0's dtype"):
         ops.decoder_stack(x, positions, mixed, meta, model.decoder_stack)
-    from fd_kernels.ops import DecoderStack
+    from fd_kernels.native import DecoderStack
 
     fake = DecoderStack(plan=paddle.zeros([64], dtype="int64"), tensors=[])
     with pytest.raises(ValueError, match="not a plan"):

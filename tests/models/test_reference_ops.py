@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
+from fd_kernels import reference as ref
 from tiny_models import make_attention_metadata
-
-from fdcli_engine.ops import reference as ref
 
 rng = np.random.default_rng(0)
 

@@ -201,9 +201,8 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
 
 // Panels are dequantized a group at a time (up to kGroupBytes of bf16, kept in L2) into one buffer the
 // threads share; then each thread runs its 32-row blocks of A against every panel of the group, so a block
-// (32 x Kp bf16, 36 KB at K = 576) is loaded from memory once per group and read from L1 for the others.
-// When each thread instead ran whole panels against all of A, A (2.4 MB at 2048 rows, more than L2) was
-// streamed again for every panel, and its tile loads were a third of a 2048-row prefill's profile.
+// (32 x Kp bf16, 36 KB at K = 576) is loaded from memory once per group and read from L1 for the others,
+// where whole panels against all of A would stream A (more than L2 at long prompts) once per panel.
 // Rows are split between the threads; with few row blocks the group's panels are split too (slices), so
 // every thread has work at any M.
 constexpr int64_t kGroupBytes = 1 << 20;
@@ -215,8 +214,8 @@ void gemm_kind(const GemmArgs& g) {
   const int64_t panels = (g.n + kNR - 1) / kNR, nrb = mp / kRows;
   const int64_t panel_elems = kp * kNR;
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
-  // Not value-initialized: convert_a writes every element, padding included. Zeroing it first (a
-  // std::vector) was a serial 2.4 MB memset per GEMM of a 2048-row prefill, with the other thread idle.
+  // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
+  // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
   std::unique_ptr<uint16_t[]> abf(new uint16_t[mp * kp]);
   convert_a(g, mp, kp, abf.get());
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));

@@ -97,9 +97,9 @@ static inline float kv_at(const void* p, int64_t off) {
 // Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
 // (hd % 16 == 0), into sc rows kKeyChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
 // R query vectors and the key vector fit the 32 registers: each key vector is loaded (bf16: widened) once
-// for all R rows (one row at a time loaded it R times: 6-12% slower decode attention over a bf16 cache,
-// benchmarks/bench_kernels.py's x30-layer rows). A shuffle tree folds each row's 8 accumulators into its
-// 8 sums, adding in the order the one-row version did (the scores are bit for bit the same).
+// for all R rows rather than once per row (docs/kernels-measurements.md). A shuffle tree folds each row's 8
+// accumulators into its 8 sums, adding in the order the one-row version did (the scores are bit for bit the
+// same).
 template <int R, int KV>
 static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc) {
   for (int half = 0; half < 2; ++half) {
@@ -304,7 +304,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     // Prefetch the next chunk's keys and values while this one computes. A chunk is 1-4 KiB per head and
     // the next block sits anywhere in the pool (the block table decides), so the hardware prefetcher
     // cannot run ahead across blocks: without this, decode over caches that do not fit in L2 (a step's 30
-    // layers) waited on memory at every block (~25-35% of its attention time at contexts 192-640).
+    // layers) waits on memory at every block.
     if (kk + n < nk) {
       const int64_t nb = key_base(a, bt, g, kk + n) * esize, bytes = chunk_len(a, kk + n, nk) * hd * esize;
       for (int64_t o = 0; o < bytes; o += 64) {
@@ -396,9 +396,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
 // share: at batch 1 SmolLM2's 3 KV heads left one of 2 threads with twice the other's keys. The parts
 // depend on the context alone, never on the batch or the thread count, and combine in a fixed order, so a
 // row's result does not change with what shares its step. Batches with enough items gain nothing and pay
-// the combine: against no split (AMD EPYC, 2 threads, alternated in one process, 512-token prompts),
-// 256-key parts made decode steps 0.953x the time at batch 1 and 1.015x at batch 16; 128-key parts
-// 0.969x and 1.030x.
+// the combine; the part size weighs the two (docs/kernels-measurements.md).
 constexpr int64_t kKeysPerPart = 256;
 
 // Rows' outputs from their parts' states (attend_rows with a part buffer), parts in order; w: nparts

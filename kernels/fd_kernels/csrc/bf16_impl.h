@@ -5,7 +5,7 @@
 // exactly (bits << 16), so attention over a bf16 cache is fp32 attention over the rounded K/V: half the
 // bytes of the fp32 cache, at most 2^-8 relative error per element (8 significant bits). A value depends
 // on itself alone, so batching and prefix caching cannot change what is cached.
-// fdcli_engine/ops/reference.py writes the same bits with Paddle's cast (round to nearest even, NaN ->
+// fd_kernels/reference writes the same bits with Paddle's cast (round to nearest even, NaN ->
 // 0x7FFF).
 // No include guard on purpose.
 

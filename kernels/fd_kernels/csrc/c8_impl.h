@@ -6,7 +6,7 @@
 //   read back as q[d] * scale.
 // Per token and head, symmetric: no calibration, a token's codes depend on that token alone (so prefix
 // caching and batching cannot change them), and the error is at most scale / 2 = absmax / 254 per element.
-// fdcli_engine/ops/reference.py computes the same codes and scales bit for bit: fp32 division and
+// fd_kernels/reference computes the same codes and scales bit for bit: fp32 division and
 // round-half-even (the default rounding mode) are exact IEEE operations in both.
 // No include guard on purpose.
 

@@ -1,6 +1,6 @@
 // Paddle glue of fdk::decoder_stack (decoder_stack.h), in three ops so that a step hands over only its
-// own few tensors: handing ~600 weight tensors to a custom op costs Paddle ~1.5 ms, a quarter of the
-// decode step the stack is for.
+// own few tensors: Paddle's cost of handing a custom op every weight tensor (hundreds) would be a large
+// part of the decode step the stack is for (docs/kernels-measurements.md).
 //
 //   fd_decoder_stack_plan(FinalNorm, CosSin, Weights[]) -> weight plan, once after loading. Weights holds
 //     per layer kPerLayer tensors (kPerLayerQkNorm with per-head q/k norms), in this order:
@@ -13,7 +13,7 @@
 //
 // A plan is an int64 tensor whose bytes are a header and one record per layer, holding raw pointers
 // into the tensors it was built from: everything is checked when it is built (as fd_linear, fd_rms_norm
-// and the attention ops check their inputs), and the Python side (fd_kernels.ops.DecoderStack) keeps
+// and the attention ops check their inputs), and the Python side (fd_kernels.native.DecoderStack) keeps
 // those tensors alive as long as the plan. The step op writes the KV caches through the cache plan's
 // pointers, in place (Paddle does not see them: no autograd, which the engine never records anyway).
 // The step's metadata is checked every step, as paged_attention checks it.
@@ -104,11 +104,11 @@ template <typename Plan, typename Record>
 const Plan* read_plan(const Tensor& t, uint64_t magic, const char* what) {
   PD_CHECK(t.is_cpu() && t.dtype() == paddle::DataType::INT64 && t.is_contiguous() &&
                t.numel() * 8 >= (int64_t)sizeof(Plan),
-           "decoder_stack: ", what, " is not a plan built by fd_kernels.ops");
+           "decoder_stack: ", what, " is not a plan built by fd_kernels.native");
   const Plan* p = reinterpret_cast<const Plan*>(t.data<int64_t>());
   const int64_t bytes = (int64_t)(sizeof(Plan) + p->num_layers * sizeof(Record));
   PD_CHECK(p->magic == magic && p->num_layers >= 0 && t.numel() == (bytes + 7) / 8, "decoder_stack: ", what,
-           " is not a plan built by fd_kernels.ops");
+           " is not a plan built by fd_kernels.native");
   return p;
 }
 

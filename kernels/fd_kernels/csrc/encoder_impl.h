@@ -58,7 +58,7 @@ static inline vf vgelu(vf x) {
 static void gelu(const float* x, int64_t n, float* out) {
   constexpr int64_t kChunk = 4096;  // elements per work item: whole cache lines, even split across threads
   const int64_t nchunks = (n + kChunk - 1) / kChunk;
-  // Threads only past ~40 us of work: waking the pool costs more than a short row set (batch 1).
+  // Threads only from 2^16 elements: waking the pool costs more than a short row set (batch 1).
 #pragma omp parallel for schedule(static) if (n >= (1 << 16))
   for (int64_t c = 0; c < nchunks; ++c) {
     const int64_t end = std::min(n, (c + 1) * kChunk);
@@ -223,8 +223,8 @@ static void varlen_attention(const VarlenAttnArgs& a) {
   // Hand-rolled dynamic schedule (sequences differ in length): schedule(dynamic) would bind GOMP entry
   // points that Paddle's libiomp5 lacks (see paged_attention in attn_impl.h).
   std::atomic<int64_t> next{0};
-  // One thread below ~1M multiply-adds (one 30-token sentence of MiniLM: 0.35M, ~30 us): waking the
-  // pool would cost as much as the work.
+  // One thread below ~1M multiply-adds (one 30-token sentence of MiniLM is 0.35M): waking the pool
+  // would cost as much as the work.
 #pragma omp parallel if (nitems > 1 && macs >= (1 << 20))
   {
     std::vector<float> sc(std::max<int64_t>(a.max_seqlen, 1) * FD_W);  // a tile's scores: one vector per key

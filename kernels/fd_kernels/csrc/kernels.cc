@@ -122,8 +122,7 @@ static void gemm_rows(const GemmArgs& g, const uint8_t* prompt_rows, bool prompt
     return path(s);
   }
   // Uninitialized: every element is written before it is read. Copies split over the threads, since
-  // a mixed prefill step moves megabytes here (serial copies into zeroed vectors made a step of 15
-  // prompts and one generated token 40-70% slower than one of 16 prompts).
+  // a mixed prefill step moves megabytes here (docs/kernels-measurements.md).
   std::unique_ptr<float[]> a(new float[m * g.k]), c(new float[m * g.n]);
   const bool big = m * (g.k + g.n) >= (1 << 16);
 #pragma omp parallel for schedule(static) if (big)

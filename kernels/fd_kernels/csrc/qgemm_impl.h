@@ -114,9 +114,8 @@ static inline __m512i bcast4(const int8_t* p) {
 
 // Rows m0 .. m0+MR against panels p0 .. p0+NP, all blocks: one int32 accumulator per (row, panel,
 // activation plane), so 2 * MR * NP vpdpbusd chains are in flight.
-// Records ahead: 16 rather than 4 made decode steps 0.944-0.958x the time at batch 1, 0.979x at batch 16
-// and a 4 x 512 prefill 0.982x on an AMD EPYC (alternated in one process); on the AMX VM 8 and 16 were
-// within noise of 4.
+// Records ahead: far enough for the weight stream to arrive before its panel is reached (the distance
+// was chosen by measurement: docs/kernels-measurements.md).
 constexpr int64_t kQPrefetch = 16;
 
 template <int KIND, int MR, int NP>
@@ -251,12 +250,9 @@ constexpr int kQMaxRows = kQMaxRowsPortable;
 #endif
 
 // Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
-// from memory once and reuses them from L1 for the other row blocks (12.8 against 15.1 ms for a batch-16
-// step's 120 GEMMs when items were (group, row block) pairs). Each thread walks its own contiguous run of
-// groups and then steals from the others' (ranges.h). Threads used to take groups from one shared
-// counter, each reading the weights in 17 KB pieces scattered over the matrix; the runs made decode steps
-// 0.887-0.889x the time at batch 1 and 0.944-0.948x at batch 16 on an AMD EPYC without AMX (alternated
-// in one process), prefill unchanged.
+// from memory once and reuses them from L1 for the other row blocks. Each thread walks its own contiguous
+// run of groups and then steals from the others' (ranges.h), so it reads the weights as long sequential
+// runs rather than small pieces scattered over the matrix (docs/kernels-measurements.md).
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;

@@ -1,5 +1,7 @@
 // Raw-pointer interface of the fused sampler (sampler_impl.h, instantiated per ISA in sampler.cc; Paddle
-// glue in sampler_ops.cc). Semantics are those of fdcli_engine/ops/reference_sampler.py, the oracle.
+// glue in sampler_ops.cc). Semantics are those of fd_kernels/reference/sampler.py, the oracle.
+// The enums mirror fd_kernels/sampler_layout.py (PARAM_COLUMNS, META_COLUMNS): same columns, same
+// order, each name k + the column in CamelCase (tests/kernels/test_sampler_layout.py checks it).
 #pragma once
 #include <cstdint>
 
@@ -8,13 +10,13 @@ namespace fdk {
 // Columns of the per-row parameter matrix (float64, so penalties are applied with the request's exact
 // values, as numpy does).
 enum SampleParam {
-  kTemperature = 0,  // 0: greedy (argmax after penalties and bans)
-  kTopK,             // 0: off
-  kTopP,             // 1: off
-  kMinP,             // 0: off
-  kRepetition,       // 1: off; over the prompt's and the output's distinct tokens
-  kPresence,         // over the output's distinct tokens
-  kFrequency,        // times each token's count in the output
+  kTemperature = 0,    // 0: greedy (argmax after penalties and bans)
+  kTopK,               // 0: off
+  kTopP,               // 1: off
+  kMinP,               // 0: off
+  kRepetitionPenalty,  // 1: off; over the prompt's and the output's distinct tokens
+  kPresencePenalty,    // over the output's distinct tokens
+  kFrequencyPenalty,   // times each token's count in the output
   kNumSampleParams
 };
 

@@ -20,7 +20,7 @@
 #include "vexp.h"
 
 constexpr int64_t kBlock = 256;      // floats per block sum of the draw; scratch rows are padded to it
-constexpr double kTopPSlack = 1e-6;  // = reference_sampler.TOP_P_SLACK: mass within it counts as reached
+constexpr double kTopPSlack = 1e-6;  // = reference.sampler.TOP_P_SLACK: mass within it counts as reached
 
 #if FD_W == 16
 static inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
@@ -283,8 +283,8 @@ static void apply_penalties(const SampleArgs& a, int64_t row, float* x, Scratch&
   const int64_t* ids = a.ids + meta[kOffset];
   const int64_t np = meta[kNumPrompt], no = meta[kNumOutput], nb = meta[kNumBanned];
   const int64_t v = a.vocab;
-  if (p[kRepetition] != 1.0) {
-    const float rp = (float)p[kRepetition];
+  if (p[kRepetitionPenalty] != 1.0) {
+    const float rp = (float)p[kRepetitionPenalty];
     for (int64_t i = 0; i < np + no; ++i) {
       const int64_t t = ids[i];
       if (t < 0 || t >= v || s.seen[t]) continue;
@@ -294,14 +294,14 @@ static void apply_penalties(const SampleArgs& a, int64_t row, float* x, Scratch&
     for (int64_t i = 0; i < np + no; ++i)
       if (ids[i] >= 0 && ids[i] < v) s.seen[ids[i]] = 0;
   }
-  if ((p[kPresence] != 0.0 || p[kFrequency] != 0.0) && no > 0) {
+  if ((p[kPresencePenalty] != 0.0 || p[kFrequencyPenalty] != 0.0) && no > 0) {
     const int64_t* out = ids + np;
     for (int64_t i = 0; i < no; ++i)
       if (out[i] >= 0 && out[i] < v) ++s.count[out[i]];
     for (int64_t i = 0; i < no; ++i) {
       const int64_t t = out[i];
       if (t < 0 || t >= v || s.count[t] == 0) continue;
-      x[t] = (float)((double)x[t] - (p[kFrequency] * s.count[t] + p[kPresence]));
+      x[t] = (float)((double)x[t] - (p[kFrequencyPenalty] * s.count[t] + p[kPresencePenalty]));
       s.count[t] = 0;
     }
   }

@@ -1,8 +1,8 @@
-// Host entry point of the fused sampler, called from Python through ctypes (fd_kernels/ops.py `sample`).
+// Host entry point of the fused sampler, called from Python through ctypes (fd_kernels/native.py `sample`).
 // The sampler reads and writes numpy arrays on the host, so it is not a Paddle operator: Paddle's op
-// dispatch plus a zero-copy view per input cost about 110 us per call here, against about 3 us of work for
-// a greedy row. Python checks dtypes and shapes; this checks every row's id range, so the kernel never
-// reads outside its inputs.
+// dispatch plus a zero-copy view per input would cost many times the work of a greedy row
+// (docs/kernels-measurements.md). Python checks dtypes and shapes; this checks every row's id range, so the
+// kernel never reads outside its inputs.
 
 #include <cstdint>
 

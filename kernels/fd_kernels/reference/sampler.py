@@ -18,25 +18,17 @@ TOP_P_SLACK makes a mass that reaches top_p up to float rounding count as reachi
 top_p = 0.75), so the kernel, which sums in another order, keeps the same set at such ties.
 
 Inputs (numpy): logits float32 [B, V]; params float64 [B, len(PARAM_COLUMNS)]; ids int64 [N];
-meta int64 [B, len(META_COLUMNS)]: row b's ids are ids[offset : offset + num_prompt + num_output +
-num_banned] (prompt ids, output ids, banned ids; ids outside [0, V) are ignored); uniforms float64
-[B, num_uniforms] in [0, 1). Returns int64 [B].
+meta int64 [B, len(META_COLUMNS)], the layout of fd_kernels.sampler_layout: row b's ids are
+ids[offset : offset + num_prompt + num_output + num_banned] (prompt ids, output ids, banned ids; ids
+outside [0, V) are ignored); uniforms float64 [B, num_uniforms] in [0, 1). Returns int64 [B].
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-PARAM_COLUMNS = (
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-)
-META_COLUMNS = ("offset", "num_prompt", "num_output", "num_banned")
+from fd_kernels.sampler_layout import MetaRow, ParamRow
+
 TOP_P_SLACK = 1e-6
 _NEG_INF = np.float32(-np.inf)
 
@@ -104,8 +96,8 @@ def draw(p: np.ndarray, u: float) -> int:
 
 def sample_row(row: np.ndarray, params: np.ndarray, uniforms: np.ndarray, rejection: bool) -> int:
     """One penalized row (float32, banned tokens already -inf) and its params and uniforms."""
-    temperature, top_k, top_p, min_p = (float(v) for v in params[:4])
-    top_k = int(top_k)
+    p = ParamRow(*(float(v) for v in params))
+    temperature, top_k, top_p, min_p = p.temperature, int(p.top_k), p.top_p, p.min_p
     if is_greedy(temperature, top_k):
         return int(np.argmax(row))
     if row.max() == _NEG_INF:  # every token banned: nothing to draw from
@@ -130,9 +122,11 @@ def sample(
 ) -> np.ndarray:
     out = np.empty(logits.shape[0], dtype=np.int64)
     for b in range(logits.shape[0]):
-        off, n_prompt, n_output, n_banned = (int(v) for v in meta[b])
+        m = MetaRow(*(int(v) for v in meta[b]))
+        off, n_prompt, n_output, n_banned = m.offset, m.num_prompt, m.num_output, m.num_banned
         row = logits[b].astype(np.float32, copy=True)
-        rep, presence, frequency = (float(v) for v in params[b, 4:7])
+        p = ParamRow(*(float(v) for v in params[b]))
+        rep, presence, frequency = p.repetition_penalty, p.presence_penalty, p.frequency_penalty
         prompt_ids = ids[off : off + n_prompt]
         output_ids = ids[off + n_prompt : off + n_prompt + n_output]
         apply_penalties(row, rep, presence, frequency, prompt_ids, output_ids)

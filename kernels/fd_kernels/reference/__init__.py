@@ -1,7 +1,9 @@
 """Pure-Paddle reference implementations of fd's ops: the test oracle for the C++ kernels, and the
-fallback when they cannot be built. Signatures are documented in `fdcli_engine.ops`.
+fallback when they cannot be built. Signatures are documented in fd_kernels' package docstring
+(`fdcli_engine.ops` binds these or `fd_kernels.native`). `meta` is the step's attention metadata
+(fdcli_engine.step_types.AttentionMetadata), read by attribute.
 
-Correctness first, then op count: each eager Paddle op costs ~2.5 µs of dispatch, so where it is free
+Correctness first, then op count: each eager Paddle op pays a fixed dispatch cost, so where it is free
 to do so an op is written with fewer, larger Paddle calls.
 
 Weight-only quantization is *simulated* here (quantize, then dequantize back to fp32) so the kernels'
@@ -19,16 +21,12 @@ integer GEMMs have an exact oracle. The schemes, which the kernels must reproduc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import paddle
 import paddle.nn.functional as F
 
-from fdcli_engine.ops.reference_sampler import sample  # noqa: F401 - the `sample` op is numpy
-
-if TYPE_CHECKING:
-    from fdcli_engine.step_types import AttentionMetadata
+from fd_kernels.reference.sampler import sample  # noqa: F401 - the `sample` op is numpy
 
 WINT4_GROUP_SIZE = 64
 
@@ -109,8 +107,8 @@ def varlen_attention(
     q: paddle.Tensor, k: paddle.Tensor, v: paddle.Tensor, cu_seqlens: paddle.Tensor, scale: float
 ) -> paddle.Tensor:
     """One dense softmax(q k^T * scale) v per sequence, every token seeing every token of its sequence.
-    A loop rather than one padded batch: padding to the longest sequence cost more than the loop on
-    mixed lengths (measured on BERT batches)."""
+    A loop rather than one padded batch: on mixed lengths, padding to the longest sequence computes more
+    than the loop saves in dispatch."""
     num_tokens, num_heads, head_dim = q.shape
     bounds = [int(b) for b in cu_seqlens.numpy()]
     outs = []
@@ -146,7 +144,7 @@ def _fake_quant_wint4(w: np.ndarray) -> np.ndarray:
 
 def prepare_linear(weight: np.ndarray, bias: np.ndarray | None, quantization: str | None) -> RefLinear:
     """weight: fp32 [out, in] as in HF checkpoints. Stored transposed ([in, out]) so that `linear` is a
-    plain matmul; Paddle's transpose_y path is measurably slower on this CPU."""
+    plain matmul rather than Paddle's transpose_y path, the slower of the two on CPU."""
     w = np.asarray(weight, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"linear weight must be 2-D [out, in], got shape {w.shape}")
@@ -174,7 +172,8 @@ def prepare_linear_gguf(
     return lw
 
 
-def linear(x: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
+def linear(x: paddle.Tensor, lw: RefLinear, prompt_rows: paddle.Tensor | None = None) -> paddle.Tensor:
+    # Every row is computed in fp32, prompt rows included: `prompt_rows` changes nothing here.
     # F.linear takes the weight as [in, out] and adds the bias in the same op.
     return F.linear(x, lw.weight, lw.bias)
 
@@ -185,11 +184,7 @@ def embedding(ids: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
     return rows.reshape([*ids.shape, lw.weight.shape[0]])
 
 
-def set_prompt_rows(mask) -> None:
-    """The reference computes every row in fp32: nothing to mark."""
-
-
-def _step_cache(meta: AttentionMetadata, key: str, build):
+def _step_cache(meta, key: str, build):
     """Per-step values shared by every layer (block lists, masks), built by the first layer and kept on
     the step's AttentionMetadata, so they die with it. Relies on the runner building a new metadata
     object per step (it is a plain dataclass; nothing mutates one after construction)."""
@@ -247,7 +242,7 @@ def paged_attention(
     q: paddle.Tensor,
     k_cache: paddle.Tensor,
     v_cache: paddle.Tensor,
-    meta: AttentionMetadata,
+    meta,
     scale: float,
     k_scales: paddle.Tensor | None = None,
     v_scales: paddle.Tensor | None = None,
@@ -307,7 +302,7 @@ def _decode_batched(q, k_cache, v_cache, meta, scale, k_scales=None, v_scales=No
     return out.reshape([num_seqs, num_heads, head_dim])
 
 
-def _decode_plan(meta: AttentionMetadata, block_size: int) -> tuple[paddle.Tensor, paddle.Tensor]:
+def _decode_plan(meta, block_size: int) -> tuple[paddle.Tensor, paddle.Tensor]:
     seq_lens = meta.seq_lens_np.astype(np.int64)
     num_blocks = int((seq_lens.max() + block_size - 1) // block_size)
     table = meta.block_tables.numpy()[:, :num_blocks].astype(np.int64)
@@ -316,7 +311,7 @@ def _decode_plan(meta: AttentionMetadata, block_size: int) -> tuple[paddle.Tenso
     return paddle.to_tensor(table.reshape(-1)), paddle.to_tensor(bias[:, None, None, :])
 
 
-def _attention_plan(meta: AttentionMetadata, block_size: int, group: int) -> list[tuple]:
+def _attention_plan(meta, block_size: int, group: int) -> list[tuple]:
     """Per sequence with queries: (start, end, seq_len, its block ids as a tensor, causal bias or None)."""
     starts, seq_lens = meta.query_start_loc_np, meta.seq_lens_np
     block_tables = meta.block_tables.numpy()

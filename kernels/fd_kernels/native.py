@@ -1,8 +1,9 @@
-"""fd's C++ CPU operators behind the signatures of `fdcli_engine.ops` (see its docstring).
+"""Python bindings of fd's native (C++) CPU operators, with the signatures of fd_kernels' package
+docstring; `fd_kernels.reference` implements the same signatures in pure Paddle.
 
 `load()` builds or imports the extension once per process. The op functions call Paddle's custom-op
-entry point directly rather than the generated wrappers (which only add a mode check and list
-handling): about 1.3 us less per call, on ~10 calls per layer.
+entry point directly rather than the generated wrappers, which only add a mode check and list handling
+on a path called ~10 times per layer (docs/kernels-measurements.md has the cost).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from paddle.utils.dlpack import from_dlpack
 from fd_kernels import packing
 from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
+from fd_kernels.sampler_layout import META_COLUMNS, PARAM_COLUMNS
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
@@ -26,7 +28,7 @@ ISA_NAMES = {3: "amx", 2: "avx512", 1: "avx2", 0: "scalar"}
 
 
 def load():
-    """Build (first time) or import the cached kernels. Raises fdcli_engine.errors.KernelBuildError."""
+    """Build (first time) or import the cached kernels. Raises fd_kernels.errors.KernelBuildError."""
     global _ext, _run
     if _ext is None:
         _ext = _build_load()
@@ -39,9 +41,9 @@ def _keep_freed_memory() -> None:
     """Keep activation-sized blocks in glibc's heap instead of mmap/munmap per allocation.
 
     Paddle's CPU tensors come from malloc; glibc serves blocks above its mmap threshold with fresh mmaps,
-    so every op writing a multi-MB output (a 512-token prefill's [512, 1536] activations) paid ~770 page
-    faults, which tripled silu_and_mul's time. Raising the thresholds to 64/128 MiB keeps freed
-    activations for reuse. Process-wide by nature; FD_KERNELS_MALLOPT=0 turns it off.
+    so every op writing a multi-MB output (a 512-token prefill's [512, 1536] activations) would pay a
+    page fault per page touched (docs/kernels-measurements.md). Raising the thresholds to 64/128 MiB
+    keeps freed activations for reuse. Process-wide by nature; FD_KERNELS_MALLOPT=0 turns it off.
     """
     if os.environ.get("FD_KERNELS_MALLOPT", "1") == "0" or not sys.platform.startswith("linux"):
         return
@@ -145,36 +147,30 @@ def _bad_input(exc: OSError) -> ValueError:
     return ValueError(str(exc).strip().splitlines()[0])
 
 
-# Rows of the current step that hold prompt tokens (uint8 [T]), set by the model runner around the forward
-# pass; None outside it. Only a linear whose input has exactly T rows uses it (an LM head over the sampled
-# rows, or an MoE expert over its routed subset, computes every row in fp32).
-_prompt_rows: paddle.Tensor | None = None
-_prompt_rows_len = -1
-_NO_ROWS: paddle.Tensor | None = None
+_NO_ROWS: paddle.Tensor | None = None  # the empty mask the ops take for "no prompt rows", made once
 
 
-def set_prompt_rows(mask: np.ndarray | None) -> None:
-    """Mark the prompt-token rows of the next forward pass (None clears). On AMX CPUs the quantized
-    linears compute those rows in bf16 on the tiles (csrc/amx.cc) and all other rows on their usual path
-    (fp32 for wint8 / wint4, fixed-point activations for GGUF blocks: csrc/qgemm_impl.h): prefill gets the
-    AMX speed while a token's numerics stay independent of its batch."""
-    global _prompt_rows, _prompt_rows_len
-    if mask is None or not mask.any():
-        _prompt_rows, _prompt_rows_len = None, -1
-    else:
-        _prompt_rows = paddle.to_tensor(np.ascontiguousarray(mask, dtype=np.uint8))
-        _prompt_rows_len = int(mask.shape[0])
-
-
-def linear(x: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
+def _rows_for(prompt_rows: paddle.Tensor | None, x: paddle.Tensor) -> paddle.Tensor:
+    """The prompt-row mask an op passes to C++: the step's mask where it describes x's rows, else empty.
+    A mask of another length belongs to the step, not to this input (an LM head over the sampled rows,
+    an MoE expert over its routed subset): those rows are computed on their usual path."""
     global _NO_ROWS
-    if x.shape[-1] != lw.in_features:
-        raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
-    rows = _prompt_rows
-    if rows is None or lw.kind == packing.KIND_F32 or x.shape[0] != _prompt_rows_len or len(x.shape) != 2:
+    if prompt_rows is None or len(x.shape) != 2 or x.shape[0] != prompt_rows.shape[0]:
         if _NO_ROWS is None:
             _NO_ROWS = paddle.zeros([0], dtype="uint8")
-        rows = _NO_ROWS
+        return _NO_ROWS
+    return prompt_rows
+
+
+def linear(x: paddle.Tensor, lw: LinearWeight, prompt_rows: paddle.Tensor | None = None) -> paddle.Tensor:
+    """x @ W^T (+ b). `prompt_rows` (uint8 [T], 1 on the step's prompt-token rows; None when the step has
+    none) matters on AMX CPUs only: there the quantized linears compute those rows in bf16 on the tiles
+    (csrc/amx.cc) and all other rows on their usual path (fp32 for wint8 / wint4, fixed-point
+    activations for GGUF blocks: csrc/qgemm_impl.h), so prefill gets the AMX speed while a token's
+    numerics stay independent of its batch. fp32 weights compute every row in fp32."""
+    if x.shape[-1] != lw.in_features:
+        raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
+    rows = _rows_for(None if lw.kind == packing.KIND_F32 else prompt_rows, x)
     try:
         return _run(
             "fd_linear",
@@ -283,22 +279,12 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
 
 
 _sample_host = None  # the library's fd_sample_host through ctypes, bound on first use
-_SAMPLE_PARAMS = _SAMPLE_META = None  # the row layout's widths, read from the reference on first use
+_SAMPLE_PARAMS, _SAMPLE_META = len(PARAM_COLUMNS), len(META_COLUMNS)  # csrc/sampler.h mirrors them
 
 
 def _bind_sample_host():
-    # The row layout sampler.h's kNumSampleParams / kNumSampleMeta mirror is defined once, by the
-    # reference. Imported here, not at module level: fdcli_engine.ops binds this module's ops when it is
-    # imported, so a module-level import would make `from fd_kernels import ops` (before the engine) a
-    # circular import that leaves the whole process on the reference ops.
-    global _sample_host, _SAMPLE_PARAMS, _SAMPLE_META
+    global _sample_host
     if _sample_host is None:
-        from fdcli_engine.ops import reference_sampler  # noqa: PLC0415
-
-        _SAMPLE_PARAMS, _SAMPLE_META = (
-            len(reference_sampler.PARAM_COLUMNS),
-            len(reference_sampler.META_COLUMNS),
-        )
         fn = ctypes.CDLL(_library_path()).fd_sample_host
         ptr, i64 = ctypes.c_void_p, ctypes.c_int64
         fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ptr, i64, ctypes.c_int32, ptr]
@@ -315,8 +301,8 @@ def _host_array(a, dtype, ndim: int, name: str) -> np.ndarray:
 
 
 def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.ndarray:
-    """The fused sampler (csrc/sampler_impl.h) on numpy inputs; semantics and layout in
-    fdcli_engine.ops.reference_sampler. Returns int64 [B]. Called through ctypes, not as a Paddle op
+    """The fused sampler (csrc/sampler_impl.h) on numpy inputs; layout in fd_kernels.sampler_layout,
+    semantics in fd_kernels.reference.sampler. Returns int64 [B]. Called through ctypes, not as a Paddle op
     (csrc/sampler_ops.cc says why)."""
     host = _bind_sample_host()
     logits = _host_array(logits, np.float32, 2, "logits")
@@ -459,17 +445,11 @@ def prepare_decoder_stack(
     return DecoderStack(plan=plan, tensors=[final_norm, cos_sin_cache, *weights])
 
 
-def decoder_stack(x, positions, kv_caches, meta, stack: DecoderStack) -> paddle.Tensor:
+def decoder_stack(x, positions, kv_caches, meta, stack: DecoderStack, prompt_rows=None) -> paddle.Tensor:
     """Every decoder layer and the final norm in one op: what the per-op loop of
     fdcli_engine/models/decoder.py computes from the embeddings x [T, hidden], bit for bit, writing the
-    KV caches the same way. The step's prompt-row mask (set_prompt_rows) reaches every linear as in
-    `linear`."""
-    global _NO_ROWS
-    rows = _prompt_rows
-    if rows is None or x.shape[0] != _prompt_rows_len:
-        if _NO_ROWS is None:
-            _NO_ROWS = paddle.zeros([0], dtype="uint8")
-        rows = _NO_ROWS
+    KV caches the same way. `prompt_rows` reaches every linear as in `linear`."""
+    rows = _rows_for(prompt_rows, x)
     cache_plan = stack.cache_plan(kv_caches)
     try:
         return _run(
