@@ -11,10 +11,10 @@ import time
 
 import msgspec
 
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.outputs import EngineCoreOutput
 from fdcli_engine.request import Request
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -38,12 +38,10 @@ def _wrong_runner(engine_is_pooling: bool) -> str:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: ResolvedConfig):
         from fdcli_engine.threads import set_num_threads
 
         set_num_threads(config.num_threads)
-        if config.model_path is None:
-            config.finalize()
         self.config = config
 
         from fdcli_engine.core.kv_cache_manager import KVCacheManager
