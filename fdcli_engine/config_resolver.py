@@ -38,7 +38,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     values["model"] = config.model if config.model is not None else str(model_path)
     return ResolvedConfig(
         **values,
-        model_path=str(model_path),
+        model_path=model_path,
         layout=layout,
         hf_config=hf_config,
         num_threads=config.threads or usable_cpu_count(),

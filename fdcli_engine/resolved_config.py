@@ -11,6 +11,7 @@ the model: `model_path`, `layout`, `hf_config`. The defaults serve test doubles 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,7 +21,7 @@ from fdcli_engine.threads import usable_cpu_count
 
 class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     model: str = ""  # the --model string, or the default model's path
-    model_path: str = ""  # the path it resolves to (a folder, or a .gguf file)
+    model_path: Path | None = None  # the path it resolves to (a folder, or a .gguf file)
     layout: str = ""  # loader layout: "hf", "paddle" or "gguf"
     hf_config: dict = msgspec.field(default_factory=dict)  # the model's config (HF config.json keys)
     tokenizer: str | None = None
@@ -52,8 +53,24 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.kv_cache_dtype == "int8"
 
     def to_json(self) -> str:
-        return msgspec.json.encode(self).decode()
+        return _ENCODER.encode(self).decode()
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ResolvedConfig:
-        return msgspec.json.decode(text, type=cls)
+        return _DECODER.decode(text)
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def _dec_hook(kind: type, obj: Any) -> Any:
+    if kind is Path:
+        return Path(obj)
+    raise NotImplementedError(f"cannot decode {kind.__name__}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+_DECODER = msgspec.json.Decoder(ResolvedConfig, dec_hook=_dec_hook)

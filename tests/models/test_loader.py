@@ -22,7 +22,7 @@ PROMPT = [5, 17, 42, 99, 3, 250, 7, 128, 64, 311]
 
 def expect_load_error(path, match: str) -> str:
     with pytest.raises(ModelLoadError) as info:
-        load_model(ResolvedConfig(model=str(path), model_path=str(path)))
+        load_model(ResolvedConfig(model=str(path), model_path=path))
     msg = str(info.value)
     assert "\n" not in msg and match in msg, msg
     return msg
