@@ -30,7 +30,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class StubCore:
     """An engine core without a model: each step sleeps, then gives every request one more token."""
 
-    needs_finalize = False
     vocab_size = 49152
     step_s = float(os.environ.get("FD_STUB_STEP_MS", "20")) / 1000
 
@@ -65,10 +64,10 @@ class StubCore:
 
 SERVER = """
 import sys
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.entrypoints.openai.api_server import run_server
 from fdcli_engine.entrypoints.openai.server_state import ServerArgs
-cfg = EngineConfig(max_model_len=4096)
+from fdcli_engine.resolved_config import ResolvedConfig
+cfg = ResolvedConfig(max_model_len=4096)
 sys.exit(run_server(cfg, ServerArgs(port=int(sys.argv[1])), finalize=False,
                     core_spec="bench_serve_frontend:StubCore"))
 """

@@ -11,7 +11,7 @@ Pattern (Typer has no option groups):
       @app.command()
       @engine_options
       def serve(port: PortOpt = 8000, *, engine_args: dict) -> None:
-          config = EngineConfig.from_dict(engine_args).finalize()
+          config = resolve_config(EngineConfig.from_dict(engine_args))
 
   The command must declare the keyword-only parameter `engine_args` (it is hidden from the CLI).
 
@@ -261,7 +261,9 @@ def engine_config_from_cli(config_file: Path | str | None, **flags: Any) -> dict
     if "pooler_config" in merged:
         merged["pooler_config"] = _parse_pooler_config(merged["pooler_config"])
     source = f"--config {config_file}" if config_file is not None else "options"
-    EngineConfig.from_dict(merged, source=source)  # validates the key set; values are checked by finalize()
+    EngineConfig.from_dict(
+        merged, source=source
+    )  # validates the key set; values are checked by resolve_config()
     return merged
 
 

@@ -1,7 +1,7 @@
-"""Engine configuration: built from CLI flags, a YAML file, or keyword arguments, validated once at start.
+"""Engine configuration as the user gives it: CLI flags, a YAML file, or keyword arguments.
 
-Flag names follow FastDeploy/vLLM (`--max-model-len` is `max_model_len` here). Leaf module: reading the
-model's own config is delegated to the loader, imported lazily.
+Flag names follow FastDeploy/vLLM (`--max-model-len` is `max_model_len` here). Leaf module: it never
+reads the model; `fdcli_engine.config_resolver` does, once, producing `resolved_config.ResolvedConfig`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,11 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
     return p
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineConfig:
+    """The options as the user gave them (flags, YAML, `LLM(**kw)`). `config_resolver.resolve_config`
+    turns it into the ResolvedConfig every process runs on; nothing here reads the model."""
+
     model: str | None = None
     tokenizer: str | None = None
     served_model_name: str | None = None
@@ -72,8 +75,8 @@ class EngineConfig:
     # 4-8 bits, whose own error dwarfs bf16's 2^-9 rounding of K/V), else the compute dtype (float32).
     # "float32" / "fp32". "bfloat16" / "bf16": values rounded to bf16 (2x the tokens per GiB, half the
     # bytes decode attention reads). "int8": the C8 cache, int8 values with one fp32 scale per token and
-    # KV head (3.8x the tokens per GiB at head_dim 64; ops/reference.quantize_kv_s8). Normalized by
-    # validate() to "float32", "bfloat16" or "int8". The pooling runner's one-step cache stays fp32.
+    # KV head (ops/reference.quantize_kv_s8). Normalized by validate() to "float32", "bfloat16" or
+    # "int8". The pooling runner's one-step cache stays fp32.
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit, capped at 8192
     max_num_seqs: int = 64
@@ -89,13 +92,10 @@ class EngineConfig:
     convert: str = "auto"  # "auto" | "none" | "embed"
     pooler_config: dict | None = None
     tensor_parallel_size: int = 1
-    # Filled by finalize(): the resolved path and the model's architecture config (HF config.json keys).
-    model_path: Path | None = field(default=None, repr=False)
-    hf_config: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def field_names(cls) -> set[str]:
-        return {f.name for f in dataclasses.fields(cls)} - {"model_path", "hf_config"}
+        return {f.name for f in dataclasses.fields(cls)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "options") -> EngineConfig:
@@ -106,105 +106,84 @@ class EngineConfig:
             raise ConfigError(f"unknown engine option(s) in {source}: {', '.join(unknown)}")
         return cls(**norm)
 
-    def finalize(self) -> EngineConfig:
-        """Resolve the model, read its config, and validate every combination. Idempotent."""
-        from fdcli_engine.threads import import_paddle
+    def replace(self, **changes: Any) -> EngineConfig:
+        return dataclasses.replace(self, **changes)
 
-        import_paddle()  # first import, without paddle's start-up banner
-        from fdcli_engine.loader import read_model_config  # lazy: the loader imports gguf/safetensors
-
-        self.model_path = resolve_model_path(self.model)
-        if self.model is None:
-            self.model = str(self.model_path)
-        self.hf_config = read_model_config(self.model_path)
-        from fdcli_engine.pooling.config import resolve_runner  # noqa: PLC0415 - leaf; sets pooling defaults
-
-        resolve_runner(self)
-        if self.quantization == "auto":
-            self.quantization = "gguf" if self.model_path.suffix.lower() == ".gguf" else None
-        model_limit = int(self.hf_config.get("max_position_embeddings") or 8192)
-        if self.max_model_len is None:
-            self.max_model_len = min(model_limit, 8192)
-        self.validate(model_limit)
-        return self
-
-    def validate(self, model_limit: int | None = None) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ConfigError(msg)
-
-        need(
+    def validate(self, model_limit: int | None = None) -> EngineConfig:
+        """Check every option that needs no model; return a copy with dtype, quantization, KV dtype and
+        the token budget normalized. `model_limit`: the model's own context limit, when known."""
+        _need(
             self.dtype in ("float32", "auto"),
             f"--dtype {self.dtype!r} is not supported: fd computes in float32 on this build (use float32, "
             "or --quantization wint8/wint4 for smaller weights)",
         )
-        if self.dtype == "auto":
-            self.dtype = "float32"
-        need(
+        _need(
             self.quantization in (None, "auto", "none", "wint8", "wint4", "gguf"),
             f"--quantization {self.quantization!r} is not supported: use auto, wint8, wint4, gguf or none",
         )
-        if self.quantization == "none":
-            self.quantization = None
-        self.kv_cache_dtype = _kv_cache_dtype(self.kv_cache_dtype, self.dtype, self.quantization)
-        need(
+        quantization = None if self.quantization == "none" else self.quantization
+        kv_cache_dtype = _kv_cache_dtype(self.kv_cache_dtype, "float32", quantization)
+        budget = self._check_lengths(model_limit)
+        self._check_choices()
+        return self.replace(
+            dtype="float32",
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
+            max_num_batched_tokens=budget,
+        )
+
+    def _check_lengths(self, model_limit: int | None) -> int:
+        """Block size, sequence and token limits; returns the per-step token budget."""
+        _need(
             1 <= self.block_size <= 256 and self.block_size & (self.block_size - 1) == 0,
             f"--block-size must be a power of two from 1 to 256, got {self.block_size}",
         )
-        need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
+        _need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        _need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
         if model_limit is not None and self.max_model_len is not None:
-            need(
+            _need(
                 self.max_model_len <= model_limit,
                 f"--max-model-len {self.max_model_len} exceeds the model's limit of {model_limit} tokens",
             )
-        if self.max_num_batched_tokens is None:
-            self.max_num_batched_tokens = (
-                2048 if self.enable_chunked_prefill else max(2048, self.max_model_len or 2048)
-            )
-        need(self.max_num_batched_tokens >= 1, "--max-num-batched-tokens must be positive")
-        need(
-            self.max_num_batched_tokens >= self.max_num_seqs or self.max_num_batched_tokens >= 1,
-            "--max-num-batched-tokens must be at least --max-num-seqs",
-        )
+        budget = self.max_num_batched_tokens
+        if budget is None:
+            budget = 2048 if self.enable_chunked_prefill else max(2048, self.max_model_len or 2048)
+        _need(budget >= 1, "--max-num-batched-tokens must be positive")
         if not self.enable_chunked_prefill and self.max_model_len is not None:
-            need(
-                self.max_num_batched_tokens >= self.max_model_len,
-                f"without chunked prefill --max-num-batched-tokens ({self.max_num_batched_tokens}) must be at "
+            _need(
+                budget >= self.max_model_len,
+                f"without chunked prefill --max-num-batched-tokens ({budget}) must be at "
                 f"least --max-model-len ({self.max_model_len}), or a long prompt could never be scheduled",
             )
         if self.num_kv_blocks is not None:
-            need(self.num_kv_blocks >= 2, f"--num-kv-blocks must be at least 2, got {self.num_kv_blocks}")
-            if self.max_model_len is not None:
-                need(
-                    self.num_kv_blocks * self.block_size >= self.max_model_len + self.block_size
-                    or self.num_kv_blocks * self.block_size >= 2 * self.block_size,
-                    "--num-kv-blocks too small",
-                )
-        need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
-        need(
+            # Whether the blocks hold --max-model-len is checked where the cache is built (EngineCore).
+            _need(self.num_kv_blocks >= 2, f"--num-kv-blocks must be at least 2, got {self.num_kv_blocks}")
+        return budget
+
+    def _check_choices(self) -> None:
+        _need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
+        _need(
             self.runner in ("auto", "generate", "pooling"),
             f"--runner {self.runner!r}: use auto, generate or pooling",
         )
-        need(
+        _need(
             self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed"
         )
-        need(
+        _need(
             self.tensor_parallel_size == 1,
             f"--tensor-parallel-size {self.tensor_parallel_size}: fd runs on one device here; only 1 is supported",
         )
         if self.threads is not None:
-            need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
+            _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
 
     @property
     def is_c8_kv_cache(self) -> bool:
         return self.kv_cache_dtype == "int8"
 
-    @property
-    def num_threads(self) -> int:
-        from fdcli_engine.threads import usable_cpu_count
 
-        return self.threads or usable_cpu_count()
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
 
 
 # The names --kv-cache-dtype takes besides "auto" (and fp8*, refused below), and what each normalizes to.

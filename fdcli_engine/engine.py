@@ -11,10 +11,11 @@ import time
 
 import msgspec
 
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.outputs import EngineCoreOutput
 from fdcli_engine.request import Request
+from fdcli_engine.request_limits import check_request
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -38,12 +39,10 @@ def _wrong_runner(engine_is_pooling: bool) -> str:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: ResolvedConfig):
         from fdcli_engine.threads import set_num_threads
 
         set_num_threads(config.num_threads)
-        if config.model_path is None:
-            config.finalize()
         self.config = config
 
         from fdcli_engine.core.kv_cache_manager import KVCacheManager
@@ -93,35 +92,16 @@ class EngineCore:
     def validate_request(
         self, prompt_token_ids: list[int], params: SamplingParams, is_pooling: bool = False
     ) -> None:
-        n, limit = len(prompt_token_ids), self.config.max_model_len
         if is_pooling != self.is_pooling:
             raise InvalidRequestError(_wrong_runner(self.is_pooling), param="model")
-        if n == 0:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidRequestError(
-                f"token id {bad[0]} is out of range for a vocabulary of {self.vocab_size}", param="prompt"
-            )
-        if is_pooling:
-            if n > limit:
-                raise InvalidRequestError(
-                    f"this model's maximum input length is {limit} tokens, but the input has {n} tokens",
-                    param="input",
-                )
-            return  # a pooling request generates nothing: max_tokens does not apply
-        if n >= limit:
-            raise InvalidRequestError(
-                f"this model's maximum context length is {limit} tokens, but the prompt has {n} tokens "
-                "(at least one token must be left for the output)",
-                param="prompt",
-            )
-        if params.max_tokens is not None and n + params.max_tokens > limit:
-            raise InvalidRequestError(
-                f"this model's maximum context length is {limit} tokens, but {n + params.max_tokens} were "
-                f"requested ({n} in the prompt, {params.max_tokens} for the completion)",
-                param="max_tokens",
-            )
+        check_request(
+            prompt_token_ids,
+            params.max_tokens,
+            max_model_len=self.config.max_model_len,
+            vocab_size=self.vocab_size,
+            pooling=is_pooling,
+            prompt_param="input" if is_pooling else "prompt",
+        )
 
     def add_request(self, req: EngineCoreRequest) -> None:
         params = req.sampling_params

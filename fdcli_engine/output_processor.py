@@ -3,7 +3,8 @@
 Stop strings are matched on the text, here, because the core knows only tokens; a match finishes the
 request here and the caller asks the core to abort it. While a request is running, its last
 (longest stop string − 1) characters are held back from streaming, so a stop string is never half
-sent before it is recognised.
+sent before it is recognised. The other stop rules live in the scheduler and the sampler (step_types'
+docstring says which).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Engine-side request state. Leaf module (imports only sampling params and prefix hashing)."""
+"""Engine-side request state. Leaf module (imports only sampling params, limits and prefix hashing)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import enum
 import time
 
 from fdcli_engine.core.prefix_hash import hash_block_tokens
+from fdcli_engine.request_limits import max_output_tokens
 from fdcli_engine.sampling_params import SamplingParams
 
 
@@ -49,9 +50,10 @@ class Request:
         self.stop_reason: int | str | None = None
         self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 until scheduled
         self.num_preemptions = 0
-        budget = max_model_len - len(self.prompt_token_ids)
-        wanted = sampling_params.max_tokens
-        self.max_tokens = budget if wanted is None else min(wanted, budget)
+        # The length stop (step_types): check_request has refused what cannot fit.
+        self.max_tokens = max_output_tokens(
+            len(self.prompt_token_ids), sampling_params.max_tokens, max_model_len
+        )
 
     @property
     def num_tokens(self) -> int:

@@ -30,7 +30,6 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top log-probabilities per sampled token (0: only the sampled one)
-    prompt_logprobs: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     bad_words: list[str] = field(default_factory=list)
@@ -85,9 +84,7 @@ class SamplingParams:
             bad(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(self.stop)}", "stop")
         if any(not isinstance(s, str) or not s for s in self.stop):
             bad("stop strings must be non-empty strings", "stop")
-        for name in ("logprobs", "prompt_logprobs"):
-            v = getattr(self, name)
-            if v is not None and not 0 <= v <= MAX_LOGPROBS:
-                bad(f"{name} must be between 0 and {MAX_LOGPROBS}, got {v}", name)
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            bad(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}", "logprobs")
         if self.seed is not None and not -(2**63) <= self.seed < 2**64:
             bad("seed must fit in 64 bits", "seed")

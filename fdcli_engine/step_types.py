@@ -2,6 +2,18 @@
 
 The scheduler and the runner know each other only through these types. Leaf module: paddle appears in
 annotations only.
+
+Where a request stops (the one description; the modules named refer here):
+- Limits before anything runs: `request_limits.check_request` refuses a prompt that is empty, holds ids
+  outside the vocabulary, or leaves no room under max_model_len, and a max_tokens that does not fit;
+  `request_limits.max_output_tokens` fixes how many tokens the request may generate (Request.max_tokens).
+- Token-level stops, in the scheduler (`core/scheduler.Scheduler._check_stop`), after each sampled token:
+  EOS (unless ignore_eos) and stop_token_ids, both only once min_tokens tokens are out ("stop"); then the
+  length stop, Request.max_tokens or max_model_len reached ("length").
+- Stop strings, in the front end (`output_processor.OutputProcessor`): matched on the detokenized text,
+  which the core never sees; a match finishes the request there and the front end asks the core to abort.
+- Bans, in the sampler (`runner/sampler.banned_token_ids`): before min_tokens, stop and EOS tokens cannot
+  be sampled; a bad word's last token cannot follow its prefix. They shape what is sampled, never stop.
 """
 
 from __future__ import annotations

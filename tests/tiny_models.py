@@ -191,10 +191,10 @@ class PagedRunner:
 def load_fd_model(folder: str | Path, **engine_options):
     """fd's model for a checkpoint folder or .gguf file, through the public loader."""
     from fdcli_engine.config import EngineConfig  # noqa: PLC0415
+    from fdcli_engine.config_resolver import resolve_config  # noqa: PLC0415
     from fdcli_engine.loader import load_model  # noqa: PLC0415
 
-    config = EngineConfig(model=str(folder), **engine_options)
-    return load_model(config)
+    return load_model(resolve_config(EngineConfig(model=str(folder), **engine_options)))
 
 
 _GGUF_ARCH = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}

@@ -30,9 +30,9 @@ from fdcli_engine.api.core_messages import (
     UtilityRequest,
 )
 from fdcli_engine.api.request_stream import OutputCollector, stream_until_finished
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import FdError, InvalidRequestError
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger("fd.serve")
@@ -74,7 +74,7 @@ def _default_output_processor_cls():
 class AsyncLLM:
     def __init__(
         self,
-        config: EngineConfig,
+        config: ResolvedConfig,
         tokenizer,
         served_model_name: str | None = None,
         output_processor_cls=None,

@@ -11,7 +11,6 @@ sockets cost about 0.1 ms of the front end's CPU per message, one message per en
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -19,28 +18,26 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import zmq
 
 from fdcli_engine.api.core_messages import Shutdown, event_decoder, input_encoder
-from fdcli_engine.config import EngineConfig
+from fdcli_engine.resolved_config import ResolvedConfig
 
 logger = logging.getLogger("fd.serve")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
 WATCH_INTERVAL_S = 0.25  # only where the OS has no process descriptors (pidfd)
 
 
-def config_to_json(config: EngineConfig) -> str:
-    values = {k: v for k, v in asdict(config).items() if k in EngineConfig.field_names()}
-    return json.dumps(values, default=str)
+def config_to_json(config: ResolvedConfig) -> str:
+    return config.to_json()
 
 
 class CoreClient:
     def __init__(
         self,
-        config: EngineConfig,
+        config: ResolvedConfig,
         on_event: Callable[[object], None],
         on_dead: Callable[[str], None],
         core_spec: str = DEFAULT_CORE,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
 import signal
@@ -47,9 +46,9 @@ def load_core_module(spec: str):
 
 
 def build_core(config_json: str, core_spec: str):
-    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.resolved_config import ResolvedConfig
 
-    config = EngineConfig.from_dict(json.loads(config_json), source="engine-core config")
+    config = ResolvedConfig.from_json(config_json)  # resolved by the front end: not resolved again
     # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1: set it before the core imports.
     os.environ.setdefault("OMP_NUM_THREADS", str(config.num_threads))
     # OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. Here they share the cores
@@ -62,8 +61,6 @@ def build_core(config_json: str, core_spec: str):
     # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
     os.environ.setdefault(BIND_ENV, "auto")
     core_cls, request_cls = load_core_module(core_spec)
-    if getattr(core_cls, "needs_finalize", True):
-        config.finalize()
     return core_cls(config), request_cls, config
 
 

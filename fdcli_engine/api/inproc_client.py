@@ -31,9 +31,9 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 from fdcli_engine.api.request_stream import stream_until_finished
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger("fd.batch")
@@ -52,7 +52,7 @@ class InProcessEngineClient:
 
     def __init__(
         self,
-        config: EngineConfig,
+        config: ResolvedConfig,
         tokenizer=None,
         served_model_name: str | None = None,
         core=None,
@@ -61,8 +61,6 @@ class InProcessEngineClient:
         from fdcli_engine.api.async_llm import ModelConfig
         from fdcli_engine.output_processor import OutputProcessor
 
-        if config.model_path is None:
-            config.finalize()
         self.config = config
         if core is None:
             from fdcli_engine.engine import EngineCore

@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Sequence
 
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import SamplingParams
 
@@ -31,7 +32,9 @@ class LLM:
         from fdcli_engine.output_processor import OutputProcessor
         from fdcli_engine.tokenizer import load_tokenizer
 
-        self.config = EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()").finalize()
+        self.config = resolve_config(
+            EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
+        )
         self.engine = EngineCore(self.config)
         self.tokenizer = load_tokenizer(self.config)
         self.processor = OutputProcessor(self.tokenizer)

@@ -7,6 +7,9 @@ blocks run out the most recently admitted running request is preempted (its bloc
 including those already generated, kept so it is recomputed later — nothing is lost or repeated). Then,
 if nothing was preempted, waiting requests are admitted in FIFO order while budget, sequence slots and
 blocks allow.
+
+Token-level stops and the length stop are decided here (`_check_stop`); the division of every stop rule
+between the scheduler, the OutputProcessor and the sampler is written in step_types' docstring.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ unsupported architecture) is a ModelLoadError whose one-line message names the f
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -80,19 +79,10 @@ def read_model_config(path: str | os.PathLike) -> dict:
 
 
 def load_model(engine_config):
-    """Instantiate the model for `engine_config` (finalized or not) and load its weights."""
+    """Instantiate the model for a ResolvedConfig and load its weights (quantization as resolved)."""
     from fdcli_engine.models.registry import resolve_model_class  # noqa: PLC0415
 
-    path = engine_config.model_path or engine_config.model
-    if path is None:
-        from fdcli_engine.config import default_model_path  # noqa: PLC0415
-
-        path = default_model_path()
-    layout, p = detect_layout(path)
-    if engine_config.quantization in ("auto", "none"):
-        # Not finalized: resolve as EngineConfig.finalize() does (GGUF keeps its blocks), on a copy.
-        resolved = "gguf" if layout == "gguf" and engine_config.quantization == "auto" else None
-        engine_config = dataclasses.replace(engine_config, quantization=resolved)
+    layout, p = detect_layout(engine_config.model_path)
     hf_config = engine_config.hf_config or read_model_config(p)
     source = p if layout == "gguf" else p / "config.json"
     model_cls = resolve_model_class(hf_config, str(source))

@@ -174,7 +174,7 @@ def load_pooling_model(engine_config):
     """Like loader.load_model, with the pooling class for the config's architecture and --convert."""
     from fdcli_engine.loader import LAYOUTS, detect_layout  # noqa: PLC0415
 
-    layout, p = detect_layout(engine_config.model_path or engine_config.model)
+    layout, p = detect_layout(engine_config.model_path)
     source = p / "config.json" if layout == "hf" else p
     cls = resolve_pooling_class(engine_config.hf_config, engine_config.convert, str(source))
     try:

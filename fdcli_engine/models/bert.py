@@ -16,9 +16,9 @@ import paddle
 import paddle.nn.functional as F
 
 from fdcli_engine import ops
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import InvalidRequestError, ModelLoadError
 from fdcli_engine.layers import Linear, MergedLinear
+from fdcli_engine.resolved_config import ResolvedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ _IGNORED_PREFIXES = ("embeddings.position_ids", "pooler.", "cls.")
 class BertModel:
     is_pooling_model = True
 
-    def __init__(self, hf_config: dict, engine_config: EngineConfig):
+    def __init__(self, hf_config: dict, engine_config: ResolvedConfig):
         cfg = hf_config
         if cfg.get("hidden_act", "gelu") != "gelu":
             raise ModelLoadError(f"BERT hidden_act {cfg.get('hidden_act')!r} is not supported: expected gelu")

@@ -19,11 +19,11 @@ import numpy as np
 import paddle
 
 from fdcli_engine import ops
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
 from fdcli_engine.models.decoder_stack import build_decoder_stack
 from fdcli_engine.models.hf_config import normalize_hf_config
+from fdcli_engine.resolved_config import ResolvedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class DecoderForCausalLM:
     def qkv_bias(self, cfg: dict) -> bool:
         return bool(cfg.get("attention_bias", False))
 
-    def __init__(self, hf_config: dict, engine_config: EngineConfig):
+    def __init__(self, hf_config: dict, engine_config: ResolvedConfig):
         cfg = normalize_hf_config(hf_config)
         self._check_supported(cfg)
         self.config = cfg

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.models.decoder import DecoderForCausalLM
+from fdcli_engine.resolved_config import ResolvedConfig
 
 ERNIE_ROPE_THETA = 500000.0
 
@@ -51,14 +51,14 @@ def interleaved_to_neox_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
 
 
 def resolve_quantization(quantization: str | None) -> str | None:
-    """EngineConfig before finalize() may still say "auto"/"none": both mean the weights as stored."""
+    """An EngineConfig handed to a model unresolved (tests) may say "auto"/"none": the weights as stored."""
     return None if quantization in ("auto", "none") else quantization
 
 
 class Ernie4_5ForCausalLM(DecoderForCausalLM):
     layer_mapping = dict(DecoderForCausalLM.layer_mapping)
 
-    def __init__(self, hf_config: dict, engine_config: EngineConfig):
+    def __init__(self, hf_config: dict, engine_config: ResolvedConfig):
         super().__init__(ernie_defaults(hf_config), engine_config)
 
     def qkv_bias(self, cfg: dict) -> bool:

@@ -21,12 +21,10 @@ Checkpoint names (HF "-PT" layout; the Paddle layout is renamed into these by th
 
 from __future__ import annotations
 
-import dataclasses
-
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.layers.moe import MoE
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM, ernie_defaults, resolve_quantization
+from fdcli_engine.resolved_config import ResolvedConfig
 
 _MLP_SHARDS = {
     "gate_proj": ("gate_up_proj", 0),
@@ -55,14 +53,14 @@ def expert_quantizations(quantization: str | None) -> tuple[str | None, str | No
 
 
 class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
-    def __init__(self, hf_config: dict, engine_config: EngineConfig):
+    def __init__(self, hf_config: dict, engine_config: ResolvedConfig):
         cfg = ernie_defaults(hf_config)
         for key in ("moe_num_experts", "moe_k", "moe_intermediate_size"):
             if not isinstance(cfg.get(key), int):
                 raise ModelLoadError(f"{key} must be an integer, got {cfg.get(key)!r}")
         expert_quant, dense_quant = expert_quantizations(engine_config.quantization)
         # The base decoder builds attention and dense MLPs with the dense layers' quantization.
-        super().__init__(cfg, dataclasses.replace(engine_config, quantization=dense_quant))
+        super().__init__(cfg, engine_config.replace(quantization=dense_quant))
         self.moe_layer_ids = moe_layer_ids(self.config, self.num_layers)
         for i in self.moe_layer_ids:
             self.layers[i].mlp = MoE(

@@ -7,7 +7,7 @@ Resolution order for the pooler settings (later wins):
   2. a sentence-transformers folder's modules.json (its Pooling module's mode, a Normalize module);
   3. `--pooler-config` / `--override-pooler-config` JSON.
 
-Leaf module: reads JSON files, imports nothing above config/errors.
+Leaf module: reads JSON files, imports nothing above errors.
 """
 
 from __future__ import annotations
@@ -153,55 +153,62 @@ def _check(pc: PoolerConfig, hidden_size: int | None) -> None:
         raise ConfigError("--pooler-config returned_token_ids must be a list of integers")
 
 
-def resolve_runner(config) -> None:
-    """Fill config.runner / convert / pooler_config for a finalized-enough EngineConfig (hf_config and
-    model_path set). Pooling runners schedule every prompt whole (no chunked prefill) and keep no prefix
-    cache: the poolers need every prompt token's hidden state in one step."""
+def resolve_runner(config, hf_config: dict, model_path: Path | None) -> dict[str, Any]:
+    """The runner settings of an EngineConfig for the model read at `model_path`: a dict of the
+    EngineConfig fields to replace (runner, convert, pooler_config, and for a pooling runner
+    enable_chunked_prefill, enable_prefix_caching, max_model_len). Pure. Pooling runners schedule every
+    prompt whole (no chunked prefill) and keep no prefix cache: the poolers need every prompt token's
+    hidden state in one step."""
     if isinstance(config.pooler_config, dict) and "task" in config.pooler_config:
-        return  # already resolved (finalize() is idempotent; the engine-core process finalizes again)
-    arch = architecture(config.hf_config)
+        return {}  # already a resolved PoolerConfig (a ResolvedConfig's, as a dict): kept as is
+    arch = architecture(hf_config)
     task = pooling_task(arch)
     override = parse_pooler_config(config.pooler_config)
-    if config.runner == "generate":
+    runner, convert = config.runner, config.convert
+    if runner == "generate":
         if task is not None:
             raise ConfigError(f"{arch} is a pooling model ({task}); it cannot run with --runner generate")
-        if config.convert == "embed":
+        if convert == "embed":
             raise ConfigError("--convert embed needs --runner pooling (or auto)")
-    elif config.runner == "auto":
-        config.runner = "pooling" if task is not None or config.convert == "embed" else "generate"
-    if config.runner != "pooling":
+    elif runner == "auto":
+        runner = "pooling" if task is not None or convert == "embed" else "generate"
+    if runner != "pooling":
         if override:
             raise ConfigError("--pooler-config applies only to pooling models (--runner pooling)")
-        config.convert = "none"
-        return
+        return {"runner": runner, "convert": "none"}
     if task is None:
-        if config.convert == "none":
+        if convert == "none":
             raise ConfigError(f"{arch} is a causal LM: serve it for pooling with --convert embed")
         task = "embed"  # --runner pooling on a causal LM converts it, as vLLM does
-        config.convert = "embed"
-    elif config.convert == "auto":
-        config.convert = "none"
-    settings = {**_task_defaults(task, arch), **sentence_transformers_settings(config.model_path)}
+        convert = "embed"
+    elif convert == "auto":
+        convert = "none"
+    settings = {**_task_defaults(task, arch), **sentence_transformers_settings(model_path)}
     settings.update(override or {})
     settings["pooling_type"] = str(settings["pooling_type"]).upper()
-    matryoshka = bool(config.hf_config.get("is_matryoshka") or config.hf_config.get("matryoshka_dimensions"))
+    matryoshka = bool(hf_config.get("is_matryoshka") or hf_config.get("matryoshka_dimensions"))
     pc = PoolerConfig(task=task, is_matryoshka=matryoshka, **settings)
-    _check(pc, config.hf_config.get("hidden_size"))
-    config.pooler_config = pc.to_dict()
-    config.enable_chunked_prefill = False
-    config.enable_prefix_caching = False
+    _check(pc, hf_config.get("hidden_size"))
+    changes: dict[str, Any] = {
+        "runner": runner,
+        "convert": convert,
+        "pooler_config": pc.to_dict(),
+        "enable_chunked_prefill": False,
+        "enable_prefix_caching": False,
+    }
     if config.max_model_len is None:
-        # Called before finalize() fills max_model_len from the model: sentence-transformers' own input
-        # limit and the per-step token budget (prompts are never chunked) bound it too.
-        limit = int(config.hf_config.get("max_position_embeddings") or 8192)
+        # sentence-transformers' own input limit and the per-step token budget (prompts are never
+        # chunked) bound the model's limit too.
+        limit = int(hf_config.get("max_position_embeddings") or 8192)
         for cap in (pc.max_seq_length, config.max_num_batched_tokens):
             if cap:
                 limit = min(limit, int(cap))
-        config.max_model_len = min(limit, 8192)
+        changes["max_model_len"] = min(limit, 8192)
+    return changes
 
 
 def get_pooler_config(config) -> PoolerConfig | None:
-    """The resolved PoolerConfig of a finalized EngineConfig, None for a generate runner."""
+    """The resolved PoolerConfig of a config whose runner is resolved, None for a generate runner."""
     if getattr(config, "runner", None) != "pooling" or not config.pooler_config:
         return None
     return PoolerConfig.from_dict(config.pooler_config)

@@ -13,10 +13,10 @@ import logging
 
 import paddle
 
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import get_pooler_config
 from fdcli_engine.pooling.pooler import pool
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
 
@@ -30,7 +30,7 @@ def _is_encoder(model) -> bool:
 
 
 class PoolingModelRunner:
-    def __init__(self, config: EngineConfig, model):
+    def __init__(self, config: ResolvedConfig, model):
         self.config = config
         self.model = model
         self.pooler_config = get_pooler_config(config)

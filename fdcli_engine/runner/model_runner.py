@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import paddle
 
-from fdcli_engine.config import EngineConfig
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes
 from fdcli_engine.runner.sampler import Sampler
@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 GiB = 1 << 30
 
 
-def num_kv_blocks_for(config: EngineConfig, model) -> int:
+def num_kv_blocks_for(config: ResolvedConfig, model) -> int:
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
     n = int(
@@ -30,7 +30,7 @@ def num_kv_blocks_for(config: EngineConfig, model) -> int:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model, eos_token_ids: set[int]):
+    def __init__(self, config: ResolvedConfig, model, eos_token_ids: set[int]):
         self.config = config
         self.model = model
         self.block_size = config.block_size

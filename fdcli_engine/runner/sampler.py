@@ -9,6 +9,7 @@ The random numbers stay here: a request with a `seed` draws from its own generat
 amount per sampled token (one uniform, or REJECTION_TRIES + 1 with FD_SAMPLING_CLASS=rejection), so its
 tokens are the same whatever else is in the batch and however often it was preempted. Log-probs are
 those of the model's raw distribution (before penalties and temperature), as OpenAI reports them.
+The bans (`banned_token_ids`) are the sampler's share of the stop rules described in step_types.
 """
 
 from __future__ import annotations

@@ -23,11 +23,13 @@ def tiny_model(tmp_path_factory) -> Path:
 def shared_core(tiny_model):
     """(EngineCore, tokenizer, config) built once; every run wraps them in a fresh in-process client."""
     from fdcli_engine.config import EngineConfig
+    from fdcli_engine.config_resolver import resolve_config
     from fdcli_engine.engine import EngineCore
     from fdcli_engine.tokenizer import load_tokenizer
 
-    config = EngineConfig.from_dict({"model": str(tiny_model), "served_model_name": "tiny", **ENGINE_ARGS})
-    config.finalize()
+    config = resolve_config(
+        EngineConfig.from_dict({"model": str(tiny_model), "served_model_name": "tiny", **ENGINE_ARGS})
+    )
     return EngineCore(config), load_tokenizer(config), config
 
 

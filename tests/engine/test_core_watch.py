@@ -12,7 +12,7 @@ import pytest
 
 from fdcli_engine.api.core_client import WATCH_INTERVAL_S, CoreClient
 from fdcli_engine.api.core_messages import FatalMsg
-from fdcli_engine.config import EngineConfig
+from fdcli_engine.resolved_config import ResolvedConfig
 
 # A core that cannot be built sends FatalMsg and exits with code 1 (core_proc.main).
 FAILING_CORE = "fdcli_engine.no_such_module:EngineCore"
@@ -20,7 +20,7 @@ FAILING_CORE = "fdcli_engine.no_such_module:EngineCore"
 
 async def _run_until_dead(timeout: float = 60.0):
     events, deaths = [], []
-    client = CoreClient(EngineConfig(), events.append, deaths.append, core_spec=FAILING_CORE, core_stdout=2)
+    client = CoreClient(ResolvedConfig(), events.append, deaths.append, core_spec=FAILING_CORE, core_stdout=2)
     client.start()
     try:
         deadline = time.monotonic() + timeout

@@ -36,8 +36,7 @@ from fdcli_engine.errors import ConfigError
     ],
 )
 def test_config_accepts_and_normalizes(value, want):
-    config = EngineConfig(kv_cache_dtype=value)
-    config.validate()
+    config = EngineConfig(kv_cache_dtype=value).validate()
     assert config.kv_cache_dtype == want
     assert config.is_c8_kv_cache == (want == "int8")
 
@@ -46,8 +45,7 @@ def test_config_accepts_and_normalizes(value, want):
     "quantization,want", [("gguf", "bfloat16"), (None, "float32"), ("wint8", "float32"), ("wint4", "float32")]
 )
 def test_auto_follows_the_weights(quantization, want):
-    config = EngineConfig(kv_cache_dtype="auto", quantization=quantization)
-    config.validate()
+    config = EngineConfig(kv_cache_dtype="auto", quantization=quantization).validate()
     assert config.kv_cache_dtype == want
 
 
@@ -74,8 +72,7 @@ def test_memory_budget_counts_cache_bytes():
     model = SimpleNamespace(num_layers=30, num_kv_heads=3, head_dim=64)  # SmolLM2-135M
     counts = {}
     for dtype in ("float32", "bfloat16", "int8"):
-        config = EngineConfig(kv_cache_dtype=dtype, kv_cache_memory_gb=1.0, max_model_len=100_000)
-        config.validate()
+        config = EngineConfig(kv_cache_dtype=dtype, kv_cache_memory_gb=1.0, max_model_len=100_000).validate()
         counts[dtype] = num_kv_blocks_for(config, model)
     # Per block of 16 tokens: K and V, 30 layers, 3 heads; 64 floats, 64 bf16, or 64 codes + a float scale.
     assert counts["float32"] == (1 << 30) // (2 * 30 * 3 * 16 * 64 * 4)

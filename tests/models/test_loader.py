@@ -11,17 +11,18 @@ import pytest
 import torch
 from tiny_models import PagedRunner, load_fd_model, load_hf_model
 
-from fdcli_engine.config import EngineConfig, default_model_path
+from fdcli_engine.config import default_model_path
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.loader import detect_layout, load_model, read_model_config
 from fdcli_engine.loader.gguf_io import gguf_to_hf_name, unpermute_qk
+from fdcli_engine.resolved_config import ResolvedConfig
 
 PROMPT = [5, 17, 42, 99, 3, 250, 7, 128, 64, 311]
 
 
 def expect_load_error(path, match: str) -> str:
     with pytest.raises(ModelLoadError) as info:
-        load_model(EngineConfig(model=str(path)))
+        load_model(ResolvedConfig(model=str(path), model_path=path))
     msg = str(info.value)
     assert "\n" not in msg and match in msg, msg
     return msg

@@ -14,10 +14,11 @@ from fdcli_engine.pooling.config import get_pooler_config, parse_pooler_config, 
 
 def cfg(arch: str, model_path=None, **kw) -> EngineConfig:
     c = EngineConfig(**kw)
-    c.hf_config = {"architectures": [arch], "hidden_size": 64, "max_position_embeddings": 512}
-    c.model_path = model_path
-    resolve_runner(c)
-    return c
+    return c.replace(**resolve_runner(c, hf_config_of(arch), model_path))
+
+
+def hf_config_of(arch: str) -> dict:
+    return {"architectures": [arch], "hidden_size": 64, "max_position_embeddings": 512}
 
 
 @pytest.mark.parametrize(
@@ -77,7 +78,7 @@ def test_modules_json_without_normalize_means_raw(tmp_path):
 def test_resolution_is_idempotent():
     c = cfg("Qwen3ForCausalLM", convert="embed", pooler_config={"pooling_type": "MEAN"})
     before = dict(c.pooler_config)
-    resolve_runner(c)
+    c = c.replace(**resolve_runner(c, hf_config_of("Qwen3ForCausalLM"), None))
     assert c.pooler_config == before
 
 

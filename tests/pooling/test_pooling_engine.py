@@ -9,6 +9,7 @@ import pooling_models
 import pytest
 
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.pooling.config import get_pooler_config
 from fdcli_engine.pooling.postprocess import postprocess
 
@@ -25,7 +26,7 @@ def run_engine(folder, prompts, **options):
     from fdcli_engine.sampling_params import SamplingParams
     from fdcli_engine.tokenizer import load_tokenizer
 
-    config = EngineConfig(model=str(folder), max_num_seqs=8, **options).finalize()
+    config = resolve_config(EngineConfig(model=str(folder), max_num_seqs=8, **options))
     core = EngineCore(config)
     tok = load_tokenizer(config)
     ids = [tok.encode(p) for p in prompts]

@@ -17,6 +17,7 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, 
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding, truncate_ids
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.pooling.config import resolve_runner
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.tokenizer import load_tokenizer
 
 
@@ -37,9 +38,10 @@ class ScriptedEngine:
     def __init__(self, arch="BertModel", **config):
         self.tokenizer = load_tokenizer(default_embedding_model_path())
         self.model_config = _ModelConfig()
-        self.config = EngineConfig(**config)
-        self.config.hf_config = {"architectures": [arch], "hidden_size": 4, "max_position_embeddings": 16}
-        resolve_runner(self.config)
+        hf_config = {"architectures": [arch], "hidden_size": 4, "max_position_embeddings": 16}
+        self.config = ResolvedConfig(
+            hf_config=hf_config, **resolve_runner(EngineConfig(**config), hf_config, None)
+        )
         self.calls: list[list[int]] = []
 
     async def generate(self, ids, params, request_id, prompt=None, is_pooling=False):

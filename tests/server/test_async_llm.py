@@ -10,9 +10,9 @@ import pytest
 
 from fdcli_engine.api.async_llm import AsyncLLM, EngineDeadError, EngineRequestError
 from fdcli_engine.api.core_messages import AbortRequest, AddRequest, OutputsMsg
-from fdcli_engine.config import EngineConfig
 from fdcli_engine.output_processor import OutputProcessor
 from fdcli_engine.outputs import EngineCoreOutput
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
 
@@ -45,7 +45,7 @@ def tokenizer(tmp_path_factory):
 
 def make_engine(tokenizer, processor_cls=OutputProcessor) -> AsyncLLM:
     eng = AsyncLLM(
-        EngineConfig(model="stub", max_model_len=64), tokenizer, output_processor_cls=processor_cls
+        ResolvedConfig(model="stub", max_model_len=64), tokenizer, output_processor_cls=processor_cls
     )
     real = eng.client
     real._sync_ctx.term()

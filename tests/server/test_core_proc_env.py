@@ -11,8 +11,6 @@ from fdcli_engine.api.core_proc import build_core
 
 
 class StubCore:
-    needs_finalize = False
-
     def __init__(self, config):
         self.config = config
 

@@ -77,15 +77,16 @@ class BatchOptions:
 
 def _default_engine(engine_args: dict[str, Any]):
     """The server's engine client; its core process starts (and loads the model) in `_start_engine`.
-    A bad option or missing model fails here, in `finalize()`, before any process starts."""
+    A bad option or missing model fails here, in `resolve_config()`, before any process starts."""
     from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.config import EngineConfig
+    from fdcli_engine.config_resolver import resolve_config
     from fdcli_engine.entrypoints.openai.api_server import default_served_name
     from fdcli_engine.threads import import_paddle
     from fdcli_engine.tokenizer import load_tokenizer
 
-    _import_paddle_keeping_sigterm(import_paddle)  # finalize() would import it, with paddle's handler
-    config = EngineConfig.from_dict(engine_args, source="options").finalize()
+    _import_paddle_keeping_sigterm(import_paddle)  # resolve_config() would import it, with paddle's handler
+    config = resolve_config(EngineConfig.from_dict(engine_args, source="options"))
     # The same default name as `fd serve`, so a body's "model" that works there works here.
     name = config.served_model_name or default_served_name(config)
     # stdout may be the output (`-o -`): the core's stray prints go to stderr (fd 2).

@@ -19,6 +19,7 @@ from pathlib import Path
 import uvicorn
 
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.entrypoints.openai.server_app import build_app
 from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
@@ -210,7 +211,7 @@ def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = T
     sock = bind_socket(args.host, args.port)
     try:
         if finalize:
-            engine_config.finalize()
+            engine_config = resolve_config(engine_config)
         args.chat_template = load_chat_template(args.chat_template)
         from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 

@@ -22,13 +22,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     EngineClient,
     build_params,
     check_model,
+    check_prompt,
     delta_logprobs,
     encode,
     fan_out,
     make_usage,
     merge_jobs,
     random_id,
-    resolve_max_tokens,
     sse,
     token_text,
 )
@@ -159,9 +159,7 @@ class OpenAIServingChat:
         prompt, prompt_ids = self.render(req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
-        max_tokens = resolve_max_tokens(
-            len(prompt_ids), limit, self.engine.model_config.max_model_len, param, "messages"
-        )
+        max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
         params = build_params(req, self.engine.tokenizer, max_tokens, logprobs)
         rid = request_id or req.request_id or random_id("chatcmpl")

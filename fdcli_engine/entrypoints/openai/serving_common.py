@@ -20,6 +20,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
 )
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.request_limits import check_request
 from fdcli_engine.sampling_params import SamplingParams
 
 
@@ -60,35 +61,28 @@ def encode(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(tokenizer.encode(text))
 
 
-def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
-    if vocab_size and ids and max(ids) >= vocab_size:
-        raise bad_request(
-            f"{param} holds token id {max(ids)}, outside the vocabulary (size {vocab_size})", param
+def check_prompt(
+    ids: list[int],
+    max_tokens: int | None,
+    model_config,
+    max_tokens_param: str = "max_tokens",
+    prompt_param: str = "prompt",
+    pooling: bool = False,
+) -> int | None:
+    """request_limits.check_request against the served model, its InvalidRequestError as a 400.
+    Returns the tokens the request may generate (None for pooling)."""
+    try:
+        return check_request(
+            ids,
+            max_tokens,
+            max_model_len=model_config.max_model_len,
+            vocab_size=model_config.vocab_size,
+            pooling=pooling,
+            prompt_param=prompt_param,
+            max_tokens_param=max_tokens_param,
         )
-
-
-def resolve_max_tokens(
-    prompt_len: int, max_tokens: int | None, max_model_len: int, param: str, prompt_param: str = "prompt"
-) -> int:
-    """Invariant: prompt_len + returned value <= max_model_len, or a 400 that states the lengths."""
-    if prompt_len == 0:
-        raise bad_request("the prompt is empty", prompt_param)
-    if prompt_len >= max_model_len:
-        raise bad_request(
-            f"the prompt has {prompt_len} tokens but the model's context length is {max_model_len}; "
-            "shorten the prompt",
-            prompt_param,
-        )
-    room = max_model_len - prompt_len
-    if max_tokens is None:
-        return room
-    if max_tokens > room:
-        raise bad_request(
-            f"{param} is {max_tokens} but the prompt has {prompt_len} tokens and the context length is "
-            f"{max_model_len}: at most {room} tokens can be generated",
-            param,
-        )
-    return max_tokens
+    except InvalidRequestError as e:
+        raise bad_request(str(e), e.param) from None
 
 
 def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_temperature: float = 1.0):

@@ -12,7 +12,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     EngineClient,
     build_params,
     check_model,
-    check_token_ids,
+    check_prompt,
     completion_logprobs,
     delta_logprobs,
     encode,
@@ -20,7 +20,6 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     make_usage,
     merge_jobs,
     random_id,
-    resolve_max_tokens,
     sse,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
@@ -59,7 +58,6 @@ class OpenAIServingCompletion:
             if isinstance(t, str):
                 prompts.append((t, encode(tok, t)))
             else:
-                check_token_ids(t, self.engine.model_config.vocab_size, "prompt")
                 prompts.append((None, list(t)))
         return prompts
 
@@ -68,10 +66,7 @@ class OpenAIServingCompletion:
         model = check_model(req.model, self.served_model_names)
         self._check_unsupported(req)
         prompts = self._prompts(req)
-        max_len = self.engine.model_config.max_model_len
-        max_tokens = [
-            resolve_max_tokens(len(ids), req.max_tokens, max_len, "max_tokens") for _, ids in prompts
-        ]
+        max_tokens = [check_prompt(ids, req.max_tokens, self.engine.model_config) for _, ids in prompts]
         # With max_tokens=None each prompt may fill its own room; the per-job value is set below.
         params = build_params(req, self.engine.tokenizer, min(max_tokens), req.logprobs)
         rid = request_id or req.request_id or random_id("cmpl")

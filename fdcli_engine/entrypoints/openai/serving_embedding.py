@@ -21,7 +21,7 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     PoolingUsage,
 )
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
-from fdcli_engine.entrypoints.openai.serving_common import check_model, check_token_ids, encode, random_id
+from fdcli_engine.entrypoints.openai.serving_common import check_model, check_prompt, encode, random_id
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
@@ -132,16 +132,7 @@ class PoolingServing:
         return truncate
 
     def check_length(self, ids: list[int], param: str) -> None:
-        max_len = self.engine.model_config.max_model_len
-        if not ids:
-            raise bad_request(f"{param} is empty", param)
-        if len(ids) > max_len:
-            raise bad_request(
-                f"{param} has {len(ids)} tokens but this model takes at most {max_len}; shorten it or "
-                "set truncate_prompt_tokens",
-                param,
-            )
-        check_token_ids(ids, self.engine.model_config.vocab_size, param)
+        check_prompt(ids, None, self.engine.model_config, prompt_param=param, pooling=True)
 
     async def pool_all(self, prompts: list[list[int]], request_id: str) -> list[np.ndarray]:
         """Raw pools of every prompt, submitted together so the scheduler batches them. If one fails

@@ -1,0 +1,45 @@
+"""The one resolver: EngineConfig (as the user gave it) -> ResolvedConfig (what every process runs on).
+
+Runs once, in the front end (`LLM()`, `fd serve`, `fd run-batch`, the in-process client's callers); the
+engine-core process receives the ResolvedConfig as is. It reads the model (layout, config.json or GGUF
+metadata, a sentence-transformers folder), so it sits above the loader and the pooler configuration;
+config.py and resolved_config.py import neither.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fdcli_engine.config import EngineConfig, resolve_model_path
+from fdcli_engine.resolved_config import ResolvedConfig
+
+_CONTEXT_CAP = 8192  # max_model_len when not given: the model's own limit, capped here
+
+
+def resolve_config(config: EngineConfig) -> ResolvedConfig:
+    """Resolve the model, read its config, decide every "auto", and validate every combination."""
+    from fdcli_engine.threads import import_paddle, usable_cpu_count
+
+    import_paddle()  # first import, without paddle's start-up banner; the loader imports paddle
+    from fdcli_engine.loader import detect_layout, read_model_config
+    from fdcli_engine.pooling.config import resolve_runner
+
+    model_path = resolve_model_path(config.model)
+    layout, _ = detect_layout(model_path)
+    hf_config = read_model_config(model_path)
+    config = config.replace(**resolve_runner(config, hf_config, model_path))
+    if config.quantization == "auto":
+        config = config.replace(quantization="gguf" if model_path.suffix.lower() == ".gguf" else None)
+    model_limit = int(hf_config.get("max_position_embeddings") or _CONTEXT_CAP)
+    if config.max_model_len is None:
+        config = config.replace(max_model_len=min(model_limit, _CONTEXT_CAP))
+    config = config.validate(model_limit)
+    values = dataclasses.asdict(config)
+    values["model"] = config.model if config.model is not None else str(model_path)
+    return ResolvedConfig(
+        **values,
+        model_path=model_path,
+        layout=layout,
+        hf_config=hf_config,
+        num_threads=config.threads or usable_cpu_count(),
+    )

@@ -1,0 +1,72 @@
+"""Every length, vocabulary and limit rule a request meets, in one pure function.
+
+`check_request` runs where a request enters: the serving layer (the fields of the HTTP body, before
+any engine work) and `EngineCore.add_request` (every request, `LLM()`'s included). Each error is an
+InvalidRequestError whose `param` names the request field (a 400 at the server). The sampling
+parameters' own ranges (n, temperature, logprobs, ...) are checked by SamplingParams itself; the
+stopping rules that follow from these limits are documented in step_types.
+
+Leaf module: imports only errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fdcli_engine.errors import InvalidRequestError
+
+
+def max_output_tokens(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int:
+    """Tokens a request may generate: `max_tokens`, within the room the context leaves."""
+    room = max_model_len - num_prompt_tokens
+    return room if max_tokens is None else min(max_tokens, room)
+
+
+def check_request(
+    prompt_token_ids: Sequence[int],
+    max_tokens: int | None = None,
+    *,
+    max_model_len: int,
+    vocab_size: int = 0,
+    pooling: bool = False,
+    prompt_param: str = "prompt",
+    max_tokens_param: str = "max_tokens",
+) -> int | None:
+    """Raise InvalidRequestError for a request the engine cannot serve; return the number of tokens it
+    may generate (None for a pooling request, which generates nothing and ignores max_tokens).
+
+    `vocab_size` 0: not known yet (the server before the engine is ready); the engine checks again.
+    """
+    n = len(prompt_token_ids)
+    if n == 0:
+        message = f"{prompt_param} is empty" if pooling else "the prompt is empty"
+        raise InvalidRequestError(message, param=prompt_param)
+    if vocab_size:
+        bad = next((t for t in prompt_token_ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError(
+                f"{prompt_param} holds token id {bad}, out of range: outside the vocabulary (size {vocab_size})",
+                param=prompt_param,
+            )
+    if pooling:
+        if n > max_model_len:
+            raise InvalidRequestError(
+                f"{prompt_param} has {n} tokens but this model takes at most {max_model_len}; shorten it or "
+                "set truncate_prompt_tokens",
+                param=prompt_param,
+            )
+        return None
+    if n >= max_model_len:
+        raise InvalidRequestError(
+            f"this model's maximum context length is {max_model_len} tokens, but the prompt has {n} tokens "
+            "(at least one token must be left for the output)",
+            param=prompt_param,
+        )
+    if max_tokens is not None and n + max_tokens > max_model_len:
+        raise InvalidRequestError(
+            f"this model's maximum context length is {max_model_len} tokens, but {n + max_tokens} were "
+            f"requested ({n} in the prompt, {max_tokens_param}={max_tokens} for the completion); at most "
+            f"{max_model_len - n} tokens can be generated",
+            param=max_tokens_param,
+        )
+    return max_output_tokens(n, max_tokens, max_model_len)

@@ -1,0 +1,76 @@
+"""The resolved engine configuration: what every process runs on.
+
+Built once, in the front end, by `config_resolver.resolve_config`; it crosses to the engine-core process
+as is (msgspec, no pickle) and nothing resolves it again. Frozen: a changed setting is a new struct
+(`replace`). Leaf module: imports only msgspec and the stdlib-only `threads`.
+
+Attribute names are those of `EngineConfig` with every "auto" and None decided, plus what was read from
+the model: `model_path`, `layout`, `hf_config`. The defaults serve test doubles and stub cores;
+`resolve_config` sets every field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fdcli_engine.threads import usable_cpu_count
+
+
+class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
+    model: str = ""  # the --model string, or the default model's path
+    model_path: Path | None = None  # the path it resolves to (a folder, or a .gguf file)
+    layout: str = ""  # loader layout: "hf", "paddle" or "gguf"
+    hf_config: dict = msgspec.field(default_factory=dict)  # the model's config (HF config.json keys)
+    tokenizer: str | None = None
+    served_model_name: str | None = None
+    dtype: str = "float32"
+    quantization: str | None = None  # "wint8", "wint4", "gguf" or None (weights as stored, fp32)
+    kv_cache_dtype: str = "float32"  # "float32", "bfloat16" or "int8"
+    max_model_len: int = 8192
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # None: derived from kv_cache_memory_gb
+    kv_cache_memory_gb: float = 2.0
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    seed: int = 0
+    threads: int | None = None  # as given; num_threads is what the engine uses
+    num_threads: int = msgspec.field(default_factory=usable_cpu_count)
+    runner: str = "generate"  # "generate" | "pooling"
+    convert: str = "none"  # "none" | "embed"
+    pooler_config: dict | None = None  # a PoolerConfig as a dict, for the pooling runner
+    tensor_parallel_size: int = 1
+
+    def replace(self, **changes: Any) -> ResolvedConfig:
+        return msgspec.structs.replace(self, **changes)
+
+    @property
+    def is_c8_kv_cache(self) -> bool:
+        return self.kv_cache_dtype == "int8"
+
+    def to_json(self) -> str:
+        return _ENCODER.encode(self).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ResolvedConfig:
+        return _DECODER.decode(text)
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+def _dec_hook(kind: type, obj: Any) -> Any:
+    if kind is Path:
+        return Path(obj)
+    raise NotImplementedError(f"cannot decode {kind.__name__}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+_DECODER = msgspec.json.Decoder(ResolvedConfig, dec_hook=_dec_hook)
