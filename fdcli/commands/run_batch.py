@@ -95,7 +95,7 @@ def run_batch(
     with error_boundary():
         from fdcli_engine.entrypoints.batch import BatchOptions
         from fdcli_engine.entrypoints.batch import run_batch as run
-        from fdcli_engine.entrypoints.openai.api_server import load_chat_template
+        from fdcli_engine.entrypoints.openai.launcher import load_chat_template
 
         opts = BatchOptions(
             input=in_path,

@@ -192,8 +192,8 @@ def serve(
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on 127.0.0.1:8000)."""
     from fdcli_engine.config import EngineConfig
-    from fdcli_engine.entrypoints.openai.api_server import run_server
-    from fdcli_engine.entrypoints.openai.server_state import ServerArgs
+    from fdcli_engine.entrypoints.openai.app_state import ServerArgs
+    from fdcli_engine.entrypoints.openai.launcher import run_server
 
     cli = dict(locals())
     with error_boundary():

@@ -7,6 +7,7 @@ import json
 import pytest
 from batch_helpers import chat_line, write_jsonl
 
+from fdcli_engine.entrypoints.batch.dispatcher import ROUTES
 from fdcli_engine.entrypoints.batch.files import (
     DuplicateIdsError,
     OutputWriter,
@@ -23,7 +24,6 @@ from fdcli_engine.entrypoints.batch.records import (
     record_key,
     success_record,
 )
-from fdcli_engine.entrypoints.batch.runner import ROUTES
 
 GOOD = {"custom_id": "x", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
 

@@ -8,8 +8,8 @@ import asyncio
 from batch_helpers import completion_line, read_jsonl, write_jsonl
 from fake_engine import FakeEngine
 
+from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, Serving
 from fdcli_engine.entrypoints.batch.files import OutputWriter, partial_path
-from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving
 
 
 class SlowHeadEngine(FakeEngine):
@@ -44,7 +44,7 @@ def test_slow_head_request_bounds_inflight_and_reorder_buffer(tmp_path):
     partial_path(out).write_bytes(b"")
     engine = SlowHeadEngine()
     writer = OutputWriter(out)
-    runner = BatchRunner(Serving(engine, ["tiny"]), writer, window, reorder_limit=reorder)
+    runner = BatchDispatcher(Serving(engine, ["tiny"]), writer, window, reorder_limit=reorder)
     summary = asyncio.run(runner.run(src))
     writer.close()
     assert (summary.succeeded, summary.failed) == (n - 1, 1)

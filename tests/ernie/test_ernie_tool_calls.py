@@ -15,12 +15,12 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from fdcli_engine.entrypoints.openai.api_server import _State
+from fdcli_engine.entrypoints.openai.app_state import Admission, ServerArgs
 from fdcli_engine.entrypoints.openai.errors import APIError
+from fdcli_engine.entrypoints.openai.http_app import build_app
+from fdcli_engine.entrypoints.openai.launcher import _State
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
-from fdcli_engine.entrypoints.openai.server_app import build_app
-from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
 from fdcli_engine.entrypoints.openai.serving_chat import messages_to_dicts
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 from fdcli_engine.entrypoints.openai.tool_parsers import ErnieX1ToolParser

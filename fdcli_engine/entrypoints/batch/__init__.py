@@ -80,7 +80,7 @@ def _default_engine(engine_args: dict[str, Any]):
     A bad option or missing model fails here, in `finalize()`, before any process starts."""
     from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.config import EngineConfig
-    from fdcli_engine.entrypoints.openai.api_server import default_served_name
+    from fdcli_engine.entrypoints.openai.launcher import default_served_name
     from fdcli_engine.threads import import_paddle
     from fdcli_engine.tokenizer import load_tokenizer
 
@@ -196,7 +196,7 @@ def _route_sigterm():
 async def _start_engine(engine) -> None:
     """An engine with a core process (`start()`, `ready_event`) starts it and waits for the model.
     A core that fails to load is a BatchRunError (exit 1), with the core's reason."""
-    from fdcli_engine.entrypoints.batch.runner import BatchRunError
+    from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 
     start = getattr(engine, "start", None)
     if start is not None:
@@ -207,7 +207,7 @@ async def _start_engine(engine) -> None:
 
 
 async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
-    from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving, StrictStop
+    from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, Serving, StrictStop
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
     serving = Serving(
@@ -219,13 +219,15 @@ async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, don
     )
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
-    runner = BatchRunner(serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress)
-    summary = runner.summary
+    dispatcher = BatchDispatcher(
+        serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress
+    )
+    summary = dispatcher.summary
     summary.total = num_lines
     summary.output = str(opts.output) if opts.output is not None else "-"
     t0 = time.perf_counter()
     try:
-        await runner.run(path)
+        await dispatcher.run(path)
         # "completed" means every record in the output succeeded, resumed ones included.
         clean = summary.failed == 0 and summary.skipped_failed == 0
         summary.status = "completed" if clean else "lines_failed"

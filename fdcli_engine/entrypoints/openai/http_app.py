@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception, status_phrase
 from fdcli_engine.entrypoints.openai.metrics import ObservedEngine, ServerMetrics
 from fdcli_engine.entrypoints.openai.protocol import (
@@ -25,7 +26,6 @@ from fdcli_engine.entrypoints.openai.protocol import (
     TokenizeResponse,
 )
 from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
-from fdcli_engine.entrypoints.openai.server_state import ServerArgs, key_matches
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_common import check_model, encode
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion

@@ -1,4 +1,4 @@
-"""The batch runner: input lines → the OpenAI serving layer (the same classes `fd serve` routes to) →
+"""The batch dispatcher: input lines → the OpenAI serving layer (the same classes `fd serve` routes to) →
 output records in input order.
 
 Flow invariants:
@@ -112,7 +112,7 @@ ROUTES: dict[str, Route] = {
 def validation_api_error(exc: ValidationError) -> APIError:
     """The 400 `fd serve` answers for a body its request model rejects (same message and param)."""
     try:
-        from fdcli_engine.entrypoints.openai.server_app import validation_error
+        from fdcli_engine.entrypoints.openai.http_app import validation_error
     except ImportError:  # the HTTP adapter's dependencies are missing: a plainer message
         first = exc.errors()[0] if exc.errors() else {}
         loc = ".".join(str(p) for p in first.get("loc", ())) or None
@@ -130,7 +130,7 @@ def _usage_tokens(body: dict) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
-class BatchRunner:
+class BatchDispatcher:
     def __init__(
         self,
         serving: Serving,

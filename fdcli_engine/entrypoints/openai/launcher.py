@@ -20,8 +20,8 @@ import uvicorn
 
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
-from fdcli_engine.entrypoints.openai.server_app import build_app
-from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
+from fdcli_engine.entrypoints.openai.app_state import Admission, ServerArgs
+from fdcli_engine.entrypoints.openai.http_app import build_app
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.threads import FrontEndPlacement, front_end_placement, place_front_end
 
