@@ -8,7 +8,8 @@ import pytest
 
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.entrypoints.openai.app_state import Admission, key_matches
-from fdcli_engine.entrypoints.openai.launcher import bind_socket, default_served_name, load_chat_template
+from fdcli_engine.entrypoints.openai.launcher import bind_socket
+from fdcli_engine.entrypoints.openai.serving_options import default_served_name, load_chat_template
 from fdcli_engine.errors import ConfigError
 
 

@@ -74,13 +74,22 @@ class BatchOptions:
     tool_call_parser: str | None = None  # as `fd serve --tool-call-parser`
     summary_json: Path | None = None  # also write the summary here (every outcome, "failed" included)
 
+    def serving_options(self):
+        from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+
+        return ServingOptions(
+            chat_template=self.chat_template,
+            reasoning_parser=self.reasoning_parser,
+            tool_call_parser=self.tool_call_parser,
+        )
+
 
 def _default_engine(engine_args: dict[str, Any]):
     """The server's engine client; its core process starts (and loads the model) in `_start_engine`.
     A bad option or missing model fails here, in `finalize()`, before any process starts."""
     from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.config import EngineConfig
-    from fdcli_engine.entrypoints.openai.launcher import default_served_name
+    from fdcli_engine.entrypoints.openai.serving_options import default_served_name
     from fdcli_engine.threads import import_paddle
     from fdcli_engine.tokenizer import load_tokenizer
 
@@ -106,12 +115,9 @@ def run_batch(
         raise BatchFileError("the output file must not be the input file")
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
-    from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
-    from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+    from fdcli_engine.entrypoints.openai.serving_options import check_serving_options
 
-    # An unknown parser is a ConfigError now, not after the load.
-    get_parser_cls(opts.reasoning_parser)
-    get_tool_parser_cls(opts.tool_call_parser)
+    check_serving_options(opts.serving_options())  # an unknown parser: ConfigError now, not after the load
     previous_sigterm = _route_sigterm()
     spooled = None
     try:
@@ -207,16 +213,11 @@ async def _start_engine(engine) -> None:
 
 
 async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
-    from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, Serving, StrictStop
+    from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, StrictStop
+    from fdcli_engine.entrypoints.openai.serving_layer import build_serving
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
-    serving = Serving(
-        engine,
-        [engine.model_config.served_model_name],
-        opts.chat_template,
-        opts.reasoning_parser,
-        opts.tool_call_parser,
-    )
+    serving = build_serving(engine, opts.serving_options())
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
     dispatcher = BatchDispatcher(
