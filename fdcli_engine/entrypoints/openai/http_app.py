@@ -1,5 +1,6 @@
-"""The FastAPI adapter: routes, error rendering, auth/size/drain middleware. Business logic lives in the
-framework-free serving classes; this file only moves HTTP in and out of them."""
+"""The FastAPI app: the route table (routes.py) mapped onto HTTP, the info routes (models, health,
+ready, version, metrics), error rendering and the auth/size/drain middleware. Business logic lives in
+the framework-free serving layer (serving_layer.py); this file only moves HTTP in and out of it."""
 
 from __future__ import annotations
 
