@@ -64,8 +64,8 @@ class StubCore:
 
 SERVER = """
 import sys
-from fdcli_engine.entrypoints.openai.api_server import run_server
-from fdcli_engine.entrypoints.openai.server_state import ServerArgs
+from fdcli_engine.entrypoints.openai.app_state import ServerArgs
+from fdcli_engine.entrypoints.openai.launcher import run_server
 from fdcli_engine.resolved_config import ResolvedConfig
 cfg = ResolvedConfig(max_model_len=4096)
 sys.exit(run_server(cfg, ServerArgs(port=int(sys.argv[1])), finalize=False,

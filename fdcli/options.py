@@ -191,6 +191,51 @@ TensorParallelSizeOpt = Annotated[
     ),
 ]
 
+# The serving layer's options (fdcli_engine.entrypoints.openai.serving_options), declared once for
+# `fd serve` and `fd run-batch`; the served model name is the engine flag --served-model-name.
+SERVING_PANEL = "Serving options"
+
+ChatTemplateOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--chat-template",
+        help="Chat template file (or inline Jinja) instead of the model's.",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+ReasoningParserOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--reasoning-parser",
+        help="Split out reasoning_content: qwen3, deepseek_r1 or ernie-x1.",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+ToolCallParserOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--tool-call-parser",
+        help="Parse tool calls from the output of requests with tools (tool_choice auto): ernie-x1.",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+AutoToolChoiceOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--enable-auto-tool-choice",
+        help="vLLM's switch for tool_choice auto; accepted, needs --tool-call-parser (which alone enables it).",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+TrustTemplateOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--trust-request-chat-template",
+        help="Allow requests to supply their own chat_template.",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+
 # EngineConfig field -> CLI alias. Order is the order in --help.
 ENGINE_FLAGS: dict[str, Any] = {
     "model": ModelOpt,

@@ -16,8 +16,8 @@ from pathlib import Path
 from fdcli.bench.client import BACKENDS, BackendConfig
 from fdcli.bench.datasets import DatasetOptions, build_requests
 from fdcli.bench.metrics import compute_metrics, parse_goodput, parse_percentiles
+from fdcli.bench.request_loop import RunState, TrafficConfig, run_benchmark, wait_ready
 from fdcli.bench.results import REDACTED, build_result, record_to_dict, redact_headers, save_result
-from fdcli.bench.runner import RunState, TrafficConfig, run_benchmark, wait_ready
 from fdcli.bench.tokenize import default_tokenizer_path, load_tokenizer
 from fdcli.bench.traffic import arrival_offsets
 from fdcli_engine.entrypoints.event_loop import event_loop_runner

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from fdcli.console import EXIT_USAGE, error_boundary, fail
-from fdcli.options import engine_options
+from fdcli.options import ChatTemplateOpt, ReasoningParserOpt, ToolCallParserOpt, engine_options
 
 EXIT_LINES_FAILED = (
     3  # mirrors fdcli_engine.entrypoints.batch.EXIT_LINES_FAILED (not imported: paddle-free CLI)
@@ -44,19 +44,6 @@ SummaryJsonOpt = Annotated[
 MaxInflightOpt = Annotated[
     Optional[int],
     typer.Option("--max-inflight", help="Lines in flight at once. Default: 2 × --max-num-seqs.", min=1),
-]
-ChatTemplateOpt = Annotated[
-    Optional[str],
-    typer.Option("--chat-template", help="Chat template file (or inline Jinja) instead of the model's."),
-]
-ReasoningParserOpt = Annotated[
-    Optional[str], typer.Option("--reasoning-parser", help="Split out reasoning_content, as fd serve does.")
-]
-ToolCallParserOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--tool-call-parser", help="Parse tool calls of lines with tools, as fd serve does: ernie-x1."
-    ),
 ]
 ProgressOpt = Annotated[
     bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr (only on a terminal).")
@@ -95,7 +82,7 @@ def run_batch(
     with error_boundary():
         from fdcli_engine.entrypoints.batch import BatchOptions
         from fdcli_engine.entrypoints.batch import run_batch as run
-        from fdcli_engine.entrypoints.openai.api_server import load_chat_template
+        from fdcli_engine.entrypoints.openai.serving_options import load_chat_template
 
         opts = BatchOptions(
             input=in_path,

@@ -14,7 +14,16 @@ from typing import Annotated, Any, Optional
 import typer
 
 from fdcli.console import error_boundary, fail
-from fdcli.options import ENGINE_FLAGS, ConfigFileOpt, engine_config_from_cli
+from fdcli.options import (
+    ENGINE_FLAGS,
+    AutoToolChoiceOpt,
+    ChatTemplateOpt,
+    ConfigFileOpt,
+    ReasoningParserOpt,
+    ToolCallParserOpt,
+    TrustTemplateOpt,
+    engine_config_from_cli,
+)
 
 SERVER_PANEL = "Server options"
 
@@ -48,32 +57,6 @@ MaxQueueOpt = Annotated[
 GracefulOpt = Annotated[
     Optional[float],
     _opt("--timeout-graceful-shutdown", help="Seconds running requests get on SIGTERM. (default: 30)"),
-]
-ReasoningParserOpt = Annotated[
-    Optional[str],
-    _opt("--reasoning-parser", help="Split out reasoning_content: qwen3, deepseek_r1 or ernie-x1."),
-]
-ToolCallParserOpt = Annotated[
-    Optional[str],
-    _opt(
-        "--tool-call-parser",
-        help="Parse tool calls from the output of requests with tools (tool_choice auto): ernie-x1.",
-    ),
-]
-AutoToolChoiceOpt = Annotated[
-    Optional[bool],
-    _opt(
-        "--enable-auto-tool-choice",
-        help="vLLM's switch for tool_choice auto; accepted, needs --tool-call-parser (which alone enables it).",
-    ),
-]
-ChatTemplateOpt = Annotated[
-    Optional[str],
-    _opt("--chat-template", help="Chat template file (or inline Jinja) instead of the model's."),
-]
-TrustTemplateOpt = Annotated[
-    Optional[bool],
-    _opt("--trust-request-chat-template", help="Allow requests to supply their own chat_template."),
 ]
 MaxBodyOpt = Annotated[
     Optional[int], _opt("--max-request-body-bytes", help="Largest request body accepted. (default: 32 MiB)")
@@ -192,8 +175,8 @@ def serve(
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on 127.0.0.1:8000)."""
     from fdcli_engine.config import EngineConfig
-    from fdcli_engine.entrypoints.openai.api_server import run_server
-    from fdcli_engine.entrypoints.openai.server_state import ServerArgs
+    from fdcli_engine.entrypoints.openai.app_state import ServerArgs
+    from fdcli_engine.entrypoints.openai.launcher import run_server
 
     cli = dict(locals())
     with error_boundary():

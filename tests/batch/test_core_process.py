@@ -27,8 +27,8 @@ from batch_helpers import (
 from test_run_batch import GOOD_LINES, _comparable, assert_same
 
 from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
+from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 from fdcli_engine.entrypoints.batch.files import partial_path
-from fdcli_engine.entrypoints.batch.runner import BatchRunError
 
 NUM_LINES = 60
 

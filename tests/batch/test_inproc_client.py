@@ -13,7 +13,7 @@ from fake_engine import CharTokenizer
 from fdcli_engine.api.async_llm import EngineDeadError
 from fdcli_engine.api.inproc_client import InProcessEngineClient
 from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
-from fdcli_engine.entrypoints.batch.runner import BatchRunError
+from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 from fdcli_engine.sampling_params import SamplingParams
 
 

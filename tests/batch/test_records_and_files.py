@@ -23,7 +23,7 @@ from fdcli_engine.entrypoints.batch.records import (
     record_key,
     success_record,
 )
-from fdcli_engine.entrypoints.batch.runner import ROUTES
+from fdcli_engine.entrypoints.openai.routes import BATCH_ROUTES
 
 GOOD = {"custom_id": "x", "method": "POST", "url": "/v1/completions", "body": {"prompt": "hi"}}
 
@@ -55,14 +55,14 @@ BAD_LINES = [
 @pytest.mark.parametrize("raw,code,custom_id,fragment", BAD_LINES)
 def test_bad_envelopes_are_line_errors(raw, code, custom_id, fragment):
     with pytest.raises(LineError) as info:
-        parse_line(4, raw, ROUTES)
+        parse_line(4, raw, BATCH_ROUTES)
     assert info.value.code == code
     assert info.value.custom_id == custom_id
     assert fragment in info.value.message
 
 
 def test_good_envelope_and_default_method():
-    line = parse_line(2, json.dumps({k: v for k, v in GOOD.items() if k != "method"}).encode(), ROUTES)
+    line = parse_line(2, json.dumps({k: v for k, v in GOOD.items() if k != "method"}).encode(), BATCH_ROUTES)
     assert (line.line_no, line.custom_id, line.url, line.body) == (
         2,
         "x",

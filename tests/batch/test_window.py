@@ -8,8 +8,10 @@ import asyncio
 from batch_helpers import completion_line, read_jsonl, write_jsonl
 from fake_engine import FakeEngine
 
+from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher
 from fdcli_engine.entrypoints.batch.files import OutputWriter, partial_path
-from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving
+from fdcli_engine.entrypoints.openai.serving_layer import build_serving
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
 
 class SlowHeadEngine(FakeEngine):
@@ -44,7 +46,9 @@ def test_slow_head_request_bounds_inflight_and_reorder_buffer(tmp_path):
     partial_path(out).write_bytes(b"")
     engine = SlowHeadEngine()
     writer = OutputWriter(out)
-    runner = BatchRunner(Serving(engine, ["tiny"]), writer, window, reorder_limit=reorder)
+    runner = BatchDispatcher(
+        build_serving(engine, ServingOptions(["tiny"])), writer, window, reorder_limit=reorder
+    )
     summary = asyncio.run(runner.run(src))
     writer.close()
     assert (summary.succeeded, summary.failed) == (n - 1, 1)

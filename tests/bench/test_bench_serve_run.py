@@ -9,7 +9,7 @@ from bench_support import FIRST_TOKEN_DELAY, TOKEN_GAP, free_port
 from fdcli.bench.client import BackendConfig
 from fdcli.bench.datasets import SampleRequest
 from fdcli.bench.metrics import compute_metrics
-from fdcli.bench.runner import RunState, ServerNotReady, TrafficConfig, run_benchmark, wait_ready
+from fdcli.bench.request_loop import RunState, ServerNotReady, TrafficConfig, run_benchmark, wait_ready
 
 # Scheduling jitter on a shared 2-core machine: measured times may exceed server sleeps by this much.
 SLACK = 1.0

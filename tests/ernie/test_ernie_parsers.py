@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
@@ -40,14 +41,15 @@ SPLITS = [
 
 @pytest.mark.parametrize("text,reasoning,content", SPLITS)
 def test_split_whole(text, reasoning, content):
-    assert ErnieX1ReasoningParser().split(text) == (reasoning, content)
+    assert ErnieX1ReasoningParser().split(text) == ParsedOutput(reasoning, content)
 
 
 def _stream(pieces):
     p = ErnieX1ReasoningParser()
     r, c = "", ""
     for i, piece in enumerate(pieces):
-        dr, dc = p.feed(piece, final=i == len(pieces) - 1)
+        out = p.feed(piece, final=i == len(pieces) - 1)
+        dr, dc = out.reasoning, out.content
         r, c = r + dr, c + dc
     return r, c
 
@@ -63,7 +65,8 @@ def test_streaming_never_leaks_a_tag():
     text = SPLITS[0][0]
     p = ErnieX1ReasoningParser()
     for k, ch in enumerate(text):  # one character per delta: the hardest case for held-back tags
-        r, c = p.feed(ch, final=k == len(text) - 1)
+        out = p.feed(ch, final=k == len(text) - 1)
+        r, c = out.reasoning, out.content
         assert "<" not in r + c
 
 
@@ -72,7 +75,7 @@ def test_tool_calls_extracted():
     text += '{"name": "now", "arguments": "{}"}\n</tool_call>'
     out = get_tool_parser_cls("ernie-x1")().extract(text)
     assert out.tools_called and out.content is None
-    calls = [c.to_openai() for c in out.tool_calls]
+    calls = [c.model_dump() for c in out.tool_calls]
     assert [c["function"]["name"] for c in calls] == ["get_weather", "now"]
     assert json.loads(calls[0]["function"]["arguments"]) == {"location": "北京", "unit": "c"}
     assert calls[1]["function"]["arguments"] == "{}"

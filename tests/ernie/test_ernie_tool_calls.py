@@ -15,12 +15,11 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from fdcli_engine.entrypoints.openai.api_server import _State
+from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.errors import APIError
+from fdcli_engine.entrypoints.openai.http_app import build_app
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
-from fdcli_engine.entrypoints.openai.server_app import build_app
-from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
 from fdcli_engine.entrypoints.openai.serving_chat import messages_to_dicts
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 from fdcli_engine.entrypoints.openai.tool_parsers import ErnieX1ToolParser
@@ -282,7 +281,7 @@ ANSWER = _pieces("easy\n</think>\n\n<response>\nIt is sunny.\n</response>")
 def _client(tokenizer, replies, **server):
     args = ServerArgs(chat_template=TEMPLATE, **server)
     engine = ScriptedEngine(tokenizer, replies)
-    app = build_app(engine, args, _State(args, Admission(8, -1)))
+    app = build_app(engine, args, AppState(args, Admission(8, -1)))
     http = TestClient(app)
     return openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=http), engine
 

@@ -133,7 +133,7 @@ def test_bad_tool_flags_fail_in_one_line(ernie_checkpoint, flags, words):
 def test_tool_flags_from_the_yaml_file(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.api_server.run_server",
+        "fdcli_engine.entrypoints.openai.launcher.run_server",
         lambda config, args, **kw: calls.append(args) or 0,
     )
     cfg = tmp_path / "serve.yaml"

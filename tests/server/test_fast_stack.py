@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
-from fdcli_engine.entrypoints.openai.api_server import http_protocol, uvicorn_config
-from fdcli_engine.entrypoints.openai.server_state import ServerArgs
+from fdcli_engine.entrypoints.openai.app_state import ServerArgs
+from fdcli_engine.entrypoints.openai.launcher import http_protocol, uvicorn_config
 
 
 async def _loop_module() -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser, get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
@@ -30,14 +31,15 @@ SPLITS = [
 
 @pytest.mark.parametrize("cls,text,reasoning,content", SPLITS)
 def test_split_whole(cls, text, reasoning, content):
-    assert cls().split(text) == (reasoning, content)
+    assert cls().split(text) == ParsedOutput(reasoning, content)
 
 
 def _stream(cls, pieces):
     p = cls()
     r, c = "", ""
     for i, piece in enumerate(pieces):
-        dr, dc = p.feed(piece, final=i == len(pieces) - 1)
+        out = p.feed(piece, final=i == len(pieces) - 1)
+        dr, dc = out.reasoning, out.content
         r, c = r + dr, c + dc
     return r, c
 

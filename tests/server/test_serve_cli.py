@@ -18,7 +18,7 @@ def captured(monkeypatch):
         calls.append((config, args))
         return 0
 
-    monkeypatch.setattr("fdcli_engine.entrypoints.openai.api_server.run_server", fake_run_server)
+    monkeypatch.setattr("fdcli_engine.entrypoints.openai.launcher.run_server", fake_run_server)
     return calls
 
 

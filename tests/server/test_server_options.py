@@ -7,8 +7,9 @@ import socket
 import pytest
 
 from fdcli_engine.config import EngineConfig
-from fdcli_engine.entrypoints.openai.api_server import bind_socket, default_served_name, load_chat_template
-from fdcli_engine.entrypoints.openai.server_state import Admission, key_matches
+from fdcli_engine.entrypoints.openai.app_state import Admission, key_matches
+from fdcli_engine.entrypoints.openai.launcher import bind_socket
+from fdcli_engine.entrypoints.openai.serving_options import default_served_name, load_chat_template
 from fdcli_engine.errors import ConfigError
 
 

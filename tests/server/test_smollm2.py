@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from fd_server import start_server
 
-from fdcli_engine.entrypoints.openai.server_state import ServerArgs
+from fdcli_engine.entrypoints.openai.app_state import ServerArgs
 
 pytestmark = pytest.mark.slow
 

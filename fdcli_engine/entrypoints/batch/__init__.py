@@ -74,6 +74,15 @@ class BatchOptions:
     tool_call_parser: str | None = None  # as `fd serve --tool-call-parser`
     summary_json: Path | None = None  # also write the summary here (every outcome, "failed" included)
 
+    def serving_options(self):
+        from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+
+        return ServingOptions(
+            chat_template=self.chat_template,
+            reasoning_parser=self.reasoning_parser,
+            tool_call_parser=self.tool_call_parser,
+        )
+
 
 def _default_engine(engine_args: dict[str, Any]):
     """The server's engine client; its core process starts (and loads the model) in `_start_engine`.
@@ -81,7 +90,7 @@ def _default_engine(engine_args: dict[str, Any]):
     from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.config import EngineConfig
     from fdcli_engine.config_resolver import resolve_config
-    from fdcli_engine.entrypoints.openai.api_server import default_served_name
+    from fdcli_engine.entrypoints.openai.serving_options import default_served_name
     from fdcli_engine.threads import import_paddle
     from fdcli_engine.tokenizer import load_tokenizer
 
@@ -107,12 +116,9 @@ def run_batch(
         raise BatchFileError("the output file must not be the input file")
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
-    from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
-    from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+    from fdcli_engine.entrypoints.openai.serving_options import check_serving_options
 
-    # An unknown parser is a ConfigError now, not after the load.
-    get_parser_cls(opts.reasoning_parser)
-    get_tool_parser_cls(opts.tool_call_parser)
+    check_serving_options(opts.serving_options())  # an unknown parser: ConfigError now, not after the load
     previous_sigterm = _route_sigterm()
     spooled = None
     try:
@@ -197,7 +203,7 @@ def _route_sigterm():
 async def _start_engine(engine) -> None:
     """An engine with a core process (`start()`, `ready_event`) starts it and waits for the model.
     A core that fails to load is a BatchRunError (exit 1), with the core's reason."""
-    from fdcli_engine.entrypoints.batch.runner import BatchRunError
+    from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 
     start = getattr(engine, "start", None)
     if start is not None:
@@ -208,25 +214,22 @@ async def _start_engine(engine) -> None:
 
 
 async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
-    from fdcli_engine.entrypoints.batch.runner import BatchRunner, Serving, StrictStop
+    from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, StrictStop
+    from fdcli_engine.entrypoints.openai.serving_layer import build_serving
 
     window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
-    serving = Serving(
-        engine,
-        [engine.model_config.served_model_name],
-        opts.chat_template,
-        opts.reasoning_parser,
-        opts.tool_call_parser,
-    )
+    serving = build_serving(engine, opts.serving_options())
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
-    runner = BatchRunner(serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress)
-    summary = runner.summary
+    dispatcher = BatchDispatcher(
+        serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress
+    )
+    summary = dispatcher.summary
     summary.total = num_lines
     summary.output = str(opts.output) if opts.output is not None else "-"
     t0 = time.perf_counter()
     try:
-        await runner.run(path)
+        await dispatcher.run(path)
         # "completed" means every record in the output succeeded, resumed ones included.
         clean = summary.failed == 0 and summary.skipped_failed == 0
         summary.status = "completed" if clean else "lines_failed"

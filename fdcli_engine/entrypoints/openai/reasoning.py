@@ -8,6 +8,8 @@ start of a tag, so a tag split across deltas is never leaked into either field.
 
 from __future__ import annotations
 
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
+
 START, END = "<think>", "</think>"
 
 
@@ -18,22 +20,22 @@ class ThinkParser:
         self._buf = ""
         self._state = "start"  # until we know whether the text opens with <think>
 
-    def split(self, text: str) -> tuple[str | None, str]:
-        """Whole text → (reasoning or None, content)."""
+    def split(self, text: str) -> ParsedOutput:
+        """Whole text → reasoning (None without a reasoning block) and content."""
         body = text
         stripped = body.lstrip()
         opened = stripped.startswith(START)
         if opened:
             body = stripped[len(START) :]
         elif not self.starts_in_reasoning:
-            return None, text
+            return ParsedOutput(None, text)
         if END in body:
             reasoning, _, content = body.partition(END)
-            return reasoning, content.lstrip("\n")
-        return body, ""
+            return ParsedOutput(reasoning, content.lstrip("\n"))
+        return ParsedOutput(body, "")
 
-    def feed(self, delta: str, final: bool = False) -> tuple[str, str]:
-        """One streamed delta → (reasoning delta, content delta). `final` flushes the held-back tail."""
+    def feed(self, delta: str, final: bool = False) -> ParsedOutput:
+        """One streamed delta → the reasoning and content deltas. `final` flushes the held-back tail."""
         self._buf += delta
         reasoning, content = "", ""
         while True:
@@ -44,7 +46,7 @@ class ThinkParser:
                     self._state = "reasoning"
                     continue
                 if (START.startswith(s) or not s) and not final:
-                    return reasoning, content  # could still become <think>
+                    return ParsedOutput(reasoning, content)  # could still become <think>
                 self._state = "reasoning" if self.starts_in_reasoning else "content"
                 continue
             if self._state == "reasoning":
@@ -57,18 +59,18 @@ class ThinkParser:
                 keep = 0 if final else _partial_suffix(self._buf, END)
                 reasoning += self._buf[: len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep :]
-                return reasoning, content
+                return ParsedOutput(reasoning, content)
             if self._state == "after_end":
                 s = self._buf.lstrip("\n")
                 if not s and not final:
                     self._buf = ""
-                    return reasoning, content
+                    return ParsedOutput(reasoning, content)
                 self._buf = s
                 self._state = "content"
                 continue
             content += self._buf
             self._buf = ""
-            return reasoning, content
+            return ParsedOutput(reasoning, content)
 
 
 class DeepSeekR1Parser(ThinkParser):

@@ -22,6 +22,8 @@ strip newlines at edges), so the streamed deltas concatenate to exactly the whol
 
 from __future__ import annotations
 
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
+
 THINK_START, THINK_END = "<think>", "</think>"
 RESPONSE_START, RESPONSE_END = "<response>", "</response>"
 TOOL_CALL_START = "<tool_call>"
@@ -58,31 +60,31 @@ class ErnieX1ReasoningParser:
         self._sent_reasoning = 0
         self._sent_content = 0
 
-    def split(self, text: str) -> tuple[str | None, str]:
-        """Whole text -> (reasoning or None, content)."""
+    def split(self, text: str) -> ParsedOutput:
+        """Whole text -> reasoning (None when thinking is off) and content."""
         body = text.lstrip()
         if body.startswith((RESPONSE_START, TOOL_CALL_START)):
-            return None, _response_of(body)  # thinking disabled: no reasoning block at all
+            return ParsedOutput(None, _response_of(body))  # thinking disabled: no reasoning block at all
         if body.startswith(THINK_START):
             body = body[len(THINK_START) :]
         reasoning, found, rest = body.partition(THINK_END)
         reasoning = reasoning.strip("\n")
         if not found:
-            return reasoning, ""
-        return reasoning, _response_of(rest)
+            return ParsedOutput(reasoning, "")
+        return ParsedOutput(reasoning, _response_of(rest))
 
-    def feed(self, delta: str, final: bool = False) -> tuple[str, str]:
-        """One streamed delta -> (reasoning delta, content delta). `final` flushes the held-back tail."""
+    def feed(self, delta: str, final: bool = False) -> ParsedOutput:
+        """One streamed delta -> the reasoning and content deltas. `final` flushes the held-back tail."""
         self._text += delta
         text = self._text
         if not final:
             text = text[: len(text) - _partial_tag_len(text)]
             # Trailing newlines may be stripped at a tag that is still to come: hold them back too.
             text = text.rstrip("\n")
-        reasoning, content = self.split(text)
-        reasoning = reasoning or ""
+        whole = self.split(text)
+        reasoning, content = whole.reasoning or "", whole.content
         out_r = reasoning[self._sent_reasoning :]
         out_c = content[self._sent_content :]
         self._sent_reasoning = max(self._sent_reasoning, len(reasoning))
         self._sent_content = max(self._sent_content, len(content))
-        return out_r, out_c
+        return ParsedOutput(out_r, out_c)

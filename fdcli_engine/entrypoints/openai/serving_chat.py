@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fdcli_engine.entrypoints.openai.errors import bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import (
@@ -20,6 +21,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
+    Job,
     build_params,
     check_model,
     check_prompt,
@@ -82,6 +84,17 @@ def _template_tool_call(call) -> dict:
     if not isinstance(args, dict):
         args = call.function.arguments
     return {"id": call.id, "type": call.type, "function": {"name": call.function.name, "arguments": args}}
+
+
+@dataclass(frozen=True)
+class PreparedChat:
+    """A validated, rendered chat request: what the engine is asked for and how to answer."""
+
+    model: str  # the served name to echo back
+    request_id: str
+    prompt_ids: list[int]
+    jobs: list[Job]  # one per choice
+    parse_tools: bool  # whether the output is parsed for tool calls
 
 
 class OpenAIServingChat:
@@ -152,7 +165,7 @@ class OpenAIServingChat:
         # The template writes the special tokens (BOS, role markers) itself.
         return rendered, encode(tok, rendered, add_special_tokens=False)
 
-    async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None):
+    async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None) -> PreparedChat:
         model = check_model(req.model, self.served_model_names)
         self._check_unsupported(req)
         parse_tools = parses_tool_calls(req, self.tool_parser_cls)
@@ -164,14 +177,14 @@ class OpenAIServingChat:
         params = build_params(req, self.engine.tokenizer, max_tokens, logprobs)
         rid = request_id or req.request_id or random_id("chatcmpl")
         jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n)
-        return model, rid, prompt_ids, jobs, parse_tools
+        return PreparedChat(model, rid, prompt_ids, jobs, parse_tools)
 
     async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):
         """A ChatCompletionResponse, or (stream=True) an async iterator of SSE strings."""
-        model, rid, prompt_ids, jobs, parse_tools = await self.prepare(req, request_id)
+        p = await self.prepare(req, request_id)
         if req.stream:
-            return self._stream(req, model, rid, prompt_ids, jobs, parse_tools)
-        return await self._full(req, model, rid, prompt_ids, jobs, parse_tools)
+            return self._stream(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.parse_tools)
+        return await self._full(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.parse_tools)
 
     def _splitter(self, req, parse_tools: bool) -> OutputSplitter:
         """One choice's output splitter; it parses tool calls only when the request asked for that."""
@@ -264,12 +277,9 @@ class OpenAIServingChat:
                 new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
                 reasoning, content, calls = None, comp.delta_text, []
-                if parse_tools:
+                if parsers:  # a splitter or a reasoning parser: both return a ParsedOutput
                     split = parsers[job.index].feed(comp.delta_text, final=out.finished)
                     reasoning, content, calls = split.reasoning or None, split.content, split.tool_calls
-                elif parsers:
-                    r, c = parsers[job.index].feed(comp.delta_text, final=out.finished)
-                    reasoning, content = (r or None), c
                 lps = None
                 if req.logprobs and comp.logprobs is not None and new_ids:
                     lps = self._logprobs(delta_logprobs(comp, len(new_ids)), new_ids)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
+    Job,
     build_params,
     check_model,
     check_prompt,
@@ -25,6 +27,16 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
 
 logger = logging.getLogger("fd.serve")
+
+
+@dataclass(frozen=True)
+class PreparedCompletion:
+    """A validated, tokenized completion request."""
+
+    model: str  # the served name to echo back
+    request_id: str
+    prompts: list[tuple[str | None, list[int]]]  # (text or None for token ids, token ids) per prompt
+    jobs: list[Job]  # n per prompt, each with its own max_tokens
 
 
 class OpenAIServingCompletion:
@@ -61,8 +73,8 @@ class OpenAIServingCompletion:
                 prompts.append((None, list(t)))
         return prompts
 
-    async def prepare(self, req: CompletionRequest, request_id: str | None = None):
-        """Validate and tokenize. Returns (model name, request id, prompts, jobs)."""
+    async def prepare(self, req: CompletionRequest, request_id: str | None = None) -> PreparedCompletion:
+        """Validate and tokenize."""
         model = check_model(req.model, self.served_model_names)
         self._check_unsupported(req)
         prompts = self._prompts(req)
@@ -73,14 +85,14 @@ class OpenAIServingCompletion:
         jobs = fan_out(rid, prompts, params, req.n)
         for job in jobs:
             job.params.max_tokens = max_tokens[job.prompt_idx]
-        return model, rid, prompts, jobs
+        return PreparedCompletion(model, rid, prompts, jobs)
 
     async def create_completion(self, req: CompletionRequest, request_id: str | None = None):
         """A CompletionResponse, or (stream=True) an async iterator of SSE strings."""
-        model, rid, prompts, jobs = await self.prepare(req, request_id)
+        p = await self.prepare(req, request_id)
         if req.stream:
-            return self._stream(req, model, rid, prompts, jobs)
-        return await self._full(req, model, rid, prompts, jobs)
+            return self._stream(req, p.model, p.request_id, p.prompts, p.jobs)
+        return await self._full(req, p.model, p.request_id, p.prompts, p.jobs)
 
     def _echo_text(self, prompts, prompt_idx: int) -> str:
         text, ids = prompts[prompt_idx]

@@ -218,11 +218,3 @@ class OpenAIServingEmbedding(PoolingServing):
         return EmbeddingResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
         )
-
-
-def batch_create_embedding(serving, req: EmbeddingRequest):
-    """`fd run-batch`'s route call for /v1/embeddings; `serving` is the batch runner's Serving."""
-    chat = serving.chat
-    return OpenAIServingEmbedding(
-        serving.engine, chat.served_model_names, chat.chat_template, chat.allow_request_chat_template
-    ).create_embedding(req)

@@ -35,11 +35,3 @@ class OpenAIServingReward(PoolingServing):
         return RewardResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
         )
-
-
-def batch_create_reward(serving, req: ChatRewardRequest):
-    """`fd run-batch`'s route call for /v1/chat/reward; `serving` is the batch runner's Serving."""
-    chat = serving.chat
-    return OpenAIServingReward(
-        serving.engine, chat.served_model_names, chat.chat_template, chat.allow_request_chat_template
-    ).create_reward(req)

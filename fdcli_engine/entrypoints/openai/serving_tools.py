@@ -24,10 +24,8 @@ calls are sent whole, in one delta with `index` fields, when the output ends.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fdcli_engine.entrypoints.openai.errors import bad_request
-from fdcli_engine.entrypoints.openai.protocol import FunctionCall, ToolCall
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
 from fdcli_engine.entrypoints.openai.reasoning_ernie import THINK_END
 
 # Tags of the reasoning formats fd parses (<think>, ERNIE's <response>); the tool parser's own tags
@@ -70,17 +68,6 @@ def parses_tool_calls(req, tool_parser_cls) -> bool:
     return True
 
 
-@dataclass
-class SplitOutput:
-    reasoning: str | None
-    content: str | None
-    tool_calls: list[ToolCall]
-
-
-def _wire(call) -> ToolCall:
-    return ToolCall(id=call.id, function=FunctionCall(name=call.name, arguments=call.arguments))
-
-
 class OutputSplitter:
     """One choice's output -> reasoning, content and tool calls (see the module docstring)."""
 
@@ -96,7 +83,8 @@ class OutputSplitter:
     def _reason(self, text: str) -> tuple[str | None, str]:
         if self.reasoning_parser_cls is None:
             return None, text
-        return self.reasoning_parser_cls().split(text)
+        whole = self.reasoning_parser_cls().split(text)
+        return whole.reasoning, whole.content
 
     def _tail_start(self, text: str) -> int:
         """Where the answer part of the raw text begins (after </think> when R splits reasoning)."""
@@ -104,21 +92,21 @@ class OutputSplitter:
             return 0
         return text.index(THINK_END) + len(THINK_END)
 
-    def split(self, text: str) -> SplitOutput:
+    def split(self, text: str) -> ParsedOutput:
         reasoning, content = self._reason(text)
         if self.tool_parser_cls is None:
-            return SplitOutput(reasoning, content, [])
+            return ParsedOutput(reasoning, content)
         tag = self.tool_parser_cls.start_tag
         extracted = self.tool_parser_cls().extract(text)
         if extracted.tools_called:
-            calls = [_wire(c) for c in extracted.tool_calls]
+            calls = extracted.tool_calls
             if not self.parallel_tool_calls:
                 calls = calls[:1]
-            return SplitOutput(reasoning, content.partition(tag)[0].rstrip() or None, calls)
+            return ParsedOutput(reasoning, content.partition(tag)[0].rstrip() or None, calls)
         at = text.find(tag, self._tail_start(text))
         if at != -1 and tag not in content and tag not in (reasoning or ""):
             content = f"{content}\n\n{text[at:]}" if content else text[at:]
-        return SplitOutput(reasoning, content, [])
+        return ParsedOutput(reasoning, content)
 
     def _held(self, text: str) -> str:
         """The text so far less a tail that could still change how it splits."""
@@ -128,7 +116,7 @@ class OutputSplitter:
                 break
         return text.rstrip()
 
-    def feed(self, delta: str, final: bool = False) -> SplitOutput:
+    def feed(self, delta: str, final: bool = False) -> ParsedOutput:
         """One streamed delta -> the new reasoning and content text; tool calls only when `final`."""
         self._text += delta
         if final:
@@ -141,7 +129,7 @@ class OutputSplitter:
             tag = self.tool_parser_cls.start_tag if self.tool_parser_cls else None
             if tag and tag in content:
                 content = content.partition(tag)[0].rstrip()  # a call block is open: hold at the cut
-        out = SplitOutput(reasoning[self._sent_reasoning :], content[self._sent_content :], calls)
+        out = ParsedOutput(reasoning[self._sent_reasoning :], content[self._sent_content :], calls)
         self._sent_reasoning = max(self._sent_reasoning, len(reasoning))
         self._sent_content = max(self._sent_content, len(content))
         return out

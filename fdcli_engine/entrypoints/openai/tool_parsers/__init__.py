@@ -1,7 +1,7 @@
 """Tool-call parsers, selected by `--tool-call-parser`: turn a model's raw output into OpenAI
 `tool_calls` plus the remaining content.
 
-A parser class has `extract(text) -> ExtractedToolCalls`, `start_tag` (the text that opens a call:
+A parser class has `extract(text) -> ParsedOutput` (parsed_output.py), `start_tag` (the text that opens a call:
 streamed content is held back from there) and `tags` (every tag of its format: a streamed tail that
 could grow into one is held back). Only whole outputs are parsed: a streamed response sends its tool
 calls when the output ends (serving_tools.py).
@@ -9,12 +9,11 @@ calls when the output ends (serving_tools.py).
 
 from __future__ import annotations
 
-from fdcli_engine.entrypoints.openai.tool_parsers.base import ExtractedToolCalls, ToolCall
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
 
 TOOL_PARSERS = {"ernie_x1": ErnieX1ToolParser}
 
-__all__ = ["TOOL_PARSERS", "ExtractedToolCalls", "ToolCall", "get_tool_parser_cls"]
+__all__ = ["TOOL_PARSERS", "ErnieX1ToolParser", "get_tool_parser_cls"]
 
 
 def get_tool_parser_cls(name: str | None):

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import re
 
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, new_tool_call
+from fdcli_engine.entrypoints.openai.protocol import ToolCall
 from fdcli_engine.entrypoints.openai.reasoning_ernie import (
     RESPONSE_START,
     THINK_END,
     TOOL_CALL_START,
     ErnieX1ReasoningParser,
 )
-from fdcli_engine.entrypoints.openai.tool_parsers.base import ExtractedToolCalls, ToolCall
 
 TOOL_CALL_END = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -33,21 +34,21 @@ class ErnieX1ToolParser:
     start_tag = TOOL_CALL_START  # where a call begins: the serving layer cuts streamed content here
     tags = (TOOL_CALL_START, TOOL_CALL_END)
 
-    def extract(self, text: str) -> ExtractedToolCalls:
+    def extract(self, text: str) -> ParsedOutput:
         after_think = text.partition(THINK_END)[2] if THINK_END in text else text
         blocks = _BLOCK.findall(after_think)
         content = _content(text)
         if not blocks:
-            return ExtractedToolCalls(False, [], content)
+            return ParsedOutput(None, content)
         calls = []
         for block in blocks:
             call = _parse_block(block)
             if call is None:
-                return ExtractedToolCalls(False, [], text)
+                return ParsedOutput(None, text)
             calls.append(call)
         if not _thinking_format(text):
             content = text.partition(TOOL_CALL_START)[0].rstrip()  # a call block is never content
-        return ExtractedToolCalls(True, calls, content or None)
+        return ParsedOutput(None, content or None, calls)
 
 
 def _thinking_format(text: str) -> bool:
@@ -58,7 +59,7 @@ def _content(text: str) -> str:
     """The answer text: as the ernie-x1 reasoning parser splits it when the output is in ERNIE's
     thinking format, else the text itself."""
     if _thinking_format(text):
-        return ErnieX1ReasoningParser().split(text)[1]
+        return ErnieX1ReasoningParser().split(text).content
     return text
 
 
@@ -72,4 +73,4 @@ def _parse_block(block: str) -> ToolCall | None:
     args = obj.get("arguments", obj.get("parameters", {}))
     if not isinstance(args, str):
         args = json.dumps(args, ensure_ascii=False)
-    return ToolCall(name=obj["name"], arguments=args)
+    return new_tool_call(obj["name"], args)

@@ -1,4 +1,4 @@
-"""Server-wide state shared by the HTTP adapter: options, admission control, draining, API keys."""
+"""Server-wide state shared by the HTTP app: options, admission control, draining, API keys."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fdcli_engine.entrypoints.openai.errors import APIError
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
 
 @dataclass
@@ -27,6 +28,16 @@ class ServerArgs:
     trust_request_chat_template: bool = False
     max_request_body_bytes: int = 32 << 20
     uvicorn_log_level: str = "warning"
+
+    def serving_options(self) -> ServingOptions:
+        return ServingOptions(
+            served_model_names=self.served_model_name,
+            chat_template=self.chat_template,
+            reasoning_parser=self.reasoning_parser,
+            tool_call_parser=self.tool_call_parser,
+            enable_auto_tool_choice=self.enable_auto_tool_choice,
+            trust_request_chat_template=self.trust_request_chat_template,
+        )
 
 
 class Admission:
@@ -81,6 +92,15 @@ class Admission:
             yield
         finally:
             self.release()
+
+
+@dataclass
+class AppState:
+    """What the HTTP app reads on every request: the options, admission, and whether it is draining."""
+
+    args: ServerArgs
+    admission: Admission
+    draining: bool = False
 
 
 def _too_many(limit: int, queued: int | None = None) -> APIError:

@@ -13,16 +13,19 @@ import gc
 import logging
 import socket
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import uvicorn
 
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
-from fdcli_engine.entrypoints.openai.server_app import build_app
-from fdcli_engine.entrypoints.openai.server_state import Admission, ServerArgs
+from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
+from fdcli_engine.entrypoints.openai.http_app import build_app
+from fdcli_engine.entrypoints.openai.serving_options import (
+    check_serving_options,
+    default_served_name,
+    load_chat_template,
+)
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.threads import FrontEndPlacement, front_end_placement, place_front_end
 
@@ -45,44 +48,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def default_served_name(config: EngineConfig) -> str:
-    """The --model string as given; for a .gguf file its stem (the default model's path is long)."""
-    model = str(config.model or config.model_path)
-    return Path(model).stem if model.endswith(".gguf") else model
-
-
-def load_chat_template(value: str | None) -> str | None:
-    """`--chat-template` is a file path, or the template itself when it holds Jinja markup."""
-    if value is None or "{%" in value or "{{" in value:
-        return value
-    p = Path(value).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"--chat-template {value!r} is neither a file nor a Jinja template")
-    return p.read_text()
-
-
-def check_tool_options(args: ServerArgs) -> None:
-    """An unknown --tool-call-parser, or --enable-auto-tool-choice without one, is a ConfigError now
-    (as in vLLM), not a 400 at the first request. The parser alone enables tool_choice "auto"
-    (FastDeploy's behaviour); vLLM's --enable-auto-tool-choice is accepted so its command lines work."""
-    from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
-
-    get_tool_parser_cls(args.tool_call_parser)
-    if args.enable_auto_tool_choice and not args.tool_call_parser:
-        raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser (e.g. ernie-x1)")
-
-
-@dataclass
-class _State:
-    args: ServerArgs
-    admission: Admission
-    draining: bool = False
-
-
 class FdServer(uvicorn.Server):
     """uvicorn's server with fd's signal handling: the first SIGTERM/SIGINT drains, a second one forces."""
 
-    def __init__(self, config, state: _State, engine):
+    def __init__(self, config, state: AppState, engine):
         super().__init__(config)
         self.fd_state = state
         self.engine = engine
@@ -132,7 +101,7 @@ async def serve_async(
         served_model_name=(args.served_model_name or [None])[0] or default_served_name(engine_config),
         **hooks,
     )
-    state = _State(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
+    state = AppState(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
     app = build_app(engine, args, state)
     server = FdServer(uvicorn_config(app, args), state, engine)
     original_on_dead = engine._on_dead
@@ -213,10 +182,7 @@ def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = T
         if finalize:
             engine_config = resolve_config(engine_config)
         args.chat_template = load_chat_template(args.chat_template)
-        from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
-
-        get_parser_cls(args.reasoning_parser)  # unknown parser: ConfigError now, not at the first request
-        check_tool_options(args)
+        check_serving_options(args.serving_options())  # a bad parser: ConfigError now, not at a request
         placement = front_end_placement(engine_config.num_threads)
         with event_loop_runner() as runner:
             return runner.run(serve_async(engine_config, args, sock, placement, **hooks))

@@ -1,9 +1,11 @@
-"""The FastAPI adapter: routes, error rendering, auth/size/drain middleware. Business logic lives in the
-framework-free serving classes; this file only moves HTTP in and out of them."""
+"""The FastAPI app: the route table (routes.py) mapped onto HTTP, the info routes (models, health,
+ready, version, metrics), error rendering and the auth/size/drain middleware. Business logic lives in
+the framework-free serving layer (serving_layer.py); this file only moves HTTP in and out of it."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 
 from fastapi import FastAPI, Request
@@ -11,25 +13,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception, status_phrase
-from fdcli_engine.entrypoints.openai.metrics import ObservedEngine, ServerMetrics
-from fdcli_engine.entrypoints.openai.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    DetokenizeRequest,
-    DetokenizeResponse,
-    ErrorResponse,
-    ModelCard,
-    ModelList,
-    TokenizeRequest,
-    TokenizeResponse,
-)
-from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
-from fdcli_engine.entrypoints.openai.server_state import ServerArgs, key_matches
-from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
-from fdcli_engine.entrypoints.openai.serving_common import check_model, encode
-from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
-from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches
+from fdcli_engine.entrypoints.openai.errors import APIError, from_exception, status_phrase
+from fdcli_engine.entrypoints.openai.metrics import ServerMetrics
+from fdcli_engine.entrypoints.openai.protocol import ErrorResponse, ModelCard, ModelList
+from fdcli_engine.entrypoints.openai.routes import ROUTES, Route
+from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_serving
+from fdcli_engine.entrypoints.openai.validation import validation_error
 
 logger = logging.getLogger("fd.serve")
 OPEN_PATHS = {"/health", "/ping"}  # liveness probes need no key
@@ -38,38 +28,6 @@ _ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 
 
 def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.to_dict(), status_code=err.status, headers=err.headers)
-
-
-_TYPE_LABELS = {"str", "int", "float", "bool", "dict", "list", "none", "json-or-python"}
-
-
-def _loc_to_param(loc) -> str | None:
-    """pydantic's error location → an OpenAI `param` like `messages[0].role` (union-branch labels such
-    as `list[int]` or `constrained-str` are not field names and are dropped)."""
-    out = ""
-    for p in loc:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        elif p in ("body", "query", "path") and not out:
-            continue
-        elif "[" in p or "-" in p or p in _TYPE_LABELS:
-            continue
-        else:
-            out += f".{p}" if out else p
-    return out or None
-
-
-def validation_error(exc: RequestValidationError) -> APIError:
-    errors = exc.errors()
-    if not errors:
-        return bad_request("invalid request body")
-    first = errors[0]
-    if first.get("type") in ("json_invalid", "model_attributes_type") and len(first.get("loc", ())) <= 2:
-        return bad_request("the request body must be a JSON object")
-    param = _loc_to_param(first.get("loc", ()))
-    msg = first.get("msg", "invalid value")
-    extra = f" ({len(errors) - 1} more problems)" if len(errors) > 1 else ""
-    return bad_request(f"{param or 'body'}: {msg}{extra}", param)
 
 
 class GuardMiddleware:
@@ -188,23 +146,14 @@ def _fd_version() -> str:
 
 
 class _Ctx:
-    """What the route handlers share: the engine, server state, metrics and the serving objects."""
+    """What the route handlers share: the engine, server state, metrics and the serving layer."""
 
-    def __init__(self, engine, args: ServerArgs, state):
+    def __init__(self, engine, layer: ServingLayer, state, metrics: ServerMetrics):
         self.engine = engine
         self.state = state
-        self.metrics = ServerMetrics()
-        observed = ObservedEngine(engine, self.metrics)
-        self.names = args.served_model_name or [engine.model_config.served_model_name]
-        self.completion = OpenAIServingCompletion(observed, self.names)
-        self.chat = OpenAIServingChat(
-            observed,
-            self.names,
-            chat_template=args.chat_template,
-            reasoning_parser_cls=get_parser_cls(args.reasoning_parser),
-            allow_request_chat_template=args.trust_request_chat_template,
-            tool_parser_cls=get_tool_parser_cls(args.tool_call_parser),
-        )
+        self.metrics = metrics
+        self.layer = layer
+        self.names = layer.served_model_names
 
     def require_ready(self) -> None:
         if self.engine.is_dead:
@@ -240,15 +189,35 @@ class _Ctx:
 def build_app(engine, args: ServerArgs, state) -> FastAPI:
     """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
     app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version())
-    ctx = _Ctx(engine, args, state)
+    metrics = ServerMetrics()
+    ctx = _Ctx(engine, build_serving(engine, args.serving_options(), metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
     _add_error_handlers(app)
-    _add_generation_routes(app, ctx)
+    for url, route in ROUTES.items():
+        app.post(url, response_model=route.response_model, responses=_ERRORS)(_endpoint(route, ctx))
     _add_info_routes(app, ctx)
-    _add_token_routes(app, ctx)
-    _add_optional_routes(app, engine, ctx.names, args, ctx.run)
     app.state.metrics = ctx.metrics
     return app
+
+
+def _endpoint(route: Route, ctx: _Ctx):
+    """The FastAPI handler of one route: the body validated by its request model, then the serving
+    call (through `ctx.run` for an admitted route)."""
+    layer = ctx.layer
+
+    async def endpoint(req, request: Request):
+        if not route.admitted:
+            return await route.call(layer, req)
+        return await ctx.run(request, lambda: route.call(layer, req))
+
+    endpoint.__name__ = route.name
+    endpoint.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=route.request_model),
+            inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
+        ]
+    )
+    return endpoint
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -258,7 +227,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_req, exc: RequestValidationError):
-        return error_response(validation_error(exc))
+        return error_response(validation_error(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req, exc: StarletteHTTPException):
@@ -268,16 +237,6 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_req, exc: Exception):
         logger.exception("unhandled error")
         return error_response(from_exception(exc))
-
-
-def _add_generation_routes(app: FastAPI, ctx: _Ctx) -> None:
-    @app.post("/v1/completions", responses=_ERRORS)
-    async def create_completion(req: CompletionRequest, request: Request):
-        return await ctx.run(request, lambda: ctx.completion.create_completion(req))
-
-    @app.post("/v1/chat/completions", responses=_ERRORS)
-    async def create_chat_completion(req: ChatCompletionRequest, request: Request):
-        return await ctx.run(request, lambda: ctx.chat.create_chat_completion(req))
 
 
 def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
@@ -319,44 +278,3 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
                 logger.warning("could not read engine stats: %s", e)
         ctx.metrics.engine.num_http_inflight = ctx.state.admission.inflight
         return Response(ctx.metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-def _add_token_routes(app: FastAPI, ctx: _Ctx) -> None:
-    engine = ctx.engine
-
-    @app.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
-    async def tokenize(req: TokenizeRequest):
-        check_model(req.model, ctx.names)
-        if (req.prompt is None) == (req.messages is None):
-            raise bad_request("give exactly one of prompt or messages", "prompt")
-        if req.prompt is not None:
-            tokens = encode(engine.tokenizer, req.prompt, req.add_special_tokens)
-        else:
-            chat_req = ChatCompletionRequest(
-                messages=req.messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools
-            )
-            tokens = ctx.chat.render(chat_req)[1]
-        return TokenizeResponse(
-            count=len(tokens), max_model_len=engine.model_config.max_model_len, tokens=tokens
-        )
-
-    @app.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
-    async def detokenize(req: DetokenizeRequest):
-        check_model(req.model, ctx.names)
-        vocab = engine.model_config.vocab_size
-        if vocab and req.tokens and max(req.tokens) >= vocab:
-            raise bad_request(
-                f"token id {max(req.tokens)} is outside the vocabulary (size {vocab})", "tokens"
-            )
-        return DetokenizeResponse(prompt=engine.tokenizer.decode(req.tokens))
-
-
-def _add_optional_routes(app, engine, names, args, run) -> None:
-    """Routes owned by other modules (pooling: /v1/embeddings, /v1/chat/reward), when present."""
-    try:
-        from fdcli_engine.entrypoints.openai.routes_pooling import add_pooling_routes
-    except ModuleNotFoundError as e:
-        if e.name != "fdcli_engine.entrypoints.openai.routes_pooling":
-            raise
-        return
-    add_pooling_routes(app, engine, names, args, run, _ERRORS)

@@ -1,4 +1,4 @@
-"""The batch runner: input lines → the OpenAI serving layer (the same classes `fd serve` routes to) →
+"""The batch dispatcher: input lines → the OpenAI serving layer (the same classes `fd serve` routes to) →
 output records in input order.
 
 Flow invariants:
@@ -10,18 +10,16 @@ Flow invariants:
 - A line's failure is an error record, never an exception out of the run; only a dead engine or an
   I/O error fails the run. With `strict`, the first error record written (the first bad line in input
   order) stops the run.
-- The body is parsed by the server's pydantic request models and executed by OpenAIServingChat /
-  OpenAIServingCompletion; a rejection is the same status and error object the server would send.
+- The body is parsed by the request model of its route (openai/routes.py, the table `fd serve` maps
+  onto HTTP) and executed by the same serving layer; a rejection is the same status and error object
+  the server would send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -36,11 +34,10 @@ from fdcli_engine.entrypoints.batch.records import (
     success_record,
 )
 from fdcli_engine.entrypoints.batch.summary import BatchSummary
-from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
-from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
-from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, EmbeddingRequest
-from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
-from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from fdcli_engine.entrypoints.openai.errors import from_exception
+from fdcli_engine.entrypoints.openai.routes import BATCH_ROUTES, Route
+from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer
+from fdcli_engine.entrypoints.openai.validation import validation_error
 from fdcli_engine.errors import FdError
 
 logger = logging.getLogger("fd.batch")
@@ -54,86 +51,15 @@ class StrictStop(FdError):
     """--strict: a line failed; the run stopped after writing its error record."""
 
 
-@dataclass(frozen=True)
-class Route:
-    """How one url is served: the request model that validates the body, and the serving call."""
-
-    request_model: type
-    call: Callable[[Any, Any], Awaitable[Any]]  # (Serving, request) -> response model
-
-
-class Serving:
-    """The serving-layer objects of one engine, shared by every route."""
-
-    def __init__(
-        self,
-        engine,
-        served_model_names: list[str],
-        chat_template: str | None = None,
-        reasoning_parser: str | None = None,
-        tool_call_parser: str | None = None,
-    ):
-        from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
-        from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
-
-        self.engine = engine
-        self.chat = OpenAIServingChat(
-            engine,
-            served_model_names,
-            chat_template=chat_template,
-            reasoning_parser_cls=get_parser_cls(reasoning_parser),
-            tool_parser_cls=get_tool_parser_cls(tool_call_parser),
-        )
-        self.completion = OpenAIServingCompletion(engine, served_model_names)
-
-
-def _embedding(serving: Serving, req):
-    from fdcli_engine.entrypoints.openai.serving_embedding import batch_create_embedding
-
-    return batch_create_embedding(serving, req)
-
-
-def _reward(serving: Serving, req):
-    from fdcli_engine.entrypoints.openai.serving_reward import batch_create_reward
-
-    return batch_create_reward(serving, req)
-
-
-# One entry per url, as `fd serve` routes them (the pooling serving modules load on first use).
-ROUTES: dict[str, Route] = {
-    "/v1/chat/completions": Route(ChatCompletionRequest, lambda s, req: s.chat.create_chat_completion(req)),
-    "/v1/completions": Route(CompletionRequest, lambda s, req: s.completion.create_completion(req)),
-    "/v1/embeddings": Route(EmbeddingRequest, _embedding),
-    "/v1/chat/reward": Route(ChatRewardRequest, _reward),
-    "/v1/reward": Route(ChatRewardRequest, _reward),
-}
-
-
-def validation_api_error(exc: ValidationError) -> APIError:
-    """The 400 `fd serve` answers for a body its request model rejects (same message and param)."""
-    try:
-        from fdcli_engine.entrypoints.openai.server_app import validation_error
-    except ImportError:  # the HTTP adapter's dependencies are missing: a plainer message
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(p) for p in first.get("loc", ())) or None
-        return bad_request(f"{loc or 'body'}: {first.get('msg', 'invalid value')}", loc)
-
-    class _Errors:  # validation_error() reads only `.errors()`
-        def errors(self):
-            return exc.errors()
-
-    return validation_error(_Errors())
-
-
 def _usage_tokens(body: dict) -> tuple[int, int]:
     usage = body.get("usage") or {}
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
-class BatchRunner:
+class BatchDispatcher:
     def __init__(
         self,
-        serving: Serving,
+        serving: ServingLayer,
         writer: OutputWriter,
         window: int,
         *,
@@ -153,7 +79,7 @@ class BatchRunner:
         self.done_keys = done_keys or {}  # key -> whether its earlier record succeeded
         self.strict = strict
         self.progress = progress
-        self.routes = routes or ROUTES
+        self.routes = routes or BATCH_ROUTES
         self.summary = BatchSummary()
         self._buffer: dict[int, tuple[str, dict]] = {}  # seq -> (output line, record)
         self._next_write = 0
@@ -244,7 +170,7 @@ class BatchRunner:
             req = route.request_model.model_validate(line.body)
             resp = await route.call(self.serving, req)
         except ValidationError as e:
-            err = validation_api_error(e)
+            err = validation_error(e.errors())
             return error_record(
                 line.line_no, line.custom_id, "invalid_request", err.message, 400, err.to_dict()
             )

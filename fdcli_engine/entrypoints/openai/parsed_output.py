@@ -1,0 +1,29 @@
+"""What every output parser returns: reasoning parsers (`split`, `feed`), tool-call parsers
+(`extract`) and the chat layer's OutputSplitter that combines them.
+
+`reasoning` is None when the text has no reasoning block (a streamed delta uses ""); `content` is the
+answer text, None when nothing is left around the tool calls; `tool_calls` are OpenAI wire tool calls.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from fdcli_engine.entrypoints.openai.protocol import FunctionCall, ToolCall
+
+
+@dataclass
+class ParsedOutput:
+    reasoning: str | None
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    @property
+    def tools_called(self) -> bool:
+        return bool(self.tool_calls)
+
+
+def new_tool_call(name: str, arguments: str) -> ToolCall:
+    """A tool call with a fresh id; `arguments` is a JSON object as text (the OpenAI wire format)."""
+    return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(name=name, arguments=arguments))

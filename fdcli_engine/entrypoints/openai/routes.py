@@ -1,0 +1,78 @@
+"""The route table: url → request model and serving call, one entry per POST url of the OpenAI API.
+`fd serve` registers every route on its FastAPI app (http_app.py); `fd run-batch` serves the lines
+whose url is in `BATCH_ROUTES`. Framework-free.
+
+`admitted` routes pass the server's readiness check, admission control (429) and disconnect handling;
+the others (tokenizer only) answer at once, even while the model loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fdcli_engine.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from fdcli_engine.entrypoints.openai.protocol_pooling import (
+    ChatRewardRequest,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    RewardResponse,
+)
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str  # the handler's name (the OpenAPI operation)
+    request_model: type  # validates the body
+    call: Callable[[Any, Any], Awaitable[Any]]  # (ServingLayer, request) -> response model or SSE stream
+    response_model: type | None = None  # None: the response may be a stream
+    admitted: bool = True
+    in_batch: bool = True  # run-batch serves this url
+
+
+ROUTES: dict[str, Route] = {
+    "/v1/completions": Route(
+        "create_completion", CompletionRequest, lambda s, req: s.completion.create_completion(req)
+    ),
+    "/v1/chat/completions": Route(
+        "create_chat_completion", ChatCompletionRequest, lambda s, req: s.chat.create_chat_completion(req)
+    ),
+    "/tokenize": Route(
+        "tokenize",
+        TokenizeRequest,
+        lambda s, req: s.tokenization.tokenize(req),
+        TokenizeResponse,
+        admitted=False,
+        in_batch=False,
+    ),
+    "/detokenize": Route(
+        "detokenize",
+        DetokenizeRequest,
+        lambda s, req: s.tokenization.detokenize(req),
+        DetokenizeResponse,
+        admitted=False,
+        in_batch=False,
+    ),
+    "/v1/embeddings": Route(
+        "create_embedding",
+        EmbeddingRequest,
+        lambda s, req: s.embedding.create_embedding(req),
+        EmbeddingResponse,
+    ),
+    "/v1/chat/reward": Route(
+        "create_chat_reward", ChatRewardRequest, lambda s, req: s.reward.create_reward(req), RewardResponse
+    ),
+    "/v1/reward": Route(
+        "create_reward", ChatRewardRequest, lambda s, req: s.reward.create_reward(req), RewardResponse
+    ),
+}
+
+BATCH_ROUTES: dict[str, Route] = {url: r for url, r in ROUTES.items() if r.in_batch}

@@ -1,0 +1,63 @@
+"""The serving layer of one engine: every OpenAI serving object, built once by `build_serving` and
+shared by `fd serve` (the FastAPI app maps `routes.ROUTES` onto HTTP) and `fd run-batch` (its
+dispatcher calls the same routes without HTTP). Framework-free.
+
+Token metrics (TTFT/TPOT histograms) observe chat and completions only: pooling requests produce no
+tokens, so the embedding and reward objects use the raw engine client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
+from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
+from fdcli_engine.entrypoints.openai.serving_tokenize import OpenAIServingTokenization
+from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+
+
+@dataclass(frozen=True)
+class ServingLayer:
+    engine: object  # the EngineClient every serving object talks to
+    served_model_names: list[str]
+    completion: OpenAIServingCompletion
+    chat: OpenAIServingChat
+    embedding: OpenAIServingEmbedding
+    reward: OpenAIServingReward
+    tokenization: OpenAIServingTokenization
+
+
+def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer:
+    """The serving objects of `engine`. With `metrics` (the server's ServerMetrics), chat and
+    completions report their token timings to it."""
+    names = list(options.served_model_names or [engine.model_config.served_model_name])
+    generating = engine
+    if metrics is not None:
+        from fdcli_engine.entrypoints.openai.metrics import ObservedEngine
+
+        generating = ObservedEngine(engine, metrics)
+    chat = OpenAIServingChat(
+        generating,
+        names,
+        chat_template=options.chat_template,
+        reasoning_parser_cls=get_parser_cls(options.reasoning_parser),
+        allow_request_chat_template=options.trust_request_chat_template,
+        tool_parser_cls=get_tool_parser_cls(options.tool_call_parser),
+    )
+    pooling = {
+        "chat_template": options.chat_template,
+        "allow_request_chat_template": options.trust_request_chat_template,
+    }
+    return ServingLayer(
+        engine=engine,
+        served_model_names=names,
+        completion=OpenAIServingCompletion(generating, names),
+        chat=chat,
+        embedding=OpenAIServingEmbedding(engine, names, **pooling),
+        reward=OpenAIServingReward(engine, names, **pooling),
+        tokenization=OpenAIServingTokenization(engine, names, chat),
+    )

@@ -1,0 +1,54 @@
+"""The options of the serving layer, the same for `fd serve` and `fd run-batch`: served model names,
+chat template, reasoning and tool-call parsers. Framework-free (run-batch imports it).
+
+`check_serving_options` runs before the model loads: an unknown parser, a chat template that is
+neither a file nor Jinja, or --enable-auto-tool-choice without a parser is a ConfigError then, not a
+400 at the first request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    served_model_names: list[str] | None = None  # None: the engine's served_model_name
+    chat_template: str | None = None  # the template text (load_chat_template reads a file)
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None  # parses tool calls when a request has tools (tool_choice "auto")
+    enable_auto_tool_choice: bool = False  # vLLM's flag, accepted for its command lines; needs the parser
+    trust_request_chat_template: bool = False
+
+
+def default_served_name(config: EngineConfig) -> str:
+    """The --model string as given; for a .gguf file its stem (the default model's path is long)."""
+    model = str(config.model or config.model_path)
+    return Path(model).stem if model.endswith(".gguf") else model
+
+
+def load_chat_template(value: str | None) -> str | None:
+    """`--chat-template` is a file path, or the template itself when it holds Jinja markup."""
+    if value is None or "{%" in value or "{{" in value:
+        return value
+    p = Path(value).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"--chat-template {value!r} is neither a file nor a Jinja template")
+    return p.read_text()
+
+
+def check_serving_options(options: ServingOptions) -> None:
+    """ConfigError for an unknown parser, or --enable-auto-tool-choice without --tool-call-parser (as
+    in vLLM). The parser alone enables tool_choice "auto" (FastDeploy's behaviour); vLLM's
+    --enable-auto-tool-choice is accepted so its command lines work."""
+    from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+    from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+
+    get_parser_cls(options.reasoning_parser)
+    get_tool_parser_cls(options.tool_call_parser)
+    if options.enable_auto_tool_choice and not options.tool_call_parser:
+        raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser (e.g. ernie-x1)")

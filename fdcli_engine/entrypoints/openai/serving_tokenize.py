@@ -1,0 +1,45 @@
+"""POST /tokenize and /detokenize, framework-free: text or messages → token ids, and back."""
+
+from __future__ import annotations
+
+from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.protocol import (
+    ChatCompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    TokenizeRequest,
+    TokenizeResponse,
+)
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_common import check_model, encode
+
+
+class OpenAIServingTokenization:
+    def __init__(self, engine, served_model_names: list[str], chat: OpenAIServingChat):
+        self.engine = engine
+        self.served_model_names = served_model_names
+        self.chat = chat  # renders messages with the server's chat template
+
+    async def tokenize(self, req: TokenizeRequest) -> TokenizeResponse:
+        check_model(req.model, self.served_model_names)
+        if (req.prompt is None) == (req.messages is None):
+            raise bad_request("give exactly one of prompt or messages", "prompt")
+        if req.prompt is not None:
+            tokens = encode(self.engine.tokenizer, req.prompt, req.add_special_tokens)
+        else:
+            chat_req = ChatCompletionRequest(
+                messages=req.messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools
+            )
+            tokens = self.chat.render(chat_req)[1]
+        return TokenizeResponse(
+            count=len(tokens), max_model_len=self.engine.model_config.max_model_len, tokens=tokens
+        )
+
+    async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
+        check_model(req.model, self.served_model_names)
+        vocab = self.engine.model_config.vocab_size
+        if vocab and req.tokens and max(req.tokens) >= vocab:
+            raise bad_request(
+                f"token id {max(req.tokens)} is outside the vocabulary (size {vocab})", "tokens"
+            )
+        return DetokenizeResponse(prompt=self.engine.tokenizer.decode(req.tokens))
