@@ -9,23 +9,16 @@ from __future__ import annotations
 import logging
 import time
 
-import msgspec
-
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.outputs import EngineCoreOutput
-from fdcli_engine.request import Request
+from fdcli_engine.pooling_params import PoolingParams
+from fdcli_engine.request import EngineCoreRequest, Request
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
-
-class EngineCoreRequest(msgspec.Struct, omit_defaults=True):
-    req_id: str
-    prompt_token_ids: list[int]
-    sampling_params: SamplingParams
-    arrival_time: float = 0.0
-    is_pooling: bool = False
+__all__ = ["EngineCore", "EngineCoreRequest"]
 
 
 def _wrong_runner(engine_is_pooling: bool) -> str:
@@ -90,10 +83,10 @@ class EngineCore:
 
         logger.info("engine ready in %.1f s (kernels: %s)", time.perf_counter() - t0, ops.describe())
 
-    def validate_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, is_pooling: bool = False
-    ) -> None:
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
+        """The request's kind is the kind of its params: PoolingParams pools, SamplingParams generates."""
         n, limit = len(prompt_token_ids), self.config.max_model_len
+        is_pooling = isinstance(params, PoolingParams)
         if is_pooling != self.is_pooling:
             raise InvalidRequestError(_wrong_runner(self.is_pooling), param="model")
         if n == 0:
@@ -124,15 +117,14 @@ class EngineCore:
             )
 
     def add_request(self, req: EngineCoreRequest) -> None:
-        params = req.sampling_params
-        self.validate_request(req.prompt_token_ids, params, req.is_pooling)
+        self.validate_request(req.prompt_token_ids, req.params)
         request = Request(
             req.req_id,
             req.prompt_token_ids,
-            params,
+            req.sampling_params,
             max_model_len=self.config.max_model_len,
             arrival_time=req.arrival_time or None,
-            is_pooling=req.is_pooling,
+            pooling_params=req.pooling_params,
         )
         self.scheduler.add_request(request)
 
