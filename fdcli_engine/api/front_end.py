@@ -94,7 +94,7 @@ class EngineFrontEnd:
         self.ready_event.set()
 
     # ---- requests in ----
-    async def generate(
+    def generate(
         self,
         prompt_token_ids: list[int],
         params: SamplingParams,
@@ -102,18 +102,16 @@ class EngineFrontEnd:
         prompt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         collector = OutputCollector(params.output_kind)
-        self.open_request(request_id, prompt_token_ids, params, collector, prompt)
-        async with contextlib.aclosing(
-            stream_until_finished(collector, lambda: self.abort(request_id))
-        ) as it:
-            async for item in it:
-                yield item
+        return self._stream(request_id, prompt_token_ids, params, collector, prompt)
 
-    async def encode(
+    def encode(
         self, prompt_token_ids: list[int], pooling_params: PoolingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
-        collector = OutputCollector()
-        self.open_request(request_id, prompt_token_ids, pooling_params, collector)
+        return self._stream(request_id, prompt_token_ids, pooling_params, OutputCollector())
+
+    async def _stream(self, request_id, prompt_token_ids, params, collector, prompt=None):
+        """The request is opened at the first iteration; leaving early aborts it."""
+        self.open_request(request_id, prompt_token_ids, params, collector, prompt)
         async with contextlib.aclosing(
             stream_until_finished(collector, lambda: self.abort(request_id))
         ) as it:
