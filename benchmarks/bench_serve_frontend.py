@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from fdcli_engine.engine import EngineCoreRequest  # what core_proc builds from an AddRequest
+from fdcli_engine.engine import EngineCoreRequest  # the core's add message (core_messages.AddRequest)
 from fdcli_engine.outputs import EngineCoreOutput
 
 HERE = os.path.dirname(os.path.abspath(__file__))

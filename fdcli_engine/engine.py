@@ -9,24 +9,17 @@ from __future__ import annotations
 import logging
 import time
 
-import msgspec
-
 from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.outputs import EngineCoreOutput
-from fdcli_engine.request import Request
+from fdcli_engine.pooling_params import PoolingParams
+from fdcli_engine.request import EngineCoreRequest, Request
 from fdcli_engine.request_limits import check_request
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
-
-class EngineCoreRequest(msgspec.Struct, omit_defaults=True):
-    req_id: str
-    prompt_token_ids: list[int]
-    sampling_params: SamplingParams
-    arrival_time: float = 0.0
-    is_pooling: bool = False
+__all__ = ["EngineCore", "EngineCoreRequest"]
 
 
 def _wrong_runner(engine_is_pooling: bool) -> str:
@@ -89,14 +82,14 @@ class EngineCore:
 
         logger.info("engine ready in %.1f s (kernels: %s)", time.perf_counter() - t0, ops.describe())
 
-    def validate_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, is_pooling: bool = False
-    ) -> None:
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
+        """The request's kind is the kind of its params: PoolingParams pools, SamplingParams generates."""
+        is_pooling = isinstance(params, PoolingParams)
         if is_pooling != self.is_pooling:
             raise InvalidRequestError(_wrong_runner(self.is_pooling), param="model")
         check_request(
             prompt_token_ids,
-            params.max_tokens,
+            None if is_pooling else params.max_tokens,
             max_model_len=self.config.max_model_len,
             vocab_size=self.vocab_size,
             pooling=is_pooling,
@@ -104,15 +97,14 @@ class EngineCore:
         )
 
     def add_request(self, req: EngineCoreRequest) -> None:
-        params = req.sampling_params
-        self.validate_request(req.prompt_token_ids, params, req.is_pooling)
+        self.validate_request(req.prompt_token_ids, req.params)
         request = Request(
             req.req_id,
             req.prompt_token_ids,
-            params,
+            req.sampling_params,
             max_model_len=self.config.max_model_len,
             arrival_time=req.arrival_time or None,
-            is_pooling=req.is_pooling,
+            pooling_params=req.pooling_params,
         )
         self.scheduler.add_request(request)
 

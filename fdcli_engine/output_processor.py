@@ -4,15 +4,17 @@ Stop strings are matched on the text, here, because the core knows only tokens; 
 request here and the caller asks the core to abort it. While a request is running, its last
 (longest stop string − 1) characters are held back from streaming, so a stop string is never half
 sent before it is recognised. The other stop rules live in the scheduler and the sampler (step_types'
-docstring says which).
+docstring says which). What each output holds is the request's `output_kind`: only DELTA requests'
+lists are never accumulated, and only CUMULATIVE ones are copied on every step.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from fdcli_engine.outputs import CompletionOutput, EngineCoreOutput, Logprob, RequestOutput
-from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.outputs import CompletionOutput, EngineCoreOutput, Logprob, RequestMetrics, RequestOutput
+from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 
 @dataclass
@@ -25,15 +27,23 @@ class _RequestState:
     index: int = 0
     text: str = ""
     sent: int = 0  # characters of `text` already handed out as deltas
+    # All generated ids and logprobs; kept only for CUMULATIVE and FINAL_ONLY outputs.
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
+    arrival_time: float = field(default_factory=time.monotonic)
+    first_token_time: float | None = None
+    num_generation_tokens: int = 0
 
     @property
     def holdback(self) -> int:
         return max((len(s) for s in self.params.stop), default=1) - 1
+
+    @property
+    def keeps_all(self) -> bool:
+        return self.params.output_kind is not RequestOutputKind.DELTA
 
 
 class OutputProcessor:
@@ -70,6 +80,8 @@ class OutputProcessor:
         return req_id in self.states
 
     def process_outputs(self, outputs: list[EngineCoreOutput]) -> tuple[list[RequestOutput], list[str]]:
+        """RequestOutputs (as each request's output_kind asks: FINAL_ONLY requests appear only when
+        they finish) and the ids of requests a stop string finished, which the core must abort."""
         results: list[RequestOutput] = []
         to_abort: list[str] = []
         for out in outputs:
@@ -78,29 +90,42 @@ class OutputProcessor:
                 continue
             st.num_cached_tokens = out.num_cached_tokens
             new_ids = list(out.new_token_ids)
-            st.token_ids.extend(new_ids)
-            if st.logprobs is not None and out.new_logprobs:
-                for entry in out.new_logprobs:
-                    st.logprobs.append(self._logprob_dict(entry))
+            new_lps = self._new_logprobs(st, out)
+            if new_ids:
+                if st.first_token_time is None:
+                    st.first_token_time = time.monotonic()
+                st.num_generation_tokens += len(new_ids)
+                if st.keeps_all:
+                    st.token_ids.extend(new_ids)
+            if new_lps and st.keeps_all:
+                st.logprobs.extend(new_lps)
+            searched = len(st.text)
             # Ids past the tokenizer's vocabulary (models pad their embedding) decode to nothing.
             known = [t for t in new_ids if t < self.vocab_size]
             if known:
                 st.text += st.detok.add_tokens(known)
             if out.finish_reason is not None:
                 st.text += st.detok.flush()
-            if st.params.stop and out.finish_reason != "abort" and self._match_stop(st):
+            if st.params.stop and out.finish_reason != "abort" and self._match_stop(st, searched):
                 if out.finish_reason is None:
                     to_abort.append(out.req_id)
             elif out.finish_reason is not None:
                 st.finish_reason, st.stop_reason = out.finish_reason, out.stop_reason
-            results.append(self._make_output(st, new_ids))
-            if st.finish_reason is not None:
+            finished = st.finish_reason is not None
+            if finished or st.params.output_kind is not RequestOutputKind.FINAL_ONLY:
+                results.append(self._make_output(st, new_ids, new_lps))
+            if finished:
                 del self.states[out.req_id]
         return results, to_abort
 
-    def _match_stop(self, st: _RequestState) -> bool:
-        # Only the tail that new tokens could have completed needs searching.
-        start = max(0, st.sent - st.holdback)
+    def _new_logprobs(self, st: _RequestState, out: EngineCoreOutput) -> list[dict[int, Logprob]] | None:
+        if st.logprobs is None:
+            return None
+        return [self._logprob_dict(entry) for entry in out.new_logprobs or ()]
+
+    def _match_stop(self, st: _RequestState, searched: int) -> bool:
+        # A new match ends in the text added this step: search from `holdback` characters before it.
+        start = max(0, searched - st.holdback)
         best: tuple[int, str] | None = None
         for s in st.params.stop:
             idx = st.text.find(s, start)
@@ -113,20 +138,35 @@ class OutputProcessor:
         st.finish_reason, st.stop_reason = "stop", s
         return True
 
-    def _make_output(self, st: _RequestState, new_ids: list[int]) -> RequestOutput:
+    def _make_output(self, st: _RequestState, new_ids: list[int], new_lps) -> RequestOutput:
         finished = st.finish_reason is not None
         end = len(st.text) if finished or not st.params.stop else max(st.sent, len(st.text) - st.holdback)
         delta, st.sent = st.text[st.sent : end], max(st.sent, end)
+        kind = st.params.output_kind
+        if kind is RequestOutputKind.DELTA:
+            text, token_ids, logprobs = delta, new_ids, new_lps
+        elif kind is RequestOutputKind.FINAL_ONLY:  # the state ends here: hand its lists over
+            text, token_ids, logprobs = st.text, st.token_ids, st.logprobs
+            new_ids = st.token_ids
+        else:
+            text = st.text[:end] if not finished else st.text
+            token_ids = list(st.token_ids)
+            logprobs = list(st.logprobs) if st.logprobs is not None else None
         comp = CompletionOutput(
             index=st.index,
-            text=st.text[:end] if not finished else st.text,
-            token_ids=list(st.token_ids),
+            text=text,
+            token_ids=token_ids,
             finish_reason=st.finish_reason,
             stop_reason=st.stop_reason,
-            logprobs=list(st.logprobs) if st.logprobs is not None else None,
+            logprobs=logprobs,
             delta_text=delta,
             delta_token_ids=new_ids,
         )
+        metrics = None
+        if finished:
+            metrics = RequestMetrics(
+                st.arrival_time, st.first_token_time, time.monotonic(), st.num_generation_tokens
+            )
         return RequestOutput(
             request_id=st.req_id,
             prompt=st.prompt,
@@ -134,6 +174,7 @@ class OutputProcessor:
             outputs=[comp],
             finished=finished,
             num_cached_tokens=st.num_cached_tokens,
+            metrics=metrics,
         )
 
     def _logprob_dict(self, entry) -> dict[int, Logprob]:

@@ -47,11 +47,26 @@ class CompletionOutput:
 
 
 @dataclass
+class RequestMetrics:
+    """Times of one request as the front end saw them (time.monotonic() seconds)."""
+
+    arrival_time: float
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_generation_tokens: int = 0
+
+
+@dataclass
 class RequestOutput:
+    """One sequence's news. What `outputs[0]` holds (everything so far, or only the delta, or the
+    whole result once) is the request's `SamplingParams.output_kind`. A pooling request yields one
+    output, finished, with `pooled` set and an empty completion."""
+
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0
-    metrics: dict | None = None  # arrival/first-token/finish times (monotonic seconds)
+    metrics: RequestMetrics | None = None  # set on the finished output of a generated sequence
+    pooled: list | None = None  # pooling requests: the pooled vector (or per-token/per-step scores)

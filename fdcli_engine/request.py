@@ -1,13 +1,33 @@
-"""Engine-side request state. Leaf module (imports only sampling params, limits and prefix hashing)."""
+"""What reaches the engine (EngineCoreRequest) and its engine-side state (Request). Leaf module
+(imports only the params, limits and prefix hashing)."""
 
 from __future__ import annotations
 
 import enum
 import time
 
+import msgspec
+
 from fdcli_engine.core.prefix_hash import hash_block_tokens
+from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request_limits import max_output_tokens
 from fdcli_engine.sampling_params import SamplingParams
+
+
+class EngineCoreRequest(msgspec.Struct, tag="add", omit_defaults=True):
+    """One request as the front end hands it to the core, in-process or over the socket (where it
+    is the `add` message of the core's input union). It carries SamplingParams (generate) or
+    PoolingParams (pool); `pooling_params` set means a pooling request."""
+
+    req_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams | None = None
+    arrival_time: float = 0.0
+    pooling_params: PoolingParams | None = None
+
+    @property
+    def params(self) -> SamplingParams | PoolingParams:
+        return self.pooling_params if self.pooling_params is not None else self.sampling_params
 
 
 class RequestStatus(enum.Enum):
@@ -31,16 +51,16 @@ class Request:
         self,
         req_id: str,
         prompt_token_ids: list[int],
-        sampling_params: SamplingParams,
+        sampling_params: SamplingParams | None,
         max_model_len: int,
         arrival_time: float | None = None,
-        is_pooling: bool = False,
+        pooling_params: PoolingParams | None = None,
     ):
         self.req_id = req_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params
         self.arrival_time = arrival_time if arrival_time is not None else time.monotonic()
-        self.is_pooling = is_pooling
+        self.pooling_params = pooling_params
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
@@ -50,10 +70,10 @@ class Request:
         self.stop_reason: int | str | None = None
         self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 until scheduled
         self.num_preemptions = 0
-        # The length stop (step_types): check_request has refused what cannot fit.
-        self.max_tokens = max_output_tokens(
-            len(self.prompt_token_ids), sampling_params.max_tokens, max_model_len
-        )
+        # The length stop (step_types): check_request has refused what cannot fit; a pooled request
+        # generates nothing.
+        wanted = 0 if sampling_params is None else sampling_params.max_tokens
+        self.max_tokens = max_output_tokens(len(self.prompt_token_ids), wanted, max_model_len)
 
     @property
     def num_tokens(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 
 from fdcli_engine.errors import InvalidRequestError
@@ -11,6 +12,19 @@ from fdcli_engine.errors import InvalidRequestError
 MAX_N = 16
 MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
+
+
+class RequestOutputKind(enum.IntEnum):
+    """What each RequestOutput of a request holds (vLLM's names).
+
+    CUMULATIVE: everything so far (text, token ids, logprobs), plus the delta fields; copies the
+    request's lists on every step. DELTA: only what is new since the previous output (text, token
+    ids, logprobs are the delta); for streaming. FINAL_ONLY: one output, when the request finishes,
+    with the whole text; for non-streaming callers."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
 
 
 @dataclass
@@ -35,6 +49,7 @@ class SamplingParams:
     bad_words: list[str] = field(default_factory=list)
     # Filled by the front end from bad_words once the tokenizer is known.
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

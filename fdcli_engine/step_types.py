@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
     import paddle
 
+    from fdcli_engine.pooling_params import PoolingParams
     from fdcli_engine.sampling_params import SamplingParams
 
 
@@ -37,13 +38,13 @@ class ScheduledRequest:
     token_ids: list[int]
     num_computed_tokens: int  # position of token_ids[0]
     block_ids: list[int]  # the request's whole block table after this step's allocation
-    sampling_params: SamplingParams
+    sampling_params: SamplingParams | None  # None for a pooling request
     # True when this step reaches the end of the known tokens, so a new token is sampled.
     do_sample: bool
     # Generated tokens so far (penalties, seeded generators); shared list, read-only for the runner.
     output_token_ids: list[int] = field(default_factory=list)
     prompt_token_ids: list[int] = field(default_factory=list)
-    is_pooling: bool = False
+    pooling_params: PoolingParams | None = None  # set: a pooling request (pooled, never sampled)
 
 
 @dataclass

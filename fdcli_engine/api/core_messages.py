@@ -1,6 +1,7 @@
 """Messages between the server front end and the engine-core process (msgpack via msgspec; never pickle).
 
-Front end → core: AddRequest, AbortRequest, UtilityRequest, Shutdown (one tagged union, `CoreInput`).
+Front end → core: AddRequest (the EngineCoreRequest itself), AbortRequest, UtilityRequest, Shutdown
+(one tagged union, `CoreInput`).
 Core → front end: ReadyMsg, OutputsMsg, UtilityReply, RequestFailed, FatalMsg (`CoreEvent`).
 Leaf module: only msgspec and the leaf contracts.
 """
@@ -12,15 +13,9 @@ from typing import Any, Union
 import msgspec
 
 from fdcli_engine.outputs import EngineCoreOutput
-from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.request import EngineCoreRequest
 
-
-class AddRequest(msgspec.Struct, tag="add"):
-    req_id: str
-    prompt_token_ids: list[int]
-    sampling_params: SamplingParams
-    arrival_time: float = 0.0
-    is_pooling: bool = False  # pooling runner: the output carries `pooled`, no tokens
+AddRequest = EngineCoreRequest  # the add message is the request the core takes, one struct
 
 
 class AbortRequest(msgspec.Struct, tag="abort"):

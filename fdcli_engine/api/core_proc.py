@@ -67,9 +67,8 @@ def build_core(config_json: str, core_spec: str):
 class CoreLoop:
     """Owns the sockets and the core; `run()` returns when told to shut down."""
 
-    def __init__(self, core, request_cls, input_sock: zmq.Socket, output_sock: zmq.Socket):
+    def __init__(self, core, input_sock: zmq.Socket, output_sock: zmq.Socket):
         self.core = core
-        self.request_cls = request_cls
         self.input = input_sock
         self.output = output_sock
         self.poller = zmq.Poller()
@@ -94,15 +93,7 @@ class CoreLoop:
 
     def add(self, msg: AddRequest) -> None:
         try:
-            extra = {"is_pooling": True} if msg.is_pooling else {}
-            req = self.request_cls(
-                req_id=msg.req_id,
-                prompt_token_ids=msg.prompt_token_ids,
-                sampling_params=msg.sampling_params,
-                arrival_time=msg.arrival_time,
-                **extra,
-            )
-            self.core.add_request(req)
+            self.core.add_request(msg)  # the message is the core's EngineCoreRequest
         except Exception as e:  # a bad request fails alone; the loop goes on
             from fdcli_engine.errors import InvalidRequestError
 
@@ -176,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fd-engine-core")
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
-    p.add_argument("--config", required=True, help="EngineConfig fields as JSON")
-    p.add_argument("--core", default=DEFAULT_CORE, help="module:Class building the core from an EngineConfig")
+    p.add_argument("--config", required=True, help="ResolvedConfig fields as JSON")
+    p.add_argument(
+        "--core", default=DEFAULT_CORE, help="module:Class building the core from a ResolvedConfig"
+    )
     args = p.parse_args(argv)
     _ignore_group_signals()
     # Importing paddle (in build_core) installs paddle's SIGTERM handler, which would print a C++
@@ -195,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     inp = ctx.socket(zmq.PULL)
     inp.connect(args.input)
     try:
-        core, request_cls, config = build_core(args.config, args.core)
+        core, _request_cls, config = build_core(args.config, args.core)
     except Exception as e:
         out.send(event_encoder.encode(FatalMsg(f"{type(e).__name__}: {e}")))
         inp.close(0)  # ctx.term() waits for every socket: an open one would hang the exit
@@ -207,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:
-        CoreLoop(core, request_cls, inp, out).run()
+        CoreLoop(core, inp, out).run()
     except zmq.Again:
         logger.error("the front end stopped reading outputs for 30 s; engine core exits")
         out.setsockopt(zmq.LINGER, 0)

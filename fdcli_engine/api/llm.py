@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.outputs import RequestOutput
-from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 PromptType = str | list[int]
 
@@ -27,9 +27,12 @@ def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutp
 
 
 class LLM:
+    """A synchronous wrapper of the in-process engine client: it registers requests with the client's
+    front end and steps the core on the caller's thread (no event loop, no worker thread)."""
+
     def __init__(self, model: str | None = None, **engine_options):
+        from fdcli_engine.api.inproc_client import InProcessEngineClient
         from fdcli_engine.engine import EngineCore
-        from fdcli_engine.output_processor import OutputProcessor
         from fdcli_engine.tokenizer import load_tokenizer
 
         self.config = resolve_config(
@@ -37,8 +40,15 @@ class LLM:
         )
         self.engine = EngineCore(self.config)
         self.tokenizer = load_tokenizer(self.config)
-        self.processor = OutputProcessor(self.tokenizer)
+        self.client = InProcessEngineClient(
+            self.config, self.tokenizer, core=self.engine, step_in_thread=False
+        )
+        self._finals = _Finals()
         self._ids = itertools.count()
+
+    @property
+    def processor(self):
+        return self.client.output_processor
 
     def _normalize(self, prompts, params) -> tuple[list[PromptType], list[SamplingParams]]:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
@@ -59,38 +69,39 @@ class LLM:
     ) -> list[RequestOutput]:
         prompts, plist = self._normalize(prompts, sampling_params)
         parents: list[tuple[str, list[str]]] = []
-        for prompt, params in zip(prompts, plist):
-            text = prompt if isinstance(prompt, str) else None
-            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-            parent = str(next(self._ids))
-            child_ids = [f"{parent}-{i}" for i in range(params.n)]
-            for i, cid in enumerate(child_ids):
-                self.add_request(cid, ids, params.for_sample(i), prompt=text, index=i)
-            parents.append((parent, child_ids))
-        done = self.run_until_done(sum(len(c) for _, c in parents), use_tqdm)
+        try:
+            for prompt, params in zip(prompts, plist):
+                text = prompt if isinstance(prompt, str) else None
+                ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+                parent = str(next(self._ids))
+                child_ids = [f"{parent}-{i}" for i in range(params.n)]
+                parents.append((parent, child_ids))
+                for i, cid in enumerate(child_ids):
+                    child = params.for_sample(i)
+                    child.output_kind = RequestOutputKind.FINAL_ONLY  # only the finished outputs are read
+                    self.add_request(cid, ids, child, prompt=text, index=i)
+            done = self.run_until_done(sum(len(c) for _, c in parents), use_tqdm)
+        finally:  # a refused prompt leaves none of the earlier ones behind in the engine
+            for _, cids in parents:
+                for cid in cids:
+                    self.client.abort(cid)
         return [merge_children(p, [done[c] for c in cids]) for p, cids in parents]
 
     def add_request(self, req_id: str, prompt_ids: list[int], params: SamplingParams, prompt=None, index=0):
-        from fdcli_engine.engine import EngineCoreRequest
-
-        self.engine.add_request(EngineCoreRequest(req_id, prompt_ids, params))
-        self.processor.add_request(req_id, prompt, prompt_ids, params, index=index)
+        """Queue one sequence; `run_until_done` (or the caller's own stepping) produces it."""
+        self.client.open_request(req_id, prompt_ids, params, self._finals, prompt=prompt, index=index)
 
     def run_until_done(self, total: int, use_tqdm: bool = False) -> dict[str, RequestOutput]:
-        done: dict[str, RequestOutput] = {}
+        """Step until the core is idle; the finished output of every request added since the last run."""
         progress = _Progress(total) if use_tqdm else None
-        while self.engine.has_unfinished_requests():
-            outs, to_abort = self.processor.process_outputs(self.engine.step())
-            if to_abort:
-                self.engine.abort_requests(to_abort)
-            for o in outs:
-                if o.finished:
-                    done[o.request_id] = o
-                    if progress:
-                        progress.advance()
-        if progress:
-            progress.close()
-        return done
+        self._finals.on_finished = progress.advance if progress else None
+        try:
+            while self.engine.has_unfinished_requests():
+                self.client.step()
+        finally:
+            if progress:
+                progress.close()
+        return self._finals.take()
 
     def chat(
         self,
@@ -119,6 +130,30 @@ class LLM:
 
     def get_stats(self) -> dict:
         return self.engine.get_stats()
+
+
+class _Finals:
+    """The LLM's sink for every request: keeps finished outputs, raises a request's error when taken."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, RequestOutput] = {}
+        self.error: BaseException | None = None
+        self.on_finished = None
+
+    def put_nowait(self, item: RequestOutput | BaseException) -> None:
+        if isinstance(item, BaseException):
+            self.error = self.error or item
+        elif item.finished:
+            self.done[item.request_id] = item
+            if self.on_finished is not None:
+                self.on_finished()
+
+    def take(self) -> dict[str, RequestOutput]:
+        done, error = self.done, self.error
+        self.done, self.error = {}, None
+        if error is not None:
+            raise error
+        return done
 
 
 class _Progress:

@@ -1,5 +1,4 @@
-"""The consumer side of one request's output queue, shared by the engine clients (AsyncLLM over the
-engine-core process, InProcessEngineClient in-process)."""
+"""The consumer side of one request's output queue, used by the engine front end (front_end.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.sampling_params import RequestOutputKind
 
 
 async def stream_until_finished(q: asyncio.Queue, abort: Callable[[], None]) -> AsyncIterator[RequestOutput]:
@@ -35,11 +35,14 @@ class OutputCollector:
     arrive while the consumer is busy are folded into one, so a consumer that falls behind (a loaded
     machine, a slow client) writes one chunk for several tokens instead of one per token and catches up.
 
-    Merged output: the newest one (its cumulative text, token ids, logprobs, finish) with the delta text
-    and delta token ids of every output folded into it, in order. An exception is delivered after the
-    outputs that came before it; outputs after an exception are dropped (the stream ends there)."""
+    Merged output, by the request's output kind: CUMULATIVE, the newest one (its cumulative text, token
+    ids, logprobs, finish) with the delta text and delta token ids of every output folded into it, in
+    order; DELTA, the newest one with the text, token ids and logprobs of every output joined in order.
+    FINAL_ONLY and pooling requests have one output: nothing to fold. An exception is delivered after
+    the outputs that came before it; outputs after an exception are dropped (the stream ends there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE) -> None:
+        self._merge = _merge_delta if output_kind is RequestOutputKind.DELTA else _merge_cumulative
         self._output: RequestOutput | None = None
         self._error: BaseException | None = None
         self._ready = asyncio.Event()
@@ -52,7 +55,7 @@ class OutputCollector:
         elif self._output is None:
             self._output = item
         else:
-            self._output = _merge(self._output, item)
+            self._output = self._merge(self._output, item)
         self._ready.set()
 
     async def get(self) -> RequestOutput | BaseException:
@@ -66,10 +69,19 @@ class OutputCollector:
         return err
 
 
-def _merge(old: RequestOutput, new: RequestOutput) -> RequestOutput:
+def _merge_cumulative(old: RequestOutput, new: RequestOutput) -> RequestOutput:
     if not old.outputs or not new.outputs:  # pooling outputs come once; nothing to fold
         return new
     a, b = old.outputs[0], new.outputs[0]
     b.delta_text = a.delta_text + b.delta_text
     b.delta_token_ids = list(a.delta_token_ids) + list(b.delta_token_ids)
+    return new
+
+
+def _merge_delta(old: RequestOutput, new: RequestOutput) -> RequestOutput:
+    a, b = old.outputs[0], new.outputs[0]
+    b.text = b.delta_text = a.text + b.text
+    b.token_ids = b.delta_token_ids = a.token_ids + b.token_ids
+    if a.logprobs is not None and b.logprobs is not None:
+        b.logprobs = a.logprobs + b.logprobs
     return new

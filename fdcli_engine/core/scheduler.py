@@ -136,10 +136,10 @@ class Scheduler:
             num_computed_tokens=start,
             block_ids=list(req.block_ids),
             sampling_params=req.sampling_params,
-            do_sample=start + num_new == req.num_tokens and not req.is_pooling,
+            do_sample=start + num_new == req.num_tokens and req.pooling_params is None,
             output_token_ids=req.output_token_ids,
             prompt_token_ids=req.prompt_token_ids,
-            is_pooling=req.is_pooling,
+            pooling_params=req.pooling_params,
         )
 
     def _preempt(self, req: Request) -> None:
@@ -158,7 +158,7 @@ class Scheduler:
             if req is None or req.status is not RequestStatus.RUNNING:
                 continue
             req.num_computed_tokens += len(sr.token_ids)
-            if sr.is_pooling:
+            if sr.pooling_params is not None:
                 if req.num_computed_tokens == req.num_tokens:
                     self._finish(req, RequestStatus.FINISHED_STOPPED)
                     results.append(self._core_output(req, [], pooled=out.pooled.get(req.req_id)))

@@ -3,7 +3,9 @@ the same few tokens at once. Its tokenizer maps each character to one token id."
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
 
@@ -35,8 +37,12 @@ class FakeEngine:
     def __init__(self, reply: str = "ok!", finish_reason: str = "length"):
         self.tokenizer = CharTokenizer()
         self.model_config = _ModelConfig()
-        self.is_ready = True
+        self.config = SimpleNamespace(max_num_seqs=32)
+        self.is_ready = self.was_ready = True
         self.is_dead = False
+        self.dead_reason = None
+        self.ready_event = asyncio.Event()
+        self.ready_event.set()
         self.reply = reply
         self.finish_reason = finish_reason
         self.num_requests = 0
@@ -59,3 +65,9 @@ class FakeEngine:
 
     async def get_stats(self):
         return {}
+
+    async def start(self):
+        pass
+
+    async def shutdown(self, timeout=5.0):
+        pass

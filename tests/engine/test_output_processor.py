@@ -74,3 +74,38 @@ def test_logprobs_decoded(tok):
     [entry] = res.outputs[0].logprobs
     assert list(entry) == [t, 7]
     assert entry[t].logprob == -0.5 and entry[t].decoded == "Hi"
+
+
+def test_output_kinds_carry_the_same_text(tok):
+    from fdcli_engine.sampling_params import RequestOutputKind
+
+    text = "The answer is forty-two. STOP HERE and more text"
+    ref, _ = feed(tok, text, SamplingParams(stop=["STOP HERE"]))
+    delta, _ = feed(tok, text, SamplingParams(stop=["STOP HERE"], output_kind=RequestOutputKind.DELTA))
+    final, _ = feed(tok, text, SamplingParams(stop=["STOP HERE"], output_kind=RequestOutputKind.FINAL_ONLY))
+    # DELTA: each output holds only what is new; together they are the cumulative final.
+    assert [o.outputs[0].text for o in delta] == [o.outputs[0].delta_text for o in ref]
+    assert sum((o.outputs[0].token_ids for o in delta), []) == ref[-1].outputs[0].token_ids
+    # FINAL_ONLY: one output, the whole result.
+    assert len(final) == 1 and final[0].finished
+    assert final[0].outputs[0].text == ref[-1].outputs[0].text
+    assert final[0].outputs[0].token_ids == ref[-1].outputs[0].token_ids
+    assert final[0].outputs[0].finish_reason == "stop" == ref[-1].outputs[0].finish_reason
+
+
+def test_delta_logprobs_are_the_new_tokens_only(tok):
+    from fdcli_engine.sampling_params import RequestOutputKind
+
+    op = OutputProcessor(tok)
+    op.add_request("r", None, [1], SamplingParams(logprobs=1, output_kind=RequestOutputKind.DELTA))
+    for t in (5, 6):
+        [res], _ = op.process_outputs([EngineCoreOutput("r", [t], new_logprobs=[[(t, -0.5), (7, -1.0)]])])
+        assert [list(e) for e in res.outputs[0].logprobs] == [[t, 7]]
+
+
+def test_finished_output_carries_metrics(tok):
+    outs, _ = feed(tok, "one two three", SamplingParams())
+    m = outs[-1].metrics
+    assert m is not None and m.arrival_time <= m.first_token_time <= m.finished_time
+    assert m.num_generation_tokens == len(outs[-1].outputs[0].token_ids)
+    assert all(o.metrics is None for o in outs[:-1])

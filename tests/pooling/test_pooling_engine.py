@@ -23,7 +23,7 @@ PROMPTS = [
 def run_engine(folder, prompts, **options):
     """(tokenized prompts, raw pooled arrays, resolved PoolerConfig) for one batch through EngineCore."""
     from fdcli_engine.engine import EngineCore, EngineCoreRequest
-    from fdcli_engine.sampling_params import SamplingParams
+    from fdcli_engine.pooling_params import PoolingParams
     from fdcli_engine.tokenizer import load_tokenizer
 
     config = resolve_config(EngineConfig(model=str(folder), max_num_seqs=8, **options))
@@ -31,7 +31,7 @@ def run_engine(folder, prompts, **options):
     tok = load_tokenizer(config)
     ids = [tok.encode(p) for p in prompts]
     for i, p in enumerate(ids):
-        core.add_request(EngineCoreRequest(f"r{i}", p, SamplingParams(), is_pooling=True))
+        core.add_request(EngineCoreRequest(f"r{i}", p, pooling_params=PoolingParams()))
     pooled: dict[str, np.ndarray] = {}
     steps = 0
     while core.has_unfinished_requests():

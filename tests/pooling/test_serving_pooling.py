@@ -17,6 +17,7 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, 
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding, truncate_ids
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.pooling.config import resolve_runner
+from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.tokenizer import load_tokenizer
 
@@ -44,8 +45,8 @@ class ScriptedEngine:
         )
         self.calls: list[list[int]] = []
 
-    async def generate(self, ids, params, request_id, prompt=None, is_pooling=False):
-        assert is_pooling
+    async def encode(self, ids, pooling_params, request_id):
+        assert isinstance(pooling_params, PoolingParams)
         self.calls.append(list(ids))
         yield _Out([float(len(ids)), float(sum(ids)), float(ids[0]), float(ids[-1])])
 

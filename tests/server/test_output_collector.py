@@ -104,3 +104,33 @@ def test_a_waiting_consumer_gets_each_output_alone(tokenizer):
 
     got = asyncio.run(consume())
     assert [o.outputs[0].delta_token_ids for o in got] == [[t] for t in IDS]
+
+
+def test_delta_outputs_that_pile_up_are_joined(tokenizer):
+    from fdcli_engine.sampling_params import RequestOutputKind
+
+    proc = OutputProcessor(tokenizer)
+    params = SamplingParams(max_tokens=len(IDS), logprobs=1, output_kind=RequestOutputKind.DELTA)
+    proc.add_request("r", None, [5, 6], params)
+    outs = []
+    for k, tid in enumerate(IDS):
+        finish = "length" if k == len(IDS) - 1 else None
+        core = EngineCoreOutput("r", [tid], [[(tid, -0.5 - k), (3, -2.0)]], finish_reason=finish)
+        outs += proc.process_outputs([core])[0]
+    texts = [o.outputs[0].text for o in outs]
+
+    async def consume():
+        q = OutputCollector(RequestOutputKind.DELTA)
+        for o in outs[:3]:
+            q.put_nowait(o)
+        first = await q.get()
+        for o in outs[3:]:
+            q.put_nowait(o)
+        return [first] + [item async for item in stream_until_finished(q, lambda: None)]
+
+    got = asyncio.run(consume())
+    assert [o.outputs[0].text for o in got] == ["".join(texts[:3]), "".join(texts[3:])]
+    assert [o.outputs[0].token_ids for o in got] == [IDS[:3], IDS[3:]]
+    assert [o.outputs[0].delta_token_ids for o in got] == [IDS[:3], IDS[3:]]
+    assert [[next(iter(d)) for d in o.outputs[0].logprobs] for o in got] == [IDS[:3], IDS[3:]]
+    assert got[1].finished

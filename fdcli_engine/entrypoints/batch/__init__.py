@@ -160,13 +160,10 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
         await _start_engine(engine)
         return await _run_lines(opts, engine, path, num_lines, done_keys)
     finally:
-        shutdown = getattr(engine, "shutdown", None)
-        if shutdown is None:
-            pass
-        elif getattr(engine, "was_ready", True):
-            await shutdown()  # AsyncLLM: Shutdown to the core, then terminate/kill, then reap
+        if engine.was_ready:
+            await engine.shutdown()  # AsyncLLM: Shutdown to the core, then terminate/kill, then reap
         else:  # interrupted (or failed) while the core loads: nothing to drain, do not wait for the load
-            await shutdown(timeout=0.0)
+            await engine.shutdown(timeout=0.0)
 
 
 def _sigterm_like_sigint(_signum=None, _frame=None) -> None:
@@ -201,15 +198,13 @@ def _route_sigterm():
 
 
 async def _start_engine(engine) -> None:
-    """An engine with a core process (`start()`, `ready_event`) starts it and waits for the model.
-    A core that fails to load is a BatchRunError (exit 1), with the core's reason."""
+    """Start the engine (AsyncLLM: its core process) and wait for the model. A core that fails to
+    load is a BatchRunError (exit 1), with the core's reason."""
     from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 
-    start = getattr(engine, "start", None)
-    if start is not None:
-        await start()
-        await engine.ready_event.wait()
-    if getattr(engine, "is_dead", False):
+    await engine.start()
+    await engine.ready_event.wait()
+    if engine.is_dead:
         raise BatchRunError(" ".join(str(engine.dead_reason).split()))
 
 
@@ -217,7 +212,7 @@ async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, don
     from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, StrictStop
     from fdcli_engine.entrypoints.openai.serving_layer import build_serving
 
-    window = opts.max_inflight or 2 * int(getattr(getattr(engine, "config", None), "max_num_seqs", 0) or 32)
+    window = opts.max_inflight or 2 * int(engine.config.max_num_seqs or 32)
     serving = build_serving(engine, opts.serving_options())
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None

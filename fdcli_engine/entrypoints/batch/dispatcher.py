@@ -176,7 +176,7 @@ class BatchDispatcher:
             )
         except Exception as e:
             err = from_exception(e)
-            if getattr(self.serving.engine, "is_dead", False):
+            if self.serving.engine.is_dead:
                 raise BatchRunError(f"the engine failed at line {line.line_no}: {err.message}") from None
             if err.status >= 500:
                 logger.error("line %d (%s) failed: %s: %s", line.line_no, line.custom_id, type(e).__name__, e)

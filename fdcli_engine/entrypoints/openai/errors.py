@@ -47,7 +47,7 @@ def bad_request(message: str, param: str | None = None) -> APIError:
 
 def from_exception(exc: BaseException) -> APIError:
     """Map an engine/domain exception to the APIError a client should see."""
-    from fdcli_engine.api.async_llm import EngineDeadError, EngineNotReadyError, EngineRequestError
+    from fdcli_engine.api.protocol import EngineDeadError, EngineNotReadyError, EngineRequestError
     from fdcli_engine.errors import InvalidRequestError
 
     if isinstance(exc, APIError):

@@ -104,14 +104,7 @@ async def serve_async(
     state = AppState(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
     app = build_app(engine, args, state)
     server = FdServer(uvicorn_config(app, args), state, engine)
-    original_on_dead = engine._on_dead
-
-    def on_dead(reason: str) -> None:
-        original_on_dead(reason)
-        server.engine_died()
-
-    engine._on_dead = on_dead
-    engine.client.on_dead = on_dead
+    engine.add_dead_listener(lambda _reason: server.engine_died())
     await engine.start()
     # After the core has started (a child inherits its parent's CPUs and priority): the front end moves
     # off the CPU of the core's main thread and yields to the core's threads (threads.front_end_placement).

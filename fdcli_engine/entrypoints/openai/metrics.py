@@ -3,8 +3,6 @@ time, and request-latency histograms observed in the front end (TTFT, TPOT, end-
 
 from __future__ import annotations
 
-import time
-
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -82,18 +80,17 @@ class ObservedEngine:
         return getattr(self._engine, name)
 
     async def generate(self, prompt_token_ids, params, request_id, prompt=None):
-        start = time.monotonic()
-        first = None
-        num_tokens = 0
+        """Times come from the finished output's `metrics` (the front end's clock), so a FINAL_ONLY
+        request, which yields once, is timed as a streamed one is."""
         async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt):
-            new = len(out.outputs[0].delta_token_ids) if out.outputs else 0
-            if new and first is None:
-                first = time.monotonic()
-                self._metrics.ttft.observe(first - start)
-            num_tokens += new
-            if out.finished:
-                end = time.monotonic()
-                self._metrics.e2e.observe(end - start)
-                if first is not None and num_tokens > 1:
-                    self._metrics.tpot.observe((end - first) / (num_tokens - 1))
+            if out.finished and out.metrics is not None:
+                self._observe(out.metrics)
             yield out
+
+    def _observe(self, m) -> None:
+        end = m.finished_time
+        self._metrics.e2e.observe(end - m.arrival_time)
+        if m.first_token_time is not None:
+            self._metrics.ttft.observe(m.first_token_time - m.arrival_time)
+            if m.num_generation_tokens > 1:
+                self._metrics.tpot.observe((end - m.first_token_time) / (m.num_generation_tokens - 1))

@@ -25,7 +25,6 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     build_params,
     check_model,
     check_prompt,
-    delta_logprobs,
     encode,
     fan_out,
     make_usage,
@@ -282,7 +281,7 @@ class OpenAIServingChat:
                     reasoning, content, calls = split.reasoning or None, split.content, split.tool_calls
                 lps = None
                 if req.logprobs and comp.logprobs is not None and new_ids:
-                    lps = self._logprobs(delta_logprobs(comp, len(new_ids)), new_ids)
+                    lps = self._logprobs(comp.logprobs, new_ids)
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None:

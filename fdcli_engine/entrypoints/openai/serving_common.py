@@ -1,5 +1,6 @@
-"""Shared pieces of the framework-free serving layer: the engine-client protocol, request checks that
-depend on the model, sampling-parameter building, `n` fan-out and logprob/usage formatting.
+"""Shared pieces of the framework-free serving layer: request checks that depend on the model,
+sampling-parameter building, `n` fan-out and logprob/usage formatting. The engine-client protocol
+is api.protocol's, re-exported here.
 
 Nothing here imports FastAPI: `fd run-batch` calls the same code in-process.
 """
@@ -10,8 +11,9 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from fdcli_engine.api.protocol import EngineClient
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request
 from fdcli_engine.entrypoints.openai.protocol import (
     CompletionLogprobs,
@@ -21,21 +23,9 @@ from fdcli_engine.entrypoints.openai.protocol import (
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.request_limits import check_request
-from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
-
-class EngineClient(Protocol):
-    tokenizer: Any
-    model_config: Any  # .served_model_name, .max_model_len, .vocab_size
-    is_ready: bool
-
-    def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str, prompt: str | None = None
-    ) -> AsyncIterator[RequestOutput]: ...
-
-    def abort(self, request_id: str) -> None: ...
-
-    async def get_stats(self) -> dict: ...
+__all__ = ["EngineClient"]
 
 
 def random_id(prefix: str) -> str:
@@ -86,7 +76,8 @@ def check_prompt(
 
 
 def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_temperature: float = 1.0):
-    """SamplingParams from a completion/chat request; engine-side validation failures become 400s."""
+    """SamplingParams from a completion/chat request; engine-side validation failures become 400s.
+    A streamed request gets DELTA outputs, any other one FINAL_ONLY (one output, the whole text)."""
     stop = req.stop if isinstance(req.stop, list) else ([req.stop] if req.stop else [])
     values: dict[str, Any] = {
         "n": 1,
@@ -101,6 +92,7 @@ def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_
         "skip_special_tokens": req.skip_special_tokens,
         "seed": req.seed,
         "bad_words": list(req.bad_words or []),
+        "output_kind": RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
     }
     for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
         if getattr(req, name) is not None:
@@ -183,16 +175,6 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def delta_logprobs(comp, num_new: int):
-    """The logprob entries of the `num_new` newest tokens (outputs may carry them cumulatively)."""
-    lps = comp.logprobs
-    if lps is None:
-        return None
-    if len(lps) == len(comp.token_ids) and num_new <= len(lps):
-        return lps[len(lps) - num_new :]
-    return lps[-num_new:] if num_new else []
 
 
 def token_text(tokenizer, lp) -> str:

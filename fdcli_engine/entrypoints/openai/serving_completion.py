@@ -16,7 +16,6 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     check_model,
     check_prompt,
     completion_logprobs,
-    delta_logprobs,
     encode,
     fan_out,
     make_usage,
@@ -154,8 +153,7 @@ class OpenAIServingCompletion:
                     continue
                 lps = None
                 if req.logprobs is not None and comp.logprobs is not None and new_ids:
-                    entries = delta_logprobs(comp, len(new_ids))
-                    lps = completion_logprobs(tok, entries, new_ids, offsets.get(job.index, 0))
+                    lps = completion_logprobs(tok, comp.logprobs, new_ids, offsets.get(job.index, 0))
                     offsets[job.index] = offsets.get(job.index, 0) + sum(len(t) for t in lps.tokens)
                 choice = completion_choice(
                     job.index,

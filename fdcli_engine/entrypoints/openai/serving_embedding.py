@@ -25,7 +25,7 @@ from fdcli_engine.entrypoints.openai.serving_common import check_model, check_pr
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
-from fdcli_engine.sampling_params import SamplingParams
+from fdcli_engine.pooling_params import PoolingParams
 
 # Content-part types a text-only model cannot read; named in the 400 instead of being dropped.
 MEDIA_PARTS = {"image_url", "image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
@@ -81,8 +81,7 @@ class PoolingServing:
 
     def pooler_config(self) -> PoolerConfig:
         """The server's pooler settings; a 400 when this route does not fit the model being served."""
-        cfg = getattr(self.engine, "config", None)
-        pc = get_pooler_config(cfg) if cfg is not None else None
+        pc = get_pooler_config(self.engine.config)
         if pc is None:
             raise bad_request(
                 f"{self.route} needs a pooling model, but this server runs a generative model "
@@ -140,11 +139,10 @@ class PoolingServing:
 
         async def one(i: int, ids: list[int]):
             rid = request_id if len(prompts) == 1 else f"{request_id}-{i}"
-            params = SamplingParams(max_tokens=1, temperature=0.0)
             final = None
-            async for out in self.engine.generate(ids, params, rid, None, is_pooling=True):
+            async for out in self.engine.encode(ids, PoolingParams(), rid):
                 final = out
-            pooled = getattr(final, "pooled", None)
+            pooled = final.pooled if final is not None else None
             if pooled is None:
                 raise APIError("the engine returned no pooled output for this request", 500)
             return np.asarray(pooled, dtype=np.float32)
