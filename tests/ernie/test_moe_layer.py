@@ -41,9 +41,9 @@ class Spy:
     def __init__(self, expert, expert_id, log):
         self.expert, self.expert_id, self.log = expert, expert_id, log
 
-    def __call__(self, rows):
+    def __call__(self, rows, prompt_rows=None):
         self.log[self.expert_id] = sorted(int(i) for i in rows.numpy().argmax(axis=1))
-        return self.expert(rows)
+        return self.expert(rows, prompt_rows)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-// Host entry point of the fused sampler, called from Python through ctypes (fd_kernels/native.py `sample`).
+// Host entry point of the fused sampler, called from Python through ctypes (fd_kernels/native/sampler.py).
 // The sampler reads and writes numpy arrays on the host, so it is not a Paddle operator: Paddle's op
 // dispatch plus a zero-copy view per input would cost many times the work of a greedy row
 // (docs/kernels-measurements.md). Python checks dtypes and shapes; this checks every row's id range, so the

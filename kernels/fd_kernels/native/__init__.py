@@ -18,9 +18,8 @@ import paddle
 from paddle.utils.dlpack import from_dlpack
 
 from fd_kernels import packing
-from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
-from fd_kernels.sampler_layout import META_COLUMNS, PARAM_COLUMNS
+from fd_kernels.native.sampler import sample  # noqa: F401 - the `sample` op works on numpy, via ctypes
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
@@ -276,66 +275,6 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
-
-
-_sample_host = None  # the library's fd_sample_host through ctypes, bound on first use
-_SAMPLE_PARAMS, _SAMPLE_META = len(PARAM_COLUMNS), len(META_COLUMNS)  # csrc/sampler.h mirrors them
-
-
-def _bind_sample_host():
-    global _sample_host
-    if _sample_host is None:
-        fn = ctypes.CDLL(_library_path()).fd_sample_host
-        ptr, i64 = ctypes.c_void_p, ctypes.c_int64
-        fn.argtypes = [ptr, i64, i64, ptr, ptr, i64, ptr, ptr, i64, ctypes.c_int32, ptr]
-        fn.restype = i64
-        _sample_host = fn
-    return _sample_host
-
-
-def _host_array(a, dtype, ndim: int, name: str) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=dtype)
-    if a.ndim != ndim:
-        raise ValueError(f"sample: {name} must be a {ndim}-D array, got shape {a.shape}")
-    return a
-
-
-def sample(logits, params, ids, meta, uniforms, rejection: bool = False) -> np.ndarray:
-    """The fused sampler (csrc/sampler_impl.h) on numpy inputs; layout in fd_kernels.sampler_layout,
-    semantics in fd_kernels.reference.sampler. Returns int64 [B]. Called through ctypes, not as a Paddle op
-    (csrc/sampler_ops.cc says why)."""
-    host = _bind_sample_host()
-    logits = _host_array(logits, np.float32, 2, "logits")
-    params = _host_array(params, np.float64, 2, "params")
-    ids = _host_array(ids, np.int64, 1, "ids")
-    meta = _host_array(meta, np.int64, 2, "meta")
-    uniforms = _host_array(uniforms, np.float64, 2, "uniforms")
-    rows, vocab = logits.shape
-    if vocab == 0:
-        raise ValueError("sample: empty vocabulary")
-    if params.shape != (rows, _SAMPLE_PARAMS):
-        raise ValueError(f"sample: params must be [rows, {_SAMPLE_PARAMS}], got {params.shape}")
-    if meta.shape != (rows, _SAMPLE_META):
-        raise ValueError(f"sample: meta must be [rows, {_SAMPLE_META}], got {meta.shape}")
-    if uniforms.shape[0] != rows or uniforms.shape[1] < 1:
-        raise ValueError(f"sample: uniforms must be [rows, >= 1], got {uniforms.shape}")
-    out = np.empty(rows, dtype=np.int64)
-    bad = host(
-        logits.ctypes.data,
-        rows,
-        vocab,
-        params.ctypes.data,
-        ids.ctypes.data,
-        ids.size,
-        meta.ctypes.data,
-        uniforms.ctypes.data,
-        uniforms.shape[1],
-        int(bool(rejection)),
-        out.ctypes.data,
-    )
-    if bad >= 0:
-        raise ValueError(f"sample: row {bad} has ids outside the ids tensor")
-    return out
 
 
 # ---- encoder (BERT) ops: csrc/encoder_kernels.cc, glue in csrc/encoder_ops.cc
