@@ -48,7 +48,7 @@ class EngineCore:
         self.is_pooling = config.runner == "pooling"
         if self.is_pooling:
             from fdcli_engine.models.adapters import load_pooling_model
-            from fdcli_engine.pooling.runner import PoolingModelRunner
+            from fdcli_engine.runner.pooling_runner import PoolingModelRunner
 
             self.model = load_pooling_model(config)
             eos: set[int] = set()
@@ -73,13 +73,12 @@ class EngineCore:
             enable_chunked_prefill=config.enable_chunked_prefill,
             eos_token_ids=eos,
         )
-        from fdcli_engine.threads import BIND_ENV, bind_engine_threads
+        from fdcli_engine import ops
+        from fdcli_engine.threads import BIND_ENV
 
-        bound = bind_engine_threads(config.num_threads)
+        bound = ops.bind_engine_threads(config.num_threads)
         if bound:
             logger.info("OpenMP threads bound to CPUs %s (%s)", bound, BIND_ENV)
-        from fdcli_engine import ops
-
         logger.info("engine ready in %.1f s (kernels: %s)", time.perf_counter() - t0, ops.describe())
 
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:

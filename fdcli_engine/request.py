@@ -8,8 +8,8 @@ import time
 
 import msgspec
 
-from fdcli_engine.core.prefix_hash import hash_block_tokens
 from fdcli_engine.pooling_params import PoolingParams
+from fdcli_engine.prefix_hash import hash_block_tokens
 from fdcli_engine.request_limits import max_output_tokens
 from fdcli_engine.sampling_params import SamplingParams
 

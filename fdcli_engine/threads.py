@@ -90,22 +90,6 @@ def bind_plan(num_threads: int, value: str | None, allowed: list[int]) -> tuple[
     return omp, [c for c in allowed if c not in omp] or [cpus[-1]]
 
 
-def bind_engine_threads(num_threads: int) -> list[int] | None:
-    """Pin the OpenMP team the C++ kernels run on as `bind_plan` says (FD_CPU_OMP_THREADS_BIND; unset means
-    no binding: a process fd does not own keeps its threads free). Returns the CPUs, or None."""
-    from fdcli_engine import ops
-
-    plan = bind_plan(num_threads, os.environ.get(BIND_ENV), allowed_cpus())
-    if plan is None or ops.backend != "native":
-        return None
-    from fd_kernels.native import omp_thread_ids
-
-    omp, _ = plan
-    for tid, cpu in zip(omp_thread_ids(), omp):
-        os.sched_setaffinity(tid, {cpu})
-    return omp
-
-
 FRONT_END_PRIORITY_ENV = "FD_FRONTEND_PRIORITY"
 
 
@@ -120,11 +104,9 @@ def front_end_placement(num_threads: int) -> FrontEndPlacement:
 
     Priority (FD_FRONTEND_PRIORITY): "normal" (the default), a nice value 1-19, or "idle" (Linux's
     SCHED_IDLE). A lowered front end gives way to the engine's threads, but those are runnable through
-    every step (OpenMP threads spin between kernels), so it starves while requests run. Measured on
-    2 CPUs (benchmarks/bench_frontend_priority.py): 15 short requests sent while one stream decoded were
-    all answered after a median 836 ms at idle, 444 at nice 19, 359 at nice 10 and 312 at normal (servers
-    loaded in that order), and 498 ms at idle against 329 at normal with the order reversed. Their
-    throughput differences were smaller than the load-order effect that script's A/A run shows.
+    every step (OpenMP threads spin between kernels), so it starves while requests run: new requests
+    are answered later the lower it goes (benchmarks/bench_frontend_priority.py; figures in
+    docs/engine-measurements.md).
     """
     from fdcli_engine.errors import ConfigError
 

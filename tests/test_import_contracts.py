@@ -69,7 +69,7 @@ def test_the_tree_keeps_every_contract(tmp_path):
     [
         ("fdcli/console.py", "import fdcli_engine.core", CLI),
         ("kernels/fd_kernels/packing.py", "import fdcli_engine", KERNELS),
-        ("fdcli_engine/core/prefix_hash.py", "import fdcli_engine.api", LAYERS),
+        ("fdcli_engine/core/block_pool.py", "import fdcli_engine.api", LAYERS),
         ("fdcli_engine/layers/linear.py", "import fdcli_engine.models", LAYERS),
         ("fdcli_engine/outputs.py", "import fdcli_engine.runner", LEAVES),
     ],

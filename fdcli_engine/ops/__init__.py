@@ -64,3 +64,20 @@ def describe() -> str:
 
 
 use()
+
+
+def bind_engine_threads(num_threads: int) -> list[int] | None:
+    """Pin the OpenMP team the C++ kernels run on as `threads.bind_plan` says (FD_CPU_OMP_THREADS_BIND;
+    unset means no binding: a process fd does not own keeps its threads free). Returns the CPUs, or None
+    (no plan, or the reference ops, which have no team of their own)."""
+    from fdcli_engine.threads import BIND_ENV, allowed_cpus, bind_plan  # noqa: PLC0415
+
+    plan = bind_plan(num_threads, os.environ.get(BIND_ENV), allowed_cpus())
+    if plan is None or backend != "native":
+        return None
+    from fd_kernels.native import omp_thread_ids  # noqa: PLC0415
+
+    omp, _ = plan
+    for tid, cpu in zip(omp_thread_ids(), omp):
+        os.sched_setaffinity(tid, {cpu})
+    return omp

@@ -4,7 +4,7 @@ import pytest
 
 from fdcli_engine.core.block_pool import BlockPool
 from fdcli_engine.core.kv_cache_manager import KVCacheManager
-from fdcli_engine.core.prefix_hash import hash_block_tokens
+from fdcli_engine.prefix_hash import hash_block_tokens
 from fdcli_engine.request import Request
 from fdcli_engine.sampling_params import SamplingParams
 

@@ -75,9 +75,9 @@ def test_front_end_placement(monkeypatch):
 CHILD = """
 import json, os
 import fdcli_engine.ops as ops
-from fdcli_engine.threads import allowed_cpus, bind_engine_threads
+from fdcli_engine.threads import allowed_cpus
 allowed = allowed_cpus()
-bound = bind_engine_threads(int(os.environ["OMP_NUM_THREADS"]))
+bound = ops.bind_engine_threads(int(os.environ["OMP_NUM_THREADS"]))
 from fd_kernels.native import omp_thread_ids
 tids = omp_thread_ids()
 print(json.dumps({"backend": ops.backend, "allowed": allowed, "bound": bound, "tids": tids,
