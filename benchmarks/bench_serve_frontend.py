@@ -68,7 +68,7 @@ from fdcli_engine.entrypoints.openai.app_state import ServerArgs
 from fdcli_engine.entrypoints.openai.launcher import run_server
 from fdcli_engine.resolved_config import ResolvedConfig
 cfg = ResolvedConfig(max_model_len=4096)
-sys.exit(run_server(cfg, ServerArgs(port=int(sys.argv[1])), finalize=False,
+sys.exit(run_server(cfg, ServerArgs(port=int(sys.argv[1])),
                     core_spec="bench_serve_frontend:StubCore"))
 """
 

@@ -75,7 +75,7 @@ class EngineConfig:
     # 4-8 bits, whose own error dwarfs bf16's 2^-9 rounding of K/V), else the compute dtype (float32).
     # "float32" / "fp32". "bfloat16" / "bf16": values rounded to bf16 (2x the tokens per GiB, half the
     # bytes decode attention reads). "int8": the C8 cache, int8 values with one fp32 scale per token and
-    # KV head (ops/reference.quantize_kv_s8). Normalized by validate() to "float32", "bfloat16" or
+    # KV head (fd_kernels.reference.quantize_kv_s8). Normalized by validate() to "float32", "bfloat16" or
     # "int8". The pooling runner's one-step cache stays fp32.
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None  # None: the model's own limit, capped at 8192

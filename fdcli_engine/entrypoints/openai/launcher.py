@@ -27,6 +27,7 @@ from fdcli_engine.entrypoints.openai.serving_options import (
     load_chat_template,
 )
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.threads import FrontEndPlacement, front_end_placement, place_front_end
 
 logger = logging.getLogger("fd.serve")
@@ -167,12 +168,13 @@ def http_protocol() -> str:
     return "httptools"
 
 
-def run_server(engine_config: EngineConfig, args: ServerArgs, finalize: bool = True, **hooks) -> int:
-    """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving."""
+def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, **hooks) -> int:
+    """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving.
+    An EngineConfig is resolved here, once; a ResolvedConfig (a stub core's) is used as given."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd %(levelname)s %(message)s")
     sock = bind_socket(args.host, args.port)
     try:
-        if finalize:
+        if isinstance(engine_config, EngineConfig):
             engine_config = resolve_config(engine_config)
         args.chat_template = load_chat_template(args.chat_template)
         check_serving_options(args.serving_options())  # a bad parser: ConfigError now, not at a request
