@@ -2,8 +2,8 @@
 
 Why not httpx for the streams: the benchmark client usually shares the machine with the server it
 measures, so its CPU per streamed token is taken from the server. httpx (h11's pure-Python parser, anyio,
-its line iterator) spent ~0.18 ms of CPU per token here, more than fd's own front end (~0.12); this reads
-the socket in large pieces, undoes the chunked framing and splits lines in bulk.
+its line iterator) spent more CPU per streamed token than fd's own front end (docs/engine-measurements.md);
+this reads the socket in large pieces, undoes the chunked framing and splits lines in bulk.
 
 Scope: exactly what an OpenAI streaming request needs. POST with a JSON body; a response framed by
 Content-Length, chunked encoding, or the connection's close; keep-alive connections reused per pool

@@ -5,7 +5,7 @@ but a temp dir that `shutdown()` removes) and the core connects. Sends are non-b
 high-water mark, so `send()` is safe to call from sync code on the event loop (e.g. a `finally` that
 aborts a cancelled request). Receiving is a reader callback on the output socket's file descriptor that
 drains every queued event and hands each to `on_event`: no future or task per message (pyzmq's asyncio
-sockets cost about 0.1 ms of the front end's CPU per message, one message per engine step).
+sockets cost the front end CPU per message, one message per engine step: docs/engine-measurements.md).
 """
 
 from __future__ import annotations

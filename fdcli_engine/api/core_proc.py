@@ -54,9 +54,8 @@ def build_core(config_json: str, core_spec: str):
     # OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. Here they share the cores
     # with the front end, which runs between steps: a thread still spinning then holds a core the front
     # end needs. 1 ms covers the gaps between the kernels of one step and lets the threads sleep between
-    # steps. Measured (SmolLM2, 128-token prompts, bench_serve_overhead.py, quiet 2 cores): c1 72.4 tok/s
-    # and c16 229 tok/s at 1 ms, 72.9 / 230 at 200 ms, but 35.8 / 167 at 0 (a sleep and wake-up between
-    # every kernel, hundreds per step). Under a loaded machine 1 ms also beat 200 ms. The environment wins.
+    # steps; 0 would sleep and wake between every kernel, hundreds per step (docs/engine-measurements.md).
+    # The environment wins.
     os.environ.setdefault("KMP_BLOCKTIME", "1")
     # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
     os.environ.setdefault(BIND_ENV, "auto")

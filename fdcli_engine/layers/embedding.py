@@ -1,7 +1,7 @@
 """Token embedding and LM head.
 
-The head is stored as [hidden, vocab] so logits are a plain matmul (transpose_y was 2x slower on this
-CPU). With tied embeddings the head is a transposed copy of the embedding table: memory for speed.
+The head is stored as [hidden, vocab] so logits are a plain matmul (Paddle's transpose_y path is slower
+on CPU: docs/engine-measurements.md). With tied embeddings the head is a transposed copy of the embedding table: memory for speed.
 Both accept GGUF blocks (loader.gguf_io.QuantizedTensor, under --quantization gguf). The head keeps them
 for the block-quantized linear op, which reads 4x fewer bytes per decode step than the fp32 table for a
 Q8_0 head; the embedding reads its rows from the same blocks (`ops.embedding`), so a tied table exists

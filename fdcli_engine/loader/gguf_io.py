@@ -68,7 +68,7 @@ class QuantizedTensor:
 
 @functools.lru_cache(maxsize=2)
 def _open(path_str: str, mtime_ns: int, size: int):
-    # Parsing the header (49k-token vocab arrays) takes ~2 s; config reading and weight loading share it.
+    # Parsing the header (the vocabulary's arrays) is slow: config reading and weight loading share it.
     from gguf import GGUFReader  # noqa: PLC0415 - heavy import, only for GGUF models
 
     try:

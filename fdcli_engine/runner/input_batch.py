@@ -23,8 +23,8 @@ _CPU = paddle.CPUPlace()
 
 
 def _tensor(a: np.ndarray) -> paddle.Tensor:
-    # A copy, as paddle.to_tensor makes, without its argument handling: 11 against 16 us a call here, six
-    # calls a step.
+    # A copy, as paddle.to_tensor makes, without its argument handling (which costs more than the copy
+    # at these sizes; six calls a step).
     return paddle.Tensor(a, _CPU)
 
 

@@ -1,8 +1,8 @@
 """Build a `tokenizers.Tokenizer` from the tokenizer metadata of a GGUF file.
 
-Only the key/value header is read (a small sequential parser: gguf.GGUFReader takes about 2 s on a 49k
-vocabulary because it maps every array element; this reads the same header in well under a second and
-never touches tensor data). Supported: `tokenizer.ggml.model == "gpt2"` (byte-level BPE: Llama-3, Qwen2,
+Only the key/value header is read, by a small sequential parser: gguf.GGUFReader maps every array
+element, which is slow on a large vocabulary (docs/engine-measurements.md); this never touches tensor
+data. Supported: `tokenizer.ggml.model == "gpt2"` (byte-level BPE: Llama-3, Qwen2,
 SmolLM) and "llama" (SentencePiece with byte fallback: Llama-2, Mistral, TinyLlama).
 
 Pre-tokenizers follow llama.cpp's `tokenizer.ggml.pre` table: llama.cpp applies its regexes one after the

@@ -11,7 +11,7 @@ Order of work (each step fails before the next costs anything):
 The engine is the server's `AsyncLLM`: the engine core steps in its own process while this one parses
 lines, renders prompts, detokenizes and writes records, so that work overlaps the model's steps instead
 of sitting between them (in-process, even with step() on a worker thread, the step's Python and the
-serving work share one GIL; `fd serve`, built this way, measured ~1.26x in-process run-batch).
+serving work share one GIL: docs/engine-measurements.md).
 The front end owns shutdown: however the run ends (done, error, Ctrl-C, SIGTERM) the core is told to
 stop and is reaped before `run_batch` returns or raises; SIGTERM is handled exactly like Ctrl-C.
 

@@ -1,9 +1,9 @@
 """SSE chunks of streamed completions and chat completions, built without pydantic.
 
 A stream sends a chunk per generated token, so the chunk is the front end's hottest object. Building and
-serializing a pydantic response model for each cost about 15 µs; here a chunk is a prebuilt prefix (id,
-object, created and model are constant for a stream) + the choices encoded by msgspec from plain dicts,
-about 1 µs. Invariant (tests/server/test_stream_chunks.py): a chunk is byte for byte the JSON that
+serializing a pydantic response model for each costs an order of magnitude more than this
+(docs/engine-measurements.md): a chunk is a prebuilt prefix (id, object, created and model are constant
+for a stream) + the choices encoded by msgspec from plain dicts. Invariant (tests/server/test_stream_chunks.py): a chunk is byte for byte the JSON that
 `ChatCompletionChunk` / `CompletionResponse(...).model_dump_json(exclude_none=True)` writes — the same
 keys in the same order, None fields left out. Keep the dicts' key order that of the protocol models.
 """
