@@ -38,11 +38,10 @@ DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
 IDLE_POLL_MS = 1000
 
 
-def load_core_module(spec: str):
-    """`module:Class` → (core class, the module's EngineCoreRequest struct)."""
+def load_core_class(spec: str):
+    """`module:Class` → the core class (a stub core's in the front-end benchmark and tests)."""
     module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr or "EngineCore"), module.EngineCoreRequest
+    return getattr(importlib.import_module(module_name), attr or "EngineCore")
 
 
 def build_core(config_json: str, core_spec: str):
@@ -59,8 +58,7 @@ def build_core(config_json: str, core_spec: str):
     os.environ.setdefault("KMP_BLOCKTIME", "1")
     # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
     os.environ.setdefault(BIND_ENV, "auto")
-    core_cls, request_cls = load_core_module(core_spec)
-    return core_cls(config), request_cls, config
+    return load_core_class(core_spec)(config), config
 
 
 class CoreLoop:
@@ -187,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     inp = ctx.socket(zmq.PULL)
     inp.connect(args.input)
     try:
-        core, _request_cls, config = build_core(args.config, args.core)
+        core, config = build_core(args.config, args.core)
     except Exception as e:
         out.send(event_encoder.encode(FatalMsg(f"{type(e).__name__}: {e}")))
         inp.close(0)  # ctx.term() waits for every socket: an open one would hang the exit

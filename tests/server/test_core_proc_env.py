@@ -15,17 +15,14 @@ class StubCore:
         self.config = config
 
 
-EngineCoreRequest = dict  # build_core hands back the module's request type
-
-
 def test_core_sets_kmp_blocktime_unless_given(monkeypatch):
     # build_core writes os.environ: give it a copy, so nothing it sets outlives the test (an in-process
     # engine of a later test would read FD_CPU_OMP_THREADS_BIND and pin this process's threads).
     monkeypatch.setattr(os, "environ", dict(os.environ))
     os.environ.pop("KMP_BLOCKTIME", None)
     os.environ.pop("FD_CPU_OMP_THREADS_BIND", None)
-    core, request_cls, config = build_core(json.dumps({"max_model_len": 64}), f"{__name__}:StubCore")
-    assert isinstance(core, StubCore) and request_cls is dict and config.max_model_len == 64
+    core, config = build_core(json.dumps({"max_model_len": 64}), f"{__name__}:StubCore")
+    assert isinstance(core, StubCore) and config.max_model_len == 64
     assert os.environ["KMP_BLOCKTIME"] == "1"
     assert os.environ["FD_CPU_OMP_THREADS_BIND"] == "auto"
     os.environ.update(KMP_BLOCKTIME="50", FD_CPU_OMP_THREADS_BIND="nobind")
