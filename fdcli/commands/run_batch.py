@@ -82,7 +82,7 @@ def run_batch(
     with error_boundary():
         from fdcli_engine.entrypoints.batch import BatchOptions
         from fdcli_engine.entrypoints.batch import run_batch as run
-        from fdcli_engine.entrypoints.openai.serving_options import load_chat_template
+        from fdcli_engine.entrypoints.openai.serving_options import ServingOptions, load_chat_template
 
         opts = BatchOptions(
             input=in_path,
@@ -91,10 +91,12 @@ def run_batch(
             resume=resume,
             max_inflight=max_inflight,
             progress=progress and Console(stderr=True).is_terminal,
-            chat_template=load_chat_template(chat_template),
             summary_json=summary_json,
-            reasoning_parser=reasoning_parser,
-            tool_call_parser=tool_call_parser,
+            serving=ServingOptions(
+                chat_template=load_chat_template(chat_template),
+                reasoning_parser=reasoning_parser,
+                tool_call_parser=tool_call_parser,
+            ),
         )
         summary = run(opts, engine_args)
     for line in summary.lines():

@@ -65,7 +65,8 @@ LogLevelOpt = Annotated[
     Optional[str], _opt("--uvicorn-log-level", help="uvicorn's log level. (default: warning)")
 ]
 
-# Server option -> ServerArgs field (keys a YAML file may hold besides the engine options).
+# Server option -> ServerArgs field, or ServingOptions field of the same name (`serving`); the keys a
+# YAML file may hold besides the engine options.
 SERVER_KEYS = {
     "host": "host",
     "port": "port",
@@ -177,6 +178,7 @@ def serve(
     from fdcli_engine.config import EngineConfig
     from fdcli_engine.entrypoints.openai.app_state import ServerArgs
     from fdcli_engine.entrypoints.openai.launcher import run_server
+    from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
     cli = dict(locals())
     with error_boundary():
@@ -184,9 +186,10 @@ def serve(
     values.update({k: cli[k] for k in SERVER_KEYS if cli.get(k) not in (None, [])})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
-    args = ServerArgs(**{SERVER_KEYS[k]: v for k, v in values.items()})
+    serving = {k: values.pop(k) for k in list(values) if k in ServingOptions.__dataclass_fields__}
     if engine_args.get("served_model_name"):
-        args.served_model_name = [engine_args["served_model_name"]]
+        serving["served_model_names"] = [engine_args["served_model_name"]]
+    args = ServerArgs(**{SERVER_KEYS[k]: v for k, v in values.items()}, serving=ServingOptions(**serving))
     if not 0 < args.port < 65536:
         fail(f"--port must be between 1 and 65535, got {args.port}", 2)
     if args.uvicorn_log_level not in ("critical", "error", "warning", "info", "debug", "trace"):

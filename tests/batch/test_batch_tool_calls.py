@@ -10,6 +10,7 @@ from batch_helpers import chat_line, read_jsonl, write_jsonl
 from fake_engine import FakeEngine
 
 from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.errors import ConfigError
 
 TOOLS = [
@@ -33,7 +34,9 @@ def _run(tmp_path, **opts):
     )
     out = tmp_path / "out.jsonl"
     summary = run_batch(
-        BatchOptions(src, out, progress=False, **opts), {}, lambda _: FakeEngine(REPLY, finish_reason="stop")
+        BatchOptions(src, out, progress=False, serving=ServingOptions(**opts)),
+        {},
+        lambda _: FakeEngine(REPLY, finish_reason="stop"),
     )
     return summary, {r["custom_id"]: r for r in read_jsonl(out)}
 
@@ -69,4 +72,10 @@ def test_unknown_parser_fails_before_the_engine_is_built(tmp_path):
 
     src = write_jsonl(tmp_path / "in.jsonl", [chat_line("a", "x")])
     with pytest.raises(ConfigError, match="tool-call-parser"):
-        run_batch(BatchOptions(src, tmp_path / "o.jsonl", progress=False, tool_call_parser="nope"), {}, never)
+        run_batch(
+            BatchOptions(
+                src, tmp_path / "o.jsonl", progress=False, serving=ServingOptions(tool_call_parser="nope")
+            ),
+            {},
+            never,
+        )

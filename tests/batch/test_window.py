@@ -72,7 +72,7 @@ def test_reasoning_parser_splits_like_the_server_and_unknown_parser_fails_first(
         .replace('"prompt": "y"', '"messages": [{"role": "user", "content": "y"}]')
     )
     out = tmp_path / "out.jsonl"
-    opts = BatchOptions(src, out, progress=False, reasoning_parser="qwen3")
+    opts = BatchOptions(src, out, progress=False, serving=ServingOptions(reasoning_parser="qwen3"))
     summary = run_batch(opts, {}, lambda _: FakeEngine(reply="<think>because</think>42"))
     assert summary.succeeded == 2, read_jsonl(out)
     message = read_jsonl(out)[0]["response"]["body"]["choices"][0]["message"]
@@ -83,5 +83,9 @@ def test_reasoning_parser_splits_like_the_server_and_unknown_parser_fails_first(
 
     with pytest.raises(ConfigError):
         run_batch(
-            BatchOptions(src, tmp_path / "o2.jsonl", progress=False, reasoning_parser="nope"), {}, never
+            BatchOptions(
+                src, tmp_path / "o2.jsonl", progress=False, serving=ServingOptions(reasoning_parser="nope")
+            ),
+            {},
+            never,
         )

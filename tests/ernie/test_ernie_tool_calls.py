@@ -21,6 +21,7 @@ from fdcli_engine.entrypoints.openai.http_app import build_app
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
 from fdcli_engine.entrypoints.openai.serving_chat import messages_to_dicts
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 from fdcli_engine.entrypoints.openai.tool_parsers import ErnieX1ToolParser
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
@@ -279,7 +280,7 @@ ANSWER = _pieces("easy\n</think>\n\n<response>\nIt is sunny.\n</response>")
 
 
 def _client(tokenizer, replies, **server):
-    args = ServerArgs(chat_template=TEMPLATE, **server)
+    args = ServerArgs(serving=ServingOptions(chat_template=TEMPLATE, **server))
     engine = ScriptedEngine(tokenizer, replies)
     app = build_app(engine, args, AppState(args, Admission(8, -1)))
     http = TestClient(app)

@@ -140,4 +140,4 @@ def test_tool_flags_from_the_yaml_file(monkeypatch, tmp_path):
     cfg.write_text("tool-call-parser: ernie-x1\nenable_auto_tool_choice: true\n")
     r = CliRunner().invoke(app, ["serve", "--config", str(cfg)])
     assert r.exit_code == 0, r.output
-    assert (calls[0].tool_call_parser, calls[0].enable_auto_tool_choice) == ("ernie-x1", True)
+    assert (calls[0].serving.tool_call_parser, calls[0].serving.enable_auto_tool_choice) == ("ernie-x1", True)

@@ -31,7 +31,7 @@ def test_yaml_holds_engine_and_server_options_and_flags_win(captured, tmp_path):
     r = runner.invoke(app, ["serve", "--config", str(cfg), "--port", "9002", "--max-num-seqs", "3"])
     assert r.exit_code == 0, r.output
     ((config, args),) = captured
-    assert (args.host, args.port, args.max_concurrency, args.reasoning_parser) == (
+    assert (args.host, args.port, args.max_concurrency, args.serving.reasoning_parser) == (
         "0.0.0.0",
         9002,
         4,

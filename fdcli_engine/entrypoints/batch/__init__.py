@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,11 @@ from fdcli_engine.entrypoints.batch.files import (
     spool_stdin,
 )
 from fdcli_engine.entrypoints.batch.summary import BatchProgress, BatchSummary
+from fdcli_engine.entrypoints.openai.serving_options import (
+    ServingOptions,
+    check_serving_options,
+    default_served_name,
+)
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -69,19 +74,8 @@ class BatchOptions:
     resume: bool = False
     max_inflight: int | None = None  # None: 2 × max_num_seqs
     progress: bool = True
-    chat_template: str | None = None
-    reasoning_parser: str | None = None  # as `fd serve --reasoning-parser`
-    tool_call_parser: str | None = None  # as `fd serve --tool-call-parser`
     summary_json: Path | None = None  # also write the summary here (every outcome, "failed" included)
-
-    def serving_options(self):
-        from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
-
-        return ServingOptions(
-            chat_template=self.chat_template,
-            reasoning_parser=self.reasoning_parser,
-            tool_call_parser=self.tool_call_parser,
-        )
+    serving: ServingOptions = field(default_factory=ServingOptions)  # as `fd serve`'s
 
 
 def _default_engine(engine_args: dict[str, Any]):
@@ -90,7 +84,6 @@ def _default_engine(engine_args: dict[str, Any]):
     from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.config import EngineConfig
     from fdcli_engine.config_resolver import resolve_config
-    from fdcli_engine.entrypoints.openai.serving_options import default_served_name
     from fdcli_engine.threads import import_paddle
     from fdcli_engine.tokenizer import load_tokenizer
 
@@ -116,9 +109,7 @@ def run_batch(
         raise BatchFileError("the output file must not be the input file")
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
-    from fdcli_engine.entrypoints.openai.serving_options import check_serving_options
-
-    check_serving_options(opts.serving_options())  # an unknown parser: ConfigError now, not after the load
+    check_serving_options(opts.serving)  # an unknown parser: ConfigError now, not after the load
     previous_sigterm = _route_sigterm()
     spooled = None
     try:
@@ -213,7 +204,7 @@ async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, don
     from fdcli_engine.entrypoints.openai.serving_layer import build_serving
 
     window = opts.max_inflight or 2 * int(engine.config.max_num_seqs or 32)
-    serving = build_serving(engine, opts.serving_options())
+    serving = build_serving(engine, opts.serving)
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
     dispatcher = BatchDispatcher(

@@ -15,29 +15,14 @@ from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 class ServerArgs:
     host: str = "127.0.0.1"
     port: int = 8000
-    served_model_name: list[str] | None = None
     api_keys: list[str] = field(default_factory=list, repr=False)  # never logged
     max_concurrency: int = 256  # requests admitted at once; more wait up to max_waiting_time
     max_waiting_time: float = -1.0  # seconds to wait for admission (<0: no limit, 0: reject at once)
     max_queue_size: int = 1024  # requests waiting for admission; one more gets 429 at once
     timeout_graceful_shutdown: float = 30.0
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None  # parses tool calls when a request has tools (tool_choice "auto")
-    enable_auto_tool_choice: bool = False  # vLLM's flag, accepted for its command lines; needs the parser
-    chat_template: str | None = None  # a file path or the template itself
-    trust_request_chat_template: bool = False
     max_request_body_bytes: int = 32 << 20
     uvicorn_log_level: str = "warning"
-
-    def serving_options(self) -> ServingOptions:
-        return ServingOptions(
-            served_model_names=self.served_model_name,
-            chat_template=self.chat_template,
-            reasoning_parser=self.reasoning_parser,
-            tool_call_parser=self.tool_call_parser,
-            enable_auto_tool_choice=self.enable_auto_tool_choice,
-            trust_request_chat_template=self.trust_request_chat_template,
-        )
+    serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
 
 
 class Admission:

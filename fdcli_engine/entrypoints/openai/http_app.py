@@ -190,7 +190,7 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
     app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version())
     metrics = ServerMetrics()
-    ctx = _Ctx(engine, build_serving(engine, args.serving_options(), metrics), state, metrics)
+    ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
     _add_error_handlers(app)
     for url, route in ROUTES.items():

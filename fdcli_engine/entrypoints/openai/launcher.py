@@ -13,6 +13,7 @@ import gc
 import logging
 import socket
 import sys
+from dataclasses import replace
 
 import uvicorn
 
@@ -99,7 +100,8 @@ async def serve_async(
     engine = AsyncLLM(
         engine_config,
         tokenizer,
-        served_model_name=(args.served_model_name or [None])[0] or default_served_name(engine_config),
+        served_model_name=(args.serving.served_model_names or [None])[0]
+        or default_served_name(engine_config),
         **hooks,
     )
     state = AppState(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
@@ -176,8 +178,8 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
     try:
         if isinstance(engine_config, EngineConfig):
             engine_config = resolve_config(engine_config)
-        args.chat_template = load_chat_template(args.chat_template)
-        check_serving_options(args.serving_options())  # a bad parser: ConfigError now, not at a request
+        args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
+        check_serving_options(args.serving)  # a bad parser: ConfigError now, not at a request
         placement = front_end_placement(engine_config.num_threads)
         with event_loop_runner() as runner:
             return runner.run(serve_async(engine_config, args, sock, placement, **hooks))
