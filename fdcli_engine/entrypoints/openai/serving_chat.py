@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from fdcli_engine.entrypoints.openai.errors import bad_request, from_exception
+from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatChoice,
     ChatCompletionRequest,
@@ -27,17 +26,15 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     check_prompt,
     encode,
     fan_out,
+    final_outputs,
+    logprob_rows,
     make_usage,
     merge_jobs,
     random_id,
-    sse,
-    token_text,
+    stream_error,
 )
-from fdcli_engine.entrypoints.openai.serving_completion import _error_json
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
-
-logger = logging.getLogger("fd.serve")
 
 
 def messages_to_dicts(messages) -> list[dict]:
@@ -124,14 +121,17 @@ class OpenAIServingChat:
             raise bad_request("logit_bias is not supported", "logit_bias")
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs=true", "top_logprobs")
-        if req.chat_template is not None and not self.allow_request_chat_template:
+        self.check_request_template(req.chat_template)
+        if req.stream_options is not None and not req.stream:
+            raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+
+    def check_request_template(self, chat_template: str | None) -> None:
+        if chat_template is not None and not self.allow_request_chat_template:
             raise bad_request(
                 "request-supplied chat templates are disabled; start the server with "
                 "--trust-request-chat-template to allow them",
                 "chat_template",
             )
-        if req.stream_options is not None and not req.stream:
-            raise bad_request("stream_options is only allowed with stream=true", "stream_options")
 
     def render(self, req: ChatCompletionRequest) -> tuple[str, list[int]]:
         """The prompt text and ids the template produces for these messages."""
@@ -194,40 +194,22 @@ class OpenAIServingChat:
         )
 
     def _logprobs(self, entries, token_ids) -> ChatLogprobs:
-        tok = self.engine.tokenizer
-        content = []
-        for tid, entry in zip(token_ids, entries):
-            sampled = entry.get(tid) or next(iter(entry.values()))
-            text = token_text(tok, sampled)
-            tops = [
-                TopLogprob(
-                    token=token_text(tok, lp),
-                    logprob=max(lp.logprob, -9999.0),
-                    bytes=list(token_text(tok, lp).encode()),
-                )
-                for lp in entry.values()
-            ]
-            content.append(
-                ChatTokenLogprob(
-                    token=text,
-                    logprob=max(sampled.logprob, -9999.0),
-                    bytes=list(text.encode()),
-                    top_logprobs=tops,
-                )
+        content = [
+            ChatTokenLogprob(
+                token=text,
+                logprob=logprob,
+                bytes=list(text.encode()),
+                top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in tops],
             )
+            for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids)
+        ]
         return ChatLogprobs(content=content)
 
     async def _full(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> ChatCompletionResponse:
-        finals = {}
-        try:
-            async for job, out in merge_jobs(self.engine, jobs):
-                if out.finished:
-                    finals[job.index] = out
-        except Exception as e:
-            raise from_exception(e) from None
+        finals = await final_outputs(self.engine, jobs)
         choices, completion_tokens, cached = [], 0, 0
         for index in sorted(finals):
-            out = finals[index]
+            _, out = finals[index]
             comp = out.outputs[0]
             completion_tokens += len(comp.token_ids)
             cached = max(cached, out.num_cached_tokens)
@@ -300,10 +282,7 @@ class OpenAIServingChat:
                 usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
                 yield writer.chunk([], usage)
         except Exception as e:
-            err = from_exception(e)
-            if err.status >= 500:
-                logger.error("chat stream %s failed: %s", rid, e)
-            yield sse(_error_json(err))
+            yield stream_error(e, "chat", rid)
         yield SSE_DONE
 
 

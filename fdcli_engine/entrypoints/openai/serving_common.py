@@ -8,13 +8,15 @@ Nothing here imports FastAPI: `fd run-batch` calls the same code in-process.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from fdcli_engine.api.protocol import EngineClient
-from fdcli_engine.entrypoints.openai.errors import APIError, bad_request
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import (
     CompletionLogprobs,
     PromptTokensDetails,
@@ -26,6 +28,7 @@ from fdcli_engine.request_limits import check_request
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 __all__ = ["EngineClient"]
+logger = logging.getLogger("fd.serve")
 
 
 def random_id(prefix: str) -> str:
@@ -177,6 +180,26 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def final_outputs(engine: EngineClient, jobs: list[Job]) -> dict[int, tuple[Job, RequestOutput]]:
+    """Every job's finished output, by choice index; an engine failure is raised as its APIError."""
+    finals = {}
+    try:
+        async for job, out in merge_jobs(engine, jobs):
+            if out.finished:
+                finals[job.index] = (job, out)
+    except Exception as e:
+        raise from_exception(e) from None
+    return finals
+
+
+def stream_error(e: Exception, what: str, request_id: str) -> str:
+    """The SSE event that ends a failed stream: the error object (a server-side error is logged)."""
+    err = from_exception(e)
+    if err.status >= 500:
+        logger.error("%s stream %s failed: %s", what, request_id, e)
+    return sse(json.dumps(err.to_dict()))
+
+
 def token_text(tokenizer, lp) -> str:
     """A logprob entry's text; ids past the tokenizer's vocabulary (padded embeddings) read as ''."""
     if lp.decoded or lp.token_id >= getattr(tokenizer, "vocab_size", 1 << 62):
@@ -184,17 +207,21 @@ def token_text(tokenizer, lp) -> str:
     return tokenizer.decode([lp.token_id], skip_special_tokens=False)
 
 
+def logprob_rows(tokenizer, entries, token_ids: list[int]):
+    """Per sampled token: (text, logprob, [(text, logprob) of each top entry]), logprobs floored at -9999."""
+    for tid, entry in zip(token_ids, entries):
+        sampled = entry.get(tid) or next(iter(entry.values()))
+        tops = [(token_text(tokenizer, lp), max(lp.logprob, -9999.0)) for lp in entry.values()]
+        yield token_text(tokenizer, sampled), max(sampled.logprob, -9999.0), tops
+
+
 def completion_logprobs(tokenizer, entries, token_ids: list[int], start_offset: int) -> CompletionLogprobs:
     out = CompletionLogprobs()
     offset = start_offset
-    for tid, entry in zip(token_ids, entries):
-        sampled = entry.get(tid) or next(iter(entry.values()))
-        text = token_text(tokenizer, sampled)
+    for text, logprob, tops in logprob_rows(tokenizer, entries, token_ids):
         out.tokens.append(text)
-        out.token_logprobs.append(max(sampled.logprob, -9999.0))
-        out.top_logprobs.append(
-            {token_text(tokenizer, lp): max(lp.logprob, -9999.0) for lp in entry.values()}
-        )
+        out.token_logprobs.append(logprob)
+        out.top_logprobs.append(dict(tops))
         out.text_offset.append(offset)
         offset += len(text)
     return out

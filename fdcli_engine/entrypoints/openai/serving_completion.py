@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
+from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
@@ -18,14 +17,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     completion_logprobs,
     encode,
     fan_out,
+    final_outputs,
     make_usage,
     merge_jobs,
     random_id,
-    sse,
+    stream_error,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
-
-logger = logging.getLogger("fd.serve")
 
 
 @dataclass(frozen=True)
@@ -56,21 +54,12 @@ class OpenAIServingCompletion:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
 
     def _prompts(self, req: CompletionRequest) -> list[tuple[str | None, list[int]]]:
-        tok = self.engine.tokenizer
+        """(text, ids) per prompt; (None, ids) for a prompt given as token ids."""
         p = req.prompt
-        if isinstance(p, str):
-            texts: list = [p]
-        elif p and isinstance(p[0], int):
-            texts = [list(p)]
-        else:
-            texts = list(p)
-        prompts = []
-        for t in texts:
-            if isinstance(t, str):
-                prompts.append((t, encode(tok, t)))
-            else:
-                prompts.append((None, list(t)))
-        return prompts
+        texts = [p] if isinstance(p, str) or (p and isinstance(p[0], int)) else p
+        return [
+            (t, encode(self.engine.tokenizer, t)) if isinstance(t, str) else (None, list(t)) for t in texts
+        ]
 
     async def prepare(self, req: CompletionRequest, request_id: str | None = None) -> PreparedCompletion:
         """Validate and tokenize."""
@@ -98,21 +87,14 @@ class OpenAIServingCompletion:
         return text if text is not None else self.engine.tokenizer.decode(ids)
 
     async def _full(self, req, model, rid, prompts, jobs) -> CompletionResponse:
-        finals = {}
-        cached: dict[int, int] = {}
-        try:
-            async for job, out in merge_jobs(self.engine, jobs):
-                if out.finished:
-                    finals[job.index] = (job, out)
-                    cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
-        except Exception as e:
-            raise from_exception(e) from None
-        choices, completion_tokens = [], 0
+        finals = await final_outputs(self.engine, jobs)
+        choices, completion_tokens, cached = [], 0, {}
         tok = self.engine.tokenizer
         for index in sorted(finals):
             job, out = finals[index]
             comp = out.outputs[0]
             completion_tokens += len(comp.token_ids)
+            cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
             prefix = self._echo_text(prompts, job.prompt_idx) if req.echo else ""
             lps = None
             if req.logprobs is not None and comp.logprobs is not None:
@@ -171,14 +153,5 @@ class OpenAIServingCompletion:
                 usage = make_usage(prompt_lens, cached, completion_tokens)
                 yield writer.chunk([], usage)
         except Exception as e:
-            err = from_exception(e)
-            if err.status >= 500:
-                logger.error("completion stream %s failed: %s", rid, e)
-            yield sse(_error_json(err))
+            yield stream_error(e, "completion", rid)
         yield SSE_DONE
-
-
-def _error_json(err: APIError) -> str:
-    import json
-
-    return json.dumps(err.to_dict())

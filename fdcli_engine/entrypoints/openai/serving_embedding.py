@@ -109,12 +109,7 @@ class PoolingServing:
             chat_template=req.chat_template,
             chat_template_kwargs=req.chat_template_kwargs,
         )
-        if req.chat_template is not None and not self.chat.allow_request_chat_template:
-            raise bad_request(
-                "request-supplied chat templates are disabled; start the server with "
-                "--trust-request-chat-template to allow them",
-                "chat_template",
-            )
+        self.chat.check_request_template(req.chat_template)
         try:
             return self.chat.render(chat_req)[1]
         except InvalidRequestError as e:
