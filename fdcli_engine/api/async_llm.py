@@ -30,12 +30,6 @@ from fdcli_engine.resolved_config import ResolvedConfig
 __all__ = ["AsyncLLM", "EngineDeadError", "EngineNotReadyError", "EngineRequestError", "ModelConfig"]
 
 
-def _default_output_processor_cls():
-    from fdcli_engine.output_processor import OutputProcessor
-
-    return OutputProcessor
-
-
 class AsyncLLM(EngineFrontEnd):
     def __init__(
         self,
@@ -46,7 +40,9 @@ class AsyncLLM(EngineFrontEnd):
         core_spec: str = DEFAULT_CORE,
         core_stdout: int | None = None,
     ):
-        processor = (output_processor_cls or _default_output_processor_cls())(tokenizer)
+        if output_processor_cls is None:
+            from fdcli_engine.output_processor import OutputProcessor as output_processor_cls
+        processor = output_processor_cls(tokenizer)
         super().__init__(config, tokenizer, model_config_of(config, served_model_name), processor)
         self._pending_calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count()
@@ -86,8 +82,6 @@ class AsyncLLM(EngineFrontEnd):
             self._on_dead(f"the engine core failed to start: {event.message}")
 
     def _on_dead(self, reason: str) -> None:
-        if self.dead_reason is not None:
-            return
         super()._on_dead(reason)
         for fut in self._pending_calls.values():
             if not fut.done():

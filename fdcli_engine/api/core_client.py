@@ -30,10 +30,6 @@ DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
 WATCH_INTERVAL_S = 0.25  # only where the OS has no process descriptors (pidfd)
 
 
-def config_to_json(config: ResolvedConfig) -> str:
-    return config.to_json()
-
-
 class CoreClient:
     def __init__(
         self,
@@ -69,7 +65,7 @@ class CoreClient:
         self._output.setsockopt(zmq.RCVHWM, 0)
         self._output.bind(out_addr)
         cmd = [sys.executable, "-m", "fdcli_engine.api.core_proc", "--input", in_addr, "--output", out_addr]
-        cmd += ["--config", config_to_json(self.config), "--core", self.core_spec]
+        cmd += ["--config", self.config.to_json(), "--core", self.core_spec]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.core_stdout)
         loop = asyncio.get_running_loop()
         self._reader_fd = self._output.getsockopt(zmq.FD)

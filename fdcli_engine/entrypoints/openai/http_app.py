@@ -46,15 +46,15 @@ class GuardMiddleware:
             return await self.app(scope, receive, send)
         st = self.state
         if st.draining:
-            return await _send_error(scope, receive, send, APIError("the server is shutting down", 503))
+            return await error_response(APIError("the server is shutting down", 503))(scope, receive, send)
         if st.args.api_keys and scope["path"] not in OPEN_PATHS and not _authorized(scope, st.args.api_keys):
             err = APIError("missing or invalid API key", 401, code="invalid_api_key")
-            return await _send_error(scope, receive, send, err)
+            return await error_response(err)(scope, receive, send)
         if scope["method"] in ("POST", "PUT", "PATCH"):
             limit = st.args.max_request_body_bytes
             length = dict(scope["headers"]).get(b"content-length")
             if length is not None and length.isdigit() and int(length) > limit:
-                return await _send_error(scope, receive, send, _too_large(limit))
+                return await error_response(_too_large(limit))(scope, receive, send)
             body, more = bytearray(), True
             while more:
                 msg = await receive()
@@ -63,7 +63,7 @@ class GuardMiddleware:
                 body += msg.get("body", b"")
                 more = msg.get("more_body", False)
                 if len(body) > limit:
-                    return await _send_error(scope, receive, send, _too_large(limit))
+                    return await error_response(_too_large(limit))(scope, receive, send)
             receive = _replay(bytes(body), receive)
         await self.app(scope, receive, send)
 
@@ -78,11 +78,7 @@ def _authorized(scope, keys: list[str]) -> bool:
     scheme, _, token = auth.partition(" ")
     if scheme.lower() == "bearer" and token:
         return key_matches(token.strip(), keys)
-    return (
-        key_matches(headers.get(b"x-api-key", b"").decode("latin-1"), keys)
-        if b"x-api-key" in headers
-        else False
-    )
+    return b"x-api-key" in headers and key_matches(headers[b"x-api-key"].decode("latin-1"), keys)
 
 
 def _replay(body: bytes, receive):
@@ -96,10 +92,6 @@ def _replay(body: bytes, receive):
         return await receive()
 
     return replayed
-
-
-async def _send_error(scope, receive, send, err: APIError) -> None:
-    await error_response(err)(scope, receive, send)
 
 
 class ClosingStreamingResponse(StreamingResponse):

@@ -95,8 +95,9 @@ async def serve_async(
     engine_config: EngineConfig, args: ServerArgs, sock: socket.socket, placement: FrontEndPlacement, **hooks
 ) -> int:
     from fdcli_engine.api.async_llm import AsyncLLM
+    from fdcli_engine.tokenizer import load_tokenizer
 
-    tokenizer = hooks.pop("tokenizer", None) or _load_tokenizer(engine_config)
+    tokenizer = hooks.pop("tokenizer", None) or load_tokenizer(engine_config)
     engine = AsyncLLM(
         engine_config,
         tokenizer,
@@ -140,12 +141,6 @@ async def _announce_ready(engine, url: str) -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def _load_tokenizer(config: EngineConfig):
-    from fdcli_engine.tokenizer import load_tokenizer
-
-    return load_tokenizer(config)
 
 
 def uvicorn_config(app, args: ServerArgs) -> uvicorn.Config:

@@ -83,11 +83,6 @@ class CompletionRequest(_SamplingFields):
     logit_bias: dict[str, float] | None = None
 
 
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str = Field(max_length=MAX_STR)
-
-
 class ContentPart(BaseModel):
     """Any part type parses; the serving layer rejects non-text parts with a clear message."""
 

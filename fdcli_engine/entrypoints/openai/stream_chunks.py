@@ -34,12 +34,8 @@ class ChunkWriter:
     """The SSE events of one stream: `data: {"id":..,"object":..,"created":..,"model":..,"choices":[..]}`."""
 
     def __init__(self, request_id: str, object_name: str, model: str, created: int | None = None):
-        head = {
-            "id": request_id,
-            "object": object_name,
-            "created": int(time.time()) if created is None else created,
-        }
-        head["model"] = model
+        created = int(time.time()) if created is None else created
+        head = {"id": request_id, "object": object_name, "created": created, "model": model}
         # The head's closing brace is replaced by the choices that follow.
         self._prefix = b"data: " + _encoder.encode(head)[:-1] + b',"choices":'
 
