@@ -14,6 +14,7 @@ import pytest
 from fdcli_engine.config import EngineConfig, default_embedding_model_path
 from fdcli_engine.entrypoints.openai.errors import APIError
 from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, EmbeddingRequest
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding, truncate_ids
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.pooling.config import resolve_runner
@@ -158,7 +159,8 @@ def test_request_chat_template_needs_the_server_flag():
     with pytest.raises(APIError) as e:
         asyncio.run(reward.create_reward(req))
     assert e.value.status == 400 and e.value.param == "chat_template"
-    trusted = OpenAIServingReward(reward.engine, ["m"], allow_request_chat_template=True)
+    trusted_chat = OpenAIServingChat(reward.engine, ["m"], allow_request_chat_template=True)
+    trusted = OpenAIServingReward(reward.engine, ["m"], trusted_chat)
     template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     req = ChatRewardRequest(messages=[{"role": "user", "content": "hello world"}], chat_template=template)
     out = asyncio.run(trusted.create_reward(req))

@@ -63,21 +63,10 @@ class PoolingServing:
     route = "/v1/embeddings"
     task_ok: tuple[str, ...] = ("embed",)
 
-    def __init__(
-        self,
-        engine,
-        served_model_names: list[str],
-        chat_template: str | None = None,
-        allow_request_chat_template: bool = False,
-    ):
+    def __init__(self, engine, served_model_names: list[str], chat: OpenAIServingChat | None = None):
         self.engine = engine
         self.served_model_names = served_model_names
-        self.chat = OpenAIServingChat(
-            engine,
-            served_model_names,
-            chat_template=chat_template,
-            allow_request_chat_template=allow_request_chat_template,
-        )
+        self.chat = chat or OpenAIServingChat(engine, served_model_names)  # renders with its template
 
     def pooler_config(self) -> PoolerConfig:
         """The server's pooler settings; a 400 when this route does not fit the model being served."""

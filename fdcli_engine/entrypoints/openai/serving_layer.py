@@ -48,16 +48,12 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         allow_request_chat_template=options.trust_request_chat_template,
         tool_parser_cls=get_tool_parser_cls(options.tool_call_parser),
     )
-    pooling = {
-        "chat_template": options.chat_template,
-        "allow_request_chat_template": options.trust_request_chat_template,
-    }
     return ServingLayer(
         engine=engine,
         served_model_names=names,
         completion=OpenAIServingCompletion(generating, names),
         chat=chat,
-        embedding=OpenAIServingEmbedding(engine, names, **pooling),
-        reward=OpenAIServingReward(engine, names, **pooling),
+        embedding=OpenAIServingEmbedding(engine, names, chat),
+        reward=OpenAIServingReward(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
     )
