@@ -8,7 +8,7 @@ start of a tag, so a tag split across deltas is never leaked into either field.
 
 from __future__ import annotations
 
-from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, partial_tag_len
 
 START, END = "<think>", "</think>"
 
@@ -56,7 +56,7 @@ class ThinkParser:
                     self._buf = after
                     self._state = "after_end"
                     continue
-                keep = 0 if final else _partial_suffix(self._buf, END)
+                keep = 0 if final else partial_tag_len(self._buf, (END,))
                 reasoning += self._buf[: len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep :]
                 return ParsedOutput(reasoning, content)
@@ -75,14 +75,6 @@ class ThinkParser:
 
 class DeepSeekR1Parser(ThinkParser):
     starts_in_reasoning = True
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:n]):
-            return n
-    return 0
 
 
 PARSERS = {"qwen3": ThinkParser, "think": ThinkParser, "deepseek_r1": DeepSeekR1Parser}

@@ -22,7 +22,7 @@ strip newlines at edges), so the streamed deltas concatenate to exactly the whol
 
 from __future__ import annotations
 
-from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, partial_tag_len
 
 THINK_START, THINK_END = "<think>", "</think>"
 RESPONSE_START, RESPONSE_END = "<response>", "</response>"
@@ -41,17 +41,6 @@ def _response_of(rest: str) -> str:
     if tool_at != -1:
         return rest[:tool_at].strip()  # usually empty: a tool call is not content
     return rest.strip()
-
-
-def _partial_tag_len(text: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of some tag."""
-    best = 0
-    for tag in _TAGS:
-        for n in range(min(len(tag) - 1, len(text)), best, -1):
-            if text.endswith(tag[:n]):
-                best = n
-                break
-    return best
 
 
 class ErnieX1ReasoningParser:
@@ -78,7 +67,7 @@ class ErnieX1ReasoningParser:
         self._text += delta
         text = self._text
         if not final:
-            text = text[: len(text) - _partial_tag_len(text)]
+            text = text[: len(text) - partial_tag_len(text, _TAGS)]
             # Trailing newlines may be stripped at a tag that is still to come: hold them back too.
             text = text.rstrip("\n")
         whole = self.split(text)
