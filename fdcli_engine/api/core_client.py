@@ -11,6 +11,7 @@ sockets cost the front end CPU per message, one message per engine step: docs/en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -100,10 +101,6 @@ class CoreClient:
             os.close(self._pidfd)
             self._pidfd = None
 
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
     def send(self, msg) -> None:
         self._input.send(input_encoder.encode(msg), zmq.NOBLOCK, copy=False)
 
@@ -132,10 +129,8 @@ class CoreClient:
     async def shutdown(self, timeout: float = 5.0) -> None:
         self._closing = True
         if self.proc and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(zmq.ZMQError):
                 self.send(Shutdown())
-            except zmq.ZMQError:
-                pass
             for _ in range(int(timeout / 0.05)):
                 if self.proc.poll() is not None:
                     break

@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -151,10 +152,8 @@ class InProcessEngineClient(EngineFrontEnd):
         """Stop the driver and the worker thread (`timeout` is the protocol's; nothing here waits)."""
         if self._driver is not None and not self._driver.done():
             self._driver.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._driver
-            except asyncio.CancelledError:
-                pass
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 

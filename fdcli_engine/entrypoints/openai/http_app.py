@@ -145,7 +145,6 @@ class _Ctx:
         self.state = state
         self.metrics = metrics
         self.layer = layer
-        self.names = layer.served_model_names
 
     def require_ready(self) -> None:
         if self.engine.is_dead:
@@ -232,13 +231,13 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
-    engine = ctx.engine
+    engine, names = ctx.engine, ctx.layer.served_model_names
 
     @app.get("/v1/models", response_model=ModelList)
     async def list_models():
         cfg = engine.model_config
         return ModelList(
-            data=[ModelCard(id=n, root=cfg.model, max_model_len=cfg.max_model_len) for n in ctx.names]
+            data=[ModelCard(id=n, root=cfg.model, max_model_len=cfg.max_model_len) for n in names]
         )
 
     @app.get("/health")
@@ -254,7 +253,7 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
     @app.get("/ready")
     async def ready():
         ctx.require_ready()
-        return {"status": "ready", "model": ctx.names[0]}
+        return {"status": "ready", "model": names[0]}
 
     @app.get("/version")
     async def version():

@@ -9,6 +9,7 @@ the engine process is always reaped before this process exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import socket
@@ -78,10 +79,8 @@ class FdServer(uvicorn.Server):
         except asyncio.TimeoutError:
             aborted = self.engine.abort_all()
             logger.warning("graceful timeout: aborted %d request(s)", len(aborted))
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(adm.idle.wait(), 5.0)
-            except asyncio.TimeoutError:
-                pass
         self.should_exit = True
 
     def engine_died(self) -> None:

@@ -106,12 +106,11 @@ def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_
         raise bad_request(str(e), e.param) from None
     # A bad word is banned both as written and with a leading space (how it appears mid-sentence).
     params.bad_words_token_ids = [
-        ids
+        list(ids)
         for w in params.bad_words
         for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)}
         if ids
     ]
-    params.bad_words_token_ids = [list(ids) for ids in params.bad_words_token_ids]
     return params
 
 

@@ -41,9 +41,8 @@ def parses_tool_calls(req, tool_parser_cls) -> bool:
             raise bad_request("tool_choice needs tools: list the functions the model may call", "tool_choice")
         return False
     if isinstance(choice, dict):
-        name = (
-            (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
-        )
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
         raise bad_request(
             f"a named tool_choice ({name or 'a function'}) is not supported: forcing a call needs guided "
             'decoding, which fd does not have; use "auto" or "none"',
