@@ -120,7 +120,7 @@ RandomOutputLenOpt = Annotated[
 ]
 RandomRangeRatioOpt = Annotated[
     float,
-    _opt("--random-range-ratio", panel=DATA, help="random: lengths drawn from [len·(1-r), len·(1+r)]."),
+    _opt("--random-range-ratio", panel=DATA, help="random: lengths drawn from \\[len·(1-r), len·(1+r)]."),
 ]
 RandomPrefixLenOpt = Annotated[
     int, _opt("--random-prefix-len", panel=DATA, help="random: shared prefix tokens.")

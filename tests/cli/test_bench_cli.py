@@ -215,3 +215,10 @@ def test_bench_is_mounted_on_the_fd_app():
 
     res = runner.invoke(fd_app, ["bench", "--help"])
     assert res.exit_code == 0 and "serve" in res.stdout and "compare" in res.stdout
+
+
+def test_help_keeps_bracketed_text():
+    # Rich reads "[...]" as markup and would drop the range from --random-range-ratio's help.
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "[len·(1-r), len·(1+r)]" in result.output

@@ -94,5 +94,5 @@ def get_parser_cls(name: str | None):
         from fdcli_engine.errors import ConfigError
 
         raise ConfigError(
-            f"--reasoning-parser {name!r}: choose one of {', '.join(sorted(PARSERS))}"
+            f"--reasoning-parser {name!r}: choose one of {', '.join(sorted([*PARSERS, 'ernie-x1']))}"
         ) from None
