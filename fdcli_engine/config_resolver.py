@@ -9,9 +9,13 @@ config.py and resolved_config.py import neither.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from fdcli_engine.config import EngineConfig, resolve_model_path
+from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
 from fdcli_engine.resolved_config import ResolvedConfig
+
+logger = logging.getLogger("fd.config")
 
 _CONTEXT_CAP = 8192  # max_model_len when not given: the model's own limit, capped here
 
@@ -34,7 +38,9 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     if config.max_model_len is None:
         config = config.replace(max_model_len=min(model_limit, _CONTEXT_CAP))
     config = config.validate(model_limit)
-    values = dataclasses.asdict(config)
+    for note in fastdeploy_notes(config):  # once per start: only the front end resolves
+        logger.warning(note)
+    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
     values["model"] = config.model if config.model is not None else str(model_path)
     return ResolvedConfig(
         **values,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from fdcli.console import error_boundary, fail
 from fdcli.options import (
@@ -22,10 +23,30 @@ from fdcli.options import (
     ReasoningParserOpt,
     ToolCallParserOpt,
     TrustTemplateOpt,
-    engine_config_from_cli,
+    merge_engine_options,
 )
 
 SERVER_PANEL = "Server options"
+
+
+class FlexibleCommand(TyperCommand):
+    """Takes `--load_choices` for `--load-choices`, as FastDeploy's and vLLM's parsers do (FastDeploy's
+    own pages spell some flags with underscores). Only option names change, never values."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _dashed(args))
+
+
+def _dashed(args: list[str]) -> list[str]:
+    out = []
+    for i, arg in enumerate(args):
+        if arg == "--":  # everything after it is an argument, not an option
+            return out + args[i:]
+        if arg.startswith("--") and "_" in arg.partition("=")[0]:
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
 
 
 def _opt(*names: str, help: str, **kw) -> Any:
@@ -64,6 +85,13 @@ MaxBodyOpt = Annotated[
 LogLevelOpt = Annotated[
     Optional[str], _opt("--uvicorn-log-level", help="uvicorn's log level. (default: warning)")
 ]
+# FastDeploy's --metrics-port: /metrics alone on its own port, on --host's address, without the API key.
+MetricsPortOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--metrics-port", help="Also serve /metrics on this port (same address as --host; no API key needed)."
+    ),
+]
 
 # Server option -> ServerArgs field, or ServingOptions field of the same name (`serving`); the keys a
 # YAML file may hold besides the engine options.
@@ -82,6 +110,7 @@ SERVER_KEYS = {
     "trust_request_chat_template": "trust_request_chat_template",
     "max_request_body_bytes": "max_request_body_bytes",
     "uvicorn_log_level": "uvicorn_log_level",
+    "metrics_port": "metrics_port",
 }
 
 
@@ -106,6 +135,7 @@ _TYPES = {
     "trust_request_chat_template": bool,
     "max_request_body_bytes": int,
     "uvicorn_log_level": str,
+    "metrics_port": int,
 }
 
 
@@ -144,8 +174,7 @@ def _with_engine_flags(func):
         with error_boundary():
             file_values = _load_yaml(config_file) if config_file is not None else {}
             server_file = {k: file_values.pop(k) for k in list(file_values) if k in SERVER_KEYS}
-            given = {k: v for k, v in flags.items() if v is not None}
-            engine_args = engine_config_from_cli(None, **{**file_values, **given})
+            engine_args = merge_engine_options(file_values, flags, f"--config {config_file}")
         return func(engine_args=engine_args, file_values=server_file, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=own + added)
@@ -171,6 +200,7 @@ def serve(
     trust_request_chat_template: TrustTemplateOpt = None,
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
+    metrics_port: MetricsPortOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
@@ -192,6 +222,10 @@ def serve(
     args = ServerArgs(**{SERVER_KEYS[k]: v for k, v in values.items()}, serving=ServingOptions(**serving))
     if not 0 < args.port < 65536:
         fail(f"--port must be between 1 and 65535, got {args.port}", 2)
+    if args.metrics_port is not None and not (
+        0 < args.metrics_port < 65536 and args.metrics_port != args.port
+    ):
+        fail(f"--metrics-port must be between 1 and 65535 and differ from --port, got {args.metrics_port}", 2)
     if args.uvicorn_log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
         fail(
             f"--uvicorn-log-level {args.uvicorn_log_level!r}: use critical, error, warning, info or debug", 2

@@ -66,7 +66,7 @@ def test_pooler_config_is_json(tmp_path):
 
 def test_decorated_command_receives_merged_flags(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("max_num_seqs: 8\ndtype: bfloat16\n")
+    cfg.write_text("max_num_seqs: 8\ndtype: auto\n")
     args = [
         "run",
         "--port",
@@ -86,7 +86,7 @@ def test_decorated_command_receives_merged_flags(tmp_path):
     assert json.loads(result.stdout) == {
         "port": 9,
         "max_num_seqs": 2,
-        "dtype": "bfloat16",
+        "dtype": "auto",
         "enable_chunked_prefill": False,
         "model": "/x.gguf",
         "kv_cache_memory_gb": 0.5,

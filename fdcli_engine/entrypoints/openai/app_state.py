@@ -22,6 +22,7 @@ class ServerArgs:
     timeout_graceful_shutdown: float = 30.0
     max_request_body_bytes: int = 32 << 20
     uvicorn_log_level: str = "warning"
+    metrics_port: int | None = None  # FastDeploy's: /metrics alone on this port too, without the API key
     serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
 
 
