@@ -365,6 +365,8 @@ def _parse_json(name: str, value: Any) -> Any:
     if value is None or isinstance(value, dict):
         return value
     flag = "--" + name.replace("_", "-")
+    if not isinstance(value, str):
+        raise ConfigError(f"{flag} must be a JSON object, got {value!r}")
     try:
         parsed = json.loads(value)
     except (TypeError, json.JSONDecodeError) as exc:

@@ -1,0 +1,344 @@
+"""FastDeploy's ERNIE-4.5 launch lines run as `fd serve` (the module prefix replaced), and bad option
+values fail in one line before paddle loads.
+
+The lines come verbatim from FastDeploy's best-practice pages (fixtures/fastdeploy_launch_lines.txt).
+Each must parse: it either resolves into exactly the EngineConfig written below, or stops with the one
+line that says why fd cannot run it here (tensor parallelism, a GPU-only quantization, a prefill/decode
+role); adapted to one device, every other flag on it passes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fdcli.commands import serve as serve_cmd
+from fdcli.main import app
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, FASTDEPLOY_ONLY_QUANTIZATIONS, fastdeploy_notes
+
+FIXTURE = Path(__file__).parent / "fixtures" / "fastdeploy_launch_lines.txt"
+MODULE = ["python", "-m", "fastdeploy.entrypoints.openai.api_server"]
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@dataclass
+class Entry:
+    argv: list[str]  # after `fd`
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def _command(lines: list[str]) -> Entry:
+    """A page's shell block: `export K=V` and `K=V` lines, then the command (variables expanded)."""
+    script = "\n".join(line for line in lines if not line.startswith("#")).replace("\\\n", "")
+    env, names, command = {}, {}, None
+    for line in script.splitlines():
+        line = line.strip()
+        if m := re.fullmatch(r"(export )?(\w+)=(.*)", line):
+            value = shlex.split(m.group(3))[0]
+            (env if m.group(1) else names)[m.group(2)] = value
+        elif line.startswith(" ".join(MODULE)):
+            command = line.removesuffix("\\")
+    assert command is not None, lines
+    for name, value in names.items():  # the pages use ${quant_type}, unquoted
+        command = command.replace(f"${{{name}}}", value)
+    argv = shlex.split(command)
+    assert argv[:3] == MODULE
+    return Entry(["serve", *argv[3:]], env)
+
+
+def load_entries() -> dict[str, Entry]:
+    blocks: list[tuple[str, list[str]]] = []
+    for line in FIXTURE.read_text().splitlines():
+        if line.startswith("## "):
+            blocks.append((line[3:].strip(), []))
+        elif blocks and line.strip():
+            blocks[-1][1].append(line)
+    entries: dict[str, Entry] = {}
+    for header, lines in blocks:
+        name, _, base = header.partition(" add to ")
+        if base:  # "add the following lines to the startup parameters"
+            added = shlex.split(" ".join(line for line in lines if not line.startswith("#")))
+            entries[name] = Entry(entries[base].argv + added, entries[base].env)
+        else:
+            entries[name] = _command(lines)
+    return entries
+
+
+ENTRIES = load_entries()
+
+_03B = dict(
+    model="baidu/ERNIE-4.5-0.3B-Paddle",
+    tensor_parallel_size=1,
+    quantization="wint4",
+    max_model_len=32768,
+    max_num_seqs=128,
+    load_choices="default_v1",
+)
+_21B = dict(_03B, model="baidu/ERNIE-4.5-21B-A3B-Paddle", load_choices=None)
+_THINKING = dict(
+    model="baidu/ERNIE-4.5-21B-A3B-Thinking",
+    tensor_parallel_size=1,
+    max_model_len=131072,
+    quantization="wint8",
+    max_num_seqs=32,
+)
+_MTP = {"method": "mtp", "num_speculative_tokens": 1, "model": "${path_to_mtp_model}"}
+_PREFIX = dict(enable_prefix_caching=True, swap_space=50.0)
+_TP8 = "--tensor-parallel-size 8: fd runs on one device here"
+_TP4 = "--tensor-parallel-size 4: fd runs on one device here"
+_FP8 = "--quantization block_wise_fp8 is a FastDeploy GPU method fd has no kernels for"
+
+# The EngineConfig each line resolves into (every other field at its default), or its one-line error.
+EXPECTED: dict[str, dict | str] = {
+    "0.3b": _03B,
+    "0.3b-prefix-caching": dict(_03B, **_PREFIX),
+    "0.3b-chunked-prefill": dict(_03B, enable_chunked_prefill=True),
+    "0.3b-cudagraph": dict(_03B, use_cudagraph=True),
+    "21b": _21B,
+    "21b-prefix-caching": dict(_21B, **_PREFIX),
+    "21b-chunked-prefill": dict(_21B, enable_chunked_prefill=True),
+    "21b-mtp": dict(_21B, speculative_config=_MTP),
+    "21b-prefill": _FP8,
+    "21b-decode": _FP8,
+    "21b-thinking": _THINKING,
+    "21b-thinking-prefix-caching": dict(_THINKING, **_PREFIX),
+    "21b-thinking-chunked-prefill": dict(_THINKING, enable_chunked_prefill=True),
+    "21b-thinking-cudagraph": dict(_THINKING, use_cudagraph=True),
+    **{name: _TP8 for name in ENTRIES if name.startswith(("300b", "turbo-x1"))},
+    **{f"{m}-{role}": _TP4 for m in ("300b", "turbo-x1") for role in ("prefill", "decode")},
+}
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        "fdcli_engine.entrypoints.openai.launcher.run_server",
+        lambda config, args, **kw: calls.append((config, args)),
+    )
+    return calls
+
+
+def test_every_entry_has_an_expectation():
+    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 30
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_launch_line_parses_and_resolves(captured, name):
+    entry, expected = ENTRIES[name], EXPECTED[name]
+    r = runner.invoke(app, entry.argv, env=entry.env)
+    assert "No such option" not in r.output and "Usage:" not in r.output, r.output
+    if isinstance(expected, str):
+        assert r.exit_code == 2 and not captured
+        assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1 and expected in r.stderr, r.stderr
+        return
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert config == EngineConfig(**expected)
+    if name.startswith("21b-thinking"):
+        assert (args.serving.reasoning_parser, args.serving.tool_call_parser) == ("ernie-x1", "ernie-x1")
+
+
+def _on_one_device(argv: list[str]) -> list[str]:
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--tensor-parallel-size":
+            out[i + 1] = "1"
+        if arg == "--quantization" and out[i + 1] == "block_wise_fp8":
+            out[i + 1] = "wint8"
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if isinstance(e, str)))
+def test_refused_lines_pass_on_one_device_but_for_the_prefill_decode_role(captured, name):
+    entry = ENTRIES[name]
+    r = runner.invoke(app, _on_one_device(entry.argv), env=entry.env)
+    role = next((entry.argv[i + 1] for i, a in enumerate(entry.argv) if a == "--splitwise-role"), None)
+    if role is None:
+        assert r.exit_code == 0, r.output
+        ((config, _),) = captured
+        assert config.tensor_parallel_size == 1 and config.model.startswith("baidu/ERNIE-4.5-")
+    else:
+        assert r.exit_code == 2 and not captured
+        assert f"--splitwise-role {role} is not supported yet" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_pd_line_options_keep_fastdeploy_types(captured):
+    """The decode line with its role made `mixed`: every other option arrives typed as FastDeploy's."""
+    argv = _on_one_device(ENTRIES["21b-decode"].argv)
+    argv[argv.index("--splitwise-role") + 1] = "mixed"
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert (config.gpu_memory_utilization, config.kv_cache_ratio) == (0.85, 0.1)
+    assert (config.engine_worker_queue_port, config.cache_queue_port, config.innode_prefill_ports) == (
+        "8013",
+        "8015",
+        "7013",
+    )
+    assert (args.port, args.metrics_port, config.splitwise_role) == (9012, 8014, "mixed")
+    r = runner.invoke(app, _on_one_device(ENTRIES["21b-prefill"].argv)[:-2])  # without --splitwise-role
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].num_kv_blocks == 40000  # --num-gpu-blocks-override
+
+
+def test_each_option_without_effect_says_so_in_one_line():
+    config = EngineConfig(
+        load_choices="default_v1",
+        use_cudagraph=True,
+        graph_optimization_config={"use_cudagraph": True},
+        gpu_memory_utilization=0.9,
+        kv_cache_ratio=0.75,
+        engine_worker_queue_port="8182",
+        cache_queue_port=8183,
+        innode_prefill_ports="8182",
+        swap_space=50,
+        speculative_config=_MTP,
+        splitwise_role="mixed",
+        data_parallel_size=1,
+        enable_custom_all_reduce=True,
+    ).validate()
+    notes = fastdeploy_notes(config)
+    flags = [re.match(r"--[a-z-]+", n).group(0) for n in notes]
+    silent = {"--splitwise-role", "--data-parallel-size"}  # their no-op values
+    assert sorted(flags) == sorted(
+        "--" + f.replace("_", "-") for f in COMPAT_FIELDS if "--" + f.replace("_", "-") not in silent
+    )
+    assert "--use-cudagraph has no effect on CPU (there are no CUDA graphs to capture)" in notes
+    assert any(n.startswith("--swap-space 50: the CPU swap space") for n in notes)
+    assert all("\n" not in n for n in notes)
+    no_op = EngineConfig(use_cudagraph=False, swap_space=0, splitwise_role="mixed", data_parallel_size=1)
+    assert fastdeploy_notes(no_op.validate()) == []
+
+
+def test_the_0_3b_line_resolves_on_a_tiny_ernie(captured, tmp_path, caplog):
+    import tiny_models
+
+    from fdcli_engine.config_resolver import resolve_config
+
+    folder = tiny_models.make_tiny_checkpoint(
+        "Ernie4_5ForCausalLM", tmp_path / "ernie", head_dim=16, max_position_embeddings=131072
+    )
+    tiny_models.write_tiny_tokenizer(folder)
+    argv = list(ENTRIES["0.3b-cudagraph"].argv)
+    argv[argv.index("--model") + 1] = str(folder)
+    assert runner.invoke(app, argv).exit_code == 0
+    with caplog.at_level("WARNING", logger="fd.config"):
+        resolved = resolve_config(captured[0][0])
+    assert (resolved.quantization, resolved.max_model_len, resolved.max_num_seqs) == ("wint4", 32768, 128)
+    assert (resolved.layout, resolved.runner, resolved.model_path) == ("hf", "generate", folder)
+    assert not any(hasattr(resolved, f) for f in COMPAT_FIELDS)  # no process acts on them
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "--load-choices default_v1: fd has one weight loader (HF, Paddle and GGUF checkpoints); the option has "
+        "no effect",
+        "--use-cudagraph has no effect on CPU (there are no CUDA graphs to capture)",
+    ]
+
+
+_PROBE = (
+    "import atexit, runpy, sys; "
+    "atexit.register(lambda: print('paddle imported:', 'paddle' in sys.modules)); "
+    "sys.argv = ['fd', *sys.argv[1:]]; runpy.run_module('fdcli.main', run_name='__main__')"
+)
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--quantization", "wint2"], "--quantization wint2 is a FastDeploy GPU method"),
+        (["-tp", "2"], "--tensor-parallel-size 2: fd runs on one device here"),
+        (["--runner", "foo"], "--runner 'foo': use auto, generate or pooling"),
+        (["--kv-cache-dtype", "bad"], "--kv-cache-dtype 'bad' is not supported"),
+        (["--data-parallel-size", "2"], "--data-parallel-size 2 is not supported yet"),
+        (["--splitwise-role", "decode"], "--splitwise-role decode is not supported yet"),
+    ],
+)
+def test_bad_values_fail_before_paddle_loads(argv, needle):
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE, "serve", *argv], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: ") and needle in p.stderr, p.stderr
+    assert p.stdout.strip() == "paddle imported: False"
+
+
+@pytest.mark.parametrize("name", FASTDEPLOY_ONLY_QUANTIZATIONS)
+def test_fastdeploy_quantizations_name_the_ones_fd_has(captured, name):
+    r = runner.invoke(app, ["serve", "--quantization", name])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert f"--quantization {name} is a FastDeploy GPU method" in r.stderr
+    assert "use auto, wint8, wint4, gguf or none" in r.stderr
+
+
+def _wrong_value(tp) -> object:
+    """A YAML value the annotation `tp` does not take."""
+    members = typing.get_args(tp) or (tp,)
+    return (
+        ["a", "list"]
+        if str in members or any(typing.get_origin(m) is dict or m is dict for m in members)
+        else "lots"
+    )
+
+
+_ENGINE_KEYS = typing.get_type_hints(EngineConfig)
+
+
+@pytest.mark.parametrize("key", sorted(_ENGINE_KEYS) + sorted(serve_cmd._TYPES))
+def test_every_typed_yaml_key_reports_its_type_in_one_line(captured, tmp_path, key):
+    if key in _ENGINE_KEYS:
+        value = _wrong_value(_ENGINE_KEYS[key])
+    else:
+        value = 3 if serve_cmd._TYPES[key] in (str, list, bool) else "lots"
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(f"{key.replace('_', '-')}: {value!r}\n".replace("'", '"'))
+    r = runner.invoke(app, ["serve", "--config", str(cfg)])
+    assert r.exit_code == 2 and not captured, r.output
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.output
+    assert key.replace("_", "-") in r.stderr and "Traceback" not in r.output
+    assert "lots" not in r.stderr or "must be" in r.stderr
+
+
+def test_max_num_seqs_lots_names_the_key_and_type(captured, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text('max-num-seqs: "lots"\n')
+    r = runner.invoke(app, ["serve", "--config", str(cfg)])
+    assert r.exit_code == 2
+    assert r.stderr == f"Error: --config {cfg}: max-num-seqs must be an integer, got 'lots'\n"
+
+
+def test_fastdeploy_options_as_yaml_keys(captured, tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        "load_choices: default_v1\nuse-cudagraph: true\nswap-space: 50\nmetrics-port: 9100\n"
+        "graph-optimization-config: {use_cudagraph: false}\nengine-worker-queue-port: 8182\n"
+        "num-gpu-blocks-override: 64\n"
+    )
+    r = runner.invoke(app, ["serve", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert (config.load_choices, config.use_cudagraph, config.swap_space) == ("default_v1", True, 50)
+    assert (config.graph_optimization_config, config.engine_worker_queue_port) == (
+        {"use_cudagraph": False},
+        8182,
+    )
+    assert (config.num_kv_blocks, args.metrics_port) == (64, 9100)
+
+
+def test_underscore_spellings_parse_as_fastdeploys_parser_takes_them(captured):
+    r = runner.invoke(
+        app, ["serve", "--load_choices=default", "--max_num_seqs", "4", "--served-model-name", "a_b"]
+    )
+    assert r.exit_code == 0, r.output
+    ((config, _),) = captured
+    assert (config.load_choices, config.max_num_seqs, config.served_model_name) == ("default", 4, "a_b")
