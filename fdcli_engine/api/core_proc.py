@@ -31,6 +31,7 @@ from fdcli_engine.api.core_messages import (
     event_encoder,
     input_decoder,
 )
+from fdcli_engine.log_files import CORE_LOG, configure_logging
 from fdcli_engine.threads import BIND_ENV
 
 logger = logging.getLogger("fd.core")
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     # FatalError report and kill the core mid-load; until the signals are ignored again below they
     # are held (blocked), and a held one is then dropped.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s fd-core %(levelname)s %(message)s")
+    configure_logging("%(asctime)s fd-core %(levelname)s %(message)s", CORE_LOG)  # + FD_LOG_DIR/workerlog.0
 
     ctx = zmq.Context()
     out = ctx.socket(zmq.PUSH)

@@ -269,3 +269,13 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
                 logger.warning("could not read engine stats: %s", e)
         ctx.metrics.engine.num_http_inflight = ctx.state.admission.inflight
         return Response(ctx.metrics.render(stats), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    app.state.metrics_endpoint = get_metrics  # --metrics-port serves the same handler
+
+
+def build_metrics_app(app: FastAPI) -> FastAPI:
+    """FastDeploy's metrics server (--metrics-port): `app`'s /metrics alone, without the auth middleware,
+    so Prometheus can scrape a server whose API needs a key; the same registry as `app`'s /metrics."""
+    metrics_app = FastAPI(title="fd metrics", openapi_url=None, docs_url=None, redoc_url=None)
+    metrics_app.get("/metrics")(app.state.metrics_endpoint)
+    return metrics_app

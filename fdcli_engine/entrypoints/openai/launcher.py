@@ -22,13 +22,14 @@ from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
-from fdcli_engine.entrypoints.openai.http_app import build_app
+from fdcli_engine.entrypoints.openai.http_app import build_app, build_metrics_app
 from fdcli_engine.entrypoints.openai.serving_options import (
     check_serving_options,
     default_served_name,
     load_chat_template,
 )
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.log_files import CONSOLE_LOGGER, SERVER_LOG, configure_logging
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.threads import FrontEndPlacement, front_end_placement, place_front_end
 
@@ -36,7 +37,7 @@ logger = logging.getLogger("fd.serve")
 DEAD_ENGINE_EXIT_DELAY_S = 3.0  # keep /health answering 503 this long before exiting
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, flag: str = "--port") -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,7 +46,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         reason = "is already in use" if e.errno in (98, 48) else f"cannot be bound ({e.strerror})"
-        raise ConfigError(f"{host}:{port} {reason}; pick another --port") from None
+        raise ConfigError(f"{host}:{port} {reason}; pick another {flag}") from None
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -90,8 +91,22 @@ class FdServer(uvicorn.Server):
         asyncio.get_event_loop().call_later(delay, lambda: setattr(self, "should_exit", True))
 
 
+class MetricsServer(uvicorn.Server):
+    """FastDeploy's metrics server (--metrics-port), in the API server's event loop. It leaves the
+    signals to the API server (FdServer), which stops it after its own shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
 async def serve_async(
-    engine_config: EngineConfig, args: ServerArgs, sock: socket.socket, placement: FrontEndPlacement, **hooks
+    engine_config: EngineConfig,
+    args: ServerArgs,
+    sock: socket.socket,
+    placement: FrontEndPlacement,
+    metrics_sock: socket.socket | None = None,
+    **hooks,
 ) -> int:
     from fdcli_engine.api.async_llm import AsyncLLM
     from fdcli_engine.tokenizer import load_tokenizer
@@ -107,6 +122,10 @@ async def serve_async(
     state = AppState(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
     app = build_app(engine, args, state)
     server = FdServer(uvicorn_config(app, args), state, engine)
+    metrics_server = metrics_task = None
+    if metrics_sock is not None:
+        metrics_server = MetricsServer(uvicorn_config(build_metrics_app(app), args))
+        metrics_task = asyncio.get_running_loop().create_task(metrics_server.serve(sockets=[metrics_sock]))
     engine.add_dead_listener(lambda _reason: server.engine_died())
     await engine.start()
     # After the core has started (a child inherits its parent's CPUs and priority): the front end moves
@@ -117,6 +136,8 @@ async def serve_async(
     _say(
         f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url} — engine loading"
     )
+    if metrics_sock is not None:
+        _say(f"fd serve: /metrics also on http://{args.host}:{args.metrics_port}/metrics (no API key)")
     asyncio.get_running_loop().create_task(_announce_ready(engine, url))
     # Everything built so far (app, routes, schemas, tokenizer) lives as long as the server: frozen, the
     # cyclic GC stops re-scanning it in the collections that streaming's many small objects trigger
@@ -126,6 +147,9 @@ async def serve_async(
     try:
         await server.serve(sockets=[sock])
     finally:
+        if metrics_server is not None:
+            metrics_server.should_exit = True
+            await metrics_task
         await engine.shutdown()
     if server.exit_code and engine.dead_reason:
         _say(f"Error: {' '.join(engine.dead_reason.split())}")  # the last line says why, on one line
@@ -140,6 +164,7 @@ async def _announce_ready(engine, url: str) -> None:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+    logging.getLogger(CONSOLE_LOGGER).info(line)  # into FD_LOG_DIR's api_server.log, when set
 
 
 def uvicorn_config(app, args: ServerArgs) -> uvicorn.Config:
@@ -167,15 +192,20 @@ def http_protocol() -> str:
 def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, **hooks) -> int:
     """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving.
     An EngineConfig is resolved here, once; a ResolvedConfig (a stub core's) is used as given."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s fd %(levelname)s %(message)s")
+    configure_logging("%(asctime)s fd %(levelname)s %(message)s", SERVER_LOG)
     sock = bind_socket(args.host, args.port)
+    metrics_sock = None
     try:
+        if args.metrics_port is not None:
+            metrics_sock = bind_socket(args.host, args.metrics_port, "--metrics-port")
         if isinstance(engine_config, EngineConfig):
             engine_config = resolve_config(engine_config)
         args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
         check_serving_options(args.serving)  # a bad parser: ConfigError now, not at a request
         placement = front_end_placement(engine_config.num_threads)
         with event_loop_runner() as runner:
-            return runner.run(serve_async(engine_config, args, sock, placement, **hooks))
+            return runner.run(serve_async(engine_config, args, sock, placement, metrics_sock, **hooks))
     finally:
         sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
