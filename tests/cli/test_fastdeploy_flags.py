@@ -342,3 +342,12 @@ def test_underscore_spellings_parse_as_fastdeploys_parser_takes_them(captured):
     assert r.exit_code == 0, r.output
     ((config, _),) = captured
     assert (config.load_choices, config.max_num_seqs, config.served_model_name) == ("default", 4, "a_b")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--metrics-port", "0"], ["--metrics-port", "70000"], ["--metrics-port", "8000"]]
+)
+def test_metrics_port_must_be_a_port_other_than_the_api_port(captured, argv):
+    r = runner.invoke(app, ["serve", "--port", "8000", *argv])
+    assert r.exit_code == 2 and not captured
+    assert r.stderr.startswith("Error: --metrics-port must be between 1 and 65535 and differ from --port")
