@@ -122,10 +122,7 @@ async def serve_async(
     state = AppState(args, Admission(args.max_concurrency, args.max_waiting_time, args.max_queue_size))
     app = build_app(engine, args, state)
     server = FdServer(uvicorn_config(app, args), state, engine)
-    metrics_server = metrics_task = None
-    if metrics_sock is not None:
-        metrics_server = MetricsServer(uvicorn_config(build_metrics_app(app), args))
-        metrics_task = asyncio.get_running_loop().create_task(metrics_server.serve(sockets=[metrics_sock]))
+    metrics_server = MetricsServer(uvicorn_config(build_metrics_app(app), args)) if metrics_sock else None
     engine.add_dead_listener(lambda _reason: server.engine_died())
     await engine.start()
     # After the core has started (a child inherits its parent's CPUs and priority): the front end moves
@@ -144,10 +141,15 @@ async def serve_async(
     # (7.5% of the front end's CPU at concurrency 16 went to gc before; bench_serve_frontend.py).
     gc.collect()
     gc.freeze()
+    metrics_task = None
     try:
+        if metrics_server is not None:
+            metrics_task = asyncio.get_running_loop().create_task(
+                metrics_server.serve(sockets=[metrics_sock])
+            )
         await server.serve(sockets=[sock])
     finally:
-        if metrics_server is not None:
+        if metrics_task is not None:
             metrics_server.should_exit = True
             await metrics_task
         await engine.shutdown()
