@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fdcli.bench.client import BACKENDS, BackendConfig
 from fdcli.bench.datasets import DatasetOptions, build_requests
+from fdcli.bench.early_stop import early_stop_warning
 from fdcli.bench.metrics import compute_metrics, parse_goodput, parse_percentiles
 from fdcli.bench.request_loop import RunState, TrafficConfig, run_benchmark, wait_ready
 from fdcli.bench.results import REDACTED, build_result, record_to_dict, redact_headers, save_result
@@ -295,4 +296,7 @@ def run_serve(opts: ServeOptions) -> int:
     )
     if opts.save_result:
         _save(opts, config, metrics, state, percentiles)
+    warning = early_stop_warning(state.records, requests, opts.backend, opts.ignore_eos)
+    if warning:
+        _note(warning)
     return EXIT_INTERRUPTED if interrupted else 0
