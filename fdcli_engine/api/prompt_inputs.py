@@ -9,6 +9,7 @@ embeddings, encoder-decoder prompts) are refused by name, so a request never run
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 # vLLM prompt keys fd cannot honour, with what to say.
@@ -31,17 +32,22 @@ class ParsedPrompt:
     token_ids: list[int] | None  # None: encode `text`
 
 
+def _is_token(t) -> bool:
+    # numbers.Integral: numpy's integer scalars too (a `.tolist()` away from ints); never a bool.
+    return isinstance(t, numbers.Integral) and not isinstance(t, bool)
+
+
 def _is_token_list(value) -> bool:
-    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    return isinstance(value, list) and all(_is_token(t) for t in value)
 
 
 def _token_ids(value, where: str) -> list[int]:
     if not isinstance(value, list):
         raise TypeError(f"{where}: token ids must be a list of ints, got {type(value).__name__}")
     for t in value:
-        if not isinstance(t, int) or isinstance(t, bool):
+        if not _is_token(t):
             raise TypeError(f"{where}: token ids must be ints, got {type(t).__name__} {t!r:.40}")
-    return list(value)
+    return [int(t) for t in value]
 
 
 def _from_dict(prompt: dict, where: str) -> ParsedPrompt:

@@ -44,6 +44,9 @@ def test_single_prompts_in_each_form(llm):
     assert _tokens(out) == [ref] and out[0].prompt == "shown only"  # the ids win, as in vLLM
     assert _tokens(llm.generate({"prompt": TEXTS[1], "mm_processor_kwargs": {}}, GREEDY)) == [ref]
     assert llm.generate([], GREEDY) == []
+    import numpy as np
+
+    assert _tokens(llm.generate({"prompt_token_ids": list(np.array(ids))}, GREEDY)) == [ref]
 
 
 @pytest.mark.parametrize(
@@ -58,6 +61,7 @@ def test_single_prompts_in_each_form(llm):
         ({"prompt_token_ids": "1 2 3"}, TypeError, "must be a list of ints, got str"),
         ([[1, 2], [3, "x"]], TypeError, "prompts[1]: token ids must be ints, got str"),
         ([[1, 2.5]], TypeError, "got float"),
+        ([[1, True]], TypeError, "got bool"),
         ([1, "a"], TypeError, "prompts[0]: expected a str"),
         (None, TypeError, "got NoneType"),
         (7, TypeError, "got int"),
