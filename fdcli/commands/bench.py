@@ -184,17 +184,28 @@ RampUpOpt = Annotated[
     Optional[str],
     _opt(
         "--ramp-up",
+        "--ramp-up-strategy",
         panel=TRAFFIC,
         help="linear or exponential: move the rate from start to end over the run (replaces --request-rate).",
     ),
 ]
 RampUpStartRateOpt = Annotated[
     Optional[float],
-    _opt("--ramp-up-start-rate", panel=TRAFFIC, help="Rate of the first request with --ramp-up."),
+    _opt(
+        "--ramp-up-start-rate",
+        "--ramp-up-start-rps",
+        panel=TRAFFIC,
+        help="Rate of the first request with --ramp-up.",
+    ),
 ]
 RampUpEndRateOpt = Annotated[
     Optional[float],
-    _opt("--ramp-up-end-rate", panel=TRAFFIC, help="Rate of the last request with --ramp-up."),
+    _opt(
+        "--ramp-up-end-rate",
+        "--ramp-up-end-rps",
+        panel=TRAFFIC,
+        help="Rate of the last request with --ramp-up.",
+    ),
 ]
 TemperatureOpt = Annotated[float, _opt("--temperature", panel=SAMPLING, help="Sent on both backends.")]
 TopPOpt = Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")]

@@ -141,3 +141,20 @@ def test_max_concurrent_requests_counts_per_whole_second_as_vllm():
     ]
     assert max_concurrent_requests(recs) == 3
     assert max_concurrent_requests([]) == 0
+
+
+def test_vllm_ramp_up_spelling_reaches_the_arrival_schedule(monkeypatch, scripted_server, tmp_path):
+    from fdcli.bench import serve_cmd
+    from fdcli.bench.traffic import arrival_offsets
+
+    seen = {}
+
+    async def capture(cfg, requests, traffic, state, tokenizer=None, on_done=None):
+        seen["offsets"] = traffic.offsets
+        state.bench_start = state.bench_end = 0.0
+
+    monkeypatch.setattr(serve_cmd, "run_benchmark", capture)
+    vllm = ["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "2", "--ramp-up-end-rps", "9"]
+    res = runner.invoke(app, _base(scripted_server, tmp_path, n=6) + ["--seed", "3", *vllm])
+    assert res.exit_code == 0, res.output
+    assert seen["offsets"] == arrival_offsets(6, float("inf"), 1.0, 3, "linear", 2.0, 9.0)
