@@ -35,7 +35,9 @@ LABELS = {
 }
 
 
-def summary_table(metrics: dict, title: str = "fd bench serve") -> Table:
+def summary_table(
+    metrics: dict, title: str = "fd bench serve", selected: tuple[str, ...] | list[str] = LATENCY_METRICS
+) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -60,7 +62,7 @@ def summary_table(metrics: dict, title: str = "fd bench serve") -> Table:
         if metrics["itl_mode"] == "token"
         else "Inter-chunk latency (per chunk)"
     )
-    for name in LATENCY_METRICS:
+    for name in (m for m in LATENCY_METRICS if m in selected):
         stats = metrics[name]
         t.add_row(f"[bold]{itl_label if name == 'itl' else LABELS[name]}[/]", "")
         for key, value in stats.items():
@@ -116,7 +118,7 @@ def compare_table(names: list[str], rows) -> Table:
     return t
 
 
-def print_report(metrics: dict, records, chart: bool = True) -> None:
+def print_report(metrics: dict, records, chart: bool = True, selected=LATENCY_METRICS) -> None:
     """Summary table, charts and the first errors, on stdout."""
     from rich.markup import escape
 
@@ -124,7 +126,7 @@ def print_report(metrics: dict, records, chart: bool = True) -> None:
 
     if metrics.get("interrupted"):
         console.print("[bold yellow]Interrupted: partial results over the requests that finished.[/]")
-    console.print(summary_table(metrics))
+    console.print(summary_table(metrics, selected=selected))
     if chart:
         lines = throughput_chart(metrics["throughput_series"])
         ttfts = [r.ttft * 1000.0 for r in records if r.ok and r.ttft is not None]

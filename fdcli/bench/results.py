@@ -2,7 +2,8 @@
 
 Schema `fd-bench/1`: top-level keys schema, kind, date, fd_version, config, metrics, and `requests`
 only with --save-detailed. `config` holds every effective option (defaults included) with header values
-and the API key redacted, so a result file can be shared.
+and the API key redacted, so a result file can be shared. `fd bench serve` adds vLLM's flat result keys
+at the top level (see vllm_result.py); its `date` is then vLLM's `YYYYmmdd-HHMMSS`.
 """
 
 from __future__ import annotations

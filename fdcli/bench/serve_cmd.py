@@ -15,11 +15,19 @@ from pathlib import Path
 
 from fdcli.bench.client import BACKENDS, BackendConfig
 from fdcli.bench.datasets import DatasetOptions, build_requests
+from fdcli.bench.early_stop import early_stop_warning
 from fdcli.bench.metrics import compute_metrics, parse_goodput, parse_percentiles
 from fdcli.bench.request_loop import RunState, TrafficConfig, run_benchmark, wait_ready
 from fdcli.bench.results import REDACTED, build_result, record_to_dict, redact_headers, save_result
 from fdcli.bench.tokenize import default_tokenizer_path, load_tokenizer
 from fdcli.bench.traffic import arrival_offsets
+from fdcli.bench.vllm_result import (
+    DATE_FORMAT,
+    default_result_filename,
+    parse_metadata,
+    parse_percentile_metrics,
+    vllm_result_keys,
+)
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.errors import ConfigError
 
@@ -71,8 +79,13 @@ class ServeOptions:
     ignore_eos: bool = False
     include_usage: bool = True
     percentiles: str = "50,90,99"
+    percentile_metrics: str = "ttft,tpot,itl,e2el"
     goodput: list[str] | None = None
-    save_result: Path | None = None
+    save_result: bool = False
+    result_dir: Path | None = None
+    result_filename: str | None = None
+    label: str | None = None
+    metadata: list[str] | None = None
     save_detailed: bool = False
     progress: bool = True
     chart: bool = True
@@ -107,8 +120,12 @@ def _check(opts: ServeOptions) -> None:
         raise ConfigError(f"--temperature must be between 0 and 2, got {opts.temperature}")
     if opts.max_tokens is not None and opts.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {opts.max_tokens}")
-    if opts.save_detailed and opts.save_result is None:
-        raise ConfigError("--save-detailed needs --save-result FILE.json")
+    if opts.save_detailed and not opts.save_result:
+        raise ConfigError("--save-detailed needs --save-result")
+    if (opts.result_dir is not None or opts.result_filename) and not opts.save_result:
+        raise ConfigError("--result-dir/--result-filename need --save-result")
+    parse_metadata(opts.metadata)
+    parse_percentile_metrics(opts.percentile_metrics)
 
 
 def _effective_config(opts: ServeOptions, base_url: str, model: str, tok_note: str, headers: dict) -> dict:
@@ -123,7 +140,9 @@ def _effective_config(opts: ServeOptions, base_url: str, model: str, tok_note: s
         api_key=REDACTED if opts.api_key else None,
         percentiles=parse_percentiles(opts.percentiles),
         goodput=parse_goodput(opts.goodput) and {k: v * 1000 for k, v in parse_goodput(opts.goodput).items()},
-        save_result=str(opts.save_result) if opts.save_result else None,
+        result_dir=str(opts.result_dir) if opts.result_dir else None,
+        percentile_metrics=parse_percentile_metrics(opts.percentile_metrics),
+        metadata=parse_metadata(opts.metadata),
     )
     return config
 
@@ -204,6 +223,59 @@ def _run_with_progress(cfg, requests, traffic, tokenizer, state: RunState, show:
     return False
 
 
+def _run_info(opts: ServeOptions, config: dict, date: str) -> dict:
+    """The run's identity in vLLM's result keys."""
+    return {
+        "date": date,
+        "backend": opts.backend,
+        "label": opts.label,
+        "model_id": config["model"],
+        "tokenizer_id": opts.tokenizer or config["model"],
+        "num_prompts": opts.num_prompts,
+        "request_rate": opts.request_rate,
+        "burstiness": opts.burstiness,
+        "max_concurrency": opts.max_concurrency,
+        "ramp_up_strategy": opts.ramp_up,
+        "ramp_up_start_rps": opts.ramp_up_start_rate,
+        "ramp_up_end_rps": opts.ramp_up_end_rate,
+    }
+
+
+def result_path(opts: ServeOptions, model: str, date: str) -> Path:
+    """--result-dir / (--result-filename or vLLM's default name)."""
+    name = opts.result_filename or default_result_filename(
+        opts.label or opts.backend, opts.request_rate, opts.max_concurrency, model, date,
+        opts.ramp_up, opts.ramp_up_start_rate, opts.ramp_up_end_rate,
+    )  # fmt: skip
+    if opts.result_dir is None:
+        return Path(name)
+    try:
+        opts.result_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot make --result-dir {str(opts.result_dir)!r}: {exc.strerror or exc}"
+        ) from None
+    return opts.result_dir / name
+
+
+def _save(opts: ServeOptions, config: dict, metrics: dict, state: RunState, percentiles) -> None:
+    from datetime import datetime
+
+    date = datetime.now().strftime(DATE_FORMAT)
+    records = sorted(state.records, key=lambda r: r.index)
+    detail = [record_to_dict(r, state.bench_start) for r in records]
+    result = build_result("serve", config, metrics, detail if opts.save_detailed else None)
+    result.update(
+        vllm_result_keys(
+            _run_info(opts, config, date), parse_metadata(opts.metadata), metrics, records,
+            parse_percentile_metrics(opts.percentile_metrics), percentiles, opts.save_detailed,
+        )
+    )  # fmt: skip
+    path = result_path(opts, config["model"], date)
+    save_result(path, result)
+    _note(f"results saved to {path}")
+
+
 def run_serve(opts: ServeOptions) -> int:
     """Run the benchmark and report; returns the exit code (0, or 130 after Ctrl-C)."""
     from fdcli.bench.render import print_report
@@ -219,11 +291,12 @@ def run_serve(opts: ServeOptions) -> int:
     end = state.bench_end if state.bench_end is not None else time.perf_counter()
     metrics = compute_metrics(state.records, end - state.bench_start, state.bench_start, percentiles, slo)
     metrics["interrupted"] = interrupted
-    print_report(metrics, state.records, chart=opts.chart)
-    if opts.save_result is not None:
-        detail = [record_to_dict(r, state.bench_start) for r in sorted(state.records, key=lambda r: r.index)]
-        save_result(
-            opts.save_result, build_result("serve", config, metrics, detail if opts.save_detailed else None)
-        )
-        _note(f"results saved to {opts.save_result}")
+    print_report(
+        metrics, state.records, chart=opts.chart, selected=parse_percentile_metrics(opts.percentile_metrics)
+    )
+    if opts.save_result:
+        _save(opts, config, metrics, state, percentiles)
+    warning = early_stop_warning(state.records, requests, opts.backend, opts.ignore_eos)
+    if warning:
+        _note(warning)
     return EXIT_INTERRUPTED if interrupted else 0

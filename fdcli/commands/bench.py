@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from fdcli.bench.vllm_argv import VllmArgsCommand
 from fdcli.console import console, error_boundary
 from fdcli.options import engine_options
 from fdcli_engine.errors import ConfigError
@@ -79,7 +80,7 @@ HeaderOpt = Annotated[
     _opt(
         "--header",
         panel=TARGET,
-        help="Extra HTTP header K=V (repeatable); values are redacted in output.",
+        help="Extra HTTP header K=V (several after one flag, or repeated); values are redacted in output.",
     ),
 ]
 ReadyTimeoutOpt = Annotated[
@@ -183,17 +184,28 @@ RampUpOpt = Annotated[
     Optional[str],
     _opt(
         "--ramp-up",
+        "--ramp-up-strategy",
         panel=TRAFFIC,
         help="linear or exponential: move the rate from start to end over the run (replaces --request-rate).",
     ),
 ]
 RampUpStartRateOpt = Annotated[
     Optional[float],
-    _opt("--ramp-up-start-rate", panel=TRAFFIC, help="Rate of the first request with --ramp-up."),
+    _opt(
+        "--ramp-up-start-rate",
+        "--ramp-up-start-rps",
+        panel=TRAFFIC,
+        help="Rate of the first request with --ramp-up.",
+    ),
 ]
 RampUpEndRateOpt = Annotated[
     Optional[float],
-    _opt("--ramp-up-end-rate", panel=TRAFFIC, help="Rate of the last request with --ramp-up."),
+    _opt(
+        "--ramp-up-end-rate",
+        "--ramp-up-end-rps",
+        panel=TRAFFIC,
+        help="Rate of the last request with --ramp-up.",
+    ),
 ]
 TemperatureOpt = Annotated[float, _opt("--temperature", panel=SAMPLING, help="Sent on both backends.")]
 TopPOpt = Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")]
@@ -224,16 +236,62 @@ IncludeUsageOpt = Annotated[
         help="Ask for token counts in the stream (stream_options); turn off for servers that reject it.",
     ),
 ]
-PercentilesOpt = Annotated[str, _opt("--percentiles", panel=OUTPUT, help="Comma-separated percentiles.")]
+PercentilesOpt = Annotated[
+    str,
+    _opt("--percentiles", "--metric-percentiles", panel=OUTPUT, help="Comma-separated percentiles."),
+]
+PercentileMetricsOpt = Annotated[
+    str,
+    _opt(
+        "--percentile-metrics",
+        panel=OUTPUT,
+        help="Comma-separated metrics to summarize: ttft, tpot, itl, e2el.",
+    ),
+]
 GoodputOpt = Annotated[
     Optional[list[str]],
-    _opt("--goodput", panel=OUTPUT, help="SLOs like 'ttft:200 tpot:50 e2el:2000' (ms)."),
+    _opt(
+        "--goodput",
+        panel=OUTPUT,
+        help="SLOs in ms, several after one flag as in vLLM: --goodput ttft:200 tpot:50 e2el:2000.",
+    ),
 ]
 SaveResultOpt = Annotated[
-    Optional[Path], _opt("--save-result", panel=OUTPUT, help="Write the results as JSON.")
+    bool,
+    _opt(
+        "--save-result",
+        panel=OUTPUT,
+        help="Write the results as JSON (vLLM's keys and file name); fd's older --save-result FILE "
+        "still works and means --save-result --result-filename FILE.",
+    ),
+]
+ResultDirOpt = Annotated[
+    Optional[Path],
+    _opt("--result-dir", panel=OUTPUT, help="Folder for --save-result (made if missing). Default: here."),
+]
+ResultFilenameOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--result-filename",
+        panel=OUTPUT,
+        help="File name for --save-result. Default: {label}-{rate}qps[-concurrencyN]-{model}-{date}.json.",
+    ),
+]
+LabelOpt = Annotated[
+    Optional[str],
+    _opt("--label", panel=OUTPUT, help="Result label and file-name prefix. Default: the backend."),
+]
+MetadataOpt = Annotated[
+    Optional[list[str]],
+    _opt(
+        "--metadata",
+        panel=OUTPUT,
+        help="KEY=VALUE pairs saved in the result file, several after one flag: --metadata tp=1 v=2.",
+    ),
 ]
 SaveDetailedOpt = Annotated[
-    bool, _opt("--save-detailed", panel=OUTPUT, help="Include per-request records in --save-result.")
+    bool,
+    _opt("--save-detailed", panel=OUTPUT, help="Include per-request records and lists in --save-result."),
 ]
 ProgressOpt = Annotated[
     bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Live progress bar on stderr.")
@@ -243,7 +301,7 @@ ChartOpt = Annotated[
 ]
 
 
-@app.command("serve")
+@app.command("serve", cls=VllmArgsCommand)
 def serve(
     backend: BackendOpt = "openai",
     base_url: BaseUrlOpt = None,
@@ -288,8 +346,13 @@ def serve(
     ignore_eos: IgnoreEosOpt = False,
     include_usage: IncludeUsageOpt = True,
     percentiles: PercentilesOpt = "50,90,99",
+    percentile_metrics: PercentileMetricsOpt = "ttft,tpot,itl,e2el",
     goodput: GoodputOpt = None,
-    save_result: SaveResultOpt = None,
+    save_result: SaveResultOpt = False,
+    result_dir: ResultDirOpt = None,
+    result_filename: ResultFilenameOpt = None,
+    label: LabelOpt = None,
+    metadata: MetadataOpt = None,
     save_detailed: SaveDetailedOpt = False,
     progress: ProgressOpt = True,
     chart: ChartOpt = True,

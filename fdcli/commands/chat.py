@@ -1,7 +1,12 @@
 """`fd chat`: talk to any OpenAI-compatible server; streams answers and keeps the conversation.
 
-Slash commands: /exit, /reset (forget the conversation), /save FILE (write it as JSON).
+Slash commands: /help, /exit, /reset (forget the conversation), /save FILE (write it as JSON).
 Reasoning (`reasoning_content`) is shown dimmed before the answer when the server splits it out.
+
+Ctrl-C while an answer streams stops that answer only (the stream is closed, so the server aborts the
+request): the partial text stays in the conversation as the assistant's turn, as chat apps keep a
+stopped answer, so "go on" continues it; an answer stopped before any text drops its user turn too.
+Ctrl-C or Ctrl-D at the prompt ends the session.
 """
 
 from __future__ import annotations
@@ -26,30 +31,55 @@ from fdcli.commands.complete import (
 )
 from fdcli.console import err_console, error_boundary
 
-HELP = "commands: /exit  /reset  /save FILE"
+HELP = "commands: /help  /exit  /reset  /save FILE"
+COMMANDS = (
+    ("/help", "list these commands"),
+    ("/exit, /quit", "end the session (also Ctrl-D, or Ctrl-C at the prompt)"),
+    ("/reset", "forget the conversation (the --system-prompt stays)"),
+    ("/save FILE", "write the conversation as JSON"),
+    ("Ctrl-C", "while an answer streams: stop that answer, keep the session"),
+)
+
+
+class AnswerInterrupted(KeyboardInterrupt):
+    """Ctrl-C while an answer streamed; `partial` is the answer text received before it."""
+
+    def __init__(self, partial: str) -> None:
+        super().__init__()
+        self.partial = partial
 
 
 def _stream_reply(client: ApiClient, body: dict) -> str:
-    """Stream one answer to stdout; returns the answer text (reasoning excluded)."""
+    """Stream one answer to stdout; returns the answer text (reasoning excluded). Ctrl-C closes the
+    stream and raises AnswerInterrupted with the text so far."""
     answer, in_reasoning = [], False
-    for event in client.stream("/chat/completions", body):
-        for choice in event.get("choices", []):
-            delta = choice.get("delta") or {}
-            if delta.get("reasoning_content"):
-                if not in_reasoning:
-                    sys.stdout.write("\x1b[2m" if sys.stdout.isatty() else "[reasoning] ")
-                    in_reasoning = True
-                sys.stdout.write(delta["reasoning_content"])
-            if delta.get("content"):
-                if in_reasoning:
-                    sys.stdout.write("\x1b[0m\n" if sys.stdout.isatty() else "\n[answer] ")
-                    in_reasoning = False
-                sys.stdout.write(delta["content"])
-                answer.append(delta["content"])
-            sys.stdout.flush()
-    if in_reasoning and sys.stdout.isatty():
-        sys.stdout.write("\x1b[0m")
-    sys.stdout.write("\n")
+    events = client.stream("/chat/completions", body)
+    try:
+        for event in events:
+            for choice in event.get("choices", []):
+                delta = choice.get("delta") or {}
+                if delta.get("reasoning_content"):
+                    if not in_reasoning:
+                        sys.stdout.write("\x1b[2m" if sys.stdout.isatty() else "[reasoning] ")
+                        in_reasoning = True
+                    sys.stdout.write(delta["reasoning_content"])
+                if delta.get("content"):
+                    if in_reasoning:
+                        sys.stdout.write("\x1b[0m\n" if sys.stdout.isatty() else "\n[answer] ")
+                        in_reasoning = False
+                    sys.stdout.write(delta["content"])
+                    answer.append(delta["content"])
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        raise AnswerInterrupted("".join(answer)) from None
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()  # a generator stopped mid-stream: closes the HTTP response, the server aborts
+        if in_reasoning and sys.stdout.isatty():
+            sys.stdout.write("\x1b[0m")
+        sys.stdout.write("\n")
+        sys.stdout.flush()
     return "".join(answer)
 
 
@@ -58,7 +88,10 @@ def _slash(command: str, messages: list[dict], system: list[dict]) -> bool:
     name, _, arg = command.partition(" ")
     if name in ("/exit", "/quit"):
         return False
-    if name == "/reset":
+    if name == "/help":
+        for usage, what in COMMANDS:
+            err_console.print(f"  {usage:<14} {what}", highlight=False, markup=False)
+    elif name == "/reset":
         messages[:] = list(system)
         err_console.print("conversation reset")
     elif name == "/save":
@@ -68,8 +101,42 @@ def _slash(command: str, messages: list[dict], system: list[dict]) -> bool:
             Path(arg.strip()).expanduser().write_text(json.dumps(messages, indent=2, ensure_ascii=False))
             err_console.print(f"saved {len(messages)} messages to {arg.strip()}")
     else:
-        err_console.print(f"unknown command {name}; {HELP}")
+        err_console.print(f"unknown command {name}; {HELP}", markup=False)
     return True
+
+
+def _turn(client: ApiClient, body: dict, messages: list[dict]) -> None:
+    """One user turn (already in `messages`): stream the answer and add it; Ctrl-C keeps the partial
+    answer, or drops the unanswered user turn when there is none."""
+    try:
+        answer = _stream_reply(client, body)
+    except AnswerInterrupted as stop:
+        err_console.print("(answer interrupted)")
+        if not stop.partial:
+            messages.pop()
+            return
+        answer = stop.partial
+    messages.append({"role": "assistant", "content": answer})
+
+
+def run_session(client: ApiClient, model: str, messages: list[dict], extra: dict, read_line=input) -> None:
+    """The interactive loop; `read_line(prompt)` raises EOFError (Ctrl-D) or KeyboardInterrupt (Ctrl-C)
+    to end the session. `messages` starts with the system turn, if any, and is updated in place."""
+    system = [m for m in messages if m.get("role") == "system"]
+    while True:
+        try:
+            line = read_line("> ")
+        except (EOFError, KeyboardInterrupt):
+            sys.stdout.write("\n")
+            return
+        if not line.strip():
+            continue
+        if line.startswith("/"):
+            if not _slash(line.strip(), messages, system):
+                return
+            continue
+        messages.append({"role": "user", "content": line})
+        _turn(client, {"model": model, "messages": list(messages), **extra}, messages)
 
 
 def chat(
@@ -94,18 +161,5 @@ def chat(
             messages.append({"role": "user", "content": quick})
             _stream_reply(client, {"model": model, "messages": messages, **extra})
             return
-        err_console.print(f"chatting with {model} at {url}; {HELP}")
-        while True:
-            try:
-                line = input("> ")
-            except EOFError:
-                break
-            if not line.strip():
-                continue
-            if line.startswith("/"):
-                if not _slash(line.strip(), messages, system):
-                    break
-                continue
-            messages.append({"role": "user", "content": line})
-            answer = _stream_reply(client, {"model": model, "messages": messages, **extra})
-            messages.append({"role": "assistant", "content": answer})
+        err_console.print(f"chatting with {model} at {url}; {HELP}", markup=False)
+        run_session(client, model, messages, extra)

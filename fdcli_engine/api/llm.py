@@ -5,12 +5,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
-PromptType = str | list[int]
+# vLLM's forms: text, token ids, {"prompt": str} or {"prompt_token_ids": [...]} (see prompt_inputs.py).
+PromptType = str | list[int] | dict
 
 
 def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutput:
@@ -50,10 +52,8 @@ class LLM:
     def processor(self):
         return self.client.output_processor
 
-    def _normalize(self, prompts, params) -> tuple[list[PromptType], list[SamplingParams]]:
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
-        prompts = list(prompts)
+    def _normalize(self, prompts, params) -> tuple[list[ParsedPrompt], list[SamplingParams]]:
+        prompts = parse_prompts(prompts)
         if params is None:
             params = SamplingParams()
         plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
@@ -71,8 +71,8 @@ class LLM:
         parents: list[tuple[str, list[str]]] = []
         try:
             for prompt, params in zip(prompts, plist):
-                text = prompt if isinstance(prompt, str) else None
-                ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+                text = prompt.text
+                ids = self.tokenizer.encode(text) if prompt.token_ids is None else prompt.token_ids
                 parent = str(next(self._ids))
                 child_ids = [f"{parent}-{i}" for i in range(params.n)]
                 parents.append((parent, child_ids))

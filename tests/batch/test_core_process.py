@@ -84,9 +84,14 @@ def test_a_core_that_fails_to_start_is_a_run_error_and_leaves_nothing(tmp_path, 
     assert not out.exists() and not partial_path(out).exists()
 
 
-def _start_cli(tmp_path, *extra: str):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _start_cli(tmp_path, *extra: str, sigint_ignored: bool = False):
     """A run-batch subprocess in its own session (a process group, as a terminal's foreground job),
-    slow enough per line to be caught mid-run; returns (proc, args, out)."""
+    slow enough per line to be caught mid-run; returns (proc, args, out). `sigint_ignored`: started
+    as a script's background job is (`fd run-batch ... &` in sh inherits SIGINT ignored)."""
     lines = [
         completion_line(f"id-{i}", f"prompt {i}", max_tokens=40, ignore_eos=True) for i in range(NUM_LINES)
     ]
@@ -95,8 +100,9 @@ def _start_cli(tmp_path, *extra: str):
     args = list(extra) + ["-i", str(src), "-o", str(out), "--max-inflight", "4", "--max-num-seqs", "4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
-        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+        args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=_ignore_sigint if sigint_ignored else None,
+    )  # fmt: skip
     return proc, args, out
 
 
@@ -124,10 +130,13 @@ def _finish(proc) -> str:
     return err.decode()
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm", "sigterm-background"])
 def test_interrupt_keeps_whole_records_stops_the_core_and_resume_completes(tmp_path, tiny_model, how):
     summary_file = tmp_path / "summary.json"
-    proc, args, out = _start_cli(tmp_path, *cli_args(tiny_model), "--summary-json", str(summary_file))
+    proc, args, out = _start_cli(
+        tmp_path, *cli_args(tiny_model), "--summary-json", str(summary_file),
+        sigint_ignored=how == "sigterm-background",
+    )  # fmt: skip
     core = _wait_for_records(proc, out, 8)
     if how == "ctrl-c":  # a terminal signals the whole foreground group: the core ignores it
         os.killpg(proc.pid, signal.SIGINT)

@@ -101,6 +101,12 @@ async def _script(kind: str, body: dict, chat: bool):
     if kind == "streamerror":
         yield _chunk({"error": {"message": "scripted stream error"}})
         return
+    if kind == "eos":  # an instruct model ending its turn at once: one special token, no text
+        yield _chunk(piece("", finish="stop"))
+        if want_usage:
+            yield _chunk({"id": "x", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1}})
+        yield "data: [DONE]\n\n"
+        return
     groups = [2, 3] if kind == "multi" else [1] * n
     for i, size in enumerate(groups):
         if i:

@@ -110,3 +110,36 @@ def test_reasoning_is_shown_apart_from_the_answer(capsys):
     answer = _stream_reply(Scripted(), {})
     assert answer == "The answer is 42"  # the conversation keeps the answer only
     assert capsys.readouterr().out == "[reasoning] think more\n[answer] The answer is 42\n"
+
+
+def test_ctrl_c_mid_answer_against_the_server_keeps_the_session(srv):
+    import signal
+
+    from fdcli.commands.chat import run_session
+    from fdcli.commands.complete import ApiClient
+
+    client = ApiClient(f"{srv.url}/v1", srv.api_key)
+    real_stream, calls = client.stream, []
+
+    def stream(path, body):  # a Ctrl-C arrives after the first answer text of the first turn
+        calls.append(body)
+        seen_text = False
+        for event in real_stream(path, body):
+            if seen_text and len(calls) == 1:
+                signal.raise_signal(signal.SIGINT)
+            seen_text = seen_text or any((c.get("delta") or {}).get("content") for c in event["choices"])
+            yield event
+
+    client.stream = stream
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    messages: list[dict] = []
+    try:
+        read = iter(["hello", "again", "/exit"])
+        run_session(client, "tiny", messages, {"max_tokens": 6, "temperature": 0}, lambda _: next(read))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    full = _reference(srv, [{"role": "user", "content": "hello"}])
+    partial = messages[1]["content"]
+    assert messages[1]["role"] == "assistant" and partial and full.startswith(partial) and partial != full
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert messages[3]["content"] == _reference(srv, messages[:3])  # the session went on, with the history

@@ -13,7 +13,8 @@ lines, renders prompts, detokenizes and writes records, so that work overlaps th
 of sitting between them (in-process, even with step() on a worker thread, the step's Python and the
 serving work share one GIL: docs/engine-measurements.md).
 The front end owns shutdown: however the run ends (done, error, Ctrl-C, SIGTERM) the core is told to
-stop and is reaped before `run_batch` returns or raises; SIGTERM is handled exactly like Ctrl-C.
+stop and is reaped before `run_batch` returns or raises; SIGTERM stops the run as Ctrl-C does, even
+in a background job that inherited SIGINT ignored (sigterm.py).
 
 Exit codes (the CLI maps outcomes to them; documented in docs/run-batch.md):
 EXIT_OK 0 every line succeeded · EXIT_RUN_FAILED 1 the run failed (engine, I/O) · EXIT_USAGE 2 bad
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from fdcli_engine.entrypoints.batch.files import (
     scan_input,
     spool_stdin,
 )
+from fdcli_engine.entrypoints.batch.sigterm import SigtermStop, keep_sigterm_handler
 from fdcli_engine.entrypoints.batch.summary import BatchProgress, BatchSummary
 from fdcli_engine.entrypoints.openai.serving_options import (
     ServingOptions,
@@ -87,7 +88,7 @@ def _default_engine(engine_args: dict[str, Any]):
     from fdcli_engine.threads import import_paddle
     from fdcli_engine.tokenizer import load_tokenizer
 
-    _import_paddle_keeping_sigterm(import_paddle)  # resolve_config() would import it, with paddle's handler
+    keep_sigterm_handler(import_paddle)  # resolve_config() would import it, with paddle's handler
     config = resolve_config(EngineConfig.from_dict(engine_args, source="options"))
     # The same default name as `fd serve`, so a body's "model" that works there works here.
     name = config.served_model_name or default_served_name(config)
@@ -110,7 +111,8 @@ def run_batch(
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
     check_serving_options(opts.serving)  # an unknown parser: ConfigError now, not after the load
-    previous_sigterm = _route_sigterm()
+    stop = SigtermStop()
+    previous_sigterm = stop.install()
     spooled = None
     try:
         spooled = spool_stdin() if opts.input is None else None
@@ -123,8 +125,13 @@ def run_batch(
         # Only now, with the input checked and the output writable, is the model loaded.
         try:
             engine = (engine_factory or _default_engine)(dict(engine_args or {}))
-            _route_sigterm()
-            return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys))
+            stop.install()  # again: an engine factory may have replaced it
+            try:
+                return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys, stop))
+            except asyncio.CancelledError:
+                if stop.count:  # our SIGTERM cancelled the run: the same exit as Ctrl-C
+                    raise KeyboardInterrupt from None
+                raise
         except BaseException:
             _drop_empty_partial(opts.output)
             raise
@@ -145,8 +152,11 @@ def _drop_empty_partial(out: Path | None) -> None:
         part.unlink()
 
 
-async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
+async def _run(
+    opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict, stop: SigtermStop
+) -> BatchSummary:
     """Start the engine, run the lines, and stop the engine however that ends."""
+    stop.watch()
     try:
         await _start_engine(engine)
         return await _run_lines(opts, engine, path, num_lines, done_keys)
@@ -155,37 +165,6 @@ async def _run(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys
             await engine.shutdown()  # AsyncLLM: Shutdown to the core, then terminate/kill, then reap
         else:  # interrupted (or failed) while the core loads: nothing to drain, do not wait for the load
             await engine.shutdown(timeout=0.0)
-
-
-def _sigterm_like_sigint(_signum=None, _frame=None) -> None:
-    """SIGTERM handler: whatever SIGINT does now happens. Before the event loop that is
-    KeyboardInterrupt; inside `asyncio.run` the main task is cancelled, so the partial output and the
-    summary are written and the core is stopped, then KeyboardInterrupt (the CLI's exit 130); a second
-    signal forces the exit at once."""
-    signal.raise_signal(signal.SIGINT)
-
-
-def _import_paddle_keeping_sigterm(import_paddle) -> None:
-    """Import paddle with SIGTERM held (blocked) in this thread, then route it: a SIGTERM that arrives
-    during the import is handled like Ctrl-C afterwards instead of by paddle's handler."""
-    if threading.current_thread() is not threading.main_thread():
-        import_paddle()
-        return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    try:
-        import_paddle()
-        _route_sigterm()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _route_sigterm():
-    """Install `_sigterm_like_sigint` (main thread only); returns the handler it replaced. Called
-    again after paddle is imported: paddle installs its own SIGTERM handler, which prints a C++
-    FatalError report and kills the process between two writes."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _sigterm_like_sigint)
 
 
 async def _start_engine(engine) -> None:

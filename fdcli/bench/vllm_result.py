@@ -1,0 +1,157 @@
+"""vLLM's result-file keys and file name for `fd bench serve --save-result`.
+
+`vllm bench serve --save-result` writes one flat JSON object (date, backend, label, model_id, ...,
+mean_ttft_ms, p99_ttft_ms, ...) named `{label}-{request_rate}qps[-concurrencyN]-{model}-{date}.json`;
+vLLM's plotting and comparison scripts read those keys. fd writes the same keys at the top level of
+its own result file (next to `schema`, `config` and `metrics`), with vLLM's units: seconds in the
+per-request lists (ttfts, itls), milliseconds in the summaries. Per-request lists only with
+--save-detailed, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fdcli.bench.metrics import LATENCY_METRICS, RequestRecord, itl_mode, percentile_label, request_itls
+from fdcli_engine.errors import ConfigError
+
+DATE_FORMAT = "%Y%m%d-%H%M%S"
+# Keys of fd's own result layout: --metadata may not overwrite them.
+RESERVED_KEYS = ("schema", "kind", "fd_version", "config", "metrics", "requests")
+
+
+def parse_metadata(items: list[str] | None) -> dict[str, str]:
+    """`KEY=VALUE` pairs, as vLLM's --metadata (keys and values stripped)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--metadata {item!r}: expected KEY=VALUE, e.g. --metadata version=0.3.3 tp=1")
+        if key in RESERVED_KEYS:
+            raise ConfigError(f"--metadata {key!r}: that key holds fd's own results; choose another name")
+        out[key] = value.strip()
+    return out
+
+
+def parse_percentile_metrics(spec: str) -> list[str]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    bad = [n for n in names if n not in LATENCY_METRICS]
+    if not names or bad:
+        raise ConfigError(
+            f"--percentile-metrics {spec!r}: use a comma-separated subset of {','.join(LATENCY_METRICS)}"
+        )
+    return names
+
+
+def _rate_word(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:g}"
+
+
+def default_result_filename(
+    label: str,
+    request_rate: float,
+    max_concurrency: int | None,
+    model_id: str,
+    date: str,
+    ramp_up: str | None = None,
+    ramp_up_start_rate: float | None = None,
+    ramp_up_end_rate: float | None = None,
+) -> str:
+    """vLLM's name: `{label}-{rate}qps[-concurrency{N}]-{model basename}-{date}.json`."""
+    conc = f"-concurrency{max_concurrency}" if max_concurrency is not None else ""
+    base = model_id.rstrip("/").split("/")[-1]
+    if ramp_up is not None:
+        start, end = _rate_word(ramp_up_start_rate or 0.0), _rate_word(ramp_up_end_rate or 0.0)
+        return f"{label}-ramp-up-{ramp_up}-{start}qps-{end}qps{conc}-{base}-{date}.json"
+    return f"{label}-{float(request_rate)}qps{conc}-{base}-{date}.json"
+
+
+def _p_word(p: float) -> str:
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def max_concurrent_requests(records: list[RequestRecord]) -> int:
+    """The most successful requests active within one whole second of the run (vLLM's definition)."""
+    ok = [r for r in records if r.ok]
+    if not ok:
+        return 0
+    t0 = min(r.start for r in ok)
+    counts: dict[int, int] = {}
+    for r in ok:
+        for sec in range(int(r.start - t0), int(r.end - t0) + 1):
+            counts[sec] = counts.get(sec, 0) + 1
+    return max(counts.values())
+
+
+def summary_keys(metrics: dict, selected: list[str], percentiles: list[float]) -> dict:
+    """mean/median/std/pNN `_{metric}_ms` for the selected metrics, from fd's summaries."""
+    out: dict = {}
+    for name in selected:
+        stats = metrics[name]
+        for stat in ("mean", "median", "std"):
+            out[f"{stat}_{name}_ms"] = stats[f"{stat}_ms"]
+        for p in percentiles:
+            out[f"p{_p_word(p)}_{name}_ms"] = stats[f"{percentile_label(p)}_ms"]
+    return out
+
+
+def per_request_lists(records: list[RequestRecord]) -> dict:
+    """vLLM's per-request lists in request order; a failed request has 0 lengths and 0.0 TTFT."""
+    ordered = sorted(records, key=lambda r: r.index)
+    mode = itl_mode(records)
+    return {
+        "input_lens": [r.prompt_len or 0 for r in ordered],
+        "output_lens": [r.output_tokens if r.ok else 0 for r in ordered],
+        "ttfts": [(r.ttft or 0.0) if r.ok else 0.0 for r in ordered],
+        "itls": [request_itls(r, mode) if r.ok else [] for r in ordered],
+        "generated_texts": [r.generated_text for r in ordered],
+        "errors": [r.error for r in ordered],
+    }
+
+
+def vllm_result_keys(
+    run: dict,
+    metadata: dict[str, str],
+    metrics: dict,
+    records: list[RequestRecord],
+    selected: list[str],
+    percentiles: list[float],
+    detailed: bool,
+) -> dict:
+    """The flat vLLM result object. `run` holds date, backend, label, model_id, tokenizer_id,
+    num_prompts, request_rate, burstiness, max_concurrency (and the ramp-up keys when used)."""
+    rate = run["request_rate"]
+    out = {
+        "date": run["date"],
+        "endpoint_type": run["backend"],
+        "backend": run["backend"],
+        "label": run["label"],
+        "model_id": run["model_id"],
+        "tokenizer_id": run["tokenizer_id"],
+        "num_prompts": run["num_prompts"],
+        **metadata,
+        "request_rate": "inf" if math.isinf(rate) else rate,
+        "burstiness": run["burstiness"],
+        "max_concurrency": run["max_concurrency"],
+    }
+    if run.get("ramp_up_strategy") is not None:
+        for key in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"):
+            out[key] = run[key]
+    out.update(
+        duration=metrics["duration_s"],
+        completed=metrics["completed"],
+        failed=metrics["failed"],
+        total_input_tokens=metrics["total_input_tokens"],
+        total_output_tokens=metrics["total_output_tokens"],
+        request_throughput=metrics["request_throughput"],
+        request_goodput=metrics["goodput"],
+        output_throughput=metrics["output_throughput"],
+        total_token_throughput=metrics["total_token_throughput"],
+    )
+    if detailed:
+        out.update(per_request_lists(records))
+    out["max_output_tokens_per_s"] = metrics["peak_output_throughput"]
+    out["max_concurrent_requests"] = max_concurrent_requests(records)
+    out.update(summary_keys(metrics, selected, percentiles))
+    return out
