@@ -75,7 +75,7 @@ def _template_tool_call(call) -> dict:
     vLLM does the same), kept as the string when it is not a JSON object."""
     try:
         args = json.loads(call.function.arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder allows
         args = None
     if not isinstance(args, dict):
         args = call.function.arguments
