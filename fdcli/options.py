@@ -190,6 +190,15 @@ TensorParallelSizeOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+EngineWatchdogTimeoutOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--engine-watchdog-timeout",
+        help="Seconds a busy engine may make no progress before it is judged frozen: the server then "
+        "fails its requests (503) and stops; 0 turns the watchdog off. (default: 300)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 
 # The serving layer's options (fdcli_engine.entrypoints.openai.serving_options), declared once for
 # `fd serve` and `fd run-batch`; the served model name is the engine flag --served-model-name.
@@ -258,6 +267,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "convert": ConvertOpt,
     "pooler_config": PoolerConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
+    "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
 
