@@ -193,6 +193,15 @@ TensorParallelSizeOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+EngineWatchdogTimeoutOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--engine-watchdog-timeout",
+        help="Seconds a busy engine may make no progress before it is judged frozen: the server then "
+        "fails its requests (503) and stops; 0 turns the watchdog off. (default: 300)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 
 # FastDeploy's launch flags (fdcli_engine.fastdeploy_compat says what each does here: most have no
 # effect on CPU and say so in one log line). Their names and value types are FastDeploy's.
@@ -337,6 +346,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "convert": ConvertOpt,
     "pooler_config": PoolerConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
+    "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
     **COMPAT_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"

@@ -94,6 +94,9 @@ class EngineConfig:
     convert: str = "auto"  # "auto" | "none" | "embed"
     pooler_config: dict | None = None
     tensor_parallel_size: int = 1
+    # Seconds a busy engine core may go without progress before it is judged frozen and killed; 0: off.
+    # SGLang's --watchdog-timeout default: long enough for any one step of a big model on a CPU.
+    engine_watchdog_timeout: float = 300.0
 
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
     # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the
@@ -187,6 +190,10 @@ class EngineConfig:
 
     def _check_choices(self) -> None:
         _need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
+        _need(
+            self.engine_watchdog_timeout >= 0,
+            f"--engine-watchdog-timeout must be 0 (off) or a number of seconds, got {self.engine_watchdog_timeout}",
+        )
         _need(
             self.runner in ("auto", "generate", "pooling"),
             f"--runner {self.runner!r}: use auto, generate or pooling",

@@ -2,8 +2,9 @@
 
 The front end (front_end.py) does the request bookkeeping and output processing; this class is its
 transport: requests and aborts go to the engine-core process over ZMQ (core_client.py), and the core's
-events (outputs, failed requests, readiness, utility replies, a fatal start) come back on the event
-loop. A core that exits fails every waiting request at once (EngineFrontEnd._on_dead).
+events (outputs, failed requests, readiness, utility replies, a fatal start, heartbeats) come back on the
+event loop. A core that exits, or freezes past the watchdog timeout (core_client.py), fails every
+waiting request at once (EngineFrontEnd._on_dead).
 """
 
 from __future__ import annotations
@@ -46,10 +47,16 @@ class AsyncLLM(EngineFrontEnd):
         super().__init__(config, tokenizer, model_config_of(config, served_model_name), processor)
         self._pending_calls: dict[int, asyncio.Future] = {}
         self._call_ids = itertools.count()
-        self.client = CoreClient(config, self._on_event, self._on_dead, core_spec, core_stdout)
+        self.client = CoreClient(
+            config, self._on_event, self._on_dead, core_spec, core_stdout, busy=self._waits_on_core
+        )
 
     async def start(self) -> None:
         self.client.start()
+
+    def _waits_on_core(self) -> bool:
+        """Requests or calls in the core of a loaded engine (loading a model is not stepping)."""
+        return self.is_ready and bool(self._collectors or self._pending_calls)
 
     # ---- the transport ----
     def _submit(self, req: EngineCoreRequest) -> None:

@@ -6,6 +6,14 @@ high-water mark, so `send()` is safe to call from sync code on the event loop (e
 aborts a cancelled request). Receiving is a reader callback on the output socket's file descriptor that
 drains every queued event and hands each to `on_event`: no future or task per message (pyzmq's asyncio
 sockets cost the front end CPU per message, one message per engine step: docs/engine-measurements.md).
+
+Watchdog (`--engine-watchdog-timeout`): a core that exits is noticed at once, but a frozen one (stopped,
+deadlocked, stuck in one step) sends nothing. While the front end has work in the core, every event
+from it counts as progress (a busy core sends at least a Heartbeat per second). After the timeout
+without any, the core is killed and reported dead, which fails the waiting requests with 503 and
+turns /health and /ready to 503. A check runs every quarter of the timeout and trips after more than
+1.25 timeouts of measured silence, so it never trips before a full timeout of real silence (the clock
+starts at the last check that found no work) and always by 1.5 timeouts.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +38,7 @@ from fdcli_engine.resolved_config import ResolvedConfig
 logger = logging.getLogger("fd.serve")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
 WATCH_INTERVAL_S = 0.25  # only where the OS has no process descriptors (pidfd)
+WATCHDOG_CHECKS = 4  # watchdog checks per timeout
 
 
 class CoreClient:
@@ -39,7 +49,9 @@ class CoreClient:
         on_dead: Callable[[str], None],
         core_spec: str = DEFAULT_CORE,
         core_stdout: int | None = None,
+        busy: Callable[[], bool] | None = None,
     ):
+        """`busy()`: whether the front end waits on the core (the watchdog runs only then)."""
         self.config = config
         self.on_event = on_event
         self.on_dead = on_dead
@@ -54,6 +66,10 @@ class CoreClient:
         self._reader_fd: int | None = None
         self._pidfd: int | None = None
         self._closing = False
+        self.busy = busy
+        self.watchdog_timeout = float(config.engine_watchdog_timeout or 0.0)
+        self._last_progress = time.monotonic()
+        self._watchdog: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
         in_addr = f"ipc://{self._tmpdir}/input"
@@ -73,6 +89,8 @@ class CoreClient:
         loop.add_reader(self._reader_fd, self._drain_output)
         loop.call_soon(self._drain_output)  # anything queued before the reader existed raises no new edge
         self._watch(loop)
+        if self.watchdog_timeout > 0 and self.busy is not None:
+            self._watchdog = loop.call_later(self.watchdog_timeout / WATCHDOG_CHECKS, self._check_progress)
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Notice the core's exit. A process descriptor (Linux 5.3+) turns readable the moment the core
@@ -101,12 +119,30 @@ class CoreClient:
             os.close(self._pidfd)
             self._pidfd = None
 
+    def _check_progress(self) -> None:
+        now = time.monotonic()
+        period = self.watchdog_timeout / WATCHDOG_CHECKS
+        if not self.busy():
+            self._last_progress = now
+        elif now - self._last_progress > self.watchdog_timeout + period:
+            self._watchdog = None
+            self._stop_watching()  # the kill below is this death, not a second one
+            if self.proc and self.proc.poll() is None:
+                self.proc.kill()
+            self.on_dead(
+                f"the engine core made no progress for {now - self._last_progress:.0f} s with requests "
+                f"waiting (--engine-watchdog-timeout {self.watchdog_timeout:g}); it was killed"
+            )
+            return
+        self._watchdog = asyncio.get_running_loop().call_later(period, self._check_progress)
+
     def send(self, msg) -> None:
         self._input.send(input_encoder.encode(msg), zmq.NOBLOCK, copy=False)
 
     def _drain_output(self) -> None:
         """Reader callback. ZMQ's descriptor signals edges, not levels: it is re-armed only once a
         receive finds the socket empty, so this always reads until EAGAIN."""
+        self._last_progress = time.monotonic()
         while not self._output.closed:
             try:
                 frame = self._output.recv(zmq.NOBLOCK, copy=False)
@@ -128,6 +164,9 @@ class CoreClient:
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self.proc and self.proc.poll() is None:
             with contextlib.suppress(zmq.ZMQError):
                 self.send(Shutdown())

@@ -2,7 +2,7 @@
 
 Front end → core: AddRequest (the EngineCoreRequest itself), AbortRequest, UtilityRequest, Shutdown
 (one tagged union, `CoreInput`).
-Core → front end: ReadyMsg, OutputsMsg, UtilityReply, RequestFailed, FatalMsg (`CoreEvent`).
+Core → front end: ReadyMsg, OutputsMsg, UtilityReply, RequestFailed, FatalMsg, Heartbeat (`CoreEvent`).
 Leaf module: only msgspec and the leaf contracts.
 """
 
@@ -55,6 +55,11 @@ class RequestFailed(msgspec.Struct, tag="failed"):
     param: str | None = None
 
 
+class Heartbeat(msgspec.Struct, tag="heartbeat"):
+    """Sent while the core has work and has sent nothing else for HEARTBEAT_S: steps are being taken
+    (the front end's watchdog reads any event as progress)."""
+
+
 class FatalMsg(msgspec.Struct, tag="fatal"):
     """The core cannot continue (model load failed, ...); it exits after sending this."""
 
@@ -62,7 +67,7 @@ class FatalMsg(msgspec.Struct, tag="fatal"):
 
 
 CoreInput = Union[AddRequest, AbortRequest, UtilityRequest, Shutdown]
-CoreEvent = Union[ReadyMsg, OutputsMsg, UtilityReply, RequestFailed, FatalMsg]
+CoreEvent = Union[ReadyMsg, OutputsMsg, UtilityReply, RequestFailed, FatalMsg, Heartbeat]
 
 input_encoder = msgspec.msgpack.Encoder()
 input_decoder = msgspec.msgpack.Decoder(CoreInput)

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import traceback
 
 import zmq
@@ -22,6 +23,7 @@ from fdcli_engine.api.core_messages import (
     AbortRequest,
     AddRequest,
     FatalMsg,
+    Heartbeat,
     OutputsMsg,
     ReadyMsg,
     RequestFailed,
@@ -37,6 +39,7 @@ from fdcli_engine.threads import BIND_ENV
 logger = logging.getLogger("fd.core")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
 IDLE_POLL_MS = 1000
+HEARTBEAT_S = 1.0  # while busy, the longest the core stays silent between steps
 
 
 def load_core_class(spec: str):
@@ -73,9 +76,11 @@ class CoreLoop:
         self.poller.register(input_sock, zmq.POLLIN)
         self.running = True
         self.parent_pid = os.getppid()
+        self.last_sent = time.monotonic()
 
     def send(self, msg) -> None:
         self.output.send(event_encoder.encode(msg), copy=False)
+        self.last_sent = time.monotonic()
 
     def handle(self, msg) -> None:
         if isinstance(msg, AddRequest):
@@ -131,6 +136,8 @@ class CoreLoop:
             outs = self.abort_all()
         if outs:
             self.send(OutputsMsg(list(outs)))
+        elif time.monotonic() - self.last_sent >= HEARTBEAT_S:
+            self.send(Heartbeat())  # steps without outputs (long prompts in chunks) are progress too
 
     def abort_all(self) -> list:
         ids = list(getattr(getattr(self.core, "scheduler", None), "requests", None) or [])

@@ -122,10 +122,10 @@ def test_every_kind_of_bad_line_gets_one_error_record_and_good_lines_are_answere
         6: ("invalid_url", "bad-url", None),
         7: ("missing_body", "no-body", None),
         8: ("stream_unsupported", "streaming", None),
-        9: ("invalid_request", "unknown-field", 400),
+        9: ("invalid_request_error", "unknown-field", 400),
         10: ("model_not_found", "bad-model", 404),
         11: ("invalid_request_error", "too-long", 400),
-        12: ("invalid_request", "empty-messages", 400),
+        12: ("invalid_request_error", "empty-messages", 400),
         14: ("invalid_request_error", "embed-on-llm", 400),  # a generate model serves no embeddings
     }
     for line_no, (code, custom_id, status) in expected.items():

@@ -52,3 +52,11 @@ def test_validate_returns_a_normalized_copy():
     assert (c.quantization, c.kv_cache_dtype) == ("none", "BF16")
     with pytest.raises(ConfigError, match="exceeds the model's limit"):
         EngineConfig(max_model_len=100).validate(model_limit=64)
+
+
+def test_engine_watchdog_timeout_crosses_and_is_checked():
+    r = resolve_config(EngineConfig(max_model_len=64, engine_watchdog_timeout=7.5))
+    assert ResolvedConfig.from_json(r.to_json()).engine_watchdog_timeout == 7.5
+    assert EngineConfig().validate().engine_watchdog_timeout == 300.0
+    with pytest.raises(ConfigError, match="--engine-watchdog-timeout"):
+        EngineConfig(engine_watchdog_timeout=-1).validate()

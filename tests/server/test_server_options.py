@@ -82,3 +82,31 @@ def test_queue_size_limit():
         assert adm.waiting == 0 and adm.inflight == 1
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("max_wait", [-1, 30.0])
+def test_draining_answers_queued_requests_503(max_wait):
+    """#28 item 8: requests waiting for admission when the drain starts get 503 at once (not 429 after
+    their wait runs out); a slot freed afterwards is not taken by them."""
+    import asyncio
+
+    from fdcli_engine.entrypoints.openai.errors import APIError
+
+    async def scenario():
+        adm = Admission(limit=1, max_wait=max_wait)
+        await adm.acquire()
+        queued = [asyncio.create_task(adm.acquire()) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        assert adm.waiting == 3
+        adm.close()
+        results = await asyncio.wait_for(asyncio.gather(*queued, return_exceptions=True), 1)
+        assert [(type(r), r.status) for r in results] == [(APIError, 503)] * 3
+        assert adm.waiting == 0 and adm.inflight == 1
+        adm.release()
+        assert adm.idle.is_set()
+        with pytest.raises(APIError) as e:
+            await adm.acquire()  # closed: no new slots either
+        assert e.value.status == 503
+        assert adm.inflight == 0 and not adm._sem.locked()  # no slot leaked
+
+    asyncio.run(scenario())

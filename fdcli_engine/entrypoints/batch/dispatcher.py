@@ -169,13 +169,9 @@ class BatchDispatcher:
         try:
             req = route.request_model.model_validate(line.body)
             resp = await route.call(self.serving, req)
-        except ValidationError as e:
-            err = validation_error(e.errors())
-            return error_record(
-                line.line_no, line.custom_id, "invalid_request", err.message, 400, err.to_dict()
-            )
         except Exception as e:
-            err = from_exception(e)
+            # The record's code is the server's for the same body: its error code, else its type.
+            err = validation_error(e.errors()) if isinstance(e, ValidationError) else from_exception(e)
             if self.serving.engine.is_dead:
                 raise BatchRunError(f"the engine failed at line {line.line_no}: {err.message}") from None
             if err.status >= 500:

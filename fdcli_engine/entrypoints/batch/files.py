@@ -109,7 +109,7 @@ def _read_keys(path: Path) -> Iterator[tuple[tuple[str, Any], bool, bytes]]:
                 continue  # torn line
             try:
                 record = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 continue
             key = record_key(record)
             if key is not None:

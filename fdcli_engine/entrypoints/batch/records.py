@@ -63,6 +63,8 @@ def load_json_line(raw: bytes) -> Any:
         raise LineError("invalid_json", f"the line is not valid UTF-8: {e.reason}") from None
     except json.JSONDecodeError as e:
         raise LineError("invalid_json", f"the line is not valid JSON: {e.msg} at column {e.colno}") from None
+    except RecursionError:
+        raise LineError("invalid_json", "the line's JSON is nested too deeply") from None
 
 
 def parse_line(line_no: int, raw: bytes, routes: dict[str, Any]) -> BatchLine:

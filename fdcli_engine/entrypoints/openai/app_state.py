@@ -30,7 +30,9 @@ class Admission:
     """At most `limit` requests in flight; the next ones wait up to `max_wait` seconds, then get 429.
 
     `inflight` counts admitted requests until their response (stream included) is finished; draining
-    waits on it.
+    waits on it. `close()` (the server starts draining) answers every waiting request with 503 at
+    once, as the drain answers new ones: a request that was never admitted is not left to time out
+    into a 429.
     """
 
     def __init__(self, limit: int, max_wait: float, max_queue: int = 1 << 30):
@@ -42,28 +44,49 @@ class Admission:
         self.inflight = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self.closed = asyncio.Event()
+
+    def close(self) -> None:
+        self.closed.set()
 
     async def acquire(self) -> float:
         """Wait for a slot; returns the seconds waited."""
         loop = asyncio.get_running_loop()
         start = loop.time()
+        if self.closed.is_set():
+            raise shutting_down()
         if self._sem.locked() and self.waiting >= self.max_queue:
             raise _too_many(self.limit, self.waiting)
         self.waiting += 1
         try:
-            if not self._sem.locked() or self.max_wait < 0:
+            if not self._sem.locked():
                 await self._sem.acquire()  # a free slot is taken at once, whatever max_wait says
             elif self.max_wait == 0:
                 raise _too_many(self.limit)
             else:
-                await asyncio.wait_for(self._sem.acquire(), self.max_wait)
-        except asyncio.TimeoutError:
-            raise _too_many(self.limit) from None
+                await self._wait_for_slot()
         finally:
             self.waiting -= 1
         self.inflight += 1
         self.idle.clear()
         return loop.time() - start
+
+    async def _wait_for_slot(self) -> None:
+        """Until a slot frees (taken), the wait runs out (429) or the server closes (503)."""
+        slot = asyncio.ensure_future(self._sem.acquire())
+        closing = asyncio.ensure_future(self.closed.wait())
+        try:
+            timeout = None if self.max_wait < 0 else self.max_wait
+            await asyncio.wait({slot, closing}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not slot.done():
+                slot.cancel()
+        if slot.done() and not slot.cancelled():
+            if not self.closed.is_set():
+                return
+            self._sem.release()  # taken as the server closed: give it back, the request is refused
+        raise shutting_down() if self.closed.is_set() else _too_many(self.limit)
 
     def release(self) -> None:
         self.inflight -= 1
@@ -87,6 +110,10 @@ class AppState:
     args: ServerArgs
     admission: Admission
     draining: bool = False
+
+
+def shutting_down() -> APIError:
+    return APIError("the server is shutting down", 503)
 
 
 def _too_many(limit: int, queued: int | None = None) -> APIError:

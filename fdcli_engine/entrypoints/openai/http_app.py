@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches
+from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches, shutting_down
 from fdcli_engine.entrypoints.openai.errors import APIError, from_exception, status_phrase
 from fdcli_engine.entrypoints.openai.metrics import ServerMetrics
 from fdcli_engine.entrypoints.openai.protocol import ErrorResponse, ModelCard, ModelList
@@ -46,7 +46,7 @@ class GuardMiddleware:
             return await self.app(scope, receive, send)
         st = self.state
         if st.draining:
-            return await error_response(APIError("the server is shutting down", 503))(scope, receive, send)
+            return await error_response(shutting_down())(scope, receive, send)
         if st.args.api_keys and scope["path"] not in OPEN_PATHS and not _authorized(scope, st.args.api_keys):
             err = APIError("missing or invalid API key", 401, code="invalid_api_key")
             return await error_response(err)(scope, receive, send)

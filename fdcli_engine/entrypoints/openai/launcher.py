@@ -69,6 +69,7 @@ class FdServer(uvicorn.Server):
             return
         self.fd_state.draining = True
         loop = asyncio.get_event_loop()
+        loop.call_soon_threadsafe(self.fd_state.admission.close)
         loop.call_soon_threadsafe(lambda: setattr(self, "_drain_task", loop.create_task(self.drain())))
 
     async def drain(self) -> None:

@@ -30,11 +30,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     logprob_rows,
     make_usage,
     merge_jobs,
+    off_loop,
     random_id,
     stream_error,
 )
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
+from fdcli_engine.tokenizer.chat_template import RenderLimitError
 
 
 def messages_to_dicts(messages) -> list[dict]:
@@ -75,7 +77,7 @@ def _template_tool_call(call) -> dict:
     vLLM does the same), kept as the string when it is not a JSON object."""
     try:
         args = json.loads(call.function.arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder allows
         args = None
     if not isinstance(args, dict):
         args = call.function.arguments
@@ -155,6 +157,8 @@ class OpenAIServingChat:
                 **({"tools": [t.model_dump(exclude_none=True) for t in req.tools]} if req.tools else {}),
                 **kwargs,
             )
+        except RenderLimitError as e:
+            raise bad_request(str(e), "chat_template") from None
         except Exception as e:
             if hasattr(e, "status"):
                 raise
@@ -168,7 +172,7 @@ class OpenAIServingChat:
         model = check_model(req.model, self.served_model_names)
         self._check_unsupported(req)
         parse_tools = parses_tool_calls(req, self.tool_parser_cls)
-        prompt, prompt_ids = self.render(req)
+        prompt, prompt_ids = await off_loop(self.render, req)
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")

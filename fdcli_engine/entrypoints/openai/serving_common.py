@@ -8,10 +8,12 @@ Nothing here imports FastAPI: `fd run-batch` calls the same code in-process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,17 @@ from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 __all__ = ["EngineClient"]
 logger = logging.getLogger("fd.serve")
+
+# Templating and tokenization run here, not on the event loop: a large prompt or a template that runs
+# to its limit (chat_template.py) then delays only its own request, never /health or the streams. A
+# few threads: the work is mostly GIL-bound, and the admission cap bounds the queue.
+_PREPARE_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fd-prepare")
+
+
+async def off_loop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` on a prepare worker thread; its exception is raised here."""
+    call = functools.partial(fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_PREPARE_WORKERS, call)
 
 
 def random_id(prefix: str) -> str:

@@ -20,6 +20,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     final_outputs,
     make_usage,
     merge_jobs,
+    off_loop,
     random_id,
     stream_error,
 )
@@ -65,7 +66,7 @@ class OpenAIServingCompletion:
         """Validate and tokenize."""
         model = check_model(req.model, self.served_model_names)
         self._check_unsupported(req)
-        prompts = self._prompts(req)
+        prompts = await off_loop(self._prompts, req)
         max_tokens = [check_prompt(ids, req.max_tokens, self.engine.model_config) for _, ids in prompts]
         # With max_tokens=None each prompt may fill its own room; the per-job value is set below.
         params = build_params(req, self.engine.tokenizer, min(max_tokens), req.logprobs)

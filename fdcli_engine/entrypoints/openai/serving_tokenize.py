@@ -11,7 +11,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     TokenizeResponse,
 )
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
-from fdcli_engine.entrypoints.openai.serving_common import check_model, encode
+from fdcli_engine.entrypoints.openai.serving_common import check_model, encode, off_loop
 
 
 class OpenAIServingTokenization:
@@ -25,12 +25,12 @@ class OpenAIServingTokenization:
         if (req.prompt is None) == (req.messages is None):
             raise bad_request("give exactly one of prompt or messages", "prompt")
         if req.prompt is not None:
-            tokens = encode(self.engine.tokenizer, req.prompt, req.add_special_tokens)
+            tokens = await off_loop(encode, self.engine.tokenizer, req.prompt, req.add_special_tokens)
         else:
             chat_req = ChatCompletionRequest(
                 messages=req.messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools
             )
-            tokens = self.chat.render(chat_req)[1]
+            tokens = (await off_loop(self.chat.render, chat_req))[1]
         return TokenizeResponse(
             count=len(tokens), max_model_len=self.engine.model_config.max_model_len, tokens=tokens
         )

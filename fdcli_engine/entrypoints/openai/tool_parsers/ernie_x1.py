@@ -15,7 +15,6 @@ format, else the text before the first call; None when only calls were made.
 from __future__ import annotations
 
 import json
-import re
 
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, new_tool_call
 from fdcli_engine.entrypoints.openai.protocol import ToolCall
@@ -27,7 +26,6 @@ from fdcli_engine.entrypoints.openai.reasoning_ernie import (
 )
 
 TOOL_CALL_END = "</tool_call>"
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 class ErnieX1ToolParser:
@@ -36,7 +34,7 @@ class ErnieX1ToolParser:
 
     def extract(self, text: str) -> ParsedOutput:
         after_think = text.partition(THINK_END)[2] if THINK_END in text else text
-        blocks = _BLOCK.findall(after_think)
+        blocks = _blocks(after_think)
         content = _content(text)
         if not blocks:
             return ParsedOutput(None, content)
@@ -49,6 +47,21 @@ class ErnieX1ToolParser:
         if not _thinking_format(text):
             content = text.partition(TOOL_CALL_START)[0].rstrip()  # a call block is never content
         return ParsedOutput(None, content or None, calls)
+
+
+def _blocks(text: str) -> list[str]:
+    """The insides of the closed <tool_call> blocks, in order. One pass: each search starts where
+    the last one ended, so unclosed tags cost linear time (a lazy regex rescans the rest of the text
+    from every opening tag)."""
+    blocks, at = [], 0
+    while (start := text.find(TOOL_CALL_START, at)) != -1:
+        start += len(TOOL_CALL_START)
+        end = text.find(TOOL_CALL_END, start)
+        if end == -1:
+            break
+        blocks.append(text[start:end])
+        at = end + len(TOOL_CALL_END)
+    return blocks
 
 
 def _thinking_format(text: str) -> bool:
@@ -66,7 +79,7 @@ def _content(text: str) -> str:
 def _parse_block(block: str) -> ToolCall | None:
     try:
         obj = json.loads(block.strip())
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder allows
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
