@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from typer.core import TyperCommand
 
-from fdcli.console import error_boundary, fail
+from fdcli.console import BadInput, error_boundary, fail
 from fdcli.options import (
     ENGINE_FLAGS,
     AutoToolChoiceOpt,
@@ -58,7 +59,17 @@ PortOpt = Annotated[Optional[int], _opt("--port", help="Port to listen on. (defa
 ApiKeyOpt = Annotated[
     Optional[list[str]],
     _opt(
-        "--api-key", help="Require this bearer key (repeatable). Default: $FD_API_KEY.", envvar="FD_API_KEY"
+        "--api-key",
+        help="Require this key (Authorization: Bearer, or x-api-key; repeatable). Default: $FD_API_KEY. "
+        "On the command line it is visible to every user of the machine (ps): prefer --api-key-file.",
+        envvar="FD_API_KEY",
+    ),
+]
+ApiKeyFileOpt = Annotated[
+    Optional[Path],
+    _opt(
+        "--api-key-file",
+        help="Require the keys in this file: one per line; blank lines and # comments skipped.",
     ),
 ]
 MaxConcurrencyOpt = Annotated[
@@ -99,6 +110,7 @@ SERVER_KEYS = {
     "host": "host",
     "port": "port",
     "api_key": "api_keys",
+    "api_key_file": "api_keys",  # read into the key list before ServerArgs is built
     "max_concurrency": "max_concurrency",
     "max_waiting_time": "max_waiting_time",
     "max_queue_size": "max_queue_size",
@@ -114,6 +126,21 @@ SERVER_KEYS = {
 }
 
 
+def read_api_key_file(path: Path) -> list[str]:
+    """The keys of an --api-key-file: one per line, surrounding blanks stripped, blank lines and lines
+    starting with # skipped. A file without a key is an error (it would leave the server open)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(
+            f"cannot read --api-key-file {str(path)!r}: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
+    keys = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if not keys:
+        raise BadInput(f"--api-key-file {str(path)!r} holds no key")
+    return keys
+
+
 def _load_yaml(path: Path) -> dict[str, Any]:
     from fdcli.options import _load_yaml as load  # the shared reader: one error style for bad files
 
@@ -124,6 +151,7 @@ _TYPES = {
     "host": str,
     "port": int,
     "api_key": list,
+    "api_key_file": str,
     "max_concurrency": int,
     "max_waiting_time": float,
     "max_queue_size": int,
@@ -189,6 +217,7 @@ def serve(
     host: HostOpt = None,
     port: PortOpt = None,
     api_key: ApiKeyOpt = None,
+    api_key_file: ApiKeyFileOpt = None,
     max_concurrency: MaxConcurrencyOpt = None,
     max_waiting_time: MaxWaitingTimeOpt = None,
     max_queue_size: MaxQueueOpt = None,
@@ -216,6 +245,15 @@ def serve(
     values.update({k: cli[k] for k in SERVER_KEYS if cli.get(k) not in (None, [])})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
+    if any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:]):
+        sys.stderr.write(
+            "Warning: --api-key on the command line is visible to every user of this machine (ps); "
+            "use --api-key-file or FD_API_KEY\n"
+        )
+    key_file = values.pop("api_key_file", None)
+    if key_file is not None:
+        with error_boundary():
+            values["api_key"] = [*values.get("api_key", []), *read_api_key_file(Path(key_file))]
     serving = {k: values.pop(k) for k in list(values) if k in ServingOptions.__dataclass_fields__}
     if engine_args.get("served_model_name"):
         serving["served_model_names"] = [engine_args["served_model_name"]]

@@ -148,6 +148,14 @@ def test_api_key_rejected_for_generation(server):
     _check_error(r, 401, AUTH, None)
 
 
+def test_x_api_key_header_is_accepted(server):
+    """Anthropic-style clients send the key as x-api-key; it is checked like a bearer key."""
+    import httpx
+
+    assert httpx.get(server.url + "/v1/models", headers={"x-api-key": server.api_key}).status_code == 200
+    _check_error(httpx.get(server.url + "/v1/models", headers={"x-api-key": "nope"}), 401, AUTH, None)
+
+
 def test_health_needs_no_key(server):
     import httpx
 

@@ -59,6 +59,39 @@ def test_api_keys_repeatable_or_from_environment(captured):
     assert captured[-1][1].api_keys == ["secret"]
 
 
+def test_api_key_file_adds_its_keys(captured, tmp_path, monkeypatch):
+    """#28 item 8: keys from a file never show in `ps`; a key on the command line warns that it does."""
+    monkeypatch.delenv("FD_API_KEY", raising=False)
+    keys = tmp_path / "keys"
+    keys.write_text("# the team's keys\n  k-one  \n\nk-two\n")
+    r = runner.invoke(app, ["serve", "--api-key-file", str(keys)])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].api_keys == ["k-one", "k-two"] and "Warning" not in r.stderr
+    r = runner.invoke(app, ["serve", "--api-key-file", str(keys)], env={"FD_API_KEY": "env-key"})
+    assert captured[-1][1].api_keys == ["env-key", "k-one", "k-two"]
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(f"api-key-file: {keys}\n")
+    r = runner.invoke(app, ["serve", "--config", str(cfg)])
+    assert r.exit_code == 0 and captured[-1][1].api_keys == ["k-one", "k-two"], r.output
+
+
+def test_api_key_on_the_command_line_warns(captured, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["fd", "serve", "--api-key", "visible"])
+    r = runner.invoke(app, ["serve", "--api-key", "visible"])
+    assert r.exit_code == 0 and captured[-1][1].api_keys == ["visible"]
+    assert "visible to every user" in r.stderr and "--api-key-file" in r.stderr
+
+
+@pytest.mark.parametrize("content, needle", [(None, "cannot read"), ("# only a comment\n\n", "holds no key")])
+def test_bad_api_key_file_is_one_line(captured, tmp_path, content, needle):
+    path = tmp_path / "keys"
+    if content is not None:
+        path.write_text(content)
+    r = runner.invoke(app, ["serve", "--api-key-file", str(path)])
+    assert r.exit_code == 2 and not captured
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize(
     "yaml_text,needle",
     [
