@@ -225,6 +225,12 @@ class Tokenizer:
             raise InvalidRequestError(f"text to encode must be a string, got {type(text).__name__}")
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_pair(self, text: str, text_pair: str) -> tuple[list[int], list[int]]:
+        """A text pair as one sequence, the tokenizer's pair template applied (BERT: [CLS] a [SEP] b
+        [SEP]; a tokenizer without one concatenates): (ids, token type ids)."""
+        enc = self._tok.encode(text, text_pair, add_special_tokens=True)
+        return enc.ids, enc.type_ids
+
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=add_special_tokens)]
 
