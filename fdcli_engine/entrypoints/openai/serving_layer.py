@@ -16,6 +16,7 @@ from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingComp
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
+from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
 from fdcli_engine.entrypoints.openai.serving_tokenize import OpenAIServingTokenization
 from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
@@ -29,6 +30,7 @@ class ServingLayer:
     embedding: OpenAIServingEmbedding
     reward: OpenAIServingReward
     tokenization: OpenAIServingTokenization
+    score: OpenAIServingScore  # /score and /rerank
 
 
 def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer:
@@ -56,4 +58,5 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         embedding=OpenAIServingEmbedding(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
+        score=OpenAIServingScore(engine, names, chat),
     )
