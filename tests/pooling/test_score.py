@@ -146,6 +146,7 @@ def test_generation_on_pooling_server_names_its_routes(cross_encoder):
     for url, body in [
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
         ("/v1/completions", {"prompt": "hi"}),
+        ("/v1/responses", {"input": "hi"}),
     ]:
         r = _post(cross_encoder, url, **body)
         assert r.status_code == 400, r.text

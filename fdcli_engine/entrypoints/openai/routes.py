@@ -26,6 +26,7 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     EmbeddingResponse,
     RewardResponse,
 )
+from fdcli_engine.entrypoints.openai.protocol_responses import ResponsesRequest
 from fdcli_engine.entrypoints.openai.protocol_score import (
     RerankRequest,
     RerankResponse,
@@ -78,6 +79,9 @@ ROUTES: dict[str, Route] = {
     ),
     "/v1/reward": Route(
         "create_reward", ChatRewardRequest, lambda s, req: s.reward.create_reward(req), RewardResponse
+    ),
+    "/v1/responses": Route(
+        "create_response", ResponsesRequest, lambda s, req: s.responses.create_response(req)
     ),
 }
 

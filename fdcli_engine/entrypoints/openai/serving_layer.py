@@ -15,6 +15,7 @@ from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+from fdcli_engine.entrypoints.openai.serving_responses import OpenAIServingResponses
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
 from fdcli_engine.entrypoints.openai.serving_tokenize import OpenAIServingTokenization
@@ -30,6 +31,7 @@ class ServingLayer:
     embedding: OpenAIServingEmbedding
     reward: OpenAIServingReward
     tokenization: OpenAIServingTokenization
+    responses: OpenAIServingResponses
     score: OpenAIServingScore  # /score and /rerank
 
 
@@ -58,5 +60,6 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         embedding=OpenAIServingEmbedding(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
+        responses=OpenAIServingResponses(chat),
         score=OpenAIServingScore(engine, names, chat),
     )
