@@ -15,7 +15,12 @@ import typer
 
 from fdcli.console import error_boundary, fail
 from fdcli.options import (
+    CORS_LIST_KEYS,
     ENGINE_FLAGS,
+    AllowCredentialsOpt,
+    AllowedHeadersOpt,
+    AllowedMethodsOpt,
+    AllowedOriginsOpt,
     AutoToolChoiceOpt,
     ChatTemplateOpt,
     ConfigFileOpt,
@@ -23,6 +28,7 @@ from fdcli.options import (
     ToolCallParserOpt,
     TrustTemplateOpt,
     engine_config_from_cli,
+    parse_cors_list,
 )
 
 SERVER_PANEL = "Server options"
@@ -82,6 +88,11 @@ SERVER_KEYS = {
     "trust_request_chat_template": "trust_request_chat_template",
     "max_request_body_bytes": "max_request_body_bytes",
     "uvicorn_log_level": "uvicorn_log_level",
+    # CORS
+    "allowed_origins": "allowed_origins",
+    "allowed_methods": "allowed_methods",
+    "allowed_headers": "allowed_headers",
+    "allow_credentials": "allow_credentials",
 }
 
 
@@ -106,6 +117,7 @@ _TYPES = {
     "trust_request_chat_template": bool,
     "max_request_body_bytes": int,
     "uvicorn_log_level": str,
+    "allow_credentials": bool,  # the CORS lists are parsed by fdcli.options.parse_cors_list
 }
 
 
@@ -113,6 +125,8 @@ def _coerce(key: str, value: Any) -> Any:
     """A server option from the YAML file, checked against its flag's type (ConfigError if wrong)."""
     from fdcli_engine.errors import ConfigError
 
+    if key in CORS_LIST_KEYS:
+        return parse_cors_list(key, value)
     want = _TYPES[key]
     if want is list:
         value = [value] if isinstance(value, str) else value
@@ -171,6 +185,10 @@ def serve(
     trust_request_chat_template: TrustTemplateOpt = None,
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
+    allowed_origins: AllowedOriginsOpt = None,
+    allowed_methods: AllowedMethodsOpt = None,
+    allowed_headers: AllowedHeadersOpt = None,
+    allow_credentials: AllowCredentialsOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
@@ -184,6 +202,8 @@ def serve(
     with error_boundary():
         values = {k: _coerce(k, v) for k, v in file_values.items()}
     values.update({k: cli[k] for k in SERVER_KEYS if cli.get(k) not in (None, [])})
+    with error_boundary():
+        values.update({k: parse_cors_list(k, values[k]) for k in CORS_LIST_KEYS if k in values})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
     serving = {k: values.pop(k) for k in list(values) if k in ServingOptions.__dataclass_fields__}

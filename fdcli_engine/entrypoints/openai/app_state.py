@@ -23,6 +23,11 @@ class ServerArgs:
     max_request_body_bytes: int = 32 << 20
     uvicorn_log_level: str = "warning"
     serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
+    # CORS (vLLM's options): None sends no CORS headers at all; the others apply once origins are given.
+    allowed_origins: list[str] | None = None
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
 
 
 class Admission:
