@@ -42,7 +42,9 @@ def _engine_scores(folder, pairs, use_types=True) -> np.ndarray:
     for i, (a, b) in enumerate(pairs):
         ids, types = tok.encode_pair(a, b)
         start = types.index(1) if use_types and 1 in types else None
-        core.add_request(EngineCoreRequest(f"r{i}", ids, pooling_params=PoolingParams(token_type_start=start)))
+        core.add_request(
+            EngineCoreRequest(f"r{i}", ids, pooling_params=PoolingParams(token_type_start=start))
+        )
     got = {}
     while core.has_unfinished_requests():
         for out in core.step():
@@ -199,3 +201,23 @@ def test_wrong_model_kind_is_400_naming_the_models():
                 asyncio.run(call)
             assert e.value.status == 400 and expect in e.value.message, e.value.message
             assert "cross-encoder" in e.value.message
+
+
+def test_run_batch_score_and_rerank_lines(tmp_path, pooling_checkpoint):
+    from test_run_batch_pooling import line, run_batch
+
+    folder = pooling_checkpoint("bert_cross_encoder")
+    ref = reference_cross_scores(folder, PAIRS)
+    proc, recs = run_batch(
+        folder,
+        tmp_path,
+        [
+            line("s", "/v1/score", {"text_1": QUERY, "text_2": DOCS}),
+            line("r", "/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 1}),
+        ],
+    )
+    assert set(recs) == {"s", "r"}, proc.stderr.decode()[-2000:]
+    scores = [d["score"] for d in recs["s"]["response"]["body"]["data"]]
+    np.testing.assert_allclose(scores, ref, rtol=0, atol=1e-4)
+    (best,) = recs["r"]["response"]["body"]["results"]
+    assert best["index"] == int(np.argmax(ref))
