@@ -133,6 +133,7 @@ def test_score_bad_requests(cross_encoder):
         ("/v1/score", {"text_1": "a", "text_2": []}, "text_2"),
         ("/v1/rerank", {"query": "", "documents": ["a"]}, "query"),
         ("/v1/score", {"text_1": "a " * 300, "text_2": "b"}, "text_1"),  # over 128 positions
+        ("/v1/rerank", {"query": "a", "documents": ["b", "c " * 300]}, "documents[1]"),
     ]
     for url, body, param in cases:
         r = _post(cross_encoder, url, **body)

@@ -74,9 +74,9 @@ class OpenAIServingScore(PoolingServing):
         if pc.task == "embed":
             return await self._cosines(pairs, pc, request_id)
         prompts, params = [], []
-        for (a, param), (b, _) in pairs:
+        for (a, param_a), (b, param_b) in pairs:
             ids, types = self.engine.tokenizer.encode_pair(a, b)
-            self.check_length(ids, param)
+            self.check_length(ids, param_a if len(a) >= len(b) else param_b)  # the likely culprit
             start = types.index(1) if 1 in types else None
             prompts.append(ids)
             params.append(PoolingParams(token_type_start=start))
