@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.http_app import build_app
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
 
 PIECES = ["Hel", "lo", " there", "!"]
@@ -42,16 +43,16 @@ class ScriptedEngine:
     """Says PIECES (one token each), or stops after `max_tokens` pieces with finish_reason length;
     records each prompt and its parameters."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, pieces=PIECES):
+        self.tokenizer, self.pieces = tokenizer, pieces
         self.model_config = _ModelConfig()
         self.is_ready, self.is_dead, self.dead_reason = True, False, None
         self.calls = []
 
     async def generate(self, prompt_token_ids, params, request_id, prompt=None):
         self.calls.append((prompt, params))
-        pieces = PIECES[: params.max_tokens]
-        reason = "stop" if len(pieces) == len(PIECES) else "length"
+        pieces = self.pieces[: params.max_tokens]
+        reason = "stop" if len(pieces) == len(self.pieces) else "length"
         text = ""
         for k, piece in enumerate(pieces):
             await asyncio.sleep(0)
@@ -78,13 +79,17 @@ def tokenizer(tmp_path_factory):
     return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
 
 
-@pytest.fixture
-def scripted(tokenizer):
-    args = ServerArgs()
-    engine = ScriptedEngine(tokenizer)
+def _client(tokenizer, pieces=PIECES, **serving):
+    args = ServerArgs(serving=ServingOptions(**serving))
+    engine = ScriptedEngine(tokenizer, pieces)
     app = build_app(engine, args, AppState(args, Admission(8, -1)))
     client = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=TestClient(app))
     return client, engine
+
+
+@pytest.fixture
+def scripted(tokenizer):
+    return _client(tokenizer)
 
 
 def test_create_returns_the_text_usage_and_prompt(scripted, tokenizer):
@@ -157,6 +162,39 @@ def test_stream_helper_accumulates(scripted):
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
     assert "".join(deltas) == final.output_text == "Hello there!"
+
+
+THINKING = ["<think>", "let me", " see", "</think>", "\n\nHi", "!"]
+
+
+def test_reasoning_item_comes_before_the_message(tokenizer):
+    client, _ = _client(tokenizer, THINKING, reasoning_parser="qwen3")
+    r = client.responses.create(model="tiny", input="hi")
+    assert [o.type for o in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == "let me see" and r.output_text == "Hi!"
+    events = list(client.responses.create(model="tiny", input="hi", stream=True))
+    types = [e.type for e in events]
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "let me see"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hi!"
+    added = [e for e in events if e.type == "response.output_item.added"]
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert [(e.output_index, e.item.type) for e in added] == [(0, "reasoning"), (1, "message")]
+    assert [(e.output_index, e.item.type) for e in done] == [(0, "reasoning"), (1, "message")]
+    assert events.index(done[0]) < events.index(added[1])  # one item at a time
+    assert [e.sequence_number for e in events] == list(range(len(events))) and types[
+        -1
+    ] == "response.completed"
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == "Hi!"
+    with client.responses.stream(model="tiny", input="hi") as stream:
+        assert stream.get_final_response().output_text == "Hi!"
+
+
+def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
+    client, _ = _client(tokenizer, THINKING[:3], reasoning_parser="qwen3")
+    events = list(client.responses.create(model="tiny", input="hi", stream=True))
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == ""
 
 
 @pytest.mark.parametrize(

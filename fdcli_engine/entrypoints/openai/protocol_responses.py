@@ -94,6 +94,21 @@ class OutputMessage(BaseModel):
     content: list[OutputText]
 
 
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(BaseModel):
+    """The text the server's --reasoning-parser splits out, before the message (as vLLM returns it)."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list = Field(default_factory=list)
+    content: list[ReasoningText]
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+
+
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
 
@@ -126,7 +141,7 @@ class ResponseObject(BaseModel):
     instructions: str | None = None
     max_output_tokens: int | None = None
     model: str
-    output: list[OutputMessage]
+    output: list[ReasoningItem | OutputMessage]
     parallel_tool_calls: bool = True
     previous_response_id: None = None
     store: bool = False  # fd keeps no responses

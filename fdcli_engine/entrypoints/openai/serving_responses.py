@@ -9,12 +9,11 @@ Responses event stream the `openai` SDK's `client.responses.stream` accumulates:
   → response.output_text.delta … → response.output_text.done → response.content_part.done
   → response.output_item.done → response.completed (response.incomplete when max_output_tokens cut it)
 
-Reasoning text that the server's reasoning parser splits out is not returned (no reasoning items).
+With a --reasoning-parser, the reasoning text comes first as a reasoning item (vLLM's shape).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 
@@ -26,10 +25,13 @@ from fdcli_engine.entrypoints.openai.protocol_responses import (
     OutputMessage,
     OutputText,
     OutputTokensDetails,
+    ReasoningItem,
+    ReasoningText,
     ResponseObject,
     ResponsesRequest,
     ResponseUsage,
 )
+from fdcli_engine.entrypoints.openai.responses_stream import EventWriter, OutputItems
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat, PreparedChat
 from fdcli_engine.entrypoints.openai.serving_common import check_generative, final_outputs, merge_jobs
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
@@ -119,32 +121,33 @@ class OpenAIServingResponses:
     async def _full(self, req: ResponsesRequest, p: PreparedChat) -> ResponseObject:
         (_, out) = (await final_outputs(self.chat.engine, p.jobs))[0]
         comp = out.outputs[0]
-        text = self._splitter().split(comp.text).content or ""
+        split = self._splitter().split(comp.text)
         status = "incomplete" if comp.finish_reason == "length" else "completed"
-        message = OutputMessage(id=_message_id(p), status=status, content=[OutputText(text=text)])
+        key = _item_key(p)
+        output = []
+        if split.reasoning:
+            output.append(ReasoningItem(id="rs_" + key, content=[ReasoningText(text=split.reasoning)]))
+        output.append(
+            OutputMessage(id="msg_" + key, status=status, content=[OutputText(text=split.content or "")])
+        )
         usage = _usage(len(p.prompt_ids), len(comp.token_ids), out.num_cached_tokens)
-        return _response(req, p, status, [message], usage)
+        return _response(req, p, status, output, usage)
 
     async def _stream(self, req: ResponsesRequest, p: PreparedChat) -> AsyncIterator[str]:
-        events = _EventWriter()
-        item_id = _message_id(p)
+        events = EventWriter()
         head = _response(req, p, "in_progress", [], None).model_dump()
         yield events.emit("response.created", response=head)
         yield events.emit("response.in_progress", response=head)
-        item = {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}
-        yield events.emit("response.output_item.added", output_index=0, item=item)
-        where = {"item_id": item_id, "output_index": 0, "content_index": 0}
-        part = OutputText(text="").model_dump()
-        yield events.emit("response.content_part.added", **where, part=part)
-        splitter, text, num_tokens, cached, reason = self._splitter(), "", 0, 0, None
+        items = OutputItems(events, _item_key(p))
+        splitter, num_tokens, cached, reason = self._splitter(), 0, 0, None
         try:
             async for _, out in merge_jobs(self.chat.engine, p.jobs):
                 comp = out.outputs[0]
                 num_tokens += len(comp.delta_token_ids)
-                delta = splitter.feed(comp.delta_text, final=out.finished).content or ""
-                if delta:
-                    text += delta
-                    yield events.emit("response.output_text.delta", **where, delta=delta, logprobs=[])
+                split = splitter.feed(comp.delta_text, final=out.finished)
+                for kind, delta in (("reasoning", split.reasoning), ("message", split.content)):
+                    for event in items.feed(kind, delta) if delta else ():
+                        yield event
                 if out.finished:
                     cached, reason = out.num_cached_tokens, comp.finish_reason
         except Exception as e:
@@ -152,30 +155,16 @@ class OpenAIServingResponses:
             yield events.emit("error", code=err.code, message=err.message, param=err.param)
             return
         status = "incomplete" if reason == "length" else "completed"
-        yield events.emit("response.output_text.done", **where, text=text, logprobs=[])
-        part = OutputText(text=text)
-        yield events.emit("response.content_part.done", **where, part=part.model_dump())
-        message = OutputMessage(id=item_id, status=status, content=[part])
-        yield events.emit("response.output_item.done", output_index=0, item=message.model_dump())
-        final = _response(req, p, status, [message], _usage(len(p.prompt_ids), num_tokens, cached))
+        for event in items.finish(status):
+            yield event
+        final = _response(req, p, status, items.items, _usage(len(p.prompt_ids), num_tokens, cached))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         yield events.emit(kind, response=final.model_dump())
 
 
-class _EventWriter:
-    """Responses SSE events: `event: TYPE` + `data: {"type", "sequence_number", ...}`, numbered from 0."""
-
-    def __init__(self) -> None:
-        self.sequence_number = 0
-
-    def emit(self, kind: str, **fields) -> str:
-        body = json.dumps({"type": kind, "sequence_number": self.sequence_number, **fields})
-        self.sequence_number += 1
-        return f"event: {kind}\ndata: {body}\n\n"
-
-
-def _message_id(p: PreparedChat) -> str:
-    return "msg_" + p.request_id.removeprefix("resp_")
+def _item_key(p: PreparedChat) -> str:
+    """The request's id without its prefix: output item ids are rs_KEY and msg_KEY."""
+    return p.request_id.removeprefix("resp_")
 
 
 def _usage(input_tokens: int, output_tokens: int, cached: int) -> ResponseUsage:
