@@ -143,7 +143,9 @@ def qwen3_reranker(folder: Path) -> Path:
     return folder
 
 
-def reference_cross_scores(folder: Path, pairs: list[tuple[str, str]]) -> np.ndarray:
+def reference_cross_scores(
+    folder: Path, pairs: list[tuple[str, str]], max_length: int | None = None
+) -> np.ndarray:
     """transformers' cross-encoder scores: tokenizer(a, b) (its pair template), the classification
     model, sigmoid of the one logit (sentence-transformers' CrossEncoder default for one label)."""
     import torch
@@ -158,7 +160,8 @@ def reference_cross_scores(folder: Path, pairs: list[tuple[str, str]]) -> np.nda
     model = transformers.AutoModelForSequenceClassification.from_pretrained(folder, **kw).eval()
     out = []
     for a, b in pairs:  # one by one: no padding in the reference
-        enc = tok(a, b, return_tensors="pt")
+        cut = {"truncation": True, "max_length": max_length} if max_length else {}
+        enc = tok(a, b, return_tensors="pt", **cut)
         with torch.no_grad():
             out.append(torch.sigmoid(model(**enc).logits[0, 0].double()).item())
     return np.array(out)

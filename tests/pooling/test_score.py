@@ -127,6 +127,29 @@ def test_rerank_top_n_and_no_documents(cross_encoder, pooling_checkpoint):
     assert all(x["document"] is None for x in results)
 
 
+def test_pair_truncation_matches_transformers():
+    import transformers
+
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    path = default_embedding_model_path()
+    ours, hf = load_tokenizer(path), transformers.AutoTokenizer.from_pretrained(path)
+    for a, b, k in [(QUERY, DOCS[0] * 5, 16), (DOCS[0] * 5, "x", 9), (QUERY, DOCS[2], 64)]:
+        ref = hf(a, b, truncation=True, max_length=k)
+        assert ours.encode_pair(a, b, k) == (ref["input_ids"], ref["token_type_ids"])
+
+
+def test_rerank_truncates_long_documents(cross_encoder, pooling_checkpoint):
+    docs = ["c " * 300, DOCS[0]]
+    ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), [(QUERY, d) for d in docs], 64)
+    r = _post(cross_encoder, "/v1/rerank", query=QUERY, documents=docs, truncate_prompt_tokens=64)
+    assert r.status_code == 200, r.text
+    got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    np.testing.assert_allclose([got[0], got[1]], ref, rtol=0, atol=1e-4)
+    r = _post(cross_encoder, "/v1/score", text_1="a", text_2="b", truncate_prompt_tokens=129)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens"
+
+
 def test_score_bad_requests(cross_encoder):
     cases = [
         ("/v1/score", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, "text_1"),
@@ -174,6 +197,10 @@ def test_embedding_model_scores_cosine(minilm):
     np.testing.assert_allclose(got, vecs[1:] @ vecs[0], rtol=0, atol=1e-5)
     ref = st_reference(texts).astype(np.float64)
     np.testing.assert_allclose(got, ref[1:] @ ref[0], rtol=0, atol=1e-5)
+    long = QUERY + " and more" * 200  # over MiniLM's 256 tokens: embedded as its truncated form
+    cut = _post(minilm, "/v1/score", text_1=long, text_2=DOCS[0], truncate_prompt_tokens=-1).json()["data"]
+    ref = st_reference([long, DOCS[0]]).astype(np.float64)  # sentence-transformers truncates at 256
+    assert abs(cut[0]["score"] - ref[0] @ ref[1]) < 1e-5
     ranked = _post(minilm, "/v1/rerank", query=QUERY, documents=DOCS).json()["results"]
     assert [x["index"] for x in ranked] == list(np.argsort(-got, kind="stable"))
 

@@ -22,6 +22,8 @@ class ScoreRequest(_Strict):
     model: str | None = Field(default=None, max_length=512)
     text_1: ScoreText | ScoreTexts
     text_2: ScoreText | ScoreTexts
+    # -1: max-model-len; k > 0: each pair (cross-encoder) or text (embedding model) cut to k tokens.
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=256)
 
@@ -32,6 +34,7 @@ class RerankRequest(_Strict):
     documents: ScoreTexts
     top_n: int | None = Field(default=None, ge=0, le=MAX_INPUTS)  # None or 0: every document
     return_documents: bool = True
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=256)
 

@@ -24,7 +24,12 @@ from fdcli_engine.entrypoints.openai.protocol_score import (
     ScoreResponse,
 )
 from fdcli_engine.entrypoints.openai.serving_common import check_model, encode, random_id
-from fdcli_engine.entrypoints.openai.serving_embedding import _TASK_NAMES, PoolingServing
+from fdcli_engine.entrypoints.openai.serving_embedding import (
+    _TASK_NAMES,
+    PoolingServing,
+    special_token_frame,
+    truncate_ids,
+)
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import postprocess
 from fdcli_engine.pooling_params import PoolingParams
@@ -68,14 +73,17 @@ class OpenAIServingScore(PoolingServing):
             )
         return pc
 
-    async def scores(self, pairs: list[Pair], request_id: str) -> tuple[list[float], int]:
+    async def scores(
+        self, pairs: list[Pair], request_id: str, truncate: int | None = None
+    ) -> tuple[list[float], int]:
         """One score per pair, and the prompt tokens the engine read."""
         pc = self.pooler_config()
+        limit = self.limit(truncate)
         if pc.task == "embed":
-            return await self._cosines(pairs, pc, request_id)
+            return await self._cosines(pairs, pc, request_id, limit)
         prompts, params = [], []
         for (a, param_a), (b, param_b) in pairs:
-            ids, types = self.engine.tokenizer.encode_pair(a, b)
+            ids, types = self.engine.tokenizer.encode_pair(a, b, limit)
             self.check_length(ids, param_a if len(a) >= len(b) else param_b)  # the likely culprit
             start = types.index(1) if 1 in types else None
             prompts.append(ids)
@@ -83,14 +91,17 @@ class OpenAIServingScore(PoolingServing):
         pools = await self.pool_all(prompts, request_id, params)
         return [sigmoid(postprocess(raw, pc).reshape(-1)[0]) for raw in pools], sum(map(len, prompts))
 
-    async def _cosines(self, pairs: list[Pair], pc: PoolerConfig, request_id: str):
+    async def _cosines(self, pairs: list[Pair], pc: PoolerConfig, request_id: str, limit: int | None):
         texts: dict[str, str] = {}  # each distinct text embedded once -> the param named in its errors
         for a, b in pairs:
             for text, param in (a, b):
                 texts.setdefault(text, param)
         prompts = []
+        tok = self.engine.tokenizer
         for text, param in texts.items():
-            ids = encode(self.engine.tokenizer, text)
+            ids = encode(tok, text)
+            if limit and len(ids) > limit:  # as /v1/embeddings truncates: [CLS] … [SEP] kept
+                ids = truncate_ids(ids, limit, *special_token_frame(ids, encode(tok, text, False)))
             self.check_length(ids, param)
             prompts.append(ids)
         pools = await self.pool_all(prompts, request_id)
@@ -110,7 +121,7 @@ class OpenAIServingScore(PoolingServing):
                 "text_1",
             )
         rid = request_id or req.request_id or random_id("score")
-        scores, n = await self.scores(list(zip(first, second)), rid)
+        scores, n = await self.scores(list(zip(first, second)), rid, req.truncate_prompt_tokens)
         data = [ScoreData(index=i, score=s) for i, s in enumerate(scores)]
         return ScoreResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
@@ -120,7 +131,8 @@ class OpenAIServingScore(PoolingServing):
         model = check_model(req.model, self.served_model_names)
         docs = _named(req.documents, "documents")
         rid = request_id or req.request_id or random_id("rerank")
-        scores, n = await self.scores([((req.query, "query"), d) for d in docs], rid)
+        pairs = [((req.query, "query"), d) for d in docs]
+        scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens)
         order = sorted(range(len(docs)), key=lambda i: -scores[i])  # stable: ties keep request order
         if req.top_n:
             order = order[: req.top_n]
