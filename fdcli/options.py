@@ -449,3 +449,57 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     }
     del wrapper.__wrapped__  # otherwise inspect.signature would follow it back to `func`
     return wrapper
+
+
+# ---- CORS (`fd serve`) -------------------------------------------------------------------------------
+# vLLM's flag names. fd sends no CORS headers unless --allowed-origins is given (vLLM allows every origin
+# by default): a server on loopback should not be callable from whatever web page its user has open.
+CORS_PANEL = "CORS options"
+CORS_LIST_KEYS = ("allowed_origins", "allowed_methods", "allowed_headers")
+
+AllowedOriginsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--allowed-origins",
+        help="Origins browsers may call from, a JSON list, e.g. '[\"http://localhost:3000\"]' or '[\"*\"]'. "
+        "(default: none, no CORS headers)",
+        rich_help_panel=CORS_PANEL,
+    ),
+]
+AllowedMethodsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--allowed-methods",
+        help='HTTP methods allowed cross-origin, a JSON list. (default: ["*"])',
+        rich_help_panel=CORS_PANEL,
+    ),
+]
+AllowedHeadersOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--allowed-headers",
+        help='Request headers allowed cross-origin, a JSON list. (default: ["*"])',
+        rich_help_panel=CORS_PANEL,
+    ),
+]
+AllowCredentialsOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--allow-credentials",
+        help="Allow cookies and authorization headers cross-origin. (default: off)",
+        rich_help_panel=CORS_PANEL,
+    ),
+]
+
+
+def parse_cors_list(key: str, value: Any) -> list[str]:
+    """A CORS list option: a JSON list as text (the flag) or a YAML list; ConfigError if neither."""
+    flag = "--" + key.replace("_", "-")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"{flag} must be a JSON list of strings, e.g. '[\"*\"]'") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{flag} must be a JSON list of strings, e.g. '[\"*\"]'")
+    return value

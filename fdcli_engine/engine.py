@@ -25,8 +25,8 @@ __all__ = ["EngineCore", "EngineCoreRequest"]
 def _wrong_runner(engine_is_pooling: bool) -> str:
     if engine_is_pooling:
         return (
-            "this server runs a pooling model (--runner pooling): it serves /v1/embeddings and "
-            "/v1/chat/reward, not text generation"
+            "this server runs a pooling model (--runner pooling): it serves /v1/embeddings, "
+            "/v1/chat/reward, /v1/score and /rerank, not text generation"
         )
     return "this server runs a generative model (--runner generate): it serves no embeddings or rewards"
 

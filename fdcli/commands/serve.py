@@ -17,7 +17,12 @@ from typer.core import TyperCommand
 
 from fdcli.console import BadInput, error_boundary, fail
 from fdcli.options import (
+    CORS_LIST_KEYS,
     ENGINE_FLAGS,
+    AllowCredentialsOpt,
+    AllowedHeadersOpt,
+    AllowedMethodsOpt,
+    AllowedOriginsOpt,
     AutoToolChoiceOpt,
     ChatTemplateOpt,
     ConfigFileOpt,
@@ -25,6 +30,7 @@ from fdcli.options import (
     ToolCallParserOpt,
     TrustTemplateOpt,
     merge_engine_options,
+    parse_cors_list,
 )
 
 SERVER_PANEL = "Server options"
@@ -123,6 +129,11 @@ SERVER_KEYS = {
     "max_request_body_bytes": "max_request_body_bytes",
     "uvicorn_log_level": "uvicorn_log_level",
     "metrics_port": "metrics_port",
+    # CORS
+    "allowed_origins": "allowed_origins",
+    "allowed_methods": "allowed_methods",
+    "allowed_headers": "allowed_headers",
+    "allow_credentials": "allow_credentials",
 }
 
 
@@ -164,6 +175,7 @@ _TYPES = {
     "max_request_body_bytes": int,
     "uvicorn_log_level": str,
     "metrics_port": int,
+    "allow_credentials": bool,  # the CORS lists are parsed by fdcli.options.parse_cors_list
 }
 
 
@@ -171,6 +183,8 @@ def _coerce(key: str, value: Any) -> Any:
     """A server option from the YAML file, checked against its flag's type (ConfigError if wrong)."""
     from fdcli_engine.errors import ConfigError
 
+    if key in CORS_LIST_KEYS:
+        return parse_cors_list(key, value)
     want = _TYPES[key]
     if want is list:
         value = [value] if isinstance(value, str) else value
@@ -230,6 +244,10 @@ def serve(
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
     metrics_port: MetricsPortOpt = None,
+    allowed_origins: AllowedOriginsOpt = None,
+    allowed_methods: AllowedMethodsOpt = None,
+    allowed_headers: AllowedHeadersOpt = None,
+    allow_credentials: AllowCredentialsOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
@@ -243,6 +261,8 @@ def serve(
     with error_boundary():
         values = {k: _coerce(k, v) for k, v in file_values.items()}
     values.update({k: cli[k] for k in SERVER_KEYS if cli.get(k) not in (None, [])})
+    with error_boundary():
+        values.update({k: parse_cors_list(k, values[k]) for k in CORS_LIST_KEYS if k in values})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
     if any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:]):

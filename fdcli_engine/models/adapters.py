@@ -18,7 +18,7 @@ import paddle
 
 from fdcli_engine.errors import InvalidRequestError, ModelLoadError
 from fdcli_engine.layers import Linear
-from fdcli_engine.models.bert import BertModel
+from fdcli_engine.models.bert import BertForSequenceClassification, BertModel
 from fdcli_engine.models.llama import LlamaForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
 from fdcli_engine.models.qwen3 import Qwen3ForCausalLM
@@ -149,10 +149,13 @@ def resolve_pooling_class(hf_config: dict, convert: str, source: str = "config")
     arch = str(archs[0]) if archs else ""
     if arch == "BertModel":
         return BertModel
+    if arch == "BertForSequenceClassification":
+        return BertForSequenceClassification
     base = _base_decoder(arch)
     if base is None:
         raise ModelLoadError(
             f"{source}: architecture {arch!r} has no pooling support in fd; supported: BertModel, "
+            "BertForSequenceClassification, "
             "Llama/Qwen2/Qwen3 *ForCausalLM (--convert embed), *Model, *ForSequenceClassification, "
             "*ForRewardModel, *ForProcessRewardModel"
         )

@@ -3,7 +3,8 @@
 Returns the last hidden states [T, hidden] of a varlen batch (sequences laid out as in
 AttentionMetadata); pooling and normalization belong to the runner's pooler. An encoder sees each whole
 sequence in one step: it keeps no KV cache, and a chunked sequence (cached tokens) is an error.
-Token types are all 0 (single-segment inputs, which is what embedding requests are).
+Token types are 0 unless the runner passes `token_type_ids` (a text pair scored by a cross-encoder:
+segment B is type 1).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class BertModel:
         ]
         self.emb_norm = LayerNorm(self.hidden_size, eps)
         self.word_embeddings = self.position_embeddings = self.token_type0 = None
+        self.token_type_delta = None  # token type 1 minus type 0: added to the rows of segment B
         self.position_type0 = None  # position_embeddings + token_type0, set once the weights are loaded
 
     def load_weights(self, weights: Iterable[tuple[str, np.ndarray]]) -> None:
@@ -132,6 +134,9 @@ class BertModel:
             setattr(self, attr, paddle.to_tensor(np.asarray(array, dtype=np.float32)))
         elif name == "embeddings.token_type_embeddings.weight":
             self.token_type0 = paddle.to_tensor(np.asarray(array[0], dtype=np.float32))
+            if array.shape[0] > 1:
+                delta = np.asarray(array[1], dtype=np.float32) - np.asarray(array[0], dtype=np.float32)
+                self.token_type_delta = paddle.to_tensor(delta)
         elif name.startswith("embeddings.LayerNorm."):
             self.emb_norm.load_part(name.rsplit(".", 1)[1], array)
         elif name.startswith("encoder.layer."):
@@ -158,8 +163,9 @@ class BertModel:
             for hf_name, (attr, _) in _LAYER_NAMES.items():
                 yield f"encoder.layer.{i}.{hf_name}", getattr(layer, attr).is_loaded
 
-    def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
-        """Last hidden states [T, hidden]; kv_caches is ignored (an encoder caches nothing)."""
+    def forward(self, input_ids, positions, kv_caches, meta, token_type_ids=None) -> paddle.Tensor:
+        """Last hidden states [T, hidden]; kv_caches is ignored (an encoder caches nothing).
+        `token_type_ids` ([T] of 0/1, numpy) marks the rows of a pair's second segment."""
         num_seqs = meta.num_seqs
         starts, lens = meta.query_start_loc_np[: num_seqs + 1], meta.seq_lens_np[:num_seqs]
         if (np.diff(starts) != lens).any():
@@ -169,12 +175,63 @@ class BertModel:
                 f"input of {meta.max_seq_len} tokens exceeds the model's {self.max_position} positions"
             )
         with paddle.no_grad():
-            x = self.emb_norm.add(
-                F.embedding(input_ids, self.word_embeddings), F.embedding(positions, self.position_type0)
-            )
+            pos = F.embedding(positions, self.position_type0)
+            if token_type_ids is not None and token_type_ids.any():
+                if self.token_type_delta is None:
+                    raise InvalidRequestError("this BERT checkpoint has one token type: it cannot read pairs")
+                types = paddle.to_tensor(np.asarray(token_type_ids, dtype=np.float32)[:, None])
+                pos = pos + types * self.token_type_delta
+            x = self.emb_norm.add(F.embedding(input_ids, self.word_embeddings), pos)
             for layer in self.layers:
                 x = layer(x, meta.query_start_loc)
             return x
 
     def compute_logits(self, hidden):
         raise InvalidRequestError("BertModel is an embedding model: it produces no token logits")
+
+
+class BertForSequenceClassification(BertModel):
+    """A BERT cross-encoder (sentence-transformers' CrossEncoder layout): the encoder, then transformers'
+    head on the [CLS] row, `classifier(tanh(pooler.dense(h_cls)))`. The pooling runner pools CLS and
+    calls `pooler_head`; the score's activation (sigmoid for one label) belongs to the serving layer."""
+
+    uses_token_types = True
+
+    def __init__(self, hf_config: dict, engine_config: ResolvedConfig):
+        super().__init__(hf_config, engine_config)
+        id2label = hf_config.get("id2label")
+        self.num_labels = (
+            len(id2label)
+            if isinstance(id2label, dict) and id2label
+            else int(hf_config.get("num_labels") or 2)
+        )
+        self._head: dict[str, np.ndarray] = {}
+
+    def load_weights(self, weights: Iterable[tuple[str, np.ndarray]]) -> None:
+        shapes = {
+            "pooler.dense.weight": (self.hidden_size, self.hidden_size),
+            "pooler.dense.bias": (self.hidden_size,),
+            "classifier.weight": (self.num_labels, self.hidden_size),
+            "classifier.bias": (self.num_labels,),
+        }
+
+        def body():
+            for name, array in weights:
+                short = name.removeprefix("bert.")
+                if short in shapes:
+                    if tuple(array.shape) != shapes[short]:
+                        raise ModelLoadError(f"tensor {name}: shape {tuple(array.shape)} != {shapes[short]}")
+                    self._head[short] = np.asarray(array, dtype=np.float32)
+                else:
+                    yield name, array
+
+        super().load_weights(body())
+        missing = sorted(set(shapes) - set(self._head))
+        if missing:
+            raise ModelLoadError(f"checkpoint is missing tensor(s): {', '.join(missing)}")
+
+    def pooler_head(self, x: np.ndarray) -> np.ndarray:
+        """[N, hidden] pooled [CLS] rows -> [N, num_labels] logits (float64 inside, float32 out)."""
+        h = self._head
+        pooled = np.tanh(x.astype(np.float64) @ h["pooler.dense.weight"].T + h["pooler.dense.bias"])
+        return (pooled @ h["classifier.weight"].T + h["classifier.bias"]).astype(np.float32)

@@ -25,7 +25,8 @@ OVERRIDE_KEYS = {"pooling_type", "normalize", "softmax", "dimensions", "step_tag
 # Architectures whose weights are an encoder/base model without an LM head: pooling only.
 _POOLING_SUFFIXES = ("ForSequenceClassification", "ForRewardModel", "ForProcessRewardModel")
 _EMBED_ONLY = {"BertModel"}
-_DEFAULT_TYPE_BY_ARCH = {"BertModel": "CLS"}
+# BERT pools [CLS]: the embedding default of BertModel, and where a cross-encoder's head reads.
+_DEFAULT_TYPE_BY_ARCH = {"BertModel": "CLS", "BertForSequenceClassification": "CLS"}
 
 # sentence-transformers Pooling-module flags -> fd pooling type (the first true flag wins).
 _ST_MODES = (
@@ -133,7 +134,8 @@ def _task_defaults(task: str, arch: str) -> dict:
         return {"pooling_type": "STEP", "normalize": False, "softmax": True}
     if task == "reward":
         return {"pooling_type": "ALL", "normalize": False, "softmax": False}
-    return {"pooling_type": "LAST", "normalize": False, "softmax": False}  # classify: raw logits
+    # classify: raw logits
+    return {"pooling_type": _DEFAULT_TYPE_BY_ARCH.get(arch, "LAST"), "normalize": False, "softmax": False}
 
 
 def _check(pc: PoolerConfig, hidden_size: int | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import paddle
 
 from fdcli_engine.errors import InvalidRequestError
@@ -27,6 +28,18 @@ def _is_encoder(model) -> bool:
     from fdcli_engine.models.bert import BertModel  # noqa: PLC0415
 
     return isinstance(model, BertModel)
+
+
+def token_types(scheduled) -> np.ndarray:
+    """[T] token types of a step's whole prompts: 1 from each pair's `token_type_start` on, else 0."""
+    parts = []
+    for s in scheduled:
+        types = np.zeros(len(s.token_ids), dtype=np.int64)
+        start = s.pooling_params.token_type_start if s.pooling_params is not None else None
+        if start is not None:
+            types[start:] = 1
+        parts.append(types)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 class PoolingModelRunner:
@@ -62,7 +75,10 @@ class PoolingModelRunner:
             if s.num_computed_tokens != 0 or len(s.token_ids) != len(s.prompt_token_ids):
                 raise InvalidRequestError(f"pooling request {s.req_id} was not scheduled whole")
         inputs = build_inputs(so.scheduled, self.block_size)
-        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+        extra = {}
+        if getattr(self.model, "uses_token_types", False):
+            extra["token_type_ids"] = token_types(so.scheduled)
+        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, **extra)
         pooled = pool(
             hidden.numpy(),
             inputs.meta.query_start_loc_np,

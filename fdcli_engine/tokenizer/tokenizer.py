@@ -225,6 +225,24 @@ class Tokenizer:
             raise InvalidRequestError(f"text to encode must be a string, got {type(text).__name__}")
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_pair(
+        self, text: str, text_pair: str, max_length: int | None = None
+    ) -> tuple[list[int], list[int]]:
+        """A text pair as one sequence, the tokenizer's pair template applied (BERT: [CLS] a [SEP] b
+        [SEP]; a tokenizer without one concatenates): (ids, token type ids). `max_length` truncates
+        as transformers' `tokenizer(a, b, truncation=True, max_length=...)` does (longest first,
+        special tokens kept)."""
+        if max_length is None:
+            enc = self._tok.encode(text, text_pair, add_special_tokens=True)
+            return enc.ids, enc.type_ids
+        # The backend's truncation is state; nothing awaits between setting and clearing it.
+        self._tok.enable_truncation(max_length, strategy="longest_first")
+        try:
+            enc = self._tok.encode(text, text_pair, add_special_tokens=True)
+        finally:
+            self._tok.no_truncation()
+        return enc.ids, enc.type_ids
+
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=add_special_tokens)]
 

@@ -5,6 +5,9 @@
 - "qwen2_prm": Qwen2ForProcessRewardModel (no transformers class: a Qwen2Model body saved under
   `model.` plus a score MLP score.0 / score.2 with 2 labels, the Qwen2.5-Math-PRM layout).
 - "qwen2_rm": Qwen2ForRewardModel, same layout with 1 label.
+- "bert_cross_encoder": BertForSequenceClassification with 1 label (a cross-encoder reranker), with
+  all-MiniLM-L6-v2's WordPiece tokenizer (its pair template: [CLS] a [SEP] b [SEP], token types).
+- "qwen3_reranker": Qwen3ForSequenceClassification with 1 label (a decoder cross-encoder).
 """
 
 from __future__ import annotations
@@ -95,11 +98,82 @@ def qwen2_rm(folder: Path) -> Path:
     return _score_model(folder, "Qwen2ForRewardModel", 1, 6)
 
 
+def bert_cross_encoder(folder: Path) -> Path:
+    import shutil
+
+    import torch
+    import transformers
+
+    from fdcli_engine.config import default_embedding_model_path
+
+    cfg = transformers.BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        type_vocab_size=2,
+        num_labels=1,
+    )
+    model = transformers.BertForSequenceClassification(cfg).eval()
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm.weight" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:  # large enough that scores spread over (0, 1) instead of sitting at 0.5
+                p.copy_(0.3 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    src = default_embedding_model_path()
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (src / name).is_file():
+            shutil.copy(src / name, folder / name)
+    return folder
+
+
+def qwen3_reranker(folder: Path) -> Path:
+    import transformers
+
+    cfg = _config("Qwen3", num_labels=1, pad_token_id=0)
+    model = transformers.Qwen3ForSequenceClassification(cfg).eval()
+    _randomize(model, 8)
+    model.save_pretrained(folder)
+    tiny_models.write_tiny_tokenizer(folder)
+    return folder
+
+
+def reference_cross_scores(
+    folder: Path, pairs: list[tuple[str, str]], max_length: int | None = None
+) -> np.ndarray:
+    """transformers' cross-encoder scores: tokenizer(a, b) (its pair template), the classification
+    model, sigmoid of the one logit (sentence-transformers' CrossEncoder default for one label)."""
+    import torch
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    kw = (
+        {"attn_implementation": "eager"}
+        if "Qwen" in transformers.AutoConfig.from_pretrained(folder).architectures[0]
+        else {}
+    )
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder, **kw).eval()
+    out = []
+    for a, b in pairs:  # one by one: no padding in the reference
+        cut = {"truncation": True, "max_length": max_length} if max_length else {}
+        enc = tok(a, b, return_tensors="pt", **cut)
+        with torch.no_grad():
+            out.append(torch.sigmoid(model(**enc).logits[0, 0].double()).item())
+    return np.array(out)
+
+
 BUILDERS = {
     "qwen3_embed": qwen3_embed,
     "qwen3_seqcls": qwen3_seqcls,
     "qwen2_prm": qwen2_prm,
     "qwen2_rm": qwen2_rm,
+    "bert_cross_encoder": bert_cross_encoder,
+    "qwen3_reranker": qwen3_reranker,
 }
 
 

@@ -24,6 +24,11 @@ class ServerArgs:
     uvicorn_log_level: str = "warning"
     metrics_port: int | None = None  # FastDeploy's: /metrics alone on this port too, without the API key
     serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
+    # CORS (vLLM's options): None sends no CORS headers at all; the others apply once origins are given.
+    allowed_origins: list[str] | None = None
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
 
 
 class Admission:

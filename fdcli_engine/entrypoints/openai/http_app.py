@@ -183,12 +183,30 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     metrics = ServerMetrics()
     ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
+    _add_cors(app, args)  # after the guard, so outside it: a preflight never meets the key check
     _add_error_handlers(app)
     for url, route in ROUTES.items():
         app.post(url, response_model=route.response_model, responses=_ERRORS)(_endpoint(route, ctx))
     _add_info_routes(app, ctx)
     app.state.metrics = ctx.metrics
     return app
+
+
+def _add_cors(app: FastAPI, args: ServerArgs) -> None:
+    """starlette's CORSMiddleware when --allowed-origins is given. It answers a preflight (OPTIONS
+    with Access-Control-Request-Method) itself, which browsers send without the API key; the actual
+    request still needs the key."""
+    if args.allowed_origins is None:
+        return
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.add_middleware(
+        CORSMiddleware,
+        allow_origins=args.allowed_origins,
+        allow_methods=args.allowed_methods,
+        allow_headers=args.allowed_headers,
+        allow_credentials=args.allow_credentials,
+    )
 
 
 def _endpoint(route: Route, ctx: _Ctx):
@@ -239,6 +257,19 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
         return ModelList(
             data=[ModelCard(id=n, root=cfg.model, max_model_len=cfg.max_model_len) for n in names]
         )
+
+    @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
+    async def retrieve_model(model_id: str):
+        """One served model's card (OpenAI's GET /v1/models/{model}); ids may contain slashes."""
+        if model_id not in names:
+            raise APIError(
+                f"the model {model_id!r} does not exist; this server serves {', '.join(names)}",
+                404,
+                param="model",
+                code="model_not_found",
+            )
+        cfg = engine.model_config
+        return ModelCard(id=model_id, root=cfg.model, max_model_len=cfg.max_model_len)
 
     @app.get("/health")
     async def health():

@@ -26,6 +26,13 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     EmbeddingResponse,
     RewardResponse,
 )
+from fdcli_engine.entrypoints.openai.protocol_responses import ResponsesRequest
+from fdcli_engine.entrypoints.openai.protocol_score import (
+    RerankRequest,
+    RerankResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,25 @@ ROUTES: dict[str, Route] = {
     "/v1/reward": Route(
         "create_reward", ChatRewardRequest, lambda s, req: s.reward.create_reward(req), RewardResponse
     ),
+    "/v1/responses": Route(
+        "create_response", ResponsesRequest, lambda s, req: s.responses.create_response(req)
+    ),
 }
+
+# vLLM's scoring routes: each url of a family is the same call (its own OpenAPI operation name).
+for _url in ("/score", "/v1/score"):
+    ROUTES[_url] = Route(
+        "create_score" + _url.replace("/", "_").removesuffix("_score"),
+        ScoreRequest,
+        lambda s, req: s.score.create_score(req),
+        ScoreResponse,
+    )
+for _url in ("/rerank", "/v1/rerank", "/v2/rerank"):
+    ROUTES[_url] = Route(
+        "do_rerank" + _url.replace("/", "_").removesuffix("_rerank"),
+        RerankRequest,
+        lambda s, req: s.score.create_rerank(req),
+        RerankResponse,
+    )
 
 BATCH_ROUTES: dict[str, Route] = {url: r for url, r in ROUTES.items() if r.in_batch}

@@ -22,6 +22,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     EngineClient,
     Job,
     build_params,
+    check_generative,
     check_model,
     check_prompt,
     encode,
@@ -170,6 +171,7 @@ class OpenAIServingChat:
 
     async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None) -> PreparedChat:
         model = check_model(req.model, self.served_model_names)
+        check_generative(self.engine, "/v1/chat/completions")
         self._check_unsupported(req)
         parse_tools = parses_tool_calls(req, self.tool_parser_cls)
         prompt, prompt_ids = await off_loop(self.render, req)

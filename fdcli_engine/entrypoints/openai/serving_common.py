@@ -60,6 +60,29 @@ def check_model(requested: str | None, served_names: list[str]) -> str:
     )
 
 
+# The routes a pooling server answers, by pooler task (the generation routes answer with this list).
+POOLING_ROUTES = {
+    "embed": "/v1/embeddings, /v1/score and /rerank",
+    "classify": "/v1/chat/reward, and /v1/score and /rerank for a one-label cross-encoder",
+    "reward": "/v1/chat/reward",
+    "process_reward": "/v1/chat/reward",
+}
+
+
+def check_generative(engine, route: str) -> None:
+    """A 400 naming the pooling task and its routes when `route` (a generation route) reaches a server
+    that runs a pooling model, before any template or prompt check could give a misleading error."""
+    config = getattr(engine, "config", None)
+    if config is None or getattr(config, "runner", None) != "pooling" or not config.pooler_config:
+        return
+    task = config.pooler_config.get("task", "embed")
+    raise bad_request(
+        f"{route} generates text, but this server runs a pooling model ({task}, --runner pooling); "
+        f"it serves {POOLING_ROUTES.get(task, '/v1/embeddings')}",
+        "model",
+    )
+
+
 def encode(tokenizer, text: str, add_special_tokens: bool = True) -> list[int]:
     try:
         return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))

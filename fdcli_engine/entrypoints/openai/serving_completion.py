@@ -12,6 +12,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     EngineClient,
     Job,
     build_params,
+    check_generative,
     check_model,
     check_prompt,
     completion_logprobs,
@@ -65,6 +66,7 @@ class OpenAIServingCompletion:
     async def prepare(self, req: CompletionRequest, request_id: str | None = None) -> PreparedCompletion:
         """Validate and tokenize."""
         model = check_model(req.model, self.served_model_names)
+        check_generative(self.engine, "/v1/completions")
         self._check_unsupported(req)
         prompts = await off_loop(self._prompts, req)
         max_tokens = [check_prompt(ids, req.max_tokens, self.engine.model_config) for _, ids in prompts]

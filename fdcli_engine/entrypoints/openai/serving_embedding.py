@@ -117,14 +117,17 @@ class PoolingServing:
     def check_length(self, ids: list[int], param: str) -> None:
         check_prompt(ids, None, self.engine.model_config, prompt_param=param, pooling=True)
 
-    async def pool_all(self, prompts: list[list[int]], request_id: str) -> list[np.ndarray]:
-        """Raw pools of every prompt, submitted together so the scheduler batches them. If one fails
-        or the caller is cancelled, the others are cancelled (their generators abort in the engine)."""
+    async def pool_all(
+        self, prompts: list[list[int]], request_id: str, params: list[PoolingParams] | None = None
+    ) -> list[np.ndarray]:
+        """Raw pools of every prompt (with `params[i]`, default PoolingParams()), submitted together so
+        the scheduler batches them. If one fails or the caller is cancelled, the others are cancelled
+        (their generators abort in the engine)."""
 
         async def one(i: int, ids: list[int]):
             rid = request_id if len(prompts) == 1 else f"{request_id}-{i}"
             final = None
-            async for out in self.engine.encode(ids, PoolingParams(), rid):
+            async for out in self.engine.encode(ids, params[i] if params else PoolingParams(), rid):
                 final = out
             pooled = final.pooled if final is not None else None
             if pooled is None:

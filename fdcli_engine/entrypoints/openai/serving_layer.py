@@ -15,7 +15,9 @@ from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+from fdcli_engine.entrypoints.openai.serving_responses import OpenAIServingResponses
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
+from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
 from fdcli_engine.entrypoints.openai.serving_tokenize import OpenAIServingTokenization
 from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
@@ -29,6 +31,8 @@ class ServingLayer:
     embedding: OpenAIServingEmbedding
     reward: OpenAIServingReward
     tokenization: OpenAIServingTokenization
+    responses: OpenAIServingResponses
+    score: OpenAIServingScore  # /score and /rerank
 
 
 def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer:
@@ -56,4 +60,6 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         embedding=OpenAIServingEmbedding(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
+        responses=OpenAIServingResponses(chat),
+        score=OpenAIServingScore(engine, names, chat),
     )

@@ -20,11 +20,11 @@ def loc_to_param(loc) -> str | None:
     """pydantic's error location → an OpenAI `param` like `messages[0].role` (union-branch labels such
     as `list[int]` or `constrained-str` are not field names and are dropped)."""
     out = ""
-    for p in loc:
+    for i, p in enumerate(loc):
         if isinstance(p, int):
             out += f"[{p}]"
-        elif p in ("body", "query", "path") and not out:
-            continue
+        elif i == 0 and p in ("body", "query", "path") and (len(loc) > 1 or p == "body"):
+            continue  # FastAPI's location prefix (a body field may itself be named `query`)
         elif "[" in p or "-" in p or p in _TYPE_LABELS:
             continue
         else:

@@ -1,0 +1,155 @@
+"""Request and response models of POST /v1/responses (OpenAI's Responses API), text only.
+
+The request accepts the fields the `openai` SDK sends for a text conversation; the serving layer
+(serving_responses.py) refuses the features fd does not have (tools, stored responses, background
+runs) with a 400 that says so. Input items are permissive (`extra="allow"`): an app may send back the
+output items of an earlier response as they came, with their `id`, `status` and `annotations`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fdcli_engine.entrypoints.openai.protocol import MAX_MESSAGES, MAX_STR, MAX_TOKENS_LIMIT, _Strict
+
+
+class InputContentPart(BaseModel):
+    """input_text (and output_text, in an assistant item sent back); other types are a 400 later."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(max_length=64)
+    text: str | None = Field(default=None, max_length=MAX_STR)
+
+
+class InputItem(BaseModel):
+    """A message item: `{"role", "content"}` (EasyInputMessage) or `{"type": "message", ...}`."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(default="message", max_length=64)
+    role: Literal["system", "developer", "user", "assistant"] | None = None
+    content: (
+        Annotated[str, Field(max_length=MAX_STR)]
+        | Annotated[list[InputContentPart], Field(max_length=256)]
+        | None
+    ) = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str = Field(default="text", max_length=64)
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(_Strict):
+    model: str | None = Field(default=None, max_length=512)
+    input: (
+        Annotated[str, Field(max_length=MAX_STR)] | Annotated[list[InputItem], Field(max_length=MAX_MESSAGES)]
+    )
+    instructions: str | None = Field(default=None, max_length=MAX_STR)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stream: bool = False
+    text: TextConfig | None = None
+    # Accepted so a client's ordinary request passes; refused when they ask for what fd lacks.
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = Field(default=None, max_length=256)
+    background: bool | None = None
+    # Accepted and ignored: fd keeps no responses, and these only describe the request.
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = Field(default=None, max_length=256)
+    truncation: Literal["auto", "disabled"] | None = None
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = Field(default=None, max_length=32)
+    service_tier: str | None = Field(default=None, max_length=64)
+    prompt_cache_key: str | None = Field(default=None, max_length=256)
+    safety_identifier: str | None = Field(default=None, max_length=256)
+    request_id: str | None = Field(default=None, max_length=128)
+
+
+# ---------------- responses ----------------
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list = Field(default_factory=list)
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    status: Literal["in_progress", "completed", "incomplete"]
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputText]
+
+
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(BaseModel):
+    """The text the server's --reasoning-parser splits out, before the message (as vLLM returns it)."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list = Field(default_factory=list)
+    content: list[ReasoningText]
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class IncompleteDetails(BaseModel):
+    reason: Literal["max_output_tokens"]
+
+
+class ResponseObject(BaseModel):
+    """OpenAI's Response object: the non-streamed reply, and the payload of the lifecycle events."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int = Field(default_factory=lambda: int(time.time()))
+    status: Literal["in_progress", "completed", "incomplete"]
+    error: None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    model: str
+    output: list[ReasoningItem | OutputMessage]
+    parallel_tool_calls: bool = True
+    previous_response_id: None = None
+    store: bool = False  # fd keeps no responses
+    temperature: float | None = None
+    top_p: float | None = None
+    text: dict = Field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: str = "none"
+    tools: list = Field(default_factory=list)
+    truncation: str = "disabled"
+    usage: ResponseUsage | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,110 @@
+"""The output-item events of one streamed /v1/responses reply, in the order the `openai` SDK's
+`client.responses.stream` accumulates them.
+
+Each output item (a reasoning item when the server's reasoning parser splits reasoning out, then the
+message) is opened when its first text arrives and closed before the next one opens:
+
+  response.output_item.added → response.content_part.added → response.<kind>.delta …
+  → response.<kind>.done → response.content_part.done → response.output_item.done
+
+where <kind> is `reasoning_text` or `output_text`. The message item is always sent, empty if the
+model wrote no answer. Events are numbered from 0 (`sequence_number`) across the whole stream.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fdcli_engine.entrypoints.openai.protocol_responses import (
+    OutputMessage,
+    OutputText,
+    ReasoningItem,
+    ReasoningText,
+)
+
+
+class EventWriter:
+    """Responses SSE events: `event: TYPE` + `data: {"type", "sequence_number", ...}`."""
+
+    def __init__(self) -> None:
+        self.sequence_number = 0
+
+    def emit(self, kind: str, **fields) -> str:
+        body = json.dumps({"type": kind, "sequence_number": self.sequence_number, **fields})
+        self.sequence_number += 1
+        return f"event: {kind}\ndata: {body}\n\n"
+
+
+class OutputItems:
+    """Opens, feeds and closes the output items; `items` holds the closed ones for the final Response."""
+
+    def __init__(self, events: EventWriter, request_key: str):
+        self.events = events
+        self.key = request_key
+        self.items: list[ReasoningItem | OutputMessage] = []
+        self._open: str | None = None  # "reasoning" | "message"
+        self._text = ""
+
+    def _where(self) -> dict:
+        return {"item_id": self._item_id(self._open), "output_index": len(self.items), "content_index": 0}
+
+    def _item_id(self, kind: str) -> str:
+        return ("rs_" if kind == "reasoning" else "msg_") + self.key
+
+    def feed(self, kind: str, delta: str) -> list[str]:
+        """The events that add `delta` to the item of `kind` (opening it, closing the other first)."""
+        out = []
+        if self._open != kind:
+            out += self.close("completed")
+            out += self._start(kind)
+        self._text += delta
+        name = "reasoning_text" if kind == "reasoning" else "output_text"
+        extra = {"logprobs": []} if kind == "message" else {}
+        out.append(self.events.emit(f"response.{name}.delta", **self._where(), delta=delta, **extra))
+        return out
+
+    def _start(self, kind: str) -> list[str]:
+        self._open, self._text = kind, ""
+        item = {"id": self._item_id(kind), "type": kind, "status": "in_progress", "content": []}
+        if kind == "message":
+            item["role"] = "assistant"
+        else:
+            item["summary"] = []
+        part = (ReasoningText(text="") if kind == "reasoning" else OutputText(text="")).model_dump()
+        return [
+            self.events.emit("response.output_item.added", output_index=len(self.items), item=item),
+            self.events.emit("response.content_part.added", **self._where(), part=part),
+        ]
+
+    def close(self, status: str) -> list[str]:
+        """The events that finish the open item (none if no item is open)."""
+        if self._open is None:
+            return []
+        kind, where, text = self._open, self._where(), self._text
+        name = "reasoning_text" if kind == "reasoning" else "output_text"
+        extra = {"logprobs": []} if kind == "message" else {}
+        if kind == "reasoning":
+            part = ReasoningText(text=text)
+            item = ReasoningItem(id=where["item_id"], content=[part], status=status)
+        else:
+            part = OutputText(text=text)
+            item = OutputMessage(id=where["item_id"], status=status, content=[part])
+        out = [
+            self.events.emit(f"response.{name}.done", **where, text=text, **extra),
+            self.events.emit("response.content_part.done", **where, part=part.model_dump()),
+            self.events.emit(
+                "response.output_item.done", output_index=where["output_index"], item=item.model_dump()
+            ),
+        ]
+        self.items.append(item)
+        self._open = None
+        return out
+
+    def finish(self, status: str) -> list[str]:
+        """Close everything; a reply without answer text still ends with its (empty) message."""
+        out = []
+        if self._open == "reasoning":
+            out += self.close(status)  # cut inside the reasoning: it is as incomplete as the reply
+        if self._open is None:
+            out += self._start("message")
+        return out + self.close(status)

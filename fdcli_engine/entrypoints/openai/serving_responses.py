@@ -1,0 +1,204 @@
+"""POST /v1/responses (OpenAI's Responses API), text only, framework-free.
+
+A request becomes a chat request (instructions as the system message, the input items as messages)
+and rides the chat serving path: the same template rendering, limits, sampling parameters and engine
+call (`OpenAIServingChat.prepare`). Only the reply's shape differs: a Response object, or the
+Responses event stream the `openai` SDK's `client.responses.stream` accumulates:
+
+  response.created → response.in_progress → response.output_item.added → response.content_part.added
+  → response.output_text.delta … → response.output_text.done → response.content_part.done
+  → response.output_item.done → response.completed (response.incomplete when max_output_tokens cut it)
+
+With a --reasoning-parser, the reasoning text comes first as a reasoning item (vLLM's shape).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from fdcli_engine.entrypoints.openai.protocol_responses import (
+    IncompleteDetails,
+    InputTokensDetails,
+    OutputMessage,
+    OutputText,
+    OutputTokensDetails,
+    ReasoningItem,
+    ReasoningText,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+)
+from fdcli_engine.entrypoints.openai.responses_stream import EventWriter, OutputItems
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat, PreparedChat
+from fdcli_engine.entrypoints.openai.serving_common import check_generative, final_outputs, merge_jobs
+from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
+
+TEXT_PARTS = ("input_text", "output_text", "text")
+# Chat-side parameter names in errors from the shared path -> the Responses API's names.
+_PARAMS = {"max_completion_tokens": "max_output_tokens", "messages": "input"}
+
+
+def check_unsupported(req: ResponsesRequest) -> None:
+    if req.tools:
+        kinds = sorted({str(t.get("type")) for t in req.tools})
+        raise bad_request(
+            f"tools ({', '.join(kinds)}) are not supported on /v1/responses: fd serves text only here; "
+            "use /v1/chat/completions with tools for function calling",
+            "tools",
+        )
+    if req.previous_response_id is not None:
+        raise bad_request(
+            "previous_response_id is not supported: fd stores no responses; send the whole conversation "
+            "in input",
+            "previous_response_id",
+        )
+    if req.background:
+        raise bad_request("background responses are not supported: fd answers in the request", "background")
+    fmt = req.text.format if req.text is not None else None
+    if fmt is not None and fmt.type != "text":
+        raise bad_request(f"text.format {fmt.type!r} is not supported on /v1/responses; use 'text'", "text")
+
+
+def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
+    """The chat messages of a request: instructions first (system), then the input items."""
+    messages = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
+    if isinstance(req.input, str):
+        return [*messages, ChatMessage(role="user", content=req.input)]
+    if not req.input:
+        raise bad_request("input is empty", "input")
+    for i, item in enumerate(req.input):
+        if item.type != "message":
+            raise bad_request(
+                f"input item type {item.type!r} is not supported: fd's /v1/responses takes message items",
+                f"input[{i}].type",
+            )
+        if item.role is None or item.content is None:
+            raise bad_request("a message item needs role and content", f"input[{i}]")
+        content = item.content
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if part.type not in TEXT_PARTS or part.text is None:
+                    raise bad_request(
+                        f"content part type {part.type!r} is not supported: only input_text parts are",
+                        f"input[{i}].content[{j}].type",
+                    )
+            content = "\n".join(p.text for p in content)
+        messages.append(ChatMessage(role=item.role, content=content))
+    return messages
+
+
+class OpenAIServingResponses:
+    def __init__(self, chat: OpenAIServingChat):
+        self.chat = chat
+
+    async def create_response(self, req: ResponsesRequest, request_id: str | None = None):
+        """A ResponseObject, or (stream=True) an async iterator of SSE events."""
+        check_generative(self.chat.engine, "/v1/responses")
+        check_unsupported(req)
+        chat_req = ChatCompletionRequest(
+            model=req.model,
+            messages=to_messages(req),
+            max_completion_tokens=req.max_output_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stream=req.stream,
+        )
+        rid = request_id or req.request_id or "resp_" + uuid.uuid4().hex
+        try:
+            p = await self.chat.prepare(chat_req, rid)
+        except APIError as e:
+            raise _renamed(e) from None
+        if req.stream:
+            return self._stream(req, p)
+        return await self._full(req, p)
+
+    def _splitter(self) -> OutputSplitter:
+        return OutputSplitter(self.chat.reasoning_parser_cls, None)
+
+    async def _full(self, req: ResponsesRequest, p: PreparedChat) -> ResponseObject:
+        (_, out) = (await final_outputs(self.chat.engine, p.jobs))[0]
+        comp = out.outputs[0]
+        split = self._splitter().split(comp.text)
+        status = "incomplete" if comp.finish_reason == "length" else "completed"
+        key = _item_key(p)
+        output = []
+        if split.reasoning:
+            output.append(ReasoningItem(id="rs_" + key, content=[ReasoningText(text=split.reasoning)]))
+        output.append(
+            OutputMessage(id="msg_" + key, status=status, content=[OutputText(text=split.content or "")])
+        )
+        usage = _usage(len(p.prompt_ids), len(comp.token_ids), out.num_cached_tokens)
+        return _response(req, p, status, output, usage)
+
+    async def _stream(self, req: ResponsesRequest, p: PreparedChat) -> AsyncIterator[str]:
+        events = EventWriter()
+        head = _response(req, p, "in_progress", [], None).model_dump()
+        yield events.emit("response.created", response=head)
+        yield events.emit("response.in_progress", response=head)
+        items = OutputItems(events, _item_key(p))
+        splitter, num_tokens, cached, reason = self._splitter(), 0, 0, None
+        try:
+            async for _, out in merge_jobs(self.chat.engine, p.jobs):
+                comp = out.outputs[0]
+                num_tokens += len(comp.delta_token_ids)
+                split = splitter.feed(comp.delta_text, final=out.finished)
+                for kind, delta in (("reasoning", split.reasoning), ("message", split.content)):
+                    for event in items.feed(kind, delta) if delta else ():
+                        yield event
+                if out.finished:
+                    cached, reason = out.num_cached_tokens, comp.finish_reason
+        except Exception as e:
+            err = from_exception(e)
+            yield events.emit("error", code=err.code, message=err.message, param=err.param)
+            return
+        status = "incomplete" if reason == "length" else "completed"
+        for event in items.finish(status):
+            yield event
+        final = _response(req, p, status, items.items, _usage(len(p.prompt_ids), num_tokens, cached))
+        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+        yield events.emit(kind, response=final.model_dump())
+
+
+def _item_key(p: PreparedChat) -> str:
+    """The request's id without its prefix: output item ids are rs_KEY and msg_KEY."""
+    return p.request_id.removeprefix("resp_")
+
+
+def _usage(input_tokens: int, output_tokens: int, cached: int) -> ResponseUsage:
+    return ResponseUsage(
+        input_tokens=input_tokens,
+        input_tokens_details=InputTokensDetails(cached_tokens=cached),
+        output_tokens=output_tokens,
+        output_tokens_details=OutputTokensDetails(),
+        total_tokens=input_tokens + output_tokens,
+    )
+
+
+def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> ResponseObject:
+    return ResponseObject(
+        id=p.request_id,
+        status=status,
+        incomplete_details=IncompleteDetails(reason="max_output_tokens") if status == "incomplete" else None,
+        instructions=req.instructions,
+        max_output_tokens=req.max_output_tokens,
+        model=p.model,
+        output=output,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        usage=usage,
+        metadata=req.metadata or {},
+    )
+
+
+def _renamed(e: APIError) -> APIError:
+    """An error of the shared chat path with the Responses API's parameter names."""
+    name = _PARAMS.get((e.param or "").split("[")[0].split(".")[0])
+    if name is None:
+        return e
+    old = (e.param or "").split("[")[0].split(".")[0]
+    return APIError(
+        e.message.replace(old, name), e.status, e.param.replace(old, name, 1), e.code, e.type, e.headers
+    )

@@ -1,0 +1,259 @@
+"""/v1/responses through the official `openai` SDK: `client.responses.create` (whole and streamed) and
+`client.responses.stream`. A scripted engine (what the model "says" is fixed) pins the exact text,
+event order, usage and status; the real `fd serve` on the tiny Llama must answer exactly what chat
+completions answers for the same conversation (the Responses route rides the chat path)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
+from fdcli_engine.entrypoints.openai.http_app import build_app
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+from fdcli_engine.outputs import CompletionOutput, RequestOutput
+
+PIECES = ["Hel", "lo", " there", "!"]
+EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    *["response.output_text.delta"] * len(PIECES),
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+@dataclass
+class _ModelConfig:
+    served_model_name: str = "tiny"
+    max_model_len: int = 256
+    vocab_size: int = 300
+    model: str = "scripted"
+
+
+class ScriptedEngine:
+    """Says PIECES (one token each), or stops after `max_tokens` pieces with finish_reason length;
+    records each prompt and its parameters."""
+
+    def __init__(self, tokenizer, pieces=PIECES):
+        self.tokenizer, self.pieces = tokenizer, pieces
+        self.model_config = _ModelConfig()
+        self.is_ready, self.is_dead, self.dead_reason = True, False, None
+        self.calls = []
+
+    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
+        self.calls.append((prompt, params))
+        pieces = self.pieces[: params.max_tokens]
+        reason = "stop" if len(pieces) == len(self.pieces) else "length"
+        text = ""
+        for k, piece in enumerate(pieces):
+            await asyncio.sleep(0)
+            last = k == len(pieces) - 1
+            text += piece
+            ids = list(range(3, 4 + k))
+            comp = CompletionOutput(0, text, ids, reason if last else None, None, None, piece, [k + 3])
+            if last or params.output_kind.name == "DELTA":
+                yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
+
+    def abort(self, request_id):
+        pass
+
+    async def get_stats(self):
+        return {}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tiny_models import write_tiny_tokenizer
+
+    from fdcli_engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+def _client(tokenizer, pieces=PIECES, **serving):
+    args = ServerArgs(serving=ServingOptions(**serving))
+    engine = ScriptedEngine(tokenizer, pieces)
+    app = build_app(engine, args, AppState(args, Admission(8, -1)))
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=TestClient(app))
+    return client, engine
+
+
+@pytest.fixture
+def scripted(tokenizer):
+    return _client(tokenizer)
+
+
+def test_create_returns_the_text_usage_and_prompt(scripted, tokenizer):
+    client, engine = scripted
+    r = client.responses.create(model="tiny", input="Say hi", instructions="Be brief.", temperature=0.5)
+    assert r.output_text == "Hello there!"
+    assert r.status == "completed" and r.object == "response" and r.id.startswith("resp_")
+    (message,) = r.output
+    assert message.type == "message" and message.role == "assistant" and message.status == "completed"
+    assert [c.type for c in message.content] == ["output_text"]
+    prompt, params = engine.calls[0]
+    expected = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}],
+        add_generation_prompt=True,
+    )
+    assert prompt == expected and params.temperature == 0.5
+    n_prompt = len(tokenizer.encode(expected, add_special_tokens=False))
+    assert (r.usage.input_tokens, r.usage.output_tokens) == (n_prompt, len(PIECES))
+    assert r.usage.total_tokens == n_prompt + len(PIECES)
+
+
+def test_message_items_with_input_text_parts(scripted, tokenizer):
+    client, engine = scripted
+    items = [
+        {
+            "role": "user",
+            "content": [{"type": "input_text", "text": "first"}, {"type": "input_text", "text": "x"}],
+        },
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+        {"role": "user", "content": "second"},
+    ]
+    assert client.responses.create(input=items).output_text == "Hello there!"
+    expected = tokenizer.apply_chat_template(
+        [
+            {"role": "user", "content": "first\nx"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"},
+        ],
+        add_generation_prompt=True,
+    )
+    assert engine.calls[0][0] == expected
+
+
+def test_max_output_tokens_cut_is_incomplete(scripted):
+    client, engine = scripted
+    r = client.responses.create(input="hi", max_output_tokens=2)
+    assert r.output_text == "Hello" and r.status == "incomplete"
+    assert r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 2
+    assert engine.calls[0][1].max_tokens == 2
+
+
+def test_stream_events_in_order(scripted):
+    client, _ = scripted
+    events = list(client.responses.create(input="hi", stream=True))
+    assert [e.type for e in events] == EVENTS
+    assert [e.sequence_number for e in events] == list(range(len(EVENTS)))
+    assert [e.delta for e in events if e.type == "response.output_text.delta"] == PIECES
+    item_ids = {e.item_id for e in events if hasattr(e, "item_id")} | {
+        e.item.id for e in events if hasattr(e, "item")
+    }
+    assert len(item_ids) == 1
+    done = events[-1].response
+    assert done.output_text == "Hello there!" and done.usage.output_tokens == len(PIECES)
+    assert events[0].response.id == done.id and events[0].response.status == "in_progress"
+
+
+def test_stream_helper_accumulates(scripted):
+    client, _ = scripted
+    with client.responses.stream(model="tiny", input="hi") as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == "Hello there!"
+
+
+THINKING = ["<think>", "let me", " see", "</think>", "\n\nHi", "!"]
+
+
+def test_reasoning_item_comes_before_the_message(tokenizer):
+    client, _ = _client(tokenizer, THINKING, reasoning_parser="qwen3")
+    r = client.responses.create(model="tiny", input="hi")
+    assert [o.type for o in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == "let me see" and r.output_text == "Hi!"
+    events = list(client.responses.create(model="tiny", input="hi", stream=True))
+    types = [e.type for e in events]
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "let me see"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Hi!"
+    added = [e for e in events if e.type == "response.output_item.added"]
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert [(e.output_index, e.item.type) for e in added] == [(0, "reasoning"), (1, "message")]
+    assert [(e.output_index, e.item.type) for e in done] == [(0, "reasoning"), (1, "message")]
+    assert events.index(done[0]) < events.index(added[1])  # one item at a time
+    assert [e.sequence_number for e in events] == list(range(len(events))) and types[
+        -1
+    ] == "response.completed"
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == "Hi!"
+    with client.responses.stream(model="tiny", input="hi") as stream:
+        assert stream.get_final_response().output_text == "Hi!"
+
+
+def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
+    client, _ = _client(tokenizer, THINKING[:3], reasoning_parser="qwen3")
+    events = list(client.responses.create(model="tiny", input="hi", stream=True))
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == ""
+
+
+@pytest.mark.parametrize(
+    "body, param, words",
+    [
+        ({"tools": [{"type": "web_search"}]}, "tools", "web_search"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
+        ({"background": True}, "background", "not supported"),
+        ({"text": {"format": {"type": "json_object"}}}, "text", "json_object"),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
+            "input[0].type",
+            "message",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].type",
+            "input_image",
+        ),
+        ({"max_output_tokens": 10**6}, "max_output_tokens", "max_output_tokens"),
+    ],
+)
+def test_unsupported_is_400_saying_so(scripted, body, param, words):
+    client, engine = scripted
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(**{"input": "hi", **body})
+    err = e.value.body
+    assert e.value.status_code == 400 and err["param"] == param and words in err["message"], err
+    assert not engine.calls
+
+
+# ---- the real server (tiny random Llama): the same answer as chat completions ----
+
+
+def test_real_server_matches_chat_completions(server):
+    client = server.client()
+    conv = [{"role": "system", "content": "You answer."}, {"role": "user", "content": "the quick brown fox"}]
+    chat = client.chat.completions.create(model="tiny", messages=conv, max_tokens=12, temperature=0)
+    r = client.responses.create(
+        model="tiny",
+        instructions="You answer.",
+        input="the quick brown fox",
+        max_output_tokens=12,
+        temperature=0,
+    )
+    assert r.output_text == chat.choices[0].message.content
+    assert r.usage.input_tokens == chat.usage.prompt_tokens
+    assert r.usage.output_tokens == chat.usage.completion_tokens
+    assert r.status == ("incomplete" if chat.choices[0].finish_reason == "length" else "completed")
+    streamed = list(
+        client.responses.create(
+            model="tiny",
+            instructions="You answer.",
+            input="the quick brown fox",
+            max_output_tokens=12,
+            temperature=0,
+            stream=True,
+        )
+    )
+    text = "".join(e.delta for e in streamed if e.type == "response.output_text.delta")
+    assert text == r.output_text and streamed[-1].response.output_text == text
+    assert streamed[-1].type == ("response.incomplete" if r.status == "incomplete" else "response.completed")
