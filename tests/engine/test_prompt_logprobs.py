@@ -233,3 +233,39 @@ def test_smollm2_against_its_dequantized_transformers_model(quantization, max_at
             top1 = next(t for t, lp in entry.items() if lp.rank == 1)
             assert top1 == int(ref[pos - 1].argmax())
     assert max(diffs) <= max_atol and float(np.mean(diffs)) <= mean_atol, (max(diffs), np.mean(diffs))
+
+
+@pytest.mark.parametrize("kind", ["CUMULATIVE", "DELTA", "FINAL_ONLY"])
+def test_output_kinds_carry_them_as_vllm(kind, llama):
+    """DELTA: only in the output they arrive with (and a merge of piled-up deltas keeps them); the
+    other kinds: in every output once known."""
+    import asyncio
+
+    from fdcli_engine.api.request_stream import OutputCollector
+    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.config_resolver import resolve_config
+    from fdcli_engine.output_processor import OutputProcessor
+    from fdcli_engine.outputs import EngineCoreOutput
+    from fdcli_engine.sampling_params import RequestOutputKind
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    folder, _, _ = llama
+    tok = load_tokenizer(resolve_config(EngineConfig(model=str(folder))))
+    output_kind = RequestOutputKind[kind]
+    op = OutputProcessor(tok)
+    op.add_request("r", None, [5, 6, 7], SamplingParams(prompt_logprobs=0, output_kind=output_kind))
+    steps = [
+        EngineCoreOutput("r", [9], prompt_logprobs=[[(6, -1.0, 3)], [(7, -2.0, 1)]]),
+        EngineCoreOutput("r", [10]),
+        EngineCoreOutput("r", [11], finish_reason="length"),
+    ]
+    outs = [o for s in steps for o in op.process_outputs([s])[0]]
+    want = [None, {6: Logprob(6, -1.0, tok.decode([6]), 3)}, {7: Logprob(7, -2.0, tok.decode([7]), 1)}]
+    if output_kind is RequestOutputKind.DELTA:
+        assert [o.prompt_logprobs for o in outs] == [want, None, None]
+        collector = OutputCollector(output_kind)
+        for o in outs:
+            collector.put_nowait(o)
+        assert asyncio.run(collector.get()).prompt_logprobs == want
+    else:
+        assert outs and all(o.prompt_logprobs == want for o in outs)
