@@ -13,7 +13,7 @@ from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.outputs import EngineCoreOutput
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request import EngineCoreRequest, Request
-from fdcli_engine.request_limits import check_request
+from fdcli_engine.request_limits import check_logit_bias, check_request
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
@@ -94,6 +94,8 @@ class EngineCore:
             pooling=is_pooling,
             prompt_param="input" if is_pooling else "prompt",
         )
+        if not is_pooling:
+            check_logit_bias(params.logit_bias, self.vocab_size)
 
     def add_request(self, req: EngineCoreRequest) -> None:
         self.validate_request(req.prompt_token_ids, req.params)

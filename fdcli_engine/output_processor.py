@@ -13,7 +13,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fdcli_engine.outputs import CompletionOutput, EngineCoreOutput, Logprob, RequestMetrics, RequestOutput
+from fdcli_engine.outputs import (
+    CompletionOutput,
+    EngineCoreOutput,
+    Logprob,
+    PromptLogprobs,
+    RequestMetrics,
+    RequestOutput,
+)
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 
@@ -30,6 +37,7 @@ class _RequestState:
     # All generated ids and logprobs; kept only for CUMULATIVE and FINAL_ONLY outputs.
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # once the core has sent them
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
@@ -91,6 +99,10 @@ class OutputProcessor:
             st.num_cached_tokens = out.num_cached_tokens
             new_ids = list(out.new_token_ids)
             new_lps = self._new_logprobs(st, out)
+            new_prompt_lps = None
+            if out.prompt_logprobs is not None:
+                new_prompt_lps = [None] + [self._prompt_logprob_dict(e) for e in out.prompt_logprobs]
+                st.prompt_logprobs = new_prompt_lps
             if new_ids:
                 if st.first_token_time is None:
                     st.first_token_time = time.monotonic()
@@ -113,7 +125,7 @@ class OutputProcessor:
                 st.finish_reason, st.stop_reason = out.finish_reason, out.stop_reason
             finished = st.finish_reason is not None
             if finished or st.params.output_kind is not RequestOutputKind.FINAL_ONLY:
-                results.append(self._make_output(st, new_ids, new_lps))
+                results.append(self._make_output(st, new_ids, new_lps, new_prompt_lps))
             if finished:
                 del self.states[out.req_id]
         return results, to_abort
@@ -138,7 +150,7 @@ class OutputProcessor:
         st.finish_reason, st.stop_reason = "stop", s
         return True
 
-    def _make_output(self, st: _RequestState, new_ids: list[int], new_lps) -> RequestOutput:
+    def _make_output(self, st: _RequestState, new_ids: list[int], new_lps, new_prompt_lps) -> RequestOutput:
         finished = st.finish_reason is not None
         end = len(st.text) if finished or not st.params.stop else max(st.sent, len(st.text) - st.holdback)
         delta, st.sent = st.text[st.sent : end], max(st.sent, end)
@@ -175,6 +187,8 @@ class OutputProcessor:
             finished=finished,
             num_cached_tokens=st.num_cached_tokens,
             metrics=metrics,
+            # DELTA outputs carry them once, in the output they arrive with; the others in every one.
+            prompt_logprobs=new_prompt_lps if kind is RequestOutputKind.DELTA else st.prompt_logprobs,
         )
 
     def _logprob_dict(self, entry) -> dict[int, Logprob]:
@@ -185,4 +199,14 @@ class OutputProcessor:
                     self.tokenizer.decode([tid], skip_special_tokens=False) if tid < self.vocab_size else ""
                 )
                 d[tid] = Logprob(tid, lp, text)
+        return d
+
+    def _prompt_logprob_dict(self, entry) -> dict[int, Logprob]:
+        d: dict[int, Logprob] = {}
+        for tid, lp, rank in entry:
+            if tid not in d:
+                text = (
+                    self.tokenizer.decode([tid], skip_special_tokens=False) if tid < self.vocab_size else ""
+                )
+                d[tid] = Logprob(tid, lp, text, rank)
         return d

@@ -19,6 +19,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     pooled: list | None = None  # pooling runner: the pooled vector (or per-token/per-step scores)
+    # Once, with the first sampled token of a request with prompt_logprobs: per prompt position from the
+    # second, [(token_id, logprob, rank), ...] with the prompt token first, then the top-k.
+    prompt_logprobs: list[list[tuple[int, float, int]]] | None = None
 
 
 @dataclass
@@ -26,6 +29,16 @@ class Logprob:
     token_id: int
     logprob: float
     decoded: str = ""
+    rank: int | None = None  # 1 + the number of tokens more likely (set for prompt logprobs)
+
+    @property
+    def decoded_token(self) -> str:  # vLLM's name
+        return self.decoded
+
+
+# vLLM's shape of RequestOutput.prompt_logprobs: None for the first prompt token (nothing predicts
+# it), then {token_id: Logprob} per position, the prompt token's entry first.
+PromptLogprobs = list[dict[int, Logprob] | None]
 
 
 @dataclass
@@ -70,3 +83,4 @@ class RequestOutput:
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = None  # set on the finished output of a generated sequence
     pooled: list | None = None  # pooling requests: the pooled vector (or per-token/per-step scores)
+    prompt_logprobs: PromptLogprobs | None = None  # SamplingParams.prompt_logprobs set: vLLM's shape

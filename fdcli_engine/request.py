@@ -70,6 +70,10 @@ class Request:
         self.stop_reason: int | str | None = None
         self.num_cached_tokens = -1  # prefix-cache hit at first scheduling; -1 until scheduled
         self.num_preemptions = 0
+        # Prompt logprobs collected so far (entry j: prompt position j + 1), handed out once with the
+        # first sampled token; a recomputed chunk (after preemption) does not add them twice.
+        self.prompt_logprobs: list[list[tuple[int, float, int]]] = []
+        self.prompt_logprobs_sent = False
         # The length stop (step_types): check_request has refused what cannot fit; a pooled request
         # generates nothing.
         wanted = 0 if sampling_params is None else sampling_params.max_tokens
@@ -86,6 +90,25 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.sampling_params is not None and self.sampling_params.prompt_logprobs is not None
+
+    def add_prompt_logprobs(self, first_position: int, entries: list) -> None:
+        """Entries of prompt positions first_position, first_position + 1, ...; those already held are
+        skipped (chunks arrive in order, so positions never leave a gap)."""
+        skip = len(self.prompt_logprobs) + 1 - first_position
+        if 0 <= skip < len(entries):
+            self.prompt_logprobs.extend(entries[skip:])
+
+    def take_prompt_logprobs(self) -> list | None:
+        """All prompt logprobs, once (None when not asked for or already taken)."""
+        if not self.wants_prompt_logprobs or self.prompt_logprobs_sent:
+            return None
+        self.prompt_logprobs_sent = True
+        out, self.prompt_logprobs = self.prompt_logprobs, []
+        return out
 
     def append_output_token(self, token_id: int) -> None:
         self.output_token_ids.append(token_id)

@@ -70,3 +70,15 @@ def check_request(
             param=max_tokens_param,
         )
     return max_output_tokens(n, max_tokens, max_model_len)
+
+
+def check_logit_bias(logit_bias: dict[int, float] | None, vocab_size: int) -> None:
+    """A logit_bias names only tokens of the vocabulary (`vocab_size` 0: not known yet)."""
+    if not logit_bias or not vocab_size:
+        return
+    bad = sorted(t for t in logit_bias if not 0 <= t < vocab_size)
+    if bad:
+        raise InvalidRequestError(
+            f"logit_bias holds token id {bad[0]}, out of range: outside the vocabulary (size {vocab_size})",
+            param="logit_bias",
+        )

@@ -12,6 +12,8 @@ from fdcli_engine.errors import InvalidRequestError
 MAX_N = 16
 MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
+MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on each logit_bias value
+MAX_LOGIT_BIAS_ENTRIES = 1024
 
 
 class RequestOutputKind(enum.IntEnum):
@@ -44,6 +46,12 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None  # number of top log-probabilities per sampled token (0: only the sampled one)
+    # vLLM's meaning: for each prompt position after the first, the logprob of the prompt token there and
+    # the top-k (0: only the prompt token). Such a request skips the prefix cache (its rows are needed).
+    prompt_logprobs: int | None = None
+    # token id -> value added to that token's logit before penalties, temperature and top-k/top-p
+    # (OpenAI's logit_bias; -100 bans a token, +100 all but forces it). Reported logprobs stay raw.
+    logit_bias: dict[int, float] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     bad_words: list[str] = field(default_factory=list)
@@ -58,6 +66,8 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         if self.top_k == -1:
             self.top_k = 0
+        if self.logit_bias is not None:
+            self.logit_bias = _logit_bias(self.logit_bias)
         self.validate()
 
     def for_sample(self, index: int) -> SamplingParams:
@@ -101,5 +111,41 @@ class SamplingParams:
             bad("stop strings must be non-empty strings", "stop")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             bad(f"logprobs must be between 0 and {MAX_LOGPROBS}, got {self.logprobs}", "logprobs")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_LOGPROBS:
+            bad(
+                f"prompt_logprobs must be between 0 and {MAX_LOGPROBS}, got {self.prompt_logprobs}",
+                "prompt_logprobs",
+            )
         if self.seed is not None and not -(2**63) <= self.seed < 2**64:
             bad("seed must fit in 64 bits", "seed")
+
+
+def _logit_bias(bias) -> dict[int, float]:
+    """{token id: bias} from OpenAI's {"id as text": value}; ids must be integers >= 0, values within
+    +-MAX_LOGIT_BIAS (the vocabulary bound is the engine's check: request_limits)."""
+    if not isinstance(bias, dict):
+        raise InvalidRequestError("logit_bias must map token ids to numbers", param="logit_bias")
+    if len(bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise InvalidRequestError(
+            f"logit_bias may hold at most {MAX_LOGIT_BIAS_ENTRIES} tokens, got {len(bias)}",
+            param="logit_bias",
+        )
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        try:
+            tid = int(key) if not isinstance(key, bool) else None
+        except (TypeError, ValueError):
+            tid = None
+        if tid is None or tid < 0 or (isinstance(key, str) and key.strip() != str(tid)):
+            raise InvalidRequestError(
+                f"logit_bias keys must be token ids (non-negative integers), got {key!r}", param="logit_bias"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidRequestError(f"logit_bias values must be numbers, got {value!r}", param="logit_bias")
+        if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise InvalidRequestError(
+                f"logit_bias values must be between -100 and 100, got {value} for token {tid}",
+                param="logit_bias",
+            )
+        out[tid] = float(value)
+    return out

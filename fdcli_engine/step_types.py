@@ -45,6 +45,9 @@ class ScheduledRequest:
     output_token_ids: list[int] = field(default_factory=list)
     prompt_token_ids: list[int] = field(default_factory=list)
     pooling_params: PoolingParams | None = None  # set: a pooling request (pooled, never sampled)
+    # The request asks for prompt logprobs the core has not yet collected: the runner computes those of
+    # this chunk's prompt rows (runner/prompt_logprobs.py).
+    needs_prompt_logprobs: bool = False
 
 
 @dataclass
@@ -67,6 +70,9 @@ class ModelRunnerOutput:
     sampled_token_ids: dict[str, int]
     # req_id -> [(token_id, logprob), ...] sampled token first, then its top-k alternatives.
     logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # req_id -> (first prompt position covered, [[(token_id, logprob, rank), ...] per position]): the
+    # prompt logprobs of this step's chunk, for requests with needs_prompt_logprobs.
+    prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float, int]]]]] = field(default_factory=dict)
     # req_id -> pooled output (pooling runner only).
     pooled: dict[str, np.ndarray] = field(default_factory=dict)
 

@@ -25,6 +25,7 @@ def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutp
         outputs=outs,
         finished=all(c.finished for c in children),
         num_cached_tokens=first.num_cached_tokens,
+        prompt_logprobs=first.prompt_logprobs,
     )
 
 

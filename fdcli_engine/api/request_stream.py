@@ -84,4 +84,6 @@ def _merge_delta(old: RequestOutput, new: RequestOutput) -> RequestOutput:
     b.token_ids = b.delta_token_ids = a.token_ids + b.token_ids
     if a.logprobs is not None and b.logprobs is not None:
         b.logprobs = a.logprobs + b.logprobs
+    if new.prompt_logprobs is None:  # they come once, in the first output
+        new.prompt_logprobs = old.prompt_logprobs
     return new

@@ -33,8 +33,9 @@ class KVCacheManager:
 
     def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
         """Longest cached prefix of the request's tokens, in whole blocks. At least one token is left
-        to compute, since the last position's logits are needed to sample."""
-        if not self.enable_caching:
+        to compute, since the last position's logits are needed to sample. A request asking for prompt
+        logprobs takes no hit (as in vLLM): every prompt row's hidden state is needed."""
+        if not self.enable_caching or request.wants_prompt_logprobs:
             return [], 0
         hashes = request.update_block_hashes(self.block_size)
         max_blocks = (request.num_tokens - 1) // self.block_size

@@ -140,6 +140,11 @@ class Scheduler:
             output_token_ids=req.output_token_ids,
             prompt_token_ids=req.prompt_token_ids,
             pooling_params=req.pooling_params,
+            needs_prompt_logprobs=(
+                req.wants_prompt_logprobs
+                and not req.prompt_logprobs_sent
+                and start < req.num_prompt_tokens - 1
+            ),
         )
 
     def _preempt(self, req: Request) -> None:
@@ -163,6 +168,9 @@ class Scheduler:
                     self._finish(req, RequestStatus.FINISHED_STOPPED)
                     results.append(self._core_output(req, [], pooled=out.pooled.get(req.req_id)))
                 continue
+            chunk = out.prompt_logprobs.get(sr.req_id)
+            if chunk is not None:
+                req.add_prompt_logprobs(*chunk)
             token = out.sampled_token_ids.get(sr.req_id)
             if token is None:
                 continue
@@ -172,7 +180,9 @@ class Scheduler:
             logprobs = out.logprobs.get(sr.req_id)
             if status is not None:
                 self._finish(req, status)
-            results.append(self._core_output(req, [token], [logprobs] if logprobs is not None else None))
+            core_out = self._core_output(req, [token], [logprobs] if logprobs is not None else None)
+            core_out.prompt_logprobs = req.take_prompt_logprobs()
+            results.append(core_out)
         return results
 
     def _check_stop(self, req: Request, token: int) -> RequestStatus | None:

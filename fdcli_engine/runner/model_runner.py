@@ -10,6 +10,7 @@ import paddle
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes
+from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
 from fdcli_engine.runner.sampler import Sampler
 from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
 
@@ -52,9 +53,14 @@ class ModelRunner:
             return ModelRunnerOutput(sampled_token_ids={})
         inputs = build_inputs(so.scheduled, self.block_size, mark_prompt_rows=True)
         hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+        prompt_logprobs = {}
+        if any(s.needs_prompt_logprobs for s in so.scheduled):
+            prompt_logprobs = compute_prompt_logprobs(
+                self.model, hidden, so.scheduled, inputs.meta.query_start_loc_np
+            )
         sample_idx = [i for i, s in enumerate(so.scheduled) if s.do_sample]
         if not sample_idx:
-            return ModelRunnerOutput(sampled_token_ids={})
+            return ModelRunnerOutput(sampled_token_ids={}, prompt_logprobs=prompt_logprobs)
         rows = inputs.last_token_rows[sample_idx]
         if len(rows) == hidden.shape[0]:
             selected = hidden
@@ -63,7 +69,9 @@ class ModelRunner:
         logits = self.model.compute_logits(selected).numpy()
         reqs = [so.scheduled[i] for i in sample_idx]
         tokens, logprobs = self.sampler.sample(logits, reqs)
-        out = ModelRunnerOutput(sampled_token_ids={r.req_id: t for r, t in zip(reqs, tokens)})
+        out = ModelRunnerOutput(
+            sampled_token_ids={r.req_id: t for r, t in zip(reqs, tokens)}, prompt_logprobs=prompt_logprobs
+        )
         for r, lp in zip(reqs, logprobs):
             if lp is not None:
                 out.logprobs[r.req_id] = lp

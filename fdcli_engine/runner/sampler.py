@@ -8,7 +8,9 @@ rows in the layout of fd_kernels.sampler_layout.
 The random numbers stay here: a request with a `seed` draws from its own generator, advanced by a fixed
 amount per sampled token (one uniform, or REJECTION_TRIES + 1 with FD_SAMPLING_CLASS=rejection), so its
 tokens are the same whatever else is in the batch and however often it was preempted. Log-probs are
-those of the model's raw distribution (before penalties and temperature), as OpenAI reports them.
+those of the model's raw distribution (before logit_bias, penalties and temperature), as vLLM reports
+them. A request's `logit_bias` is added to its own row before the sampling op, which then applies
+penalties, temperature and the filters on the biased logits.
 The bans (`banned_token_ids`) are the sampler's share of the stop rules described in step_types.
 """
 
@@ -28,7 +30,14 @@ from fdcli_engine.errors import ConfigError
 from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
 
-__all__ = ["SAMPLING_CLASSES", "Sampler", "filter_probs", "log_softmax", "sampling_class_from_env"]
+__all__ = [
+    "SAMPLING_CLASSES",
+    "Sampler",
+    "filter_probs",
+    "log_softmax",
+    "sampling_class_from_env",
+    "with_logit_bias",
+]
 
 # FastDeploy's FD_SAMPLING_CLASS values: "base" samples the filtered distribution directly; "rejection"
 # draws from the whole temperature distribution and accepts tokens inside the top-k/top-p/min-p set
@@ -64,6 +73,19 @@ def banned_token_ids(params: SamplingParams, output_ids: list[int], eos_ids: set
         if not prefix or (len(output_ids) >= len(prefix) and output_ids[-len(prefix) :] == prefix):
             banned.append(seq[-1])
     return banned
+
+
+def with_logit_bias(logits: np.ndarray, reqs: list[ScheduledRequest]) -> np.ndarray:
+    """`logits` with each request's logit_bias added to its row; the same array when no row has one
+    (the raw logits stay intact for the logprobs)."""
+    rows = [(i, sr.sampling_params.logit_bias) for i, sr in enumerate(reqs) if sr.sampling_params.logit_bias]
+    if not rows:
+        return logits
+    biased = logits.copy()
+    for i, bias in rows:
+        ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        biased[i, ids] += np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+    return biased
 
 
 class Sampler:
@@ -121,7 +143,8 @@ class Sampler:
                 uniforms[i] = rng.random() if self.num_uniforms == 1 else rng.random(self.num_uniforms)
         ids = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64, count=offset)
         logits = np.ascontiguousarray(logits, dtype=np.float32)
-        tokens = ops.sample(logits, params, ids, meta, uniforms, self.rejection).tolist()
+        biased = with_logit_bias(logits, reqs)
+        tokens = ops.sample(biased, params, ids, meta, uniforms, self.rejection).tolist()
         all_logprobs: list[list[tuple[int, float]] | None] = []
         for i, sr in enumerate(reqs):
             k = sr.sampling_params.logprobs

@@ -75,12 +75,16 @@ class CompletionRequest(_SamplingFields):
         | PromptTokens
         | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)]
     )
-    max_tokens: int | None = Field(default=16, ge=1, le=MAX_TOKENS_LIMIT)
+    # 0 only with echo (lm-evaluation-harness's loglikelihood requests): the prompt and nothing more.
+    max_tokens: int | None = Field(default=16, ge=0, le=MAX_TOKENS_LIMIT)
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
     suffix: str | None = Field(default=None, max_length=MAX_STR)
+    # logit_bias / prompt_logprobs: OpenAI's token-id-string keys (SamplingParams checks them); vLLM's
+    # prompt_logprobs (echo with logprobs implies it).
     logit_bias: dict[str, float] | None = None
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
 
 
 class ContentPart(BaseModel):
@@ -147,7 +151,9 @@ class ChatCompletionRequest(_SamplingFields):
     # Checked by the serving layer (serving_tools.py), which says which choices are supported.
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # logit_bias / prompt_logprobs: as on CompletionRequest.
     logit_bias: dict[str, float] | None = None
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
 
 
 class TokenizeRequest(_Strict):
@@ -185,10 +191,22 @@ class CompletionLogprobs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    """One entry of vLLM's prompt_logprobs: {token id: PromptLogprob} per prompt position."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+PromptLogprobsOut = list[dict[int, PromptLogprob] | None]
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogprobs | None = None
+    prompt_logprobs: PromptLogprobsOut | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     prompt_token_ids: list[int] | None = None
@@ -246,6 +264,7 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatChoice]
     usage: UsageInfo | None = None
     prompt_token_ids: list[int] | None = None
+    prompt_logprobs: PromptLogprobsOut | None = None
 
 
 class DeltaToolCall(BaseModel):

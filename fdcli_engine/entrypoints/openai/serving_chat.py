@@ -6,6 +6,11 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.echo_logprobs import (
+    check_logit_bias_vocab,
+    check_prompt_logprobs,
+    prompt_logprobs_out,
+)
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatChoice,
@@ -120,8 +125,7 @@ class OpenAIServingChat:
                 "use 'text'",
                 "response_format",
             )
-        if req.logit_bias:
-            raise bad_request("logit_bias is not supported", "logit_bias")
+        check_prompt_logprobs(req)
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs=true", "top_logprobs")
         self.check_request_template(req.chat_template)
@@ -179,7 +183,10 @@ class OpenAIServingChat:
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
-        params = build_params(req, self.engine.tokenizer, max_tokens, logprobs)
+        params = build_params(
+            req, self.engine.tokenizer, max_tokens, logprobs, prompt_logprobs=req.prompt_logprobs
+        )
+        check_logit_bias_vocab(params, self.engine.model_config)
         rid = request_id or req.request_id or random_id("chatcmpl")
         jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n)
         return PreparedChat(model, rid, prompt_ids, jobs, parse_tools)
@@ -245,6 +252,9 @@ class OpenAIServingChat:
             choices=choices,
             usage=usage,
             prompt_token_ids=prompt_ids if req.return_token_ids else None,
+            prompt_logprobs=prompt_logprobs_out(
+                self.engine.tokenizer, finals[min(finals)][1].prompt_logprobs
+            ),
         )
 
     async def _stream(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> AsyncIterator[str]:

@@ -114,7 +114,14 @@ def check_prompt(
         raise bad_request(str(e), e.param) from None
 
 
-def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_temperature: float = 1.0):
+def build_params(
+    req,
+    tokenizer,
+    max_tokens: int,
+    logprobs: int | None,
+    default_temperature: float = 1.0,
+    prompt_logprobs: int | None = None,
+):
     """SamplingParams from a completion/chat request; engine-side validation failures become 400s.
     A streamed request gets DELTA outputs, any other one FINAL_ONLY (one output, the whole text)."""
     stop = req.stop if isinstance(req.stop, list) else ([req.stop] if req.stop else [])
@@ -132,6 +139,9 @@ def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_
         "seed": req.seed,
         "bad_words": list(req.bad_words or []),
         "output_kind": RequestOutputKind.DELTA if req.stream else RequestOutputKind.FINAL_ONLY,
+        # logit_bias / prompt_logprobs: checked by SamplingParams (the vocabulary: check_logit_bias).
+        "logit_bias": req.logit_bias or None,
+        "prompt_logprobs": prompt_logprobs,
     }
     for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
         if getattr(req, name) is not None:

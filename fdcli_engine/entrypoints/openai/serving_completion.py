@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.echo_logprobs import (
+    check_logit_bias_vocab,
+    check_prompt_logprobs,
+    echo_logprobs,
+    prompt_logprobs_out,
+)
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
@@ -46,12 +52,13 @@ class OpenAIServingCompletion:
     def _check_unsupported(self, req: CompletionRequest) -> None:
         if req.suffix:
             raise bad_request("suffix is not supported", "suffix")
-        if req.logit_bias:
-            raise bad_request("logit_bias is not supported", "logit_bias")
         if req.best_of is not None and req.best_of != req.n:
             raise bad_request("best_of must equal n (fd does not rank candidates)", "best_of")
-        if req.echo and req.logprobs is not None:
-            raise bad_request("echo with logprobs needs prompt logprobs, which are not supported", "echo")
+        check_prompt_logprobs(req)
+        if req.max_tokens == 0 and not req.echo:
+            raise bad_request(
+                "max_tokens must be at least 1 (0 is allowed only with echo=true)", "max_tokens"
+            )
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
 
@@ -69,9 +76,14 @@ class OpenAIServingCompletion:
         check_generative(self.engine, "/v1/completions")
         self._check_unsupported(req)
         prompts = await off_loop(self._prompts, req)
-        max_tokens = [check_prompt(ids, req.max_tokens, self.engine.model_config) for _, ids in prompts]
+        # echo with max_tokens=0 (vLLM's rule): one token is generated, and only the prompt is returned.
+        wanted = 1 if echo_only(req) else req.max_tokens
+        max_tokens = [check_prompt(ids, wanted, self.engine.model_config) for _, ids in prompts]
         # With max_tokens=None each prompt may fill its own room; the per-job value is set below.
-        params = build_params(req, self.engine.tokenizer, min(max_tokens), req.logprobs)
+        params = build_params(
+            req, self.engine.tokenizer, min(max_tokens), req.logprobs, prompt_logprobs=prompt_logprobs_of(req)
+        )
+        check_logit_bias_vocab(params, self.engine.model_config)
         rid = request_id or req.request_id or random_id("cmpl")
         jobs = fan_out(rid, prompts, params, req.n)
         for job in jobs:
@@ -96,29 +108,39 @@ class OpenAIServingCompletion:
         for index in sorted(finals):
             job, out = finals[index]
             comp = out.outputs[0]
-            completion_tokens += len(comp.token_ids)
+            token_ids, text = ([], "") if echo_only(req) else (comp.token_ids, comp.text)
+            completion_tokens += len(token_ids)
             cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
             prefix = self._echo_text(prompts, job.prompt_idx) if req.echo else ""
-            lps = None
-            if req.logprobs is not None and comp.logprobs is not None:
-                lps = completion_logprobs(tok, comp.logprobs, comp.token_ids, 0)
+            lps = self._logprobs(req, job, out, token_ids, 0)
             choices.append(
                 CompletionChoice(
                     index=index,
-                    text=prefix + comp.text,
+                    text=prefix + text,
                     logprobs=lps,
+                    prompt_logprobs=prompt_logprobs_out(tok, out.prompt_logprobs),
                     finish_reason=comp.finish_reason,
                     stop_reason=comp.stop_reason,
                     prompt_token_ids=job.prompt_ids if req.return_token_ids else None,
-                    token_ids=list(comp.token_ids) if req.return_token_ids else None,
+                    token_ids=list(token_ids) if req.return_token_ids else None,
                 )
             )
         prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
         usage = make_usage(prompt_lens, cached, completion_tokens)
         return CompletionResponse(id=rid, model=model, choices=choices, usage=usage)
 
+    def _logprobs(self, req, job, out, token_ids, offset: int, with_prompt: bool = True):
+        """The choice's legacy logprobs: the echoed prompt's (when `with_prompt`) then `token_ids`'."""
+        comp, tok = out.outputs[0], self.engine.tokenizer
+        if req.logprobs is None:
+            return None
+        if req.echo and with_prompt and out.prompt_logprobs is not None:
+            return echo_logprobs(tok, job.prompt_ids, out.prompt_logprobs, comp.logprobs or [], token_ids)
+        if comp.logprobs is None or not token_ids:
+            return None
+        return completion_logprobs(tok, comp.logprobs, token_ids, offset)
+
     async def _stream(self, req, model, rid, prompts, jobs) -> AsyncIterator[str]:
-        tok = self.engine.tokenizer
         started: set[int] = set()
         offsets: dict[int, int] = {}
         cached: dict[int, int] = {}
@@ -127,18 +149,21 @@ class OpenAIServingCompletion:
         try:
             async for job, out in merge_jobs(self.engine, jobs):
                 comp = out.outputs[0]
-                text = comp.delta_text
-                if job.index not in started:
+                text, new_ids = comp.delta_text, list(comp.delta_token_ids)
+                if echo_only(req):
+                    text, new_ids = "", []
+                first = job.index not in started
+                if first:
                     started.add(job.index)
                     if req.echo:
                         text = self._echo_text(prompts, job.prompt_idx) + text
-                new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
                 if not text and not new_ids and not out.finished:
                     continue
                 lps = None
-                if req.logprobs is not None and comp.logprobs is not None and new_ids:
-                    lps = completion_logprobs(tok, comp.logprobs, new_ids, offsets.get(job.index, 0))
+                if first or new_ids:
+                    lps = self._logprobs(req, job, out, new_ids, offsets.get(job.index, 0), first)
+                if lps is not None:
                     offsets[job.index] = offsets.get(job.index, 0) + sum(len(t) for t in lps.tokens)
                 choice = completion_choice(
                     job.index,
@@ -158,3 +183,15 @@ class OpenAIServingCompletion:
         except Exception as e:
             yield stream_error(e, "completion", rid)
         yield SSE_DONE
+
+
+def echo_only(req: CompletionRequest) -> bool:
+    """echo with max_tokens=0: the response holds the prompt (and its logprobs) and nothing generated."""
+    return req.echo and req.max_tokens == 0
+
+
+def prompt_logprobs_of(req: CompletionRequest) -> int | None:
+    """vLLM's rule: prompt_logprobs as asked, else with echo the legacy logprobs count."""
+    if req.prompt_logprobs is not None:
+        return req.prompt_logprobs
+    return req.logprobs if req.echo else None
