@@ -20,6 +20,7 @@ from fdcli.options import (
     ChatTemplateOpt,
     ConfigFileOpt,
     ReasoningParserOpt,
+    StrictFieldsOpt,
     ToolCallParserOpt,
     TrustTemplateOpt,
     engine_config_from_cli,
@@ -80,6 +81,7 @@ SERVER_KEYS = {
     "enable_auto_tool_choice": "enable_auto_tool_choice",
     "chat_template": "chat_template",
     "trust_request_chat_template": "trust_request_chat_template",
+    "strict_request_fields": "strict_request_fields",
     "max_request_body_bytes": "max_request_body_bytes",
     "uvicorn_log_level": "uvicorn_log_level",
 }
@@ -104,6 +106,7 @@ _TYPES = {
     "enable_auto_tool_choice": bool,
     "chat_template": str,
     "trust_request_chat_template": bool,
+    "strict_request_fields": bool,
     "max_request_body_bytes": int,
     "uvicorn_log_level": str,
 }
@@ -169,6 +172,7 @@ def serve(
     enable_auto_tool_choice: AutoToolChoiceOpt = None,
     chat_template: ChatTemplateOpt = None,
     trust_request_chat_template: TrustTemplateOpt = None,
+    strict_request_fields: StrictFieldsOpt = None,
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
     engine_args: dict,
