@@ -75,7 +75,21 @@ def check_prompt(
             max_tokens_param=max_tokens_param,
         )
     except InvalidRequestError as e:
-        raise bad_request(str(e), e.param) from None
+        raise bad_request(str(e), e.param, e.code) from None
+
+
+def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> list[int]:
+    """vLLM's truncate_prompt_tokens on a generating request: the last `keep` tokens of the prompt
+    (-1: the last max_model_len, which the length check then refuses for leaving no room to answer)."""
+    if keep is None:
+        return ids
+    if keep == 0 or keep > max_model_len:
+        raise bad_request(
+            f"truncate_prompt_tokens must be -1 or between 1 and {max_model_len}, got {keep}",
+            "truncate_prompt_tokens",
+        )
+    keep = max_model_len if keep == -1 else keep
+    return ids[-keep:]
 
 
 def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_temperature: float = 1.0):
