@@ -87,6 +87,16 @@ class _SamplingFields(_Request):
     mm_processor_kwargs: Ignored = None
     # vLLM's prefix-cache isolation: refused by the serving layer, since ignoring it would share cache.
     cache_salt: str | None = Field(default=None, max_length=1024)
+    # FastDeploy: token ids never to generate (each a one-token bad word).
+    bad_words_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=1024)
+    # vLLM's / FastDeploy's structured outputs: refused by the serving layer (not supported yet), since
+    # ignoring them would return unconstrained text.
+    guided_json: Ignored = None
+    guided_regex: Ignored = None
+    guided_choice: Ignored = None
+    guided_grammar: Ignored = None
+    structural_tag: Ignored = None
+    structured_outputs: Ignored = None
 
 
 PromptTokens = Annotated[list[TOKEN_ID], Field(min_length=1, max_length=MAX_TOKENS_LIMIT)]

@@ -24,6 +24,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     batch_deltas,
     build_params,
     check_model,
+    check_no_structured_outputs,
     check_prompt,
     chunk_usage,
     encode,
@@ -127,6 +128,7 @@ class OpenAIServingChat:
         self.check_request_template(req.chat_template)
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        check_no_structured_outputs(req)
         if req.cache_salt is not None:
             raise bad_request(
                 "cache_salt is not supported yet: fd's prefix cache is shared by every request; "

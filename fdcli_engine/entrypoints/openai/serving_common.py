@@ -125,7 +125,27 @@ def build_params(req, tokenizer, max_tokens: int, logprobs: int | None, default_
         for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)}
         if ids
     ]
+    params.bad_words_token_ids += [[t] for t in req.bad_words_token_ids or ()]  # FastDeploy's
     return params
+
+
+def check_no_structured_outputs(req) -> None:
+    """A 400 for vLLM's / FastDeploy's structured-output fields: fd cannot constrain the output yet,
+    and ignoring them would answer unconstrained text as if it were."""
+    names = (
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structural_tag",
+        "structured_outputs",
+    )
+    for name in names:
+        if getattr(req, name) is not None:
+            raise bad_request(
+                f"{name} is not supported yet (structured outputs); leave it out and validate the output",
+                name,
+            )
 
 
 @dataclass

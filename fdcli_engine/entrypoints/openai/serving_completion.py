@@ -14,6 +14,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     batch_deltas,
     build_params,
     check_model,
+    check_no_structured_outputs,
     check_prompt,
     chunk_usage,
     completion_logprobs,
@@ -55,6 +56,7 @@ class OpenAIServingCompletion:
             raise bad_request("echo with logprobs needs prompt logprobs, which are not supported", "echo")
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        check_no_structured_outputs(req)
         if req.cache_salt is not None:
             raise bad_request("cache_salt is not supported yet: leave it out", "cache_salt")
 
