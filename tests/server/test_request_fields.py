@@ -164,3 +164,18 @@ def test_strict_request_fields_from_flag_and_config(monkeypatch, tmp_path):
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 0, result.output
     assert [s.strict_request_fields for s in seen] == [True, True, False]
+
+
+def test_hostile_field_names_give_a_safe_header(tokenizer):
+    # Field names are client text: control characters, non-Latin-1 letters and commas must neither
+    # break the response nor forge extra names; many names cut the header, not the request.
+    _, http, _ = scripted_client(tokenizer, PIECES)
+    body = {"prompt": "hi", "\x1f": None, "Ā": 1, "a,b": 2}
+    r = http.post("/tokenize", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["fd-ignored-fields"] == "\\x1f,\\u0100,a\\x2cb"
+    many = {"messages": MSG, **{f"field_{i:04d}": i for i in range(500)}}
+    r = http.post("/v1/chat/completions", json=many)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "The answer is 42"
+    header = r.headers["fd-ignored-fields"]
+    assert len(header) == 1024 and header.startswith("field_0000,field_0001,") and header.endswith("...")

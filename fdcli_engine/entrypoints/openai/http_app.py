@@ -18,7 +18,12 @@ from fdcli_engine.entrypoints.openai.errors import APIError, from_exception, sta
 from fdcli_engine.entrypoints.openai.metrics import ServerMetrics
 from fdcli_engine.entrypoints.openai.protocol import ErrorResponse, ModelCard, ModelList
 from fdcli_engine.entrypoints.openai.request_fields import HEADER as IGNORED_HEADER
-from fdcli_engine.entrypoints.openai.request_fields import IgnoredFieldsLog, unknown_fields, unrecognized
+from fdcli_engine.entrypoints.openai.request_fields import (
+    IgnoredFieldsLog,
+    header_value,
+    unknown_fields,
+    unrecognized,
+)
 from fdcli_engine.entrypoints.openai.routes import ROUTES, Route
 from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_serving
 from fdcli_engine.entrypoints.openai.validation import validation_error
@@ -208,7 +213,9 @@ def _endpoint(route: Route, ctx: _Ctx):
             result = await ctx.run(request, lambda: route.call(layer, req))
         if ignored:
             # A stream is its own Response; a model gets the headers FastAPI copies from `response`.
-            (result if isinstance(result, Response) else response).headers[IGNORED_HEADER] = ",".join(ignored)
+            (result if isinstance(result, Response) else response).headers[IGNORED_HEADER] = header_value(
+                ignored
+            )
         return result
 
     endpoint.__name__ = route.name

@@ -21,6 +21,7 @@ from fdcli_engine.entrypoints.openai.errors import APIError
 from fdcli_engine.entrypoints.openai.protocol import ContentPart
 
 HEADER = "fd-ignored-fields"
+MAX_HEADER_CHARS = 1024  # the header names the first fields; the log names every one
 logger = logging.getLogger("fd.serve")
 
 
@@ -44,25 +45,43 @@ def _nested(value, path: str) -> list[str]:
     return []
 
 
+def header_value(fields: list[str]) -> str:
+    """The fields as one header value: printable ASCII only (a field name is client text: control
+    characters would break the response, non-Latin-1 ones cannot be sent), commas escaped so they
+    only separate names, cut to MAX_HEADER_CHARS with a trailing `...`."""
+    names = [f.encode("unicode_escape").decode("ascii").replace(",", "\\x2c") for f in fields]
+    value = ",".join(names)
+    return value if len(value) <= MAX_HEADER_CHARS else value[: MAX_HEADER_CHARS - 3] + "..."
+
+
 def unrecognized(param: str) -> APIError:
     """OpenAI's answer to a field it does not know."""
     return APIError(f"Unrecognized request argument supplied: {param}", 400, param=param)
 
 
 class IgnoredFieldsLog:
-    """Logs each ignored field name once (list indices dropped: `messages[].foo` once for all)."""
+    """Logs each ignored field name once (list indices dropped: `messages[].foo` once for all). Names
+    are client text: at most MAX_LOGGED distinct ones are logged, each cut to 100 characters."""
+
+    MAX_LOGGED = 256
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
 
     def note(self, fields: list[str], route: str) -> None:
-        for name in dict.fromkeys(re.sub(r"\[\d+\]", "[]", f) for f in fields):
-            if name not in self._seen:
-                self._seen.add(name)
+        for name in dict.fromkeys(re.sub(r"\[\d+\]", "[]", f)[:100] for f in fields):
+            if name in self._seen or len(self._seen) > self.MAX_LOGGED:
+                continue
+            self._seen.add(name)
+            if len(self._seen) > self.MAX_LOGGED:
                 logger.warning(
-                    "%s: ignored the unknown request field %r (named in the %s response header; "
-                    "--strict-request-fields refuses such requests)",
-                    route,
-                    name,
-                    HEADER,
+                    "%s: more unknown request field names than %d; no more are logged", route, self.MAX_LOGGED
                 )
+                continue
+            logger.warning(
+                "%s: ignored the unknown request field %r (named in the %s response header; "
+                "--strict-request-fields refuses such requests)",
+                route,
+                name,
+                HEADER,
+            )
