@@ -323,6 +323,15 @@ TrustTemplateOpt = Annotated[
         rich_help_panel=SERVING_PANEL,
     ),
 ]
+StrictFieldsOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--strict-request-fields",
+        help="Refuse unknown request fields with OpenAI's 400 instead of ignoring them (named in the "
+        "fd-ignored-fields response header).",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
 
 # EngineConfig field -> CLI alias. Order is the order in --help.
 ENGINE_FLAGS: dict[str, Any] = {

@@ -15,8 +15,10 @@ class ModelLoadError(FdError):
 
 
 class InvalidRequestError(FdError):
-    """A request the engine cannot serve as asked (too long, bad parameter). `param` names the field."""
+    """A request the engine cannot serve as asked (too long, bad parameter). `param` names the field;
+    `code` is OpenAI's machine-readable code where it has one (`context_length_exceeded`)."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.param = param
+        self.code = code

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 from fdcli_engine.errors import InvalidRequestError
 
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's error code
+
 
 def max_output_tokens(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int:
     """Tokens a request may generate: `max_tokens`, within the room the context leaves."""
@@ -56,18 +58,23 @@ def check_request(
                 param=prompt_param,
             )
         return None
+    # OpenAI's wording and code, which litellm and other routers match to raise their
+    # context-window errors ("This model's maximum context length is", "context_length_exceeded").
+    head = f"This model's maximum context length is {max_model_len} tokens. However, "
     if n >= max_model_len:
         raise InvalidRequestError(
-            f"this model's maximum context length is {max_model_len} tokens, but the prompt has {n} tokens "
-            "(at least one token must be left for the output)",
+            f"{head}your {prompt_param} resulted in {n} tokens. Please reduce the length of the "
+            f"{prompt_param} (at least one token must be left for the completion).",
             param=prompt_param,
+            code=CONTEXT_LENGTH_EXCEEDED,
         )
     if max_tokens is not None and n + max_tokens > max_model_len:
         raise InvalidRequestError(
-            f"this model's maximum context length is {max_model_len} tokens, but {n + max_tokens} were "
-            f"requested ({n} in the prompt, {max_tokens_param}={max_tokens} for the completion); at most "
-            f"{max_model_len - n} tokens can be generated",
+            f"{head}you requested {n + max_tokens} tokens ({n} in the {prompt_param}, {max_tokens} in the "
+            f"completion). Please reduce the length of the {prompt_param} or completion: at most "
+            f"{max_model_len - n} tokens can be generated ({max_tokens_param}).",
             param=max_tokens_param,
+            code=CONTEXT_LENGTH_EXCEEDED,
         )
     return max_output_tokens(n, max_tokens, max_model_len)
 

@@ -41,8 +41,8 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-def bad_request(message: str, param: str | None = None) -> APIError:
-    return APIError(message, 400, param=param)
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(message, 400, param=param, code=code)
 
 
 def from_exception(exc: BaseException) -> APIError:
@@ -53,7 +53,7 @@ def from_exception(exc: BaseException) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, InvalidRequestError):
-        return APIError(str(exc), 400, param=exc.param)
+        return APIError(str(exc), 400, param=exc.param, code=exc.code)
     if isinstance(exc, EngineNotReadyError):
         return APIError(str(exc), 503, headers={"Retry-After": "5"})
     if isinstance(exc, EngineDeadError):

@@ -17,6 +17,13 @@ from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches, s
 from fdcli_engine.entrypoints.openai.errors import APIError, from_exception, status_phrase
 from fdcli_engine.entrypoints.openai.metrics import ServerMetrics
 from fdcli_engine.entrypoints.openai.protocol import ErrorResponse, ModelCard, ModelList
+from fdcli_engine.entrypoints.openai.request_fields import HEADER as IGNORED_HEADER
+from fdcli_engine.entrypoints.openai.request_fields import (
+    IgnoredFieldsLog,
+    header_value,
+    unknown_fields,
+    unrecognized,
+)
 from fdcli_engine.entrypoints.openai.routes import ROUTES, Route
 from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_serving
 from fdcli_engine.entrypoints.openai.validation import validation_error
@@ -145,6 +152,7 @@ class _Ctx:
         self.state = state
         self.metrics = metrics
         self.layer = layer
+        self.ignored_fields = IgnoredFieldsLog()
 
     def require_ready(self) -> None:
         if self.engine.is_dead:
@@ -213,20 +221,40 @@ def _endpoint(route: Route, ctx: _Ctx):
     """The FastAPI handler of one route: the body validated by its request model, then the serving
     call (through `ctx.run` for an admitted route)."""
     layer = ctx.layer
+    strict = ctx.state.args.serving.strict_request_fields
 
-    async def endpoint(req, request: Request):
+    async def endpoint(req, request: Request, response: Response):
+        ignored = _ignored_fields(ctx, req, strict, request.url.path)
         if not route.admitted:
-            return await route.call(layer, req)
-        return await ctx.run(request, lambda: route.call(layer, req))
+            result = await route.call(layer, req)
+        else:
+            result = await ctx.run(request, lambda: route.call(layer, req))
+        if ignored:
+            # A stream is its own Response; a model gets the headers FastAPI copies from `response`.
+            (result if isinstance(result, Response) else response).headers[IGNORED_HEADER] = header_value(
+                ignored
+            )
+        return result
 
     endpoint.__name__ = route.name
     endpoint.__signature__ = inspect.Signature(
         [
             inspect.Parameter("req", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=route.request_model),
             inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
+            inspect.Parameter("response", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Response),
         ]
     )
     return endpoint
+
+
+def _ignored_fields(ctx: _Ctx, req, strict: bool, route: str) -> list[str]:
+    """The request's unknown fields (logged once each), or OpenAI's 400 for the first when strict."""
+    fields = unknown_fields(req)
+    if fields and strict:
+        raise unrecognized(fields[0])
+    if fields:
+        ctx.ignored_fields.note(fields, route)
+    return fields
 
 
 def _add_error_handlers(app: FastAPI) -> None:

@@ -1,8 +1,14 @@
 """Request and response models of the OpenAI-compatible API (pydantic, every numeric field bounded).
 
-Unknown request fields are rejected (extra="forbid") so a typo is a 400 naming the field instead of a
-silently ignored option. Bounds here are the static ones; limits that depend on the model (context
-length, vocabulary) are checked by the serving layer.
+Request fields, three kinds (docs/request-fields.md):
+- what fd does: declared with their bounds and honoured;
+- documented OpenAI / vLLM / FastDeploy fields that cannot apply here (`store`, `service_tier`,
+  `mm_processor_kwargs` on a text model, ...): declared as `Ignored` (any value, no effect);
+- anything else: kept by pydantic as an extra (extra="allow", nested models too) and reported by
+  request_fields.unknown_fields, which the HTTP app logs and names in the `fd-ignored-fields` header,
+  or refuses with OpenAI's 400 under --strict-request-fields.
+Bounds here are the static ones; limits that depend on the model (context length, vocabulary) are
+checked by the serving layer. The body-size cap bounds the ignored and unknown fields.
 """
 
 from __future__ import annotations
@@ -25,16 +31,25 @@ SEED = Annotated[int, Field(ge=-(1 << 63), le=(1 << 64) - 1)]
 StopStr = Annotated[str, Field(min_length=1, max_length=1024)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Request(BaseModel):
+    """Base of every request model: unknown keys are kept as extras (see the module docstring)."""
+
+    model_config = ConfigDict(extra="allow")
 
 
-class StreamOptions(_Strict):
+_Strict = _Request  # the former name, still imported by the pooling (and other) request modules
+
+# A documented field fd accepts and ignores (it cannot apply here); named in docs/request-fields.md.
+Ignored = Any
+
+
+class StreamOptions(_Request):
     include_usage: bool = False
-    continuous_usage_stats: bool = False
+    continuous_usage_stats: bool = False  # vLLM: every chunk carries the usage so far
+    include_obfuscation: Ignored = None  # OpenAI's padding against side channels
 
 
-class _SamplingFields(_Strict):
+class _SamplingFields(_Request):
     """Fields shared by completions and chat (OpenAI's plus the fd/FastDeploy extras)."""
 
     model: str | None = Field(default=None, max_length=512)
@@ -61,6 +76,27 @@ class _SamplingFields(_Strict):
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=128)
+    # FastDeploy: tokens per streamed chunk (the first token of each choice is always sent alone).
+    max_streaming_response_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    # vLLM: keep only the last k prompt tokens (-1: the last max_model_len - 1).
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
+    # Accepted, no effect here: OpenAI's `metadata` (also FastDeploy's), vLLM's scheduling priority
+    # (fd schedules first come, first served) and its multimodal processor options (text models).
+    metadata: Ignored = None
+    priority: Ignored = None
+    mm_processor_kwargs: Ignored = None
+    # vLLM's prefix-cache isolation: refused by the serving layer, since ignoring it would share cache.
+    cache_salt: str | None = Field(default=None, max_length=1024)
+    # FastDeploy: token ids never to generate (each a one-token bad word).
+    bad_words_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=1024)
+    # vLLM's / FastDeploy's structured outputs: refused by the serving layer (not supported yet), since
+    # ignoring them would return unconstrained text.
+    guided_json: Ignored = None
+    guided_regex: Ignored = None
+    guided_choice: Ignored = None
+    guided_grammar: Ignored = None
+    structural_tag: Ignored = None
+    structured_outputs: Ignored = None
 
 
 PromptTokens = Annotated[list[TOKEN_ID], Field(min_length=1, max_length=MAX_TOKENS_LIMIT)]
@@ -95,12 +131,12 @@ class ContentPart(BaseModel):
     text: str | None = Field(default=None, max_length=MAX_STR)
 
 
-class FunctionCall(_Strict):
+class FunctionCall(_Request):
     name: str = Field(min_length=1, max_length=256)
     arguments: str = Field(max_length=MAX_STR)  # a JSON object as text (the OpenAI wire format)
 
 
-class ToolCall(_Strict):
+class ToolCall(_Request):
     """A tool call: in an assistant message of the request, and in a response message."""
 
     id: str = Field(max_length=256)
@@ -108,7 +144,7 @@ class ToolCall(_Strict):
     function: FunctionCall
 
 
-class ChatMessage(_Strict):
+class ChatMessage(_Request):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: (
         Annotated[str, Field(max_length=MAX_STR)] | Annotated[list[ContentPart], Field(max_length=256)] | None
@@ -117,27 +153,33 @@ class ChatMessage(_Strict):
     reasoning_content: str | None = Field(default=None, max_length=MAX_STR)
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
     tool_call_id: str | None = Field(default=None, max_length=256)
+    # What `resp.choices[0].message.model_dump()` carries back in an assistant message: ignored.
+    refusal: Ignored = None
+    annotations: Ignored = None
+    audio: Ignored = None
+    function_call: Ignored = None
 
 
-class FunctionDefinition(_Strict):
+class FunctionDefinition(_Request):
     name: str = Field(min_length=1, max_length=256)
     description: str | None = Field(default=None, max_length=MAX_STR)
     parameters: dict[str, Any] | None = None  # a JSON Schema object
     strict: bool | None = None
 
 
-class ChatTool(_Strict):
+class ChatTool(_Request):
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(_Request):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
 
 
 class ChatCompletionRequest(_SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    # May be empty only with prompt_token_ids (checked by the serving layer, as FastDeploy does).
+    messages: list[ChatMessage] = Field(max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     logprobs: bool = False
@@ -154,9 +196,33 @@ class ChatCompletionRequest(_SamplingFields):
     # logit_bias / prompt_logprobs: as on CompletionRequest.
     logit_bias: dict[str, float] | None = None
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    # vLLM / FastDeploy extensions that work (serving_chat.py).
+    add_special_tokens: bool = False  # vLLM: add BOS etc. when tokenizing the rendered prompt
+    documents: list[dict[str, Any]] | None = Field(default=None, max_length=1024)  # to the template
+    disable_chat_template: bool = False  # FastDeploy: the first message's content is the raw prompt
+    prompt_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
+    # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs,
+    # reasoning-effort knob), the deprecated `functions` / `function_call` (use tools / tool_choice),
+    # and FastDeploy's reasoning budget (fd's reasoning parsers only split the output): ignored.
+    store: Ignored = None
+    service_tier: Ignored = None
+    reasoning_effort: Ignored = None
+    prompt_cache_key: Ignored = None
+    prompt_cache_options: Ignored = None
+    prompt_cache_retention: Ignored = None
+    safety_identifier: Ignored = None
+    modalities: Ignored = None
+    prediction: Ignored = None
+    verbosity: Ignored = None
+    audio: Ignored = None
+    web_search_options: Ignored = None
+    moderation: Ignored = None
+    functions: Ignored = None
+    function_call: Ignored = None
+    reasoning_max_tokens: Ignored = None
 
 
-class TokenizeRequest(_Strict):
+class TokenizeRequest(_Request):
     model: str | None = Field(default=None, max_length=512)
     prompt: str | None = Field(default=None, max_length=MAX_STR)
     messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
@@ -165,7 +231,7 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: bool = True
 
 
-class DetokenizeRequest(_Strict):
+class DetokenizeRequest(_Request):
     model: str | None = Field(default=None, max_length=512)
     tokens: list[TOKEN_ID] = Field(max_length=MAX_TOKENS_LIMIT)
 

@@ -16,7 +16,8 @@ from fdcli_engine.entrypoints.openai.protocol import (
     MAX_STR,
     TOKEN_ID,
     ChatMessage,
-    _Strict,
+    Ignored,
+    _Request,
 )
 
 MAX_INPUTS = 2048  # inputs in one embeddings request (OpenAI's limit)
@@ -26,12 +27,15 @@ TextInput = Annotated[str, Field(max_length=MAX_STR)]
 IdsInput = Annotated[list[TOKEN_ID], Field(max_length=MAX_INPUT_TOKENS)]
 
 
-class _ChatFields(_Strict):
+class _ChatFields(_Request):
     messages: list[ChatMessage] | None = Field(default=None, max_length=MAX_MESSAGES)
     chat_template: str | None = Field(default=None, max_length=1 << 16)
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = False  # an embedding/reward reads the conversation, it does not answer
     continue_final_message: bool = False
+    # Accepted, no effect: FastDeploy's metadata and multimodal processor options (text models here).
+    metadata: Ignored = None
+    mm_processor_kwargs: Ignored = None
 
 
 class EmbeddingRequest(_ChatFields):

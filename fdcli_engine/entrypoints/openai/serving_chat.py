@@ -26,10 +26,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
     Job,
+    batch_deltas,
     build_params,
     check_generative,
     check_model,
+    check_no_structured_outputs,
     check_prompt,
+    chunk_usage,
     encode,
     fan_out,
     final_outputs,
@@ -39,6 +42,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
@@ -131,6 +135,17 @@ class OpenAIServingChat:
         self.check_request_template(req.chat_template)
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        check_no_structured_outputs(req)
+        if req.cache_salt is not None:
+            raise bad_request(
+                "cache_salt is not supported yet: fd's prefix cache is shared by every request; "
+                "leave it out (or start the server without --enable-prefix-caching to share nothing)",
+                "cache_salt",
+            )
+        if not req.messages and req.prompt_token_ids is None:
+            raise bad_request(
+                "messages: List should have at least 1 item after validation, not 0", "messages"
+            )
 
     def check_request_template(self, chat_template: str | None) -> None:
         if chat_template is not None and not self.allow_request_chat_template:
@@ -144,19 +159,27 @@ class OpenAIServingChat:
         """The prompt text and ids the template produces for these messages."""
         tok = self.engine.tokenizer
         kwargs = dict(req.chat_template_kwargs or {})
-        for reserved in ("messages", "add_generation_prompt", "chat_template", "tokenize", "tools"):
+        reserved_names = ("messages", "add_generation_prompt", "continue_final_message", "chat_template")
+        # The server sets the special tokens from the tokenizer: a request may not swap them.
+        server_set = ("bos_token", "eos_token")
+        for reserved in (*reserved_names, "tokenize", "tools", *server_set):
             if reserved in kwargs:
                 hint = ": send them in the request's tools field" if reserved == "tools" else ""
+                hint = ": the server sets it from the model's tokenizer" if reserved in server_set else hint
                 raise bad_request(
                     f"chat_template_kwargs may not set {reserved!r}{hint}", "chat_template_kwargs"
                 )
-        if req.continue_final_message and req.add_generation_prompt:
+        if req.continue_final_message and req.add_generation_prompt:  # vLLM's check and wording
             raise bad_request(
-                "continue_final_message needs add_generation_prompt=false", "continue_final_message"
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                "continue_final_message",
             )
+        if req.documents is not None:  # vLLM's RAG documents: a template variable
+            kwargs["documents"] = req.documents
+        messages = messages_to_dicts(req.messages)
         try:
             rendered = tok.apply_chat_template(
-                messages_to_dicts(req.messages),
+                messages,
                 add_generation_prompt=req.add_generation_prompt,
                 chat_template=req.chat_template or self.chat_template,
                 **({"tools": [t.model_dump(exclude_none=True) for t in req.tools]} if req.tools else {}),
@@ -169,16 +192,34 @@ class OpenAIServingChat:
                 raise
             raise bad_request(f"the chat template failed on these messages: {e}", "messages") from None
         if isinstance(rendered, list):
-            return tok.decode(rendered), list(rendered)
-        # The template writes the special tokens (BOS, role markers) itself.
-        return rendered, encode(tok, rendered, add_special_tokens=False)
+            if not req.continue_final_message:
+                return tok.decode(rendered), list(rendered)
+            rendered = tok.decode(rendered)
+        if req.continue_final_message:
+            rendered = _open_final_message(rendered, messages[-1]["content"])
+        # The template writes the special tokens (BOS, role markers) itself; vLLM's add_special_tokens
+        # (chat requests only) adds the tokenizer's own as well.
+        return rendered, encode(tok, rendered, add_special_tokens=req.add_special_tokens)
+
+    def _prompt(self, req: ChatCompletionRequest) -> tuple[str | None, list[int]]:
+        """The prompt (text or None, ids): FastDeploy's prompt_token_ids replace the messages, its
+        disable_chat_template takes the first message's content as the raw prompt; else the template's."""
+        if req.prompt_token_ids is not None:
+            return None, list(req.prompt_token_ids)
+        if req.disable_chat_template:
+            text = messages_to_dicts(req.messages[:1])[0]["content"]
+            return text, encode(self.engine.tokenizer, text)
+        return self.render(req)
 
     async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None) -> PreparedChat:
         model = check_model(req.model, self.served_model_names)
         check_generative(self.engine, "/v1/chat/completions")
         self._check_unsupported(req)
         parse_tools = parses_tool_calls(req, self.tool_parser_cls)
-        prompt, prompt_ids = await off_loop(self.render, req)
+        prompt, prompt_ids = await off_loop(self._prompt, req)
+        prompt_ids = truncate_prompt(
+            prompt_ids, req.truncate_prompt_tokens, self.engine.model_config.max_model_len
+        )
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")
@@ -206,16 +247,21 @@ class OpenAIServingChat:
             parallel_tool_calls=req.parallel_tool_calls is not False,
         )
 
-    def _logprobs(self, entries, token_ids) -> ChatLogprobs:
-        content = [
-            ChatTokenLogprob(
-                token=text,
-                logprob=logprob,
-                bytes=list(text.encode()),
-                top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in tops],
+    def _logprobs(self, entries, token_ids, num_top: int) -> ChatLogprobs:
+        """OpenAI's chat logprobs: exactly `num_top` alternatives per position, best first. The engine's
+        entry is the sampled token followed by the top k, so it holds k + 1 tokens when the sampled one
+        is not among the top k: that one stays in `logprob` and is not an alternative."""
+        content = []
+        for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids):
+            best = sorted(tops, key=lambda t: -t[1])[:num_top]
+            content.append(
+                ChatTokenLogprob(
+                    token=text,
+                    logprob=logprob,
+                    bytes=list(text.encode()),
+                    top_logprobs=[TopLogprob(token=t, logprob=v, bytes=list(t.encode())) for t, v in best],
+                )
             )
-            for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids)
-        ]
         return ChatLogprobs(content=content)
 
     async def _full(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> ChatCompletionResponse:
@@ -229,7 +275,7 @@ class OpenAIServingChat:
             split = self._splitter(req, parse_tools).split(comp.text)
             lps = None
             if req.logprobs and comp.logprobs is not None:
-                lps = self._logprobs(comp.logprobs, comp.token_ids)
+                lps = self._logprobs(comp.logprobs, comp.token_ids, req.top_logprobs or 0)
             message = ChatResponseMessage(
                 content=split.content,
                 reasoning_content=split.reasoning,
@@ -265,21 +311,33 @@ class OpenAIServingChat:
         else:
             parsers = {}
         completion_tokens, cached = 0, 0
+        generated: dict[int, int] = {}  # tokens per choice so far; a choice's key: its role chunk is out
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
         writer = ChunkWriter(rid, "chat.completion.chunk", model)
+
+        def usage_of(index: int):  # every chunk's usage under continuous_usage_stats, else none
+            return chunk_usage(len(prompt_ids), generated[index]) if continuous else None
+
         try:
-            for job in jobs:  # OpenAI opens every choice with a role-only delta
-                yield writer.chunk([chat_choice(job.index, chat_delta(role="assistant", content=""))])
-            async for job, out in merge_jobs(self.engine, jobs):
+            outputs = batch_deltas(merge_jobs(self.engine, jobs), req.max_streaming_response_tokens)
+            async for job, out in outputs:
+                if job.index not in generated:
+                    # OpenAI opens every choice with a role-only delta; sent with the choice's first
+                    # output, after prefill (as vLLM), so clients measure time to first token honestly.
+                    generated[job.index] = 0
+                    role = chat_delta(role="assistant", content="")
+                    yield writer.chunk([chat_choice(job.index, role)], usage_of(job.index))
                 comp = out.outputs[0]
                 new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
+                generated[job.index] += len(new_ids)
                 reasoning, content, calls = None, comp.delta_text, []
                 if parsers:  # a splitter or a reasoning parser: both return a ParsedOutput
                     split = parsers[job.index].feed(comp.delta_text, final=out.finished)
                     reasoning, content, calls = split.reasoning or None, split.content, split.tool_calls
                 lps = None
                 if req.logprobs and comp.logprobs is not None and new_ids:
-                    lps = self._logprobs(comp.logprobs, new_ids)
+                    lps = self._logprobs(comp.logprobs, new_ids, req.top_logprobs or 0)
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None:
@@ -287,19 +345,37 @@ class OpenAIServingChat:
                 delta = chat_delta(content=content or None, reasoning_content=reasoning)
                 if calls:  # the last text, then the calls (each whole, with its index), then the finish
                     if content or reasoning:
-                        yield writer.chunk([chat_choice(job.index, delta)])
+                        yield writer.chunk([chat_choice(job.index, delta)], usage_of(job.index))
                     calls_delta = chat_delta(tool_calls=_delta_calls(calls))
-                    yield writer.chunk([chat_choice(job.index, calls_delta)])
+                    yield writer.chunk([chat_choice(job.index, calls_delta)], usage_of(job.index))
                     delta = chat_delta()
                 finish = _finish_reason(comp.finish_reason, calls) if out.finished else None
                 ids = new_ids if req.return_token_ids else None
-                yield writer.chunk([chat_choice(job.index, delta, lps, finish, ids)])
+                yield writer.chunk([chat_choice(job.index, delta, lps, finish, ids)], usage_of(job.index))
             if req.stream_options and req.stream_options.include_usage:
                 usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
                 yield writer.chunk([], usage)
         except Exception as e:
             yield stream_error(e, "chat", rid)
         yield SSE_DONE
+
+
+def _open_final_message(rendered: str, final: str) -> str:
+    """The rendered chat cut right after the final message's text, so the model continues it (no
+    end of turn, no generation prompt): transformers' and vLLM's continue_final_message. A template
+    that strips messages is matched on the stripped text, as transformers does."""
+    if not final.strip():
+        raise bad_request(
+            "continue_final_message needs a final message with text to continue", "continue_final_message"
+        )
+    for text in (final, final.strip()):
+        if text in rendered:
+            return rendered[: rendered.rindex(text) + len(text)]
+    raise bad_request(
+        "continue_final_message: the final message does not appear in the rendered chat (the chat "
+        "template changes it); send the prefix as a completions prompt instead",
+        "continue_final_message",
+    )
 
 
 def _finish_reason(engine_reason: str | None, tool_calls) -> str | None:

@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fdcli_engine.api.protocol import EngineClient
@@ -111,7 +111,21 @@ def check_prompt(
             max_tokens_param=max_tokens_param,
         )
     except InvalidRequestError as e:
-        raise bad_request(str(e), e.param) from None
+        raise bad_request(str(e), e.param, e.code) from None
+
+
+def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> list[int]:
+    """vLLM's truncate_prompt_tokens on a generating request: the last `keep` tokens of the prompt
+    (-1: the last max_model_len, which the length check then refuses for leaving no room to answer)."""
+    if keep is None:
+        return ids
+    if keep == 0 or keep > max_model_len:
+        raise bad_request(
+            f"truncate_prompt_tokens must be -1 or between 1 and {max_model_len}, got {keep}",
+            "truncate_prompt_tokens",
+        )
+    keep = max_model_len if keep == -1 else keep
+    return ids[-keep:]
 
 
 def build_params(
@@ -157,7 +171,27 @@ def build_params(
         for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)}
         if ids
     ]
+    params.bad_words_token_ids += [[t] for t in req.bad_words_token_ids or ()]  # FastDeploy's
     return params
+
+
+def check_no_structured_outputs(req) -> None:
+    """A 400 for vLLM's / FastDeploy's structured-output fields: fd cannot constrain the output yet,
+    and ignoring them would answer unconstrained text as if it were."""
+    names = (
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structural_tag",
+        "structured_outputs",
+    )
+    for name in names:
+        if getattr(req, name) is not None:
+            raise bad_request(
+                f"{name} is not supported yet (structured outputs); leave it out and validate the output",
+                name,
+            )
 
 
 @dataclass
@@ -225,6 +259,42 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def batch_deltas(stream, max_tokens: int | None) -> AsyncIterator[tuple[Job, RequestOutput]]:
+    """FastDeploy's max_streaming_response_tokens over a DELTA stream of (job, output): a choice's
+    first output passes at once (its first token is never held back, so time to first token stays
+    what it is); later ones are merged until they hold `max_tokens` tokens or the choice finishes."""
+    if max_tokens is None or max_tokens <= 1:
+        async for item in stream:
+            yield item
+        return
+    started: set[int] = set()
+    held: dict[int, RequestOutput] = {}
+    async for job, out in stream:
+        if job.index not in started:
+            started.add(job.index)
+            yield job, out
+            continue
+        if job.index in held:
+            out = _merge_deltas(held.pop(job.index), out)
+        if out.finished or len(out.outputs[0].delta_token_ids) >= max_tokens:
+            yield job, out
+        else:
+            held[job.index] = out
+
+
+def _merge_deltas(first: RequestOutput, then: RequestOutput) -> RequestOutput:
+    """`then` carrying `first`'s delta before its own (text, token ids, logprobs)."""
+    a, b = first.outputs[0], then.outputs[0]
+    logprobs = None if a.logprobs is None and b.logprobs is None else (a.logprobs or []) + (b.logprobs or [])
+    comp = replace(
+        b,
+        delta_text=a.delta_text + b.delta_text,
+        delta_token_ids=list(a.delta_token_ids) + list(b.delta_token_ids),
+        logprobs=logprobs,
+    )
+    return replace(then, outputs=[comp])
+
+
 async def final_outputs(engine: EngineClient, jobs: list[Job]) -> dict[int, tuple[Job, RequestOutput]]:
     """Every job's finished output, by choice index; an engine failure is raised as its APIError."""
     finals = {}
@@ -279,6 +349,16 @@ def make_usage(prompt_lens: dict[int, int], cached: dict[int, int], completion_t
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())),
+    )
+
+
+def chunk_usage(prompt_tokens: int, completion_tokens: int) -> UsageInfo:
+    """The usage one chunk carries under stream_options.continuous_usage_stats (vLLM's): the choice's
+    prompt and the tokens it has generated so far."""
+    return UsageInfo(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
     )
 
 

@@ -17,10 +17,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
     Job,
+    batch_deltas,
     build_params,
     check_generative,
     check_model,
+    check_no_structured_outputs,
     check_prompt,
+    chunk_usage,
     completion_logprobs,
     encode,
     fan_out,
@@ -30,6 +33,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
 
@@ -61,14 +65,22 @@ class OpenAIServingCompletion:
             )
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
+        check_no_structured_outputs(req)
+        if req.cache_salt is not None:
+            raise bad_request("cache_salt is not supported yet: leave it out", "cache_salt")
 
     def _prompts(self, req: CompletionRequest) -> list[tuple[str | None, list[int]]]:
         """(text, ids) per prompt; (None, ids) for a prompt given as token ids."""
         p = req.prompt
         texts = [p] if isinstance(p, str) or (p and isinstance(p[0], int)) else p
-        return [
+        prompts = [
             (t, encode(self.engine.tokenizer, t)) if isinstance(t, str) else (None, list(t)) for t in texts
         ]
+        # vLLM's truncate_prompt_tokens: the last k tokens; the echoed text is then that of the ids.
+        keep, max_len = req.truncate_prompt_tokens, self.engine.model_config.max_model_len
+        return (
+            prompts if keep is None else [(None, truncate_prompt(ids, keep, max_len)) for _, ids in prompts]
+        )
 
     async def prepare(self, req: CompletionRequest, request_id: str | None = None) -> PreparedCompletion:
         """Validate and tokenize."""
@@ -145,9 +157,12 @@ class OpenAIServingCompletion:
         offsets: dict[int, int] = {}
         cached: dict[int, int] = {}
         completion_tokens = 0
+        generated: dict[int, int] = {}  # tokens per choice so far (continuous_usage_stats)
+        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
         writer = ChunkWriter(rid, "text_completion", model)
         try:
-            async for job, out in merge_jobs(self.engine, jobs):
+            outputs = batch_deltas(merge_jobs(self.engine, jobs), req.max_streaming_response_tokens)
+            async for job, out in outputs:
                 comp = out.outputs[0]
                 text, new_ids = comp.delta_text, list(comp.delta_token_ids)
                 if echo_only(req):
@@ -158,6 +173,7 @@ class OpenAIServingCompletion:
                     if req.echo:
                         text = self._echo_text(prompts, job.prompt_idx) + text
                 completion_tokens += len(new_ids)
+                generated[job.index] = generated.get(job.index, 0) + len(new_ids)
                 if not text and not new_ids and not out.finished:
                     continue
                 lps = None
@@ -175,7 +191,8 @@ class OpenAIServingCompletion:
                 )
                 if out.finished:
                     cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
-                yield writer.chunk([choice])
+                usage = chunk_usage(len(job.prompt_ids), generated[job.index]) if continuous else None
+                yield writer.chunk([choice], usage)
             if req.stream_options and req.stream_options.include_usage:
                 prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
                 usage = make_usage(prompt_lens, cached, completion_tokens)

@@ -23,6 +23,9 @@ class ServingOptions:
     tool_call_parser: str | None = None  # parses tool calls when a request has tools (tool_choice "auto")
     enable_auto_tool_choice: bool = False  # vLLM's flag, accepted for its command lines; needs the parser
     trust_request_chat_template: bool = False
+    # Unknown request fields: False ignores them (logged once, named in the fd-ignored-fields header,
+    # as vLLM ignores them); True answers OpenAI's 400 "Unrecognized request argument supplied".
+    strict_request_fields: bool = False
 
 
 def default_served_name(config: EngineConfig) -> str:
