@@ -1,22 +1,28 @@
 """Chained block hashes for prefix caching.
 
-A block's hash covers its parent's hash and its own token ids, so equal hashes mean equal whole
-prefixes. SHA-256 rather than Python's `hash()`: the latter is seeded per process and collides easily on
-crafted inputs, and a collision here would serve one user's cached K/V to another's prompt.
+A block's hash covers its parent's hash and its own token ids (and, for a request's first block, its
+cache salt), so equal hashes mean equal whole prefixes. A keyed BLAKE2b with a secret drawn when the
+process starts: Python's `hash()` collides easily on crafted inputs, and a collision would serve one
+user's cached K/V to another's prompt; the key keeps a client from computing any block's hash, so it
+cannot aim a collision or a probe at another tenant's blocks (vLLM's CVE-2025-25183 and
+CVE-2025-46570 are this class). Hashes mean nothing outside the process that made them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 from array import array
 
-_ROOT = b"fd-prefix-v1"
+_KEY = secrets.token_bytes(32)
+_ROOT = b"fd-prefix-v2"
 
 
 def hash_block_tokens(parent_hash: bytes | None, token_ids, extra: bytes = b"") -> bytes:
-    h = hashlib.sha256()
+    h = hashlib.blake2b(key=_KEY, digest_size=32)
     h.update(parent_hash if parent_hash is not None else _ROOT)
     h.update(array("q", token_ids).tobytes())
     if extra:
+        h.update(len(extra).to_bytes(4, "little"))  # a length prefix: salts never run into each other
         h.update(extra)
     return h.digest()

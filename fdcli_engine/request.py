@@ -115,13 +115,16 @@ class Request:
         self.all_token_ids.append(token_id)
 
     def update_block_hashes(self, block_size: int) -> list[bytes]:
-        """Extend the chain of hashes to cover every full block of known tokens."""
+        """Extend the chain of hashes to cover every full block of known tokens. The cache salt enters
+        the first block's hash, so it separates the whole chain."""
         n_full = len(self.all_token_ids) // block_size
+        salt = self.sampling_params.cache_salt if self.sampling_params is not None else None
         while len(self.block_hashes) < n_full:
             i = len(self.block_hashes)
             parent = self.block_hashes[-1] if self.block_hashes else None
             chunk = self.all_token_ids[i * block_size : (i + 1) * block_size]
-            self.block_hashes.append(hash_block_tokens(parent, chunk))
+            extra = salt.encode("utf-8") if salt and i == 0 else b""
+            self.block_hashes.append(hash_block_tokens(parent, chunk, extra))
         return self.block_hashes
 
     def __repr__(self) -> str:

@@ -14,6 +14,7 @@ MAX_LOGPROBS = 20
 MAX_STOP_STRINGS = 16
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on each logit_bias value
 MAX_LOGIT_BIAS_ENTRIES = 1024
+MAX_CACHE_SALT = 1024  # characters
 
 
 class RequestOutputKind(enum.IntEnum):
@@ -58,6 +59,9 @@ class SamplingParams:
     # Filled by the front end from bad_words once the tokenizer is known.
     bad_words_token_ids: list[list[int]] = field(default_factory=list)
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    # vLLM's prefix-cache isolation: requests with different salts (or one with and one without) never
+    # share cached blocks; the salt is mixed into the hash of the first block (request.py).
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -101,6 +105,8 @@ class SamplingParams:
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 bad(f"{name} must be between -2 and 2, got {getattr(self, name)}", name)
+        if self.cache_salt is not None and not 0 < len(self.cache_salt) <= MAX_CACHE_SALT:
+            bad(f"cache_salt must have 1 to {MAX_CACHE_SALT} characters", "cache_salt")
         if self.max_tokens is not None and self.max_tokens < 1:
             bad(f"max_tokens must be at least 1, got {self.max_tokens}", "max_tokens")
         if self.min_tokens < 0 or (self.max_tokens is not None and self.min_tokens > self.max_tokens):

@@ -79,6 +79,9 @@ class LLM:
                 parents.append((parent, child_ids))
                 for i, cid in enumerate(child_ids):
                     child = params.for_sample(i)
+                    if prompt.cache_salt is not None:
+                        child.cache_salt = prompt.cache_salt
+                        child.validate()
                     child.output_kind = RequestOutputKind.FINAL_ONLY  # only the finished outputs are read
                     self.add_request(cid, ids, child, prompt=text, index=i)
             done = self.run_until_done(sum(len(c) for _, c in parents), use_tqdm)

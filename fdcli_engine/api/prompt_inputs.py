@@ -19,17 +19,17 @@ UNSUPPORTED_KEYS = {
     "prompt_embeds": "prompt embeddings are not supported: pass text or token ids",
     "encoder_prompt": "encoder-decoder prompts are not supported: this engine runs decoder-only models",
     "decoder_prompt": "encoder-decoder prompts are not supported: this engine runs decoder-only models",
-    "cache_salt": "cache_salt is not supported: prefix caching is shared by all requests",
 }
 # Accepted and without effect here: processor options only apply to multi-modal data, which is refused.
 IGNORED_KEYS = ("mm_processor_kwargs",)
-PROMPT_KEYS = ("prompt", "prompt_token_ids")
+PROMPT_KEYS = ("prompt", "prompt_token_ids", "cache_salt")
 
 
 @dataclass(frozen=True)
 class ParsedPrompt:
     text: str | None  # reported back as RequestOutput.prompt
     token_ids: list[int] | None  # None: encode `text`
+    cache_salt: str | None = None  # vLLM's prefix-cache isolation (SamplingParams.cache_salt)
 
 
 def _is_token(t) -> bool:
@@ -62,11 +62,15 @@ def _from_dict(prompt: dict, where: str) -> ParsedPrompt:
     text = prompt.get("prompt")
     if text is not None and not isinstance(text, str):
         raise TypeError(f"{where}: 'prompt' must be a str, got {type(text).__name__}")
+    salt = prompt.get("cache_salt")
+    if salt is not None and not isinstance(salt, str):
+        raise TypeError(f"{where}: 'cache_salt' must be a str, got {type(salt).__name__}")
     if "prompt_token_ids" in prompt:
-        return ParsedPrompt(text, _token_ids(prompt["prompt_token_ids"], f"{where}: 'prompt_token_ids'"))
+        ids = _token_ids(prompt["prompt_token_ids"], f"{where}: 'prompt_token_ids'")
+        return ParsedPrompt(text, ids, salt)
     if text is None:
         raise ValueError(f"{where}: a prompt dict needs 'prompt' (text) or 'prompt_token_ids' (list of ints)")
-    return ParsedPrompt(text, None)
+    return ParsedPrompt(text, None, salt)
 
 
 def parse_one(prompt, where: str) -> ParsedPrompt:

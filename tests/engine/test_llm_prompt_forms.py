@@ -73,3 +73,18 @@ def test_bad_forms_fail_up_front_with_a_clear_message(llm, prompts, error, messa
     assert message in str(exc.value)
     assert not llm.engine.has_unfinished_requests()
     assert _tokens(llm.generate("hello world", GREEDY))  # the LLM still works
+
+
+def test_cache_salt_in_a_prompt_dict_isolates_the_prefix_cache(llm):
+    ids = list(range(5, 5 + 40))  # five full blocks of 8
+
+    def cached(**salt):
+        (out,) = llm.generate([{"prompt_token_ids": ids, **salt}], GREEDY)
+        return out.num_cached_tokens
+
+    cached(cache_salt="a")
+    assert cached(cache_salt="a") > 0
+    assert cached(cache_salt="b") == 0 and cached() == 0
+    assert cached() > 0
+    with pytest.raises(TypeError, match="cache_salt"):
+        llm.generate([{"prompt_token_ids": ids, "cache_salt": 7}], GREEDY)

@@ -28,7 +28,7 @@ CASES = [
     ("logprobs-21", CMPL, {**P, "logprobs": 21}, 400, INV, "logprobs"),
     ("stop-17", CMPL, {**P, "stop": [f"s{i}" for i in range(17)]}, 400, INV, "stop"),
     ("stop-empty", CMPL, {**P, "stop": [""]}, 400, INV, "stop"),
-    ("cache-salt", CMPL, {**P, "cache_salt": "tenant-a"}, 400, INV, "cache_salt"),
+    ("cache-salt-empty", CMPL, {**P, "cache_salt": ""}, 400, INV, "cache_salt"),
     ("unknown-model", CMPL, {**P, "model": "gpt-9"}, 404, NF, "model"),
     ("prompt-too-long", CMPL, {**P, "prompt": "fox " * 400}, 400, INV, "prompt"),
     ("token-out-of-vocab", CMPL, {**P, "prompt": [1, 999999]}, 400, INV, "prompt"),
@@ -94,7 +94,7 @@ CASES = [
     ("request-template", CHAT, {**M, "chat_template": "{{ 1 }}"}, 400, INV, "chat_template"),
     ("tools", CHAT, {**M, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, INV, "tools"),
     ("max-completion-0", CHAT, {**M, "max_completion_tokens": 0}, 400, INV, "max_completion_tokens"),
-    ("chat-cache-salt", CHAT, {**M, "cache_salt": "tenant-a"}, 400, INV, "cache_salt"),
+    ("chat-cache-salt-long", CHAT, {**M, "cache_salt": "s" * 1025}, 400, INV, "cache_salt"),
     (
         "continue-and-generation-prompt",
         CHAT,

@@ -85,8 +85,8 @@ class _SamplingFields(_Request):
     metadata: Ignored = None
     priority: Ignored = None
     mm_processor_kwargs: Ignored = None
-    # vLLM's prefix-cache isolation: refused by the serving layer, since ignoring it would share cache.
-    cache_salt: str | None = Field(default=None, max_length=1024)
+    # vLLM's prefix-cache isolation: requests with different salts never share cached blocks.
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     # FastDeploy: token ids never to generate (each a one-token bad word).
     bad_words_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=1024)
     # vLLM's / FastDeploy's structured outputs: refused by the serving layer (not supported yet), since

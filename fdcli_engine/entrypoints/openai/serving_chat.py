@@ -136,12 +136,6 @@ class OpenAIServingChat:
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
         check_no_structured_outputs(req)
-        if req.cache_salt is not None:
-            raise bad_request(
-                "cache_salt is not supported yet: fd's prefix cache is shared by every request; "
-                "leave it out (or start the server without --enable-prefix-caching to share nothing)",
-                "cache_salt",
-            )
         if not req.messages and req.prompt_token_ids is None:
             raise bad_request(
                 "messages: List should have at least 1 item after validation, not 0", "messages"

@@ -156,6 +156,7 @@ def build_params(
         # logit_bias / prompt_logprobs: checked by SamplingParams (the vocabulary: check_logit_bias).
         "logit_bias": req.logit_bias or None,
         "prompt_logprobs": prompt_logprobs,
+        "cache_salt": getattr(req, "cache_salt", None),
     }
     for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
         if getattr(req, name) is not None:

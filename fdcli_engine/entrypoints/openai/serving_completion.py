@@ -66,8 +66,6 @@ class OpenAIServingCompletion:
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
         check_no_structured_outputs(req)
-        if req.cache_salt is not None:
-            raise bad_request("cache_salt is not supported yet: leave it out", "cache_salt")
 
     def _prompts(self, req: CompletionRequest) -> list[tuple[str | None, list[int]]]:
         """(text, ids) per prompt; (None, ids) for a prompt given as token ids."""
