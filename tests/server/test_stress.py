@@ -5,6 +5,7 @@ not aborted would visibly run on (ignore_eos, 4000 tokens: several seconds)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import sys
@@ -231,22 +232,29 @@ def test_frozen_engine_is_judged_dead_by_the_watchdog(long_model, tmp_path):
         long_model, tmp_path, "--served-model-name", "tiny", *KV, "--engine-watchdog-timeout", "1"
     )
     core = srv.core_process()
-    time.sleep(2.5)  # idle for more than two timeouts
-    assert httpx.get(f"{srv.url}/health", timeout=2).status_code == 200
-    sink: list = []
-    t = _stream_in_thread(srv, LONG, sink)
-    wait_for(lambda: len(sink) > 2, 20, "a stream to start")
-    time.sleep(1.6)  # streaming for longer than the watchdog needs to trip (1.25 timeouts)
-    assert httpx.get(f"{srv.url}/ready", headers=srv.headers, timeout=2).status_code == 200
-    assert "[DONE]" not in "".join(x for x in sink if isinstance(x, str))  # still generating
-    core.suspend()
-    wait_for(lambda: httpx.get(f"{srv.url}/health", timeout=2).status_code == 503, 20, "/health to turn 503")
-    assert srv.proc.wait(20) != 0
-    t.join(10)
-    streamed = "".join(x for x in sink if isinstance(x, str))
-    assert "error" in streamed and "made no progress" in streamed  # failed, not hung
-    assert "--engine-watchdog-timeout" in srv.log.read_text()
-    assert not core.is_running() or core.status() == psutil.STATUS_ZOMBIE  # the frozen core was killed
+    try:
+        time.sleep(2.5)  # idle for more than two timeouts
+        assert httpx.get(f"{srv.url}/health", timeout=2).status_code == 200
+        sink: list = []
+        t = _stream_in_thread(srv, LONG, sink)
+        wait_for(lambda: len(sink) > 2, 20, "a stream to start")
+        time.sleep(1.6)  # streaming for longer than the watchdog needs to trip (1.25 timeouts)
+        assert httpx.get(f"{srv.url}/ready", headers=srv.headers, timeout=2).status_code == 200
+        assert "[DONE]" not in "".join(x for x in sink if isinstance(x, str))  # still generating
+        core.suspend()
+        wait_for(
+            lambda: httpx.get(f"{srv.url}/health", timeout=2).status_code == 503, 20, "/health to turn 503"
+        )
+        assert srv.proc.wait(20) != 0
+        t.join(10)
+        streamed = "".join(x for x in sink if isinstance(x, str))
+        assert "error" in streamed and "made no progress" in streamed  # failed, not hung
+        assert "--engine-watchdog-timeout" in srv.log.read_text()
+        assert not core.is_running() or core.status() == psutil.STATUS_ZOMBIE  # the frozen core was killed
+    finally:  # a failed check must not leave a stopped core or a server behind
+        with contextlib.suppress(psutil.Error):
+            core.kill()
+        srv.stop()
 
 
 def test_port_in_use_is_one_line_error(long_model):
