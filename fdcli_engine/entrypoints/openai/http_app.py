@@ -31,6 +31,19 @@ from fdcli_engine.entrypoints.openai.validation import validation_error
 logger = logging.getLogger("fd.serve")
 OPEN_PATHS = {"/health", "/ping"}  # liveness probes need no key
 _ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 503)}
+# What /openapi.json says beyond the models: a route that may stream answers 200 with either JSON or
+# server-sent events; the probes answer an empty 200 or an error object.
+_STREAMED = {
+    200: {
+        "description": "The response; with stream=true, server-sent events (`data: {chunk}` ... `data: [DONE]`)",
+        "content": {"text/event-stream": {}},  # each event: one chunk object, then [DONE]
+    }
+}
+_AUTH = {401: {"model": ErrorResponse}}
+_METRICS = {
+    200: {"description": "Prometheus' text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
+}
+_PROBE = {200: {"description": "Alive (empty body)", "content": {}}, 503: {"model": ErrorResponse}}
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -194,7 +207,8 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     _add_cors(app, args)  # after the guard, so outside it: a preflight never meets the key check
     _add_error_handlers(app)
     for url, route in ROUTES.items():
-        app.post(url, response_model=route.response_model, responses=_ERRORS)(_endpoint(route, ctx))
+        responses = _ERRORS if route.response_model is not None else {**_ERRORS, **_STREAMED}
+        app.post(url, response_model=route.response_model, responses=responses)(_endpoint(route, ctx))
     _add_info_routes(app, ctx)
     app.state.metrics = ctx.metrics
     return app
@@ -279,7 +293,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
     engine, names = ctx.engine, ctx.layer.served_model_names
 
-    @app.get("/v1/models", response_model=ModelList)
+    @app.get("/v1/models", response_model=ModelList, responses=_AUTH)
     async def list_models():
         cfg = engine.model_config
         return ModelList(
@@ -299,26 +313,26 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
         cfg = engine.model_config
         return ModelCard(id=model_id, root=cfg.model, max_model_len=cfg.max_model_len)
 
-    @app.get("/health")
+    @app.get("/health", response_class=Response, responses=_PROBE)
     async def health():
         if engine.is_dead:
             raise APIError(f"the engine is not running: {engine.dead_reason}", 503)
         return Response(status_code=200)
 
-    @app.get("/ping")
+    @app.get("/ping", response_class=Response, responses=_PROBE)
     async def ping():
         return await health()
 
-    @app.get("/ready")
+    @app.get("/ready", responses={**_AUTH, 503: {"model": ErrorResponse}})
     async def ready():
         ctx.require_ready()
         return {"status": "ready", "model": names[0]}
 
-    @app.get("/version")
+    @app.get("/version", responses=_AUTH)
     async def version():
         return {"version": app.version}
 
-    @app.get("/metrics")
+    @app.get("/metrics", responses={**_AUTH, **_METRICS})
     async def get_metrics():
         stats = None
         if engine.is_ready:
