@@ -34,6 +34,9 @@ CASES = [
     ("token-out-of-vocab", CMPL, {**P, "prompt": [1, 999999]}, 400, INV, "prompt"),
     ("token-negative", CMPL, {**P, "prompt": [1, -1]}, 400, INV, "prompt"),
     ("prompt-empty-list", CMPL, {**P, "prompt": []}, 400, INV, "prompt"),
+    # #28 item 2: a long list is refused by its length before any item is validated
+    ("prompts-1e6-empty", CMPL, {**P, "prompt": [""] * 10**6}, 400, INV, "prompt"),
+    ("token-ids-then-text", CMPL, {**P, "prompt": [1] + [""] * 10**5}, 400, INV, "prompt"),
     ("prompts-65", CMPL, {**P, "prompt": ["hi"] * 65}, 400, INV, "prompt"),
     ("prompt-empty-string", CMPL, {**P, "prompt": ""}, 400, INV, "prompt"),
     ("seed-too-big", CMPL, {**P, "seed": 2**65}, 400, INV, "seed"),
@@ -234,3 +237,25 @@ def test_oversized_body_is_413(server):
     except httpx.TransportError:  # the server may close the socket while the client still uploads
         pytest.skip("connection closed before the 413 could be read")
     _check_error(r, 413, INV, None)
+
+
+@pytest.mark.parametrize(
+    "model, field, value, needle",
+    [
+        ("CompletionRequest", "prompt", [""] * 10**6, "at most 64 prompts"),
+        ("CompletionRequest", "prompt", [[1]] * 10**5, "at most 64 prompts"),
+        ("CompletionRequest", "prompt", [7] + [""] * 10**5, "integers"),
+        ("EmbeddingRequest", "input", [""] * 10**6, "at most 2048 inputs"),
+    ],
+)
+def test_long_prompt_lists_fail_on_their_length_alone(model, field, value, needle):
+    """#28 item 2: one error from the length, not one per item and union member (2M errors for a
+    million empty strings: seconds on the event loop)."""
+    from pydantic import ValidationError
+
+    from fdcli_engine.entrypoints.openai import protocol, protocol_pooling
+
+    cls = getattr(protocol, model, None) or getattr(protocol_pooling, model)
+    with pytest.raises(ValidationError) as e:
+        cls.model_validate({field: value})
+    assert e.value.error_count() == 1 and needle in str(e.value)

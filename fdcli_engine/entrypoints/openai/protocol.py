@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from fdcli_engine.sampling_params import MAX_LOGPROBS, MAX_N
 
@@ -102,15 +102,35 @@ class _SamplingFields(_Request):
 PromptTokens = Annotated[list[TOKEN_ID], Field(min_length=1, max_length=MAX_TOKENS_LIMIT)]
 
 
+def prompt_list_shape(max_prompts: int, noun: str = "prompts"):
+    """A before-check for a prompt field of the form text | [text] | ids | [ids]: it reads the form
+    from the first item and refuses a list too long for it, or mixed, before pydantic tries each form
+    item by item (a million empty strings would otherwise cost seconds of errors on the event loop)."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, list) or not value:
+            return value
+        first = value[0]
+        if isinstance(first, int) and not isinstance(first, bool):
+            if len(value) > MAX_TOKENS_LIMIT or not all(type(t) is int for t in value):
+                raise ValueError(f"token ids must be a list of at most {MAX_TOKENS_LIMIT} integers")
+        elif len(value) > max_prompts:
+            raise ValueError(f"at most {max_prompts} {noun} in one request, got {len(value)}")
+        return value
+
+    return BeforeValidator(check)
+
+
 class CompletionRequest(_SamplingFields):
-    prompt: (
+    prompt: Annotated[
         Annotated[str, Field(max_length=MAX_STR)]
         | Annotated[
             list[Annotated[str, Field(max_length=MAX_STR)]], Field(min_length=1, max_length=MAX_PROMPTS)
         ]
         | PromptTokens
-        | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)]
-    )
+        | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)],
+        prompt_list_shape(MAX_PROMPTS),
+    ]
     # 0 only with echo (lm-evaluation-harness's loglikelihood requests): the prompt and nothing more.
     max_tokens: int | None = Field(default=16, ge=0, le=MAX_TOKENS_LIMIT)
     echo: bool = False

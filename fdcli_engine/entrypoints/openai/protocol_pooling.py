@@ -18,6 +18,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     ChatMessage,
     Ignored,
     _Request,
+    prompt_list_shape,
 )
 
 MAX_INPUTS = 2048  # inputs in one embeddings request (OpenAI's limit)
@@ -40,13 +41,14 @@ class _ChatFields(_Request):
 
 class EmbeddingRequest(_ChatFields):
     model: str | None = Field(default=None, max_length=512)
-    input: (
+    input: Annotated[
         TextInput
         | Annotated[list[TextInput], Field(max_length=MAX_INPUTS)]
         | IdsInput
         | Annotated[list[IdsInput], Field(max_length=MAX_INPUTS)]
-        | None
-    ) = None
+        | None,
+        prompt_list_shape(MAX_INPUTS, "inputs"),
+    ] = None
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(default=None, ge=1, le=1 << 16)
     normalize: bool | None = None
