@@ -474,3 +474,16 @@ def test_incremental_on_sentencepiece(spm):
     deltas = _stream(tok, tok.encode("hello"), text_ids)
     assert "".join(deltas) == " héllo 世界 🤗 the world" == in_context(tok.encode("hello"), text_ids)
     assert not any("\ufffd" in d for d in deltas)
+
+
+def test_long_texts_encode_to_the_same_ids_as_short_ones(smol, smol_ref):
+    """Past _GIL_FREE_CHARS the text goes through encode_batch (which releases the GIL): same ids as
+    transformers' tokenizer, special tokens and all."""
+    from fdcli_engine.tokenizer.tokenizer import _GIL_FREE_CHARS
+
+    text = "<|im_start|>user\nThe café costs 12.50€, naïve 東京 🙂 " * (_GIL_FREE_CHARS // 20)
+    assert len(text) > _GIL_FREE_CHARS
+    assert (
+        smol.encode(text, add_special_tokens=False) == smol_ref(text, add_special_tokens=False)["input_ids"]
+    )
+    assert smol.encode(text) == smol.backend.encode(text).ids

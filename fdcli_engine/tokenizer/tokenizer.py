@@ -27,6 +27,9 @@ _BYTE_PIECE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 _HF_NO_LIMIT = int(1e20)
 
 
+_GIL_FREE_CHARS = 4096  # longer texts are encoded with the GIL released (Tokenizer.encode)
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
@@ -223,6 +226,11 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if not isinstance(text, str):
             raise InvalidRequestError(f"text to encode must be a string, got {type(text).__name__}")
+        if len(text) > _GIL_FREE_CHARS:
+            # The tokenizers library holds the GIL through `encode` but releases it in `encode_batch`
+            # (same ids): a long prompt tokenized on a worker thread then leaves the server's event loop
+            # running instead of stopping it for the whole encode (seconds for megabytes).
+            return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_pair(

@@ -81,7 +81,9 @@ def test_limits_leave_the_callers_trace_function_in_place():
     assert after is tracer
 
 
-def test_hostile_templates_do_not_stall_the_server(tiny_model, tmp_path):
+def test_hostile_requests_do_not_stall_the_server(tiny_model, tmp_path):
+    """#28's hostile cases together, against one server, while a normal stream runs: each is a 400
+    naming its field, the stream finishes, and /health answers throughout."""
     srv = start_server(tiny_model, tmp_path, "--served-model-name", "tiny", "--trust-request-chat-template")
     try:
         http = srv.http()
@@ -92,31 +94,45 @@ def test_hostile_templates_do_not_stall_the_server(tiny_model, tmp_path):
             with http.stream("POST", "/v1/completions", json=body) as r:
                 stream_text.extend(r.iter_text())
 
+        def chat(**kw):
+            return ("/v1/chat/completions", {"model": "tiny", "messages": MSGS, **kw})
+
+        attacks = {  # name -> (route, body, the param the 400 names)
+            "template-loop": (*chat(chat_template=LOOP_3000), "chat_template"),
+            "template-string": (*chat(chat_template=BIG_STRING), "chat_template"),
+            "template-silent": (*chat(chat_template=SILENT_LOOP), "chat_template"),
+            "million-prompts": ("/v1/completions", {"model": "tiny", "prompt": [""] * 10**6}, "prompt"),
+            # 5 MB of text to tokenize: past the tiny model's context once counted.
+            "five-mb-chat": (
+                *chat(messages=[{"role": "user", "content": "word " * 200_000}] * 5),
+                "messages",
+            ),
+        }
         results: dict[str, httpx.Response] = {}
 
-        def hostile(name, template):
-            body = {"model": "tiny", "messages": MSGS, "chat_template": template}
-            results[name] = srv.http().post("/v1/chat/completions", json=body)
+        def hostile(name, path, body):
+            results[name] = srv.http().post(path, json=body)
 
-        attacks = [
-            threading.Thread(target=hostile, args=(name, tpl))
-            for name, tpl in {"loop": LOOP_3000, "string": BIG_STRING, "silent": SILENT_LOOP}.items()
+        threads = [
+            threading.Thread(target=hostile, args=(name, path, body))
+            for name, (path, body, _) in attacks.items()
         ]
-        for a in attacks:
+        for a in threads:
             a.start()
-        t = threading.Thread(target=stream)  # a normal stream while the renders run
+        t = threading.Thread(target=stream)  # a normal stream while the attacks run
         t.start()
         health = []
-        while any(a.is_alive() for a in attacks):
-            # A render on the event loop would hold it for seconds; this bound is far above a free loop's.
+        while any(a.is_alive() for a in threads):
+            # Work on the event loop would hold it for seconds; this bound is far above a free loop's.
             health.append(httpx.get(f"{srv.url}/health", timeout=1.0).status_code)
-        for a in attacks:
+        for a in threads:
             a.join()
         t.join(120)
         assert health and set(health) == {200}
-        for name, r in results.items():
-            assert r.status_code == 400, (name, r.text)
-            assert r.json()["error"]["param"] == "chat_template", (name, r.text)
+        for name, (_, _, param) in attacks.items():
+            r = results[name]
+            assert r.status_code == 400, (name, r.text[:300])
+            assert r.json()["error"]["param"] == param, (name, r.text[:300])
         text = "".join(stream_text)
         assert '"finish_reason":"length"' in text and text.rstrip().endswith("data: [DONE]")
     finally:
