@@ -158,11 +158,11 @@ class GuardedProtocol(asyncio.Protocol):
         self.tail = buf[-3:]
         headers = self.head_lines - (2 if end >= 0 else 1)  # less the request line and the blank line
         lim = self.limits
-        if self.head_bytes > lim.max_head_bytes:
-            self._respond(431, f"the request head exceeds the limit of {lim.max_head_bytes} bytes")
-            return False
         if headers > lim.max_header_count:
             self._respond(431, f"the request has more than {lim.max_header_count} headers")
+            return False
+        if self.head_bytes > lim.max_head_bytes:
+            self._respond(431, f"the request head exceeds the limit of {lim.max_head_bytes} bytes")
             return False
         return True
 
