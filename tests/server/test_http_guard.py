@@ -257,3 +257,12 @@ def test_new_connection_is_refused_when_all_are_busy(serve):
         s.sendall(b"0123456789")
         assert status_and_body(read_response(s)) == (200, b"10")
         s.close()
+
+
+def test_no_websocket_protocol_can_take_a_socket_past_the_guard():
+    """An Upgrade would hand the transport to uvicorn's WebSocket protocol, outside the guard; fd has no
+    WebSocket route, so none is configured even when `websockets` is installed."""
+    config = uvicorn_config(app, ServerArgs())
+    config.load()
+    assert config.ws_protocol_class is None
+    assert config.http_protocol_class.inner_class.__name__ in ("HttpToolsProtocol", "H11Protocol")

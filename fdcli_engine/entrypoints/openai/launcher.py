@@ -181,6 +181,8 @@ def uvicorn_config(app, args: ServerArgs, protocol: type | None = None) -> uvico
         # head gets the guard's 431, not h11's 400; the slack covers one read past the head's end.
         h11_max_incomplete_event_size=limits.max_head_bytes + (1 << 20),
         timeout_keep_alive=args.timeout_keep_alive,
+        # No route speaks WebSocket; an upgrade would hand the socket to a protocol outside the guard.
+        ws="none",
         log_level=args.uvicorn_log_level,
         timeout_graceful_shutdown=5,
         access_log=False,
