@@ -169,16 +169,15 @@ def test_head_over_the_size_cap_is_431(serve):
 
 
 def test_head_that_never_ends_is_cut_at_the_cap(serve):
+    """A client still sending its head after the cap reads the 431: the server shuts its write side and
+    drops what follows (a lingering close) instead of resetting the connection."""
     srv = serve(h11_max_incomplete_event_size=64 << 10)
     with srv.connect() as s:
         s.sendall(GET + b"x-big: ")
-        try:
-            for _ in range(64):  # 4 MiB offered; the server stops reading after 64 KiB
-                s.sendall(b"a" * (64 << 10))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        for _ in range(16):  # 1 MiB offered; the server stops parsing after 64 KiB
+            s.sendall(b"a" * (64 << 10))
         raw = read_all(s)
-    assert raw == b"" or status_and_body(raw)[0] == 431
+    assert status_and_body(raw)[0] == 431
 
 
 def test_too_many_headers_is_431(serve):

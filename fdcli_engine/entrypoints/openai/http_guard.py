@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger("fd.serve")
 _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+LINGER_S = 2.0
 _TYPES = {408: "invalid_request_error", 431: "invalid_request_error", 503: "service_unavailable"}
 
 
@@ -97,6 +98,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.cycle = None  # the inner protocol's request seen last
         self.timer: asyncio.TimerHandle | None = None
+        self.lingering = False  # an error was sent: input is dropped until the close
         self.idle_since = self.loop.time()
         self._reset_head()
 
@@ -128,7 +130,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.inner.connection_lost(exc)
 
     def eof_received(self):
-        return self.inner.eof_received()
+        return None if self.lingering else self.inner.eof_received()
 
     def pause_writing(self) -> None:
         self.inner.pause_writing()
@@ -137,7 +139,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.inner.resume_writing()
 
     def data_received(self, data: bytes) -> None:
-        if self.transport.is_closing():
+        if self.lingering or self.transport.is_closing():
             return
         if self.in_head and not self._count_head(data):
             return
@@ -213,10 +215,20 @@ class GuardedProtocol(asyncio.Protocol):
     # helpers
 
     def _respond(self, status: int, message: str) -> None:
+        """Send the error, then a lingering close: the write side shuts at once (the client reads the
+        response and its end), and what the client still sends is read and dropped for up to LINGER_S.
+        Closing at once would let the kernel answer those bytes with a reset that can destroy the
+        response before the client reads it."""
         self._cancel()
-        if not self.transport.is_closing():
-            self.transport.write(error_bytes(status, message))
-        self.close()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        transport.write(error_bytes(status, message))
+        self.lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()
+        self._arm(LINGER_S, self.close)
 
     def close(self) -> None:
         self._cancel()
