@@ -265,3 +265,21 @@ def test_no_websocket_protocol_can_take_a_socket_past_the_guard():
     config.load()
     assert config.ws_protocol_class is None
     assert config.http_protocol_class.inner_class.__name__ in ("HttpToolsProtocol", "H11Protocol")
+
+
+def test_open_file_limit_is_raised_to_fit_the_connections():
+    import resource
+
+    from fdcli_engine.entrypoints.openai.http_guard import fit_open_files
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"hard open-file limit {hard} is too low to test raising the soft one")
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+        assert fit_open_files(1024, reserve=256) == 1024
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 1280
+        if hard != resource.RLIM_INFINITY:  # beyond the hard limit: what fits, not more
+            assert fit_open_files(hard, reserve=256) == hard - 256
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

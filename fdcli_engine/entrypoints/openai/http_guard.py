@@ -245,6 +245,25 @@ class GuardedProtocol(asyncio.Protocol):
             self.timer = None
 
 
+def fit_open_files(max_connections: int, reserve: int = 256) -> int:
+    """Raise the soft open-file limit so `max_connections` sockets fit beside the server's own files
+    (`reserve`: model files, ZMQ sockets, logs), as far as the hard limit allows, as vLLM does at start.
+    Returns the connections that fit; past it accept() would fail with EMFILE."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_connections + reserve
+    if soft != resource.RLIM_INFINITY and soft < want:
+        soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    fits = max_connections if soft == resource.RLIM_INFINITY else min(max_connections, soft - reserve)
+    if fits < max_connections:
+        logger.warning(
+            "--max-connections %d: the open-file limit (%d) leaves room for %d", max_connections, soft, fits
+        )
+    return fits
+
+
 def guarded_protocol(inner: type, limits: FramingLimits) -> type[GuardedProtocol]:
     """A protocol class for uvicorn.Config(http=...): `inner` behind `limits`, with its own connection
     book (one per server: the --metrics-port server counts its connections apart)."""

@@ -23,7 +23,7 @@ from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.http_app import build_app, build_metrics_app
-from fdcli_engine.entrypoints.openai.http_guard import FramingLimits, guarded_protocol
+from fdcli_engine.entrypoints.openai.http_guard import FramingLimits, fit_open_files, guarded_protocol
 from fdcli_engine.entrypoints.openai.serving_options import (
     check_serving_options,
     default_served_name,
@@ -231,6 +231,7 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
             engine_config = resolve_config(engine_config)
         args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
         check_serving_options(args.serving)  # a bad parser: ConfigError now, not at a request
+        fit_open_files(args.max_connections + (args.max_connections if metrics_sock else 0))
         placement = front_end_placement(engine_config.num_threads)
         with event_loop_runner() as runner:
             return runner.run(serve_async(engine_config, args, sock, placement, metrics_sock, **hooks))
