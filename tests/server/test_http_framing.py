@@ -157,5 +157,25 @@ def test_idle_connections_beyond_the_bound_are_closed_while_requests_and_streams
     assert text == again.choices[0].text
 
 
+def test_a_stream_in_flight_survives_the_hostile_cases(srv):
+    """The response of a stream is open (its first chunk read) while each hostile case runs beside it;
+    it then ends normally with the tokens of the same request made alone."""
+    client = srv.client()
+    stream = iter(
+        client.completions.create(model="tiny", prompt="hi", max_tokens=32, stream=True, temperature=0)
+    )
+    chunks = [next(stream)]
+    assert error_of(send(srv, head(srv, b"x-pad: " + b"a" * (1 << 20))))[0] == 431
+    assert error_of(send(srv, head(srv, *(b"x-h%d: v" % i for i in range(1000)))))[0] == 431
+    short_body = head(srv, b"content-length: 9").replace(b"GET /v1/models", b"POST /v1/completions") + b"{"
+    assert error_of(send(srv, short_body))[0] == 408
+    assert error_of(send(srv, b"GET /v1/mod"))[0] == 408
+    assert httpx.get(f"{srv.url}/health", timeout=BOUND).status_code == 200
+    chunks += list(stream)
+    assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+    alone = client.completions.create(model="tiny", prompt="hi", max_tokens=32, temperature=0)
+    assert "".join(c.choices[0].text for c in chunks) == alone.choices[0].text
+
+
 def test_health_answers_after_the_hostile_cases(srv):
     assert httpx.get(f"{srv.url}/health", timeout=BOUND).status_code == 200
