@@ -29,6 +29,7 @@ from dataclasses import dataclass
 logger = logging.getLogger("fd.serve")
 _REASONS = {408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 LINGER_S = 2.0
+WARN_EVERY_S = 10.0
 _TYPES = {408: "invalid_request_error", 431: "invalid_request_error", 503: "service_unavailable"}
 
 
@@ -68,6 +69,13 @@ class ConnectionBook:
     def __init__(self, limit: int):
         self.limit = max(1, limit)
         self.open: dict[GuardedProtocol, None] = {}
+        self._warned_at = float("-inf")
+
+    def warn(self, now: float, message: str) -> None:
+        """Log `message` at most once per WARN_EVERY_S: a flood of connections must not flood the log."""
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            logger.warning(message)
 
     def admit(self, conn: GuardedProtocol) -> bool:
         if len(self.open) >= self.limit:
@@ -75,7 +83,9 @@ class ConnectionBook:
             if not idle:
                 return False
             victim = min(idle, key=lambda c: c.idle_since)
-            logger.warning("connection limit %d reached: closing the longest-idle connection", self.limit)
+            self.warn(
+                conn.loop.time(), f"connection limit {self.limit} reached: closing the longest-idle ones"
+            )
             self.discard(victim)
             victim.close()
         self.open[conn] = None
@@ -119,7 +129,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.transport = transport
         self.inner.connection_made(transport)
         if not self.book.admit(self):
-            logger.warning("connection limit %d reached and every connection busy: 503", self.book.limit)
+            self.book.warn(self.loop.time(), f"connection limit {self.book.limit} reached, none idle: 503")
             self._respond(503, f"the server holds its limit of {self.book.limit} connections; retry later")
             return
         self._arm(self.limits.head_timeout, self._head_timed_out)
