@@ -111,6 +111,52 @@ MetricsPortOpt = Annotated[
     ),
 ]
 
+# HTTP framing limits (http_guard.py); vLLM's --h11-* names and uvicorn's --timeout-keep-alive.
+HeadBytesOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--h11-max-incomplete-event-size",
+        help="Largest request head (request line + headers) in bytes; more: 431. (default: 4 MiB)",
+    ),
+]
+HeaderCountOpt = Annotated[
+    Optional[int],
+    _opt("--h11-max-header-count", help="Most headers in one request; more: 431. (default: 256)"),
+]
+HeadTimeoutOpt = Annotated[
+    Optional[float],
+    _opt(
+        "--timeout-request-header",
+        help="Seconds a client has to send a request's headers; then 408 and close. (default: 30)",
+    ),
+]
+BodyTimeoutOpt = Annotated[
+    Optional[float],
+    _opt(
+        "--timeout-request-body",
+        help="Seconds a client has to send a request's body after its headers; then 408 and close. (default: 120)",
+    ),
+]
+MaxConnectionsOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--max-connections",
+        help="Open connections; one more closes the longest-idle one, or gets 503 if none is idle. (default: 2048)",
+    ),
+]
+KeepAliveOpt = Annotated[
+    Optional[float],
+    _opt("--timeout-keep-alive", help="Seconds an idle kept-alive connection stays open. (default: 5)"),
+]
+FRAMING_KEYS = (
+    "h11_max_incomplete_event_size",
+    "h11_max_header_count",
+    "timeout_request_header",
+    "timeout_request_body",
+    "max_connections",
+    "timeout_keep_alive",
+)
+
 # Server option -> ServerArgs field, or ServingOptions field of the same name (`serving`); the keys a
 # YAML file may hold besides the engine options.
 SERVER_KEYS = {
@@ -136,6 +182,7 @@ SERVER_KEYS = {
     "allowed_methods": "allowed_methods",
     "allowed_headers": "allowed_headers",
     "allow_credentials": "allow_credentials",
+    **{k: k for k in FRAMING_KEYS},
 }
 
 
@@ -179,6 +226,12 @@ _TYPES = {
     "uvicorn_log_level": str,
     "metrics_port": int,
     "allow_credentials": bool,  # the CORS lists are parsed by fdcli.options.parse_cors_list
+    "h11_max_incomplete_event_size": int,
+    "h11_max_header_count": int,
+    "timeout_request_header": float,
+    "timeout_request_body": float,
+    "max_connections": int,
+    "timeout_keep_alive": float,
 }
 
 
@@ -252,6 +305,12 @@ def serve(
     allowed_methods: AllowedMethodsOpt = None,
     allowed_headers: AllowedHeadersOpt = None,
     allow_credentials: AllowCredentialsOpt = None,
+    h11_max_incomplete_event_size: HeadBytesOpt = None,
+    h11_max_header_count: HeaderCountOpt = None,
+    timeout_request_header: HeadTimeoutOpt = None,
+    timeout_request_body: BodyTimeoutOpt = None,
+    max_connections: MaxConnectionsOpt = None,
+    timeout_keep_alive: KeepAliveOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
@@ -294,6 +353,9 @@ def serve(
         )
     if args.max_concurrency < 1 or args.max_request_body_bytes < 1:
         fail("--max-concurrency and --max-request-body-bytes must be positive", 2)
+    for key in FRAMING_KEYS:
+        if not getattr(args, key) > 0:
+            fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}", 2)
     with error_boundary():
         code = run_server(EngineConfig.from_dict(engine_args), args)
     if code:

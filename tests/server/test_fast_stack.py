@@ -25,7 +25,7 @@ def test_uses_uvloop_and_httptools_when_installed():
     assert http_protocol() == "httptools"
     config = uvicorn_config(object(), ServerArgs())
     config.load()  # resolves the protocol class, as uvicorn does before serving
-    assert config.http_protocol_class.__module__ == "uvicorn.protocols.http.httptools_impl"
+    assert config.http_protocol_class.inner_class.__module__ == "uvicorn.protocols.http.httptools_impl"
 
 
 def test_falls_back_to_asyncio_and_h11(monkeypatch):
@@ -37,4 +37,4 @@ def test_falls_back_to_asyncio_and_h11(monkeypatch):
     assert http_protocol() == "h11"
     config = uvicorn_config(object(), ServerArgs())
     config.load()
-    assert config.http_protocol_class.__module__ == "uvicorn.protocols.http.h11_impl"
+    assert config.http_protocol_class.inner_class.__module__ == "uvicorn.protocols.http.h11_impl"

@@ -123,3 +123,43 @@ def test_bad_config_file_is_one_line(captured, tmp_path, yaml_text, needle):
 def test_bad_server_flag_is_a_usage_error(captured, argv, needle):
     r = runner.invoke(app, ["serve", *argv])
     assert r.exit_code == 2 and needle in r.stderr and not captured
+
+
+# HTTP framing limits (http_guard.py): flags and --config keys reach ServerArgs; non-positive is refused.
+def test_framing_limits_from_flags_and_yaml(captured, tmp_path):
+    from fdcli_engine.entrypoints.openai.app_state import ServerArgs
+
+    r = runner.invoke(app, ["serve"])
+    assert r.exit_code == 0, r.output
+    args = captured[-1][1]
+    defaults = ServerArgs()
+    assert (args.h11_max_incomplete_event_size, args.h11_max_header_count) == (4 << 20, 256)
+    assert (args.timeout_request_header, args.timeout_request_body) == (30.0, 120.0)
+    assert (args.max_connections, args.timeout_keep_alive) == (defaults.max_connections, 5.0)
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("h11-max-header-count: 50\ntimeout_request_body: 7\nmax-connections: 99\n")
+    r = runner.invoke(
+        app,
+        ["serve", "--config", str(cfg), "--h11-max-incomplete-event-size", "1024", "--max-connections", "9"],
+    )
+    assert r.exit_code == 0, r.output
+    args = captured[-1][1]
+    assert (args.h11_max_incomplete_event_size, args.h11_max_header_count) == (1024, 50)
+    assert (args.timeout_request_body, args.max_connections) == (7.0, 9)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--h11-max-incomplete-event-size",
+        "--h11-max-header-count",
+        "--timeout-request-header",
+        "--timeout-request-body",
+        "--max-connections",
+        "--timeout-keep-alive",
+    ],
+)
+def test_non_positive_framing_limit_is_a_usage_error(captured, flag):
+    r = runner.invoke(app, ["serve", flag, "0"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and f"{flag} must be positive" in r.stderr
+    assert not captured

@@ -23,6 +23,14 @@ class ServerArgs:
     max_request_body_bytes: int = 32 << 20
     uvicorn_log_level: str = "warning"
     metrics_port: int | None = None  # FastDeploy's: /metrics alone on this port too, without the API key
+    # HTTP framing (http_guard.py): head size and header count (431), head/body read timeouts (408),
+    # open connections, keep-alive idle time. Names as vLLM's and uvicorn's.
+    h11_max_incomplete_event_size: int = 4 << 20
+    h11_max_header_count: int = 256
+    timeout_request_header: float = 30.0
+    timeout_request_body: float = 120.0
+    max_connections: int = 2048
+    timeout_keep_alive: float = 5.0
     serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
     # CORS (vLLM's options): None sends no CORS headers at all; the others apply once origins are given.
     allowed_origins: list[str] | None = None

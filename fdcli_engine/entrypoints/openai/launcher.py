@@ -23,6 +23,7 @@ from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.http_app import build_app, build_metrics_app
+from fdcli_engine.entrypoints.openai.http_guard import FramingLimits, fit_open_files, guarded_protocol
 from fdcli_engine.entrypoints.openai.serving_options import (
     check_serving_options,
     default_served_name,
@@ -170,10 +171,18 @@ def _say(line: str) -> None:
     logging.getLogger(CONSOLE_LOGGER).info(line)  # into FD_LOG_DIR's api_server.log, when set
 
 
-def uvicorn_config(app, args: ServerArgs) -> uvicorn.Config:
+def uvicorn_config(app, args: ServerArgs, protocol: type | None = None) -> uvicorn.Config:
+    """`protocol`: uvicorn's HTTP protocol class to guard (default: http_protocol()'s)."""
+    limits = framing_limits(args)
     return uvicorn.Config(
         app,
-        http=http_protocol(),
+        http=guarded_protocol(protocol or http_protocol_class(), limits),
+        # h11's own cap stays above the guard's (which counts before h11 sees a byte), so an oversized
+        # head gets the guard's 431, not h11's 400; the slack covers one read past the head's end.
+        h11_max_incomplete_event_size=limits.max_head_bytes + (1 << 20),
+        timeout_keep_alive=args.timeout_keep_alive,
+        # No route speaks WebSocket; an upgrade would hand the socket to a protocol outside the guard.
+        ws="none",
         log_level=args.uvicorn_log_level,
         timeout_graceful_shutdown=5,
         access_log=False,
@@ -192,6 +201,23 @@ def http_protocol() -> str:
     return "httptools"
 
 
+def http_protocol_class() -> type:
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    return import_from_string(HTTP_PROTOCOLS[http_protocol()])
+
+
+def framing_limits(args: ServerArgs) -> FramingLimits:
+    return FramingLimits(
+        max_head_bytes=args.h11_max_incomplete_event_size,
+        max_header_count=args.h11_max_header_count,
+        head_timeout=args.timeout_request_header,
+        body_timeout=args.timeout_request_body,
+        max_connections=args.max_connections,
+    )
+
+
 def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, **hooks) -> int:
     """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving.
     An EngineConfig is resolved here, once; a ResolvedConfig (a stub core's) is used as given."""
@@ -205,6 +231,7 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
             engine_config = resolve_config(engine_config)
         args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
         check_serving_options(args.serving)  # a bad parser: ConfigError now, not at a request
+        fit_open_files(args.max_connections + (args.max_connections if metrics_sock else 0))
         placement = front_end_placement(engine_config.num_threads)
         with event_loop_runner() as runner:
             return runner.run(serve_async(engine_config, args, sock, placement, metrics_sock, **hooks))
