@@ -30,7 +30,7 @@ from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
 from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 from fdcli_engine.entrypoints.batch.files import partial_path
 
-NUM_LINES = 60
+NUM_LINES = 150  # enough that a loaded machine cannot finish them between the check and the signal
 
 
 def _engine_args(tiny_model) -> dict:
