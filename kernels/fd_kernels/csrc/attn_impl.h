@@ -551,23 +551,40 @@ static void paged_attention_impl(const AttnArgs& a) {
   std::vector<Item> items;
   std::vector<Split> splits;
   int64_t part_floats = 0;
-  for (int64_t b = 0; b < a.num_seqs; ++b) {
-    const int64_t nrows = (a.query_start_loc[b + 1] - a.query_start_loc[b]) * group;
+  // Rows r0 .. r1 of sequence b (a run of its queries' rows) in tiles sized by the run: lanes for runs of
+  // >= kMinLaneRows rows, else the decode path, whose contexts over kKeysPerPart keys split into parts
+  // by the tile's own last key (so the parts depend on the rows' context alone).
+  auto add_run = [&](int64_t b, int64_t r0, int64_t r1) {
+    const int64_t nrows = r1 - r0, nq = a.query_start_loc[b + 1] - a.query_start_loc[b];
     const int64_t tile = nrows >= kMinLaneRows ? FD_W : kDecodeRows;
-    const int64_t nparts = (a.seq_lens[b] + kKeysPerPart - 1) / kKeysPerPart;
     for (int64_t g = 0; g < a.num_kv_heads; ++g)
-      for (int64_t r0 = 0; r0 < nrows; r0 += tile) {
-        const int64_t r1 = std::min(nrows, r0 + tile);
-        if ((FD_W > 1 && r1 - r0 >= kMinLaneRows) || nparts <= 1) {
-          items.push_back({b, g, r0, r1, 0, INT64_MAX, -1});
+      for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+        const int64_t t1 = std::min(r1, t0 + tile);
+        const int64_t nk = a.seq_lens[b] - nq + (t1 - 1) / group + 1;  // the tile's last query's keys
+        const int64_t nparts = (nk + kKeysPerPart - 1) / kKeysPerPart;
+        if ((FD_W > 1 && t1 - t0 >= kMinLaneRows) || nparts <= 1) {
+          items.push_back({b, g, t0, t1, 0, INT64_MAX, -1});
         } else {
           splits.push_back({(int64_t)items.size(), nparts});
           for (int64_t p = 0; p < nparts; ++p) {
-            items.push_back({b, g, r0, r1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats});
-            part_floats += (r1 - r0) * (hd + 2);
+            items.push_back({b, g, t0, t1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats});
+            part_floats += (t1 - t0) * (hd + 2);
           }
         }
       }
+  };
+  // Prompt-token queries are tiled together; each generated-token query (marked 0 in a.prompt_rows,
+  // after the sequence's prompt queries) is a run of its own, exactly the items its decode step had, so a
+  // generated token recomputed after preemption gets the output bits it got when it was decoded.
+  for (int64_t b = 0; b < a.num_seqs; ++b) {
+    const int64_t qs = a.query_start_loc[b], nq = a.query_start_loc[b + 1] - qs;
+    int64_t nprompt = nq;
+    if (a.prompt_rows) {
+      nprompt = 0;
+      while (nprompt < nq && a.prompt_rows[qs + nprompt]) ++nprompt;
+    }
+    if (nprompt > 0) add_run(b, 0, nprompt * group);
+    for (int64_t i = nprompt; i < nq; ++i) add_run(b, i * group, (i + 1) * group);
   }
   // Uninitialized: every part's item writes its whole state before the combine reads it.
   std::unique_ptr<float[]> parts(new float[part_floats > 0 ? part_floats : 1]);
