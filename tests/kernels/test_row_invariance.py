@@ -6,7 +6,8 @@ on that path give the bits the decode gave:
   decode batch, a prompt, the K-blocked schedule from 48 rows), fp32 and weight-only int8 / int4;
 - paged_attention: with the step's prompt_rows, each generated-token query (0 in the mask, after its
   sequence's prompt queries) takes the work items its decode step had, so its output equals that
-  decode's exactly, whatever the cache dtype; the prompt queries keep the prefill's tiling.
+  decode's exactly, whatever the cache dtype; every prompt query takes the lanes, whose rows do not see
+  each other, so prefilling a prompt whole, in chunks, or again after preemption gives the same bits.
 Exact equality throughout: the oracle is the same kernel on the one-row (decode) step.
 """
 
@@ -82,11 +83,20 @@ def test_recomputed_generated_queries_equal_their_decode(native, rng, prompt, ge
     mask = [1] * prompt + [0] * generated
     meta = _meta([total], [total], [table], mask)
     recomputed = native.paged_attention(to_pd(q), kc, vc, meta, scale, *extra).numpy()
-    # The original prefill of the prompt alone: the recompute tiles the prompt queries the same way.
-    prefill = native.paged_attention(
-        to_pd(q[:prompt]), kc, vc, _meta([prompt], [prompt], [table]), scale, *extra
+    # The original prefill, whole or in two chunks (chunked prefill): the prompt rows' bits do not depend
+    # on where a chunk or lane tile starts.
+    whole = native.paged_attention(
+        to_pd(q[:prompt]), kc, vc, _meta([prompt], [prompt], [table], [1] * prompt), scale, *extra
     )
-    np.testing.assert_array_equal(recomputed[:prompt], prefill.numpy())
+    np.testing.assert_array_equal(recomputed[:prompt], whole.numpy())
+    cut = prompt // 3 + 1
+    chunks = [
+        native.paged_attention(
+            to_pd(q[a:e]), kc, vc, _meta([e - a], [e], [table], [1] * (e - a)), scale, *extra
+        )
+        for a, e in ((0, cut), (cut, prompt))
+    ]
+    np.testing.assert_array_equal(recomputed[:prompt], np.concatenate([c.numpy() for c in chunks]))
     q_other = rng.standard_normal((1, nh, hd), dtype=np.float32)
     for i in range(prompt, total):
         batch = np.concatenate([q_other, q[i : i + 1]]) if i % 2 else q[i : i + 1]
