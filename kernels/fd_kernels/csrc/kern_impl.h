@@ -118,15 +118,14 @@ static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p, int64_t
   }
 }
 
-// One or two rows (decode) over `np` panels from p: up to kSmallPanels at a time, so 4 x kNV chains run side
-// by side, then one at a time for the rest. The numbers are those of micro_rows: only the speed differs.
-constexpr int64_t kSmallPanels = 4;
-
+// One or two rows (decode) over `np` panels from p: up to 4 (one row) or 2 (two rows) at a time, so as
+// many chains run side by side as 4 x kNV per row. The numbers are those of micro_rows: only speed differs.
 template <int KIND, bool RND>
 static void micro_small(const GemmArgs& g, int mr, int64_t p, int64_t np, int64_t k0, int64_t k1, bool first) {
   int64_t q = 0;
   if (mr == 1) {
     for (; q + 4 <= np; q += 4) micro<1, 4, KIND, RND>(g, 0, p + q, k0, k1, first);
+    for (; q + 2 <= np; q += 2) micro<1, 2, KIND, RND>(g, 0, p + q, k0, k1, first);
   } else {  // every ISA's FD_MR is at least 2
     for (; q + 2 <= np; q += 2) micro<2, 2, KIND, RND>(g, 0, p + q, k0, k1, first);
   }
@@ -154,14 +153,14 @@ static void gemm_kind(const GemmArgs& g) {
   const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
   const int64_t kc = g.m >= kBlockKMinRows ? kKC : std::max<int64_t>(g.k, 1);
   const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels * nblocks > 1;
-  if (g.m <= 2 && g.m <= FD_MR) {
-    // Decode: groups of panels, as many groups as threads where the panels allow (numerics unchanged).
-    const int64_t threads = parallel ? omp_get_max_threads() : 1;
-    const int64_t per = std::max<int64_t>(1, std::min<int64_t>(kSmallPanels, panels / std::max<int64_t>(threads, 1)));
-    const int64_t groups = (panels + per - 1) / per;
-#pragma omp parallel for schedule(static) if (parallel && groups > 1)
-    for (int64_t i = 0; i < groups; ++i)
-      micro_small<KIND, RND>(g, (int)g.m, i * per, std::min(per, panels - i * per), 0, g.k, true);
+  if (g.m <= 2) {
+    // Decode: each thread one contiguous, even share of the panels, taken a few panels at a time.
+#pragma omp parallel if (parallel)
+    {
+      const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+      micro_small<KIND, RND>(g, (int)g.m, p0, p1 - p0, 0, g.k, true);
+    }
     return;
   }
 #pragma omp parallel if (parallel)
