@@ -30,6 +30,9 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
                     v_scales=None) -> [T,nh,hd]
         causal: query i of sequence b sits at position seq_len_b - q_len_b + i and attends to keys
         0..that position of its own sequence, read through its block table; GQA by nh // nkv.
+        meta.prompt_rows (native only; numerics, not results, differ from the reference): prompt queries
+        take the prefill path and generated-token queries their decode step's, so a row's bits never
+        depend on what else the step holds (recompute after preemption, chunked prefill).
     With k_scales / v_scales fp32 [nb,nkv,bs] (the C8 cache, --kv-cache-dtype int8) the caches are int8:
     reshape_and_cache stores each (token, head) row as codes + scale (reference.quantize_kv_s8), and
     paged_attention reads code * scale. Without them the caches are float32, or bfloat16 (the bf16

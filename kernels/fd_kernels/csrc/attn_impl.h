@@ -499,7 +499,13 @@ static inline void lane_chunk(LaneState& st, const float* kp, const float* vp, i
   }
   const vf corr = vexp(vsub(st.mx, cmax));  // ~0 on the first chunk, where mx = -inf
   vf psum = vzero();
-  for (int64_t j = 0; j < n; ++j) psum = vadd(psum, p[j] = vexp(vsub(p[j], cmax)));
+  for (int64_t j = 0; j < n; ++j) {
+    p[j] = vexp(vsub(p[j], cmax));
+    // A key past a lane's limit weighs exactly 0 (vexp(-inf) is ~1e-38): a lane's result must not
+    // depend on the longer contexts of the other rows in its tile.
+    if (kk + j >= st.min_nk) p[j] = vmul(p[j], vmax(vmask_le(vset1(1.0f), (float)(kk + j), st.limit), vzero()));
+    psum = vadd(psum, p[j]);
+  }
   st.l = vfma(st.l, corr, psum);
   st.mx = cmax;
   lane_pv(st.ot, p, corr, vp, hd, n);
@@ -543,6 +549,7 @@ static void paged_attention_impl(const AttnArgs& a) {
     int64_t b, g, r0, r1;  // rows r0..r1 of (sequence b, KV head g); row r = query r / group, head r % group
     int64_t k0, k1;        // the keys it takes (decode parts), else 0 and INT64_MAX
     int64_t part;          // offset of its state in `parts`, or -1: write the outputs
+    bool lanes;            // rows in vector lanes (attend_lanes), else attend_rows
   };
   struct Split {
     int64_t item, nparts;  // first of its parts' items (consecutive), how many
@@ -551,23 +558,41 @@ static void paged_attention_impl(const AttnArgs& a) {
   std::vector<Item> items;
   std::vector<Split> splits;
   int64_t part_floats = 0;
-  for (int64_t b = 0; b < a.num_seqs; ++b) {
-    const int64_t nrows = (a.query_start_loc[b + 1] - a.query_start_loc[b]) * group;
-    const int64_t tile = nrows >= kMinLaneRows ? FD_W : kDecodeRows;
-    const int64_t nparts = (a.seq_lens[b] + kKeysPerPart - 1) / kKeysPerPart;
+  // Rows r0 .. r1 of sequence b (a run of its queries' rows) in tiles sized by the run: lanes for runs of
+  // >= kMinLaneRows rows (every tile of a marked prompt run: `lanes`, so a prompt row's path does not
+  // depend on where a chunk or tile boundary fell), else the decode path, whose contexts over
+  // kKeysPerPart keys split into parts by the tile's own last key (the rows' context alone).
+  auto add_run = [&](int64_t b, int64_t r0, int64_t r1, bool lanes) {
+    const int64_t nrows = r1 - r0, nq = a.query_start_loc[b + 1] - a.query_start_loc[b];
+    const int64_t tile = lanes || nrows >= kMinLaneRows ? FD_W : kDecodeRows;
     for (int64_t g = 0; g < a.num_kv_heads; ++g)
-      for (int64_t r0 = 0; r0 < nrows; r0 += tile) {
-        const int64_t r1 = std::min(nrows, r0 + tile);
-        if ((FD_W > 1 && r1 - r0 >= kMinLaneRows) || nparts <= 1) {
-          items.push_back({b, g, r0, r1, 0, INT64_MAX, -1});
+      for (int64_t t0 = r0; t0 < r1; t0 += tile) {
+        const int64_t t1 = std::min(r1, t0 + tile);
+        const int64_t nk = a.seq_lens[b] - nq + (t1 - 1) / group + 1;  // the tile's last query's keys
+        const int64_t nparts = (nk + kKeysPerPart - 1) / kKeysPerPart;
+        if ((FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows)) || nparts <= 1) {
+          items.push_back({b, g, t0, t1, 0, INT64_MAX, -1, FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows)});
         } else {
           splits.push_back({(int64_t)items.size(), nparts});
           for (int64_t p = 0; p < nparts; ++p) {
-            items.push_back({b, g, r0, r1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats});
-            part_floats += (r1 - r0) * (hd + 2);
+            items.push_back({b, g, t0, t1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats, false});
+            part_floats += (t1 - t0) * (hd + 2);
           }
         }
       }
+  };
+  // Prompt-token queries are tiled together; each generated-token query (marked 0 in a.prompt_rows,
+  // after the sequence's prompt queries) is a run of its own, exactly the items its decode step had, so a
+  // generated token recomputed after preemption gets the output bits it got when it was decoded.
+  for (int64_t b = 0; b < a.num_seqs; ++b) {
+    const int64_t qs = a.query_start_loc[b], nq = a.query_start_loc[b + 1] - qs;
+    int64_t nprompt = nq;
+    if (a.prompt_rows) {
+      nprompt = 0;
+      while (nprompt < nq && a.prompt_rows[qs + nprompt]) ++nprompt;
+    }
+    if (nprompt > 0) add_run(b, 0, nprompt * group, a.prompt_rows != nullptr);
+    for (int64_t i = nprompt; i < nq; ++i) add_run(b, i * group, (i + 1) * group, false);
   }
   // Uninitialized: every part's item writes its whole state before the combine reads it.
   std::unique_ptr<float[]> parts(new float[part_floats > 0 ? part_floats : 1]);
@@ -592,7 +617,7 @@ static void paged_attention_impl(const AttnArgs& a) {
     AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
     item_rows(w, rows);
     const int64_t n = w.r1 - w.r0;
-    if (FD_W > 1 && n >= kMinLaneRows) {
+    if (FD_W > 1 && w.lanes) {
       attend_lanes<KV>(a, bt, w.g, rows, n);
     } else {
       attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr);

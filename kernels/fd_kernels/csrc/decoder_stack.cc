@@ -96,6 +96,7 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
     AttnArgs at{qp,         c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
                 a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, hd,
                 a.scale,    attn.get(),   c.k_scales,  c.v_scales,     c.kv_kind};
+    at.prompt_rows = rows;
     paged_attention(at);
     linear(l.o_proj, attn.get(), t, q_size, hidden.get(), rows);
 

@@ -87,4 +87,12 @@ inline PagedMeta paged_meta(const Tensor& q, const std::vector<int64_t>& cs, con
   return m;
 }
 
+// AttentionMetadata.prompt_rows as the kernels take it: uint8 [t] or empty (nullptr).
+inline const uint8_t* prompt_rows_of(const Tensor& rows, int64_t t, const char* op) {
+  if (rows.numel() == 0) return nullptr;
+  PD_CHECK(rows.is_cpu() && rows.dtype() == paddle::DataType::UINT8 && rows.is_contiguous() && rows.numel() == t,
+           op, ": prompt_rows must be a contiguous uint8 tensor with one entry per token");
+  return rows.data<uint8_t>();
+}
+
 }  // namespace fdglue

@@ -31,84 +31,82 @@ static inline void load_b(const GemmArgs& g, int64_t p, int64_t k, const vf* s, 
 #endif
 }
 
-// Rows x k of one panel: acc[m] += A[m, k] * W[k, panel], for k in [k, kend) of one scale group.
-// With few rows the FMA latency, not throughput, bounds a single accumulator set, so KU interleaved sets
-// each take every KU-th k (summed at the end) to keep enough independent chains in flight.
-template <int MR, int KIND, int KU, bool RND>
+// Rows x k of NP panels: acc[q][m] += A[m, k] * W[k, panel p + q], for k in [k, kend) of one scale group.
+// Every output element is one FMA chain over k in order, whatever MR and NP are: a row's result never
+// depends on how many rows share its GEMM (a decode step's batch, a recomputed prompt after preemption).
+// Few rows take several panels at once instead (NP), so enough independent chains are in flight to hide
+// the FMA latency without splitting any element's sum.
+template <int MR, int NP, int KIND, bool RND>
 static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int64_t k, int64_t kend,
-                               const vf* s, const vf* mn, vf (*acc)[MR][kNV]) {
+                               const vf (*s)[kNV], const vf (*mn)[kNV], vf (*acc)[MR][kNV]) {
   vf b[kNV];
-  for (; k + KU <= kend; k += KU) {
-    for (int u = 0; u < KU; ++u) {
-      load_b<KIND, RND>(g, p, k + u, s, mn, b);
-      for (int m = 0; m < MR; ++m) {
-        const vf av = vset1(a[m * g.lda + k + u]);
-        for (int v = 0; v < kNV; ++v) acc[u][m][v] = vfma(av, b[v], acc[u][m][v]);
-      }
-    }
-  }
   for (; k < kend; ++k) {
-    load_b<KIND, RND>(g, p, k, s, mn, b);
-    for (int m = 0; m < MR; ++m) {
-      const vf av = vset1(a[m * g.lda + k]);
-      for (int v = 0; v < kNV; ++v) acc[0][m][v] = vfma(av, b[v], acc[0][m][v]);
+    for (int q = 0; q < NP; ++q) {
+      load_b<KIND, RND>(g, p + q, k, s[q], mn[q], b);
+      for (int m = 0; m < MR; ++m) {
+        const vf av = vset1(a[m * g.lda + k]);
+        for (int v = 0; v < kNV; ++v) acc[q][m][v] = vfma(av, b[v], acc[q][m][v]);
+      }
     }
   }
 }
 
-// K range [k0, k1) of panel p for rows m0 .. m0+MR: C = (first ? bias : C) + A x W. Accumulators
+// K range [k0, k1) of panels p .. p+NP for rows m0 .. m0+MR: C = (first ? bias : C) + A x W. Accumulators
 // stay in registers over the range; each weight row is dequantized once and reused by all MR rows.
-template <int MR, int KIND, bool RND>
+// Resuming from C between K blocks continues each element's chain exactly (fp32 in, fp32 out).
+template <int MR, int NP, int KIND, bool RND>
 static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t k1, bool first) {
-  constexpr int KU = MR == 1 ? 4 : MR == 2 ? 2 : 1;
-  const int64_t n0 = p * kNR;
-  const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
-  vf acc[KU][MR][kNV];
-  for (int m = 0; m < MR; ++m) {
-    const float* crow = g.c + (m0 + m) * g.n + n0;
-    float tmp[kNR];
-    if (!first && ncols != kNR) std::memcpy(tmp, crow, ncols * sizeof(float));
-    for (int v = 0; v < kNV; ++v) {
-      if (first)
-        acc[0][m][v] = g.bias ? vload(g.bias + n0 + v * FD_W) : vzero();
-      else
-        acc[0][m][v] = ncols == kNR ? vload(crow + v * FD_W) : vload(tmp + v * FD_W);
-      for (int u = 1; u < KU; ++u) acc[u][m][v] = vzero();
+  vf acc[NP][MR][kNV];
+  for (int q = 0; q < NP; ++q) {
+    const int64_t n0 = (p + q) * kNR;
+    const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
+    for (int m = 0; m < MR; ++m) {
+      const float* crow = g.c + (m0 + m) * g.n + n0;
+      float tmp[kNR];
+      if (!first && ncols != kNR) std::memcpy(tmp, crow, ncols * sizeof(float));
+      for (int v = 0; v < kNV; ++v) {
+        if (first)
+          acc[q][m][v] = g.bias ? vload(g.bias + n0 + v * FD_W) : vzero();
+        else
+          acc[q][m][v] = ncols == kNR ? vload(crow + v * FD_W) : vload(tmp + v * FD_W);
+      }
     }
   }
   const float* a = g.a + m0 * g.lda;
   const int64_t group = KIND == kF32 ? g.k : g.group;
   const int64_t ngroups = (g.k + group - 1) / group;
-  vf s[kNV], mn[kNV];
+  vf s[NP][kNV], mn[NP][kNV];
   for (int64_t k = k0; k < k1;) {
     const int64_t gi = k / group;
     if (KIND != kF32) {
-      const int64_t off = (p * ngroups + gi) * kNR;
-      for (int v = 0; v < kNV; ++v) {
-        s[v] = vload(g.scales + off + v * FD_W);
-        mn[v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
+      for (int q = 0; q < NP; ++q) {
+        const int64_t off = ((p + q) * ngroups + gi) * kNR;
+        for (int v = 0; v < kNV; ++v) {
+          s[q][v] = vload(g.scales + off + v * FD_W);
+          mn[q][v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
+        }
       }
     }
     const int64_t kend = std::min(k1, (gi + 1) * group);
-    micro_group<MR, KIND, KU, RND>(g, a, p, k, kend, s, mn, acc);
+    micro_group<MR, NP, KIND, RND>(g, a, p, k, kend, s, mn, acc);
     k = kend;
   }
-  for (int m = 0; m < MR; ++m) {
-    float* crow = g.c + (m0 + m) * g.n + n0;
-    float tmp[kNR];
-    float* dst = ncols == kNR ? crow : tmp;
-    for (int v = 0; v < kNV; ++v) {
-      vf r = acc[0][m][v];
-      for (int u = 1; u < KU; ++u) r = vadd(r, acc[u][m][v]);
-      vstore(dst + v * FD_W, r);
+  for (int q = 0; q < NP; ++q) {
+    const int64_t n0 = (p + q) * kNR;
+    const int64_t ncols = std::min<int64_t>(kNR, g.n - n0);
+    for (int m = 0; m < MR; ++m) {
+      float* crow = g.c + (m0 + m) * g.n + n0;
+      float tmp[kNR];
+      float* dst = ncols == kNR ? crow : tmp;
+      for (int v = 0; v < kNV; ++v) vstore(dst + v * FD_W, acc[q][m][v]);
+      if (ncols != kNR) std::memcpy(crow, tmp, ncols * sizeof(float));
     }
-    if (ncols != kNR) std::memcpy(crow, tmp, ncols * sizeof(float));
   }
 }
 
 #define FD_MICRO_CASE(n)                                            \
   case n:                                                           \
-    if constexpr (n <= FD_MR) micro<n, KIND, RND>(g, m0, p, k0, k1, first); \
+    if constexpr (n <= FD_MR) micro<n, 1, KIND, RND>(g, m0, p, k0, k1, first); \
     break;
 
 template <int KIND, bool RND>
@@ -118,6 +116,20 @@ static void micro_rows(const GemmArgs& g, int mr, int64_t m0, int64_t p, int64_t
     FD_MICRO_CASE(6) FD_MICRO_CASE(7) FD_MICRO_CASE(8) FD_MICRO_CASE(9) FD_MICRO_CASE(10)
     FD_MICRO_CASE(11) FD_MICRO_CASE(12) FD_MICRO_CASE(13) FD_MICRO_CASE(14)
   }
+}
+
+// One or two rows (decode) over `np` panels from p: up to 4 (one row) or 2 (two rows) at a time, so as
+// many chains run side by side as 4 x kNV per row. The numbers are those of micro_rows: only speed differs.
+template <int KIND, bool RND>
+static void micro_small(const GemmArgs& g, int mr, int64_t p, int64_t np, int64_t k0, int64_t k1, bool first) {
+  int64_t q = 0;
+  if (mr == 1) {
+    for (; q + 4 <= np; q += 4) micro<1, 4, KIND, RND>(g, 0, p + q, k0, k1, first);
+    for (; q + 2 <= np; q += 2) micro<1, 2, KIND, RND>(g, 0, p + q, k0, k1, first);
+  } else {  // every ISA's FD_MR is at least 2
+    for (; q + 2 <= np; q += 2) micro<2, 2, KIND, RND>(g, 0, p + q, k0, k1, first);
+  }
+  for (; q < np; ++q) micro_rows<KIND, RND>(g, mr, 0, p + q, k0, k1, first);
 }
 
 // Rows at or above which K is blocked: then a kKC x kNR weight block (48 KiB fp32) stays in L1/L2 while
@@ -141,6 +153,16 @@ static void gemm_kind(const GemmArgs& g) {
   const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
   const int64_t kc = g.m >= kBlockKMinRows ? kKC : std::max<int64_t>(g.k, 1);
   const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels * nblocks > 1;
+  if (g.m <= 2) {
+    // Decode: each thread one contiguous, even share of the panels, taken a few panels at a time.
+#pragma omp parallel if (parallel)
+    {
+      const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+      micro_small<KIND, RND>(g, (int)g.m, p0, p1 - p0, 0, g.k, true);
+    }
+    return;
+  }
 #pragma omp parallel if (parallel)
   for (int64_t k0 = 0; k0 < g.k || k0 == 0; k0 += kc) {
     const int64_t k1 = std::min(g.k, k0 + kc);

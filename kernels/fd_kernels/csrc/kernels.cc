@@ -4,6 +4,7 @@
 // FD_KERNELS_ISA=avx512|avx2|scalar lowers the choice (never raises it above the CPU's).
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>

@@ -72,6 +72,10 @@ struct AttnArgs {
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
   int kv_kind = kKvF32;
+  // uint8 [T] or nullptr: 1 on prompt-token rows (AttentionMetadata.prompt_rows). A sequence's prompt
+  // queries all take the lanes; its queries from its first 0 on are generated tokens and take the decode
+  // step's items one query at a time. nullptr tiles every sequence's queries together by count.
+  const uint8_t* prompt_rows = nullptr;
 };
 
 // 3 = AVX-512 + AMX-BF16 (weight-only quantized linears compute in bf16, see amx.cc), 2 = AVX-512,

@@ -153,7 +153,7 @@ void ReshapeAndCache(const Tensor& k_in, const Tensor& v_in, Tensor& kc, Tensor&
 
 std::vector<Tensor> PagedAttention(const Tensor& q_in, const Tensor& kc_in, const Tensor& vc_in,
                                    const Tensor& qsl_in, const Tensor& seq_lens_in, const Tensor& bt_in,
-                                   float scale) {
+                                   const Tensor& prompt_rows, float scale) {
   check_f32(q_in, "q");
   const int kind = fdglue::kv_cache_kind(kc_in, vc_in);
   const Tensor q = contig(q_in), kc = contig(kc_in), vc = contig(vc_in);
@@ -163,6 +163,7 @@ std::vector<Tensor> PagedAttention(const Tensor& q_in, const Tensor& kc_in, cons
   fdk::AttnArgs a{q.data<float>(), kc.data(), vc.data(), m.qsl.data(), m.lens.data(), m.bt.data(),
                   m.nseq, m.max_blocks, m.nh, m.nkv, m.bs, m.hd, scale, out.data<float>()};
   a.kv_kind = kind;
+  a.prompt_rows = fdglue::prompt_rows_of(prompt_rows, q.shape()[0], "paged_attention");
   fdk::paged_attention(a);
   return {out};
 }
@@ -234,7 +235,7 @@ PD_BUILD_OP(fd_reshape_and_cache)
     .SetKernelFn(PD_KERNEL(ReshapeAndCache));
 
 PD_BUILD_OP(fd_paged_attention)
-    .Inputs({"Q", "KCache", "VCache", "QueryStartLoc", "SeqLens", "BlockTables"})
+    .Inputs({"Q", "KCache", "VCache", "QueryStartLoc", "SeqLens", "BlockTables", "PromptRows"})
     .Outputs({"Out"})
     .Attrs({"scale: float"})
     .SetKernelFn(PD_KERNEL(PagedAttention));

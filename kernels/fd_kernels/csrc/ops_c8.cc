@@ -51,7 +51,7 @@ void ReshapeAndCacheS8(const Tensor& k_in, const Tensor& v_in, Tensor& kc, Tenso
 
 std::vector<Tensor> PagedAttentionS8(const Tensor& q_in, const Tensor& kc, const Tensor& vc, const Tensor& ks,
                                      const Tensor& vs, const Tensor& qsl_in, const Tensor& seq_lens_in,
-                                     const Tensor& bt_in, float scale) {
+                                     const Tensor& bt_in, const Tensor& prompt_rows, float scale) {
   check_dtype(q_in, paddle::DataType::FLOAT32, "q", "float32");
   check_c8_cache(kc, vc, ks, vs, "paged_attention");
   const Tensor q = contig(q_in);
@@ -60,6 +60,7 @@ std::vector<Tensor> PagedAttentionS8(const Tensor& q_in, const Tensor& kc, const
   fdk::AttnArgs a{q.data<float>(), kc.data<int8_t>(), vc.data<int8_t>(), m.qsl.data(), m.lens.data(), m.bt.data(),
                   m.nseq, m.max_blocks, m.nh, m.nkv, m.bs, m.hd, scale, out.data<float>(), ks.data<float>(),
                   vs.data<float>(), fdk::kKvS8};
+  a.prompt_rows = fdglue::prompt_rows_of(prompt_rows, q.shape()[0], "paged_attention");
   fdk::paged_attention(a);
   return {out};
 }
@@ -72,7 +73,7 @@ PD_BUILD_OP(fd_reshape_and_cache_s8)
     .SetKernelFn(PD_KERNEL(ReshapeAndCacheS8));
 
 PD_BUILD_OP(fd_paged_attention_s8)
-    .Inputs({"Q", "KCache", "VCache", "KScales", "VScales", "QueryStartLoc", "SeqLens", "BlockTables"})
+    .Inputs({"Q", "KCache", "VCache", "KScales", "VScales", "QueryStartLoc", "SeqLens", "BlockTables", "PromptRows"})
     .Outputs({"Out"})
     .Attrs({"scale: float"})
     .SetKernelFn(PD_KERNEL(PagedAttentionS8));

@@ -249,6 +249,11 @@ def reshape_and_cache(k, v, k_cache, v_cache, slot_mapping, k_scales=None, v_sca
 
 
 def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_scales=None) -> paddle.Tensor:
+    """The step's meta.prompt_rows goes along: a generated-token query takes its decode step's kernel path
+    even inside a many-query step (a recompute after preemption); see csrc/attn_impl.h."""
+    rows = getattr(meta, "prompt_rows", None)
+    if rows is None or rows.shape[0] != q.shape[0]:
+        rows = _rows_for(None, q)
     try:
         if k_scales is None:
             return _run(
@@ -259,6 +264,7 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
                 meta.query_start_loc,
                 meta.seq_lens,
                 meta.block_tables,
+                rows,
                 float(scale),
             )[0]
         return _run(
@@ -271,6 +277,7 @@ def paged_attention(q, k_cache, v_cache, meta, scale: float, k_scales=None, v_sc
             meta.query_start_loc,
             meta.seq_lens,
             meta.block_tables,
+            rows,
             float(scale),
         )[0]
     except OSError as exc:
