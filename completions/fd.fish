@@ -15,20 +15,31 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcom
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a throughput -d 'Offline throughput: all prompts at once through the in-process engine.'
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l batch-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l block-size
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l cache-queue-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l convert
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l data-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-chunked-prefill
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-custom-all-reduce
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-watchdog-timeout
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-worker-queue-port
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l gpu-memory-utilization
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l input-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-memory-gb
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l model
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-iters
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-iters-warmup
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-kv-blocks
@@ -41,9 +52,13 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l runner
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l seed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l served-model-name
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l speculative-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l splitwise-role
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l threads
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l tokenizer
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l use-cudagraph
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s m
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -o tp
@@ -66,14 +81,18 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l host
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ignore-eos
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l include-usage
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l label
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l max-concurrency
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l max-tokens
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l metadata
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l metric-percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l model
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l no-chart
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l no-include-usage
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l no-progress
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l num-prompts
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l num-warmups
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l percentile-metrics
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l prefix-repetition-num-prefixes
@@ -83,7 +102,10 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l progress
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-end-rate
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-end-rps
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-start-rate
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-start-rps
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-strategy
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-input-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-output-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-prefix-len
@@ -91,6 +113,8 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ready-timeout
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l request-rate
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l request-timeout
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l result-dir
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l result-filename
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l save-detailed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l save-result
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l seed
@@ -101,20 +125,31 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l top-p
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -s n
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l block-size
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l cache-queue-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l convert
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l data-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-chunked-prefill
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-custom-all-reduce
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-watchdog-timeout
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-worker-queue-port
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l gpu-memory-utilization
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l input-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-memory-gb
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l model
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-iters
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-iters-warmup
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-kv-blocks
@@ -128,9 +163,13 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l runner
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l seed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l served-model-name
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l speculative-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l splitwise-role
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l threads
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l tokenizer
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l use-cudagraph
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s m
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o tp
@@ -151,15 +190,25 @@ complete -c fd -n '__fish_seen_subcommand_from complete' -l model-name
 complete -c fd -n '__fish_seen_subcommand_from complete' -l temperature
 complete -c fd -n '__fish_seen_subcommand_from complete' -l url
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l block-size
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l cache-queue-port
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l convert
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l data-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-chunked-prefill
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-custom-all-reduce
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-watchdog-timeout
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-worker-queue-port
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l gpu-memory-utilization
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l input
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-memory-gb
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-inflight
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-batched-tokens
@@ -168,6 +217,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l model
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-progress
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l override-pooler-config
@@ -179,39 +229,63 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l resume
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l runner
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l seed
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l served-model-name
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l speculative-config
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l splitwise-role
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l strict
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l summary-json
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l threads
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tokenizer
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tool-call-parser
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l use-cudagraph
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s i
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s m
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s o
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s q
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -o tp
+complete -c fd -n '__fish_seen_subcommand_from serve' -l allow-credentials
+complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-headers
+complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-methods
+complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-origins
 complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key
+complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key-file
 complete -c fd -n '__fish_seen_subcommand_from serve' -l block-size
+complete -c fd -n '__fish_seen_subcommand_from serve' -l cache-queue-port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from serve' -l config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l convert
+complete -c fd -n '__fish_seen_subcommand_from serve' -l data-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-auto-tool-choice
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-chunked-prefill
+complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-custom-all-reduce
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-watchdog-timeout
+complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-worker-queue-port
+complete -c fd -n '__fish_seen_subcommand_from serve' -l gpu-memory-utilization
+complete -c fd -n '__fish_seen_subcommand_from serve' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-header-count
+complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-incomplete-event-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l host
+complete -c fd -n '__fish_seen_subcommand_from serve' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-memory-gb
+complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from serve' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-concurrency
+complete -c fd -n '__fish_seen_subcommand_from serve' -l max-connections
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-queue-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-request-body-bytes
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-waiting-time
+complete -c fd -n '__fish_seen_subcommand_from serve' -l metrics-port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l model
 complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from serve' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from serve' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from serve' -l override-pooler-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l pooler-config
@@ -221,12 +295,20 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l reasoning-parser
 complete -c fd -n '__fish_seen_subcommand_from serve' -l runner
 complete -c fd -n '__fish_seen_subcommand_from serve' -l seed
 complete -c fd -n '__fish_seen_subcommand_from serve' -l served-model-name
+complete -c fd -n '__fish_seen_subcommand_from serve' -l speculative-config
+complete -c fd -n '__fish_seen_subcommand_from serve' -l splitwise-role
+complete -c fd -n '__fish_seen_subcommand_from serve' -l strict-request-fields
+complete -c fd -n '__fish_seen_subcommand_from serve' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from serve' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l threads
 complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-graceful-shutdown
+complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-keep-alive
+complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-request-body
+complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-request-header
 complete -c fd -n '__fish_seen_subcommand_from serve' -l tokenizer
 complete -c fd -n '__fish_seen_subcommand_from serve' -l tool-call-parser
 complete -c fd -n '__fish_seen_subcommand_from serve' -l trust-request-chat-template
+complete -c fd -n '__fish_seen_subcommand_from serve' -l use-cudagraph
 complete -c fd -n '__fish_seen_subcommand_from serve' -l uvicorn-log-level
 complete -c fd -n '__fish_seen_subcommand_from serve' -s m
 complete -c fd -n '__fish_seen_subcommand_from serve' -s q
