@@ -30,7 +30,7 @@ from fdcli_engine.entrypoints.batch import BatchOptions, run_batch
 from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 from fdcli_engine.entrypoints.batch.files import partial_path
 
-NUM_LINES = 150  # enough that a loaded machine cannot finish them between the check and the signal
+NUM_LINES = 60
 
 
 def _engine_args(tiny_model) -> dict:
@@ -88,6 +88,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _default_sigint() -> None:
+    # A terminal's foreground job: SIGINT at its default, even when this test runs as a background job
+    # (which inherits SIGINT ignored and would pass that on).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_cli(tmp_path, *extra: str, sigint_ignored: bool = False):
     """A run-batch subprocess in its own session (a process group, as a terminal's foreground job),
     slow enough per line to be caught mid-run; returns (proc, args, out). `sigint_ignored`: started
@@ -101,7 +107,7 @@ def _start_cli(tmp_path, *extra: str, sigint_ignored: bool = False):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-        preexec_fn=_ignore_sigint if sigint_ignored else None,
+        preexec_fn=_ignore_sigint if sigint_ignored else _default_sigint,
     )  # fmt: skip
     return proc, args, out
 
