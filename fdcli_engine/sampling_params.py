@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass, field
 
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.structured_output.params import StructuredOutputsParams
 
 # Bounds that keep a single request from exhausting the engine; the server reports them as 400s.
 MAX_N = 16
@@ -62,6 +63,9 @@ class SamplingParams:
     # vLLM's prefix-cache isolation: requests with different salts (or one with and one without) never
     # share cached blocks; the salt is mixed into the hash of the first block (request.py).
     cache_salt: str | None = None
+    # The constraint on the output (JSON schema, regex, choice, grammar...); the runner masks the logits
+    # to what its grammar allows next (runner/grammar_masks.py).
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
