@@ -322,6 +322,11 @@ def test_constraint_starts_after_the_reasoning_block(tokenizer):
     # DeepSeek-R1 / ERNIE: the prompt opens the block.
     assert reasoning_start_after(DeepSeekR1Parser, encode, "<｜Assistant｜><think>\n", None) == end
     assert reasoning_start_after(DeepSeekR1Parser, encode, "<｜Assistant｜>", None) == end
+    # ERNIE-x1: its template opens the block, or closes an empty one with enable_thinking false.
+    from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser as Ernie
+
+    assert reasoning_start_after(Ernie, encode, "Assistant: <think>\n", None) == end
+    assert reasoning_start_after(Ernie, encode, "Assistant: <think>\n\n</think>\n\n", None) == []
     # A template that never thinks, served with a reasoning parser: from the first token.
     assert reasoning_start_after(ThinkParser, encode, "<|im_start|>assistant\n", "{{ messages }}") == []
 
