@@ -93,7 +93,7 @@ def _tokens(server, **body) -> list[int]:
 @pytest.mark.parametrize(
     "body,param",
     [
-        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools[0].function.name"),
         (
             {"messages": [{"role": "user", "content": "x", "tool_calls": HISTORY[1]["tool_calls"]}]},
