@@ -27,6 +27,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-worker-queue-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l gpu-memory-utilization
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l input-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-dtype
@@ -54,6 +55,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l served-model-name
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l speculative-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l splitwise-role
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l structured-outputs-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l threads
@@ -137,6 +139,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-worker-queue-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l gpu-memory-utilization
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l input-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-dtype
@@ -165,6 +168,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l served-model-name
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l speculative-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l splitwise-role
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l structured-outputs-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l threads
@@ -203,6 +207,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-watchdog-tim
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-worker-queue-port
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l gpu-memory-utilization
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l input
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-dtype
@@ -232,6 +237,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l served-model-name
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l speculative-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l splitwise-role
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l strict
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l structured-outputs-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l summary-json
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tensor-parallel-size
@@ -265,6 +271,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-watchdog-timeout
 complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-worker-queue-port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l gpu-memory-utilization
 complete -c fd -n '__fish_seen_subcommand_from serve' -l graph-optimization-config
+complete -c fd -n '__fish_seen_subcommand_from serve' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-header-count
 complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-incomplete-event-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l host
@@ -298,6 +305,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l served-model-name
 complete -c fd -n '__fish_seen_subcommand_from serve' -l speculative-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l splitwise-role
 complete -c fd -n '__fish_seen_subcommand_from serve' -l strict-request-fields
+complete -c fd -n '__fish_seen_subcommand_from serve' -l structured-outputs-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l swap-space
 complete -c fd -n '__fish_seen_subcommand_from serve' -l tensor-parallel-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l threads

@@ -202,6 +202,23 @@ EngineWatchdogTimeoutOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+GuidedDecodingBackendOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--guided-decoding-backend",
+        help="Structured outputs' grammar backend: auto (llguidance), guidance, xgrammar (not available "
+        "here) or off (constrained requests are a 400). (default: auto)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+StructuredOutputsConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--structured-outputs-config",
+        help='vLLM\'s form, a JSON object: \'{"backend": "guidance"}\' (sets --guided-decoding-backend).',
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 
 # FastDeploy's launch flags (fdcli_engine.fastdeploy_compat says what each does here: most have no
 # effect on CPU and say so in one log line). Their names and value types are FastDeploy's.
@@ -356,9 +373,59 @@ ENGINE_FLAGS: dict[str, Any] = {
     "pooler_config": PoolerConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
     "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
+    "guided_decoding_backend": GuidedDecodingBackendOpt,
     **COMPAT_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
+# Flags (and YAML keys) that set EngineConfig fields under another name; merge_engine_options maps them.
+ENGINE_FORM_FLAGS: dict[str, Any] = {"structured_outputs_config": StructuredOutputsConfigOpt}
+ALL_ENGINE_FLAGS: dict[str, Any] = {
+    **ENGINE_FLAGS,
+    **ENGINE_FORM_FLAGS,
+}  # what a command that starts an engine takes
+
+# vLLM's --structured-outputs-config keys: `backend` is honoured; the others are accepted and have
+# no effect (one backend, so no fallback; llguidance's JSON is compact); anything else is refused.
+SO_CONFIG_KEYS = ("backend", "disable_fallback", "disable_any_whitespace", "disable_additional_properties")
+SO_BACKENDS = (
+    "auto",
+    "guidance",
+    "xgrammar",
+    "off",
+)  # structured_output.BACKEND_NAMES (no llguidance import)
+
+
+def _structured_outputs_options(merged: dict[str, Any]) -> None:
+    """Map --structured-outputs-config onto guided_decoding_backend and check the backend name, in
+    `merged` (in place), before paddle or llguidance load."""
+    if "structured_outputs_config" in merged:
+        config = _parse_json("structured_outputs_config", merged.pop("structured_outputs_config"))
+        unknown = sorted(set(config) - set(SO_CONFIG_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"--structured-outputs-config: unknown key(s) {', '.join(unknown)}; fd reads "
+                f"{', '.join(SO_CONFIG_KEYS)} (a reasoning parser is --reasoning-parser)"
+            )
+        backend = config.get("backend")
+        if backend is not None:
+            given = merged.get("guided_decoding_backend")
+            if given is not None and given != backend:
+                raise ConfigError(
+                    f"--structured-outputs-config backend {backend!r} contradicts "
+                    f"--guided-decoding-backend {given!r}: give one"
+                )
+            merged["guided_decoding_backend"] = backend
+    backend = merged.get("guided_decoding_backend")
+    if backend is None:
+        return
+    if backend not in SO_BACKENDS:
+        raise ConfigError(
+            f"--guided-decoding-backend {backend!r} is not known: choose one of {', '.join(SO_BACKENDS)}"
+        )
+    if backend == "xgrammar":
+        raise ConfigError(
+            "--guided-decoding-backend xgrammar is not available in fd: use guidance (llguidance) or auto"
+        )
 
 
 def _load_yaml(config_file: Path) -> dict[str, Any]:
@@ -419,6 +486,7 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     for name in ("pooler_config", *JSON_FIELDS):
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
+    _structured_outputs_options(merged)
     EngineConfig.from_dict(merged, source=source).validate()
     return merged
 
@@ -430,12 +498,12 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     if "engine_args" not in sig.parameters:
         raise TypeError(f"{func.__name__} must declare a keyword-only parameter `engine_args`")
     own = [p for name, p in sig.parameters.items() if name != "engine_args"]
-    clash = {p.name for p in own} & (set(ENGINE_FLAGS) | {"config"})
+    clash = {p.name for p in own} & (set(ALL_ENGINE_FLAGS) | {"config"})
     if clash:
         raise TypeError(f"{func.__name__} redeclares engine option(s): {', '.join(sorted(clash))}")
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
-        for name, alias in {"config": ConfigFileOpt, **ENGINE_FLAGS}.items()
+        for name, alias in {"config": ConfigFileOpt, **ALL_ENGINE_FLAGS}.items()
     ]
     # Keyword-only parameters must follow positional ones in a valid signature.
     positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
@@ -443,7 +511,7 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        engine_kwargs = {name: kwargs.pop(name, None) for name in ENGINE_FLAGS}
+        engine_kwargs = {name: kwargs.pop(name, None) for name in ALL_ENGINE_FLAGS}
         config_file = kwargs.pop("config", None)
         with error_boundary():
             engine_args = engine_config_from_cli(config_file, **engine_kwargs)

@@ -97,6 +97,8 @@ class EngineConfig:
     # Seconds a busy engine core may go without progress before it is judged frozen and killed; 0: off.
     # SGLang's --watchdog-timeout default: long enough for any one step of a big model on a CPU.
     engine_watchdog_timeout: float = 300.0
+    # Structured outputs' grammar backend: auto (llguidance), guidance, xgrammar or off.
+    guided_decoding_backend: str = "auto"
 
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
     # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the

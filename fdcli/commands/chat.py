@@ -23,10 +23,12 @@ from fdcli.commands.complete import (
     DEFAULT_URL,
     ApiClient,
     ApiKeyOpt,
+    JsonSchemaOpt,
     MaxTokensOpt,
     ModelNameOpt,
     TemperatureOpt,
     UrlOpt,
+    json_schema_body,
     sampling_body,
 )
 from fdcli.console import err_console, error_boundary
@@ -149,14 +151,16 @@ def chat(
     ] = None,
     max_tokens: MaxTokensOpt = None,
     temperature: TemperatureOpt = None,
+    json_schema: JsonSchemaOpt = None,
 ) -> None:
     """Chat interactively with an OpenAI-compatible server (default: the local `fd serve`)."""
     with error_boundary():
+        constrained = json_schema_body(json_schema)  # a bad file fails before any request
         client = ApiClient(url, api_key or os.environ.get("OPENAI_API_KEY"))
         model = model_name or client.first_model()
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
         messages = list(system)
-        extra = sampling_body(max_tokens, temperature)
+        extra = {**sampling_body(max_tokens, temperature), **constrained}
         if quick is not None:
             messages.append({"role": "user", "content": quick})
             _stream_reply(client, {"model": model, "messages": messages, **extra})

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -29,6 +30,37 @@ MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", help="Most 
 TemperatureOpt = Annotated[
     Optional[float], typer.Option("--temperature", help="Sampling temperature (0: greedy).", min=0.0, max=2.0)
 ]
+
+JsonSchemaOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--json-schema",
+        help="JSON schema file: the answer is constrained to it (response_format json_schema).",
+        dir_okay=False,
+    ),
+]
+
+
+def json_schema_body(path: Path | None) -> dict[str, Any]:
+    """The request fields for `--json-schema FILE` (OpenAI's response_format json_schema, named after
+    the file); BadInput naming the file when it cannot be read or is not a JSON object."""
+    if path is None:
+        return {}
+    try:
+        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"--json-schema {str(path)!r}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(f"--json-schema {str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise BadInput(f"--json-schema {str(path)!r} must hold a JSON schema object")
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in Path(path).stem)[:64] or "schema"
+    return {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": True},
+        }
+    }
 
 
 class ApiClient:
@@ -101,6 +133,7 @@ def complete(
     max_tokens: MaxTokensOpt = 128,
     temperature: TemperatureOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the whole JSON response.")] = False,
+    json_schema: JsonSchemaOpt = None,
 ) -> None:
     """Send one completion request to an OpenAI-compatible server and stream the text."""
     if prompt is None or prompt == "-":
@@ -110,11 +143,13 @@ def complete(
     if not prompt:
         fail("the prompt is empty", 2)
     with error_boundary():
+        constrained = json_schema_body(json_schema)  # a bad file fails before any request
         client = ApiClient(url, api_key or os.environ.get("OPENAI_API_KEY"))
         body = {
             "model": model_name or client.first_model(),
             "prompt": prompt,
             **sampling_body(max_tokens, temperature),
+            **constrained,
         }
         if json_output:
             sys.stdout.write(json.dumps(client.post("/completions", body), indent=2) + "\n")

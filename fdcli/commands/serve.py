@@ -17,8 +17,8 @@ from typer.core import TyperCommand
 
 from fdcli.console import BadInput, error_boundary, fail
 from fdcli.options import (
+    ALL_ENGINE_FLAGS,
     CORS_LIST_KEYS,
-    ENGINE_FLAGS,
     AllowCredentialsOpt,
     AllowedHeadersOpt,
     AllowedMethodsOpt,
@@ -262,12 +262,12 @@ def _with_engine_flags(func):
     own = [p for n, p in sig.parameters.items() if n not in ("engine_args", "file_values")]
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
-        for name, alias in {"config": ConfigFileOpt, **ENGINE_FLAGS}.items()
+        for name, alias in {"config": ConfigFileOpt, **ALL_ENGINE_FLAGS}.items()
     ]
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> Any:
-        flags = {name: kwargs.pop(name, None) for name in ENGINE_FLAGS}
+        flags = {name: kwargs.pop(name, None) for name in ALL_ENGINE_FLAGS}
         config_file = kwargs.pop("config", None)
         with error_boundary():
             file_values = _load_yaml(config_file) if config_file is not None else {}

@@ -91,7 +91,20 @@ CASES = [
         INV,
         "messages[0].content[0].type",
     ),
-    ("json-mode", CHAT, {**M, "response_format": {"type": "json_object"}}, 400, INV, "response_format"),
+    (
+        "json-schema-invalid",
+        CHAT,
+        {
+            **M,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "objekt"}},
+            },
+        },
+        400,
+        INV,
+        "response_format",
+    ),
     ("top-logprobs-alone", CHAT, {**M, "top_logprobs": 2}, 400, INV, "top_logprobs"),
     ("top-logprobs-50", CHAT, {**M, "logprobs": True, "top_logprobs": 50}, 400, INV, "top_logprobs"),
     ("request-template", CHAT, {**M, "chat_template": "{{ 1 }}"}, 400, INV, "chat_template"),

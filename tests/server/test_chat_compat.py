@@ -209,18 +209,6 @@ def test_chat_top_logprobs_are_exactly_k(server, tiny_model):
     assert all(e.top_logprobs == [] and not math.isnan(e.logprob) for e in r0.choices[0].logprobs.content)
 
 
-def test_structured_output_fields_are_refused_not_ignored(tokenizer):
-    client, _, engine = scripted_client(tokenizer, PIECES)
-    for name, value in (("guided_json", {"type": "object"}), ("guided_choice", ["a", "b"])):
-        with pytest.raises(openai.BadRequestError) as e:
-            client.chat.completions.create(model="fake", messages=MSG, extra_body={name: value})
-        assert e.value.param == name and "not supported" in e.value.body["message"]
-        with pytest.raises(openai.BadRequestError) as e:
-            client.completions.create(model="fake", prompt="hi", extra_body={name: value})
-        assert e.value.param == name
-    assert engine.calls == []
-
-
 def test_bad_words_token_ids_ban_tokens(server, tiny_model):
     import torch
     from tiny_models import load_hf_model

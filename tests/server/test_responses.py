@@ -203,7 +203,7 @@ def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
         ({"tools": [{"type": "web_search"}]}, "tools", "web_search"),
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
         ({"background": True}, "background", "not supported"),
-        ({"text": {"format": {"type": "json_object"}}}, "text", "json_object"),
+        ({"text": {"format": {"type": "grammar"}}}, "text.format", "grammar"),
         (
             {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
             "input[0].type",

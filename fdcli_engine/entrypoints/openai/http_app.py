@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches, shutting_down
 from fdcli_engine.entrypoints.openai.errors import APIError, from_exception, status_phrase
+from fdcli_engine.entrypoints.openai.json_depth import DEEP, too_deep_field
 from fdcli_engine.entrypoints.openai.metrics import ServerMetrics
 from fdcli_engine.entrypoints.openai.protocol import ErrorResponse, ModelCard, ModelList
 from fdcli_engine.entrypoints.openai.request_fields import HEADER as IGNORED_HEADER
@@ -85,6 +86,7 @@ class GuardMiddleware:
                 if len(body) > limit:
                     return await error_response(_too_large(limit))(scope, receive, send)
             receive = _replay(bytes(body), receive)
+            scope["fd.body"] = body  # for the error handler: which field nests too deep to parse
         await self.app(scope, receive, send)
 
 
@@ -281,7 +283,15 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(validation_error(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req, exc: StarletteHTTPException):
+    async def _http(req, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            field = too_deep_field(bytes(req.scope.get("fd.body") or b""))
+            if field is not None:  # the JSON parser's recursion limit: name the field
+                top = field.split(".")[0]
+                if top == "structured_outputs":
+                    top = ".".join(field.split(".")[:2])
+                message = f"{field} nests deeper than {DEEP} levels: the request body cannot be parsed"
+                return error_response(APIError(message, 400, param=top))
         return error_response(APIError(str(exc.detail or status_phrase(exc.status_code)), exc.status_code))
 
     @app.exception_handler(Exception)

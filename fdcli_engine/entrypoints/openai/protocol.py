@@ -49,6 +49,28 @@ class StreamOptions(_Request):
     include_obfuscation: Ignored = None  # OpenAI's padding against side channels
 
 
+class JsonSchemaFormat(_Request):
+    """OpenAI's response_format.json_schema: the schema is the `schema` key (an alias: pydantic's
+    BaseModel has a `schema` attribute)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    name: str | None = Field(default=None, max_length=256)
+    description: str | None = Field(default=None, max_length=MAX_STR)
+    json_schema: Any = Field(default=None, alias="schema")
+    strict: bool | None = None  # fd always enforces the schema (strict or not)
+
+
+class ResponseFormat(_Request):
+    """OpenAI's text | json_object | json_schema, and vLLM's structural_tag (its other keys, e.g.
+    `structures` and `triggers` or `format`, are the tag's definition)."""
+
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
+    json_schema: JsonSchemaFormat | None = None
+    structures: Any = None  # structural_tag (vLLM's legacy form), with triggers
+    triggers: Any = None
+    format: Any = None  # structural_tag (vLLM's current form)
+
+
 class _SamplingFields(_Request):
     """Fields shared by completions and chat (OpenAI's plus the fd/FastDeploy extras)."""
 
@@ -89,14 +111,20 @@ class _SamplingFields(_Request):
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     # FastDeploy: token ids never to generate (each a one-token bad word).
     bad_words_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=1024)
-    # vLLM's / FastDeploy's structured outputs: refused by the serving layer (not supported yet), since
-    # ignoring them would return unconstrained text.
-    guided_json: Ignored = None
-    guided_regex: Ignored = None
-    guided_choice: Ignored = None
-    guided_grammar: Ignored = None
-    structural_tag: Ignored = None
-    structured_outputs: Ignored = None
+    # ---- structured outputs (vLLM's and FastDeploy's forms; OpenAI's response_format below): any
+    # JSON here, checked and mapped onto one StructuredOutputsParams by structured_outputs.py, whose
+    # 400s name the field. guided_decoding_backend / guided_whitespace_pattern are options, not
+    # constraints (docs/structured-outputs.md says what is honoured).
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structural_tag: Any = None
+    structured_outputs: Any = None
+    guided_decoding_backend: Any = None
+    guided_whitespace_pattern: Any = None
+    response_format: ResponseFormat | None = None
+    # ---- end of structured outputs
 
 
 PromptTokens = Annotated[list[TOKEN_ID], Field(min_length=1, max_length=MAX_TOKENS_LIMIT)]
@@ -192,11 +220,6 @@ class ChatTool(_Request):
     function: FunctionDefinition
 
 
-class ResponseFormat(_Request):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
-
-
 class ChatCompletionRequest(_SamplingFields):
     # May be empty only with prompt_token_ids (checked by the serving layer, as FastDeploy does).
     messages: list[ChatMessage] = Field(max_length=MAX_MESSAGES)
@@ -204,7 +227,6 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    response_format: ResponseFormat | None = None
     chat_template: str | None = Field(default=None, max_length=1 << 16)
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True

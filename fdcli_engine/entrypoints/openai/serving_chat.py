@@ -29,7 +29,6 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     build_params,
     check_generative,
     check_model,
-    check_no_structured_outputs,
     check_prompt,
     chunk_usage,
     encode,
@@ -50,6 +49,7 @@ from fdcli_engine.entrypoints.openai.serving_tools import (
     tools_in_system_prompt,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
+from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
 from fdcli_engine.tokenizer.chat_template import RenderLimitError, template_takes_tools
 
 
@@ -118,8 +118,11 @@ class OpenAIServingChat:
         reasoning_parser_cls=None,
         allow_request_chat_template: bool = False,
         tool_parser_cls=None,
+        structured_outputs: StructuredOutputs | None = None,
     ):
         self.engine = engine
+        # The grammar checks, shared with completions when build_serving passes them.
+        self.structured_outputs = structured_outputs or StructuredOutputs(engine)
         self.served_model_names = served_model_names
         self.chat_template = chat_template
         self.reasoning_parser_cls = reasoning_parser_cls
@@ -127,19 +130,12 @@ class OpenAIServingChat:
         self.tool_parser_cls = tool_parser_cls
 
     def _check_unsupported(self, req: ChatCompletionRequest) -> None:
-        if req.response_format is not None and req.response_format.type != "text":
-            raise bad_request(
-                f"response_format {req.response_format.type!r} is not supported yet (structured outputs); "
-                "use 'text'",
-                "response_format",
-            )
         check_prompt_logprobs(req)
         if req.top_logprobs is not None and not req.logprobs:
             raise bad_request("top_logprobs requires logprobs=true", "top_logprobs")
         self.check_request_template(req.chat_template)
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
-        check_no_structured_outputs(req)
         if not req.messages and req.prompt_token_ids is None:
             raise bad_request(
                 "messages: List should have at least 1 item after validation, not 0", "messages"
@@ -237,7 +233,11 @@ class OpenAIServingChat:
             req, self.engine.tokenizer, max_tokens, logprobs, prompt_logprobs=req.prompt_logprobs
         )
         check_logit_bias_vocab(params, self.engine.model_config)
+        start_after = self._constraint_start(prompt, req.chat_template)
+        params.structured_outputs = await self.structured_outputs.params_for(req, start_after)
         if tool_constraint is not None:  # tools: the forced tool choice's grammar
+            tool_constraint.start_after_token_ids = start_after
+            await self.structured_outputs.check_tools(tool_constraint)
             params.structured_outputs = tool_constraint
         rid = request_id or req.request_id or random_id("chatcmpl")
         jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n)
@@ -249,6 +249,16 @@ class OpenAIServingChat:
         if req.stream:
             return self._stream(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.tool_parser)
         return await self._full(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.tool_parser)
+
+    def _constraint_start(self, prompt: str | None, request_template: str | None) -> list[int]:
+        """Where a structured-outputs constraint starts: after the reasoning block (structured_outputs.py)."""
+        template = (
+            request_template or self.chat_template or getattr(self.engine.tokenizer, "chat_template", None)
+        )
+        tok = self.engine.tokenizer
+        return reasoning_start_after(
+            self.reasoning_parser_cls, lambda t: encode(tok, t, False), prompt, template
+        )
 
     def _splitter(self, req, tool_parser) -> OutputSplitter:
         """One choice's output splitter; it parses tool calls only when the request asked for that."""

@@ -176,25 +176,6 @@ def build_params(
     return params
 
 
-def check_no_structured_outputs(req) -> None:
-    """A 400 for vLLM's / FastDeploy's structured-output fields: fd cannot constrain the output yet,
-    and ignoring them would answer unconstrained text as if it were."""
-    names = (
-        "guided_json",
-        "guided_regex",
-        "guided_choice",
-        "guided_grammar",
-        "structural_tag",
-        "structured_outputs",
-    )
-    for name in names:
-        if getattr(req, name) is not None:
-            raise bad_request(
-                f"{name} is not supported yet (structured outputs); leave it out and validate the output",
-                name,
-            )
-
-
 @dataclass
 class Job:
     """One sequence the engine generates: a (prompt, sample) pair with its choice index."""

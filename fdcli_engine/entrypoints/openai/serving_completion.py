@@ -21,7 +21,6 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     build_params,
     check_generative,
     check_model,
-    check_no_structured_outputs,
     check_prompt,
     chunk_usage,
     completion_logprobs,
@@ -36,6 +35,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
+from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,16 @@ class PreparedCompletion:
 
 
 class OpenAIServingCompletion:
-    def __init__(self, engine: EngineClient, served_model_names: list[str]):
+    def __init__(
+        self,
+        engine: EngineClient,
+        served_model_names: list[str],
+        structured_outputs: StructuredOutputs | None = None,
+    ):
         self.engine = engine
         self.served_model_names = served_model_names
+        # Completions have no reasoning parser: a constraint starts at the first generated token.
+        self.structured_outputs = structured_outputs or StructuredOutputs(engine)
 
     def _check_unsupported(self, req: CompletionRequest) -> None:
         if req.suffix:
@@ -65,7 +72,6 @@ class OpenAIServingCompletion:
             )
         if req.stream_options is not None and not req.stream:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
-        check_no_structured_outputs(req)
 
     def _prompts(self, req: CompletionRequest) -> list[tuple[str | None, list[int]]]:
         """(text, ids) per prompt; (None, ids) for a prompt given as token ids."""
@@ -94,6 +100,7 @@ class OpenAIServingCompletion:
             req, self.engine.tokenizer, min(max_tokens), req.logprobs, prompt_logprobs=prompt_logprobs_of(req)
         )
         check_logit_bias_vocab(params, self.engine.model_config)
+        params.structured_outputs = await self.structured_outputs.params_for(req)
         rid = request_id or req.request_id or random_id("cmpl")
         jobs = fan_out(rid, prompts, params, req.n)
         for job in jobs:

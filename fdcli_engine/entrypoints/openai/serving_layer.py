@@ -19,6 +19,7 @@ from fdcli_engine.entrypoints.openai.serving_responses import OpenAIServingRespo
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
 from fdcli_engine.entrypoints.openai.serving_tokenize import OpenAIServingTokenization
+from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs
 from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
 
@@ -44,6 +45,7 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         from fdcli_engine.entrypoints.openai.metrics import ObservedEngine
 
         generating = ObservedEngine(engine, metrics)
+    structured = StructuredOutputs(engine)  # one grammar backend (and cache) for chat and completions
     chat = OpenAIServingChat(
         generating,
         names,
@@ -51,11 +53,12 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         reasoning_parser_cls=get_parser_cls(options.reasoning_parser),
         allow_request_chat_template=options.trust_request_chat_template,
         tool_parser_cls=get_tool_parser_cls(options.tool_call_parser),
+        structured_outputs=structured,
     )
     return ServingLayer(
         engine=engine,
         served_model_names=names,
-        completion=OpenAIServingCompletion(generating, names),
+        completion=OpenAIServingCompletion(generating, names, structured),
         chat=chat,
         embedding=OpenAIServingEmbedding(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),

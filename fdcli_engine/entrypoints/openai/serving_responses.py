@@ -17,6 +17,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 
+from pydantic import ValidationError
+
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
 from fdcli_engine.entrypoints.openai.protocol_responses import (
@@ -38,7 +40,11 @@ from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 # Chat-side parameter names in errors from the shared path -> the Responses API's names.
-_PARAMS = {"max_completion_tokens": "max_output_tokens", "messages": "input"}
+_PARAMS = {
+    "max_completion_tokens": "max_output_tokens",
+    "messages": "input",
+    "response_format": "text.format",
+}
 
 
 def check_unsupported(req: ResponsesRequest) -> None:
@@ -58,8 +64,25 @@ def check_unsupported(req: ResponsesRequest) -> None:
     if req.background:
         raise bad_request("background responses are not supported: fd answers in the request", "background")
     fmt = req.text.format if req.text is not None else None
-    if fmt is not None and fmt.type != "text":
-        raise bad_request(f"text.format {fmt.type!r} is not supported on /v1/responses; use 'text'", "text")
+    if fmt is not None and fmt.type not in ("text", "json_object", "json_schema"):
+        raise bad_request(
+            f"text.format {fmt.type!r} is not supported on /v1/responses; use text, json_object or json_schema",
+            "text.format",
+        )
+
+
+def response_format(req: ResponsesRequest) -> dict | None:
+    """The chat response_format of the Responses API's text.format (whose json_schema is flat:
+    name, schema, strict and description sit next to `type`)."""
+    fmt = req.text.format if req.text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    spec = {
+        k: v for k, v in (fmt.model_extra or {}).items() if k in ("name", "schema", "strict", "description")
+    }
+    return {"type": "json_schema", "json_schema": spec}
 
 
 def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
@@ -98,14 +121,18 @@ class OpenAIServingResponses:
         """A ResponseObject, or (stream=True) an async iterator of SSE events."""
         check_generative(self.chat.engine, "/v1/responses")
         check_unsupported(req)
-        chat_req = ChatCompletionRequest(
-            model=req.model,
-            messages=to_messages(req),
-            max_completion_tokens=req.max_output_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            stream=req.stream,
-        )
+        try:
+            chat_req = ChatCompletionRequest(
+                model=req.model,
+                messages=to_messages(req),
+                max_completion_tokens=req.max_output_tokens,
+                temperature=req.temperature,
+                top_p=req.top_p,
+                stream=req.stream,
+                response_format=response_format(req),
+            )
+        except ValidationError as e:  # only text.format's keys can fail here: the rest are checked
+            raise bad_request(f"text.format: {e.errors()[0]['msg']}", "text.format") from None
         rid = request_id or req.request_id or "resp_" + uuid.uuid4().hex
         try:
             p = await self.chat.prepare(chat_req, rid)
