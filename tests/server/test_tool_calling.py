@@ -299,3 +299,26 @@ def test_qwen3_reasoning_and_hermes_calls_streamed_at_every_cut(text):
                 OutputSplitter(ThinkParser, HermesToolParser), [text[:i], text[i:j], text[j:]]
             )
             assert got == want, (i, j)
+
+
+def test_a_tool_schema_that_does_not_compile_is_a_400_naming_tools(tokenizer):
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/$defs/missing"}}}]
+    client, _, engine = scripted_client(tokenizer, ["x"])
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="fake", messages=USER, tools=bad, tool_choice=choice)
+        assert e.value.body["param"] == "tools", e.value.body
+    assert engine.calls == []
+
+
+def test_a_forced_choice_starts_after_the_reasoning_block(tokenizer):
+    from fdcli_engine.entrypoints.openai.serving_common import encode
+
+    text = f"plan the calls\n</think>\n\n{REQUIRED}"
+    client, _, engine = scripted_client(tokenizer, _pieces(text, 4), reasoning_parser="deepseek_r1")
+    choice = client.chat.completions.create(
+        model="fake", messages=USER, tools=TOOLS, tool_choice="required"
+    ).choices[0]
+    assert engine.calls[0][2].structured_outputs.start_after_token_ids == encode(tokenizer, "</think>", False)
+    assert choice.message.model_extra["reasoning_content"] == "plan the calls\n"
+    assert [c.function.name for c in choice.message.tool_calls] == ["get_weather", "now"]
