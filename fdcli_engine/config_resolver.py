@@ -14,6 +14,7 @@ import logging
 from fdcli_engine.config import EngineConfig, resolve_model_path
 from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
 from fdcli_engine.resolved_config import ResolvedConfig
+from fdcli_engine.structured_output.backend import check_backend_name
 
 logger = logging.getLogger("fd.config")
 
@@ -24,6 +25,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     """Resolve the model, read its config, decide every "auto", and validate every combination."""
     from fdcli_engine.threads import import_paddle, usable_cpu_count
 
+    # Options that need no model are refused before paddle loads (seconds saved on a typo).
+    check_backend_name(config.guided_decoding_backend)
     import_paddle()  # first import, without paddle's start-up banner; the loader imports paddle
     from fdcli_engine.loader import detect_layout, read_model_config
     from fdcli_engine.pooling.config import resolve_runner

@@ -31,6 +31,13 @@ def _wrong_runner(engine_is_pooling: bool) -> str:
     return "this server runs a generative model (--runner generate): it serves no embeddings or rewards"
 
 
+def _grammar_backend(config: ResolvedConfig, tokenizer, vocab_size: int):
+    """The structured-outputs backend over the model's tokenizer, or None when they are off."""
+    from fdcli_engine.structured_output import get_backend
+
+    return get_backend(config.guided_decoding_backend, tokenizer, vocab_size)
+
+
 class EngineCore:
     def __init__(self, config: ResolvedConfig):
         from fdcli_engine.threads import set_num_threads
@@ -45,6 +52,7 @@ class EngineCore:
         from fdcli_engine.tokenizer import load_tokenizer
 
         t0 = time.perf_counter()
+        self.grammar_backend = None
         self.is_pooling = config.runner == "pooling"
         if self.is_pooling:
             from fdcli_engine.models.adapters import load_pooling_model
@@ -55,8 +63,10 @@ class EngineCore:
             self.runner = PoolingModelRunner(config, self.model)
         else:
             self.model = load_model(config)
-            eos = set(load_tokenizer(config).eos_token_ids)
-            self.runner = ModelRunner(config, self.model, eos)
+            tokenizer = load_tokenizer(config)
+            eos = set(tokenizer.eos_token_ids)
+            self.grammar_backend = _grammar_backend(config, tokenizer, self.model.vocab_size)
+            self.runner = ModelRunner(config, self.model, eos, self.grammar_backend)
         self.vocab_size = self.model.vocab_size
         capacity = self.runner.num_blocks * config.block_size
         if capacity < config.max_model_len:
@@ -96,6 +106,12 @@ class EngineCore:
         )
         if not is_pooling:
             check_logit_bias(params.logit_bias, self.vocab_size)
+            if params.structured_outputs is not None and self.grammar_backend is None:
+                raise InvalidRequestError(
+                    "structured outputs are off on this server (--guided-decoding-backend off): "
+                    "start it with --guided-decoding-backend auto to use them",
+                    param="structured_outputs",
+                )
 
     def add_request(self, req: EngineCoreRequest) -> None:
         self.validate_request(req.prompt_token_ids, req.params)
@@ -117,7 +133,12 @@ class EngineCore:
         out = self.runner.execute(so)
         if so.is_empty:
             return []
-        return self.scheduler.update_from_output(so, out)
+        outputs = self.scheduler.update_from_output(so, out)
+        if out.failed:  # only those requests end; the step and the others go on
+            for rid, why in out.failed.items():
+                logger.warning("request %s aborted: %s", rid, why)
+            outputs += self.scheduler.abort_requests(list(out.failed))
+        return outputs
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()

@@ -45,7 +45,7 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     pooler_config: dict | None = None  # a PoolerConfig as a dict, for the pooling runner
     tensor_parallel_size: int = 1
     engine_watchdog_timeout: float = 300.0  # seconds; 0: off (core_client.py)
-    guided_decoding_backend: str = "auto"  # structured outputs: auto | guidance | xgrammar | off
+    guided_decoding_backend: str = "auto"  # "auto" | "guidance" | "off" (structured_output/backend.py)
 
     def replace(self, **changes: Any) -> ResolvedConfig:
         return msgspec.structs.replace(self, **changes)

@@ -75,6 +75,9 @@ class ModelRunnerOutput:
     prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float, int]]]]] = field(default_factory=dict)
     # req_id -> pooled output (pooling runner only).
     pooled: dict[str, np.ndarray] = field(default_factory=dict)
+    # req_id -> reason: requests the runner cannot go on with (a constraint that failed to compile);
+    # no token is reported for them and the engine ends them (finish_reason "abort").
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -11,6 +11,11 @@ tokens are the same whatever else is in the batch and however often it was preem
 those of the model's raw distribution (before logit_bias, penalties and temperature), as vLLM reports
 them. A request's `logit_bias` is added to its own row before the sampling op, which then applies
 penalties, temperature and the filters on the biased logits.
+Structured outputs: a constrained row's grammar mask (runner/grammar_masks.py) comes first, on the same
+copy: the tokens it disallows are -inf before logit_bias, the bans and everything else. When the bans
+(min_tokens' EOS ban, bad words) would leave such a row nothing, the grammar wins: the row's bans are
+lifted, so a finished grammar still ends with EOS (the scheduler then stops it only once min_tokens
+tokens are out, the extra tokens being EOS).
 The bans (`banned_token_ids`) are the sampler's share of the stop rules described in step_types.
 """
 
@@ -27,6 +32,7 @@ from fd_kernels.sampler_layout import META_COLUMNS, PARAM_COLUMNS, MetaRow
 
 from fdcli_engine import ops
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.runner.grammar_masks import StepMasks, allowed_rows
 from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
 
@@ -88,6 +94,12 @@ def with_logit_bias(logits: np.ndarray, reqs: list[ScheduledRequest]) -> np.ndar
     return biased
 
 
+def _bans_leave_nothing(allowed: np.ndarray, banned: list[int]) -> bool:
+    ids = np.unique(np.asarray(banned, dtype=np.int64))
+    ids = ids[(ids >= 0) & (ids < allowed.shape[0])]
+    return int(allowed.sum()) <= int(allowed[ids].sum())
+
+
 class Sampler:
     def __init__(
         self, seed: int = 0, eos_token_ids: set[int] | None = None, sampling_class: str | None = None
@@ -117,9 +129,14 @@ class Sampler:
         return rng
 
     def sample(
-        self, logits: np.ndarray, reqs: list[ScheduledRequest]
+        self, logits: np.ndarray, reqs: list[ScheduledRequest], masks: StepMasks | None = None
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
         n = len(reqs)
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        allowed = {}  # row -> bool [V]: the grammar's allowed tokens
+        if masks is not None and masks.rows:
+            bits = allowed_rows(masks.bitmask, masks.rows, logits.shape[1])
+            allowed = dict(zip(masks.rows, bits))
         params = np.empty((n, len(PARAM_COLUMNS)), dtype=np.float64)
         meta = np.zeros((n, len(META_COLUMNS)), dtype=np.int64)
         uniforms = np.zeros((n, self.num_uniforms), dtype=np.float64)
@@ -133,6 +150,8 @@ class Sampler:
             penalized = sp.repetition_penalty != 1.0 or sp.presence_penalty or sp.frequency_penalty
             output = sr.output_token_ids if penalized else ()
             banned = banned_token_ids(sp, sr.output_token_ids, self.eos_token_ids)
+            if banned and i in allowed and _bans_leave_nothing(allowed[i], banned):
+                banned = []  # the grammar wins (module docstring)
             meta[i] = MetaRow(
                 offset=offset, num_prompt=len(prompt), num_output=len(output), num_banned=len(banned)
             )
@@ -142,8 +161,12 @@ class Sampler:
                 rng = self._rng_for(sr)
                 uniforms[i] = rng.random() if self.num_uniforms == 1 else rng.random(self.num_uniforms)
         ids = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64, count=offset)
-        logits = np.ascontiguousarray(logits, dtype=np.float32)
-        biased = with_logit_bias(logits, reqs)
+        biased = logits
+        if allowed:
+            biased = logits.copy()  # the raw logits stay for the logprobs
+            for i, ok in allowed.items():
+                biased[i, ~ok] = -np.inf
+        biased = with_logit_bias(biased, reqs)
         tokens = ops.sample(biased, params, ids, meta, uniforms, self.rejection).tolist()
         all_logprobs: list[list[tuple[int, float]] | None] = []
         for i, sr in enumerate(reqs):

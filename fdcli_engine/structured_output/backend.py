@@ -52,17 +52,23 @@ class GrammarBackend(Protocol):
         """An all-allowed bitmask of `num_rows` rows."""
 
 
+def check_backend_name(name: str) -> None:
+    """ConfigError unless `name` is a backend fd can run: said at config validation, before any model
+    or library loads."""
+    if name == "xgrammar":
+        raise ConfigError("--guided-decoding-backend xgrammar is not available in fd: use guidance (or auto)")
+    if name not in BACKEND_NAMES:
+        raise ConfigError(
+            f"--guided-decoding-backend {name!r} is not known: choose one of {', '.join(BACKEND_NAMES)}"
+        )
+
+
 def get_backend(name: str, tokenizer, vocab_size: int) -> GrammarBackend | None:
     """The backend `name` names (None for "off") over the model's tokenizer; `vocab_size` is the
     logits' width. "auto" is llguidance, the backend fd installs."""
+    check_backend_name(name)
     if name == "off":
         return None
-    if name in ("auto", "guidance"):
-        from fdcli_engine.structured_output.guidance import GuidanceBackend  # noqa: PLC0415
+    from fdcli_engine.structured_output.guidance import GuidanceBackend  # noqa: PLC0415
 
-        return GuidanceBackend(tokenizer, vocab_size)
-    if name == "xgrammar":
-        raise ConfigError(
-            "the xgrammar backend is not available in fd: use --guided-decoding-backend guidance (or auto)"
-        )
-    raise ConfigError(f"grammar backend {name!r} is not known: choose one of {', '.join(BACKEND_NAMES)}")
+    return GuidanceBackend(tokenizer, vocab_size)

@@ -1,0 +1,178 @@
+"""The runner's structured-output state: one grammar matcher per constrained request, and the step's
+allowed-token bitmask, filled on a worker thread while the model's forward runs.
+
+Invariants:
+- A matcher is current at the start of a step: it has consumed every output token of its request
+  except those before the constraint starts (`start_after_token_ids`). It catches up from the
+  request's `output_token_ids` (the scheduler's record, shared read-only) at the start of each step,
+  so a token the runner sampled but the scheduler did not keep is never consumed.
+- Matchers live until the request's id is in SchedulerOutput.finished_req_ids. Preemption does not
+  drop them: a preempted request keeps its output tokens and is recomputed, never re-sampled, so its
+  matcher stays right. n > 1 children are separate requests with matchers of their own.
+- Only the worker touches the matchers between `begin` and `wait`; the main thread meanwhile runs the
+  forward (paddle and llguidance's fill release the GIL). A step with no constrained row submits
+  nothing.
+- A row whose grammar allows nothing, or whose matcher is done (terminated) or failed, may only
+  produce EOS. A constraint that fails to compile fails its request only (`StepMasks.failed`).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.step_types import ScheduledRequest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _State:
+    matcher: object | None  # GrammarMatcher; None once failed
+    trigger: list[int]  # start_after_token_ids
+    started: bool
+    num_seen: int = 0  # output tokens accounted for (consumed, or scanned for the trigger)
+    done: bool = False  # terminated or errored: EOS only from here on
+    error: str | None = None  # set when the constraint could not be compiled
+
+
+@dataclass
+class StepMasks:
+    """One step's masks over the sampling rows (the sampler's `reqs` order)."""
+
+    bitmask: np.ndarray  # int32 [rows, ceil(V / 32)]; constrained rows only are meaningful
+    rows: list[int]  # the constrained sampling rows
+    # req_id -> reason: requests whose constraint failed to compile; the engine ends them.
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class GrammarMasks:
+    def __init__(self, backend, eos_token_ids: set[int]):
+        self.backend = backend  # GrammarBackend, or None (structured outputs off)
+        self.eos_token_ids = sorted(eos_token_ids)
+        self._states: dict[str, _State] = {}
+        self._executor: ThreadPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def drop(self, req_ids) -> None:
+        for rid in req_ids:
+            self._states.pop(rid, None)
+
+    def begin(
+        self, scheduled: list[ScheduledRequest], sampling: list[ScheduledRequest]
+    ) -> Future | StepMasks | None:
+        """Start this step's masks: None when no row is constrained (nothing submitted). `scheduled`:
+        every request of the step (a new constrained one is compiled when first seen, prefill
+        included); `sampling`: the rows that sample, in the sampler's order."""
+        new = [
+            sr
+            for sr in scheduled
+            if sr.sampling_params is not None
+            and sr.sampling_params.structured_outputs is not None
+            and sr.req_id not in self._states
+        ]
+        rows = [
+            i
+            for i, sr in enumerate(sampling)
+            if sr.sampling_params.structured_outputs is not None or sr.req_id in self._states
+        ]
+        if not new and not rows:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fd-grammar")
+        return self._executor.submit(self._fill, new, sampling, rows)
+
+    @staticmethod
+    def wait(pending: Future | StepMasks | None) -> StepMasks | None:
+        if isinstance(pending, Future):
+            return pending.result()
+        return pending
+
+    # -- on the worker ---------------------------------------------------------------------------
+    def _fill(self, new: list[ScheduledRequest], sampling: list[ScheduledRequest], rows: list[int]):
+        failed: dict[str, str] = {}
+        for sr in new:
+            state = self._states[sr.req_id] = self._register(sr)
+            if state.error is not None:
+                failed[sr.req_id] = state.error
+        bitmask = self._allocate(len(sampling))
+        kept = []
+        for i in rows:
+            sr = sampling[i]
+            state = self._states[sr.req_id]
+            if state.error is not None:
+                failed[sr.req_id] = state.error
+                continue
+            kept.append(i)
+            self._catch_up(sr.req_id, state, sr.output_token_ids)
+            if not state.started:
+                continue  # not constrained yet: the row stays all-allowed
+            if not state.done:
+                try:
+                    state.matcher.fill_bitmask(bitmask, i)
+                except Exception as exc:  # a grammar fault ends the constraint, not the engine
+                    self._fail(sr.req_id, state, f"mask failed: {exc}")
+                if not state.done and not bitmask[i].any():
+                    state.done = True  # the grammar allows nothing: only EOS can end the row
+            if state.done:
+                self._eos_only(bitmask[i])
+        return StepMasks(bitmask=bitmask, rows=kept, failed=failed)
+
+    def _allocate(self, n: int) -> np.ndarray:
+        if self.backend is not None:
+            return self.backend.allocate_bitmask(n)
+        return np.full((n, 1), -1, dtype=np.int32)
+
+    def _register(self, sr: ScheduledRequest) -> _State:
+        so = sr.sampling_params.structured_outputs
+        trigger = list(so.start_after_token_ids)
+        if self.backend is None:
+            return _State(None, trigger, False, error="structured outputs are off in this engine")
+        try:
+            matcher = self.backend.compile(so).matcher()
+        except InvalidRequestError as exc:
+            logger.warning("request %s: constraint refused: %s", sr.req_id, exc)
+            return _State(None, trigger, False, error=str(exc))
+        except Exception as exc:  # defensive: the serving layer compiled it first
+            logger.exception("request %s: constraint failed to compile", sr.req_id)
+            return _State(None, trigger, False, error=f"the constraint failed to compile: {exc}")
+        return _State(matcher, trigger, started=not trigger)
+
+    def _catch_up(self, req_id: str, state: _State, output: list[int]) -> None:
+        trigger = state.trigger
+        for k in range(state.num_seen, len(output)):
+            if not state.started:
+                end = k + 1
+                if end >= len(trigger) and output[end - len(trigger) : end] == trigger:
+                    state.started = True
+            elif not state.done:
+                tok = output[k]
+                if not state.matcher.accept(tok):
+                    self._fail(req_id, state, f"token {tok} was not allowed")
+                elif state.matcher.is_terminated():
+                    state.done = True
+        state.num_seen = len(output)
+
+    @staticmethod
+    def _fail(req_id: str, state: _State, why: str) -> None:
+        logger.warning("request %s: grammar matcher stopped (%s); only EOS is allowed now", req_id, why)
+        state.done = True
+
+    def _eos_only(self, row: np.ndarray) -> None:
+        row[:] = 0
+        bits = row.view(np.uint32)
+        for e in self.eos_token_ids:
+            if (e >> 5) < bits.shape[0]:
+                bits[e >> 5] |= np.uint32(1 << (e & 31))
+
+
+def allowed_rows(bitmask: np.ndarray, rows: list[int], vocab_size: int) -> np.ndarray:
+    """bool [len(rows), vocab_size]: the tokens each listed row of `bitmask` allows."""
+    packed = np.ascontiguousarray(bitmask[rows]).view(np.uint8)
+    return np.unpackbits(packed, axis=1, bitorder="little")[:, :vocab_size].astype(bool)
