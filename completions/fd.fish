@@ -178,6 +178,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o tp
 complete -c fd -n '__fish_seen_subcommand_from chat' -l api-key
+complete -c fd -n '__fish_seen_subcommand_from chat' -l json-schema
 complete -c fd -n '__fish_seen_subcommand_from chat' -l max-tokens
 complete -c fd -n '__fish_seen_subcommand_from chat' -l model-name
 complete -c fd -n '__fish_seen_subcommand_from chat' -l quick
@@ -189,6 +190,7 @@ complete -c fd -n '__fish_seen_subcommand_from collect-env' -l json
 complete -c fd -n '__fish_seen_subcommand_from collect-env' -l no-paddle
 complete -c fd -n '__fish_seen_subcommand_from complete' -l api-key
 complete -c fd -n '__fish_seen_subcommand_from complete' -l json
+complete -c fd -n '__fish_seen_subcommand_from complete' -l json-schema
 complete -c fd -n '__fish_seen_subcommand_from complete' -l max-tokens
 complete -c fd -n '__fish_seen_subcommand_from complete' -l model-name
 complete -c fd -n '__fish_seen_subcommand_from complete' -l temperature

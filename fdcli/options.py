@@ -396,8 +396,8 @@ SO_BACKENDS = (
 
 
 def _structured_outputs_options(merged: dict[str, Any]) -> None:
-    """Map --structured-outputs-config onto guided_decoding_backend and check the backend name, in
-    `merged` (in place), before paddle or llguidance load."""
+    """Map --structured-outputs-config onto guided_decoding_backend in `merged` (in place); the name
+    itself is checked by EngineConfig.validate, before paddle or llguidance load."""
     if "structured_outputs_config" in merged:
         config = _parse_json("structured_outputs_config", merged.pop("structured_outputs_config"))
         unknown = sorted(set(config) - set(SO_CONFIG_KEYS))
@@ -415,17 +415,6 @@ def _structured_outputs_options(merged: dict[str, Any]) -> None:
                     f"--guided-decoding-backend {given!r}: give one"
                 )
             merged["guided_decoding_backend"] = backend
-    backend = merged.get("guided_decoding_backend")
-    if backend is None:
-        return
-    if backend not in SO_BACKENDS:
-        raise ConfigError(
-            f"--guided-decoding-backend {backend!r} is not known: choose one of {', '.join(SO_BACKENDS)}"
-        )
-    if backend == "xgrammar":
-        raise ConfigError(
-            "--guided-decoding-backend xgrammar is not available in fd: use guidance (llguidance) or auto"
-        )
 
 
 def _load_yaml(config_file: Path) -> dict[str, Any]:

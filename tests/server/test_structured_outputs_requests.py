@@ -322,6 +322,11 @@ def test_constraint_starts_after_the_reasoning_block(tokenizer):
     # DeepSeek-R1 / ERNIE: the prompt opens the block.
     assert reasoning_start_after(DeepSeekR1Parser, encode, "<｜Assistant｜><think>\n", None) == end
     assert reasoning_start_after(DeepSeekR1Parser, encode, "<｜Assistant｜>", None) == end
+    # ERNIE-x1: its template opens the block, or closes an empty one with enable_thinking false.
+    from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser as Ernie
+
+    assert reasoning_start_after(Ernie, encode, "Assistant: <think>\n", None) == end
+    assert reasoning_start_after(Ernie, encode, "Assistant: <think>\n\n</think>\n\n", None) == []
     # A template that never thinks, served with a reasoning parser: from the first token.
     assert reasoning_start_after(ThinkParser, encode, "<|im_start|>assistant\n", "{{ messages }}") == []
 
@@ -360,3 +365,28 @@ def test_responses_api_text_format_json_schema(app):
             text={"format": {"type": "json_schema", "name": "x", "schema": {"type": "objekt"}}},
         )
     assert e.value.body["param"] == "text.format"
+
+
+def test_sdk_structured_requests_pass_strict_request_fields(tokenizer):
+    # Every key the SDK and vLLM clients send is a declared field: nothing is "unknown".
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):
+        a: int
+
+    client, http, _ = scripted_client(tokenizer, ['{"a": 1}'], strict_request_fields=True)
+    assert (
+        client.chat.completions.parse(model="fake", messages=MSG, response_format=Answer)
+        .choices[0]
+        .message.parsed
+    )
+    body = {"model": "fake", "messages": MSG, "guided_regex": "a", "guided_decoding_backend": "auto"}
+    assert (
+        http.post("/v1/chat/completions", json={**body, "guided_whitespace_pattern": " "}).status_code == 200
+    )
+    tag = {"type": "structural_tag", "structures": [], "triggers": []}
+    r = http.post("/v1/chat/completions", json={"model": "fake", "messages": MSG, "response_format": tag})
+    # Declared keys: served, or (while the backend lacks structural tags) a 400 about the tag itself.
+    assert r.status_code == 200 or (
+        r.json()["error"]["param"] == "response_format" and "Unrecognized" not in r.text
+    ), r.text

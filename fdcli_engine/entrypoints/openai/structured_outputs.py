@@ -292,7 +292,10 @@ class StructuredOutputs:
             )
         try:
             params = to_params(c, start_after_token_ids)
-            await asyncio.wait_for(off_loop(self._compile_and_probe, params), COMPILE_TIMEOUT_S)
+            # Built once (a pass over the vocabulary), outside the compile budget: a large vocabulary
+            # must not make the first request's compile look slow.
+            backend = await off_loop(self.backend)
+            await asyncio.wait_for(off_loop(_compile_and_probe, backend, params), COMPILE_TIMEOUT_S)
         except InvalidRequestError as e:
             raise bad_request(f"{c.field}: {_one_line(str(e))}", c.field) from None
         except ConfigError as e:
@@ -312,7 +315,8 @@ class StructuredOutputs:
                 "tool_choice",
             )
         try:
-            await asyncio.wait_for(off_loop(self._compile_and_probe, params), COMPILE_TIMEOUT_S)
+            backend = await off_loop(self.backend)
+            await asyncio.wait_for(off_loop(_compile_and_probe, backend, params), COMPILE_TIMEOUT_S)
         except InvalidRequestError as e:
             raise bad_request(
                 f"tools: the parameters schemas do not compile: {_one_line(str(e))}", "tools"
@@ -324,13 +328,13 @@ class StructuredOutputs:
 
     # --- end tools ---
 
-    def _compile_and_probe(self, params: StructuredOutputsParams) -> None:
-        """Compile (cached by the backend) and compute the first mask: a constraint that matches nothing
-        ends there, before any token (an empty regex class, a grammar of one impossible token)."""
-        backend = self.backend()
-        matcher = backend.compile(params).matcher()
-        matcher.fill_bitmask(backend.allocate_bitmask(1), 0)
-        if matcher.is_terminated():
-            raise InvalidRequestError(
-                f"the {params.kind} constraint matches no output", param="structured_outputs"
-            )
+
+def _compile_and_probe(backend, params: StructuredOutputsParams) -> None:
+    """Compile (cached by the backend) and compute the first mask: a constraint that matches nothing
+    ends there, before any token (an empty regex class, a grammar of one impossible token)."""
+    matcher = backend.compile(params).matcher()
+    matcher.fill_bitmask(backend.allocate_bitmask(1), 0)
+    if matcher.is_terminated():
+        raise InvalidRequestError(
+            f"the {params.kind} constraint matches no output", param="structured_outputs"
+        )
