@@ -320,7 +320,7 @@ ToolCallParserOpt = Annotated[
     Optional[str],
     typer.Option(
         "--tool-call-parser",
-        help="Parse tool calls from the output of requests with tools (tool_choice auto): ernie-x1.",
+        help="Parse tool calls from the output (tool_choice auto): hermes, llama3_json, mistral, pythonic or ernie-x1.",
         rich_help_panel=SERVING_PANEL,
     ),
 ]

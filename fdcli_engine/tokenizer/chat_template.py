@@ -204,3 +204,18 @@ def render_chat_template(
         raise TemplateError(
             f"chat template failed to render: {type(exc).__name__}: {exc}", param="messages"
         ) from None
+
+
+@functools.lru_cache(maxsize=16)
+def template_takes_tools(template: str) -> bool:
+    """Whether the template reads the `tools` variable (a template that never does would drop the
+    request's tools without a word). A template that does not parse counts as taking them: its
+    render reports the syntax error."""
+    from jinja2 import Environment, meta
+    from jinja2.ext import loopcontrols
+
+    try:
+        parsed = Environment(extensions=[loopcontrols]).parse(template)
+    except Exception:  # noqa: BLE001  (any parse failure is reported by the render)
+        return True
+    return "tools" in meta.find_undeclared_variables(parsed)

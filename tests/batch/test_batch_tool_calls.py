@@ -79,3 +79,52 @@ def test_unknown_parser_fails_before_the_engine_is_built(tmp_path):
             {},
             never,
         )
+
+
+def test_hermes_and_forced_tool_choice_lines(tmp_path):
+    # The same serving layer as fd serve: a hermes reply parsed under --tool-call-parser hermes, and a
+    # tool_choice "required" line that sends the engine the forcing grammar and reads its output.
+    from tiny_models import write_tiny_tokenizer
+
+    from fdcli_engine.tokenizer import Tokenizer
+
+    forced = '[{"name": "get_weather", "parameters": {"location": "Paris"}}]'
+
+    class Engine(FakeEngine):
+        def __init__(self, tokenizer):
+            super().__init__(REPLY, finish_reason="stop")
+            self.tokenizer = tokenizer
+            self.model_config.vocab_size = tokenizer.vocab_size
+            self.seen = {}
+
+        async def generate(self, prompt_token_ids, params, request_id, prompt=None):
+            self.seen[request_id] = params.structured_outputs
+            self.reply = forced if params.structured_outputs is not None else REPLY
+            async for out in super().generate(prompt_token_ids, params, request_id, prompt):
+                yield out
+
+    engine = Engine(Tokenizer.from_model(write_tiny_tokenizer(tmp_path / "tok")))
+    lines = [
+        chat_line("auto", "weather in Paris?", 256, tools=TOOLS, request_id="auto"),
+        chat_line(
+            "required", "weather in Paris?", 256, tools=TOOLS, tool_choice="required", request_id="req"
+        ),
+    ]
+    out = tmp_path / "out.jsonl"
+    opts = BatchOptions(
+        write_jsonl(tmp_path / "in.jsonl", lines),
+        out,
+        progress=False,
+        serving=ServingOptions(tool_call_parser="hermes"),
+    )
+    summary = run_batch(opts, {}, lambda _: engine)
+    recs = {r["custom_id"]: r["response"]["body"]["choices"][0] for r in read_jsonl(out)}
+    assert summary.succeeded == 2
+    for name in ("auto", "required"):
+        (call,) = recs[name]["message"]["tool_calls"]
+        assert (call["function"]["name"], json.loads(call["function"]["arguments"])) == (
+            "get_weather",
+            {"location": "Paris"},
+        )
+        assert recs[name]["finish_reason"] == "tool_calls"
+    assert engine.seen["auto"] is None and engine.seen["req"].kind == "json"

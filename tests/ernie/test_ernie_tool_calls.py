@@ -22,7 +22,7 @@ from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
 from fdcli_engine.entrypoints.openai.serving_chat import messages_to_dicts
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
-from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
+from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, tool_call_parser
 from fdcli_engine.entrypoints.openai.tool_parsers import ErnieX1ToolParser
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
 
@@ -135,13 +135,7 @@ USER = [{"role": "user", "content": "Weather in Beijing?"}]
         (None, "none", ErnieX1ToolParser, False),
         (TOOLS, None, None, ("tools", "--tool-call-parser")),
         (TOOLS, "auto", None, ("tool_choice", "--tool-call-parser")),
-        (TOOLS, "required", ErnieX1ToolParser, ("tool_choice", '"required" is not supported')),
-        (
-            TOOLS,
-            {"type": "function", "function": {"name": "get_weather"}},
-            ErnieX1ToolParser,
-            ("tool_choice", "named tool_choice (get_weather) is not supported"),
-        ),
+        (TOOLS, {"type": "function", "function": {"name": "nope"}}, None, ("tool_choice", "'nope'")),
         (TOOLS, "sometimes", ErnieX1ToolParser, ("tool_choice", "'sometimes' is not valid")),
         (None, "auto", ErnieX1ToolParser, ("tool_choice", "tool_choice needs tools")),
     ],
@@ -149,10 +143,10 @@ USER = [{"role": "user", "content": "Weather in Beijing?"}]
 def test_tool_choice(tools, choice, parser, want):
     req = ChatCompletionRequest(messages=USER, tools=tools, tool_choice=choice)
     if isinstance(want, bool):
-        assert parses_tool_calls(req, parser) is want
+        assert isinstance(tool_call_parser(req, parser), ErnieX1ToolParser) is want
         return
     with pytest.raises(APIError) as e:
-        parses_tool_calls(req, parser)
+        tool_call_parser(req, parser)
     assert (e.value.status, e.value.param) == (400, want[0]) and want[1] in e.value.message
 
 
@@ -400,11 +394,15 @@ def test_sdk_message_sent_back_with_the_tool_result(tokenizer):
             "tools[0].function.name",
             "required",
         ),
-        (dict(tools=TOOLS, tool_choice="required"), "tool_choice", "not supported"),
         (
-            dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}),
+            dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}),
             "tool_choice",
-            "not supported",
+            "tool_choice and response_format",
+        ),
+        (
+            dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_time"}}),
+            "tool_choice",
+            "'get_time', which is not in tools",
         ),
         (dict(tool_choice="auto"), "tool_choice", "needs tools"),
         (dict(tools=TOOLS, chat_template_kwargs={"tools": []}), "chat_template_kwargs", "'tools'"),

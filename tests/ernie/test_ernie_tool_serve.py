@@ -93,7 +93,7 @@ def _tokens(server, **body) -> list[int]:
 @pytest.mark.parametrize(
     "body,param",
     [
-        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
         ({"tools": [{"type": "function", "function": {"parameters": {}}}]}, "tools[0].function.name"),
         (
             {"messages": [{"role": "user", "content": "x", "tool_calls": HISTORY[1]["tool_calls"]}]},
@@ -111,7 +111,10 @@ def test_bad_tool_requests_on_the_real_server(server, body, param):
     "flags,words",
     [
         (["--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser"),
-        (["--tool-call-parser", "hermes"], "--tool-call-parser 'hermes': choose one of ernie-x1"),
+        (
+            ["--tool-call-parser", "qwen"],
+            "--tool-call-parser 'qwen': choose one of ernie-x1, hermes, llama3_json, mistral, pythonic",
+        ),
     ],
 )
 def test_bad_tool_flags_fail_in_one_line(ernie_checkpoint, flags, words):

@@ -7,6 +7,8 @@ answer text, None when nothing is left around the tool calls; `tool_calls` are O
 
 from __future__ import annotations
 
+import secrets
+import string
 import uuid
 from dataclasses import dataclass, field
 
@@ -18,6 +20,8 @@ class ParsedOutput:
     reasoning: str | None
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # Streamed only (OutputSplitter.feed): the tool-call parts to send with this delta (DeltaToolCall).
+    call_deltas: list = field(default_factory=list)
 
     @property
     def tools_called(self) -> bool:
@@ -36,6 +40,20 @@ def partial_tag_len(text: str, tags: tuple[str, ...]) -> int:
     return best
 
 
-def new_tool_call(name: str, arguments: str) -> ToolCall:
+def new_call_id() -> str:
+    """An OpenAI-style tool-call id: `call_` and 24 random hex digits."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+_ALNUM = string.ascii_letters + string.digits
+
+
+def mistral_call_id() -> str:
+    """Mistral's tool-call id: 9 random letters and digits (its templates reject any other shape;
+    vLLM generates the same)."""
+    return "".join(secrets.choice(_ALNUM) for _ in range(9))
+
+
+def new_tool_call(name: str, arguments: str, call_id: str | None = None) -> ToolCall:
     """A tool call with a fresh id; `arguments` is a JSON object as text (the OpenAI wire format)."""
-    return ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", function=FunctionCall(name=name, arguments=arguments))
+    return ToolCall(id=call_id or new_call_id(), function=FunctionCall(name=name, arguments=arguments))

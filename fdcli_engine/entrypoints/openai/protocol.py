@@ -376,7 +376,8 @@ class ChatCompletionResponse(BaseModel):
 
 
 class DeltaToolCall(BaseModel):
-    """A tool call in a stream: `index` says which call of the choice it is (fd sends each whole)."""
+    """A part of a tool call in a stream: `index` says which call of the choice it is; the first part of
+    a call has its id, type and name, later ones argument fragments only (serving_tools.py)."""
 
     index: int
     id: str | None = None

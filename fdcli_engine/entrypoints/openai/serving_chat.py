@@ -19,7 +19,6 @@ from fdcli_engine.entrypoints.openai.protocol import (
     ChatLogprobs,
     ChatResponseMessage,
     ChatTokenLogprob,
-    DeltaToolCall,
     TopLogprob,
 )
 from fdcli_engine.entrypoints.openai.serving_common import (
@@ -43,10 +42,15 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     stream_error,
     truncate_prompt,
 )
-from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, parses_tool_calls
+from fdcli_engine.entrypoints.openai.serving_tools import (
+    OutputSplitter,
+    tool_call_parser,
+    tool_choice_constraint,
+    tools_in_system_prompt,
+)
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
-from fdcli_engine.tokenizer.chat_template import RenderLimitError
+from fdcli_engine.tokenizer.chat_template import RenderLimitError, template_takes_tools
 
 
 def messages_to_dicts(messages) -> list[dict]:
@@ -102,7 +106,7 @@ class PreparedChat:
     request_id: str
     prompt_ids: list[int]
     jobs: list[Job]  # one per choice
-    parse_tools: bool  # whether the output is parsed for tool calls
+    tool_parser: object | None  # what reads tool calls from the output (serving_tools.tool_call_parser)
 
 
 class OpenAIServingChat:
@@ -145,7 +149,7 @@ class OpenAIServingChat:
                 "chat_template",
             )
 
-    def render(self, req: ChatCompletionRequest) -> tuple[str, list[int]]:
+    def render(self, req: ChatCompletionRequest, tool_parser=None) -> tuple[str, list[int]]:
         """The prompt text and ids the template produces for these messages."""
         tok = self.engine.tokenizer
         kwargs = dict(req.chat_template_kwargs or {})
@@ -167,12 +171,20 @@ class OpenAIServingChat:
         if req.documents is not None:  # vLLM's RAG documents: a template variable
             kwargs["documents"] = req.documents
         messages = messages_to_dicts(req.messages)
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+        # --- tools: a template without a `tools` variable gets them in the system prompt ---
+        template = req.chat_template or self.chat_template or getattr(tok, "chat_template", None)
+        if tools and template and not template_takes_tools(template):
+            if tool_parser is None and req.tool_choice in (None, "auto") and self.tool_parser_cls:
+                tool_parser = self.tool_parser_cls()  # /tokenize: count what a chat request renders
+            messages, tools = tools_in_system_prompt(messages, tools, tool_parser), None
+        # --- end tools ---
         try:
             rendered = tok.apply_chat_template(
                 messages,
                 add_generation_prompt=req.add_generation_prompt,
                 chat_template=req.chat_template or self.chat_template,
-                **({"tools": [t.model_dump(exclude_none=True) for t in req.tools]} if req.tools else {}),
+                **({"tools": tools} if tools else {}),
                 **kwargs,
             )
         except RenderLimitError as e:
@@ -191,7 +203,7 @@ class OpenAIServingChat:
         # (chat requests only) adds the tokenizer's own as well.
         return rendered, encode(tok, rendered, add_special_tokens=req.add_special_tokens)
 
-    def _prompt(self, req: ChatCompletionRequest) -> tuple[str | None, list[int]]:
+    def _prompt(self, req: ChatCompletionRequest, tool_parser=None) -> tuple[str | None, list[int]]:
         """The prompt (text or None, ids): FastDeploy's prompt_token_ids replace the messages, its
         disable_chat_template takes the first message's content as the raw prompt; else the template's."""
         if req.prompt_token_ids is not None:
@@ -199,14 +211,17 @@ class OpenAIServingChat:
         if req.disable_chat_template:
             text = messages_to_dicts(req.messages[:1])[0]["content"]
             return text, encode(self.engine.tokenizer, text)
-        return self.render(req)
+        return self.render(req, tool_parser)
 
     async def prepare(self, req: ChatCompletionRequest, request_id: str | None = None) -> PreparedChat:
         model = check_model(req.model, self.served_model_names)
         check_generative(self.engine, "/v1/chat/completions")
+        # --- tools: tool_choice "required" / named is forced by a grammar (serving_tools.py) ---
+        tool_constraint = tool_choice_constraint(req)
+        # --- end tools ---
         self._check_unsupported(req)
-        parse_tools = parses_tool_calls(req, self.tool_parser_cls)
-        prompt, prompt_ids = await off_loop(self._prompt, req)
+        tool_parser = tool_call_parser(req, self.tool_parser_cls)
+        prompt, prompt_ids = await off_loop(self._prompt, req, tool_parser)
         prompt_ids = truncate_prompt(
             prompt_ids, req.truncate_prompt_tokens, self.engine.model_config.max_model_len
         )
@@ -218,19 +233,22 @@ class OpenAIServingChat:
             req, self.engine.tokenizer, max_tokens, logprobs, prompt_logprobs=req.prompt_logprobs
         )
         check_logit_bias_vocab(params, self.engine.model_config)
-        params.structured_outputs = await self.structured_outputs.params_for(
-            req, self._constraint_start(prompt, req.chat_template)
-        )
+        start_after = self._constraint_start(prompt, req.chat_template)
+        params.structured_outputs = await self.structured_outputs.params_for(req, start_after)
+        if tool_constraint is not None:  # tools: the forced tool choice's grammar
+            tool_constraint.start_after_token_ids = start_after
+            await self.structured_outputs.check_tools(tool_constraint)
+            params.structured_outputs = tool_constraint
         rid = request_id or req.request_id or random_id("chatcmpl")
         jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n)
-        return PreparedChat(model, rid, prompt_ids, jobs, parse_tools)
+        return PreparedChat(model, rid, prompt_ids, jobs, tool_parser)
 
     async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):
         """A ChatCompletionResponse, or (stream=True) an async iterator of SSE strings."""
         p = await self.prepare(req, request_id)
         if req.stream:
-            return self._stream(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.parse_tools)
-        return await self._full(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.parse_tools)
+            return self._stream(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.tool_parser)
+        return await self._full(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.tool_parser)
 
     def _constraint_start(self, prompt: str | None, request_template: str | None) -> list[int]:
         """Where a structured-outputs constraint starts: after the reasoning block (structured_outputs.py)."""
@@ -242,12 +260,10 @@ class OpenAIServingChat:
             self.reasoning_parser_cls, lambda t: encode(tok, t, False), prompt, template
         )
 
-    def _splitter(self, req, parse_tools: bool) -> OutputSplitter:
+    def _splitter(self, req, tool_parser) -> OutputSplitter:
         """One choice's output splitter; it parses tool calls only when the request asked for that."""
         return OutputSplitter(
-            self.reasoning_parser_cls,
-            self.tool_parser_cls if parse_tools else None,
-            parallel_tool_calls=req.parallel_tool_calls is not False,
+            self.reasoning_parser_cls, tool_parser, parallel_tool_calls=req.parallel_tool_calls is not False
         )
 
     def _logprobs(self, entries, token_ids, num_top: int) -> ChatLogprobs:
@@ -267,7 +283,7 @@ class OpenAIServingChat:
             )
         return ChatLogprobs(content=content)
 
-    async def _full(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> ChatCompletionResponse:
+    async def _full(self, req, model, rid, prompt_ids, jobs, tool_parser=None) -> ChatCompletionResponse:
         finals = await final_outputs(self.engine, jobs)
         choices, completion_tokens, cached = [], 0, 0
         for index in sorted(finals):
@@ -275,7 +291,7 @@ class OpenAIServingChat:
             comp = out.outputs[0]
             completion_tokens += len(comp.token_ids)
             cached = max(cached, out.num_cached_tokens)
-            split = self._splitter(req, parse_tools).split(comp.text)
+            split = self._splitter(req, tool_parser).split(comp.text)
             lps = None
             if req.logprobs and comp.logprobs is not None:
                 lps = self._logprobs(comp.logprobs, comp.token_ids, req.top_logprobs or 0)
@@ -306,9 +322,9 @@ class OpenAIServingChat:
             ),
         )
 
-    async def _stream(self, req, model, rid, prompt_ids, jobs, parse_tools=False) -> AsyncIterator[str]:
-        if parse_tools:
-            parsers = {j.index: self._splitter(req, True) for j in jobs}
+    async def _stream(self, req, model, rid, prompt_ids, jobs, tool_parser=None) -> AsyncIterator[str]:
+        if tool_parser is not None:
+            parsers = {j.index: self._splitter(req, tool_parser) for j in jobs}
         elif self.reasoning_parser_cls:
             parsers = {j.index: self.reasoning_parser_cls() for j in jobs}
         else:
@@ -334,27 +350,38 @@ class OpenAIServingChat:
                 new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
                 generated[job.index] += len(new_ids)
-                reasoning, content, calls = None, comp.delta_text, []
+                reasoning, content, calls, call_parts = None, comp.delta_text, [], []
                 if parsers:  # a splitter or a reasoning parser: both return a ParsedOutput
                     split = parsers[job.index].feed(comp.delta_text, final=out.finished)
                     reasoning, content, calls = split.reasoning or None, split.content, split.tool_calls
+                    call_parts = split.call_deltas
                 lps = None
                 if req.logprobs and comp.logprobs is not None and new_ids:
                     lps = self._logprobs(comp.logprobs, new_ids, req.top_logprobs or 0)
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
-                elif not content and not reasoning and lps is None:
+                elif not content and not reasoning and lps is None and not call_parts:
                     continue
-                delta = chat_delta(content=content or None, reasoning_content=reasoning)
-                if calls:  # the last text, then the calls (each whole, with its index), then the finish
-                    if content or reasoning:
-                        yield writer.chunk([chat_choice(job.index, delta)], usage_of(job.index))
-                    calls_delta = chat_delta(tool_calls=_delta_calls(calls))
-                    yield writer.chunk([chat_choice(job.index, calls_delta)], usage_of(job.index))
-                    delta = chat_delta()
+                # The text, then each tool-call part in its own chunk (as OpenAI sends them), then
+                # the finish in a chunk of its own after calls; logprobs, token ids and the finish
+                # ride on the last chunk.
+                text = chat_delta(content=content or None, reasoning_content=reasoning or None)
+                deltas = [text] if text else []
+                deltas += [chat_delta(tool_calls=[part]) for part in call_parts]
+                if not deltas or (out.finished and call_parts):
+                    deltas.append(chat_delta())
                 finish = _finish_reason(comp.finish_reason, calls) if out.finished else None
                 ids = new_ids if req.return_token_ids else None
-                yield writer.chunk([chat_choice(job.index, delta, lps, finish, ids)], usage_of(job.index))
+                for k, delta in enumerate(deltas):
+                    last = k == len(deltas) - 1
+                    choice = chat_choice(
+                        job.index,
+                        delta,
+                        lps if last else None,
+                        finish if last else None,
+                        ids if last else None,
+                    )
+                    yield writer.chunk([choice], usage_of(job.index))
             if req.stream_options and req.stream_options.include_usage:
                 usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
                 yield writer.chunk([], usage)
@@ -385,10 +412,3 @@ def _finish_reason(engine_reason: str | None, tool_calls) -> str | None:
     """The choice's finish_reason: "tool_calls" when the model stopped after calling tools; a cut-off
     ("length") or aborted output keeps its reason (the calls parsed from it are still returned)."""
     return "tool_calls" if tool_calls and engine_reason == "stop" else engine_reason
-
-
-def _delta_calls(calls) -> list[DeltaToolCall]:
-    return [
-        DeltaToolCall(index=k, id=c.id, type="function", function=c.function.model_dump())
-        for k, c in enumerate(calls)
-    ]

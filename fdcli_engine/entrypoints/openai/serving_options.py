@@ -54,4 +54,4 @@ def check_serving_options(options: ServingOptions) -> None:
     get_parser_cls(options.reasoning_parser)
     get_tool_parser_cls(options.tool_call_parser)
     if options.enable_auto_tool_choice and not options.tool_call_parser:
-        raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser (e.g. ernie-x1)")
+        raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser (e.g. hermes)")

@@ -1,83 +1,168 @@
-"""Tool calling in the chat serving layer: which `tool_choice` a request may use, and each choice's
-output split into reasoning, content and tool calls, whole or streamed.
+"""Tool calling in the chat serving layer: which `tool_choice` a request may use, the grammar that
+forces a call, and each choice's output split into reasoning, content and tool calls, whole or
+streamed.
 
 tool_choice (with `tools` given; absent means "auto", as in OpenAI's API):
 - "auto": the output is parsed by the server's `--tool-call-parser`; without one, a 400.
 - "none": tools still reach the chat template (vLLM's default) but the output is not parsed.
-- "required" and a named function: a 400. Both need the output forced into a call (vLLM uses guided
-  decoding for them); fd has no guided decoding, and parsing alone would not honour them.
+- "required" / a named function `{"type": "function", "function": {"name": ...}}`: the output is
+  forced by a JSON-schema grammar (`tool_choice_constraint`) and read directly (tool_parsers/forced.py),
+  with or without --tool-call-parser, as vLLM does. A name not among the tools is a 400; so is a
+  request that also constrains the output another way (response_format, guided_*, structured_outputs).
 
 Split rules (`OutputSplitter.split`), with R the reasoning parser and T the tool parser:
 - reasoning, C = R.split(text), or (None, text) without R.
-- calls parsed (T found well-formed blocks): content = C cut at T's start tag, trailing whitespace
-  removed, None when empty. A call block is never content.
-- no calls: content = C; if the text after the reasoning holds a (malformed) call block that neither
-  field kept (ernie-x1's R drops call blocks from content), the raw text from that block on is
-  appended: the model's words are never silently dropped.
+- a parser that reads the answer (`reads_answer`) is given C; its content is C's text before the
+  calls, or C itself when there are none.
+- ernie-x1 reads the raw text; calls parsed: content = C cut at T's start tag, trailing whitespace
+  removed, None when empty. No calls: content = C; if the text after the reasoning holds a
+  (malformed) call block that neither field kept (ernie-x1's R drops call blocks from content), the
+  raw text from that block on is appended: the model's words are never silently dropped.
+- parallel_tool_calls false: only the first call is returned.
 
 Streaming re-splits the text received so far after every delta, less a tail that could still grow
-into a tag or be trailing whitespace, and sends only the new part of each field; while a call block
-is open, content is held at the cut. Every field sent before the end is a prefix of the whole-text
-field whatever comes next, so the streamed deltas add up to exactly the non-streamed message. Tool
-calls are sent whole, in one delta with `index` fields, when the output ends.
+into a tag or be trailing whitespace, and sends only the new part of each field; once calls begin,
+content is held at the cut. Every field sent before the end is a prefix of the whole-text field
+whatever comes next. Tool calls are sent as OpenAI does: for each call a first delta with `index`,
+`id`, `type` and `function.name` (arguments ""), then argument fragments. A JSON-argument format
+(T.new_scanner) streams the arguments' source text as it grows, so the fragments add up to the
+non-streamed arguments exactly; other formats send each call whole when the output ends. (An output
+whose calls turn out malformed at the end — cut off by max_tokens — has had its first fragments
+sent; its text then follows as content, as in the whole response.)
 """
 
 from __future__ import annotations
 
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
+from fdcli_engine.entrypoints.openai.protocol import DeltaToolCall
 from fdcli_engine.entrypoints.openai.reasoning_ernie import THINK_END
+from fdcli_engine.entrypoints.openai.tool_parsers.forced import NamedCallParser, RequiredCallParser
 
 # Tags of the reasoning formats fd parses (<think>, ERNIE's <response>); the tool parser's own tags
 # are added per splitter. A tail of the text that could grow into one of these is held back.
 _REASONING_TAGS = ("<think>", "</think>", "<response>", "</response>")
 
+# Request fields that constrain the output: tool_choice "required" / named cannot be combined with them.
+_CONSTRAINT_FIELDS = (
+    "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structural_tag",
+)
 
-def parses_tool_calls(req, tool_parser_cls) -> bool:
-    """Whether this request's output is parsed for tool calls; a 400 for a choice fd cannot honour."""
+
+def _named_function(req) -> str | None:
+    """The function a named tool_choice asks for (a 400 when malformed); None for a string choice."""
+    choice = req.tool_choice
+    if not isinstance(choice, dict):
+        return None
+    function = choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    if choice.get("type") != "function" or not isinstance(name, str) or not name:
+        raise bad_request(
+            'a named tool_choice is {"type": "function", "function": {"name": "<one of tools>"}}',
+            "tool_choice",
+        )
+    if name not in {t.function.name for t in req.tools or ()}:
+        raise bad_request(f"tool_choice names function {name!r}, which is not in tools", "tool_choice")
+    return name
+
+
+def tool_call_parser(req, tool_parser_cls):
+    """The parser for this request's output (an instance), or None when it is not parsed for tool
+    calls; a 400 for a tool_choice fd cannot honour."""
     choice = req.tool_choice
     if not req.tools:
         if choice not in (None, "none"):
             raise bad_request("tool_choice needs tools: list the functions the model may call", "tool_choice")
-        return False
-    if isinstance(choice, dict):
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        raise bad_request(
-            f"a named tool_choice ({name or 'a function'}) is not supported: forcing a call needs guided "
-            'decoding, which fd does not have; use "auto" or "none"',
-            "tool_choice",
-        )
+        return None
+    name = _named_function(req)
+    if name is not None:
+        return NamedCallParser(name)
     if choice == "required":
+        return RequiredCallParser()
+    if choice not in (None, "auto", "none"):
         raise bad_request(
-            'tool_choice "required" is not supported: forcing a call needs guided decoding, which fd '
-            'does not have; use "auto" or "none"',
+            f'tool_choice {choice!r} is not valid: use "auto", "none", "required" or a named function',
             "tool_choice",
         )
-    if choice not in (None, "auto", "none"):
-        raise bad_request(f'tool_choice {choice!r} is not valid: use "auto" or "none"', "tool_choice")
     if choice == "none":
-        return False
+        return None
     if tool_parser_cls is None:
         raise bad_request(
             'tool calling (tool_choice "auto") needs fd serve (or fd run-batch) started with '
-            '--tool-call-parser (e.g. ernie-x1); or send tool_choice "none"',
+            '--tool-call-parser (e.g. hermes); or send tool_choice "none", "required" or a named function',
             "tools" if choice is None else "tool_choice",
         )
-    return True
+    return tool_parser_cls()
+
+
+def tool_choice_constraint(req):
+    """The StructuredOutputsParams that forces tool_choice "required" / a named function, else None.
+
+    required: a JSON array (at least one item; at most one with parallel_tool_calls false) of
+    objects {"name": one tool's name, "parameters": that tool's schema}, one anyOf branch per tool.
+    named: the function's parameters schema itself (any JSON object when it has none)."""
+    if not req.tools or (req.tool_choice != "required" and not isinstance(req.tool_choice, dict)):
+        return None
+    name = _named_function(req)
+    for other in _CONSTRAINT_FIELDS:
+        value = getattr(req, other, None)
+        if value is not None and not (other == "response_format" and value.type == "text"):
+            raise bad_request(
+                f"tool_choice {'required' if name is None else repr(name)} forces the output into tool "
+                f"calls and cannot be combined with {other}: send one of tool_choice and {other}",
+                "tool_choice",
+            )
+    from fdcli_engine.structured_output.params import StructuredOutputsParams  # noqa: PLC0415
+
+    def parameters(tool) -> dict:
+        return tool.function.parameters or {"type": "object"}
+
+    if name is not None:
+        tool = next(t for t in req.tools if t.function.name == name)
+        return StructuredOutputsParams(json=parameters(tool))
+    branches = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": [t.function.name]},
+                "parameters": parameters(t),
+            },
+            "required": ["name", "parameters"],
+            "additionalProperties": False,
+        }
+        for t in req.tools
+    ]
+    schema = {"type": "array", "minItems": 1, "items": {"anyOf": branches}}
+    if req.parallel_tool_calls is False:
+        schema["maxItems"] = 1
+    return StructuredOutputsParams(json=schema)
 
 
 class OutputSplitter:
-    """One choice's output -> reasoning, content and tool calls (see the module docstring)."""
+    """One choice's output -> reasoning, content and tool calls (see the module docstring).
+    `tool_parser` is a parser instance or class (None: no tool calls are parsed)."""
 
-    def __init__(self, reasoning_parser_cls=None, tool_parser_cls=None, parallel_tool_calls: bool = True):
+    def __init__(self, reasoning_parser_cls=None, tool_parser=None, parallel_tool_calls: bool = True):
+        if isinstance(tool_parser, type):
+            tool_parser = tool_parser()
         self.reasoning_parser_cls = reasoning_parser_cls
-        self.tool_parser_cls = tool_parser_cls
+        self.tool_parser = tool_parser
         self.parallel_tool_calls = parallel_tool_calls
-        self._tags = _REASONING_TAGS + (tool_parser_cls.tags if tool_parser_cls else ())
+        self._tags = _REASONING_TAGS + (tuple(tool_parser.tags) if tool_parser else ())
         self._text = ""
         self._sent_reasoning = 0
         self._sent_content = 0
+        # Streamed calls: the scanner over the calls region, and per announced call its id and the
+        # arguments sent so far.
+        self._scanner = None
+        self._scan_off = not hasattr(tool_parser, "new_scanner")
+        self._sent_calls: list[tuple[str, str]] = []
 
     def _reason(self, text: str) -> tuple[str | None, str]:
         if self.reasoning_parser_cls is None:
@@ -91,12 +176,23 @@ class OutputSplitter:
             return 0
         return text.index(THINK_END) + len(THINK_END)
 
+    def _call_start(self, content: str) -> int:
+        parser = self.tool_parser
+        if getattr(parser, "reads_answer", False):
+            return parser.call_start(content)
+        return content.find(parser.start_tag)
+
     def split(self, text: str) -> ParsedOutput:
         reasoning, content = self._reason(text)
-        if self.tool_parser_cls is None:
+        parser = self.tool_parser
+        if parser is None:
             return ParsedOutput(reasoning, content)
-        tag = self.tool_parser_cls.start_tag
-        extracted = self.tool_parser_cls().extract(text)
+        if getattr(parser, "reads_answer", False):
+            extracted = parser.extract(content)
+            calls = extracted.tool_calls if self.parallel_tool_calls else extracted.tool_calls[:1]
+            return ParsedOutput(reasoning, extracted.content, calls)
+        tag = parser.start_tag
+        extracted = parser.extract(text)
         if extracted.tools_called:
             calls = extracted.tool_calls
             if not self.parallel_tool_calls:
@@ -116,19 +212,106 @@ class OutputSplitter:
         return text.rstrip()
 
     def feed(self, delta: str, final: bool = False) -> ParsedOutput:
-        """One streamed delta -> the new reasoning and content text; tool calls only when `final`."""
+        """One streamed delta -> the new reasoning and content text, and `call_deltas` (DeltaToolCall
+        parts to send); `tool_calls` (the whole calls, for finish_reason) only when `final`."""
         self._text += delta
+        deltas: list[DeltaToolCall] = []
         if final:
             whole = self.split(self._text)
             reasoning, content, calls = whole.reasoning or "", whole.content or "", whole.tool_calls
+            deltas = self._final_call_deltas(calls)
         else:
             held = self._held(self._text)
             reasoning, content = self._reason(held)
             reasoning, calls = reasoning or "", []
-            tag = self.tool_parser_cls.start_tag if self.tool_parser_cls else None
-            if tag and tag in content:
-                content = content.partition(tag)[0].rstrip()  # a call block is open: hold at the cut
+            if self.tool_parser is not None:
+                at = self._call_start(content)
+                if at != -1:
+                    if not self._scan_off:
+                        deltas = self._scan(self._reason(self._text)[1])
+                    content = content[:at].rstrip()  # calls have begun: hold content at the cut
         out = ParsedOutput(reasoning[self._sent_reasoning :], content[self._sent_content :], calls)
+        out.call_deltas = deltas
         self._sent_reasoning = max(self._sent_reasoning, len(reasoning))
         self._sent_content = max(self._sent_content, len(content))
         return out
+
+    def _scan(self, answer: str) -> list[DeltaToolCall]:
+        """The new call parts in the calls region of the answer so far (every char of it: the JSON
+        scanner holds back an open value's trailing whitespace itself)."""
+        region = self.tool_parser.calls_region(answer)
+        if region is None:
+            return []
+        if self._scanner is None:
+            self._scanner = self.tool_parser.new_scanner()
+        fed = self._scanner.text
+        if not region.startswith(fed):  # the region did not grow by appending: stop streaming parts
+            self._scan_off = True
+            return []
+        found = self._scanner.feed(region[len(fed) :])
+        deltas = []
+        for k, call in enumerate(found):
+            if (k and not self.parallel_tool_calls) or call.name is None:
+                break  # calls are announced in order, each once its name is complete
+            if k == len(self._sent_calls):
+                call_id = self.tool_parser.new_id()
+                deltas.append(_header(k, call_id, call.name))
+                self._sent_calls.append((call_id, ""))
+            call_id, sent = self._sent_calls[k]
+            args = self._scanner.arguments(call)
+            if len(args) > len(sent) and args.startswith(sent):
+                deltas.append(DeltaToolCall(index=k, function={"arguments": args[len(sent) :]}))
+                self._sent_calls[k] = (call_id, args)
+        return deltas
+
+    def _final_call_deltas(self, calls) -> list[DeltaToolCall]:
+        """What is left to send of the whole calls: the rest of each announced call's arguments, and
+        each call not announced yet whole (with its index)."""
+        deltas = []
+        for k, call in enumerate(calls):
+            args = call.function.arguments
+            if k < len(self._sent_calls):
+                sent = self._sent_calls[k][1]
+                if len(args) > len(sent) and args.startswith(sent):
+                    deltas.append(DeltaToolCall(index=k, function={"arguments": args[len(sent) :]}))
+            else:
+                function = {"name": call.function.name, "arguments": args}
+                deltas.append(DeltaToolCall(index=k, id=call.id, type="function", function=function))
+        return deltas
+
+
+def _header(index: int, call_id: str, name: str) -> DeltaToolCall:
+    return DeltaToolCall(index=index, id=call_id, type="function", function={"name": name, "arguments": ""})
+
+
+# The tool list for a chat template that has no `tools` variable (SmolLM2's and other plain ChatML
+# templates): the request's tools are written into the system prompt, in the words Qwen2.5's template
+# uses, rather than refused. Refusing would leave fd's default model without tool calling, where a
+# forced tool_choice does not even depend on the model knowing the format (the grammar writes it);
+# dropping them silently (what such a template does) would leave the model blind to the tools.
+_TOOLS_PROMPT = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>"
+)
+_HERMES_FORMAT = (
+    "\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call>"
+)
+
+
+def tools_in_system_prompt(messages: list[dict], tools: list[dict], tool_parser) -> list[dict]:
+    """`messages` with the tool list appended to the system message (one is added first when there
+    is none); the hermes call format is described when that is the format the output is parsed in."""
+    import json  # noqa: PLC0415
+
+    from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser  # noqa: PLC0415
+
+    block = _TOOLS_PROMPT.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+    if isinstance(tool_parser, HermesToolParser):
+        block += _HERMES_FORMAT
+    if messages and messages[0]["role"] == "system":
+        first = messages[0]
+        text = first["content"]
+        return [{**first, "content": f"{text}\n\n{block}" if text else block}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]

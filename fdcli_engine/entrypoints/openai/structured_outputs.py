@@ -304,6 +304,30 @@ class StructuredOutputs:
             raise bad_request(f"{c.field} took over {COMPILE_TIMEOUT_S:g} s to compile", c.field) from None
         return params
 
+    # --- tools: the grammar of tool_choice "required" / named (serving_tools.tool_choice_constraint) ---
+    async def check_tools(self, params: StructuredOutputsParams) -> None:
+        """Compile a forced tool choice's grammar as params_for does; a failure is a 400 naming
+        `tools` (their parameter schemas make the grammar)."""
+        if self.backend_name == "off":
+            raise bad_request(
+                "tool_choice required / a named function needs structured outputs, which are off on this "
+                "server (--guided-decoding-backend off); send tool_choice auto or none",
+                "tool_choice",
+            )
+        try:
+            backend = await off_loop(self.backend)
+            await asyncio.wait_for(off_loop(_compile_and_probe, backend, params), COMPILE_TIMEOUT_S)
+        except InvalidRequestError as e:
+            raise bad_request(
+                f"tools: the parameters schemas do not compile: {_one_line(str(e))}", "tools"
+            ) from None
+        except ConfigError as e:
+            raise bad_request(f"structured outputs are not available: {e}", "tool_choice") from None
+        except asyncio.TimeoutError:
+            raise bad_request(f"tools took over {COMPILE_TIMEOUT_S:g} s to compile", "tools") from None
+
+    # --- end tools ---
+
 
 def _compile_and_probe(backend, params: StructuredOutputsParams) -> None:
     """Compile (cached by the backend) and compute the first mask: a constraint that matches nothing

@@ -2,18 +2,43 @@
 `tool_calls` plus the remaining content.
 
 A parser class has `extract(text) -> ParsedOutput` (parsed_output.py), `start_tag` (the text that opens a call:
-streamed content is held back from there) and `tags` (every tag of its format: a streamed tail that
-could grow into one is held back). Only whole outputs are parsed: a streamed response sends its tool
-calls when the output ends (serving_tools.py).
+streamed content is held back from there), `tags` (every tag of its format: a streamed tail that
+could grow into one is held back) and `new_id()` (a tool-call id in the format's own shape).
+`reads_answer = True`: it is given the answer after the reasoning block, and `call_start(text)` says
+where its calls begin (-1: none). A JSON-argument format streams its arguments as they grow: its
+`calls_region(text)` is the text its `new_scanner()` (json_scan.py) reads; without these methods the
+calls are sent whole when the output ends (serving_tools.py).
 """
 
 from __future__ import annotations
 
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
 
-TOOL_PARSERS = {"ernie_x1": ErnieX1ToolParser}
+TOOL_PARSERS = {
+    "ernie_x1": ErnieX1ToolParser,
+    "hermes": HermesToolParser,
+    "llama3_json": Llama3JsonToolParser,
+    "mistral": MistralToolParser,
+    "pythonic": PythonicToolParser,
+}
 
-__all__ = ["TOOL_PARSERS", "ErnieX1ToolParser", "get_tool_parser_cls"]
+# The names users know: FastDeploy's "ernie-x1", vLLM's others.
+PARSER_NAMES = ("ernie-x1", "hermes", "llama3_json", "mistral", "pythonic")
+
+__all__ = [
+    "PARSER_NAMES",
+    "TOOL_PARSERS",
+    "ErnieX1ToolParser",
+    "HermesToolParser",
+    "Llama3JsonToolParser",
+    "MistralToolParser",
+    "PythonicToolParser",
+    "get_tool_parser_cls",
+]
 
 
 def get_tool_parser_cls(name: str | None):
@@ -24,5 +49,5 @@ def get_tool_parser_cls(name: str | None):
     except KeyError:
         from fdcli_engine.errors import ConfigError  # noqa: PLC0415
 
-        choices = ", ".join(n.replace("_", "-") for n in sorted(TOOL_PARSERS))
+        choices = ", ".join(PARSER_NAMES)
         raise ConfigError(f"--tool-call-parser {name!r}: choose one of {choices}") from None

@@ -1,0 +1,64 @@
+"""The Hermes / ChatML tool-call format (vLLM's "hermes" parser): Qwen2.5, Qwen3, SmolLM2 and other
+ChatML models write each call as a JSON object between tags, possibly several in a row,
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"location": "Paris"}}
+    </tool_call>
+
+The last block may be left open when generation stopped at `</tool_call>` (a stop string). If any
+block is not a call (see json_scan.call_from_json), the whole answer stays content: a half-parsed set
+of calls would be worse than none. Content is the text before the first block; None when empty.
+"""
+
+from __future__ import annotations
+
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, new_call_id, new_tool_call
+from fdcli_engine.entrypoints.openai.tool_parsers.json_scan import JsonCallScanner, call_from_json
+
+START, END = "<tool_call>", "</tool_call>"
+
+
+class HermesToolParser:
+    start_tag = START
+    tags = (START, END)
+    reads_answer = True  # given the text after the reasoning block (serving_tools.OutputSplitter)
+
+    def call_start(self, text: str) -> int:
+        return text.find(START)
+
+    def calls_region(self, text: str) -> str | None:
+        at = text.find(START)
+        return None if at == -1 else text[at:]
+
+    def new_scanner(self) -> JsonCallScanner:
+        return JsonCallScanner(1)
+
+    new_id = staticmethod(new_call_id)
+
+    def extract(self, text: str) -> ParsedOutput:
+        at = text.find(START)
+        if at == -1:
+            return ParsedOutput(None, text)
+        calls = []
+        for block in _blocks(text, at):
+            call = call_from_json(block.strip())
+            if call is None:
+                return ParsedOutput(None, text)
+            calls.append(new_tool_call(*call))
+        return ParsedOutput(None, text[:at].rstrip() or None, calls)
+
+
+def _blocks(text: str, at: int) -> list[str]:
+    """The insides of the blocks from `at` on, the last one possibly unclosed. Text between or after
+    blocks is not part of any call and is left out, as vLLM's hermes parser does. One pass: each
+    search starts where the last one ended."""
+    blocks = []
+    while at != -1:
+        start = at + len(START)
+        end = text.find(END, start)
+        if end == -1:
+            blocks.append(text[start:])
+            break
+        blocks.append(text[start:end])
+        at = text.find(START, end + len(END))
+    return blocks

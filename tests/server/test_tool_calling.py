@@ -1,0 +1,324 @@
+"""Tool calling through the HTTP app over a scripted engine (what the model "says" is fixed): the
+official openai SDK assembles the same calls from the stream as from the whole response, for every
+way the output is cut into deltas; the deltas have OpenAI's shape; ids, finish_reason and
+parallel_tool_calls; tool_choice "required" / named send the engine the grammar that forces a call
+(checked against jsonschema) and read its output; tools reach a template that has no `tools`
+variable through the system prompt; bad tool_choice requests are 400s naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+from scripted import scripted_client as _scripted_client
+
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
+from fdcli_engine.entrypoints.openai.serving_tools import tool_choice_constraint
+
+WEATHER_PARAMS = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+    "required": ["city"],
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER_PARAMS}},
+    {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}},
+]
+USER = [{"role": "user", "content": "Weather in Paris and the time?"}]
+HERMES = (
+    'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
+)
+LLAMA = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "now", "parameters": {}}'
+MISTRAL = (
+    '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "now", "arguments": {}}]'
+)
+PYTHONIC = '[get_weather(city="Paris"), now()]'
+REQUIRED = '[{"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}, {"name": "now", "parameters": {}}]'
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from tiny_models import write_tiny_tokenizer
+
+    from fdcli_engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+def scripted_client(tokenizer, pieces, **serving):
+    client, http, engine = _scripted_client(tokenizer, pieces, **serving)
+    engine.model_config.max_model_len = 4096  # room for the tool list in the system prompt
+    return client, http, engine
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _calls(message) -> list[tuple[str, str]]:
+    return [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+
+
+def _whole_and_streamed(tokenizer, text, size, parser=None, **body):
+    client, _, _ = scripted_client(tokenizer, _pieces(text, size), tool_call_parser=parser)
+    whole = client.chat.completions.create(model="fake", messages=USER, tools=TOOLS, **body)
+    client, http, _ = scripted_client(tokenizer, _pieces(text, size), tool_call_parser=parser)
+    with client.chat.completions.stream(model="fake", messages=USER, tools=TOOLS, **body) as stream:
+        final = stream.get_final_completion()
+    raw = http.post(
+        "/v1/chat/completions",
+        json={"model": "fake", "messages": USER, "tools": TOOLS, "stream": True, **body},
+    )
+    chunks = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: {")]
+    return whole.choices[0], final.choices[0], chunks
+
+
+CASES = [
+    ("hermes", HERMES, {}, "Let me look."),
+    ("llama3_json", LLAMA, {}, None),
+    ("mistral", MISTRAL, {}, None),
+    ("pythonic", PYTHONIC, {}, None),
+    (None, REQUIRED, {"tool_choice": "required"}, None),
+    ("hermes", REQUIRED, {"tool_choice": "required"}, None),  # read directly, not by the model's parser
+]
+
+
+@pytest.mark.parametrize("parser,text,body,content", CASES)
+@pytest.mark.parametrize("size", [1, 2, 7, 1000])
+def test_stream_helper_assembles_the_whole_responses_calls(tokenizer, parser, text, body, content, size):
+    whole, streamed, chunks = _whole_and_streamed(tokenizer, text, size, parser, **body)
+    assert [n for n, _ in _calls(whole.message)] == ["get_weather", "now"]
+    assert _calls(streamed.message) == _calls(whole.message)
+    assert (streamed.message.content or None, whole.message.content) == (content, content)
+    assert whole.finish_reason == streamed.finish_reason == "tool_calls"
+    ids = [c.id for c in whole.message.tool_calls]
+    assert len(set(ids)) == 2 and all(i.startswith("call_") or len(i) == 9 for i in ids)
+    # OpenAI's shape: per call a first part with id, type and name, then argument fragments only.
+    parts = [p for c in chunks for ch in c["choices"] for p in ch["delta"].get("tool_calls", [])]
+    seen = set()
+    for p in parts:
+        if p["index"] not in seen:
+            seen.add(p["index"])
+            assert set(p) == {"index", "id", "type", "function"} and p["type"] == "function", p
+            assert set(p["function"]) == {"name", "arguments"}
+        else:
+            assert set(p) == {"index", "function"} and set(p["function"]) == {"arguments"}, p
+    assert [c["choices"][0].get("finish_reason") for c in chunks if c["choices"]][-1] == "tool_calls"
+    assert chunks[-1]["choices"][0]["delta"] == {}  # the finish comes after the calls, on its own
+
+
+@pytest.mark.parametrize("parser,text", [("hermes", HERMES), ("mistral", MISTRAL), (None, REQUIRED)])
+def test_json_arguments_are_streamed_as_they_grow(tokenizer, parser, text):
+    body = {} if parser else {"tool_choice": "required"}
+    _, _, chunks = _whole_and_streamed(tokenizer, text, 2, parser, **body)
+    fragments = [
+        p["function"]["arguments"]
+        for c in chunks
+        for ch in c["choices"]
+        for p in ch["delta"].get("tool_calls", [])
+        if p["index"] == 0 and "name" not in p["function"]
+    ]
+    assert len(fragments) > 5 and json.loads("".join(fragments))["city"] == "Paris"
+
+
+@pytest.mark.parametrize("parser,text", [("hermes", HERMES), (None, REQUIRED)])
+def test_parallel_tool_calls_false_returns_one_call(tokenizer, parser, text):
+    body = (
+        {"parallel_tool_calls": False}
+        if parser
+        else {"parallel_tool_calls": False, "tool_choice": "required"}
+    )
+    whole, streamed, _ = _whole_and_streamed(tokenizer, text, 3, parser, **body)
+    assert [n for n, _ in _calls(whole.message)] == ["get_weather"]
+    assert _calls(streamed.message) == _calls(whole.message)
+
+
+def test_named_tool_choice_reads_the_arguments_object(tokenizer):
+    named = {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    args = ' {"city": "Paris", "unit": "f"}'
+    for size in (1, 4, 100):
+        whole, streamed, _ = _whole_and_streamed(tokenizer, args, size, **named)
+        assert _calls(whole.message) == [("get_weather", args.strip())] == _calls(streamed.message)
+        assert whole.message.content is None and whole.finish_reason == streamed.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    "body", [{"tool_choice": "required"}, {"tool_choice": {"type": "function", "function": {"name": "now"}}}]
+)
+def test_a_forced_choice_cut_off_is_content(tokenizer, body):
+    text = '[{"name": "get_weather", "parameters": {"ci' if body["tool_choice"] == "required" else '{"x": '
+    client, _, _ = scripted_client(tokenizer, _pieces(text, 3))
+    choice = client.chat.completions.create(model="fake", messages=USER, tools=TOOLS, **body).choices[0]
+    assert (choice.message.content, choice.message.tool_calls, choice.finish_reason) == (text, None, "stop")
+
+
+def _forced_schema(tokenizer, **body):
+    client, _, engine = scripted_client(tokenizer, ["[]"])
+    client.chat.completions.create(model="fake", messages=USER, tools=TOOLS, **body)
+    constraint = engine.calls[0][2].structured_outputs
+    assert constraint.kind == "json"
+    return json.loads(constraint.json)
+
+
+def test_required_grammar_schema_accepts_exactly_calls_of_the_tools(tokenizer):
+    schema = _forced_schema(tokenizer, tool_choice="required")
+    jsonschema.Draft202012Validator.check_schema(schema)
+    ok = json.loads(REQUIRED)
+    jsonschema.validate(ok, schema)
+    for bad in (
+        [],  # at least one call
+        [{"name": "get_time", "parameters": {}}],  # not a tool
+        [{"name": "get_weather", "parameters": {"unit": "c"}}],  # misses the tool's required city
+        [{"name": "get_weather", "parameters": {"city": "Paris", "unit": "k"}}],  # not in the enum
+        [{"name": "now", "parameters": {}, "extra": 1}],
+        {"name": "now", "parameters": {}},  # not an array
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    one = _forced_schema(tokenizer, tool_choice="required", parallel_tool_calls=False)
+    jsonschema.validate(ok[:1], one)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(ok, one)
+
+
+def test_named_grammar_schema_is_the_functions_parameters(tokenizer):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert _forced_schema(tokenizer, tool_choice=named) == WEATHER_PARAMS
+
+
+def test_auto_and_none_send_no_grammar(tokenizer):
+    for choice in ("auto", "none"):
+        req = ChatCompletionRequest(messages=USER, tools=TOOLS, tool_choice=choice)
+        assert tool_choice_constraint(req) is None
+
+
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "get_time"}}},
+            "'get_time', which is not in tools",
+        ),
+        ({"tool_choice": {"type": "function"}}, "a named tool_choice is"),
+        (
+            {"tool_choice": "required", "response_format": {"type": "json_object"}},
+            "tool_choice and response_format",
+        ),
+        ({"tool_choice": "required", "guided_json": {"type": "object"}}, "tool_choice and guided_json"),
+        (
+            {
+                "tool_choice": {"type": "function", "function": {"name": "now"}},
+                "structured_outputs": {"regex": "a"},
+            },
+            "tool_choice and structured_outputs",
+        ),
+        ({"tool_choice": "sometimes"}, "'sometimes' is not valid"),
+        ({}, "--tool-call-parser"),  # auto without a parser
+    ],
+)
+def test_bad_tool_choice_is_a_400_naming_it(tokenizer, body, words):
+    client, _, engine = scripted_client(tokenizer, ["x"])
+    extra = {k: body.pop(k) for k in ("guided_json", "structured_outputs") if k in body}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="fake", messages=USER, tools=TOOLS, extra_body=extra, **body)
+    err = e.value.body
+    assert err["param"] in ("tool_choice", "tools") and words in err["message"], err
+    assert engine.calls == []
+
+
+PLAIN_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOOLS_TEMPLATE = (
+    "{% if tools %}TOOLS:{{ tools | map(attribute='function.name') | join(',') }}\n{% endif %}" + PLAIN_CHATML
+)
+
+
+def _prompt(tokenizer, template, parser, messages=USER, **body):
+    client, _, engine = scripted_client(tokenizer, ["ok"], chat_template=template, tool_call_parser=parser)
+    client.chat.completions.create(model="fake", messages=messages, tools=TOOLS, **body)
+    return engine.calls[0][0]
+
+
+def test_a_template_without_tools_gets_them_in_the_system_prompt(tokenizer):
+    prompt = _prompt(tokenizer, PLAIN_CHATML, "hermes")
+    system = prompt.split("<|im_end|>")[0]
+    assert system.startswith("<|im_start|>system\n# Tools")
+    listed = system.split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
+    assert [json.loads(t)["function"]["name"] for t in listed] == ["get_weather", "now"]
+    assert "<tool_call>" in system  # the format the hermes parser reads
+    assert prompt.endswith(
+        "<|im_start|>user\nWeather in Paris and the time?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # An existing system message keeps its text first; a forced choice does not describe a tag format.
+    own = [{"role": "system", "content": "Be brief."}, *USER]
+    prompt = _prompt(tokenizer, PLAIN_CHATML, None, own, tool_choice="required")
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools") and "<tool_call>" not in prompt
+
+
+def test_a_template_with_tools_renders_them_itself(tokenizer):
+    prompt = _prompt(tokenizer, TOOLS_TEMPLATE, "hermes")
+    assert prompt.startswith("TOOLS:get_weather,now\n<|im_start|>user") and "# Tools" not in prompt
+
+
+def _split_streamed(splitter, pieces):
+    reasoning, content, parts = "", "", {}
+    for k, piece in enumerate(pieces):
+        out = splitter.feed(piece, final=k == len(pieces) - 1)
+        reasoning, content = reasoning + out.reasoning, content + out.content
+        for p in out.call_deltas:
+            name, args = parts.get(p.index, ("", ""))
+            parts[p.index] = (name + p.function.get("name", ""), args + p.function["arguments"])
+    return reasoning, content, [parts[k] for k in sorted(parts)]
+
+
+QWEN3 = f"<think>\nI could write <tool_call> here.\n</think>\n\n{HERMES}"
+
+
+@pytest.mark.parametrize("text", [QWEN3, HERMES, "<think>\nhm\n</think>\n\nNo tools needed."])
+def test_qwen3_reasoning_and_hermes_calls_streamed_at_every_cut(text):
+    from fdcli_engine.entrypoints.openai.reasoning import ThinkParser
+    from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
+    from fdcli_engine.entrypoints.openai.tool_parsers import HermesToolParser
+
+    whole = OutputSplitter(ThinkParser, HermesToolParser).split(text)
+    want = (
+        whole.reasoning or "",
+        whole.content or "",
+        [(c.function.name, c.function.arguments) for c in whole.tool_calls],
+    )
+    if text != HERMES:
+        assert whole.reasoning.strip() in ("I could write <tool_call> here.", "hm")
+    for i in range(0, len(text) + 1, 3):
+        for j in range(i, len(text) + 1, 5):
+            got = _split_streamed(
+                OutputSplitter(ThinkParser, HermesToolParser), [text[:i], text[i:j], text[j:]]
+            )
+            assert got == want, (i, j)
+
+
+def test_a_tool_schema_that_does_not_compile_is_a_400_naming_tools(tokenizer):
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/$defs/missing"}}}]
+    client, _, engine = scripted_client(tokenizer, ["x"])
+    for choice in ("required", {"type": "function", "function": {"name": "f"}}):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="fake", messages=USER, tools=bad, tool_choice=choice)
+        assert e.value.body["param"] == "tools", e.value.body
+    assert engine.calls == []
+
+
+def test_a_forced_choice_starts_after_the_reasoning_block(tokenizer):
+    from fdcli_engine.entrypoints.openai.serving_common import encode
+
+    text = f"plan the calls\n</think>\n\n{REQUIRED}"
+    client, _, engine = scripted_client(tokenizer, _pieces(text, 4), reasoning_parser="deepseek_r1")
+    choice = client.chat.completions.create(
+        model="fake", messages=USER, tools=TOOLS, tool_choice="required"
+    ).choices[0]
+    assert engine.calls[0][2].structured_outputs.start_after_token_ids == encode(tokenizer, "</think>", False)
+    assert choice.message.model_extra["reasoning_content"] == "plan the calls\n"
+    assert [c.function.name for c in choice.message.tool_calls] == ["get_weather", "now"]
