@@ -65,6 +65,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -o tp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l api-key
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l append-result
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l base-url
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l burstiness
@@ -73,6 +74,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l dataset
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l dataset-name
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l dataset-path
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l disable-tqdm
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l endpoint
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l goodput
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l header
@@ -120,6 +122,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l save-detailed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l save-result
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l seed
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l served-model-name
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l sharegpt-output-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l temperature
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l tokenizer

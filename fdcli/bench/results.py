@@ -81,8 +81,14 @@ def _json_safe(value):
     return value
 
 
-def save_result(path: str | Path, result: dict) -> None:
+def save_result(path: str | Path, result: dict, append: bool = False) -> None:
+    """Write `result` as indented JSON, or with `append` as one more line of a JSON-lines file (vLLM's
+    --append-result)."""
     try:
+        if append:
+            with Path(path).open("a", encoding="utf-8") as f:
+                f.write(json.dumps(_json_safe(result)) + "\n")
+            return
         Path(path).write_text(json.dumps(_json_safe(result), indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot write --save-result {str(path)!r}: {exc.strerror or exc}") from None

@@ -42,6 +42,7 @@ class ServeOptions:
     port: int = 8000
     endpoint: str | None = None
     model: str | None = None
+    served_model_name: str | None = None
     tokenizer: str | None = None
     api_key: str | None = None
     header: list[str] | None = None
@@ -87,6 +88,7 @@ class ServeOptions:
     label: str | None = None
     metadata: list[str] | None = None
     save_detailed: bool = False
+    append_result: bool = False
     progress: bool = True
     chart: bool = True
 
@@ -122,8 +124,8 @@ def _check(opts: ServeOptions) -> None:
         raise ConfigError(f"--max-tokens must be at least 1, got {opts.max_tokens}")
     if opts.save_detailed and not opts.save_result:
         raise ConfigError("--save-detailed needs --save-result")
-    if (opts.result_dir is not None or opts.result_filename) and not opts.save_result:
-        raise ConfigError("--result-dir/--result-filename need --save-result")
+    if (opts.result_dir is not None or opts.result_filename or opts.append_result) and not opts.save_result:
+        raise ConfigError("--result-dir/--result-filename/--append-result need --save-result")
     parse_metadata(opts.metadata)
     parse_percentile_metrics(opts.percentile_metrics)
 
@@ -172,19 +174,22 @@ def _prepare(opts: ServeOptions):
     if base_url.endswith("/v1"):
         base_url = base_url[:-3]  # accept the OpenAI-SDK style base URL too
     models = wait_ready(base_url, headers, opts.ready_timeout)
-    model = opts.model or (models[0] if models else None)
+    # vLLM's split: --model names the model (its tokenizer, the result's model_id), --served-model-name
+    # the name requests carry; either defaults to the other, then to the first of /v1/models.
+    model = opts.model or opts.served_model_name or (models[0] if models else None)
     if not model:
         raise ConfigError(f"{base_url}/v1/models lists no model: pass --model NAME")
+    served = opts.served_model_name or model
     tokenizer, tok_note = load_tokenizer(opts.tokenizer or default_tokenizer_path(model))
     if opts.tokenizer and tokenizer is None:
         raise ConfigError(f"--tokenizer: {tok_note}")
-    _note(f"fd bench: {model} at {base_url} — {tok_note}")
+    _note(f"fd bench: {served} at {base_url} — {tok_note}")
     requests = build_requests(ds_opts, tokenizer, opts.num_prompts, opts.seed)
     if opts.max_tokens is not None:
         for req in requests:
             req.output_len = opts.max_tokens
     cfg = BackendConfig(
-        base_url=base_url, backend=opts.backend, endpoint=opts.endpoint, model=model, headers=headers,
+        base_url=base_url, backend=opts.backend, endpoint=opts.endpoint, model=served, headers=headers,
         temperature=opts.temperature, top_p=opts.top_p, top_k=opts.top_k, ignore_eos=opts.ignore_eos,
         include_usage=opts.include_usage,
         request_timeout=opts.request_timeout,
@@ -272,7 +277,7 @@ def _save(opts: ServeOptions, config: dict, metrics: dict, state: RunState, perc
         )
     )  # fmt: skip
     path = result_path(opts, config["model"], date)
-    save_result(path, result)
+    save_result(path, result, append=opts.append_result)
     _note(f"results saved to {path}")
 
 

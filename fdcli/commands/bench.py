@@ -58,6 +58,14 @@ ModelOpt = Annotated[
     Optional[str],
     _opt("--model", panel=TARGET, help="Model name to request. Default: the first of /v1/models."),
 ]
+ServedModelNameOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--served-model-name",
+        panel=TARGET,
+        help="Model name sent in requests when it differs from --model (vLLM's flag); --model then names the tokenizer.",
+    ),
+]
 TokenizerOpt = Annotated[
     Optional[str],
     _opt(
@@ -293,8 +301,19 @@ SaveDetailedOpt = Annotated[
     bool,
     _opt("--save-detailed", panel=OUTPUT, help="Include per-request records and lists in --save-result."),
 ]
+AppendResultOpt = Annotated[
+    bool,
+    _opt(
+        "--append-result",
+        panel=OUTPUT,
+        help="Append to the --save-result file (one JSON object per line) instead of replacing it.",
+    ),
+]
 ProgressOpt = Annotated[
     bool, _opt("--progress/--no-progress", panel=OUTPUT, help="Live progress bar on stderr.")
+]
+DisableTqdmOpt = Annotated[
+    bool, _opt("--disable-tqdm", panel=OUTPUT, help="vLLM's spelling of --no-progress.")
 ]
 ChartOpt = Annotated[
     bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
@@ -309,6 +328,7 @@ def serve(
     port: PortOpt = 8000,
     endpoint: EndpointOpt = None,
     model: ModelOpt = None,
+    served_model_name: ServedModelNameOpt = None,
     tokenizer: TokenizerOpt = None,
     api_key: ApiKeyOpt = None,
     header: HeaderOpt = None,
@@ -354,12 +374,15 @@ def serve(
     label: LabelOpt = None,
     metadata: MetadataOpt = None,
     save_detailed: SaveDetailedOpt = False,
+    append_result: AppendResultOpt = False,
     progress: ProgressOpt = True,
+    disable_tqdm: DisableTqdmOpt = False,
     chart: ChartOpt = True,
 ) -> None:
     """Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed requests."""
     from fdcli.bench.serve_cmd import ServeOptions, run_serve
 
+    progress = progress and not disable_tqdm
     opts = ServeOptions(**{k: v for k, v in locals().items() if k in ServeOptions.field_names()})
     with error_boundary():
         code = run_serve(opts)

@@ -158,3 +158,22 @@ def test_vllm_ramp_up_spelling_reaches_the_arrival_schedule(monkeypatch, scripte
     res = runner.invoke(app, _base(scripted_server, tmp_path, n=6) + ["--seed", "3", *vllm])
     assert res.exit_code == 0, res.output
     assert seen["offsets"] == arrival_offsets(6, float("inf"), 1.0, 3, "linear", 2.0, 9.0)
+
+
+def test_served_model_name_append_result_and_disable_tqdm(scripted_server, tmp_path):
+    """vLLM's --served-model-name is what requests carry (the result's model_id stays --model);
+    --append-result adds one JSON line per run; --disable-tqdm is --no-progress."""
+    base = [a for a in _base(scripted_server, tmp_path, n=2) if a != "--no-progress"]
+    args = base + [
+        "--disable-tqdm", "--model", "my-org/the-model", "--served-model-name", "served",
+        "--save-result", "--result-dir", str(tmp_path), "--result-filename", "runs.jsonl", "--append-result",
+    ]  # fmt: skip
+    for _ in range(2):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+    assert {p["model"] for p in scripted_server.payloads} == {"served"}
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    assert [json.loads(line)["model_id"] for line in lines] == ["my-org/the-model"] * 2
+    res = runner.invoke(app, base + ["--append-result"])
+    assert res.exit_code != 0 and "--append-result need --save-result" in res.output

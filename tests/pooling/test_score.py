@@ -118,6 +118,17 @@ def test_rerank_sorted_with_documents(cross_encoder, pooling_checkpoint, url):
     assert usage["prompt_tokens"] == usage["total_tokens"] > 0
 
 
+def test_rerank_takes_document_objects(cross_encoder):
+    """Cohere v1 / Jina send {"text": ...} objects; mixed with strings they score as the same texts."""
+    plain = _post(cross_encoder, "/v1/rerank", query=QUERY, documents=DOCS).json()["results"]
+    mixed = [{"text": d} if i % 2 else d for i, d in enumerate(DOCS)]
+    r = _post(cross_encoder, "/v1/rerank", query=QUERY, documents=mixed)
+    assert r.status_code == 200, r.text
+    assert r.json()["results"] == plain
+    bad = _post(cross_encoder, "/v1/rerank", query=QUERY, documents=[{"content": "x"}])
+    assert bad.status_code == 400 and "documents" in bad.text
+
+
 def test_rerank_top_n_and_no_documents(cross_encoder, pooling_checkpoint):
     ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)
     r = _post(cross_encoder, "/v1/rerank", query=QUERY, documents=DOCS, top_n=2, return_documents=False)

@@ -28,15 +28,26 @@ class ScoreRequest(_Strict):
     request_id: str | None = Field(default=None, max_length=256)
 
 
+class DocumentObject(_Strict):
+    """A document given as Cohere's v1 / Jina's object form."""
+
+    text: ScoreText
+
+
 class RerankRequest(_Strict):
     model: str | None = Field(default=None, max_length=512)
     query: ScoreText
-    documents: ScoreTexts
+    # Strings, or {"text": ...} objects (Cohere v1, Jina); either way the text is what is scored.
+    documents: Annotated[list[ScoreText | DocumentObject], Field(min_length=1, max_length=MAX_INPUTS)]
     top_n: int | None = Field(default=None, ge=0, le=MAX_INPUTS)  # None or 0: every document
     return_documents: bool = True
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=256)
+
+    @property
+    def document_texts(self) -> list[str]:
+        return [d if isinstance(d, str) else d.text for d in self.documents]
 
 
 class ScoreData(BaseModel):

@@ -129,7 +129,8 @@ class OpenAIServingScore(PoolingServing):
 
     async def create_rerank(self, req: RerankRequest, request_id: str | None = None) -> RerankResponse:
         model = check_model(req.model, self.served_model_names)
-        docs = _named(req.documents, "documents")
+        texts = req.document_texts
+        docs = _named(texts, "documents")
         rid = request_id or req.request_id or random_id("rerank")
         pairs = [((req.query, "query"), d) for d in docs]
         scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens)
@@ -139,7 +140,7 @@ class OpenAIServingScore(PoolingServing):
         results = [
             RerankResult(
                 index=i,
-                document=RerankDocument(text=req.documents[i]) if req.return_documents else None,
+                document=RerankDocument(text=texts[i]) if req.return_documents else None,
                 relevance_score=scores[i],
             )
             for i in order
