@@ -144,7 +144,14 @@ class EngineCore:
         return self.scheduler.has_unfinished_requests()
 
     def get_stats(self) -> dict:
-        return self.scheduler.get_stats()
+        stats = self.scheduler.get_stats()
+        if self.grammar_backend is not None:  # structured outputs: compile counters (metrics, bench)
+            g = self.grammar_backend.stats()
+            stats["grammar_compiles"] = g["compiles"]
+            stats["grammar_cache_hits"] = g["cache_hits"]
+            stats["grammar_compile_errors"] = g["compile_errors"]
+            stats["grammar_compile_seconds"] = g["compile_seconds"]
+        return stats
 
     def reset_prefix_cache(self) -> None:
         self.scheduler.kv.reset_prefix_cache()
