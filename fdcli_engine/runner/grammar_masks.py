@@ -7,8 +7,9 @@ Invariants:
   request's `output_token_ids` (the scheduler's record, shared read-only) at the start of each step,
   so a token the runner sampled but the scheduler did not keep is never consumed.
 - Matchers live until the request's id is in SchedulerOutput.finished_req_ids. Preemption does not
-  drop them: a preempted request keeps its output tokens and is recomputed, never re-sampled, so its
-  matcher stays right. n > 1 children are separate requests with matchers of their own.
+  drop them (core/scheduler.py: a preempted request keeps its output tokens and is recomputed, never
+  re-sampled), so its matcher stays right; were one dropped, the fresh matcher would replay the kept
+  output and end in the same state. n > 1 children are separate requests with matchers of their own.
 - Only the worker touches the matchers between `begin` and `wait`; the main thread meanwhile runs the
   forward (paddle and llguidance's fill release the GIL). A step with no constrained row submits
   nothing.
