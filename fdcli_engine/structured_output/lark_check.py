@@ -72,17 +72,48 @@ def _parse_alt(toks: list, i: int) -> tuple[list, int]:
     return alts, i
 
 
-def _productive(alts: list, known: set[str], defined: set[str]) -> bool:
-    return any(all(_item_ok(item, known, defined) for item in seq) for seq in alts)
+def _flatten(name: str, alts: list, rules: dict[str, list[list]]) -> None:
+    """rules[name] = alternatives as lists of the names each one requires; a group becomes a rule of
+    its own ("(group n)"), an optional item or a literal requires nothing."""
+    flat = []
+    for seq in alts:
+        needed = []
+        for item in seq:
+            if item[0] == "name":
+                needed.append(item[1])
+            elif item[0] == "group" and not item[2]:
+                sub = f"(group {len(rules)})"
+                rules[sub] = []
+                _flatten(sub, item[1], rules)
+                needed.append(sub)
+        flat.append(needed)
+    rules[name] = flat
 
 
-def _item_ok(item, known: set[str], defined: set[str]) -> bool:
-    if item[0] in ("atom", "opt"):
-        return True
-    if item[0] == "name":
-        return item[1] in known or item[1] not in defined  # an undefined name: not ours to judge
-    _, inner, optional = item
-    return optional or _productive(inner, known, defined)
+def _productive_rules(rules: dict[str, list[list]]) -> set[str]:
+    """The rules that derive a finite string: a worklist, linear in the grammar's size."""
+    known: set[str] = set()
+    users: dict[str, list[tuple[str, list]]] = {}
+    queue = []
+    for name, alts in rules.items():
+        for needed in alts:
+            # An undefined name (llguidance would have refused it) is not ours to judge: productive.
+            names = {n for n in needed if n in rules and n != name} if name not in needed else None
+            if names is None:
+                continue  # requires itself: never the alternative that ends the recursion
+            count = [len(names)]
+            for n in names:
+                users.setdefault(n, []).append((name, count))
+            if not names and name not in known:
+                known.add(name)
+                queue.append(name)
+    while queue:
+        for user, count in users.get(queue.pop(), ()):
+            count[0] -= 1
+            if count[0] == 0 and user not in known:
+                known.add(user)
+                queue.append(user)
+    return known
 
 
 def start_can_end(grammar: str) -> bool | None:
@@ -92,7 +123,7 @@ def start_can_end(grammar: str) -> bool | None:
     heads = list(_RULE_HEAD.finditer(grammar))
     if not heads or grammar[: heads[0].start()].strip():
         return None
-    rules: dict[str, list] = {}
+    parsed: dict[str, list] = {}
     try:
         for k, head in enumerate(heads):
             end = heads[k + 1].start() if k + 1 < len(heads) else len(grammar)
@@ -100,17 +131,12 @@ def start_can_end(grammar: str) -> bool | None:
             alts, i = _parse_alt(toks, 0)
             if i != len(toks):
                 raise _Unknown
-            rules.setdefault(head.group(1), []).extend(alts)
-    except _Unknown:
+            parsed.setdefault(head.group(1), []).extend(alts)
+        if "start" not in parsed:
+            return None
+        rules: dict[str, list[list]] = dict.fromkeys(parsed, [])
+        for name, alts in parsed.items():
+            _flatten(name, alts, rules)
+    except (_Unknown, RecursionError):  # deep nesting: llguidance's own limit reports it
         return None
-    if "start" not in rules:
-        return None
-    defined, known = set(rules), set()
-    changed = True
-    while changed:
-        changed = False
-        for name, alts in rules.items():
-            if name not in known and _productive(alts, known, defined):
-                known.add(name)
-                changed = True
-    return "start" in known
+    return "start" in _productive_rules(rules)

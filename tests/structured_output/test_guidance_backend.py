@@ -156,6 +156,14 @@ def test_deeply_nested_rules_compile_without_crashing(backend, tok):
     assert not _matches(backend, tok, so, "02")
 
 
+def test_unmatchable_check_is_linear(backend):
+    """A 2 * 10^4-rule chain that never ends is refused by the check, not left to llguidance."""
+    chain = "start: r0\n" + "\n".join(f'r{i}: "{i}" r{i + 1}' for i in range(20_000)) + '\nr20000: "x" r0'
+    assert start_can_end(chain) is False
+    with pytest.raises(InvalidRequestError, match="matches no string"):
+        backend.compile(SO(grammar=chain))
+
+
 def test_limits_refuse_a_huge_grammar(backend):
     backend.compile_timeout_s = 600
     with pytest.raises(InvalidRequestError, match="invalid grammar"):
@@ -199,6 +207,9 @@ def test_unmatchable_check_is_conservative():
     assert start_can_end('start: "a" | "b" start') is True
     assert start_can_end('start: ("a" start)* "b"') is True
     assert start_can_end('start: [x] "b"\nx: x') is True
+    assert start_can_end('start: x y\nx: "a"\ny: y "b"') is False
+    assert start_can_end('start: (x | y)\nx: x\ny: "a" x') is False
+    assert start_can_end("start: " + "(" * 5000 + '"a"' + ")" * 5000) is None
     assert start_can_end('root ::= "a" root') is None  # GBNF: not read
     assert start_can_end('start: "a" start | %json {"type": "object"}') is None
 
