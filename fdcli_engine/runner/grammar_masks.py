@@ -111,16 +111,17 @@ class GrammarMasks:
                 failed[sr.req_id] = state.error
                 continue
             kept.append(i)
-            self._catch_up(sr.req_id, state, sr.output_token_ids)
-            if not state.started:
-                continue  # not constrained yet: the row stays all-allowed
-            if not state.done:
-                try:
+            try:
+                self._catch_up(sr.req_id, state, sr.output_token_ids)
+                if not state.started:
+                    continue  # not constrained yet: the row stays all-allowed
+                if not state.done:
                     state.matcher.fill_bitmask(bitmask, i)
-                except Exception as exc:  # a grammar fault ends the constraint, not the engine
-                    self._fail(sr.req_id, state, f"mask failed: {exc}")
-                if not state.done and not bitmask[i].any():
-                    state.done = True  # the grammar allows nothing: only EOS can end the row
+                    if not bitmask[i].any():
+                        state.done = True  # the grammar allows nothing: only EOS can end the row
+            except Exception as exc:  # a grammar fault ends the constraint, not the engine
+                state.num_seen = len(sr.output_token_ids)
+                self._fail(sr.req_id, state, f"{type(exc).__name__}: {exc}")
             if state.done:
                 self._eos_only(bitmask[i])
         return StepMasks(bitmask=bitmask, rows=kept, failed=failed)
