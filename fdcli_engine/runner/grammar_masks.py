@@ -52,8 +52,12 @@ class StepMasks:
 
 
 class GrammarMasks:
-    def __init__(self, backend, eos_token_ids: set[int]):
-        self.backend = backend  # GrammarBackend, or None (structured outputs off)
+    def __init__(self, backend, eos_token_ids: set[int], make_backend=None):
+        """`backend`: a GrammarBackend, or None; `make_backend`: builds it on the first constrained
+        request instead (loading llguidance and its tokenizer costs an engine start that serves none
+        nothing). Neither: structured outputs are off."""
+        self.backend = backend
+        self._make_backend = make_backend
         self.eos_token_ids = sorted(eos_token_ids)
         self._states: dict[str, _State] = {}
         self._executor: ThreadPoolExecutor | None = None
@@ -134,8 +138,14 @@ class GrammarMasks:
     def _register(self, sr: ScheduledRequest) -> _State:
         so = sr.sampling_params.structured_outputs
         trigger = list(so.start_after_token_ids)
+        if self.backend is None and self._make_backend is not None:
+            make, self._make_backend = self._make_backend, None
+            try:
+                self.backend = make()
+            except Exception:
+                logger.exception("the grammar backend failed to load: structured outputs are off")
         if self.backend is None:
-            return _State(None, trigger, False, error="structured outputs are off in this engine")
+            return _State(None, trigger, False, error="structured outputs are not available in this engine")
         try:
             matcher = self.backend.compile(so).matcher()
         except InvalidRequestError as exc:

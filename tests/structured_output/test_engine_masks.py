@@ -259,3 +259,15 @@ def test_backend_off_refuses_constraints(tiny_llama_dir):
         off.generate(["x"], _params(SO(regex="a"), 0.0, max_tokens=8))
     assert exc.value.param == "structured_outputs"
     assert off.generate(["x"], SamplingParams(max_tokens=2, ignore_eos=True))[0].outputs[0].token_ids
+
+
+def test_compile_counters_in_engine_stats(llm):
+    so = SO(regex=r"[a-z]{2}=[0-9]")  # a constraint no other test compiles
+    llm.generate(["warm"], _params(SO(regex="w"), 0.0))  # the backend exists from here on
+    before = llm.get_stats()
+    llm.generate(["a"], _params(so, 0.0))
+    llm.generate(["b"], _params(so, 1.0))
+    after = llm.get_stats()
+    assert after["grammar_compiles"] - before["grammar_compiles"] == 1
+    assert after["grammar_cache_hits"] - before["grammar_cache_hits"] == 1
+    assert after["grammar_compile_seconds"] > before["grammar_compile_seconds"]

@@ -142,7 +142,23 @@ def test_compile_failure_is_reported_and_dropped():
 def test_backend_off_fails_constrained_requests():
     gm = GrammarMasks(None, {EOS})
     masks = _step(gm, [_sr("a", SO(regex="x"))])
-    assert "off" in masks.failed["a"]
+    assert "not available" in masks.failed["a"]
+
+
+def test_backend_built_on_first_constrained_request():
+    built = []
+
+    def make():
+        built.append(Backend())
+        return built[-1]
+
+    gm = GrammarMasks(None, {EOS}, make_backend=make)
+    _step(gm, [_sr("a")])
+    assert built == []  # no constrained request yet: nothing loaded
+    masks = _step(gm, [_sr("b", SO(regex="x"))])
+    assert len(built) == 1 and gm.backend is built[0] and masks.rows == [0]
+    _step(gm, [_sr("c", SO(regex="y"))])
+    assert len(built) == 1
 
 
 @pytest.mark.parametrize("vocab", [1, 31, 32, 33, 70])
