@@ -148,8 +148,7 @@ class GrammarMasks:
             return _State(None, trigger, False, error="structured outputs are not available in this engine")
         try:
             matcher = self.backend.compile(so).matcher()
-        except InvalidRequestError as exc:
-            logger.warning("request %s: constraint refused: %s", sr.req_id, exc)
+        except InvalidRequestError as exc:  # the engine logs it as it ends the request
             return _State(None, trigger, False, error=str(exc))
         except Exception as exc:  # defensive: the serving layer compiled it first
             logger.exception("request %s: constraint failed to compile", sr.req_id)
