@@ -271,3 +271,24 @@ def test_compile_counters_in_engine_stats(llm):
     assert after["grammar_compiles"] - before["grammar_compiles"] == 1
     assert after["grammar_cache_hits"] - before["grammar_cache_hits"] == 1
     assert after["grammar_compile_seconds"] > before["grammar_compile_seconds"]
+
+
+FILTERS = dict(
+    top_k=3, top_p=0.8, min_p=0.05, repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.3
+)
+
+
+@pytest.mark.parametrize("sampling_class", ["base", "rejection"])
+def test_mask_comes_before_bias_penalties_and_filters(tiny_llama_dir, monkeypatch, sampling_class):
+    """A disallowed token stays out whatever logit_bias, penalties, top-k/top-p/min-p or the
+    rejection sampler do with the row."""
+    monkeypatch.setenv("FD_SAMPLING_CLASS", sampling_class)
+    llm = LLM(str(tiny_llama_dir), max_model_len=128, block_size=8, num_kv_blocks=64)
+    regex = r"[0-9]{2,6}"
+    banned_looking = llm.tokenizer.encode("x")[0]  # outside the regex, pushed with +100
+    params = [
+        _params(SO(regex=regex), 1.3, seed=s, logit_bias={banned_looking: 100.0}, max_tokens=16, **FILTERS)
+        for s in range(4)
+    ]
+    for out in llm.generate(["p"] * 4, params):
+        assert re.fullmatch(regex, _done(out)), out.outputs[0].text
