@@ -191,6 +191,10 @@ class GuidanceBackend:
             previous = threading.stack_size(COMPILE_STACK_BYTES)
             try:
                 worker.start()
+            except RuntimeError:  # the big stack refused (strict overcommit): the default one
+                threading.stack_size(previous)
+                worker = threading.Thread(target=build, name="fd-grammar-compile", daemon=True)
+                worker.start()
             finally:
                 threading.stack_size(previous)
         worker.join(self.compile_timeout_s)
