@@ -129,6 +129,9 @@ class EngineCore:
             pooling_params=req.pooling_params,
         )
         self.scheduler.add_request(request)
+        so = req.sampling_params.structured_outputs if req.sampling_params is not None else None
+        if so is not None and self.grammar_masks is not None:
+            self.grammar_masks.prepare(req.req_id, so)
 
     def abort_requests(self, req_ids: list[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort_requests(req_ids)

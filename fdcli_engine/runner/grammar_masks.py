@@ -13,6 +13,8 @@ Invariants:
 - Only the worker touches the matchers between `begin` and `wait`; the main thread meanwhile runs the
   forward (paddle and llguidance's fill release the GIL). A step with no constrained row submits
   nothing.
+- A constraint starts compiling when its request reaches the engine (`prepare`, on a thread of its own);
+  the mask worker waits for it only when the request is first scheduled.
 - A row whose grammar allows nothing, or whose matcher is done (terminated) or failed, may only
   produce EOS. A constraint that fails to compile fails its request only (`StepMasks.failed`).
 """
@@ -20,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -58,16 +61,30 @@ class GrammarMasks:
         nothing). Neither: structured outputs are off."""
         self.backend = backend
         self._make_backend = make_backend
+        self._backend_lock = threading.Lock()  # the compile thread and the mask worker both build it
         self.eos_token_ids = sorted(eos_token_ids)
         self._states: dict[str, _State] = {}
+        self._compiling: dict[str, Future] = {}  # req_id -> its CompiledGrammar, from `prepare`
         self._executor: ThreadPoolExecutor | None = None
+        self._compiler: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         return len(self._states)
 
+    def prepare(self, req_id: str, params) -> None:
+        """Start compiling a new request's constraint (`params`: its StructuredOutputsParams) on a
+        thread of its own, so the compile overlaps the request's wait and prefill instead of holding
+        up the step that first samples it."""
+        if self._compiler is None:
+            self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fd-grammar-compile")
+        self._compiling[req_id] = self._compiler.submit(self._compile, params)
+
     def drop(self, req_ids) -> None:
         for rid in req_ids:
             self._states.pop(rid, None)
+            pending = self._compiling.pop(rid, None)
+            if pending is not None:
+                pending.cancel()
 
     def begin(
         self, scheduled: list[ScheduledRequest], sampling: list[ScheduledRequest]
@@ -135,19 +152,31 @@ class GrammarMasks:
             return self.backend.allocate_bitmask(n)
         return np.full((n, 1), -1, dtype=np.int32)
 
+    def _get_backend(self):
+        with self._backend_lock:
+            if self.backend is None and self._make_backend is not None:
+                make, self._make_backend = self._make_backend, None
+                try:
+                    self.backend = make()
+                except Exception:
+                    logger.exception("the grammar backend failed to load: structured outputs are off")
+            return self.backend
+
+    def _compile(self, params):
+        backend = self._get_backend()
+        if backend is None:
+            raise InvalidRequestError(
+                "structured outputs are not available in this engine", param="structured_outputs"
+            )
+        return backend.compile(params)
+
     def _register(self, sr: ScheduledRequest) -> _State:
         so = sr.sampling_params.structured_outputs
         trigger = list(so.start_after_token_ids)
-        if self.backend is None and self._make_backend is not None:
-            make, self._make_backend = self._make_backend, None
-            try:
-                self.backend = make()
-            except Exception:
-                logger.exception("the grammar backend failed to load: structured outputs are off")
-        if self.backend is None:
-            return _State(None, trigger, False, error="structured outputs are not available in this engine")
+        pending = self._compiling.pop(sr.req_id, None)
         try:
-            matcher = self.backend.compile(so).matcher()
+            grammar = pending.result() if pending is not None else self._compile(so)
+            matcher = grammar.matcher()
         except InvalidRequestError as exc:  # the engine logs it as it ends the request
             return _State(None, trigger, False, error=str(exc))
         except Exception as exc:  # defensive: the serving layer compiled it first

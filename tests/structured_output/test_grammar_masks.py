@@ -168,3 +168,19 @@ def test_allowed_rows_bit_order(vocab):
     for t in ids:
         mask.view(np.uint32)[0, t >> 5] |= np.uint32(1 << (t & 31))
     assert list(np.flatnonzero(allowed_rows(mask, [0], vocab)[0])) == sorted(set(ids))
+
+
+def test_prepared_compile_is_used_and_dropped():
+    backend = Backend()
+    compiled = []
+    real = backend.compile
+    backend.compile = lambda params: compiled.append(params.regex) or real(params)
+    gm = GrammarMasks(backend, {EOS})
+    gm.prepare("a", SO(regex="x"))
+    gm.prepare("gone", SO(regex="y"))
+    gm.prepare("bad", SO(regex="bad"))
+    gm.drop(["gone"])  # aborted while waiting: its compile is forgotten
+    masks = _step(gm, [_sr("a", SO(regex="x")), _sr("bad", SO(regex="bad"))])
+    assert masks.rows == [0] and masks.failed == {"bad": "invalid regex: bad"}
+    assert compiled.count("x") == 1  # compiled once, by prepare
+    assert "gone" not in gm._compiling and not gm._compiling
