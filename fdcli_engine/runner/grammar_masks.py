@@ -49,7 +49,7 @@ class StepMasks:
     """One step's masks over the sampling rows (the sampler's `reqs` order)."""
 
     bitmask: np.ndarray  # int32 [rows, ceil(V / 32)]; constrained rows only are meaningful
-    rows: list[int]  # the constrained sampling rows
+    rows: list[int]  # the masked sampling rows (constrained, and started)
     # req_id -> reason: requests whose constraint failed to compile; the engine ends them.
     failed: dict[str, str] = field(default_factory=dict)
 
@@ -131,11 +131,11 @@ class GrammarMasks:
             if state.error is not None:
                 failed[sr.req_id] = state.error
                 continue
-            kept.append(i)
             try:
                 self._catch_up(sr.req_id, state, sr.output_token_ids)
                 if not state.started:
-                    continue  # not constrained yet: the row stays all-allowed
+                    continue  # not constrained yet: the row is not masked
+                kept.append(i)
                 if not state.done:
                     state.matcher.fill_bitmask(bitmask, i)
                     if not bitmask[i].any():
@@ -143,6 +143,8 @@ class GrammarMasks:
             except Exception as exc:  # a grammar fault ends the constraint, not the engine
                 state.num_seen = len(sr.output_token_ids)
                 self._fail(sr.req_id, state, f"{type(exc).__name__}: {exc}")
+                if not kept or kept[-1] != i:
+                    kept.append(i)
             if state.done:
                 self._eos_only(bitmask[i])
         return StepMasks(bitmask=bitmask, rows=kept, failed=failed)

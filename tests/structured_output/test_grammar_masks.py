@@ -106,7 +106,8 @@ def test_start_after_token_ids():
     m = Matcher()
     backend.next.append(m)
     r = _sr("r", SO(regex="x", start_after_token_ids=[40, 41]))
-    assert _allowed(_step(gm, [r]), 0) == set(range(VOCAB))  # free before the trigger
+    masks = _step(gm, [r])
+    assert masks.rows == [] and _allowed(masks, 0) == set(range(VOCAB))  # free before the trigger
     r.output_token_ids += [3, 40, 7, 40]
     assert _allowed(_step(gm, [r]), 0) == set(range(VOCAB))
     r.output_token_ids += [41]
