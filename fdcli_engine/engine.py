@@ -6,6 +6,7 @@ the core to abort what a stop string ended.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -31,11 +32,14 @@ def _wrong_runner(engine_is_pooling: bool) -> str:
     return "this server runs a generative model (--runner generate): it serves no embeddings or rewards"
 
 
-def _grammar_backend(config: ResolvedConfig, tokenizer, vocab_size: int):
-    """The structured-outputs backend over the model's tokenizer, or None when they are off."""
+def _grammar_backend_maker(config: ResolvedConfig, tokenizer, vocab_size: int):
+    """What builds the structured-outputs backend over the model's tokenizer (on the first constrained
+    request), or None when they are off."""
+    if config.guided_decoding_backend == "off":
+        return None
     from fdcli_engine.structured_output import get_backend
 
-    return get_backend(config.guided_decoding_backend, tokenizer, vocab_size)
+    return functools.partial(get_backend, config.guided_decoding_backend, tokenizer, vocab_size)
 
 
 class EngineCore:
@@ -52,8 +56,8 @@ class EngineCore:
         from fdcli_engine.tokenizer import load_tokenizer
 
         t0 = time.perf_counter()
-        self.grammar_backend = None
         self.is_pooling = config.runner == "pooling"
+        self.grammar_masks = None  # the generate runner's GrammarMasks
         if self.is_pooling:
             from fdcli_engine.models.adapters import load_pooling_model
             from fdcli_engine.runner.pooling_runner import PoolingModelRunner
@@ -65,8 +69,9 @@ class EngineCore:
             self.model = load_model(config)
             tokenizer = load_tokenizer(config)
             eos = set(tokenizer.eos_token_ids)
-            self.grammar_backend = _grammar_backend(config, tokenizer, self.model.vocab_size)
-            self.runner = ModelRunner(config, self.model, eos, self.grammar_backend)
+            make_backend = _grammar_backend_maker(config, tokenizer, self.model.vocab_size)
+            self.runner = ModelRunner(config, self.model, eos, make_backend)
+            self.grammar_masks = self.runner.grammar
         self.vocab_size = self.model.vocab_size
         capacity = self.runner.num_blocks * config.block_size
         if capacity < config.max_model_len:
@@ -106,7 +111,7 @@ class EngineCore:
         )
         if not is_pooling:
             check_logit_bias(params.logit_bias, self.vocab_size)
-            if params.structured_outputs is not None and self.grammar_backend is None:
+            if params.structured_outputs is not None and self.config.guided_decoding_backend == "off":
                 raise InvalidRequestError(
                     "structured outputs are off on this server (--guided-decoding-backend off): "
                     "start it with --guided-decoding-backend auto to use them",
@@ -124,6 +129,9 @@ class EngineCore:
             pooling_params=req.pooling_params,
         )
         self.scheduler.add_request(request)
+        so = req.sampling_params.structured_outputs if req.sampling_params is not None else None
+        if so is not None and self.grammar_masks is not None:
+            self.grammar_masks.prepare(req.req_id, so)
 
     def abort_requests(self, req_ids: list[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort_requests(req_ids)
@@ -144,7 +152,15 @@ class EngineCore:
         return self.scheduler.has_unfinished_requests()
 
     def get_stats(self) -> dict:
-        return self.scheduler.get_stats()
+        stats = self.scheduler.get_stats()
+        backend = self.grammar_masks.backend if self.grammar_masks is not None else None
+        if backend is not None:  # structured outputs: compile counters (metrics, bench)
+            g = backend.stats()
+            stats["grammar_compiles"] = g["compiles"]
+            stats["grammar_cache_hits"] = g["cache_hits"]
+            stats["grammar_compile_errors"] = g["compile_errors"]
+            stats["grammar_compile_seconds"] = g["compile_seconds"]
+        return stats
 
     def reset_prefix_cache(self) -> None:
         self.scheduler.kv.reset_prefix_cache()

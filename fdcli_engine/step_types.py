@@ -14,6 +14,9 @@ Where a request stops (the one description; the modules named refer here):
   which the core never sees; a match finishes the request there and the front end asks the core to abort.
 - Bans, in the sampler (`runner/sampler.banned_token_ids`): before min_tokens, stop and EOS tokens cannot
   be sampled; a bad word's last token cannot follow its prefix. They shape what is sampled, never stop.
+- Grammar masks (structured outputs), in the sampler too, before the bans: a finished grammar allows only
+  EOS, and where the bans would leave a constrained row nothing they are lifted (the grammar wins; under
+  min_tokens the scheduler then goes on until min_tokens, the extra tokens being EOS).
 """
 
 from __future__ import annotations
@@ -54,8 +57,9 @@ class ScheduledRequest:
 class SchedulerOutput:
     scheduled: list[ScheduledRequest]
     num_scheduled_tokens: int
-    # Requests that left the batch since the last step (finished, aborted or preempted): the runner drops
-    # any per-request state it keeps for them (seeded generators).
+    # Requests that finished or were aborted since the last step: the runner drops any per-request state
+    # it keeps for them (seeded generators, grammar matchers). A preempted request is not in it: it keeps
+    # its output tokens and comes back.
     finished_req_ids: set[str] = field(default_factory=set)
     num_preempted: int = 0
 

@@ -7,11 +7,14 @@ Invariants:
   request's `output_token_ids` (the scheduler's record, shared read-only) at the start of each step,
   so a token the runner sampled but the scheduler did not keep is never consumed.
 - Matchers live until the request's id is in SchedulerOutput.finished_req_ids. Preemption does not
-  drop them: a preempted request keeps its output tokens and is recomputed, never re-sampled, so its
-  matcher stays right. n > 1 children are separate requests with matchers of their own.
+  drop them (core/scheduler.py: a preempted request keeps its output tokens and is recomputed, never
+  re-sampled), so its matcher stays right; were one dropped, the fresh matcher would replay the kept
+  output and end in the same state. n > 1 children are separate requests with matchers of their own.
 - Only the worker touches the matchers between `begin` and `wait`; the main thread meanwhile runs the
   forward (paddle and llguidance's fill release the GIL). A step with no constrained row submits
   nothing.
+- A constraint starts compiling when its request reaches the engine (`prepare`, on a thread of its own);
+  the mask worker waits for it only when the request is first scheduled.
 - A row whose grammar allows nothing, or whose matcher is done (terminated) or failed, may only
   produce EOS. A constraint that fails to compile fails its request only (`StepMasks.failed`).
 """
@@ -19,6 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -45,24 +49,42 @@ class StepMasks:
     """One step's masks over the sampling rows (the sampler's `reqs` order)."""
 
     bitmask: np.ndarray  # int32 [rows, ceil(V / 32)]; constrained rows only are meaningful
-    rows: list[int]  # the constrained sampling rows
+    rows: list[int]  # the masked sampling rows (constrained, and started)
     # req_id -> reason: requests whose constraint failed to compile; the engine ends them.
     failed: dict[str, str] = field(default_factory=dict)
 
 
 class GrammarMasks:
-    def __init__(self, backend, eos_token_ids: set[int]):
-        self.backend = backend  # GrammarBackend, or None (structured outputs off)
+    def __init__(self, backend, eos_token_ids: set[int], make_backend=None):
+        """`backend`: a GrammarBackend, or None; `make_backend`: builds it on the first constrained
+        request instead (loading llguidance and its tokenizer costs an engine start that serves none
+        nothing). Neither: structured outputs are off."""
+        self.backend = backend
+        self._make_backend = make_backend
+        self._backend_lock = threading.Lock()  # the compile thread and the mask worker both build it
         self.eos_token_ids = sorted(eos_token_ids)
         self._states: dict[str, _State] = {}
+        self._compiling: dict[str, Future] = {}  # req_id -> its CompiledGrammar, from `prepare`
         self._executor: ThreadPoolExecutor | None = None
+        self._compiler: ThreadPoolExecutor | None = None
 
     def __len__(self) -> int:
         return len(self._states)
 
+    def prepare(self, req_id: str, params) -> None:
+        """Start compiling a new request's constraint (`params`: its StructuredOutputsParams) on a
+        thread of its own, so the compile overlaps the request's wait and prefill instead of holding
+        up the step that first samples it."""
+        if self._compiler is None:
+            self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fd-grammar-compile")
+        self._compiling[req_id] = self._compiler.submit(self._compile, params)
+
     def drop(self, req_ids) -> None:
         for rid in req_ids:
             self._states.pop(rid, None)
+            pending = self._compiling.pop(rid, None)
+            if pending is not None:
+                pending.cancel()
 
     def begin(
         self, scheduled: list[ScheduledRequest], sampling: list[ScheduledRequest]
@@ -109,17 +131,20 @@ class GrammarMasks:
             if state.error is not None:
                 failed[sr.req_id] = state.error
                 continue
-            kept.append(i)
-            self._catch_up(sr.req_id, state, sr.output_token_ids)
-            if not state.started:
-                continue  # not constrained yet: the row stays all-allowed
-            if not state.done:
-                try:
+            try:
+                self._catch_up(sr.req_id, state, sr.output_token_ids)
+                if not state.started:
+                    continue  # not constrained yet: the row is not masked
+                kept.append(i)
+                if not state.done:
                     state.matcher.fill_bitmask(bitmask, i)
-                except Exception as exc:  # a grammar fault ends the constraint, not the engine
-                    self._fail(sr.req_id, state, f"mask failed: {exc}")
-                if not state.done and not bitmask[i].any():
-                    state.done = True  # the grammar allows nothing: only EOS can end the row
+                    if not bitmask[i].any():
+                        state.done = True  # the grammar allows nothing: only EOS can end the row
+            except Exception as exc:  # a grammar fault ends the constraint, not the engine
+                state.num_seen = len(sr.output_token_ids)
+                self._fail(sr.req_id, state, f"{type(exc).__name__}: {exc}")
+                if not kept or kept[-1] != i:
+                    kept.append(i)
             if state.done:
                 self._eos_only(bitmask[i])
         return StepMasks(bitmask=bitmask, rows=kept, failed=failed)
@@ -129,15 +154,32 @@ class GrammarMasks:
             return self.backend.allocate_bitmask(n)
         return np.full((n, 1), -1, dtype=np.int32)
 
+    def _get_backend(self):
+        with self._backend_lock:
+            if self.backend is None and self._make_backend is not None:
+                make, self._make_backend = self._make_backend, None
+                try:
+                    self.backend = make()
+                except Exception:
+                    logger.exception("the grammar backend failed to load: structured outputs are off")
+            return self.backend
+
+    def _compile(self, params):
+        backend = self._get_backend()
+        if backend is None:
+            raise InvalidRequestError(
+                "structured outputs are not available in this engine", param="structured_outputs"
+            )
+        return backend.compile(params)
+
     def _register(self, sr: ScheduledRequest) -> _State:
         so = sr.sampling_params.structured_outputs
         trigger = list(so.start_after_token_ids)
-        if self.backend is None:
-            return _State(None, trigger, False, error="structured outputs are off in this engine")
+        pending = self._compiling.pop(sr.req_id, None)
         try:
-            matcher = self.backend.compile(so).matcher()
-        except InvalidRequestError as exc:
-            logger.warning("request %s: constraint refused: %s", sr.req_id, exc)
+            grammar = pending.result() if pending is not None else self._compile(so)
+            matcher = grammar.matcher()
+        except InvalidRequestError as exc:  # the engine logs it as it ends the request
             return _State(None, trigger, False, error=str(exc))
         except Exception as exc:  # defensive: the serving layer compiled it first
             logger.exception("request %s: constraint failed to compile", sr.req_id)

@@ -35,14 +35,14 @@ def num_kv_blocks_for(config: ResolvedConfig, model) -> int:
 
 
 class ModelRunner:
-    def __init__(self, config: ResolvedConfig, model, eos_token_ids: set[int], grammar_backend=None):
+    def __init__(self, config: ResolvedConfig, model, eos_token_ids: set[int], make_grammar_backend=None):
         self.config = config
         self.model = model
         self.block_size = config.block_size
         self.num_blocks = num_kv_blocks_for(config, model)
         self.kv_caches = allocate_kv_caches(model, self.num_blocks, self.block_size, config.kv_cache_dtype)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
-        self.grammar = GrammarMasks(grammar_backend, eos_token_ids)
+        self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
         logger.info(
             "KV cache: %d blocks of %d tokens, %s (%.2f GiB)",
             self.num_blocks,

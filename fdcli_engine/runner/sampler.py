@@ -164,8 +164,7 @@ class Sampler:
         biased = logits
         if allowed:
             biased = logits.copy()  # the raw logits stay for the logprobs
-            for i, ok in allowed.items():
-                biased[i, ~ok] = -np.inf
+            biased[masks.rows] = np.where(bits, biased[masks.rows], np.float32(-np.inf))
         biased = with_logit_bias(biased, reqs)
         tokens = ops.sample(biased, params, ids, meta, uniforms, self.rejection).tolist()
         all_logprobs: list[list[tuple[int, float]] | None] = []

@@ -51,6 +51,9 @@ class GrammarBackend(Protocol):
     def allocate_bitmask(self, num_rows: int) -> np.ndarray:
         """An all-allowed bitmask of `num_rows` rows."""
 
+    def stats(self) -> dict:
+        """Counters: compiles, cache_hits, compile_errors, compile_seconds, cached, cached_chars."""
+
 
 def check_backend_name(name: str) -> None:
     """ConfigError unless `name` is a backend fd can run: said at config validation, before any model

@@ -1,13 +1,21 @@
 """The llguidance grammar backend: JSON schemas, regexes, choices, Lark / GBNF grammars and
 structural tags compiled by llguidance, masks written with its numpy bitmask API (no torch).
 
-Compiled grammars are kept in a bounded LRU cache keyed by (kind, spec); a request's matcher is a
-deep copy of the cached one, so a repeated schema costs no compilation.
+Compiled grammars are kept in an LRU cache keyed by (kind, spec), bounded by count (CACHE_SIZE) and by
+the total size of their grammar text (CACHE_CHARS); a request's matcher is a deep copy of the cached
+one, so a repeated schema costs no compilation.
+
+Compile budget: llguidance's parser limits (LIMITS) refuse an oversized grammar or lexer, and one
+compile may take at most COMPILE_TIMEOUT_S of wall time (it runs on a thread of its own; past the bound
+the request is refused and the thread's result, when it comes, is dropped). A grammar whose start rule
+can never end (`start: "a" start`) and an unsatisfiable schema are refused too.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections import OrderedDict
 
 import llguidance
@@ -15,9 +23,19 @@ import llguidance.numpy as llg_numpy
 import numpy as np
 
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.structured_output.lark_check import start_can_end
 from fdcli_engine.structured_output.params import StructuredOutputsParams
 
 CACHE_SIZE = 256  # compiled grammars kept
+CACHE_CHARS = 32 << 20  # total grammar text the cache holds; a bigger grammar is compiled, not kept
+COMPILE_TIMEOUT_S = 2.0
+# llguidance's compile recurses once per nested rule: a chain of 10^4 rules overflows an 8 MiB stack
+# and kills the process (SIGSEGV). Its symbol table (< 2^16 symbols) bounds the depth, which this
+# stack holds; it is reserved address space, touched only as deep as a grammar goes.
+COMPILE_STACK_BYTES = 512 << 20
+_STACK_LOCK = threading.Lock()  # threading.stack_size is process-wide
+# Tighter than llguidance's defaults where a request could make the core build something huge.
+LIMITS = dict(max_grammar_size=200_000, max_lexer_states=100_000, initial_lexer_fuel=1_000_000)
 
 
 def _error(message: str) -> InvalidRequestError:
@@ -41,10 +59,43 @@ def grammar_text(params: StructuredOutputsParams) -> str:
         if kind == "choice":
             return llguidance.grammar_from("choice", params.choice)
         if kind == "grammar":
+            if start_can_end(params.grammar) is False:
+                raise _error("invalid grammar: it matches no string (rule start can never end)")
             return llguidance.grammar_from("grammar", params.grammar)
-    except (ValueError, TypeError) as exc:
+        if kind == "structural_tag":
+            return _structural_tag_grammar(params.structural_tag)
+    except (ValueError, TypeError, KeyError, AssertionError, RecursionError) as exc:
         raise _error(f"invalid {kind}: {exc}") from None
     raise _error(f"the {kind} constraint is not supported by the guidance backend")
+
+
+def _structural_tag_grammar(spec: str) -> str:
+    """vLLM's structural tag, {"type": "structural_tag", "structures": [{"begin", "schema", "end"}],
+    "triggers": [...]}: free text, where each structure starts at one of the triggers (its `begin` must
+    start with one), then its schema's JSON, then its `end`."""
+    tag = json.loads(spec)
+    if not isinstance(tag, dict) or not isinstance(tag.get("structures"), list) or not tag["structures"]:
+        raise ValueError('a structural tag needs a non-empty "structures" list')
+    triggers = tag.get("triggers")
+    if not isinstance(triggers, list) or not triggers or not all(isinstance(t, str) and t for t in triggers):
+        raise ValueError('a structural tag needs a non-empty "triggers" list of strings')
+    tags = []
+    for s in tag["structures"]:
+        if (
+            not isinstance(s, dict)
+            or not isinstance(s.get("begin"), str)
+            or not isinstance(s.get("end"), str)
+        ):
+            raise ValueError('each structure needs "begin" and "end" strings and a "schema"')
+        trigger = next((t for t in triggers if s["begin"].startswith(t)), None)
+        if trigger is None:
+            raise ValueError(f"structure begin {s['begin']!r} starts with none of the triggers {triggers}")
+        schema = s.get("schema", {})
+        if not isinstance(schema, dict | bool):
+            raise ValueError("a structure's schema must be a JSON schema object")
+        # The schema itself, not llguidance's {"grammars": ...} envelope (read as an empty schema).
+        tags.append(llguidance.StructTag(trigger=trigger, begin=s["begin"], grammar=schema, end=s["end"]))
+    return llguidance.StructTag.to_grammar(tags)
 
 
 class GuidanceMatcher:
@@ -75,13 +126,32 @@ class GuidanceGrammar:
 class GuidanceBackend:
     name = "guidance"
 
-    def __init__(self, tokenizer, vocab_size: int):
+    def __init__(self, tokenizer, vocab_size: int, compile_timeout_s: float = COMPILE_TIMEOUT_S):
         self.vocab_size = vocab_size
+        self.compile_timeout_s = compile_timeout_s
         self.tokenizer = llguidance.LLTokenizer(
             tokenizer.backend.to_str(), n_vocab=vocab_size, eos_token=sorted(tokenizer.eos_token_ids)
         )
-        self._cache: OrderedDict[tuple[str, str], GuidanceGrammar] = OrderedDict()
+        self._limits = llguidance.LLParserLimits(**LIMITS, verbose_errors=False)
+        self._cache: OrderedDict[tuple[str, str], tuple[GuidanceGrammar, int]] = OrderedDict()
+        self._cache_chars = 0
         self._lock = threading.Lock()
+        # Counters for metrics and the benchmark (read with stats()).
+        self.num_compiles = 0
+        self.num_cache_hits = 0
+        self.num_compile_errors = 0
+        self.compile_seconds = 0.0
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "compiles": self.num_compiles,
+                "cache_hits": self.num_cache_hits,
+                "compile_errors": self.num_compile_errors,
+                "compile_seconds": self.compile_seconds,
+                "cached": len(self._cache),
+                "cached_chars": self._cache_chars,
+            }
 
     def compile(self, params: StructuredOutputsParams) -> GuidanceGrammar:
         key = (params.kind, params.spec)
@@ -89,16 +159,68 @@ class GuidanceBackend:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
-                return hit
-        matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(params), log_level=0)
-        if matcher.is_error():
-            raise _error(f"invalid {params.kind}: {matcher.get_error()}")
-        grammar = GuidanceGrammar(matcher)
-        with self._lock:
-            self._cache[key] = grammar
-            while len(self._cache) > CACHE_SIZE:
-                self._cache.popitem(last=False)
+                self.num_cache_hits += 1
+                return hit[0]
+        t0 = time.perf_counter()
+        try:
+            text = grammar_text(params)
+            grammar = self._compile_bounded(params.kind, text)
+        except InvalidRequestError:
+            with self._lock:
+                self.num_compile_errors += 1
+            raise
+        finally:
+            with self._lock:
+                self.num_compiles += 1
+                self.compile_seconds += time.perf_counter() - t0
+        self._keep(key, grammar, len(text) + len(params.spec))
         return grammar
+
+    def _compile_bounded(self, kind: str, text: str) -> GuidanceGrammar:
+        """The matcher built on a thread of its own, waited for at most compile_timeout_s."""
+        result: list = []
+
+        def build() -> None:
+            try:
+                result.append(llguidance.LLMatcher(self.tokenizer, text, log_level=0, limits=self._limits))
+            except Exception as exc:  # surfaced below as the request's error
+                result.append(exc)
+
+        worker = threading.Thread(target=build, name="fd-grammar-compile", daemon=True)
+        with _STACK_LOCK:
+            previous = threading.stack_size(COMPILE_STACK_BYTES)
+            try:
+                worker.start()
+            except RuntimeError:  # the big stack refused (strict overcommit): the default one
+                threading.stack_size(previous)
+                worker = threading.Thread(target=build, name="fd-grammar-compile", daemon=True)
+                worker.start()
+            finally:
+                threading.stack_size(previous)
+        worker.join(self.compile_timeout_s)
+        if not result:
+            raise _error(
+                f"compiling the constraint exceeded {self.compile_timeout_s:g} s: simplify the {kind}"
+            )
+        matcher = result[0]
+        if isinstance(matcher, Exception):
+            raise _error(f"invalid {kind}: {matcher}")
+        if matcher.is_error():
+            raise _error(f"invalid {kind}: {matcher.get_error()}")
+        return GuidanceGrammar(matcher)
+
+    def _keep(self, key: tuple[str, str], grammar: GuidanceGrammar, size: int) -> None:
+        if size > CACHE_CHARS:
+            return
+        with self._lock:
+            old = self._cache.pop(key, None)
+            if old is not None:
+                self._cache_chars -= old[1]
+            self._cache[key] = (grammar, size)
+            self._cache_chars += size
+            while len(self._cache) > CACHE_SIZE or self._cache_chars > CACHE_CHARS:
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cache_chars -= dropped
 
     def allocate_bitmask(self, num_rows: int) -> np.ndarray:
         return llg_numpy.allocate_token_bitmask(num_rows, self.vocab_size)

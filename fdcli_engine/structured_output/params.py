@@ -30,10 +30,16 @@ class StructuredOutputsParams:
     start_after_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if isinstance(self.json, (dict, list, bool)):
-            self.json = json.dumps(self.json)
-        if isinstance(self.structural_tag, (dict, list)):
-            self.structural_tag = json.dumps(self.structural_tag)
+        try:
+            if isinstance(self.json, (dict, list, bool)):
+                self.json = json.dumps(self.json)
+            if isinstance(self.structural_tag, (dict, list)):
+                self.structural_tag = json.dumps(self.structural_tag)
+        except (RecursionError, TypeError, ValueError) as exc:  # a 10^4-deep schema, a non-JSON value
+            raise InvalidRequestError(
+                f"the constraint is not serializable JSON: {type(exc).__name__}: {exc}",
+                param="structured_outputs",
+            ) from None
         given = self.given()
         if len(given) != 1:
             what = " and ".join(given) if given else "nothing"

@@ -1,0 +1,230 @@
+"""The llguidance backend on its own (no model): each constraint kind accepts the token sequences of
+strings it matches and refuses others; bad, unmatchable, deep and slow constraints are refused with
+InvalidRequestError on "structured_outputs"; the cache is bounded by count and by size."""
+
+from __future__ import annotations
+
+import threading
+import types
+
+import numpy as np
+import pytest
+import tokenizers
+
+from fdcli_engine.errors import ConfigError, InvalidRequestError
+from fdcli_engine.structured_output import StructuredOutputsParams as SO
+from fdcli_engine.structured_output import backend as backend_mod
+from fdcli_engine.structured_output import guidance
+from fdcli_engine.structured_output.guidance import GuidanceBackend
+from fdcli_engine.structured_output.lark_check import start_can_end
+
+VOCAB = 512
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_llama_dir):
+    tk = tokenizers.Tokenizer.from_file(str(tiny_llama_dir / "tokenizer.json"))
+    return types.SimpleNamespace(backend=tk, eos_token_ids={tk.token_to_id("<|im_end|>")})
+
+
+@pytest.fixture
+def backend(tok):
+    return GuidanceBackend(tok, VOCAB)
+
+
+def _eos(tok) -> int:
+    return next(iter(tok.eos_token_ids))
+
+
+def _matches(backend, tok, so: SO, text: str) -> bool:
+    """Every token of `text` is allowed by the mask and accepted, and EOS is allowed at the end."""
+    m = backend.compile(so).matcher()
+    mask = backend.allocate_bitmask(1)
+    for t in tok.backend.encode(text, add_special_tokens=False).ids:
+        m.fill_bitmask(mask, 0)
+        if not (mask[0, t >> 5] >> (t & 31)) & 1 or not m.accept(t):
+            return False
+    m.fill_bitmask(mask, 0)
+    e = _eos(tok)
+    return bool((mask[0, e >> 5] >> (e & 31)) & 1)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"enum": ["x", "y"]}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("so", "good", "bad"),
+    [
+        (SO(json=SCHEMA), '{"a":12,"b":"y"}', '{"a":-1,"b":"y"}'),
+        (SO(json_object=True), '{"k":[1,2]}', "[1,2]"),
+        (SO(regex=r"[0-9]{2}-[a-z]+"), "42-abc", "4-abc"),
+        (SO(choice=["red", "green"]), "green", "blue"),
+        (SO(grammar='start: "(" start ")" | "x"'), "((x))", "((x)"),
+        (SO(grammar='root ::= "a" [0-9]+'), "a123", "ab"),  # GBNF
+    ],
+    ids=["json", "json_object", "regex", "choice", "lark", "gbnf"],
+)
+def test_each_kind_accepts_and_refuses(backend, tok, so, good, bad):
+    assert _matches(backend, tok, so, good)
+    assert not _matches(backend, tok, so, bad)
+
+
+def test_structural_tag_vllm_format(backend, tok):
+    so = SO(
+        structural_tag={
+            "type": "structural_tag",
+            "structures": [{"begin": "<function=f>", "schema": SCHEMA, "end": "</function>"}],
+            "triggers": ["<function="],
+        }
+    )
+    assert _matches(backend, tok, so, 'Sure. <function=f>{"a":1,"b":"x"}</function> done')
+    assert _matches(backend, tok, so, "no call at all")
+    assert not _matches(backend, tok, so, '<function=f>{"a":"one","b":"x"}</function>')
+
+
+@pytest.mark.parametrize(
+    ("so", "message"),
+    [
+        (SO(regex="(unclosed"), "invalid regex"),
+        (SO(json="{not json"), "invalid json"),
+        (SO(json={"type": "integer", "minimum": 5, "maximum": 2}), "Unsatisfiable"),
+        (SO(json={"enum": [1, 2], "const": 3}), "Unsatisfiable"),
+        (SO(grammar='start: "a" start'), "matches no string"),
+        (SO(grammar='start: x\nx: "a" x\n  | "b" x'), "matches no string"),
+        (SO(grammar="start: ("), "invalid grammar"),
+        (SO(structural_tag={"structures": [], "triggers": ["<f"]}), "structures"),
+        (
+            SO(
+                structural_tag={"structures": [{"begin": "<g>", "schema": {}, "end": ""}], "triggers": ["<f"]}
+            ),
+            "triggers",
+        ),
+    ],
+)
+def test_bad_constraints_are_refused(backend, so, message):
+    with pytest.raises(InvalidRequestError, match=message) as exc:
+        backend.compile(so)
+    assert exc.value.param == "structured_outputs"
+
+
+def test_deep_schema_is_a_bounded_error(backend):
+    deep: dict = {"type": "string"}
+    for _ in range(10_000):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(InvalidRequestError) as exc:  # the dict cannot even be serialized
+        SO(json=deep)
+    assert exc.value.param == "structured_outputs"
+    text = '{"type":"object","properties":{"a":' * 10_000 + '{"type":"string"}' + "}}" * 10_000
+    with pytest.raises(InvalidRequestError, match="recursion"):
+        backend.compile(SO(json=text))
+
+
+def test_compile_wall_clock_bound(backend, monkeypatch):
+    """A compile that does not finish within the bound refuses the request (the thread is left)."""
+    release = threading.Event()
+    real = guidance.llguidance.LLMatcher
+
+    def slow(*args, **kwargs):
+        release.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(guidance.llguidance, "LLMatcher", slow)
+    backend.compile_timeout_s = 0.05
+    try:
+        with pytest.raises(InvalidRequestError, match="compiling the constraint exceeded 0.05 s"):
+            backend.compile(SO(regex="[a-z]+"))
+    finally:
+        release.set()
+    assert backend.stats()["compile_errors"] == 1
+    assert backend.stats()["cached"] == 0
+
+
+def _chain(n: int) -> str:
+    return "start: r0\n" + "\n".join(f'r{i}: "{i}" r{i + 1}?' for i in range(n)) + f'\nr{n}: "end"'
+
+
+def test_deeply_nested_rules_compile_without_crashing(backend, tok):
+    """A chain of 2 * 10^4 nested rules (an 8 MiB stack overflows at 10^4) compiles and masks."""
+    backend.compile_timeout_s = 600  # this test is about the stack, not the clock
+    so = SO(grammar=_chain(20_000))
+    assert _matches(backend, tok, so, "012")
+    assert not _matches(backend, tok, so, "02")
+
+
+def test_unmatchable_check_is_linear(backend):
+    """A 2 * 10^4-rule chain that never ends is refused by the check, not left to llguidance."""
+    chain = "start: r0\n" + "\n".join(f'r{i}: "{i}" r{i + 1}' for i in range(20_000)) + '\nr20000: "x" r0'
+    assert start_can_end(chain) is False
+    with pytest.raises(InvalidRequestError, match="matches no string"):
+        backend.compile(SO(grammar=chain))
+
+
+def test_limits_refuse_a_huge_grammar(backend):
+    backend.compile_timeout_s = 600
+    with pytest.raises(InvalidRequestError, match="invalid grammar"):
+        backend.compile(SO(grammar=_chain(60_000)))
+
+
+def test_cache_is_bounded_by_count_and_size(backend, tok, monkeypatch):
+    schemas = [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}} for i in range(1000)]
+    for s in schemas:
+        backend.compile(SO(json=s))
+    stats = backend.stats()
+    assert stats["compiles"] == 1000 and stats["cache_hits"] == 0
+    assert stats["cached"] == guidance.CACHE_SIZE
+    backend.compile(SO(json=schemas[-1]))  # recent: still cached
+    backend.compile(SO(json=schemas[0]))  # evicted: compiled again
+    stats = backend.stats()
+    assert (stats["cache_hits"], stats["compiles"]) == (1, 1001)
+
+    monkeypatch.setattr(guidance, "CACHE_CHARS", 20_000)
+    small = GuidanceBackend(tok, VOCAB)
+    for s in schemas[:200]:
+        small.compile(SO(json=s))
+    stats = small.stats()
+    assert 0 < stats["cached_chars"] <= 20_000 and stats["cached"] < 200
+
+
+def test_matcher_masks_bits_past_the_tokenizer(tok):
+    """Ids past the tokenizer's vocabulary (logits wider than it) are never allowed."""
+    wide = GuidanceBackend(tok, 600)
+    m = wide.compile(SO(regex="[a-z]*")).matcher()
+    mask = wide.allocate_bitmask(1)
+    m.fill_bitmask(mask, 0)
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:600]
+    assert bits[tok.backend.get_vocab_size() :].sum() == 0
+    assert bits[: tok.backend.get_vocab_size()].sum() > 0
+
+
+def test_unmatchable_check_is_conservative():
+    assert start_can_end('start: "a" start') is False
+    assert start_can_end('start: ("a" start)+') is False
+    assert start_can_end('start: "a" | "b" start') is True
+    assert start_can_end('start: ("a" start)* "b"') is True
+    assert start_can_end('start: [x] "b"\nx: x') is True
+    assert start_can_end('start: x y\nx: "a"\ny: y "b"') is False
+    assert start_can_end('start: (x | y)\nx: x\ny: "a" x') is False
+    assert start_can_end("start: " + "(" * 5000 + '"a"' + ")" * 5000) is None
+    assert start_can_end('root ::= "a" root') is None  # GBNF: not read
+    assert start_can_end('start: "a" start | %json {"type": "object"}') is None
+
+
+def test_backend_names():
+    assert backend_mod.get_backend("off", None, VOCAB) is None
+    with pytest.raises(ConfigError, match="xgrammar is not available in fd: use guidance"):
+        backend_mod.get_backend("xgrammar", None, VOCAB)
+    with pytest.raises(ConfigError, match="not known"):
+        backend_mod.check_backend_name("outlines")
+
+
+def test_xgrammar_refused_at_config_validation():
+    from fdcli_engine.config import EngineConfig
+
+    with pytest.raises(ConfigError, match="xgrammar is not available"):
+        EngineConfig(guided_decoding_backend="xgrammar").validate()
+    assert EngineConfig(guided_decoding_backend="off").validate().guided_decoding_backend == "off"
