@@ -23,6 +23,7 @@ import llguidance.numpy as llg_numpy
 import numpy as np
 
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.structured_output.json_schema import close_objects
 from fdcli_engine.structured_output.lark_check import start_can_end
 from fdcli_engine.structured_output.params import StructuredOutputsParams
 
@@ -47,8 +48,9 @@ def grammar_text(params: StructuredOutputsParams) -> str:
     kind = params.kind
     try:
         if kind == "json":
+            schema = json.dumps(close_objects(json.loads(params.json)))
             return llguidance.LLMatcher.grammar_from_json_schema(
-                params.json, defaults={"whitespace_flexible": False}
+                schema, defaults={"whitespace_flexible": False}
             )
         if kind == "json_object":
             return llguidance.LLMatcher.grammar_from_json_schema(
@@ -94,7 +96,8 @@ def _structural_tag_grammar(spec: str) -> str:
         if not isinstance(schema, dict | bool):
             raise ValueError("a structure's schema must be a JSON schema object")
         # The schema itself, not llguidance's {"grammars": ...} envelope (read as an empty schema).
-        tags.append(llguidance.StructTag(trigger=trigger, begin=s["begin"], grammar=schema, end=s["end"]))
+        grammar = close_objects(schema)
+        tags.append(llguidance.StructTag(trigger=trigger, begin=s["begin"], grammar=grammar, end=s["end"]))
     return llguidance.StructTag.to_grammar(tags)
 
 

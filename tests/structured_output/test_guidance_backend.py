@@ -228,3 +228,19 @@ def test_xgrammar_refused_at_config_validation():
     with pytest.raises(ConfigError, match="xgrammar is not available"):
         EngineConfig(guided_decoding_backend="xgrammar").validate()
     assert EngineConfig(guided_decoding_backend="off").validate().guided_decoding_backend == "off"
+
+
+def test_objects_with_properties_are_closed_unless_the_schema_opens_them(backend, tok):
+    """xgrammar's strict reading (vLLM's and FastDeploy's default backend): listed properties only,
+    unless the schema says otherwise; a property named like a keyword is still a property."""
+    listed = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    assert _matches(backend, tok, SO(json=listed), '{"a":1}')
+    assert not _matches(backend, tok, SO(json=listed), '{"a":1,"b":2}')
+    opened = dict(listed, additionalProperties=True)
+    assert _matches(backend, tok, SO(json=opened), '{"a":1,"b":2}')
+    nested = {"type": "array", "items": {"$ref": "#/$defs/p"}, "$defs": {"p": listed}}
+    assert not _matches(backend, tok, SO(json=nested), '[{"a":1,"c":3}]')
+    assert _matches(backend, tok, SO(json=nested), '[{"a":1}]')
+    keyword_named = {"type": "object", "properties": {"properties": {"type": "integer"}}}
+    assert _matches(backend, tok, SO(json=keyword_named), '{"properties":3}')
+    assert _matches(backend, tok, SO(json={"type": "object"}), '{"any":1}')  # no properties: open
