@@ -21,6 +21,7 @@ from collections import OrderedDict
 import llguidance
 import llguidance.numpy as llg_numpy
 import numpy as np
+from llguidance.gbnf_to_lark import any_to_lark
 
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.structured_output.json_schema import close_objects
@@ -30,6 +31,8 @@ from fdcli_engine.structured_output.params import StructuredOutputsParams
 CACHE_SIZE = 256  # compiled grammars kept
 CACHE_CHARS = 32 << 20  # total grammar text the cache holds; a bigger grammar is compiled, not kept
 COMPILE_TIMEOUT_S = 2.0
+# The header any_to_lark writes on a converted GBNF grammar; the productivity check reads plain Lark.
+_EMPTY_DIRECTIVE = "%llguidance {}"
 # llguidance's compile recurses once per nested rule: a chain of 10^4 rules overflows an 8 MiB stack
 # and kills the process (SIGSEGV). Its symbol table (< 2^16 symbols) bounds the depth, which this
 # stack holds; it is reserved address space, touched only as deep as a grammar goes.
@@ -61,9 +64,10 @@ def grammar_text(params: StructuredOutputsParams) -> str:
         if kind == "choice":
             return llguidance.grammar_from("choice", params.choice)
         if kind == "grammar":
-            if start_can_end(params.grammar) is False:
+            lark = any_to_lark(params.grammar)  # GBNF / EBNF become Lark; Lark stays as it is
+            if start_can_end(lark.replace(_EMPTY_DIRECTIVE, "", 1)) is False:
                 raise _error("invalid grammar: it matches no string (rule start can never end)")
-            return llguidance.grammar_from("grammar", params.grammar)
+            return llguidance.LLMatcher.grammar_from_lark(lark)
         if kind == "structural_tag":
             return _structural_tag_grammar(params.structural_tag)
     except (ValueError, TypeError, KeyError, AssertionError, RecursionError) as exc:

@@ -201,6 +201,13 @@ def test_matcher_masks_bits_past_the_tokenizer(tok):
     assert bits[: tok.backend.get_vocab_size()].sum() > 0
 
 
+def test_unmatchable_gbnf_is_refused_and_a_finite_one_served(backend, tok):
+    """GBNF is read as the Lark llguidance converts it to, so the same check applies."""
+    with pytest.raises(InvalidRequestError, match="matches no string"):
+        backend.compile(SO(grammar='root ::= "a" root'))
+    assert _matches(backend, tok, SO(grammar='root ::= "a" | "a" root'), "aaa")
+
+
 def test_unmatchable_check_is_conservative():
     assert start_can_end('start: "a" start') is False
     assert start_can_end('start: ("a" start)+') is False
