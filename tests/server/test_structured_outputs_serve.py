@@ -31,6 +31,9 @@ def test_constraints_hold_on_a_tiny_random_model(server):
         extra_body={"guided_choice": ["left", "right"]},
     )
     assert r.choices[0].message.content in ("left", "right")
+    m = server.metrics()  # the engine core compiled both: its counters reach /metrics
+    assert m["fd:grammar_compiles_total"] + m["fd:grammar_cache_hits_total"] >= 2
+    assert m["fd:grammar_compile_seconds_total"] > 0
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(
             model="tiny", prompt="x", max_tokens=2, extra_body={"guided_grammar": "start: foo"}

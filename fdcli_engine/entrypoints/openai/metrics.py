@@ -43,6 +43,20 @@ class _EngineCollector:
             "fd:prefix_cache_queries": ("Prefix-cache queries (tokens)", "prefix_cache_queries"),
             "fd:prefix_cache_hits": ("Prefix-cache hits (tokens)", "prefix_cache_hits"),
             "fd:num_preemptions": ("Requests preempted by the scheduler", "num_preemptions"),
+            # Structured outputs, the engine core's grammar backend (absent until its first constraint).
+            "fd:grammar_compiles": (
+                "Constraints compiled by the engine's grammar backend",
+                "grammar_compiles",
+            ),
+            "fd:grammar_cache_hits": (
+                "Constraints found compiled in the grammar cache",
+                "grammar_cache_hits",
+            ),
+            "fd:grammar_compile_errors": (
+                "Constraints the grammar backend refused",
+                "grammar_compile_errors",
+            ),
+            "fd:grammar_compile_seconds": ("Seconds spent compiling constraints", "grammar_compile_seconds"),
         }
         for name, (doc, key) in counters.items():
             c = CounterMetricFamily(name, doc)
