@@ -1,5 +1,5 @@
 """Shared test set-up: tests/ on sys.path (tiny_models, scripted), threads claimed before paddle loads,
-the tiny tokenizer fixture."""
+the tiny tokenizer, and one tiny-model `fd serve` for every test that only sends it requests."""
 
 from __future__ import annotations
 
@@ -21,3 +21,23 @@ def tokenizer(tmp_path_factory):
     from fdcli_engine.tokenizer import Tokenizer
 
     return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny random Llama checkpoint with the tiny tokenizer (tests/server/fd_server.py)."""
+    from server.fd_server import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def server(tiny_model, tmp_path_factory):
+    """One `fd serve` of `tiny_model` (served as "tiny", with an API key, so every test also exercises
+    auth) for the whole run: tests that only send requests share it. Tests that kill, drain or
+    reconfigure a server start their own with `fd_server.start_server`."""
+    from server.fd_server import start_server
+
+    srv = start_server(tiny_model, tmp_path_factory.mktemp("srv"), "--served-model-name", "tiny")
+    yield srv
+    assert srv.stop() == 0, srv.log.read_text()[-3000:]
