@@ -41,3 +41,18 @@ def server(tiny_model, tmp_path_factory):
     srv = start_server(tiny_model, tmp_path_factory.mktemp("srv"), "--served-model-name", "tiny")
     yield srv
     assert srv.stop() == 0, srv.log.read_text()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """transformers' own model of the SmolLM2 GGUF (it dequantizes the blocks; fp32, eager attention),
+    the reference of every SmolLM2 comparison: loaded once per run, since dequantizing takes a while."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from fdcli_engine.config import default_model_path
+
+    path = default_model_path()
+    return AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
