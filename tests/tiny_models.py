@@ -66,6 +66,25 @@ def load_hf_model(folder: str | Path, **kwargs):
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **kwargs).eval()
 
 
+def hf_greedy(hf, prompt: list[int], max_new_tokens: int, eos: list[int] | None = None) -> list[int]:
+    """transformers' greedy continuation of the token ids `prompt`, the oracle of fd's greedy outputs:
+    exactly max_new_tokens tokens when `eos` is None (ignore_eos), else up to the first of `eos`."""
+    import torch  # noqa: PLC0415
+
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens if eos is None else None,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos[0] if eos else 0,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

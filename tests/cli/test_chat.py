@@ -1,11 +1,10 @@
-"""`fd chat` against a real `fd serve` (tiny random model), through Typer's runner."""
+"""`fd chat` against a real `fd serve` (the shared tiny random model server of tests/conftest.py),
+through Typer's runner."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
-from server.fd_server import make_tiny_model, start_server
 from typer.testing import CliRunner
 
 from fdcli.main import app
@@ -13,27 +12,19 @@ from fdcli.main import app
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    model = make_tiny_model(tmp_path_factory.mktemp("chat-model"))
-    s = start_server(model, tmp_path_factory.mktemp("chat-srv"), "--served-model-name", "tiny")
-    yield s
-    s.stop()
-
-
-def _reference(srv, messages, max_tokens=6) -> str:
-    with srv.http() as h:
+def _reference(server, messages, max_tokens=6) -> str:
+    with server.http() as h:
         body = {"model": "tiny", "messages": messages, "max_tokens": max_tokens, "temperature": 0}
         return h.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
 
 
-def _args(srv, *extra):
+def _args(server, *extra):
     return [
         "chat",
         "--url",
-        f"{srv.url}/v1",
+        f"{server.url}/v1",
         "--api-key",
-        srv.api_key,
+        server.api_key,
         "--temperature",
         "0",
         "--max-tokens",
@@ -42,42 +33,42 @@ def _args(srv, *extra):
     ]
 
 
-def test_quick_prints_the_streamed_answer(srv):
-    r = runner.invoke(app, _args(srv, "-q", "hello world", "--system-prompt", "be brief"))
+def test_quick_prints_the_streamed_answer(server):
+    r = runner.invoke(app, _args(server, "-q", "hello world", "--system-prompt", "be brief"))
     assert r.exit_code == 0, r.output
     want = _reference(
-        srv, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
+        server, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello world"}]
     )
     assert r.stdout == want + "\n"
 
 
-def test_api_key_from_environment(srv):
-    args = [a for a in _args(srv, "-q", "hi") if a not in ("--api-key", srv.api_key)]
-    r = runner.invoke(app, args, env={"OPENAI_API_KEY": srv.api_key})
+def test_api_key_from_environment(server):
+    args = [a for a in _args(server, "-q", "hi") if a not in ("--api-key", server.api_key)]
+    r = runner.invoke(app, args, env={"OPENAI_API_KEY": server.api_key})
     assert r.exit_code == 0, r.output
     assert runner.invoke(app, args, env={"OPENAI_API_KEY": "wrong"}).exit_code == 1
 
 
-def test_conversation_save_and_reset(srv, tmp_path):
+def test_conversation_save_and_reset(server, tmp_path):
     saved, after_reset = tmp_path / "conv.json", tmp_path / "reset.json"
     script = f"hello\n/save {saved}\n/reset\n/save {after_reset}\n/exit\n"
-    r = runner.invoke(app, _args(srv), input=script)
+    r = runner.invoke(app, _args(server), input=script)
     assert r.exit_code == 0, r.output
     conv = json.loads(saved.read_text())
     assert conv == [
         {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": _reference(srv, [{"role": "user", "content": "hello"}])},
+        {"role": "assistant", "content": _reference(server, [{"role": "user", "content": "hello"}])},
     ]
     assert json.loads(after_reset.read_text()) == []
 
 
-def test_second_turn_sends_the_history(srv, tmp_path):
+def test_second_turn_sends_the_history(server, tmp_path):
     saved = tmp_path / "two.json"
-    r = runner.invoke(app, _args(srv), input=f"hello\nagain\n/save {saved}\n/exit\n")
+    r = runner.invoke(app, _args(server), input=f"hello\nagain\n/save {saved}\n/exit\n")
     assert r.exit_code == 0, r.output
     conv = json.loads(saved.read_text())
     assert [m["role"] for m in conv] == ["user", "assistant", "user", "assistant"]
-    assert conv[3]["content"] == _reference(srv, conv[:3])
+    assert conv[3]["content"] == _reference(server, conv[:3])
 
 
 def test_server_down_is_one_line():
@@ -86,8 +77,8 @@ def test_server_down_is_one_line():
     assert r.stderr.count("\n") == 1 and "cannot reach the server" in r.stderr
 
 
-def test_unknown_model_is_one_line(srv):
-    r = runner.invoke(app, _args(srv, "-q", "hi", "--model-name", "nope"))
+def test_unknown_model_is_one_line(server):
+    r = runner.invoke(app, _args(server, "-q", "hi", "--model-name", "nope"))
     assert r.exit_code == 1
     assert r.stderr.count("\n") == 1 and "404" in r.stderr and "nope" in r.stderr
 
@@ -112,13 +103,13 @@ def test_reasoning_is_shown_apart_from_the_answer(capsys):
     assert capsys.readouterr().out == "[reasoning] think more\n[answer] The answer is 42\n"
 
 
-def test_ctrl_c_mid_answer_against_the_server_keeps_the_session(srv):
+def test_ctrl_c_mid_answer_against_the_server_keeps_the_session(server):
     import signal
 
     from fdcli.commands.chat import run_session
     from fdcli.commands.complete import ApiClient
 
-    client = ApiClient(f"{srv.url}/v1", srv.api_key)
+    client = ApiClient(f"{server.url}/v1", server.api_key)
     real_stream, calls = client.stream, []
 
     def stream(path, body):  # a Ctrl-C arrives after the first answer text of the first turn
@@ -138,8 +129,8 @@ def test_ctrl_c_mid_answer_against_the_server_keeps_the_session(srv):
         run_session(client, "tiny", messages, {"max_tokens": 6, "temperature": 0}, lambda _: next(read))
     finally:
         signal.signal(signal.SIGINT, previous)
-    full = _reference(srv, [{"role": "user", "content": "hello"}])
+    full = _reference(server, [{"role": "user", "content": "hello"}])
     partial = messages[1]["content"]
     assert messages[1]["role"] == "assistant" and partial and full.startswith(partial) and partial != full
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
-    assert messages[3]["content"] == _reference(srv, messages[:3])  # the session went on, with the history
+    assert messages[3]["content"] == _reference(server, messages[:3])  # the session went on, with the history

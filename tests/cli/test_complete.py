@@ -1,11 +1,10 @@
-"""`fd complete` against a real `fd serve` (tiny random model), through Typer's runner."""
+"""`fd complete` against a real `fd serve` (the shared tiny random model server of tests/conftest.py),
+through Typer's runner."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
-from server.fd_server import make_tiny_model, start_server
 from typer.testing import CliRunner
 
 from fdcli.main import app
@@ -13,27 +12,19 @@ from fdcli.main import app
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
-    model = make_tiny_model(tmp_path_factory.mktemp("complete-model"))
-    s = start_server(model, tmp_path_factory.mktemp("complete-srv"), "--served-model-name", "tiny")
-    yield s
-    s.stop()
-
-
-def _reference(srv, prompt: str, max_tokens=8) -> str:
-    with srv.http() as h:
+def _reference(server, prompt: str, max_tokens=8) -> str:
+    with server.http() as h:
         body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
         return h.post("/v1/completions", json=body).json()["choices"][0]["text"]
 
 
-def _args(srv, *extra):
+def _args(server, *extra):
     return [
         "complete",
         "--url",
-        f"{srv.url}/v1",
+        f"{server.url}/v1",
         "--api-key",
-        srv.api_key,
+        server.api_key,
         "--temperature",
         "0",
         "--max-tokens",
@@ -42,34 +33,34 @@ def _args(srv, *extra):
     ]
 
 
-def test_prompt_argument_streams_the_completion(srv):
-    r = runner.invoke(app, _args(srv, "the quick brown fox"))
+def test_prompt_argument_streams_the_completion(server):
+    r = runner.invoke(app, _args(server, "the quick brown fox"))
     assert r.exit_code == 0, r.output
-    assert r.stdout == _reference(srv, "the quick brown fox") + "\n"
+    assert r.stdout == _reference(server, "the quick brown fox") + "\n"
 
 
-def test_prompt_from_stdin(srv):
-    r = runner.invoke(app, _args(srv), input="hello world")
+def test_prompt_from_stdin(server):
+    r = runner.invoke(app, _args(server), input="hello world")
     assert r.exit_code == 0, r.output
-    assert r.stdout == _reference(srv, "hello world") + "\n"
+    assert r.stdout == _reference(server, "hello world") + "\n"
 
 
-def test_json_output(srv):
-    r = runner.invoke(app, _args(srv, "--json", "hello world"))
+def test_json_output(server):
+    r = runner.invoke(app, _args(server, "--json", "hello world"))
     assert r.exit_code == 0, r.output
     body = json.loads(r.stdout)
     assert body["object"] == "text_completion"
-    assert body["choices"][0]["text"] == _reference(srv, "hello world")
+    assert body["choices"][0]["text"] == _reference(server, "hello world")
     assert body["usage"]["completion_tokens"] <= 8
 
 
-def test_bad_max_tokens_is_a_usage_error(srv):
-    r = runner.invoke(app, _args(srv, "--max-tokens", "0", "x"))
+def test_bad_max_tokens_is_a_usage_error(server):
+    r = runner.invoke(app, _args(server, "--max-tokens", "0", "x"))
     assert r.exit_code == 2
 
 
-def test_server_side_400_is_one_line(srv):
-    r = runner.invoke(app, _args(srv, "--max-tokens", "100000", "hello"))
+def test_server_side_400_is_one_line(server):
+    r = runner.invoke(app, _args(server, "--max-tokens", "100000", "hello"))
     assert r.exit_code == 1
     assert r.stderr.count("\n") == 1 and "400" in r.stderr and "max_tokens" in r.stderr
 

@@ -5,6 +5,7 @@ GGUF-native kernels equal that dequantized fp32 path except at near-ties."""
 from __future__ import annotations
 
 import pytest
+from tiny_models import hf_greedy
 
 from fdcli_engine import LLM, SamplingParams
 from fdcli_engine.config import default_model_path
@@ -31,28 +32,13 @@ def test_default_model_resolves_to_smollm2(fd_llm):
     assert fd_llm.config.hf_config["num_hidden_layers"] == 30
 
 
-def test_greedy_chat_equals_transformers(fd_llm):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    path = default_model_path()
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+def test_greedy_chat_equals_transformers(fd_llm, smollm2_hf):
     params = SamplingParams(temperature=0, max_tokens=32)
     convs = [[{"role": "user", "content": q}] for q in QUESTIONS]
     outs = fd_llm.chat(convs, params)
     eos = sorted(fd_llm.tokenizer.eos_token_ids)
     for out in outs:
-        ids = out.prompt_token_ids
-        with torch.no_grad():
-            ref = hf.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=32,
-                do_sample=False,
-                eos_token_id=eos,
-                pad_token_id=eos[0],
-            )[0, len(ids) :].tolist()
-        assert out.outputs[0].token_ids == ref, out.prompt
+        assert out.outputs[0].token_ids == hf_greedy(smollm2_hf, out.prompt_token_ids, 32, eos), out.prompt
     assert "Paris" in outs[0].outputs[0].text
 
 
@@ -61,16 +47,14 @@ def test_greedy_chat_equals_transformers(fd_llm):
 NEAR_TIE_NATS = 0.05
 
 
-def test_gguf_native_greedy_equals_dequantized_fp32_except_near_ties(fd_llm):
+def test_gguf_native_greedy_equals_dequantized_fp32_except_near_ties(fd_llm, smollm2_fp32_cache_answers):
     """The default engine keeps the Q4_1 / Q8_0 blocks: prompt rows in bf16 on AMX CPUs, generated rows
     with 16-bit fixed-point activations (kernels/README.md). Measured: 3 of the 5 answers equal the fp32
     path for all 32 tokens; the other two leave it at ties of 0.003 nats (token 10) and 0.026 nats
     (token 0). Asserted: every divergence is at a tie below NEAR_TIE_NATS."""
-    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True, logprobs=2)
-    convs = [[{"role": "user", "content": q}] for q in QUESTIONS]
-    native = LLM(None, max_model_len=512, kv_cache_dtype="float32")  # the kernels alone: bf16 cache below
-    assert native.config.quantization == "gguf"
-    got = [o.outputs[0] for o in native.chat(convs, params)]
+    # the kernels alone: the bf16 cache is compared with this fp32 one in test_kv_cache_dtypes.py
+    native_config, params, convs, got = smollm2_fp32_cache_answers
+    assert native_config.quantization == "gguf"
     want = [o.outputs[0] for o in fd_llm.chat(convs, params)]
     equal = []
     for a, b in zip(want, got, strict=True):

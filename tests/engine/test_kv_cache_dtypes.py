@@ -22,6 +22,7 @@ from test_engine_smollm2 import QUESTIONS
 
 from fdcli_engine import LLM, SamplingParams
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.errors import ConfigError
 
 
@@ -50,9 +51,13 @@ def test_auto_follows_the_weights(quantization, want):
 
 
 def test_the_default_model_gets_a_bf16_cache_unless_dequantized():
-    assert LLM(None, max_model_len=64).config.kv_cache_dtype == "bfloat16"
-    assert LLM(None, max_model_len=64, quantization=None).config.kv_cache_dtype == "float32"
-    assert LLM(None, max_model_len=64, kv_cache_dtype="float32").config.kv_cache_dtype == "float32"
+    # What LLM() and fd serve resolve before loading any weight (LLM.config is this resolution).
+    def cache(**options):
+        return resolve_config(EngineConfig(max_model_len=64, **options)).kv_cache_dtype
+
+    assert cache() == "bfloat16"
+    assert cache(quantization=None) == "float32"
+    assert cache(kv_cache_dtype="float32") == "float32"
 
 
 @pytest.mark.parametrize(
@@ -164,7 +169,7 @@ NEAR_TIES = {"int8": (0.3, 2), "bfloat16": (0.15, 3)}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
-def test_smollm2_greedy_vs_fp32_cache(smollm2_fp32_answers, dtype):
+def test_smollm2_greedy_vs_fp32_cache(smollm2_fp32_cache_answers, dtype):
     """Greedy chat answers (32 tokens) of SmolLM2-135M (Q4_1 GGUF as shipped) with the int8 / bf16 and the
     fp32 cache. int8, measured with fp32 prompt rows: equal for the first 32, 32, 32, 30 and 17 tokens;
     with the AMX level's bf16 prompt rows (test_amx.py): 32, 17, 10, 15 and 0; with those and fixed-point
@@ -175,7 +180,7 @@ def test_smollm2_greedy_vs_fp32_cache(smollm2_fp32_answers, dtype):
     noise): 32, 32, 10, 32, 0 (108 of 160), leaving the fp32 answers at ties of 0.062 and 0.004 nats.
     Asserted: an answer diverges only at a near-tie (NEAR_TIES; a broken cache diverges at confident
     tokens), and enough answers agree on their first 16 tokens."""
-    params, convs, want = smollm2_fp32_answers
+    _, params, convs, want = smollm2_fp32_cache_answers
     near_tie, min_agree = NEAR_TIES[dtype]
     llm = LLM(None, max_model_len=512, kv_cache_dtype=dtype)
     assert llm.config.kv_cache_dtype == dtype

@@ -204,21 +204,15 @@ SMOL_TEXTS = [
     [(None, 2e-4, 5e-5), ("gguf", 3e-2, 1e-2)],
     ids=["dequantized-fp32-cache", "gguf-blocks-bf16-cache"],
 )
-def test_smollm2_against_its_dequantized_transformers_model(quantization, max_atol, mean_atol):
+def test_smollm2_against_its_dequantized_transformers_model(smollm2_hf, quantization, max_atol, mean_atol):
     """The real SmolLM2 GGUF vs transformers' own GGUF loader (dequantized, fp32). Dequantized with the
     fp32 cache: observed at most 2.3e-5 (mean 7e-6); allowed 2e-4 and 5e-5. The default path (Q4_1 blocks
     multiplied as they are, 16-bit activations, bf16 cache; test_gguf_smollm2 states its logits error,
     2e-2): observed at most 0.013 (mean 0.0034); allowed 3e-2 and 1e-2. The prompt token's rank-1
     entry (the model's argmax) equals transformers' at every position on these prompts."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from fdcli_engine.config import default_model_path
-
-    path = default_model_path()
-    hf = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
+    hf = smollm2_hf
     llm = LLM(None, max_model_len=256, quantization=quantization)
     prompts = [llm.tokenizer.encode(t) for t in SMOL_TEXTS]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=1))

@@ -8,11 +8,10 @@ import random
 import shutil
 
 import pytest
-import torch
 from ernie_archs import DENSE, MOE
 from test_ernie_models import PROMPT, hf_logits
 from test_paddle_layout import to_paddle_layout
-from tiny_models import PagedRunner, load_fd_model, load_hf_model
+from tiny_models import PagedRunner, hf_greedy, load_fd_model, load_hf_model
 
 from fdcli_engine import LLM, SamplingParams
 from fdcli_engine.config import EngineConfig
@@ -87,14 +86,4 @@ def test_engine_moe_batched_equals_solo_and_transformers(paddle_moe, ernie_check
     assert batched[:3] == solo
     hf = load_hf_model(ernie_checkpoint(MOE))
     for p, got in zip(prompts[:2], batched[:2], strict=True):
-        with torch.no_grad():
-            ref = hf.generate(
-                torch.tensor([p]),
-                attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                max_new_tokens=32,
-                min_new_tokens=32,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )[0, len(p) :].tolist()
-        assert got == ref
+        assert got == hf_greedy(hf, p, 32)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 
 import pytest
+from scripted import ScriptedEngine
 
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
@@ -18,7 +18,6 @@ from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningPars
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 from fdcli_engine.errors import ConfigError
-from fdcli_engine.outputs import CompletionOutput, RequestOutput
 
 TOOL = '{"name": "get_weather", "arguments": {"location": "北京", "unit": "c"}}'
 SPLITS = [
@@ -105,43 +104,6 @@ ERNIE_TEMPLATE = (
     "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}Assistant: "
     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}"
 )
-
-
-@dataclass
-class _ModelConfig:
-    served_model_name: str = "fake"
-    max_model_len: int = 256
-    vocab_size: int = 0
-
-
-class ScriptedEngine:
-    """Says `pieces` (one RequestOutput per piece) whatever the prompt."""
-
-    def __init__(self, tokenizer, pieces):
-        self.tokenizer, self.pieces = tokenizer, pieces
-        self.model_config = _ModelConfig()
-        self.is_ready = True
-
-    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
-        text, ids = "", []
-        for k, piece in enumerate(self.pieces):
-            last = k == len(self.pieces) - 1
-            text += piece
-            ids.append(k + 3)
-            comp = CompletionOutput(0, text, list(ids), "stop" if last else None, None, None, piece, [k + 3])
-            yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
-
-    def abort(self, request_id):
-        pass
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
 
 
 @pytest.mark.parametrize(

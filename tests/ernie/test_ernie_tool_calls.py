@@ -7,24 +7,18 @@ prompt, accepted tool messages, flags) are in test_ernie_tool_serve.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from dataclasses import dataclass
 
 import openai
 import pytest
-from fastapi.testclient import TestClient
+from scripted import ModelConfig, scripted_client
 
-from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.errors import APIError
-from fdcli_engine.entrypoints.openai.http_app import build_app
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser
 from fdcli_engine.entrypoints.openai.serving_chat import messages_to_dicts
-from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter, tool_call_parser
 from fdcli_engine.entrypoints.openai.tool_parsers import ErnieX1ToolParser
-from fdcli_engine.outputs import CompletionOutput, RequestOutput
 
 WEATHER = '{"name": "get_weather", "arguments": {"location": "北京", "unit": "c"}}'
 NOW = '{"name": "now", "arguments": {}}'
@@ -218,53 +212,6 @@ TEMPLATE = (
 )
 
 
-@dataclass
-class _ModelConfig:
-    served_model_name: str = "ernie"
-    max_model_len: int = 4096
-    vocab_size: int = 0
-    model: str = "scripted"
-
-
-class ScriptedEngine:
-    """Says replies[i] (a list of text pieces, one output each) for sample i, whatever the prompt;
-    records each prompt it was given."""
-
-    def __init__(self, tokenizer, replies):
-        self.tokenizer, self.replies = tokenizer, replies
-        self.model_config = _ModelConfig()
-        self.is_ready, self.is_dead, self.dead_reason = True, False, None
-        self.prompts = []
-
-    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
-        self.prompts.append(prompt)
-        sample = int(request_id.rsplit("-", 1)[1]) if request_id.rsplit("-", 1)[1].isdigit() else 0
-        pieces = self.replies[sample]
-        text, ids = "", []
-        for k, piece in enumerate(pieces):
-            await asyncio.sleep(0)
-            last = k == len(pieces) - 1
-            text += piece
-            ids.append(k + 3)
-            comp = CompletionOutput(0, text, list(ids), "stop" if last else None, None, None, piece, [k + 3])
-            yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
-
-    def abort(self, request_id):
-        pass
-
-    async def get_stats(self):
-        return {}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
-
-
 def _pieces(text, size=3):
     return [text[i : i + size] for i in range(0, len(text), size)]
 
@@ -274,11 +221,12 @@ ANSWER = _pieces("easy\n</think>\n\n<response>\nIt is sunny.\n</response>")
 
 
 def _client(tokenizer, replies, **server):
-    args = ServerArgs(serving=ServingOptions(chat_template=TEMPLATE, **server))
-    engine = ScriptedEngine(tokenizer, replies)
-    app = build_app(engine, args, AppState(args, Admission(8, -1)))
-    http = TestClient(app)
-    return openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=http), engine
+    """(openai client, engine): child k of a request says replies[k]."""
+    model = ModelConfig("ernie", max_model_len=4096)
+    client, _, engine = scripted_client(
+        tokenizer, replies=replies, model_config=model, chat_template=TEMPLATE, **server
+    )
+    return client, engine
 
 
 ERNIE_SERVER = dict(reasoning_parser="ernie-x1", tool_call_parser="ernie-x1")
@@ -347,7 +295,7 @@ def test_tool_choice_none_renders_tools_but_does_not_parse(tokenizer):
     ).choices[0]
     assert choice.finish_reason == "stop" and choice.message.tool_calls is None
     assert choice.message.content == ""  # the reasoning parser's content: a call block is not content
-    assert "<tools>get_weather=" in engine.prompts[0]
+    assert "<tools>get_weather=" in engine.calls[0].prompt
 
 
 def test_tools_and_tool_messages_reach_the_template(tokenizer):
@@ -356,11 +304,11 @@ def test_tools_and_tool_messages_reach_the_template(tokenizer):
     assert first.choices[0].message.content == "It is sunny."
     schema = json.dumps(TOOLS[0]["function"]["parameters"])
     assert (
-        engine.prompts[0]
+        engine.calls[0].prompt
         == f"<tools>get_weather={schema};</tools>[user]Weather in Beijing?[assistant]<think>"
     )
     client.chat.completions.create(model="ernie", messages=HISTORY, tools=TOOLS)
-    assert engine.prompts[1].endswith(
+    assert engine.calls[1].prompt.endswith(
         '[assistant]<tool_call>get_weather{"location": "Beijing"}</tool_call>'
         "[tool]<tool_response call_1>sunny, 25C</tool_response>[assistant]<think>"
     )
@@ -375,7 +323,7 @@ def test_sdk_message_sent_back_with_the_tool_result(tokenizer):
     client.chat.completions.create(model="ernie", messages=follow_up, tools=TOOLS)
     assert (
         f'<tool_call>get_weather{{"location": "北京", "unit": "c"}}</tool_call>[tool]<tool_response {call.id}>'
-        in (engine.prompts[1])
+        in (engine.calls[1].prompt)
     )
 
 

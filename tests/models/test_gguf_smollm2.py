@@ -55,14 +55,9 @@ def test_raw_blocks_are_unpermuted_like_dequantized(gguf_path):
 
 
 @pytest.fixture(scope="module")
-def hf_reference(gguf_path):
-    from transformers import AutoModelForCausalLM
-
-    hf = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
+def hf_reference(smollm2_hf):
     with torch.no_grad():
-        return hf(torch.tensor([PROMPT])).logits[0].numpy()
+        return smollm2_hf(torch.tensor([PROMPT])).logits[0].numpy()
 
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 30]  # any ids < vocab

@@ -212,22 +212,14 @@ def test_bad_requests_on_reward_server(reward_server, path, body, param, needle)
     assert err["param"] == param and needle in err["message"]
 
 
-def test_pooling_routes_on_generate_server_are_400(tmp_path_factory):
-    from fd_server import make_tiny_model
-
-    srv = start_server(make_tiny_model(tmp_path_factory.mktemp("gen")), tmp_path_factory.mktemp("gen-srv"))
-    try:
-        with srv.http() as c:
-            for path, body in (
-                ("/v1/embeddings", {"input": "hi"}),
-                ("/v1/chat/reward", {"messages": CONVERSATION}),
-            ):
-                r = c.post(path, json=body)
-                assert r.status_code == 400 and "needs a pooling model" in r.json()["error"]["message"], (
-                    r.text
-                )
-    finally:
-        assert srv.stop() == 0
+def test_pooling_routes_on_generate_server_are_400(server):
+    with server.http() as c:  # the shared tiny-Llama server of tests/conftest.py
+        for path, body in (
+            ("/v1/embeddings", {"input": "hi"}),
+            ("/v1/chat/reward", {"messages": CONVERSATION}),
+        ):
+            r = c.post(path, json=body)
+            assert r.status_code == 400 and "needs a pooling model" in r.json()["error"]["message"], r.text
 
 
 # ---- a converted causal LM, CLI flags end to end ------------------------------------------------------

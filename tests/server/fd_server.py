@@ -1,8 +1,8 @@
 """Start a real `fd serve` process on a free loopback port (used by tests/server and tests/cli).
 
 The default server serves a tiny random Llama (tests/tiny_models.py) with an API key, so every test also
-exercises auth through the official `openai` SDK. Servers are module-scoped; tests that kill or drain a
-server start their own with `start_server`.
+exercises auth through the official `openai` SDK. One such server is session-wide (tests/conftest.py);
+tests that kill, drain or reconfigure a server start their own with `start_server`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,17 @@ import httpx
 
 API_KEY = "test-key-123"
 REPO = Path(__file__).resolve().parents[2]
+
+
+def read_until_closed(s: socket.socket) -> bytes:
+    """Everything a raw socket receives until the server closes it (bounded by the socket's timeout)."""
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
 
 
 def free_port() -> int:

@@ -34,15 +34,6 @@ class FlakyProcessor(OutputProcessor):
         return super().process_outputs(outputs)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
-
-
 def make_engine(tokenizer, processor_cls=OutputProcessor) -> AsyncLLM:
     eng = AsyncLLM(
         ResolvedConfig(model="stub", max_model_len=64), tokenizer, output_processor_cls=processor_cls

@@ -20,15 +20,6 @@ PIECES = ["a", "b", "c", "d", "e"]
 MSG = [{"role": "user", "content": "hi there"}]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
-
-
 def _events(chunks: list[str]) -> list[dict]:
     assert chunks[-1] == "data: [DONE]\n\n"
     return [json.loads(c[6:]) for c in chunks[:-1]]
@@ -75,13 +66,13 @@ def test_continuous_usage_stats_on_every_chunk(tokenizer):
     client, _, engine = scripted_client(tokenizer, PIECES)
     opts = {"include_usage": True, "continuous_usage_stats": True}
     chat = list(client.chat.completions.create(model="fake", messages=MSG, stream=True, stream_options=opts))
-    n_prompt = len(engine.calls[-1][1])
+    n_prompt = len(engine.calls[-1].prompt_token_ids)
     assert all(c.usage is not None for c in chat)
     assert [c.usage.completion_tokens for c in chat] == [0, 1, 2, 3, 4, 5, 5]  # role chunk, 5 tokens, final
     assert all(c.usage.prompt_tokens == n_prompt for c in chat)
     assert all(c.usage.total_tokens == n_prompt + c.usage.completion_tokens for c in chat)
     cmpl = list(client.completions.create(model="fake", prompt="hi", stream=True, stream_options=opts))
-    n_prompt = len(engine.calls[-1][1])
+    n_prompt = len(engine.calls[-1].prompt_token_ids)
     assert [c.usage.completion_tokens for c in cmpl] == [1, 2, 3, 4, 5, 5]
     assert all(c.usage.prompt_tokens == n_prompt for c in cmpl)
     plain = list(client.chat.completions.create(model="fake", messages=MSG, stream=True))
@@ -94,10 +85,10 @@ def test_disable_chat_template_and_prompt_token_ids(tokenizer):
     client.chat.completions.create(
         model="fake", messages=messages, extra_body={"disable_chat_template": True}
     )
-    prompt, ids, _ = engine.calls[-1]
+    prompt, ids, _, _ = engine.calls[-1]
     assert prompt == "the quick brown fox" and ids == list(tokenizer.encode("the quick brown fox"))
     r = client.chat.completions.create(model="fake", messages=[], extra_body={"prompt_token_ids": [5, 6, 7]})
-    assert engine.calls[-1][1] == [5, 6, 7] and r.usage.prompt_tokens == 3
+    assert engine.calls[-1].prompt_token_ids == [5, 6, 7] and r.usage.prompt_tokens == 3
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="fake", messages=[])
     assert e.value.param == "messages"
@@ -106,10 +97,10 @@ def test_disable_chat_template_and_prompt_token_ids(tokenizer):
 def test_truncate_prompt_tokens_keeps_the_last_tokens(tokenizer):
     client, _, engine = scripted_client(tokenizer, PIECES)
     client.completions.create(model="fake", prompt=[5, 6, 7, 8, 9], extra_body={"truncate_prompt_tokens": 2})
-    assert engine.calls[-1][1] == [8, 9]
+    assert engine.calls[-1].prompt_token_ids == [8, 9]
     client.chat.completions.create(model="fake", messages=MSG, extra_body={"truncate_prompt_tokens": 3})
     full = OpenAIServingChat(engine, ["fake"]).render(ChatCompletionRequest(messages=MSG))[1]
-    assert engine.calls[-1][1] == full[-3:]
+    assert engine.calls[-1].prompt_token_ids == full[-3:]
 
 
 CONTINUE = [
@@ -122,7 +113,7 @@ def test_continue_final_message_leaves_the_turn_open(tokenizer):
     client, _, engine = scripted_client(tokenizer, PIECES)
     body = {"continue_final_message": True, "add_generation_prompt": False}
     client.chat.completions.create(model="fake", messages=CONTINUE, extra_body=body)
-    prompt = engine.calls[-1][0]
+    prompt = engine.calls[-1].prompt
     assert prompt.endswith("<|im_start|>assistant\nThe capital of France is")  # no <|im_end|>, no new turn
     closed = OpenAIServingChat(engine, ["fake"]).render(
         ChatCompletionRequest(messages=CONTINUE, add_generation_prompt=False)

@@ -1,14 +1,13 @@
 """CORS (vLLM's --allowed-origins/--allowed-methods/--allowed-headers/--allow-credentials) and
-GET /v1/models/{id}, on the FastAPI app over a stub engine, plus the flags' parsing in `fd serve`
+GET /v1/models/{id}, on the FastAPI app over the scripted engine, plus the flags' parsing in `fd serve`
 (the server itself patched out)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import openai
 import pytest
 from fastapi.testclient import TestClient
+from scripted import ModelConfig, ScriptedEngine
 from typer.testing import CliRunner
 
 from fdcli.main import app as cli_app
@@ -18,6 +17,7 @@ from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
 KEY = "k-123"
 ORIGIN = "http://localhost:3000"
+CARD = ModelConfig("org/tiny", max_model_len=512, vocab_size=300, model="/models/tiny")
 PREFLIGHT = {
     "Origin": ORIGIN,
     "Access-Control-Request-Method": "POST",
@@ -25,28 +25,13 @@ PREFLIGHT = {
 }
 
 
-@dataclass
-class _ModelConfig:
-    served_model_name: str = "org/tiny"
-    max_model_len: int = 512
-    vocab_size: int = 300
-    model: str = "/models/tiny"
-
-
-class StubEngine:
-    tokenizer = None
-    is_ready, is_dead, dead_reason = True, False, None
-    model_config = _ModelConfig()
-
-    async def get_stats(self):
-        return {}
-
-
 def _http(**args) -> TestClient:
     server = ServerArgs(
         api_keys=[KEY], serving=ServingOptions(served_model_names=["org/tiny", "alias"]), **args
     )
-    return TestClient(build_app(StubEngine(), server, AppState(server, Admission(4, -1))))
+    return TestClient(
+        build_app(ScriptedEngine(None, model_config=CARD), server, AppState(server, Admission(4, -1)))
+    )
 
 
 def test_model_card_by_id_through_the_sdk():

@@ -15,7 +15,7 @@ import time
 
 import httpx
 import pytest
-from fd_server import start_server
+from fd_server import read_until_closed, start_server
 
 BOUND = 30.0
 MAX_CONNECTIONS = 6
@@ -45,16 +45,6 @@ def srv(tiny_model, tmp_path_factory):
 
 def connect(srv) -> socket.socket:
     return socket.create_connection(("127.0.0.1", srv.port), timeout=BOUND)
-
-
-def read_until_closed(s: socket.socket) -> bytes:
-    out = b""
-    try:
-        while chunk := s.recv(65536):
-            out += chunk
-    except ConnectionResetError:
-        pass
-    return out
 
 
 def error_of(raw: bytes) -> tuple[int, dict]:

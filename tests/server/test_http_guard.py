@@ -14,6 +14,7 @@ import time
 
 import pytest
 import uvicorn
+from fd_server import read_until_closed
 
 from fdcli_engine.entrypoints.openai.app_state import ServerArgs
 from fdcli_engine.entrypoints.openai.http_guard import end_of_head
@@ -97,17 +98,6 @@ def serve(request):
         r.stop()
 
 
-def read_all(s: socket.socket) -> bytes:
-    """Everything until the server closes (bounded by the socket timeout)."""
-    out = b""
-    try:
-        while chunk := s.recv(65536):
-            out += chunk
-    except ConnectionResetError:
-        pass
-    return out
-
-
 def read_response(s: socket.socket) -> bytes:
     """One response with a content-length, on a connection that stays open."""
     raw = b""
@@ -130,7 +120,7 @@ def status_and_body(raw: bytes) -> tuple[int, bytes]:
 def request(srv: Running, raw: bytes) -> tuple[int, bytes]:
     with srv.connect() as s:
         s.sendall(raw)
-        return status_and_body(read_all(s))
+        return status_and_body(read_until_closed(s))
 
 
 GET = b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n"
@@ -176,7 +166,7 @@ def test_head_that_never_ends_is_cut_at_the_cap(serve):
         s.sendall(GET + b"x-big: ")
         for _ in range(16):  # 1 MiB offered; the server stops parsing after 64 KiB
             s.sendall(b"a" * (64 << 10))
-        raw = read_all(s)
+        raw = read_until_closed(s)
     assert status_and_body(raw)[0] == 431
 
 
@@ -207,7 +197,7 @@ def test_slow_head_gets_408_and_is_closed(serve):
                 continue
             break
         s.settimeout(BOUND)
-        got += read_all(s)
+        got += read_until_closed(s)
     assert time.monotonic() - start < BOUND
     assert status_and_body(got)[0] == 408
 
@@ -215,7 +205,7 @@ def test_slow_head_gets_408_and_is_closed(serve):
 def test_silent_connection_is_closed_after_the_head_timeout(serve):
     srv = serve(timeout_request_header=0.5)
     with srv.connect() as s:
-        status, body = status_and_body(read_all(s))
+        status, body = status_and_body(read_until_closed(s))
     assert status == 408 and b"request head" in body
 
 
@@ -223,7 +213,7 @@ def test_short_body_gets_408_and_is_closed(serve):
     srv = serve(timeout_request_body=0.5)
     with srv.connect() as s:
         s.sendall(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nonly part")
-        status, body = status_and_body(read_all(s))
+        status, body = status_and_body(read_until_closed(s))
     assert status == 408
     assert json.loads(body)["error"]["message"] == "the request body was not received within 0.5 s"
 

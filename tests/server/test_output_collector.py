@@ -15,15 +15,6 @@ from fdcli_engine.sampling_params import SamplingParams
 IDS = [40, 41, 42, 43, 44, 45, 46, 47]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
-
-
 def _outputs(tokenizer, logprobs=None):
     """The processor's outputs for IDS, one token per step, the last one finished."""
     proc = OutputProcessor(tokenizer)

@@ -4,9 +4,9 @@ engine client in-process (no HTTP, no model): what the model "says" is fixed, so
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import pytest
+from scripted import ScriptedEngine
 
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
@@ -14,7 +14,6 @@ from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkPar
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.errors import ConfigError
-from fdcli_engine.outputs import CompletionOutput, RequestOutput
 
 SPLITS = [
     # (parser, text, reasoning, content)
@@ -60,48 +59,7 @@ def test_unknown_parser_is_a_config_error():
     assert get_parser_cls("ernie-x1").__name__ == "ErnieX1ReasoningParser"
 
 
-@dataclass
-class _ModelConfig:
-    served_model_name: str = "fake"
-    max_model_len: int = 256
-    vocab_size: int = 0
-
-
-class ScriptedEngine:
-    """Says `pieces` (one RequestOutput per piece) whatever the prompt; records what it was asked."""
-
-    def __init__(self, tokenizer, pieces):
-        self.tokenizer = tokenizer
-        self.model_config = _ModelConfig()
-        self.is_ready = True
-        self.pieces = pieces
-        self.calls = []
-
-    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
-        self.calls.append((request_id, params.seed, list(prompt_token_ids)))
-        text, ids = "", []
-        for k, piece in enumerate(self.pieces):
-            await asyncio.sleep(0)
-            last = k == len(self.pieces) - 1
-            text += piece
-            ids.append(k + 3)
-            comp = CompletionOutput(0, text, list(ids), "stop" if last else None, None, None, piece, [k + 3])
-            yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
-
-    def abort(self, request_id):
-        pass
-
-
 PIECES = ["<th", "ink>let me ", "think</th", "ink>\n\nThe answer", " is 42"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
 
 
 def _chat(engine, **kw):
@@ -164,6 +122,13 @@ def test_n_fans_out_with_child_ids_and_seeds(tokenizer):
     serving = OpenAIServingCompletion(engine, ["fake"])
     req = CompletionRequest(prompt="hello", n=3, seed=10, max_tokens=4)
     resp = asyncio.run(serving.create_completion(req, request_id="r"))
-    assert sorted((rid, seed) for rid, seed, _ in engine.calls) == [("r-0", 10), ("r-1", 11), ("r-2", 12)]
+    assert sorted((c.request_id, c.params.seed) for c in engine.calls) == [
+        ("r-0", 10),
+        ("r-1", 11),
+        ("r-2", 12),
+    ]
     assert [c.index for c in resp.choices] == [0, 1, 2] and all(c.text == "ab" for c in resp.choices)
-    assert resp.usage.prompt_tokens == len(engine.calls[0][2]) and resp.usage.completion_tokens == 6
+    assert (
+        resp.usage.prompt_tokens == len(engine.calls[0].prompt_token_ids)
+        and resp.usage.completion_tokens == 6
+    )

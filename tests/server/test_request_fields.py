@@ -25,15 +25,6 @@ PIECES = ["The", " answer", " is", " 42"]
 MSG = [{"role": "user", "content": "hi"}]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
-
-
 def _sdk_keys(typed_dict) -> set[str]:
     return set(typing.get_type_hints(typed_dict))
 
@@ -79,7 +70,7 @@ def test_openai_parameters_and_a_returned_message_are_accepted(tokenizer):
     assert raw.headers.get("fd-ignored-fields") is None
     assert raw.parse().choices[0].message.content == "The answer is 42"
     # The dumped assistant message reached the template as a plain assistant turn.
-    assert "<|im_start|>assistant\nThe answer is 42<|im_end|>" in engine.calls[-1][0]
+    assert "<|im_start|>assistant\nThe answer is 42<|im_end|>" in engine.calls[-1].prompt
 
 
 def test_fastdeploy_and_vllm_extensions_are_accepted():

@@ -5,17 +5,9 @@ completions answers for the same conversation (the Responses route rides the cha
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-
 import openai
 import pytest
-from fastapi.testclient import TestClient
-
-from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
-from fdcli_engine.entrypoints.openai.http_app import build_app
-from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
-from fdcli_engine.outputs import CompletionOutput, RequestOutput
+from scripted import ModelConfig, scripted_client
 
 PIECES = ["Hel", "lo", " there", "!"]
 EVENTS = [
@@ -31,59 +23,10 @@ EVENTS = [
 ]
 
 
-@dataclass
-class _ModelConfig:
-    served_model_name: str = "tiny"
-    max_model_len: int = 256
-    vocab_size: int = 300
-    model: str = "scripted"
-
-
-class ScriptedEngine:
-    """Says PIECES (one token each), or stops after `max_tokens` pieces with finish_reason length;
-    records each prompt and its parameters."""
-
-    def __init__(self, tokenizer, pieces=PIECES):
-        self.tokenizer, self.pieces = tokenizer, pieces
-        self.model_config = _ModelConfig()
-        self.is_ready, self.is_dead, self.dead_reason = True, False, None
-        self.calls = []
-
-    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
-        self.calls.append((prompt, params))
-        pieces = self.pieces[: params.max_tokens]
-        reason = "stop" if len(pieces) == len(self.pieces) else "length"
-        text = ""
-        for k, piece in enumerate(pieces):
-            await asyncio.sleep(0)
-            last = k == len(pieces) - 1
-            text += piece
-            ids = list(range(3, 4 + k))
-            comp = CompletionOutput(0, text, ids, reason if last else None, None, None, piece, [k + 3])
-            if last or params.output_kind.name == "DELTA":
-                yield RequestOutput(request_id, prompt, list(prompt_token_ids), [comp], last)
-
-    def abort(self, request_id):
-        pass
-
-    async def get_stats(self):
-        return {}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    from tiny_models import write_tiny_tokenizer
-
-    from fdcli_engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_model(write_tiny_tokenizer(tmp_path_factory.mktemp("tok")))
-
-
 def _client(tokenizer, pieces=PIECES, **serving):
-    args = ServerArgs(serving=ServingOptions(**serving))
-    engine = ScriptedEngine(tokenizer, pieces)
-    app = build_app(engine, args, AppState(args, Admission(8, -1)))
-    client = openai.OpenAI(base_url="http://testserver/v1", api_key="none", http_client=TestClient(app))
+    client, _, engine = scripted_client(
+        tokenizer, pieces, model_config=ModelConfig("tiny", vocab_size=300), **serving
+    )
     return client, engine
 
 
@@ -100,7 +43,7 @@ def test_create_returns_the_text_usage_and_prompt(scripted, tokenizer):
     (message,) = r.output
     assert message.type == "message" and message.role == "assistant" and message.status == "completed"
     assert [c.type for c in message.content] == ["output_text"]
-    prompt, params = engine.calls[0]
+    prompt, params = engine.calls[0].prompt, engine.calls[0].params
     expected = tokenizer.apply_chat_template(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}],
         add_generation_prompt=True,
@@ -130,7 +73,7 @@ def test_message_items_with_input_text_parts(scripted, tokenizer):
         ],
         add_generation_prompt=True,
     )
-    assert engine.calls[0][0] == expected
+    assert engine.calls[0].prompt == expected
 
 
 def test_max_output_tokens_cut_is_incomplete(scripted):
@@ -138,7 +81,7 @@ def test_max_output_tokens_cut_is_incomplete(scripted):
     r = client.responses.create(input="hi", max_output_tokens=2)
     assert r.output_text == "Hello" and r.status == "incomplete"
     assert r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 2
-    assert engine.calls[0][1].max_tokens == 2
+    assert engine.calls[0].params.max_tokens == 2
 
 
 def test_stream_events_in_order(scripted):

@@ -4,7 +4,6 @@ the in-process engine's for the same prompt ids, and it says where it listens an
 from __future__ import annotations
 
 import pytest
-from fd_server import start_server
 
 from fdcli_engine.entrypoints.openai.app_state import ServerArgs
 
@@ -16,17 +15,9 @@ def test_defaults_are_loopback_8000():
     assert (args.host, args.port) == ("127.0.0.1", 8000)
 
 
-@pytest.fixture(scope="module")
-def smol(tmp_path_factory):
-    from fdcli_engine.config import default_model_path
-
-    try:
-        default_model_path()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(str(e))
-    srv = start_server(None, tmp_path_factory.mktemp("smol"), "--max-model-len", "1024")
-    yield srv
-    srv.stop()
+@pytest.fixture
+def smol(smol_server):
+    return smol_server
 
 
 def test_startup_line_names_model_and_url(smol):

@@ -10,7 +10,6 @@ import json
 
 import jsonschema
 import pytest
-from fd_server import start_server
 
 pytestmark = pytest.mark.slow
 
@@ -42,29 +41,12 @@ TOOLS = [
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
-MODEL = "smol"
+MODEL = "SmolLM2-135M-Instruct"  # conftest.SMOL_NAME
 
 
-@pytest.fixture(scope="module")
-def smol(tmp_path_factory):
-    from fdcli_engine.config import default_model_path
-
-    try:
-        default_model_path()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(str(e))
-    srv = start_server(
-        None,
-        tmp_path_factory.mktemp("smol-tools"),
-        "--max-model-len",
-        "2048",
-        "--tool-call-parser",
-        "hermes",
-        "--served-model-name",
-        MODEL,
-    )
-    yield srv
-    srv.stop()
+@pytest.fixture
+def smol(smol_server):
+    return smol_server
 
 
 def _check_calls(calls) -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from fd_server import REPO, start_server
+from fd_server import REPO
 from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.slow
@@ -25,17 +25,9 @@ class City(BaseModel):
 MSG = [{"role": "user", "content": "Describe Paris as JSON with its name and population."}]
 
 
-@pytest.fixture(scope="module")
-def smol(tmp_path_factory):
-    from fdcli_engine.config import default_model_path
-
-    try:
-        default_model_path()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(str(e))
-    srv = start_server(None, tmp_path_factory.mktemp("smol-so"), "--max-model-len", "512")
-    yield srv
-    srv.stop()
+@pytest.fixture
+def smol(smol_server):
+    return smol_server
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -114,18 +114,21 @@ def check_prompt(
         raise bad_request(str(e), e.param, e.code) from None
 
 
+def truncate_limit(keep: int | None, max_model_len: int, param: str = "truncate_prompt_tokens") -> int | None:
+    """How many tokens vLLM's truncate_prompt_tokens keeps (None: no truncation; -1: max_model_len).
+    Generating and pooling requests share the check; which end they keep differs."""
+    if keep is None:
+        return None
+    if keep == 0 or keep > max_model_len:
+        raise bad_request(f"{param} must be -1 or between 1 and {max_model_len}, got {keep}", param)
+    return max_model_len if keep == -1 else keep
+
+
 def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> list[int]:
     """vLLM's truncate_prompt_tokens on a generating request: the last `keep` tokens of the prompt
     (-1: the last max_model_len, which the length check then refuses for leaving no room to answer)."""
-    if keep is None:
-        return ids
-    if keep == 0 or keep > max_model_len:
-        raise bad_request(
-            f"truncate_prompt_tokens must be -1 or between 1 and {max_model_len}, got {keep}",
-            "truncate_prompt_tokens",
-        )
-    keep = max_model_len if keep == -1 else keep
-    return ids[-keep:]
+    limit = truncate_limit(keep, max_model_len)
+    return ids if limit is None else ids[-limit:]
 
 
 def build_params(

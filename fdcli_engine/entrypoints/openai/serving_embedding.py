@@ -21,7 +21,13 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     PoolingUsage,
 )
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
-from fdcli_engine.entrypoints.openai.serving_common import check_model, check_prompt, encode, random_id
+from fdcli_engine.entrypoints.openai.serving_common import (
+    check_model,
+    check_prompt,
+    encode,
+    random_id,
+    truncate_limit,
+)
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
@@ -105,14 +111,7 @@ class PoolingServing:
             raise bad_request(str(e), e.param or param) from None
 
     def limit(self, truncate: int | None, param: str = "truncate_prompt_tokens") -> int | None:
-        max_len = self.engine.model_config.max_model_len
-        if truncate is None:
-            return None
-        if truncate == -1:
-            return max_len
-        if truncate == 0 or truncate > max_len:
-            raise bad_request(f"{param} must be -1 or between 1 and {max_len}, got {truncate}", param)
-        return truncate
+        return truncate_limit(truncate, self.engine.model_config.max_model_len, param)
 
     def check_length(self, ids: list[int], param: str) -> None:
         check_prompt(ids, None, self.engine.model_config, prompt_param=param, pooling=True)
