@@ -292,17 +292,26 @@ class StructuredOutputs:
             )
         try:
             params = to_params(c, start_after_token_ids)
+        except InvalidRequestError as e:
+            raise bad_request(f"{c.field}: {_one_line(str(e))}", c.field) from None
+        await self._compile(params, c.field, c.field, c.field)
+        return params
+
+    async def _compile(self, params: StructuredOutputsParams, field: str, what: str, config_field: str):
+        """Compile `params` and probe its first mask with the server's backend, off the event loop and
+        within COMPILE_TIMEOUT_S; a refusal is a 400 naming `field` (its message starts with `what`),
+        a backend that cannot be built one naming `config_field`."""
+        try:
             # Built once (a pass over the vocabulary), outside the compile budget: a large vocabulary
             # must not make the first request's compile look slow.
             backend = await off_loop(self.backend)
             await asyncio.wait_for(off_loop(_compile_and_probe, backend, params), COMPILE_TIMEOUT_S)
         except InvalidRequestError as e:
-            raise bad_request(f"{c.field}: {_one_line(str(e))}", c.field) from None
+            raise bad_request(f"{what}: {_one_line(str(e))}", field) from None
         except ConfigError as e:
-            raise bad_request(f"structured outputs are not available: {e}", c.field) from None
+            raise bad_request(f"structured outputs are not available: {e}", config_field) from None
         except asyncio.TimeoutError:
-            raise bad_request(f"{c.field} took over {COMPILE_TIMEOUT_S:g} s to compile", c.field) from None
-        return params
+            raise bad_request(f"{field} took over {COMPILE_TIMEOUT_S:g} s to compile", field) from None
 
     # --- tools: the grammar of tool_choice "required" / named (serving_tools.tool_choice_constraint) ---
     async def check_tools(self, params: StructuredOutputsParams) -> None:
@@ -314,17 +323,7 @@ class StructuredOutputs:
                 "server (--guided-decoding-backend off); send tool_choice auto or none",
                 "tool_choice",
             )
-        try:
-            backend = await off_loop(self.backend)
-            await asyncio.wait_for(off_loop(_compile_and_probe, backend, params), COMPILE_TIMEOUT_S)
-        except InvalidRequestError as e:
-            raise bad_request(
-                f"tools: the parameters schemas do not compile: {_one_line(str(e))}", "tools"
-            ) from None
-        except ConfigError as e:
-            raise bad_request(f"structured outputs are not available: {e}", "tool_choice") from None
-        except asyncio.TimeoutError:
-            raise bad_request(f"tools took over {COMPILE_TIMEOUT_S:g} s to compile", "tools") from None
+        await self._compile(params, "tools", "tools: the parameters schemas do not compile", "tool_choice")
 
     # --- end tools ---
 
