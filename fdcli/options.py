@@ -202,6 +202,16 @@ EngineWatchdogTimeoutOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+SpeculativeConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--speculative-config",
+        help='Speculative decoding, a JSON object: {"method": "ngram" (or ngram_match) | "mtp" | '
+        '"draft_model", "num_speculative_tokens": N, ...}; docs/speculative-decoding.md. '
+        "Outputs are those of decoding without it.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 GuidedDecodingBackendOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -263,13 +273,6 @@ SwapSpaceOpt = Annotated[
         help="GiB of CPU swap space for KV blocks; not built yet (evicted blocks are dropped).",
     ),
 ]
-SpeculativeConfigOpt = Annotated[
-    Optional[str],
-    _compat(
-        "--speculative-config",
-        help="JSON object; speculative decoding is not built yet (decoding runs without it, same outputs).",
-    ),
-]
 SplitwiseRoleOpt = Annotated[
     Optional[str], _compat("--splitwise-role", help="mixed only (prefill and decode: not supported yet).")
 ]
@@ -289,7 +292,6 @@ COMPAT_FLAGS: dict[str, Any] = {
     "cache_queue_port": CacheQueuePortOpt,
     "innode_prefill_ports": InnodePrefillPortsOpt,
     "swap_space": SwapSpaceOpt,
-    "speculative_config": SpeculativeConfigOpt,
     "splitwise_role": SplitwiseRoleOpt,
     "data_parallel_size": DataParallelSizeOpt,
     "enable_custom_all_reduce": EnableCustomAllReduceOpt,
@@ -374,6 +376,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "tensor_parallel_size": TensorParallelSizeOpt,
     "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
     "guided_decoding_backend": GuidedDecodingBackendOpt,
+    "speculative_config": SpeculativeConfigOpt,
     **COMPAT_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"

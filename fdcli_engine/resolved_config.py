@@ -2,7 +2,7 @@
 
 Built once, in the front end, by `config_resolver.resolve_config`; it crosses to the engine-core process
 as is (msgspec, no pickle) and nothing resolves it again. Frozen: a changed setting is a new struct
-(`replace`). Leaf module: imports only msgspec and the stdlib-only `threads`.
+(`replace`). Leaf module: imports only msgspec, the stdlib-only `threads` and the leaf `speculative_config`.
 
 Attribute names are those of `EngineConfig` with every "auto" and None decided, plus what was read from
 the model: `model_path`, `layout`, `hf_config`. The defaults serve test doubles and stub cores;
@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from fdcli_engine.speculative_config import SpeculativeConfig
 from fdcli_engine.threads import usable_cpu_count
 
 
@@ -46,6 +47,7 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     tensor_parallel_size: int = 1
     engine_watchdog_timeout: float = 300.0  # seconds; 0: off (core_client.py)
     guided_decoding_backend: str = "auto"  # "auto" | "guidance" | "off" (structured_output/backend.py)
+    speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
 
     def replace(self, **changes: Any) -> ResolvedConfig:
         return msgspec.structs.replace(self, **changes)

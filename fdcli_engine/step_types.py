@@ -51,6 +51,18 @@ class ScheduledRequest:
     # The request asks for prompt logprobs the core has not yet collected: the runner computes those of
     # this chunk's prompt rows (runner/prompt_logprobs.py).
     needs_prompt_logprobs: bool = False
+    # Speculative decoding: the drafts this step verifies, the last len(spec_token_ids) entries of
+    # token_ids (never in all_token_ids: a draft becomes a token only once the target accepts it). The
+    # runner samples at the row before each draft and after the last one (runner/spec_decode.py).
+    spec_token_ids: list[int] = field(default_factory=list)
+    # How many drafts the proposer should make for the next step (0: none; the scheduler's adaptive
+    # switch-off and limits decide it).
+    num_drafts_wanted: int = 0
+
+    @property
+    def num_known_tokens(self) -> int:
+        """Scheduled tokens that are the request's own (not drafts)."""
+        return len(self.token_ids) - len(self.spec_token_ids)
 
 
 @dataclass
@@ -70,10 +82,12 @@ class SchedulerOutput:
 
 @dataclass
 class ModelRunnerOutput:
-    # req_id -> sampled token id, only for requests with do_sample.
-    sampled_token_ids: dict[str, int]
-    # req_id -> [(token_id, logprob), ...] sampled token first, then its top-k alternatives.
-    logprobs: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # req_id -> the tokens this step produced, only for requests with do_sample: one, or with drafts the
+    # accepted drafts and then the target's own token (1 .. len(spec_token_ids) + 1). The scheduler
+    # appends them in order and stops at the first stop, dropping the rest.
+    sampled_token_ids: dict[str, list[int]]
+    # req_id -> per produced token, [(token_id, logprob), ...]: that token first, then its top-k.
+    logprobs: dict[str, list[list[tuple[int, float]]]] = field(default_factory=dict)
     # req_id -> (first prompt position covered, [[(token_id, logprob, rank), ...] per position]): the
     # prompt logprobs of this step's chunk, for requests with needs_prompt_logprobs.
     prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float, int]]]]] = field(default_factory=dict)
@@ -82,6 +96,9 @@ class ModelRunnerOutput:
     # req_id -> reason: requests the runner cannot go on with (a constraint that failed to compile);
     # no token is reported for them and the engine ends them (finish_reason "abort").
     failed: dict[str, str] = field(default_factory=dict)
+    # Speculative decoding: req_id -> the drafts proposed for its next step (ScheduledRequest.
+    # num_drafts_wanted at most), verified then.
+    spec_token_ids: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
