@@ -374,15 +374,22 @@ def to_paddle_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def make_tiny_ernie_mtp(
-    folder: str | Path, layout: str = "paddle", mtp: str = "inline", seed: int = 0, mtp_seed: int = 1
+    folder: str | Path,
+    layout: str = "paddle",
+    mtp: str = "inline",
+    seed: int = 0,
+    mtp_seed: int = 1,
+    arch: str = "Ernie4_5ForCausalLM",
+    **overrides,
 ) -> Path:
-    """A tiny dense ERNIE-4.5 checkpoint (with tokenizer) in `layout` ("hf" or "paddle"); `mtp`:
-    "inline" (the head's tensors in the checkpoint), "none", or "folder" (in `folder`/mtp, a separate
-    MTP folder: config.json + the head alone, in the same layout)."""
+    """A tiny ERNIE-4.5 checkpoint (with tokenizer) in `layout` ("hf" or "paddle"); `mtp`: "inline"
+    (the head's tensors in the checkpoint), "none", or "folder" (in `folder`/mtp, a separate MTP
+    folder: config.json + the head alone, in the same layout). `arch`/`overrides`: e.g. the MoE model."""
     from safetensors.numpy import load_file, save_file  # noqa: PLC0415
 
     folder = Path(folder)
-    hf_folder = make_tiny_checkpoint("Ernie4_5ForCausalLM", folder / "_hf", seed=seed, **ERNIE_MTP_OVERRIDES)
+    dims = {**ERNIE_MTP_OVERRIDES, **overrides}
+    hf_folder = make_tiny_checkpoint(arch, folder / "_hf", seed=seed, **dims)
     cfg = json.loads((hf_folder / "config.json").read_text())
     tensors = {k: v.astype(np.float32) for k, v in load_file(hf_folder / "model.safetensors").items()}
     head = tiny_mtp_tensors(cfg, mtp_seed)

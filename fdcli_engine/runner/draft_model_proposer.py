@@ -42,7 +42,10 @@ def resolve_draft_config(config: ResolvedConfig) -> ResolvedConfig:
     from fdcli_engine.loader import detect_layout, read_model_config  # noqa: PLC0415
 
     spec = config.speculative_config
-    path = resolve_model_path(spec.model)
+    try:
+        path = resolve_model_path(spec.model)
+    except ConfigError as exc:
+        raise ConfigError(f"--speculative-config: draft {exc}") from None
     try:
         layout, path = detect_layout(path)
         hf_config = read_model_config(path)

@@ -97,3 +97,14 @@ def test_preemption(folders, method):
     assert outs == expected
     if method == "draft_model":
         assert stats["spec_decode_num_accepted_tokens_total"] == stats["spec_decode_num_draft_tokens_total"]
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "int8"])
+def test_own_draft_with_a_smaller_kv_cache(folders, kv_cache_dtype):
+    # The draft's cache takes the target's dtype: int8 codes and scales are per token, so the draft's
+    # K/V (the target's own, here) round the same way and every draft is still accepted.
+    plain, _ = run(folders["target"], kv_cache_dtype=kv_cache_dtype)
+    spec = spec_of("draft_model", folders["target"])
+    outs, stats = run(folders["target"], spec, kv_cache_dtype=kv_cache_dtype)
+    assert outs == plain
+    assert stats["spec_decode_num_accepted_tokens_total"] == stats["spec_decode_num_draft_tokens_total"] > 50

@@ -98,3 +98,11 @@ def test_draft_quantization():
         draft_quantization("gguf", None, is_gguf=False)
     with pytest.raises(ConfigError, match="quantization 'fp8' is not supported"):
         draft_quantization("fp8", None, is_gguf=False)
+
+
+def test_missing_draft_model_is_refused(folders, tmp_path):
+    folders = {**folders, "missing": tmp_path / "nowhere"}
+    with pytest.raises(
+        ConfigError, match=r"^--speculative-config: draft model path .*nowhere' does not exist"
+    ):
+        DraftModelProposer(draft_config(folders, "missing"), None)

@@ -67,3 +67,23 @@ def test_drafts_equal_the_head_run_from_scratch(folders, target, scenario):
     assert loop.num_accepted == loop.num_draft_tokens > 10
     assert len(checked) >= 6
     assert set(checked) == set(loop.seqs) and set(loop.seqs) <= set(PROMPTS)
+
+
+def test_moe_target_drafts_with_its_dense_mtp_layer(tmp_path):
+    moe = dict(
+        num_hidden_layers=2,
+        moe_num_experts=4,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_num_shared_experts=1,
+        moe_layer_start_index=1,
+        tie_word_embeddings=True,
+    )
+    folder = make_tiny_ernie_mtp(tmp_path / "moe", arch="Ernie4_5_MoeForCausalLM", **moe)
+    cfg = mtp_config(folder, k=K)
+    target = load_model(cfg)
+    assert type(target).__name__ == "Ernie4_5_MoeForCausalLM"
+    loop = run_scenario(target, MTPProposer(cfg, target), K, "chunked")
+    for rid, seq in loop.seqs.items():
+        assert seq.output == plain_greedy(target, seq.prompt, len(seq.output)), rid
+    assert loop.num_draft_tokens > 10
