@@ -108,3 +108,21 @@ def test_own_draft_with_a_smaller_kv_cache(folders, kv_cache_dtype):
     outs, stats = run(folders["target"], spec, kv_cache_dtype=kv_cache_dtype)
     assert outs == plain
     assert stats["spec_decode_num_accepted_tokens_total"] == stats["spec_decode_num_draft_tokens_total"] > 50
+
+
+@pytest.mark.parametrize("method", ["draft_model", "mtp"])
+def test_seeded_sampling_is_unchanged(folders, method):
+    # Model drafts are point proposals (argmax tokens), so a seeded request's tokens are its plain ones.
+    name = "target" if method == "draft_model" else "ernie"
+    spec = spec_of(method, folders["small"] if method == "draft_model" else None)
+    params = [SamplingParams(temperature=0.8, top_p=0.9, seed=s, max_tokens=16) for s in range(4)]
+    batch = prompts(2, n=4)
+
+    def sample(spec):
+        llm = LLM(str(folders[name]), speculative_config=spec, **OPTIONS)
+        return [o.outputs[0].token_ids for o in llm.generate(batch, params)], llm.get_stats()
+
+    plain, _ = sample(None)
+    outs, stats = sample(spec)
+    assert outs == plain
+    assert stats["spec_decode_num_draft_tokens_total"] > 0
