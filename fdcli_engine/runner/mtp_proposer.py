@@ -9,6 +9,9 @@ hidden state at j, so the rows [c, L) of a request need its tokens up to L: the 
 what it produced, or, mid-prompt, the next prompt token (only a request the runner failed, which ends,
 has neither: its row L-1 is left out). The last row's output is the first draft. Each further draft is one row at the next position, fed the head's own previous output as
 its hidden state (FastDeploy's substeps).
+
+A prefix-cache hit may reuse a block whose last row took the next token of the request that filled it,
+not this one's: only the quality of this request's drafts can differ (verification is exact).
 """
 
 from __future__ import annotations
