@@ -3,6 +3,7 @@
 The draft is loaded by the target's loader from `spec.model` (any layout and architecture fd loads),
 quantized as `spec.quantization` says, else as the target is (a GGUF draft keeps its blocks when the
 target does not ask for wint8/wint4). Its KV cache lives in the target's block pool (model_proposer.py).
+The target named as its own draft (same file, same quantization) shares the target's weights.
 
 Rows of a step: [c, L) keep its cache level with the target's; a drafting request adds the row at L (the
 token the target just produced), whose output is the first draft, then one row per further draft.
@@ -85,12 +86,23 @@ def check_same_vocabulary(draft_config: ResolvedConfig, target_config: ResolvedC
         )
 
 
+def is_same_model(draft_config: ResolvedConfig, config: ResolvedConfig) -> bool:
+    same_path = (
+        config.model_path is not None and draft_config.model_path.resolve() == config.model_path.resolve()
+    )
+    return same_path and draft_config.quantization == config.quantization
+
+
 class DraftModelProposer(ModelProposer):
     def __init__(self, config: ResolvedConfig, target_model):
         from fdcli_engine.loader import load_model  # noqa: PLC0415
 
         draft_config = resolve_draft_config(config)
         check_same_vocabulary(draft_config, config, target_model)
+        if is_same_model(draft_config, config):
+            # The target as its own draft: its weights serve both (forwards never overlap), not its cache.
+            super().__init__(config, target_model)
+            return
         try:
             model = load_model(draft_config)
         except ModelLoadError as exc:

@@ -5,6 +5,8 @@ accepted (its cache then holds exactly the target's K/V); a draft of another voc
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from proposer_loop import PROMPTS, SCENARIOS, plain_greedy, run_scenario
 from tiny_models import make_tiny_checkpoint, write_tiny_tokenizer
@@ -23,8 +25,10 @@ def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("draft")
     target = make_tiny_checkpoint("LlamaForCausalLM", root / "target")
     write_tiny_tokenizer(target)
+    shutil.copytree(target, root / "copy")
     return {
         "target": target,
+        "copy": root / "copy",  # the same weights under another path: loaded on their own
         "small": make_tiny_checkpoint("LlamaForCausalLM", root / "small", seed=3, num_hidden_layers=1),
         "qwen": make_tiny_checkpoint("Qwen2ForCausalLM", root / "qwen", seed=4, num_hidden_layers=1),
         "vocab": make_tiny_checkpoint("LlamaForCausalLM", root / "vocab", seed=5, vocab_size=640),
@@ -57,9 +61,11 @@ def expected(scenario, refs):
     return {rid: refs[rid] for rid in PROMPTS}
 
 
+@pytest.mark.parametrize("own", ["target", "copy"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_target_as_its_own_draft_accepts_every_draft(folders, target, references, scenario):
-    proposer = DraftModelProposer(draft_config(folders, "target"), target)
+def test_target_as_its_own_draft_accepts_every_draft(folders, target, references, scenario, own):
+    proposer = DraftModelProposer(draft_config(folders, own), target)
+    assert (proposer.model is target) == (own == "target")  # the same file shares the weights
     loop = run_scenario(target, proposer, K, scenario)
     assert {rid: s.output for rid, s in loop.seqs.items()} == expected(scenario, references)
     assert loop.num_draft_tokens > 10
