@@ -4,7 +4,9 @@ A request drafts only when drafting pays: its acceptance over its most recent dr
 WINDOW of them) must stay at or above MIN_ACCEPTANCE, else it pauses for `backoff` steps and then tries
 again, the pause doubling each time it fails (up to MAX_BACKOFF) and resetting when it succeeds. So a
 workload whose drafts are rarely right soon stops paying for verification, and a request whose text
-turns repetitive later still gets drafts. Constrained requests (structured outputs) never draft.
+turns repetitive later still gets drafts. A constrained request drafts too (its draft rows are masked
+by the grammar, runner/grammar_masks.py), unless its constraint starts after a trigger (a reasoning
+model's end tag), which drafts could straddle.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ class DraftPolicy:
     def wanted(self, req: Request, num_running: int) -> int:
         """Drafts to propose for `req`'s next step (0: none)."""
         params = req.sampling_params
-        if not self.k or params is None or params.structured_outputs is not None:
+        if not self.k or params is None:
+            return 0
+        if params.structured_outputs is not None and params.structured_outputs.start_after_token_ids:
             return 0
         if self.disable_by_batch_size is not None and num_running >= self.disable_by_batch_size:
             return 0

@@ -55,7 +55,9 @@ def test_who_never_drafts():
     assert policy.wanted(_req(), 3) == 3
     assert policy.wanted(_req(), 4) == 0  # vLLM's disable_by_batch_size
     constrained = _req(structured_outputs=StructuredOutputsParams(choice=["x", "y"]))
-    assert policy.wanted(constrained, 1) == 0
+    assert policy.wanted(constrained, 1) == 3
+    after_reasoning = StructuredOutputsParams(choice=["x", "y"], start_after_token_ids=[7])
+    assert policy.wanted(_req(structured_outputs=after_reasoning), 1) == 0
     near_end = Request("b", [1], SamplingParams(max_tokens=2), max_model_len=64)
     near_end.append_output_token(5)
     assert policy.wanted(near_end, 1) == 0  # its last token is the target's own
