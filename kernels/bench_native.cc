@@ -1,6 +1,6 @@
 // Standalone timing of the raw kernels (no Paddle): GEMM GFLOP/s for SmolLM2 shapes and paged attention.
-// Build: g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
-//            kernels/bench_native.cc kernels/fd_kernels/csrc/kernels.cc -o /tmp/bench_native
+// Build: g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc kernels/bench_native.cc \
+//            kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_native
 // Used to tune block sizes on a quiet machine (add -DFD_GEMM_KC=... -DFD_GEMM_KC_MIN_ROWS=...,
 // -DFD_AVX512_MR=...). With arguments "M K N" it times that one GEMM shape only.
 #include <omp.h>
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -45,6 +46,31 @@ static void bench_gemm(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
               gf[1], gf[2]);
 }
 
+// The GGUF block kernels (qgemm_impl.h): codes of one repeated byte and fp16 scales of 0.01 (the speed
+// does not depend on the values).
+static void bench_qgemm(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist;
+  const int64_t panels = (n + fdk::kQNR - 1) / fdk::kQNR, nb = k / fdk::kQBlock;
+  std::vector<float> a(m * k), c(m * n);
+  for (auto& v : a) v = dist(rng);
+  const int reps = 2 * m * n * k > (int64_t)2e8 ? 20 : 300;
+  double gf[3];
+  const int kinds[3] = {fdk::kQ4_0, fdk::kQ4_1, fdk::kQ8_0};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t rec = fdk::q_record_bytes(kinds[i]);
+    std::vector<uint8_t> w(panels * nb * rec, 0x35);
+    for (int64_t r = 0; r < panels * nb; ++r)
+      for (int j = 0; j < fdk::q_codes_offset(kinds[i]) / 2; ++j) {
+        const uint16_t h = 0x211F;  // fp16 0.01
+        std::memcpy(&w[r * rec + 2 * j], &h, 2);
+      }
+    fdk::GemmArgs g{a.data(), k, m, k, n, w.data(), nullptr, nullptr, 0, kinds[i], nullptr, c.data()};
+    gf[i] = 2.0 * m * n * k / best_seconds([&] { fdk::gemm(g); }, reps) / 1e9;
+  }
+  std::printf("gguf %4ld x %4ld x %5ld: q4_0 %6.1f  q4_1 %6.1f  q8_0 %6.1f GFLOP/s\n", (long)m, (long)k, (long)n,
+              gf[0], gf[1], gf[2]);
+}
+
 static void bench_attention(const char* name, std::vector<int64_t> q_lens, std::vector<int64_t> ctx) {
   const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, b = (int64_t)ctx.size();
   int64_t max_blocks = 0, t = 0;
@@ -69,6 +95,7 @@ int main(int argc, char** argv) {
   const int64_t shapes[][3] = {{1, 576, 1536}, {16, 576, 1536}, {512, 576, 1536}, {512, 1536, 576}, {512, 576, 960},
                                {1, 576, 49152}};
   for (auto& s : shapes) bench_gemm(s[0], s[1], s[2], rng);
+  for (auto& s : shapes) bench_qgemm(s[0], s[1], s[2], rng);
   bench_attention("decode B=1 ctx=512", {1}, {512});
   bench_attention("decode B=16 ctx=512", std::vector<int64_t>(16, 1), std::vector<int64_t>(16, 512));
   bench_attention("prefill 512", {512}, {512});

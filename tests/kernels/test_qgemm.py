@@ -6,9 +6,13 @@ integer block sums, the same float32 factors), summed in float64; the kernel may
 accumulation, bounded by 1e-5 of the sum of the terms' magnitudes. Against the dequantized fp32 matmul the
 stated tolerance is what the fixed-point activations cost: each moves by at most half its block's step
 da = max|x| / (127 * 256), so |y - x @ W^T| <= sum over blocks of da / 2 * sum |w| (plus fp32 rounding).
-test_isa.py re-runs this file on the AVX2 and scalar paths."""
+test_isa.py re-runs this file on the AVX2 and scalar paths; test_the_expected_path_runs says which one a
+run checks (VNNI only where the CPU has it)."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,3 +136,67 @@ def test_embedding_rows_equal_gguf_dequantize(native, ref, rng, name):
     np.testing.assert_array_equal(want, deq[ids])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         native.embedding(paddle.to_tensor(np.array([70])), native.prepare_linear_gguf(raw, TYPES[name], k))
+
+
+def _cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _expected_path() -> str:
+    flags, forced = _cpu_flags(), os.environ.get("FD_KERNELS_ISA")
+    avx2 = {"avx2", "fma"} <= flags
+    vnni = avx2 and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags
+    if forced == "scalar" or not avx2:
+        return "scalar"
+    return "avx512vnni" if vnni and forced != "avx2" else "avx2"
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="needs /proc/cpuinfo to know the CPU")
+def test_the_expected_path_runs(native):
+    """The instantiation under test is the one the CPU and FD_KERNELS_ISA call for, so the default run and
+    test_isa.py's re-runs check the VNNI (where the CPU has it), AVX2 and scalar paths each."""
+    assert native.qgemm_path() == _expected_path()
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+@pytest.mark.parametrize("m", [5, 17])
+def test_rows_of_a_verify_call_equal_decode_rows(native, rng, name, m):
+    """Speculative decoding verifies k + 1 rows per request in one call: each row must get exactly the bits
+    its own one-row decode call gets, wherever it sits (m = 5, 17 cover the row blocks of every path)."""
+    lw, _, _ = _gguf_weight(native, rng, name, 100, 576)
+    x = rng.standard_normal((m, 576), dtype=np.float32)
+    batch = native.linear(to_pd(x), lw).numpy()
+    for r in range(m):
+        np.testing.assert_array_equal(
+            batch[r], native.linear(to_pd(x[r : r + 1]), lw).numpy()[0], err_msg=f"row {r}"
+        )
+    # The same row at another position of another batch.
+    moved = native.linear(to_pd(np.roll(x, 3, axis=0)), lw).numpy()
+    np.testing.assert_array_equal(moved, np.roll(batch, 3, axis=0))
+
+
+def test_extreme_codes_times_extreme_activations_are_exact(native):
+    """Q8_0 codes -128 and 127 against activations at full scale (Q = +-32512): the products a 16-bit
+    pair sum (vpmaddubsw) would saturate. Every value here is an integer, so the result is exact."""
+    import struct
+
+    k, codes = 64, np.zeros((16, 64), np.int8)
+    codes[0], codes[1] = -128, 127
+    codes[2, ::2], codes[2, 1::2] = -128, 127
+    codes[3] = np.tile(np.arange(-128, 128, 8), 2)
+    codes[4:] = np.random.default_rng(7).integers(-128, 128, (12, k))
+    one = struct.pack("<e", 1.0)
+    raw = np.frombuffer(
+        b"".join(one + codes[c, b * 32 : (b + 1) * 32].tobytes() for c in range(16) for b in range(2)),
+        np.uint8,
+    ).reshape(16, -1)
+    lw = native.prepare_linear_gguf(raw, TYPES["Q8_0"], k)
+    x = np.full((4, k), 127, np.float32)  # max|x| = 127: d = 1, Q = 256 x = 32512
+    x[1] = -127
+    x[2, ::2] = -127
+    x[3, :32], x[3, 32:] = -127, 127
+    got = native.linear(to_pd(x), lw).numpy()
+    np.testing.assert_array_equal(got, x.astype(np.float64) @ codes.T.astype(np.float64))

@@ -1,6 +1,7 @@
-// Instantiates qgemm_impl.h for AVX-512 VNNI and, as portable C++, for AVX2 and the scalar baseline, and
-// dispatches each call. An AVX-512 CPU without VNNI takes the AVX2 instantiation: the integer results are
-// the same on every path, only the speed differs.
+// Instantiates qgemm_impl.h for AVX-512 VNNI, for AVX2 + FMA (qgemm_avx2.h) and, as portable C++, for the
+// scalar baseline, and dispatches each call. An AVX-512 CPU without VNNI takes the AVX2 instantiation. The
+// integer results are the same on every path; the VNNI and AVX2 paths also round the same fp32 steps in the
+// same order (same bits), the scalar one without fma contraction.
 
 #include <immintrin.h>
 
@@ -22,7 +23,9 @@ constexpr int kQMaxRowsPortable = 4;
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 namespace isa_qvnni {
 #define FD_QVNNI 1
+#define FD_QAVX2 0
 #include "qgemm_impl.h"
+#undef FD_QAVX2
 #undef FD_QVNNI
 }  // namespace isa_qvnni
 #pragma GCC pop_options
@@ -31,14 +34,18 @@ namespace isa_qvnni {
 #pragma GCC target("avx2,fma,f16c")
 namespace isa_qavx2 {
 #define FD_QVNNI 0
+#define FD_QAVX2 1
 #include "qgemm_impl.h"
+#undef FD_QAVX2
 #undef FD_QVNNI
 }  // namespace isa_qavx2
 #pragma GCC pop_options
 
 namespace isa_qscalar {
 #define FD_QVNNI 0
+#define FD_QAVX2 0
 #include "qgemm_impl.h"
+#undef FD_QAVX2
 #undef FD_QVNNI
 }  // namespace isa_qscalar
 
@@ -67,16 +74,30 @@ void q_rows(const void* w, int kind, int64_t k, const int64_t* ids, int64_t t, f
   }
 }
 
+// 2: VNNI, 1: AVX2, 0: scalar, decided once per process from the CPU and active_isa().
+static int qgemm_path() {
+  static const int path = [] {
+    __builtin_cpu_init();
+    const int isa = active_isa();
+    if (isa >= 2 && __builtin_cpu_supports("avx512vnni")) return 2;
+    return isa >= 1 ? 1 : 0;
+  }();
+  return path;
+}
+
 void qgemm(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
-  static const bool vnni = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") != 0;
-  }();
-  const int isa = active_isa();
-  if (isa >= 2 && vnni) return isa_qvnni::qgemm(g);
-  if (isa >= 1) return isa_qavx2::qgemm(g);
-  isa_qscalar::qgemm(g);
+  switch (qgemm_path()) {
+    case 2:
+      return isa_qvnni::qgemm(g);
+    case 1:
+      return isa_qavx2::qgemm(g);
+    default:
+      return isa_qscalar::qgemm(g);
+  }
 }
 
 }  // namespace fdk
+
+// Which instantiation qgemm() runs, for the tests (fd_kernels.native.qgemm_path, through ctypes).
+extern "C" int32_t fd_qgemm_path() { return fdk::qgemm_path(); }

@@ -1,7 +1,8 @@
 // GEMM on GGUF block weights (kQ4_0, kQ4_1, kQ8_0; layout in kernels.h) with 16-bit fixed-point
-// activations split into two int8 planes. Included once per ISA namespace by qgemm.cc with FD_QVNNI set
-// to 1 (AVX-512 VNNI: vpdpbusd multiplies 64 unsigned codes by 64 signed bytes per instruction) or 0
-// (portable C++ over the same layout, compiled for AVX2 and for the scalar baseline). No include guard.
+// activations. Included once per ISA namespace by qgemm.cc with FD_QVNNI = 1 (AVX-512 VNNI: vpdpbusd
+// multiplies 64 unsigned codes by 64 signed bytes of each of two int8 planes per instruction), FD_QAVX2 = 1
+// (AVX2: vpmaddwd on the 16-bit activations themselves, qgemm_avx2.h) or neither (portable C++, the scalar
+// baseline). No include guard.
 //
 // Every row, every block of 32 k's, in fp32: amax = max|x|, d = amax / 127, t = x * (1 / d) (0 when
 // amax is 0), Q = rint(256 * t), an integer in [-32512, 32512]; da = d / 256 (exact), sq = sum(Q),
@@ -14,8 +15,9 @@
 // integers; only how the compiler contracts the fp32 multiply-adds may differ between them.
 
 struct QAct {
-  const int8_t* hi;   // [m, k]: Q = 256 * hi + lo
+  const int8_t* hi;   // [m, k]: Q = 256 * hi + lo (VNNI and portable paths)
   const int8_t* lo;   // [m, k]
+  const int16_t* q;   // [m, k]: Q (AVX2 path)
   const float* d;     // [m, nb]: da
   const float* s;     // [m, nb]: da * sq
   const int32_t* sq;  // [m, nb]
@@ -60,7 +62,9 @@ static inline uint8_t q_code(const uint8_t* codes, bool four, int c, int j) {
   return (j % 8) < 4 ? byte & 15 : byte >> 4;
 }
 
-static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out, float* s_out, int32_t* sq_out) {
+// Writes Q as hi / lo, or as q on the AVX2 path (the other pointers are unused there).
+static void quantize_block(const float* x, int8_t* hi, int8_t* lo, int16_t* q16, float* d_out, float* s_out,
+                           int32_t* sq_out) {
 #if FD_QVNNI
   const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
@@ -76,6 +80,33 @@ static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out,
     qsum = _mm512_add_epi32(qsum, q);
   }
   const int32_t sq = _mm512_reduce_add_epi32(qsum);
+#elif FD_QAVX2
+  __m256 v[4], m = _mm256_setzero_ps();
+  const __m256 nz = _mm256_set1_ps(-0.0f);
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(nz, v[i]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  const float d = amax / 127.0f, id = amax != 0.0f ? 1.0f / d : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id), v256 = _mm256_set1_ps(256.0f);
+  __m256i q[4], qsum = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(v[i], vid), v256));  // ties to even, as numpy's rint
+    qsum = _mm256_add_epi32(qsum, q[i]);
+  }
+  // |Q| <= 32512 fits int16, so the saturating pack is exact; it interleaves 128-bit lanes, undone by the
+  // permute.
+  for (int i = 0; i < 2; ++i)
+    _mm256_storeu_si256((__m256i*)(q16 + 16 * i),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2 * i], q[2 * i + 1]), 0xD8));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(qsum), _mm256_extracti128_si256(qsum, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  const int32_t sq = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1)));
+  (void)hi;
+  (void)lo;
 #else
   float amax = 0.0f;
   for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -88,6 +119,7 @@ static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out,
     hi[j] = (int8_t)((q - lo[j]) / 256);
     sq += q;
   }
+  (void)q16;
 #endif
   const float da = d * (1.0f / 256.0f);
   *d_out = da;
@@ -96,12 +128,13 @@ static void quantize_block(const float* x, int8_t* hi, int8_t* lo, float* d_out,
 }
 
 // Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0).
-static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8_t* hi, int8_t* lo, float* d,
-                         float* s, int32_t* sq) {
+static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8_t* hi, int8_t* lo, int16_t* q16,
+                         float* d, float* s, int32_t* sq) {
   const int64_t nb = k / kQBlock;
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t i = r * nb + b, off = r * k + b * kQBlock;
-    quantize_block(a + r * lda + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
+    quantize_block(a + r * lda + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo, q16 ? q16 + off : q16, d + i,
+                   s + i, sq + i);
   }
 }
 
@@ -202,6 +235,9 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 #undef FD_QMICRO_CASE
 
 constexpr int kQMaxRows = 3;
+constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;  // panels per work item for 1 row and for more
+#elif FD_QAVX2
+#include "qgemm_avx2.h"
 #else
 // Portable path: one panel against rows [m0, m0 + mr) at a time; each block's codes are unpacked once
 // to [column][k] bytes and reused by every row.
@@ -247,6 +283,7 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 }
 
 constexpr int kQMaxRows = kQMaxRowsPortable;
+constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
 #endif
 
 // Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
@@ -258,15 +295,19 @@ static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
   // Uninitialized: quantize_row writes every element (zeroing them first was a serial pass over 2.6 bytes
   // per activation, with the other threads idle, in prompt-sized GEMMs on CPUs without AMX).
-  std::unique_ptr<int8_t[]> hi(new int8_t[m * k]), lo(new int8_t[m * k]);
+  // The AVX2 path reads Q as int16, the others as two int8 planes.
+  const bool planes = !FD_QAVX2;
+  std::unique_ptr<int8_t[]> hi(planes ? new int8_t[m * k] : nullptr), lo(planes ? new int8_t[m * k] : nullptr);
+  std::unique_ptr<int16_t[]> q16(planes ? nullptr : new int16_t[m * k]);
   std::unique_ptr<float[]> d(new float[m * nb]), s(new float[m * nb]);
   std::unique_ptr<int32_t[]> sq(new int32_t[m * nb]);
   const bool big = m * k >= (1 << 16);
 #pragma omp parallel for schedule(static) if (big)
-  for (int64_t r = 0; r < m; ++r) quantize_row(g.a, g.lda, r, k, hi.get(), lo.get(), d.get(), s.get(), sq.get());
-  const QAct x{hi.get(), lo.get(), d.get(), s.get(), sq.get(), k, nb};
+  for (int64_t r = 0; r < m; ++r)
+    quantize_row(g.a, g.lda, r, k, hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get());
+  const QAct x{hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get(), k, nb};
   const int64_t panels = (g.n + kQNR - 1) / kQNR;
-  const int np = m == 1 ? 3 : 2;
+  const int np = m == 1 ? kQPanelsOneRow : kQPanelsRows;
   const int64_t groups = (panels + np - 1) / np;
   const int64_t nrb = (m + kQMaxRows - 1) / kQMaxRows;
   const int64_t rows = (m + nrb - 1) / nrb;  // balanced blocks

@@ -18,6 +18,7 @@ import paddle
 from paddle.utils.dlpack import from_dlpack
 
 from fd_kernels import packing
+from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
 from fd_kernels.native.sampler import sample  # noqa: F401 - the `sample` op works on numpy, via ctypes
 
@@ -59,6 +60,16 @@ def active_isa() -> str:
     """The instruction set the kernels dispatch to in this process (FD_KERNELS_ISA can lower it)."""
     load()
     return ISA_NAMES[int(_run("fd_active_isa", paddle.zeros([1]))[0].numpy()[0])]
+
+
+QGEMM_PATHS = {2: "avx512vnni", 1: "avx2", 0: "scalar"}
+
+
+def qgemm_path() -> str:
+    """The GGUF block GEMM's instantiation in this process (csrc/qgemm.cc): avx512vnni, avx2 or scalar."""
+    fn = ctypes.CDLL(_library_path()).fd_qgemm_path
+    fn.restype = ctypes.c_int32
+    return QGEMM_PATHS[int(fn())]
 
 
 def omp_thread_ids() -> list[int]:
