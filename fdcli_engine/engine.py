@@ -80,6 +80,8 @@ class EngineCore:
                 "raise --num-kv-blocks / --kv-cache-memory-gb or lower --max-model-len"
             )
         kv = KVCacheManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        spec = config.speculative_config if not self.is_pooling else None
+        proposer = getattr(self.runner, "proposer", None)
         self.scheduler = Scheduler(
             kv,
             max_num_seqs=config.max_num_seqs,
@@ -87,7 +89,12 @@ class EngineCore:
             max_model_len=config.max_model_len,
             enable_chunked_prefill=config.enable_chunked_prefill,
             eos_token_ids=eos,
+            num_speculative_tokens=spec.num_speculative_tokens if spec is not None else 0,
+            num_lookahead_slots=proposer.num_lookahead_slots if proposer is not None else 0,
+            disable_by_batch_size=spec.disable_by_batch_size if spec is not None else None,
         )
+        if spec is not None:
+            logger.info("speculative decoding: %s", spec.describe())
         from fdcli_engine import ops
         from fdcli_engine.threads import BIND_ENV
 

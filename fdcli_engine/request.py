@@ -74,6 +74,8 @@ class Request:
         # first sampled token; a recomputed chunk (after preemption) does not add them twice.
         self.prompt_logprobs: list[list[tuple[int, float, int]]] = []
         self.prompt_logprobs_sent = False
+        # Speculative decoding: drafts proposed for the next step (verified then, or dropped).
+        self.spec_token_ids: list[int] = []
         # The length stop (step_types): check_request has refused what cannot fit; a pooled request
         # generates nothing.
         wanted = 0 if sampling_params is None else sampling_params.max_tokens

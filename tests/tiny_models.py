@@ -314,3 +314,95 @@ def make_tiny_bert(folder: str | Path, seed: int = 0) -> Path:
             p.copy_((1.0 if name.endswith("LayerNorm.weight") else 0.0) + scale * torch.randn_like(p))
     model.save_pretrained(folder)
     return folder
+
+
+# --- ERNIE-4.5 with a multi-token-prediction (MTP) layer: tests/spec_decode -----------------------------
+# The tiny ERNIE of tests/ernie (dense, untied head), plus a random MTP head as FastDeploy names it
+# (models/ernie4_5_mtp.py), in the HF ("-PT") or the Paddle ("-Paddle") layout.
+ERNIE_MTP_OVERRIDES = dict(head_dim=16, tie_word_embeddings=False)
+
+
+def tiny_mtp_tensors(cfg: dict, seed: int = 1) -> dict[str, np.ndarray]:
+    """A random MTP head for the config `cfg`, HF names, Linear weights [out, in], fp32."""
+    rng = np.random.default_rng(seed)
+    hidden, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    head_dim = cfg.get("head_dim") or hidden // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
+
+    def norm():
+        return (1.0 + 0.2 * rng.standard_normal(hidden)).astype(np.float32)
+
+    def w(rows, cols):
+        return (0.15 * rng.standard_normal((rows, cols))).astype(np.float32)
+
+    b = "model.mtp_block.0."
+    return {
+        "model.mtp_emb_norm.0.weight": norm(),
+        "model.mtp_hidden_norm.0.weight": norm(),
+        "model.mtp_linear_proj.0.weight": w(hidden, 2 * hidden),
+        b + "input_layernorm.weight": norm(),
+        b + "post_attention_layernorm.weight": norm(),
+        b + "self_attn.q_proj.weight": w(q, hidden),
+        b + "self_attn.k_proj.weight": w(kv, hidden),
+        b + "self_attn.v_proj.weight": w(kv, hidden),
+        b + "self_attn.o_proj.weight": w(hidden, q),
+        b + "mlp.gate_proj.weight": w(inter, hidden),
+        b + "mlp.up_proj.weight": w(inter, hidden),
+        b + "mlp.down_proj.weight": w(hidden, inter),
+    }
+
+
+def to_paddle_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """HF-named ERNIE tensors in FastDeploy's Paddle layout: `model.` -> `ernie.`, Linear weights
+    transposed to [in, out], q|k|v fused into qkv_proj and gate|up into up_gate_proj."""
+    out: dict[str, np.ndarray] = {}
+    for name, w in tensors.items():
+        pname = "ernie." + name[len("model.") :] if name.startswith("model.") else name
+        if name.endswith("self_attn.q_proj.weight"):
+            parts = [w, tensors[name.replace("q_proj", "k_proj")], tensors[name.replace("q_proj", "v_proj")]]
+            out[pname.replace("q_proj", "qkv_proj")] = np.concatenate(parts).T
+        elif name.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight")):
+            continue  # fused with their q_proj / gate_proj
+        elif name.endswith("mlp.gate_proj.weight"):
+            up = tensors[name.replace("gate_proj", "up_proj")]
+            out[pname.replace("gate_proj", "up_gate_proj")] = np.concatenate([w, up]).T
+        elif w.ndim == 2 and name != "model.embed_tokens.weight":
+            out[pname] = w.T
+        else:
+            out[pname] = w
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def make_tiny_ernie_mtp(
+    folder: str | Path,
+    layout: str = "paddle",
+    mtp: str = "inline",
+    seed: int = 0,
+    mtp_seed: int = 1,
+    arch: str = "Ernie4_5ForCausalLM",
+    **overrides,
+) -> Path:
+    """A tiny ERNIE-4.5 checkpoint (with tokenizer) in `layout` ("hf" or "paddle"); `mtp`: "inline"
+    (the head's tensors in the checkpoint), "none", or "folder" (in `folder`/mtp, a separate MTP
+    folder: config.json + the head alone, in the same layout). `arch`/`overrides`: e.g. the MoE model."""
+    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
+
+    folder = Path(folder)
+    dims = {**ERNIE_MTP_OVERRIDES, **overrides}
+    hf_folder = make_tiny_checkpoint(arch, folder / "_hf", seed=seed, **dims)
+    cfg = json.loads((hf_folder / "config.json").read_text())
+    tensors = {k: v.astype(np.float32) for k, v in load_file(hf_folder / "model.safetensors").items()}
+    head = tiny_mtp_tensors(cfg, mtp_seed)
+    convert = to_paddle_names if layout == "paddle" else dict
+    main = {**tensors, **head} if mtp == "inline" else tensors
+    save_file(convert(main), str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(cfg))
+    write_tiny_tokenizer(folder)
+    if mtp == "folder":
+        (folder / "mtp").mkdir()
+        (folder / "mtp" / "config.json").write_text(json.dumps(cfg))
+        save_file(convert(head), str(folder / "mtp" / "model.safetensors"))
+    for f in hf_folder.iterdir():
+        f.unlink()
+    hf_folder.rmdir()
+    return folder

@@ -10,12 +10,20 @@ blocks allow.
 
 Token-level stops and the length stop are decided here (`_check_stop`); the division of every stop rule
 between the scheduler, the OutputProcessor and the sampler is written in step_types' docstring.
+
+Speculative decoding: a decoding request with drafts (proposed by the runner last step) is scheduled
+with them after its last token, within the budget and never beyond what max_tokens and max_model_len
+leave (so a step cannot emit past a limit); with a model proposer its table also gets the proposer's
+lookahead slots. Of the tokens a step returns (accepted drafts, then the target's own) each is appended
+and checked in turn; the first stop ends the request and drops the rest. Only the accepted drafts' K/V
+count as computed. Preemption drops pending drafts. `core/draft_policy.py` decides who drafts.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
+from fdcli_engine.core.draft_policy import DraftPolicy
 from fdcli_engine.core.kv_cache_manager import KVCacheManager
 from fdcli_engine.outputs import EngineCoreOutput
 from fdcli_engine.request import Request, RequestStatus
@@ -31,6 +39,9 @@ class Scheduler:
         max_model_len: int,
         enable_chunked_prefill: bool = True,
         eos_token_ids: set[int] | frozenset[int] = frozenset(),
+        num_speculative_tokens: int = 0,
+        num_lookahead_slots: int = 0,
+        disable_by_batch_size: int | None = None,
     ):
         self.kv = kv
         self.max_num_seqs = max_num_seqs
@@ -45,6 +56,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.num_lookahead_slots = num_lookahead_slots
+        self.drafts = DraftPolicy(num_speculative_tokens, disable_by_batch_size)
+        self.spec_stats = SpecDecodeStats(num_speculative_tokens) if num_speculative_tokens else None
 
     # -- requests in and out ---------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -78,6 +92,7 @@ class Scheduler:
         self.kv.free(req)
         self.requests.pop(req.req_id, None)
         self._finished_ids.add(req.req_id)
+        self.drafts.drop(req.req_id)
 
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -88,7 +103,9 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            while not self.kv.allocate_slots(req, num_new):
+            drafts = self._drafts_for(req, num_new, budget)
+            slots = num_new + len(drafts) + self._lookahead(req, num_new + len(drafts))
+            while not self.kv.allocate_slots(req, slots):
                 victim = self.running.pop()
                 self._preempt(victim)
                 preempted += 1
@@ -96,8 +113,8 @@ class Scheduler:
                     break
             if req.status is not RequestStatus.RUNNING:
                 break
-            scheduled.append(self._scheduled(req, num_new))
-            budget -= num_new
+            scheduled.append(self._scheduled(req, num_new, drafts))
+            budget -= num_new + len(drafts)
             i += 1
 
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted:
@@ -107,7 +124,8 @@ class Scheduler:
             if num_new > budget and not self.enable_chunked_prefill:
                 break
             num_new = min(num_new, budget)
-            if not self.kv.allocate_slots(req, num_new, hit_blocks):
+            lookahead = self._lookahead(req, num_hit + num_new)  # num_computed_tokens is 0 here
+            if not self.kv.allocate_slots(req, num_new + lookahead, hit_blocks):
                 break
             self.waiting.popleft()
             self.kv.record_lookup(req.num_tokens, num_hit)
@@ -128,15 +146,38 @@ class Scheduler:
             num_preempted=preempted,
         )
 
-    def _scheduled(self, req: Request, num_new: int) -> ScheduledRequest:
+    def _drafts_for(self, req: Request, num_new: int, budget: int) -> list[int]:
+        """The pending drafts this step verifies: only after a request's last token, within the budget
+        and what its limits leave after the target's own token. Unverified drafts are dropped."""
+        drafts, req.spec_token_ids = req.spec_token_ids, []
+        if not drafts or num_new != 1 or req.num_tokens - req.num_computed_tokens != 1:
+            return []
+        room = min(
+            budget - num_new,
+            req.max_tokens - req.num_output_tokens - 1,
+            self.max_model_len - req.num_tokens - 1,
+        )
+        return drafts[: max(room, 0)]
+
+    def _lookahead(self, req: Request, num_scheduled: int) -> int:
+        """KV slots a model proposer writes past the scheduled ones, when the step samples."""
+        end = req.num_computed_tokens + num_scheduled
+        if not self.num_lookahead_slots or end < req.num_tokens:
+            return 0
+        return max(0, min(self.num_lookahead_slots, self.max_model_len - end))
+
+    def _scheduled(self, req: Request, num_new: int, drafts: list[int] = ()) -> ScheduledRequest:
         start = req.num_computed_tokens
+        do_sample = start + num_new == req.num_tokens and req.pooling_params is None
         return ScheduledRequest(
             req_id=req.req_id,
-            token_ids=req.all_token_ids[start : start + num_new],
+            token_ids=req.all_token_ids[start : start + num_new] + list(drafts),
+            spec_token_ids=list(drafts),
+            num_drafts_wanted=self.drafts.wanted(req, len(self.running)) if do_sample else 0,
             num_computed_tokens=start,
             block_ids=list(req.block_ids),
             sampling_params=req.sampling_params,
-            do_sample=start + num_new == req.num_tokens and req.pooling_params is None,
+            do_sample=do_sample,
             output_token_ids=req.output_token_ids,
             prompt_token_ids=req.prompt_token_ids,
             pooling_params=req.pooling_params,
@@ -149,6 +190,7 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
+        req.spec_token_ids = []
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1
@@ -162,7 +204,7 @@ class Scheduler:
             req = self.requests.get(sr.req_id)
             if req is None or req.status is not RequestStatus.RUNNING:
                 continue
-            req.num_computed_tokens += len(sr.token_ids)
+            req.num_computed_tokens += sr.num_known_tokens
             if sr.pooling_params is not None:
                 if req.num_computed_tokens == req.num_tokens:
                     self._finish(req, RequestStatus.FINISHED_STOPPED)
@@ -171,16 +213,32 @@ class Scheduler:
             chunk = out.prompt_logprobs.get(sr.req_id)
             if chunk is not None:
                 req.add_prompt_logprobs(*chunk)
-            token = out.sampled_token_ids.get(sr.req_id)
-            if token is None:
+            tokens = out.sampled_token_ids.get(sr.req_id)
+            if not tokens:
                 continue
-            req.append_output_token(token)
-            self.generation_tokens_total += 1
-            status = self._check_stop(req, token)
+            if sr.spec_token_ids:
+                accepted = len(tokens) - 1  # the drafts before the target's own token
+                req.num_computed_tokens += accepted
+                self.drafts.record(req.req_id, len(sr.spec_token_ids), accepted)
             logprobs = out.logprobs.get(sr.req_id)
+            status = None
+            emitted = 0
+            for token in tokens:
+                req.append_output_token(token)
+                emitted += 1
+                status = self._check_stop(req, token)
+                if status is not None:
+                    break
+            self.generation_tokens_total += emitted
+            if sr.spec_token_ids and self.spec_stats is not None:
+                self.spec_stats.record(len(sr.spec_token_ids), len(tokens) - 1, emitted)
             if status is not None:
                 self._finish(req, status)
-            core_out = self._core_output(req, [token], [logprobs] if logprobs is not None else None)
+            else:
+                req.spec_token_ids = out.spec_token_ids.get(sr.req_id, [])
+            core_out = self._core_output(
+                req, tokens[:emitted], logprobs[:emitted] if logprobs is not None else None
+            )
             core_out.prompt_logprobs = req.take_prompt_logprobs()
             results.append(core_out)
         return results
@@ -221,4 +279,33 @@ class Scheduler:
             "num_preemptions": self.num_preemptions,
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
+            **(self.spec_stats.as_dict() if self.spec_stats is not None else {}),
+        }
+
+
+class SpecDecodeStats:
+    """Speculative decoding's counters (FastDeploy's spec_decode_* metrics, per position as vLLM's)."""
+
+    def __init__(self, num_speculative_tokens: int):
+        self.num_drafts = 0  # verifications with at least one draft
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.num_emitted_tokens = 0  # tokens emitted by those verifications
+        self.accepted_per_pos = [0] * num_speculative_tokens
+
+    def record(self, drafted: int, accepted: int, emitted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += drafted
+        self.num_accepted_tokens += accepted
+        self.num_emitted_tokens += emitted
+        for j in range(min(accepted, len(self.accepted_per_pos))):
+            self.accepted_per_pos[j] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "spec_decode_num_drafts": self.num_drafts,
+            "spec_decode_num_draft_tokens_total": self.num_draft_tokens,
+            "spec_decode_num_accepted_tokens_total": self.num_accepted_tokens,
+            "spec_decode_num_emitted_tokens_total": self.num_emitted_tokens,
+            "spec_decode_num_accepted_tokens_per_pos": list(self.accepted_per_pos),
         }

@@ -39,7 +39,10 @@ LAYOUTS = {
     "gguf": (read_gguf_config, iter_gguf_weights),
 }
 
-__all__ = ["detect_layout", "iter_gguf_tensors", "load_model", "read_model_config"]
+__all__ = ["detect_layout", "iter_gguf_tensors", "iter_mtp_weights", "load_model", "read_model_config"]
+
+# Names of ERNIE-4.5's multi-token-prediction head: Paddle layout, HF layout, or a bare MTP folder.
+_MTP_PREFIXES = ("ernie.mtp_", "model.mtp_", "mtp_")
 
 
 def detect_layout(path: str | os.PathLike) -> tuple[str, Path]:
@@ -101,3 +104,18 @@ def load_model(engine_config):
     finally:
         release_gguf_readers()
     return model
+
+
+def iter_mtp_weights(path: str | os.PathLike):
+    """The MTP head's tensors (HF names `model.mtp_*`, fp32 [out, in]) of a checkpoint folder, the main
+    one or a separate MTP folder; only those tensors are read. Empty when the folder has none."""
+    layout, p = detect_layout(path)
+    if layout == "gguf":
+        raise ModelLoadError(f"{p}: a GGUF file carries no MTP head: point the speculative model at a folder")
+
+    def keep(name: str) -> bool:
+        return name.startswith(_MTP_PREFIXES)
+
+    if layout == "paddle":
+        return iter_paddle_weights(p, None, keep)
+    return iter_hf_weights(p, keep)

@@ -49,6 +49,7 @@ def safetensors_files(path: Path) -> list[Path]:
     return files
 
 
-def iter_hf_weights(path: Path) -> Iterator[tuple[str, np.ndarray]]:
+def iter_hf_weights(path: Path, keep=None) -> Iterator[tuple[str, np.ndarray]]:
+    """Every tensor of the folder (`keep`: a predicate on names, see iter_safetensors)."""
     for file in safetensors_files(path):
-        yield from iter_safetensors(file)
+        yield from iter_safetensors(file, keep)

@@ -18,7 +18,10 @@ models declare, so models know one layout:
     mlp.{gate,up,down}_proj.weight (idem)          [in, out]          same name, transposed
     mlp.gate.weight (router)                       [hidden, E]        mlp.gate.weight [E, hidden]
     mlp.moe_statics.e_score_correction_bias        [1, E]             same name, as is
-    mtp_* (multi-token-prediction head)            -                  skipped: fd does not speculate with it
+    ernie.mtp_* (multi-token-prediction head)      as above           model.mtp_*, converted by the same rules
+                                                                      (mtp_linear_proj.0 [2H, H] -> [H, 2H]);
+                                                                      the target ignores them, the mtp
+                                                                      proposer loads them (models/ernie4_5_mtp)
 
 A folder is this layout when its tensor names start with "ernie." (HF folders use "model.").
 """
@@ -36,7 +39,6 @@ from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config, safetensors_
 from fdcli_engine.loader.safetensors_io import read_safetensors_header
 
 PADDLE_PREFIX = "ernie."
-_SKIPPED_PREFIXES = ("ernie.mtp", "mtp")
 
 
 def _index_names(index: Path) -> list[str]:
@@ -68,8 +70,11 @@ def read_paddle_config(path: Path) -> dict:
     return read_hf_config(path)
 
 
-def iter_paddle_weights(path: Path, quantization: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
-    """Yield (HF name, fp32 [out, in]) for every tensor of a -Paddle folder."""
+def iter_paddle_weights(
+    path: Path, quantization: str | None = None, keep=None
+) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (HF name, fp32 [out, in]) for every tensor of a -Paddle folder (`keep`: a predicate on the
+    Paddle names, see iter_safetensors)."""
     if quantization == "gguf":
         raise ModelLoadError(f"{path}: --quantization gguf keeps GGUF blocks and needs a .gguf model")
     cfg = read_paddle_config(path)
@@ -79,9 +84,7 @@ def iter_paddle_weights(path: Path, quantization: str | None = None) -> Iterator
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(f"{path / 'config.json'}: invalid attention head counts ({exc})") from None
     safetensors_files(path)  # the index's shards must all exist before anything is yielded
-    for name, array in iter_hf_weights(path):
-        if name.startswith(_SKIPPED_PREFIXES):
-            continue
+    for name, array in iter_hf_weights(path, keep):
         try:
             yield from convert_tensor(name, array, num_heads, num_kv_heads)
         except ValueError as exc:
@@ -92,7 +95,10 @@ def convert_tensor(
     name: str, array: np.ndarray, num_heads: int, num_kv_heads: int
 ) -> Iterator[tuple[str, np.ndarray]]:
     """The HF (name, array) pairs one Paddle tensor becomes (see the module table)."""
-    hf_name = "model." + name[len(PADDLE_PREFIX) :] if name.startswith(PADDLE_PREFIX) else name
+    if name.startswith(PADDLE_PREFIX):
+        hf_name = "model." + name[len(PADDLE_PREFIX) :]
+    else:  # lm_head.weight; an MTP head saved on its own may lack the prefix
+        hf_name = "model." + name if name.startswith("mtp_") else name
     if array.ndim != 2 or not hf_name.endswith(".weight") or hf_name == "model.embed_tokens.weight":
         yield hf_name, array  # norms, biases, the correction bias, the embedding table
         return

@@ -51,9 +51,12 @@ def read_safetensors_header(path: Path) -> tuple[dict, int]:
     return header, 8 + header_len
 
 
-def iter_safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
-    """Yield (name, fp32 array) for every floating-point tensor of one file, in header order."""
+def iter_safetensors(path: Path, keep=None) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (name, fp32 array) for every floating-point tensor of one file, in header order; with
+    `keep` (a predicate on names), only those it accepts (the others are not read)."""
     header, data_start = read_safetensors_header(path)
+    if keep is not None:
+        header = {name: info for name, info in header.items() if keep(name)}
     data_size = path.stat().st_size - data_start
     end_max = max((int(t["data_offsets"][1]) for t in header.values()), default=0)
     if end_max > data_size:

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 # Checkpoint entries that carry no parameter (old HF checkpoints saved the rotary buffer).
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# ERNIE-4.5's multi-token-prediction head (models/ernie4_5_mtp.py): the mtp proposer loads it.
+MTP_PREFIX = "model.mtp_"
 
 
 class DecoderLayer:
@@ -128,8 +130,8 @@ class DecoderForCausalLM:
         for name, array in weights:
             target = self._targets.get(name)
             if target is None:
-                if name == "lm_head.weight" or name.endswith(IGNORED_SUFFIXES):
-                    continue  # tied head stored anyway, or a non-parameter buffer
+                if name == "lm_head.weight" or name.endswith(IGNORED_SUFFIXES) or name.startswith(MTP_PREFIX):
+                    continue  # tied head stored anyway, a non-parameter buffer, or the MTP head
                 if name.startswith("model.layers."):
                     # A weight the config did not announce (a bias, an extra norm): running without it
                     # would be silently wrong, so the config and the checkpoint disagree.
@@ -158,23 +160,27 @@ class DecoderForCausalLM:
 
     def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
         with paddle.no_grad():
-            hidden = self.embed_tokens(input_ids)
-            if self.decoder_stack is not None and self.use_decoder_stack and ops.decoder_stack is not None:
-                stack = self.decoder_stack
-                return ops.decoder_stack(hidden, positions, kv_caches, meta, stack, meta.prompt_rows)
-            residual = None
-            for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-                if residual is None:
-                    residual = hidden
-                    x = layer.input_layernorm(hidden)
-                else:
-                    x, residual = layer.input_layernorm(hidden, residual)
-                hidden = layer.self_attn(positions, x, kv_cache, meta)
-                x, residual = layer.post_attention_layernorm(hidden, residual)
-                hidden = layer.mlp(x, meta.prompt_rows)
-            out, _ = self.norm(hidden, residual)
-            return out
+            return decode_layers(self, self.embed_tokens(input_ids), positions, kv_caches, meta)
 
     def compute_logits(self, hidden: paddle.Tensor) -> paddle.Tensor:
         with paddle.no_grad():
             return self.lm_head(hidden)
+
+
+def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
+    """`model.layers` then `model.norm` on the input hidden states (the embeddings, or the MTP head's
+    projection): the packed stack where `model.decoder_stack` is set, else the per-op loop."""
+    if model.decoder_stack is not None and model.use_decoder_stack and ops.decoder_stack is not None:
+        return ops.decoder_stack(hidden, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows)
+    residual = None
+    for layer, kv_cache in zip(model.layers, kv_caches, strict=True):
+        if residual is None:
+            residual = hidden
+            x = layer.input_layernorm(hidden)
+        else:
+            x, residual = layer.input_layernorm(hidden, residual)
+        hidden = layer.self_attn(positions, x, kv_cache, meta)
+        x, residual = layer.post_attention_layernorm(hidden, residual)
+        hidden = layer.mlp(x, meta.prompt_rows)
+    out, _ = model.norm(hidden, residual)
+    return out

@@ -15,12 +15,15 @@ Invariants:
   nothing.
 - A constraint starts compiling when its request reaches the engine (`prepare`, on a thread of its own);
   the mask worker waits for it only when the request is first scheduled.
+- Speculative decoding: a constrained request's draft rows are masked as if the drafts were consumed;
+  the matcher gives them back before the step ends (`_fill_draft_rows`), so the invariant above holds.
 - A row whose grammar allows nothing, or whose matcher is done (terminated) or failed, may only
   produce EOS. A constraint that fails to compile fails its request only (`StepMasks.failed`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -124,30 +127,69 @@ class GrammarMasks:
             if state.error is not None:
                 failed[sr.req_id] = state.error
         bitmask = self._allocate(len(sampling))
-        kept = []
-        for i in rows:
-            sr = sampling[i]
-            state = self._states[sr.req_id]
+        kept: list[int] = []
+        # A request's rows are consecutive: its own, then one per draft (runner/spec_decode.row_views).
+        for rid, group in itertools.groupby(rows, key=lambda i: sampling[i].req_id):
+            first, *drafts = group
+            state = self._states[rid]
             if state.error is not None:
-                failed[sr.req_id] = state.error
+                failed[rid] = state.error
                 continue
-            try:
-                self._catch_up(sr.req_id, state, sr.output_token_ids)
-                if not state.started:
-                    continue  # not constrained yet: the row is not masked
-                kept.append(i)
-                if not state.done:
-                    state.matcher.fill_bitmask(bitmask, i)
-                    if not bitmask[i].any():
-                        state.done = True  # the grammar allows nothing: only EOS can end the row
-            except Exception as exc:  # a grammar fault ends the constraint, not the engine
-                state.num_seen = len(sr.output_token_ids)
-                self._fail(sr.req_id, state, f"{type(exc).__name__}: {exc}")
-                if not kept or kept[-1] != i:
-                    kept.append(i)
-            if state.done:
-                self._eos_only(bitmask[i])
+            masked = self._fill_row(sampling[first], state, bitmask, first)
+            if masked and drafts:
+                self._fill_draft_rows(state, [sampling[i] for i in drafts], bitmask, drafts)
+            elif state.done:  # failed: EOS only, on every row
+                for i in drafts:
+                    self._eos_only(bitmask[i])
+            if masked or state.done:
+                kept.extend([first, *drafts])
         return StepMasks(bitmask=bitmask, rows=kept, failed=failed)
+
+    def _fill_row(self, sr: ScheduledRequest, state: _State, bitmask: np.ndarray, i: int) -> bool:
+        """Catch the matcher up with the request's output and fill row i; False when the row is not
+        constrained (yet) or ended on a grammar fault."""
+        try:
+            self._catch_up(sr.req_id, state, sr.output_token_ids)
+            if not state.started:
+                return False  # not constrained yet: the row is not masked
+            if not state.done:
+                state.matcher.fill_bitmask(bitmask, i)
+                if not bitmask[i].any():
+                    state.done = True  # the grammar allows nothing: only EOS can end the row
+        except Exception as exc:  # a grammar fault ends the constraint, not the engine
+            state.num_seen = len(sr.output_token_ids)
+            self._fail(sr.req_id, state, f"{type(exc).__name__}: {exc}")
+            self._eos_only(bitmask[i])
+            return False
+        if state.done:
+            self._eos_only(bitmask[i])
+        return True
+
+    def _fill_draft_rows(self, state: _State, views: list[ScheduledRequest], bitmask, rows) -> None:
+        """The rows after each draft: the matcher takes the drafts in turn (each row's mask is the
+        grammar's after the drafts before it), then gives them back, since which are accepted is only
+        known after sampling; the next step's catch-up consumes the kept ones. A draft its row's mask
+        refuses can never be accepted, so the rows after it are never emitted and keep a copy of the
+        previous mask. Rows of a request are consecutive, so row i - 1 is the draft's own row."""
+        consumed = 0
+        done = state.done
+        for n, (view, i) in enumerate(zip(views, rows)):
+            draft = view.output_token_ids[-1]
+            # Checked on the mask first: a matcher that accepts a refused token stays in error.
+            if not done and n == consumed and _allows(bitmask[i - 1], draft) and state.matcher.accept(draft):
+                consumed += 1
+                done = state.matcher.is_terminated()
+                if not done:
+                    state.matcher.fill_bitmask(bitmask, i)
+                    done = not bitmask[i].any()
+                if done:
+                    self._eos_only(bitmask[i])
+            elif done and n == consumed:
+                self._eos_only(bitmask[i])
+            else:  # this row's draft, or one before it, was refused: never emitted
+                bitmask[i] = bitmask[i - 1]
+        if consumed:
+            state.matcher.rollback(consumed)
 
     def _allocate(self, n: int) -> np.ndarray:
         if self.backend is not None:
@@ -212,6 +254,11 @@ class GrammarMasks:
         for e in self.eos_token_ids:
             if (e >> 5) < bits.shape[0]:
                 bits[e >> 5] |= np.uint32(1 << (e & 31))
+
+
+def _allows(row: np.ndarray, token: int) -> bool:
+    word = token >> 5
+    return word < row.shape[0] and bool((int(row[word]) >> (token & 31)) & 1)
 
 
 def allowed_rows(bitmask: np.ndarray, rows: list[int], vocab_size: int) -> np.ndarray:

@@ -28,9 +28,12 @@ def _tensor(a: np.ndarray) -> paddle.Tensor:
     return paddle.Tensor(a, _CPU)
 
 
-def prompt_rows_tensor(mask: np.ndarray) -> paddle.Tensor | None:
-    """AttentionMetadata.prompt_rows from a bool [T] mask of the rows holding prompt tokens."""
-    return _tensor(mask.astype(np.uint8)) if mask.any() else None
+def prompt_rows_tensor(mask: np.ndarray, multi_row_decode: bool = False) -> paddle.Tensor | None:
+    """AttentionMetadata.prompt_rows from a bool [T] mask of the rows holding prompt tokens. None (no
+    prompt row) only for a step of one-row decodes: paged attention reads a missing mask as "every row
+    a prompt row", so a step verifying drafts (generated rows after each other, `multi_row_decode`)
+    keeps its all-zero mask and each of its queries is decoded alone."""
+    return _tensor(mask.astype(np.uint8)) if mask.any() or multi_row_decode else None
 
 
 def build_inputs(
@@ -71,7 +74,11 @@ def build_inputs(
         block_size=block_size,
         query_start_loc_np=query_start_loc,
         seq_lens_np=seq_lens,
-        prompt_rows=prompt_rows_tensor(positions < prompt_lens[seq_idx]) if mark_prompt_rows else None,
+        prompt_rows=(
+            prompt_rows_tensor(positions < prompt_lens[seq_idx], int(q_lens.max()) > 1)
+            if mark_prompt_rows
+            else None
+        ),
     )
     return ModelInputs(
         input_ids=_tensor(input_ids),

@@ -1,13 +1,15 @@
-"""Runs one scheduled step on the model: inputs → forward → logits of the sampling rows → sampler.
+"""Runs one scheduled step on the model: inputs → forward → logits of the sampling rows → sampler →
+(speculative decoding) acceptance and the next drafts.
 
 With constrained requests in the step, their grammar masks are filled on a worker thread while the
-forward runs (runner/grammar_masks.py); a step without any submits nothing."""
+forward runs (runner/grammar_masks.py); a step without any submits nothing. With drafts in the step,
+each sampling request has a row per draft (runner/spec_decode.py); the proposer (runner/proposer.py)
+then drafts the next step's tokens from what this one produced."""
 
 from __future__ import annotations
 
 import logging
 
-import numpy as np
 import paddle
 
 from fdcli_engine.resolved_config import ResolvedConfig
@@ -15,7 +17,9 @@ from fdcli_engine.runner.grammar_masks import GrammarMasks
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
+from fdcli_engine.runner.proposer import ProposeInputs, make_proposer
 from fdcli_engine.runner.sampler import Sampler
+from fdcli_engine.runner.spec_decode import accept, sampling_rows
 from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger(__name__)
@@ -23,12 +27,12 @@ logger = logging.getLogger(__name__)
 GiB = 1 << 30
 
 
-def num_kv_blocks_for(config: ResolvedConfig, model) -> int:
+def num_kv_blocks_for(config: ResolvedConfig, model, extra_block_bytes: int = 0) -> int:
+    """Blocks of the KV cache; `extra_block_bytes`: what a proposer's own cache adds per block."""
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
-    n = int(
-        config.kv_cache_memory_gb * GiB // kv_block_bytes(model, config.block_size, config.kv_cache_dtype)
-    )
+    block_bytes = kv_block_bytes(model, config.block_size, config.kv_cache_dtype) + extra_block_bytes
+    n = int(config.kv_cache_memory_gb * GiB // block_bytes)
     # Never more than enough for max_num_seqs full-length sequences: memory nobody could use.
     per_seq = -(-config.max_model_len // config.block_size)
     return max(2, min(n, per_seq * config.max_num_seqs))
@@ -39,8 +43,12 @@ class ModelRunner:
         self.config = config
         self.model = model
         self.block_size = config.block_size
-        self.num_blocks = num_kv_blocks_for(config, model)
+        self.proposer = make_proposer(config, model)
+        extra = self.proposer.kv_block_bytes(self.block_size, config.kv_cache_dtype) if self.proposer else 0
+        self.num_blocks = num_kv_blocks_for(config, model, extra)
         self.kv_caches = allocate_kv_caches(model, self.num_blocks, self.block_size, config.kv_cache_dtype)
+        if self.proposer is not None:
+            self.proposer.allocate_kv(self.num_blocks, self.block_size, config.kv_cache_dtype)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
         self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
         logger.info(
@@ -55,37 +63,47 @@ class ModelRunner:
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
         self.sampler.drop(so.finished_req_ids)
         self.grammar.drop(so.finished_req_ids)
+        if self.proposer is not None:
+            self.proposer.drop(so.finished_req_ids)
         if so.is_empty:
             return ModelRunnerOutput(sampled_token_ids={})
         inputs = build_inputs(so.scheduled, self.block_size, mark_prompt_rows=True)
-        sample_idx = [i for i, s in enumerate(so.scheduled) if s.do_sample]
-        reqs = [so.scheduled[i] for i in sample_idx]
-        pending = self.grammar.begin(so.scheduled, reqs)
+        reqs = [s for s in so.scheduled if s.do_sample]
+        last_rows = inputs.last_token_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
+        rows, views, starts = sampling_rows(reqs, last_rows)
+        pending = self.grammar.begin(so.scheduled, views)
         try:
             hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
         finally:
             masks = self.grammar.wait(pending)  # the worker never outlives the step
-        prompt_logprobs = {}
+        out = ModelRunnerOutput(sampled_token_ids={}, failed=masks.failed if masks is not None else {})
         if any(s.needs_prompt_logprobs for s in so.scheduled):
-            prompt_logprobs = compute_prompt_logprobs(
+            out.prompt_logprobs = compute_prompt_logprobs(
                 self.model, hidden, so.scheduled, inputs.meta.query_start_loc_np
             )
-        failed = masks.failed if masks is not None else {}
-        if not sample_idx:
-            return ModelRunnerOutput(sampled_token_ids={}, prompt_logprobs=prompt_logprobs, failed=failed)
-        rows = inputs.last_token_rows[sample_idx]
+        if reqs:
+            self._sample(hidden, rows, reqs, views, starts, masks, out)
+        if self.proposer is not None:
+            step = ProposeInputs(so.scheduled, inputs, hidden, out.sampled_token_ids)
+            out.spec_token_ids = self.proposer.propose(step)
+        return out
+
+    def _sample(self, hidden, rows, reqs, views, starts, masks, out: ModelRunnerOutput) -> None:
+        """Sample every row, keep what each request emits (spec_decode.accept), into `out`."""
         if len(rows) == hidden.shape[0]:
             selected = hidden
         else:
-            selected = paddle.gather(hidden, paddle.to_tensor(rows.astype(np.int64)))
+            selected = paddle.gather(hidden, paddle.to_tensor(rows))
         logits = self.model.compute_logits(selected).numpy()
-        tokens, logprobs = self.sampler.sample(logits, reqs, masks)
-        out = ModelRunnerOutput(
-            sampled_token_ids={r.req_id: t for r, t in zip(reqs, tokens) if r.req_id not in failed},
-            prompt_logprobs=prompt_logprobs,
-            failed=failed,
-        )
-        for r, lp in zip(reqs, logprobs):
-            if lp is not None and r.req_id not in failed:
-                out.logprobs[r.req_id] = lp
-        return out
+        states = self.sampler.draw_states(reqs)
+        tokens, logprobs = self.sampler.sample(logits, views, masks)
+        for sr, start in zip(reqs, starts):
+            if sr.req_id in out.failed:
+                continue
+            n = len(sr.spec_token_ids) + 1
+            emitted = accept(sr, tokens[start : start + n]) if n > 1 else tokens[start : start + 1]
+            out.sampled_token_ids[sr.req_id] = emitted
+            if sr.req_id in states and len(emitted) < n:
+                self.sampler.keep_draws(sr.req_id, states[sr.req_id], len(emitted))
+            if sr.sampling_params.logprobs is not None:
+                out.logprobs[sr.req_id] = logprobs[start : start + len(emitted)]

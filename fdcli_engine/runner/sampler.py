@@ -128,6 +128,25 @@ class Sampler:
             rng = self.request_rngs[sr.req_id] = np.random.Generator(np.random.PCG64(seed % 2**64))
         return rng
 
+    def _draw(self, rng: np.random.Generator):
+        return rng.random() if self.num_uniforms == 1 else rng.random(self.num_uniforms)
+
+    def draw_states(self, reqs: list[ScheduledRequest]) -> dict[str, dict]:
+        """Before a step with drafts: the generator state of each seeded, sampled request with drafts
+        (runner/spec_decode.py gives back the draws of its rejected rows with `keep_draws`)."""
+        return {
+            sr.req_id: self._rng_for(sr).bit_generator.state
+            for sr in reqs
+            if sr.spec_token_ids and sr.sampling_params.seed is not None and not sr.sampling_params.is_greedy
+        }
+
+    def keep_draws(self, req_id: str, state: dict, num_rows: int) -> None:
+        """Put a request's generator back to `state`, then advanced by the draws of `num_rows` rows."""
+        rng = self.request_rngs[req_id]
+        rng.bit_generator.state = state
+        for _ in range(num_rows):
+            self._draw(rng)
+
     def sample(
         self, logits: np.ndarray, reqs: list[ScheduledRequest], masks: StepMasks | None = None
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
@@ -158,8 +177,7 @@ class Sampler:
             offset += len(prompt) + len(output) + len(banned)
             chunks += (prompt, output, banned)
             if not sp.is_greedy:  # greedy rows draw nothing: their generators stay where they are
-                rng = self._rng_for(sr)
-                uniforms[i] = rng.random() if self.num_uniforms == 1 else rng.random(self.num_uniforms)
+                uniforms[i] = self._draw(self._rng_for(sr))
         ids = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64, count=offset)
         biased = logits
         if allowed:

@@ -43,7 +43,7 @@ class FakeRunner:
             if sr.do_sample:
                 end = sr.num_computed_tokens + len(sr.token_ids)
                 prefix = [self.slots[self.slot(sr.block_ids, p)] for p in range(end)]
-                out.sampled_token_ids[sr.req_id] = next_token(prefix)
+                out.sampled_token_ids[sr.req_id] = [next_token(prefix)]
         return out
 
 
@@ -157,7 +157,7 @@ def test_stop_conditions():
     counts = {}
     while sched.has_unfinished_requests():
         so = sched.schedule()
-        out = ModelRunnerOutput(sampled_token_ids={s.req_id: feed[s.req_id].pop(0) for s in so.scheduled})
+        out = ModelRunnerOutput(sampled_token_ids={s.req_id: [feed[s.req_id].pop(0)] for s in so.scheduled})
         for o in sched.update_from_output(so, out):
             counts[o.req_id] = counts.get(o.req_id, 0) + len(o.new_token_ids)
             if o.finish_reason:
