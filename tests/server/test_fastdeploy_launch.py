@@ -86,6 +86,14 @@ def test_metrics_on_both_ports(launched):
     on_side = _scrape(f"{side}/metrics")  # no key
     assert on_side["fd:generation_tokens_total"] == on_main["fd:generation_tokens_total"] >= 5
     assert on_side["fd:prompt_tokens_total"] == on_main["fd:prompt_tokens_total"] > 0
+    # speculation is on: its counters are exported (the engine's stats carry them), the same on both
+    for name in ("fd:spec_decode_num_draft_tokens_total", "fd:spec_decode_num_accepted_tokens_total"):
+        assert on_side[name] == on_main[name] >= 0
+    assert (
+        on_main["fd:spec_decode_num_accepted_tokens_total"]
+        <= on_main["fd:spec_decode_num_draft_tokens_total"]
+    )
+    assert 'fd:spec_decode_num_accepted_tokens_per_pos_total{position="0"}' in on_main
     assert httpx.get(f"{side}/v1/models", timeout=10).status_code == 404  # /metrics alone
 
 

@@ -86,3 +86,30 @@ def test_the_server_route_exports_the_engine_stats(tokenizer):
     families = {f.name: f for f in text_string_to_metric_families(r.text)}
     (sample,) = families["fd:spec_decode_num_accepted_tokens"].samples
     assert (sample.name, sample.value) == ("fd:spec_decode_num_accepted_tokens_total", 18)
+
+
+def test_a_real_engines_stats_render_consistently(tiny_model):
+    """The tiny Llama with ngram drafts (random tiny models loop, so drafts are found, some right): the
+    scrape shows the engine's own counts, per-position counts sum to the accepted total, and every
+    verification emitted its accepted drafts plus one token (ignore_eos: no stop cuts a step short)."""
+    import random
+
+    from fdcli_engine import LLM, SamplingParams
+
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    llm = LLM(str(tiny_model), speculative_config=spec, max_model_len=128, num_kv_blocks=64, block_size=8)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 200) for _ in range(12)] for _ in range(3)]
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=32, ignore_eos=True))
+    stats = llm.get_stats()
+    m = _samples(stats)
+    drafted = m[("fd:spec_decode_num_draft_tokens_total", ())]
+    accepted = m[("fd:spec_decode_num_accepted_tokens_total", ())]
+    drafts = m[("fd:spec_decode_num_drafts_total", ())]
+    assert drafted == stats["spec_decode_num_draft_tokens_total"] and 0 < accepted < drafted, stats
+    per_pos = [
+        m[("fd:spec_decode_num_accepted_tokens_per_pos_total", (("position", str(i)),))] for i in range(3)
+    ]
+    assert sum(per_pos) == accepted and per_pos == sorted(per_pos, reverse=True)
+    assert m[("fd:spec_decode_num_emitted_tokens_total", ())] == accepted + drafts
+    assert m[("fd:spec_decode_draft_acceptance_rate", ())] == pytest.approx(accepted / drafted)
