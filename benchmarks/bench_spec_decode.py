@@ -12,7 +12,7 @@ Prints per load the time per output token after the first (concurrency 1) or the
 (concurrency 16) of each engine and the ratio spec / plain (the issue's bounds: repetitive <= 0.6,
 random <= 1.05, concurrency 16 throughput >= 0.95); the acceptance rate of the drafts (the speculative
 engine's own stats: accepted / drafted, per position, and tokens per verification step); and a profile
-of the speculative engine's steps at concurrency 1 (ms per step in schedule, propose, forward, logits,
+of both engines' decode steps at concurrency 1 (ms per step in schedule, propose, forward, logits,
 sample, the rest of the runner, and the scheduler's update), timed here by wrapping those methods (the
 engine has no timers). Greedy outputs must be token-identical with and without speculation: the run fails
 otherwise.
@@ -66,12 +66,18 @@ REPETITIVE = [
 
 
 class Profile:
-    """Seconds spent in each wrapped method, and how many steps ran."""
+    """Seconds spent in each wrapped method over decode steps (every scheduled request computes one
+    known token, plus its drafts): prompt steps would swamp the per-step figures."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.steps = 0
         self.on = False
+        self.counting = False  # the current step is a decode step, timed
+
+    def clear(self) -> None:
+        self.seconds.clear()
+        self.steps = 0
 
     def wrap(self, obj, attr: str, key: str) -> None:
         fn = getattr(obj, attr)
@@ -81,15 +87,32 @@ class Profile:
             try:
                 return fn(*a, **kw)
             finally:
-                if self.on:
+                if self.counting:
                     self.seconds[key] += time.perf_counter() - t0
 
         setattr(obj, attr, timed)
+
+    def wrap_schedule(self, scheduler) -> None:
+        fn = scheduler.schedule
+
+        def schedule():
+            t0 = time.perf_counter()
+            so = fn()
+            self.counting = (
+                self.on and bool(so.scheduled) and all(r.num_known_tokens == 1 for r in so.scheduled)
+            )
+            if self.counting:
+                self.steps += 1
+                self.seconds["schedule"] += time.perf_counter() - t0
+            return so
+
+        scheduler.schedule = schedule
 
     def per_step_ms(self) -> dict[str, float]:
         s = dict(self.seconds)
         inner = sum(s.get(k, 0.0) for k in ("propose", "forward", "logits", "sample"))
         s["runner other"] = max(s.pop("execute", 0.0) - inner, 0.0)
+        s["total"] = sum(s.values())
         return {k: v / max(self.steps, 1) * 1e3 for k, v in s.items()}
 
 
@@ -97,15 +120,14 @@ def instrument(llm) -> Profile:
     """Timers around the engine's step parts (the instance's attributes; the classes are untouched)."""
     prof = Profile()
     core, runner = llm.engine, llm.engine.runner
-    prof.wrap(core.scheduler, "schedule", "schedule")
+    prof.wrap_schedule(core.scheduler)
     prof.wrap(core.scheduler, "update_from_output", "update")
     prof.wrap(runner, "execute", "execute")
     prof.wrap(runner.model, "forward", "forward")
     prof.wrap(runner.model, "compute_logits", "logits")
     prof.wrap(runner.sampler, "sample", "sample")
-    proposer = getattr(runner, "proposer", None)
-    if proposer is not None:
-        prof.wrap(proposer, "propose", "propose")
+    if runner.proposer is not None:
+        prof.wrap(runner.proposer, "propose", "propose")
     return prof
 
 
@@ -127,7 +149,6 @@ def run_load(llm, prof: Profile, prompts: list[list[int]], params, concurrency: 
             ids[i] = []
             llm.add_request(rid, p, params)
         core_outputs = llm.engine.step()
-        prof.steps += 1
         outs, to_abort = llm.processor.process_outputs(core_outputs)
         if to_abort:
             llm.engine.abort_requests(to_abort)
@@ -242,7 +263,12 @@ def main() -> None:
         "repetitive c1": (repetitive, greedy, 1, "tpot_ms"),
         "random c1": (random_prompts[: args.num_random], fixed_len, 1, "tpot_ms"),
         f"random c{args.concurrency}": (random_prompts, fixed_len, args.concurrency, "tok_s"),
-        f"repetitive c{args.concurrency}": (repetitive * 4, greedy, args.concurrency, "tok_s"),
+        f"repetitive c{args.concurrency}": (
+            repetitive * -(-args.concurrency // len(repetitive)),  # at least one per slot
+            greedy,
+            args.concurrency,
+            "tok_s",
+        ),
     }
     for name, eng in engines.items():  # warm-up: kernels, first allocations
         run_load(eng, profiles[name], repetitive[:1], SamplingParams(temperature=0, max_tokens=8), 1)
@@ -255,8 +281,7 @@ def main() -> None:
         spec_stats = {k: 0 for k in SPEC_KEYS}
         spec_stats["per_pos"] = [0] * args.num_speculative_tokens
         for prof in profiles.values():
-            prof.seconds.clear()
-            prof.steps = 0
+            prof.clear()
         for pair in range(args.pairs):
             order = ("plain", "spec") if pair % 2 == 0 else ("spec", "plain")
             runs = {}
@@ -317,7 +342,7 @@ def report(result: dict) -> None:
     for load, engines in result["step_profile_ms"].items():
         for name, parts in engines.items():
             shown = ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
-            print(f"step profile, {load}, {name} (ms per step): {shown}")
+            print(f"decode-step profile, {load}, {name} (ms per step): {shown}")
     print(f"greedy outputs differing with speculation: {result['greedy_mismatches']}")
 
 
