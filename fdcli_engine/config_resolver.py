@@ -28,6 +28,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
 
     # Options that need no model are refused before paddle loads (seconds saved on a typo).
     check_backend_name(config.guided_decoding_backend)
+    parse_speculative_config(config.speculative_config)
     import_paddle()  # first import, without paddle's start-up banner; the loader imports paddle
     from fdcli_engine.loader import detect_layout, read_model_config
     from fdcli_engine.pooling.config import resolve_runner

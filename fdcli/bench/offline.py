@@ -3,7 +3,8 @@
 latency: `num_iters` timed generate() calls of one batch (`batch_size` prompts of `input_len` random
 token ids, exactly `output_len` new tokens each: greedy, EOS ignored), after untimed warmups.
 throughput: the same with all `num_prompts` submitted at once; tokens/s are counted from what the
-engine actually returned, not from the requested lengths.
+engine actually returned, not from the requested lengths. With --speculative-config, the draft
+acceptance of the timed iterations (from the engine's stats) is reported as well.
 The engine (`fdcli_engine.api.LLM`) is imported inside `run_offline` only.
 """
 
@@ -81,6 +82,31 @@ def summarize_offline(opts: OfflineOptions, times: list[float], outputs, percent
     }
 
 
+def spec_decode_summary(before: dict, after: dict) -> dict:
+    """The timed iterations' speculative decoding, from the engine's stats before and after them
+    (`{}` without --speculative-config: the stats then carry no spec_decode keys)."""
+    if "spec_decode_num_draft_tokens_total" not in after:
+        return {}
+
+    def grew(key: str) -> int:
+        return (after.get(key) or 0) - (before.get(key) or 0)
+
+    steps, drafted = grew("spec_decode_num_drafts"), grew("spec_decode_num_draft_tokens_total")
+    accepted, emitted = (
+        grew("spec_decode_num_accepted_tokens_total"),
+        grew("spec_decode_num_emitted_tokens_total"),
+    )
+    return {
+        "spec_decode": {
+            "num_drafts": steps,
+            "num_draft_tokens": drafted,
+            "num_accepted_tokens": accepted,
+            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+            "mean_acceptance_length": emitted / steps if steps else 0.0,  # tokens per verification step
+        }
+    }
+
+
 def offline_table(kind: str, metrics: dict):
     from rich.table import Table
 
@@ -94,6 +120,10 @@ def offline_table(kind: str, metrics: dict):
     t.add_row("Total token throughput (tok/s)", f"{metrics['total_token_throughput']:.2f}")
     for key, value in metrics["latency"].items():
         t.add_row(f"Iteration latency {key.removesuffix('_ms')} (ms)", f"{value:.2f}")
+    spec = metrics.get("spec_decode")
+    if spec is not None:
+        t.add_row("Draft acceptance rate", f"{spec['draft_acceptance_rate']:.3f}")
+        t.add_row("Tokens per verification step", f"{spec['mean_acceptance_length']:.2f}")
     return t
 
 
@@ -117,8 +147,10 @@ def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
         warm = bar.add_task("warmup", total=opts.num_iters_warmup)
         time_iterations(llm, warm_prompts, params, opts.num_iters_warmup, lambda: bar.advance(warm))
         timed = bar.add_task(opts.kind, total=opts.num_iters)
+        before = llm.get_stats()
         times, outputs = time_iterations(llm, prompts, params, opts.num_iters, lambda: bar.advance(timed))
     metrics = summarize_offline(opts, times, outputs, percentiles)
+    metrics.update(spec_decode_summary(before, llm.get_stats()))
     console.print(offline_table(opts.kind, metrics))
     if opts.output_json is not None:
         config = {**{k: v for k, v in vars(opts).items() if k != "output_json"}, "engine": engine_args}

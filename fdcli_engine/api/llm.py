@@ -34,13 +34,14 @@ class LLM:
     front end and steps the core on the caller's thread (no event loop, no worker thread)."""
 
     def __init__(self, model: str | None = None, **engine_options):
+        # Options first: a bad one (e.g. speculative_config) raises ConfigError before paddle loads.
+        self.config = resolve_config(
+            EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
+        )
         from fdcli_engine.api.inproc_client import InProcessEngineClient
         from fdcli_engine.engine import EngineCore
         from fdcli_engine.tokenizer import load_tokenizer
 
-        self.config = resolve_config(
-            EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
-        )
         self.engine = EngineCore(self.config)
         self.tokenizer = load_tokenizer(self.config)
         self.client = InProcessEngineClient(

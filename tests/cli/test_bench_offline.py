@@ -35,6 +35,19 @@ class FakeLLM:
         self.calls: list = []
         FakeLLM.instances.append(self)
 
+    def get_stats(self):
+        """Speculative decoding's keys when LLM() got a speculative_config: each generate() call
+        verifies 2 steps of 3 drafts per prompt, 4 accepted, 6 tokens emitted."""
+        n = len(self.calls)
+        if "speculative_config" not in self.engine_kwargs:
+            return {"num_running": 0}
+        return {
+            "spec_decode_num_drafts": 2 * n,
+            "spec_decode_num_draft_tokens_total": 6 * n,
+            "spec_decode_num_accepted_tokens_total": 4 * n,
+            "spec_decode_num_emitted_tokens_total": 6 * n,
+        }
+
     def generate(self, prompts, sampling_params, use_tqdm=False):
         self.calls.append((prompts, sampling_params))
         offline.clock.now += STEP_S
@@ -111,3 +124,32 @@ def test_bad_offline_options_are_one_line(args, message):
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and message in res.stderr
     assert FakeLLM.instances == []  # rejected before the engine is built
+
+
+def test_speculative_decoding_reports_the_timed_iterations_acceptance(tmp_path):
+    out = tmp_path / "lat.json"
+    spec = '{"method": "ngram", "num_speculative_tokens": 3}'
+    args = ["latency", "--num-iters-warmup", "2", "--num-iters", "3", "--output-json", str(out),
+            "--speculative-config", spec]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (llm,) = FakeLLM.instances
+    assert llm.engine_kwargs == {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}
+    m = json.loads(out.read_text())["metrics"]
+    # the 3 timed calls only (the 2 warm-ups are not counted): 6 steps, 18 drafts, 12 accepted
+    assert m["spec_decode"] == {
+        "num_drafts": 6,
+        "num_draft_tokens": 18,
+        "num_accepted_tokens": 12,
+        "draft_acceptance_rate": pytest.approx(12 / 18),
+        "mean_acceptance_length": 3.0,
+    }
+    assert "Draft acceptance rate" in res.stdout and "0.667" in res.stdout
+
+
+def test_no_speculation_no_acceptance_figures(tmp_path):
+    out = tmp_path / "lat.json"
+    res = runner.invoke(app, ["latency", "--num-iters", "1", "--output-json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "spec_decode" not in json.loads(out.read_text())["metrics"]
+    assert "acceptance" not in res.stdout

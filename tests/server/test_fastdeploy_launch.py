@@ -1,8 +1,10 @@
 """A real `fd serve` started the FastDeploy way: its no-effect flags, --metrics-port and FD_LOG_DIR.
 
 One server (the tiny Llama, with an API key) takes the flags of FastDeploy's ERNIE-4.5 pages that mean
-nothing on CPU; each says so once in the log. /metrics is scraped on both ports: the metrics port needs
-no key, the API port still does, and both read the same counters.
+nothing on CPU; each says so once in the log. Its --speculative-config (FastDeploy's ngram_match: the
+tiny Llama has no MTP layer) is a real engine option: named on the start-up line, no "not built yet"
+note. /metrics is scraped on both ports: the metrics port needs no key, the API port still does, and
+both read the same counters.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ NOTES = {
     "--engine-worker-queue-port has no effect": "--engine-worker-queue-port",
     "--cache-queue-port has no effect": "--cache-queue-port",
     "--swap-space 50: the CPU swap space for KV blocks is not built yet": "--swap-space",
-    "--speculative-config (method mtp): speculative decoding is not built yet": "--speculative-config",
 }
 FLAGS = [
     "--load_choices",
@@ -40,7 +41,7 @@ FLAGS = [
     "--swap-space",
     "50",
     "--speculative-config",
-    '{"method": "mtp", "num_speculative_tokens": 1}',
+    '{"method": "ngram_match", "num_speculative_tokens": 1}',
     "--splitwise-role",
     "mixed",
     "--data-parallel-size",
@@ -85,6 +86,14 @@ def test_metrics_on_both_ports(launched):
     on_side = _scrape(f"{side}/metrics")  # no key
     assert on_side["fd:generation_tokens_total"] == on_main["fd:generation_tokens_total"] >= 5
     assert on_side["fd:prompt_tokens_total"] == on_main["fd:prompt_tokens_total"] > 0
+    # speculation is on: its counters are exported (the engine's stats carry them), the same on both
+    for name in ("fd:spec_decode_num_draft_tokens_total", "fd:spec_decode_num_accepted_tokens_total"):
+        assert on_side[name] == on_main[name] >= 0
+    assert (
+        on_main["fd:spec_decode_num_accepted_tokens_total"]
+        <= on_main["fd:spec_decode_num_draft_tokens_total"]
+    )
+    assert 'fd:spec_decode_num_accepted_tokens_per_pos_total{position="0"}' in on_main
     assert httpx.get(f"{side}/v1/models", timeout=10).status_code == 404  # /metrics alone
 
 
@@ -93,6 +102,13 @@ def test_each_flag_without_effect_is_one_log_line(launched):
     for note in NOTES:
         assert log.count(note) == 1, (note, log[-3000:])
     assert "--splitwise-role" not in log and "--data-parallel-size" not in log  # no-op values: silent
+    assert log.count("not built yet") == 1  # --swap-space's; speculative decoding is built
+
+
+def test_start_up_line_names_the_speculative_method(launched):
+    (line,) = [x for x in launched.log.read_text().splitlines() if x.endswith("— engine loading")]
+    assert line.startswith("fd serve: tiny (") and f"on {launched.url}, " in line, line
+    assert "speculative decoding: ngram, 1 token(s) per step, prompt lookup 2-5 — engine loading" in line
 
 
 def test_fd_log_dir_holds_the_server_and_engine_logs(launched):

@@ -133,7 +133,8 @@ async def serve_async(
     logger.info("front end: CPUs %s, priority %s", placement.cpus or "any", placement.priority)
     url = f"http://{args.host}:{args.port}"
     _say(
-        f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url} — engine loading"
+        f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url}"
+        f"{_speculation(engine.config)} — engine loading"
     )
     if metrics_sock is not None:
         _say(f"fd serve: /metrics also on http://{args.host}:{args.metrics_port}/metrics (no API key)")
@@ -164,6 +165,12 @@ async def _announce_ready(engine, url: str) -> None:
     await engine.ready_event.wait()
     if engine.is_ready:
         _say(f"fd serve: engine ready; try  curl {url}/v1/models")
+
+
+def _speculation(config: ResolvedConfig) -> str:
+    """The start-up line's words for --speculative-config (nothing without it)."""
+    spec = config.speculative_config
+    return f", speculative decoding: {spec.describe()}" if spec is not None else ""
 
 
 def _say(line: str) -> None:

@@ -1,5 +1,9 @@
 """Prometheus metrics of the server: engine gauges/counters read from the core's get_stats() at scrape
-time, and request-latency histograms observed in the front end (TTFT, TPOT, end-to-end, queue wait)."""
+time, and request-latency histograms observed in the front end (TTFT, TPOT, end-to-end, queue wait).
+
+Speculative decoding's metrics (spec_decode_metrics) exist only when the engine runs with
+--speculative-config: the core's stats carry their keys only then, and a metric absent from /metrics
+says "no speculation" more plainly than a zero would."""
 
 from __future__ import annotations
 
@@ -62,6 +66,60 @@ class _EngineCollector:
             c = CounterMetricFamily(name, doc)
             c.add_metric([], float(s.get(key, 0) or 0))
             yield c
+        yield from spec_decode_metrics(s)
+
+
+# Speculative decoding: FastDeploy's counter names (and vLLM's num_drafts and per-position counter)
+# under fd's "fd:" prefix. Stats key -> (metric name without "_total", help).
+_SPEC_COUNTERS = {
+    "spec_decode_num_drafts": ("fd:spec_decode_num_drafts", "Verification steps of a request with drafts"),
+    "spec_decode_num_draft_tokens_total": (
+        "fd:spec_decode_num_draft_tokens",
+        "Draft tokens proposed and verified",
+    ),
+    "spec_decode_num_accepted_tokens_total": (
+        "fd:spec_decode_num_accepted_tokens",
+        "Draft tokens the target model accepted",
+    ),
+    "spec_decode_num_emitted_tokens_total": (
+        "fd:spec_decode_num_emitted_tokens",
+        "Tokens emitted by steps that verified drafts (accepted drafts + the target's own token)",
+    ),
+}
+
+
+def spec_decode_metrics(s: dict):
+    """The speculative-decoding families of one stats snapshot; none without speculation."""
+    if "spec_decode_num_draft_tokens_total" not in s:
+        return
+    for key, (name, doc) in _SPEC_COUNTERS.items():
+        c = CounterMetricFamily(name, doc)
+        c.add_metric([], float(s.get(key, 0) or 0))
+        yield c
+    drafted = s.get("spec_decode_num_draft_tokens_total", 0) or 0
+    accepted = s.get("spec_decode_num_accepted_tokens_total", 0) or 0
+    rate = GaugeMetricFamily(
+        "fd:spec_decode_draft_acceptance_rate", "Accepted / proposed draft tokens since start (0 before any)"
+    )
+    rate.add_metric([], accepted / drafted if drafted else 0.0)
+    yield rate
+    per_pos = list(s.get("spec_decode_num_accepted_tokens_per_pos") or [])
+    num_drafts = s.get("spec_decode_num_drafts", 0) or 0
+    counts = CounterMetricFamily(
+        "fd:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted draft tokens at each draft position (0: the first draft of a step)",
+        labels=["position"],
+    )
+    rates = GaugeMetricFamily(
+        "fd:spec_decode_draft_acceptance_rate_per_pos",
+        "Fraction of verification steps whose draft at this position was accepted",
+        labels=["position"],
+    )
+    for pos, n in enumerate(per_pos):
+        counts.add_metric([str(pos)], float(n))
+        rates.add_metric([str(pos)], n / num_drafts if num_drafts else 0.0)
+    yield counts
+    yield rates
 
 
 class ServerMetrics:
