@@ -1,6 +1,7 @@
 """Which requests draft, and how many drafts: speculative decoding's adaptive switch-off.
 
-A request drafts only when drafting pays: its acceptance over its most recent drafted tokens (at least
+A step drafts only while its rows are cheap (ROW_BUDGET, or vLLM's disable_by_batch_size when given),
+and a request drafts only when drafting pays: its acceptance over its most recent drafted tokens (at least
 WINDOW of them) must stay at or above MIN_ACCEPTANCE, else it pauses for `backoff` steps and then tries
 again, the pause doubling each time it fails (up to MAX_BACKOFF) and resetting when it succeeds. So a
 workload whose drafts are rarely right soon stops paying for verification, and a request whose text
@@ -15,6 +16,11 @@ from dataclasses import dataclass
 
 from fdcli_engine.request import Request
 
+# Rows a step verifies at little cost: while a CPU decode step reads the weights once for a few rows,
+# extra rows are nearly free; in a big batch the step is bound by compute and every rejected draft
+# costs what a token does. Without disable_by_batch_size, a step's drafts share ROW_BUDGET minus the
+# running requests (one row each): all k drafts for one request, none from ROW_BUDGET requests up.
+ROW_BUDGET = 8
 WINDOW = 16  # drafted tokens per judgement
 MIN_ACCEPTANCE = 0.3  # accepted / drafted over the window
 FIRST_BACKOFF = 8  # steps
@@ -42,13 +48,17 @@ class DraftPolicy:
             return 0
         if params.structured_outputs is not None and params.structured_outputs.start_after_token_ids:
             return 0
-        if self.disable_by_batch_size is not None and num_running >= self.disable_by_batch_size:
-            return 0
+        if self.disable_by_batch_size is not None:
+            if num_running >= self.disable_by_batch_size:
+                return 0
+            share = self.k
+        else:
+            share = max(0, ROW_BUDGET - num_running) // max(num_running, 1)
         track = self.tracks.get(req.req_id)
         if track is not None and track.paused:
             track.paused -= 1
             return 0
-        return min(self.k, max(0, req.max_tokens - req.num_output_tokens - 1))
+        return min(self.k, share, max(0, req.max_tokens - req.num_output_tokens - 1))
 
     def record(self, req_id: str, drafted: int, accepted: int) -> None:
         track = self.tracks.setdefault(req_id, _Track())

@@ -62,3 +62,18 @@ def test_who_never_drafts():
     near_end.append_output_token(5)
     assert policy.wanted(near_end, 1) == 0  # its last token is the target's own
     assert DraftPolicy(0).wanted(_req(), 1) == 0
+
+
+def test_the_row_budget_shares_drafts_among_running_requests():
+    policy = DraftPolicy(4)
+    budget = draft_policy.ROW_BUDGET
+    assert [policy.wanted(_req(), n) for n in (1, 2, 4, budget - 1, budget, 16)] == [
+        min(4, budget - 1),
+        min(4, (budget - 2) // 2),
+        min(4, (budget - 4) // 4),
+        min(4, 1 // (budget - 1)),
+        0,
+        0,
+    ]
+    # An explicit disable_by_batch_size replaces the budget: all k drafts below it.
+    assert DraftPolicy(4, disable_by_batch_size=32).wanted(_req(), 16) == 4
