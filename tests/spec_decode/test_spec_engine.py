@@ -16,7 +16,15 @@ from ernie_archs import DENSE, OVERRIDES
 
 from fdcli_engine import LLM, SamplingParams
 
-NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+# disable_by_batch_size: drafts at every batch size here (the default budget stops them from 8
+# running requests), so the batched tests verify drafts.
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 3,
+    "prompt_lookup_min": 1,
+    "prompt_lookup_max": 3,
+    "disable_by_batch_size": 64,
+}
 
 
 @pytest.fixture(scope="module")

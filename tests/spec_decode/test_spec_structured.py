@@ -19,7 +19,14 @@ from fdcli_engine.structured_output import StructuredOutputsParams as SO
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "structured_output"))
 from test_engine_masks import SCHEMAS  # noqa: E402
 
-NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 2}
+# disable_by_batch_size: drafts at every batch size (the default budget stops them from 8 requests).
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 3,
+    "prompt_lookup_min": 1,
+    "prompt_lookup_max": 2,
+    "disable_by_batch_size": 64,
+}
 
 
 @pytest.fixture(scope="module")
