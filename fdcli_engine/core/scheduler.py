@@ -216,10 +216,8 @@ class Scheduler:
             tokens = out.sampled_token_ids.get(sr.req_id)
             if not tokens:
                 continue
-            if sr.spec_token_ids:
-                accepted = len(tokens) - 1  # the drafts before the target's own token
-                req.num_computed_tokens += accepted
-                self.drafts.record(req.req_id, len(sr.spec_token_ids), accepted)
+            accepted = len(tokens) - 1  # the drafts before the target's own token (0 without drafts)
+            req.num_computed_tokens += accepted
             logprobs = out.logprobs.get(sr.req_id)
             status = None
             emitted = 0
@@ -230,8 +228,10 @@ class Scheduler:
                 if status is not None:
                     break
             self.generation_tokens_total += emitted
-            if sr.spec_token_ids and self.spec_stats is not None:
-                self.spec_stats.record(len(sr.spec_token_ids), len(tokens) - 1, emitted)
+            if sr.spec_token_ids:
+                self.drafts.record(req.req_id, len(sr.spec_token_ids), accepted)
+                if self.spec_stats is not None:
+                    self.spec_stats.record(len(sr.spec_token_ids), accepted, emitted)
             if status is not None:
                 self._finish(req, status)
             else:

@@ -101,7 +101,7 @@ class ModelRunner:
             if sr.req_id in out.failed:
                 continue
             n = len(sr.spec_token_ids) + 1
-            emitted = accept(sr, tokens[start : start + n]) if n > 1 else tokens[start : start + 1]
+            emitted = accept(sr, tokens[start : start + n])
             out.sampled_token_ids[sr.req_id] = emitted
             if sr.req_id in states and len(emitted) < n:
                 self.sampler.keep_draws(sr.req_id, states[sr.req_id], len(emitted))
