@@ -28,7 +28,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
 
     # Options that need no model are refused before paddle loads (seconds saved on a typo).
     check_backend_name(config.guided_decoding_backend)
-    parse_speculative_config(config.speculative_config)
+    speculative = parse_speculative_config(config.speculative_config)
     import_paddle()  # first import, without paddle's start-up banner; the loader imports paddle
     from fdcli_engine.loader import detect_layout, read_model_config
     from fdcli_engine.pooling.config import resolve_runner
@@ -47,7 +47,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
         logger.warning(note)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
     values["model"] = config.model if config.model is not None else str(model_path)
-    values["speculative_config"] = parse_speculative_config(config.speculative_config)
+    values["speculative_config"] = speculative
     return ResolvedConfig(
         **values,
         model_path=model_path,

@@ -29,6 +29,7 @@ from fdcli_engine.errors import ConfigError
 METHODS = ("ngram", "mtp", "draft_model")
 _METHOD_ALIASES = {"ngram_match": "ngram", "ngram": "ngram", "mtp": "mtp", "draft_model": "draft_model"}
 MAX_SPECULATIVE_TOKENS = 16
+QUANTIZATIONS = ("auto", "none", "wint8", "wint4", "gguf")  # the draft model's (`quantization`)
 _KEYS = (
     "method",
     "num_speculative_tokens",
@@ -75,6 +76,14 @@ def _int(values: dict, key: str, default: int | None, lo: int, hi: int | None = 
         bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
         raise ConfigError(f"--speculative-config: {key} must be an integer {bound}, got {value!r}")
     return value
+
+
+def check_quantization(name: str) -> None:
+    """The draft model's quantization: one of QUANTIZATIONS (runner/draft_model_proposer resolves it)."""
+    if name not in QUANTIZATIONS:
+        raise ConfigError(
+            f"--speculative-config: quantization {name!r} is not supported: use wint8, wint4, gguf or none"
+        )
 
 
 def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
@@ -136,6 +145,8 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
     quantization = value.get("quantization")
     if quantization is not None and not isinstance(quantization, str):
         raise ConfigError('--speculative-config: quantization must be a string such as "wint8"')
+    if quantization is not None:
+        check_quantization(quantization.lower())
     return SpeculativeConfig(
         method=method,
         num_speculative_tokens=k,

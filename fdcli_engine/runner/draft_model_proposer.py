@@ -17,8 +17,7 @@ from fdcli_engine.config import resolve_model_path
 from fdcli_engine.errors import ConfigError, ModelLoadError
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.model_proposer import ModelProposer, RequestStep, Rows
-
-_QUANTIZATIONS = ("auto", "none", "wint8", "wint4", "gguf")
+from fdcli_engine.speculative_config import check_quantization
 
 
 def draft_quantization(spec_quantization: str | None, target_quantization: str | None, is_gguf: bool):
@@ -27,10 +26,7 @@ def draft_quantization(spec_quantization: str | None, target_quantization: str |
     if q is None:
         # Inherit wint8/wint4; "as stored" (or the target's GGUF blocks) means the draft's own storage.
         q = target_quantization if target_quantization in ("wint8", "wint4") else "auto"
-    if q not in _QUANTIZATIONS:
-        raise ConfigError(
-            f"--speculative-config: quantization {q!r} is not supported: use wint8, wint4, gguf or none"
-        )
+    check_quantization(q)
     if q == "auto":
         return "gguf" if is_gguf else None
     if q == "gguf" and not is_gguf:
