@@ -35,12 +35,12 @@ class _EngineCollector:
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], float(value or 0))
             yield g
-        queries, hits = s.get("prefix_cache_queries", 0) or 0, s.get("prefix_cache_hits", 0) or 0
-        rate = GaugeMetricFamily(
-            "fd:prefix_cache_hit_rate", "Prefix-cache hits / queries since start (tokens)"
+        yield _ratio(
+            "fd:prefix_cache_hit_rate",
+            "Prefix-cache hits / queries since start (tokens)",
+            s.get("prefix_cache_hits"),
+            s.get("prefix_cache_queries"),
         )
-        rate.add_metric([], hits / queries if queries else 0.0)
-        yield rate
         counters = {
             "fd:prompt_tokens": ("Prompt tokens processed", "prompt_tokens_total"),
             "fd:generation_tokens": ("Tokens generated", "generation_tokens_total"),
@@ -63,10 +63,21 @@ class _EngineCollector:
             "fd:grammar_compile_seconds": ("Seconds spent compiling constraints", "grammar_compile_seconds"),
         }
         for name, (doc, key) in counters.items():
-            c = CounterMetricFamily(name, doc)
-            c.add_metric([], float(s.get(key, 0) or 0))
-            yield c
+            yield _counter(name, doc, s.get(key))
         yield from spec_decode_metrics(s)
+
+
+def _counter(name: str, doc: str, value) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc)
+    c.add_metric([], float(value or 0))
+    return c
+
+
+def _ratio(name: str, doc: str, part, whole) -> GaugeMetricFamily:
+    """part / whole as a gauge; 0 while whole is 0 (no NaN before the first event)."""
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], (part or 0) / whole if whole else 0.0)
+    return g
 
 
 # Speculative decoding: FastDeploy's counter names (and vLLM's num_drafts and per-position counter)
@@ -93,16 +104,13 @@ def spec_decode_metrics(s: dict):
     if "spec_decode_num_draft_tokens_total" not in s:
         return
     for key, (name, doc) in _SPEC_COUNTERS.items():
-        c = CounterMetricFamily(name, doc)
-        c.add_metric([], float(s.get(key, 0) or 0))
-        yield c
-    drafted = s.get("spec_decode_num_draft_tokens_total", 0) or 0
-    accepted = s.get("spec_decode_num_accepted_tokens_total", 0) or 0
-    rate = GaugeMetricFamily(
-        "fd:spec_decode_draft_acceptance_rate", "Accepted / proposed draft tokens since start (0 before any)"
+        yield _counter(name, doc, s.get(key))
+    yield _ratio(
+        "fd:spec_decode_draft_acceptance_rate",
+        "Accepted / proposed draft tokens since start (0 before any)",
+        s.get("spec_decode_num_accepted_tokens_total"),
+        s.get("spec_decode_num_draft_tokens_total"),
     )
-    rate.add_metric([], accepted / drafted if drafted else 0.0)
-    yield rate
     per_pos = list(s.get("spec_decode_num_accepted_tokens_per_pos") or [])
     num_drafts = s.get("spec_decode_num_drafts", 0) or 0
     counts = CounterMetricFamily(
