@@ -36,6 +36,7 @@ from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS
 
 ENGINE_PANEL = "Engine options"
+PARALLEL_PANEL = "Parallel engines"
 
 ConfigFileOpt = Annotated[
     Optional[Path],
@@ -189,8 +190,75 @@ TensorParallelSizeOpt = Annotated[
     typer.Option(
         "--tensor-parallel-size",
         "-tp",
-        help="Tensor-parallel degree (only 1 here). (default: 1)",
-        rich_help_panel=ENGINE_PANEL,
+        help="Ranks (processes) each engine's model is split over. (default: 1)",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+DataParallelSizeOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--data-parallel-size",
+        "-dp",
+        help="Engine cores under one front end, each with its own KV cache and CPUs. (default: 1)",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+EnableExpertParallelOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--enable-expert-parallel",
+        help="Shard MoE experts over the tensor-parallel ranks.",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+IpsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ips",
+        help="FastDeploy's node list host1,host2 (this node among them).",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+NnodesOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--nnodes", help="Machines the ranks spread over. (default: 1)", rich_help_panel=PARALLEL_PANEL
+    ),
+]
+NodeRankOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--node-rank",
+        help="This machine's index, 0 to nnodes-1. (default: 0)",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+MasterAddrOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--master-addr",
+        help="Rendezvous address of node 0. (default: 127.0.0.1)",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+MasterPortOpt = Annotated[
+    Optional[int],
+    typer.Option("--master-port", help="Rendezvous port on node 0.", rich_help_panel=PARALLEL_PANEL),
+]
+DistributedExecutorBackendOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--distributed-executor-backend",
+        help="mp (processes here) or ray (fd run-batch: Ray actors, one engine each). (default: mp)",
+        rich_help_panel=PARALLEL_PANEL,
+    ),
+]
+RayAddressOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ray-address",
+        help="Ray cluster to join (default: start a local one).",
+        rich_help_panel=PARALLEL_PANEL,
     ),
 ]
 EngineWatchdogTimeoutOpt = Annotated[
@@ -276,9 +344,6 @@ SwapSpaceOpt = Annotated[
 SplitwiseRoleOpt = Annotated[
     Optional[str], _compat("--splitwise-role", help="mixed only (prefill and decode: not supported yet).")
 ]
-DataParallelSizeOpt = Annotated[
-    Optional[int], _compat("--data-parallel-size", help="1 only (more: not supported yet).")
-]
 EnableCustomAllReduceOpt = Annotated[
     Optional[bool], _compat("--enable-custom-all-reduce", help="No effect: no tensor parallelism here.")
 ]
@@ -293,7 +358,6 @@ COMPAT_FLAGS: dict[str, Any] = {
     "innode_prefill_ports": InnodePrefillPortsOpt,
     "swap_space": SwapSpaceOpt,
     "splitwise_role": SplitwiseRoleOpt,
-    "data_parallel_size": DataParallelSizeOpt,
     "enable_custom_all_reduce": EnableCustomAllReduceOpt,
 }
 assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compatibility field"
@@ -374,6 +438,15 @@ ENGINE_FLAGS: dict[str, Any] = {
     "convert": ConvertOpt,
     "pooler_config": PoolerConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
+    "data_parallel_size": DataParallelSizeOpt,
+    "enable_expert_parallel": EnableExpertParallelOpt,
+    "ips": IpsOpt,
+    "nnodes": NnodesOpt,
+    "node_rank": NodeRankOpt,
+    "master_addr": MasterAddrOpt,
+    "master_port": MasterPortOpt,
+    "distributed_executor_backend": DistributedExecutorBackendOpt,
+    "ray_address": RayAddressOpt,
     "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
     "guided_decoding_backend": GuidedDecodingBackendOpt,
     "speculative_config": SpeculativeConfigOpt,

@@ -16,6 +16,7 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
 
@@ -95,7 +96,19 @@ class EngineConfig:
     runner: str = "auto"  # "auto" | "generate" | "pooling"
     convert: str = "auto"  # "auto" | "none" | "embed"
     pooler_config: dict | None = None
+    # Parallel engines (parallel_config.py says what each means and checks them): FastDeploy's and vLLM's
+    # names. One engine core per data-parallel rank; tensor_parallel_size ranks inside each.
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    ips: str | None = None  # FastDeploy's --ips host1,host2: one node per address, this node among them
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    # Where `fd run-batch` runs its engines: "mp" (processes on this machine) or "ray" (Ray actors).
+    distributed_executor_backend: str = "mp"
+    ray_address: str | None = None  # None: start a local Ray instance
     # Seconds a busy engine core may go without progress before it is judged frozen and killed; 0: off.
     # SGLang's --watchdog-timeout default: long enough for any one step of a big model on a CPU.
     engine_watchdog_timeout: float = 300.0
@@ -118,7 +131,6 @@ class EngineConfig:
     innode_prefill_ports: int | str | None = None
     swap_space: float | None = None
     splitwise_role: str | None = None
-    data_parallel_size: int | None = None
     enable_custom_all_reduce: bool | None = None
 
     @classmethod
@@ -207,10 +219,7 @@ class EngineConfig:
         _need(
             self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed"
         )
-        _need(
-            self.tensor_parallel_size == 1,
-            f"--tensor-parallel-size {self.tensor_parallel_size}: fd runs on one device here; only 1 is supported",
-        )
+        check_parallel_options(self)
         if self.threads is not None:
             _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)

@@ -43,6 +43,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     if config.max_model_len is None:
         config = config.replace(max_model_len=min(model_limit, _CONTEXT_CAP))
     config = config.validate(model_limit)
+    _refuse_unbuilt(config)
     for note in fastdeploy_notes(config):  # once per start: only the front end resolves
         logger.warning(note)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
@@ -55,3 +56,17 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
         hf_config=hf_config,
         num_threads=config.threads or usable_cpu_count(),
     )
+
+
+def _refuse_unbuilt(config: EngineConfig) -> None:
+    """Parallel topologies whose engines are not built yet (each line goes when its engine lands)."""
+    from fdcli_engine.errors import ConfigError
+
+    if config.tensor_parallel_size > 1:
+        raise ConfigError(f"--tensor-parallel-size {config.tensor_parallel_size} is not built yet (use 1)")
+    if config.data_parallel_size > 1:
+        raise ConfigError(f"--data-parallel-size {config.data_parallel_size} is not built yet (use 1)")
+    if config.nnodes > 1 or config.ips:
+        raise ConfigError("--nnodes / --ips (several machines) is not built yet")
+    if config.distributed_executor_backend != "mp":
+        raise ConfigError("--distributed-executor-backend ray is not built yet (use mp)")

@@ -8,7 +8,7 @@ given". Three kinds:
   ports): accepted, one log line each saying so;
 - performance features other issues build (#26 CPU swap space): accepted,
   one log line saying the feature is not built yet and what happens instead (outputs do not change);
-- topology changes (#25 data parallelism, #26 prefill/decode disaggregation): their no-op values
+- topology changes (#26 prefill/decode disaggregation): their no-op values
   (1, "mixed") pass silently, any other value stops at start with "not supported yet".
 
 Leaf module: `EngineConfig.validate` calls `check_fastdeploy_options` (pure, before paddle loads);
@@ -34,7 +34,6 @@ COMPAT_FIELDS = (
     "innode_prefill_ports",
     "swap_space",
     "splitwise_role",
-    "data_parallel_size",
     "enable_custom_all_reduce",
 )
 # Options given as JSON text on the command line (FastDeploy parses them with json.loads).
@@ -83,12 +82,6 @@ def check_fastdeploy_options(config: Any) -> None:
         role in (None, "mixed"),
         f"--splitwise-role {role} is not supported yet: fd serves prefill and decode in one process "
         "(use mixed, the default)",
-    )
-    dp = config.data_parallel_size
-    _need(dp is None or dp >= 1, f"--data-parallel-size must be at least 1, got {dp}")
-    _need(
-        dp in (None, 1),
-        f"--data-parallel-size {dp} is not supported yet: fd runs one engine (use 1, the default)",
     )
     _need(
         config.load_choices is None or config.load_choices in LOAD_CHOICES,

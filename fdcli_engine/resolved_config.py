@@ -45,6 +45,19 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     convert: str = "none"  # "none" | "embed"
     pooler_config: dict | None = None  # a PoolerConfig as a dict, for the pooling runner
     tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    ips: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str | None = None
+    master_port: int | None = None
+    distributed_executor_backend: str = "mp"
+    ray_address: str | None = None
+    # This process's place in the topology (parallel_config.py); the front end sets them per engine process.
+    data_parallel_rank: int = 0
+    tensor_parallel_rank: int = 0
+    cpus: list[int] | None = None  # the CPUs this engine process's threads use; None: as threads.py decides
     engine_watchdog_timeout: float = 300.0  # seconds; 0: off (core_client.py)
     guided_decoding_backend: str = "auto"  # "auto" | "guidance" | "off" (structured_output/backend.py)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding

@@ -94,8 +94,8 @@ _THINKING = dict(
 )
 _MTP = {"method": "mtp", "num_speculative_tokens": 1, "model": "${path_to_mtp_model}"}
 _PREFIX = dict(enable_prefix_caching=True, swap_space=50.0)
-_TP8 = "--tensor-parallel-size 8: fd runs on one device here"
-_TP4 = "--tensor-parallel-size 4: fd runs on one device here"
+_TP8 = "8 engine rank(s) on this node (--tensor-parallel-size 8"
+_TP4 = "4 engine rank(s) on this node (--tensor-parallel-size 4"
 _FP8 = "--quantization block_wise_fp8 is a FastDeploy GPU method fd has no kernels for"
 
 # The EngineConfig each line resolves into (every other field at its default), or its one-line error.
@@ -210,7 +210,7 @@ def test_each_option_without_effect_says_so_in_one_line():
     ).validate()
     notes = fastdeploy_notes(config)
     flags = [re.match(r"--[a-z-]+", n).group(0) for n in notes]
-    silent = {"--splitwise-role", "--data-parallel-size"}  # their no-op values
+    silent = {"--splitwise-role"}  # their no-op values
     assert sorted(flags) == sorted(
         "--" + f.replace("_", "-") for f in COMPAT_FIELDS if "--" + f.replace("_", "-") not in silent
     )
@@ -257,10 +257,10 @@ _PROBE = (
     "argv,needle",
     [
         (["--quantization", "wint2"], "--quantization wint2 is a FastDeploy GPU method"),
-        (["-tp", "2"], "--tensor-parallel-size 2: fd runs on one device here"),
+        (["-tp", "0"], "--tensor-parallel-size must be at least 1, got 0"),
         (["--runner", "foo"], "--runner 'foo': use auto, generate or pooling"),
         (["--kv-cache-dtype", "bad"], "--kv-cache-dtype 'bad' is not supported"),
-        (["--data-parallel-size", "2"], "--data-parallel-size 2 is not supported yet"),
+        (["--data-parallel-size", "4096"], "4096 engine rank(s) on this node"),
         (["--splitwise-role", "decode"], "--splitwise-role decode is not supported yet"),
     ],
 )

@@ -61,9 +61,9 @@ def test_folder_that_is_neither_layout_is_one_clear_line(tmp_path):
     assert "not a model folder" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_tensor_parallel_size_must_be_one():
-    with pytest.raises(ConfigError, match="--tensor-parallel-size 2: .*only 1 is supported"):
-        EngineConfig(tensor_parallel_size=2).validate()
+def test_more_ranks_than_cpus_is_refused():
+    with pytest.raises(ConfigError, match="4096 engine rank.* only \\d+ CPU"):
+        EngineConfig(tensor_parallel_size=4096).validate()
 
 
 def prompts_of(n, seed):

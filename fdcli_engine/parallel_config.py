@@ -1,0 +1,144 @@
+"""Parallel engines: what the data-, tensor- and expert-parallel options mean, and their checks.
+
+Topology (FastDeploy's and vLLM's names):
+- `--data-parallel-size D`: D engine cores under one front end, each with its own KV cache, scheduler and
+  CPU set; a request runs on exactly one of them.
+- `--tensor-parallel-size T`: each engine core's model is split over T ranks (processes) that step
+  together and all-reduce inside the forward; `--enable-expert-parallel` shards MoE experts over them.
+- `--nnodes N` / `--node-rank R` (vLLM) or `--ips h1,h2` (FastDeploy: this node is the one whose address
+  it lists): the T x D ranks spread over N machines, `--master-addr:--master-port` the rendezvous.
+- `--distributed-executor-backend ray` (`fd run-batch` only; `--ray-address`, default a local instance):
+  the batch's lines go to Ray actors, one engine each.
+
+Leaf module: `EngineConfig.validate` calls `check_parallel_options` (pure, before paddle loads). CPU
+placement of the ranks is `rank_cpu_sets`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+from fdcli_engine.errors import ConfigError
+from fdcli_engine.threads import BIND_ENV, allowed_cpus, parse_cpu_list
+
+EXECUTOR_BACKENDS = ("mp", "ray")
+RANK_SEPARATOR = "|"  # FD_CPU_OMP_THREADS_BIND="0-31|32-63": one CPU list per rank (vLLM's form)
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def node_ips(config: Any) -> list[str]:
+    """FastDeploy's --ips as a list (empty when not given)."""
+    return [ip.strip() for ip in (config.ips or "").split(",") if ip.strip()]
+
+
+def num_nodes(config: Any) -> int:
+    return len(node_ips(config)) or config.nnodes
+
+
+def ranks_per_node(config: Any) -> int:
+    """Engine processes this node runs: every TP rank of every DP rank, divided over the nodes."""
+    return max(1, config.tensor_parallel_size * config.data_parallel_size // num_nodes(config))
+
+
+def check_parallel_options(config: Any) -> None:
+    tp, dp = config.tensor_parallel_size, config.data_parallel_size
+    _need(tp >= 1, f"--tensor-parallel-size must be at least 1, got {tp}")
+    _need(dp >= 1, f"--data-parallel-size must be at least 1, got {dp}")
+    _need(config.nnodes >= 1, f"--nnodes must be at least 1, got {config.nnodes}")
+    ips = node_ips(config)
+    _need(
+        not ips or config.nnodes in (1, len(ips)),
+        f"--ips lists {len(ips)} node(s) but --nnodes is {config.nnodes}: give one of them",
+    )
+    nodes = num_nodes(config)
+    _need(
+        0 <= config.node_rank < nodes,
+        f"--node-rank {config.node_rank}: use 0 to {nodes - 1} (--nnodes {nodes})",
+    )
+    _need(
+        (tp * dp) % nodes == 0,
+        f"{tp * dp} rank(s) (--tensor-parallel-size {tp} x --data-parallel-size {dp}) do not divide "
+        f"over {nodes} nodes",
+    )
+    port = config.master_port
+    _need(port is None or 1 <= port <= 65535, f"--master-port must be 1-65535, got {port}")
+    backend = config.distributed_executor_backend
+    _need(
+        backend in EXECUTOR_BACKENDS,
+        f"--distributed-executor-backend {backend!r}: use mp or ray",
+    )
+    cpus = len(allowed_cpus()) or os.cpu_count() or 1
+    local = ranks_per_node(config)
+    _need(
+        local <= cpus,
+        f"{local} engine rank(s) on this node (--tensor-parallel-size {tp} x --data-parallel-size {dp}"
+        f"{f' / {nodes} nodes' if nodes > 1 else ''}) but only {cpus} CPU(s) to run them: each rank needs "
+        "at least one",
+    )
+
+
+def _numa_nodes(allowed: list[int]) -> list[list[int]]:
+    """The allowed CPUs grouped by NUMA node (one group where the OS shows no nodes)."""
+    groups = []
+    for path in sorted(glob.glob("/sys/devices/system/node/node[0-9]*/cpulist")):
+        try:
+            with open(path) as f:
+                cpus = [c for c in parse_cpu_list(f.read().strip()) if c in allowed]
+        except (OSError, ValueError):
+            continue
+        if cpus:
+            groups.append(cpus)
+    return groups or [list(allowed)]
+
+
+def rank_cpu_sets(
+    num_ranks: int, allowed: list[int] | None = None, bind: str | None = None
+) -> list[list[int]]:
+    """The CPUs of each of this node's `num_ranks` engine processes.
+
+    FD_CPU_OMP_THREADS_BIND with one list per rank ("0-31|32-63") is taken as given (each list within the
+    allowed CPUs); otherwise the allowed CPUs are split evenly, NUMA node by NUMA node where there are
+    several, so that no rank spans two nodes when the ranks divide the nodes. ConfigError when there are
+    fewer CPUs than ranks or the lists do not match the ranks.
+    """
+    allowed = sorted(allowed if allowed is not None else (allowed_cpus() or range(os.cpu_count() or 1)))
+    bind = os.environ.get(BIND_ENV) if bind is None else bind
+    if bind and RANK_SEPARATOR in bind:
+        try:
+            sets = [parse_cpu_list(part) for part in bind.split(RANK_SEPARATOR)]
+        except ValueError:
+            raise ConfigError(f"{BIND_ENV}={bind!r}: use one CPU list per rank, such as 0-31|32-63") from None
+        _need(
+            len(sets) == num_ranks,
+            f"{BIND_ENV}={bind!r} gives {len(sets)} CPU list(s) for {num_ranks} engine rank(s)",
+        )
+        for cpus in sets:
+            _need(set(cpus) <= set(allowed), f"{BIND_ENV}={bind!r}: this process may only use CPUs {allowed}")
+        return sets
+    _need(len(allowed) >= num_ranks, f"{num_ranks} engine rank(s) but only {len(allowed)} CPU(s)")
+    nodes = _numa_nodes(allowed)
+    if (
+        len(nodes) > 1
+        and num_ranks % len(nodes) == 0
+        and all(len(n) >= num_ranks // len(nodes) for n in nodes)
+    ):
+        per = num_ranks // len(nodes)
+        return [part for node in nodes for part in _split(node, per)]
+    return _split(allowed, num_ranks)
+
+
+def _split(cpus: list[int], parts: int) -> list[list[int]]:
+    """`cpus` in `parts` contiguous runs whose sizes differ by at most one."""
+    size, extra = divmod(len(cpus), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(cpus[start:end])
+        start = end
+    return out
