@@ -78,8 +78,16 @@ class AsyncLLM(EngineFrontEnd):
 
     @property
     def client(self) -> CoreClient:
-        """Rank 0's core client (the only one without data parallelism)."""
+        """Rank 0's core client (the only one without data parallelism; tests put a stub in its place)."""
         return self.ranks[0].client
+
+    @client.setter
+    def client(self, client) -> None:
+        self.ranks[0].client = client
+
+    def _on_event(self, event) -> None:
+        """An event from rank 0's core (the only one without data parallelism)."""
+        self._on_rank_event(0, event)
 
     @property
     def dead_ranks(self) -> dict[int, str]:
