@@ -105,17 +105,26 @@ def test_metrics_label_gauges_by_rank(dp_server):
     assert "fd:generation_tokens_total" in m  # counters stay single sums
 
 
-def test_killing_one_rank_fails_only_its_requests(tiny_model, tmp_path):
+def test_killing_one_rank_fails_only_its_requests(tiny_model, tmp_path, monkeypatch):
+    cpus = sorted(os.sched_getaffinity(0))
+    monkeypatch.setenv("FD_CPU_OMP_THREADS_BIND", f"{cpus[0]}|{cpus[1]}")  # vLLM's per-rank form
     srv = start_server(tiny_model, tmp_path, "--served-model-name", "tiny", "--data-parallel-size", "2")
     try:
         pids = rank_pids(srv)
-        with ThreadPoolExecutor(2) as pool:
-            futs = [pool.submit(complete, srv, p, max_tokens=200, ignore_eos=True) for p in PROMPTS[:2]]
-            deadline = time.monotonic() + 30
-            while sum(v for k, v in srv.metrics().items() if k.startswith("fd:num_requests_running")) < 2:
-                assert time.monotonic() < deadline, "the two requests never ran"
-            os.kill(pids[1], signal.SIGKILL)
-            results = [f.result() for f in futs]
+        assert [os.sched_getaffinity(pids[r]) for r in (0, 1)] == [{cpus[0]}, {cpus[1]}]
+        # Both cores frozen, so both requests are still in them when rank 1 is killed: one goes to each
+        # rank (the second finds rank 0 loaded), then rank 0 resumes and must finish its own.
+        for pid in pids.values():
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(2) as pool:
+                futs = [pool.submit(complete, srv, p, max_tokens=50) for p in PROMPTS[:2]]
+                time.sleep(1.0)  # both reach the front end and are routed
+                os.kill(pids[1], signal.SIGKILL)
+                os.kill(pids[0], signal.SIGCONT)
+                results = [f.result() for f in futs]
+        finally:
+            os.kill(pids[0], signal.SIGCONT)
         assert sorted(r["status"] for r in results) == [200, 503], results
         failed = next(r for r in results if r["status"] == 503)
         assert "rank 1" in failed["error"]["message"]
