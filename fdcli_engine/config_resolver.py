@@ -64,8 +64,6 @@ def _refuse_unbuilt(config: EngineConfig) -> None:
 
     if config.tensor_parallel_size > 1:
         raise ConfigError(f"--tensor-parallel-size {config.tensor_parallel_size} is not built yet (use 1)")
-    if config.data_parallel_size > 1:
-        raise ConfigError(f"--data-parallel-size {config.data_parallel_size} is not built yet (use 1)")
     if config.nnodes > 1 or config.ips:
         raise ConfigError("--nnodes / --ips (several machines) is not built yet")
     if config.distributed_executor_backend != "mp":

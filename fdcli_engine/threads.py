@@ -117,7 +117,9 @@ def front_end_placement(num_threads: int) -> FrontEndPlacement:
         priority = "19"
     # "auto" unless set, as in the engine-core process (core_proc.build_core), without writing the
     # variable into this process's environment, where an in-process engine would read it.
-    plan = bind_plan(num_threads, os.environ.get(BIND_ENV, "auto"), allowed_cpus())
+    # Data parallelism's one list per rank ("0-31|32-63"): the ranks' threads use their union.
+    value = os.environ.get(BIND_ENV, "auto").replace("|", ",")
+    plan = bind_plan(num_threads, value, allowed_cpus())
     return FrontEndPlacement(plan[1] if plan else None, priority)
 
 

@@ -9,6 +9,7 @@ Every message is msgpack (core_messages); nothing is pickled.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -48,10 +49,23 @@ def load_core_class(spec: str):
     return getattr(importlib.import_module(module_name), attr or "EngineCore")
 
 
+def pin_to_cpus(cpus: list[int], num_threads: int) -> None:
+    """A data-parallel rank's CPU set (dp_rank.rank_configs): the whole process is confined to it before
+    paddle starts a thread (every later thread inherits it), and its OpenMP team gets one thread per
+    CPU, bound in order. This overrides the inherited variables: a front end's FD_CPU_OMP_THREADS_BIND
+    may hold every rank's lists ("0|1") and its OMP_NUM_THREADS the whole machine."""
+    with contextlib.suppress(AttributeError, OSError):  # no sched_setaffinity: the bind list still applies
+        os.sched_setaffinity(0, set(cpus))
+    os.environ[BIND_ENV] = ",".join(str(c) for c in cpus)
+    os.environ["OMP_NUM_THREADS"] = str(num_threads)
+
+
 def build_core(config_json: str, core_spec: str):
     from fdcli_engine.resolved_config import ResolvedConfig
 
     config = ResolvedConfig.from_json(config_json)  # resolved by the front end: not resolved again
+    if config.cpus:
+        pin_to_cpus(config.cpus, config.num_threads)
     # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1: set it before the core imports.
     os.environ.setdefault("OMP_NUM_THREADS", str(config.num_threads))
     # OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. Here they share the cores

@@ -325,8 +325,15 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
 
     @app.get("/health", response_class=Response, responses=_PROBE)
     async def health():
+        """200 while serving; 503 once no engine core serves. With data parallelism a dead rank while
+        others serve is "degraded": still 200 (the server answers requests, so a probe must not take
+        it out), with a body naming each dead rank and why (fd:data_parallel_rank_alive says it too)."""
         if engine.is_dead:
             raise APIError(f"the engine is not running: {engine.dead_reason}", 503)
+        dead = getattr(engine, "dead_ranks", None)
+        if dead:
+            ranks = [{"rank": r, "reason": why} for r, why in sorted(dead.items())]
+            return JSONResponse({"status": "degraded", "dead_ranks": ranks}, status_code=200)
         return Response(status_code=200)
 
     @app.get("/ping", response_class=Response, responses=_PROBE)

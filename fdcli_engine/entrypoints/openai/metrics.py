@@ -22,19 +22,10 @@ class _EngineCollector:
 
     def collect(self):
         s = self.stats
-        gauges = {
-            "fd:num_requests_running": ("Requests the engine is running", s.get("num_running", 0)),
-            "fd:num_requests_waiting": ("Requests waiting in the engine's queue", s.get("num_waiting", 0)),
-            "fd:kv_cache_usage_perc": (
-                "Fraction of KV-cache blocks in use (0..1)",
-                s.get("kv_cache_usage", 0.0),
-            ),
-            "fd:num_requests_inflight": ("Requests the HTTP front end is serving", self.num_http_inflight),
-        }
-        for name, (doc, value) in gauges.items():
-            g = GaugeMetricFamily(name, doc)
-            g.add_metric([], float(value or 0))
-            yield g
+        yield from engine_gauges(s)
+        g = GaugeMetricFamily("fd:num_requests_inflight", "Requests the HTTP front end is serving")
+        g.add_metric([], float(self.num_http_inflight or 0))
+        yield g
         yield _ratio(
             "fd:prefix_cache_hit_rate",
             "Prefix-cache hits / queries since start (tokens)",
@@ -65,6 +56,39 @@ class _EngineCollector:
         for name, (doc, key) in counters.items():
             yield _counter(name, doc, s.get(key))
         yield from spec_decode_metrics(s)
+
+
+_ENGINE_GAUGES = {
+    "fd:num_requests_running": ("Requests the engine is running", "num_running"),
+    "fd:num_requests_waiting": ("Requests waiting in the engine's queue", "num_waiting"),
+    "fd:kv_cache_usage_perc": ("Fraction of KV-cache blocks in use (0..1)", "kv_cache_usage"),
+}
+
+
+def engine_gauges(s: dict):
+    """The engine's gauges: unlabelled for one engine core; with data parallelism (the stats carry
+    "ranks", api/dp_stats.py) one sample per live rank, labelled rank="N", and
+    fd:data_parallel_rank_alive (1 live, 0 dead) for every rank. Counters stay unlabelled sums."""
+    ranks = s.get("ranks")
+    for name, (doc, key) in _ENGINE_GAUGES.items():
+        if ranks is None:
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], float(s.get(key) or 0))
+        else:
+            g = GaugeMetricFamily(name, doc, labels=["rank"])
+            for rank, stats in sorted(ranks.items(), key=lambda kv: int(kv[0])):
+                g.add_metric([rank], float(stats.get(key) or 0))
+        yield g
+    if ranks is not None:
+        alive = GaugeMetricFamily(
+            "fd:data_parallel_rank_alive",
+            "1 while the data-parallel rank serves, 0 once it died",
+            labels=["rank"],
+        )
+        states = {int(r): 1.0 for r in ranks} | {int(r): 0.0 for r in s.get("dead_ranks", [])}
+        for rank in sorted(states):
+            alive.add_metric([str(rank)], states[rank])
+        yield alive
 
 
 def _counter(name: str, doc: str, value) -> CounterMetricFamily:
