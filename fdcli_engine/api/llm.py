@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
+from fdcli_engine.errors import ConfigError
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -38,6 +39,12 @@ class LLM:
         self.config = resolve_config(
             EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
         )
+        if self.config.data_parallel_size > 1:
+            raise ConfigError(
+                f"LLM(data_parallel_size={self.config.data_parallel_size}): the in-process engine is one "
+                "engine core; data parallelism runs its ranks as processes (fd serve or fd run-batch "
+                "--data-parallel-size)"
+            )
         from fdcli_engine.api.inproc_client import InProcessEngineClient
         from fdcli_engine.engine import EngineCore
         from fdcli_engine.tokenizer import load_tokenizer

@@ -3,6 +3,8 @@ docs/parallel.md, against hand-counted expectations."""
 
 from __future__ import annotations
 
+import pytest
+
 from fdcli_engine.api.dp_router import DPRouter
 from fdcli_engine.api.dp_stats import merge_rank_stats
 from fdcli_engine.request import Request
@@ -52,3 +54,11 @@ def test_merge_sums_counters_over_all_ranks_gauges_over_live():
     one_dead = merge_rank_stats([a, None], [a, b])
     assert one_dead["num_running"] == 2 and one_dead["prompt_tokens_total"] == 15
     assert one_dead["dead_ranks"] == [1] and list(one_dead["ranks"]) == ["0"]
+
+
+def test_in_process_llm_refuses_data_parallel(tiny_model):
+    from fdcli_engine import LLM
+    from fdcli_engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"LLM\(data_parallel_size=2\): the in-process engine is one"):
+        LLM(str(tiny_model), data_parallel_size=2)
