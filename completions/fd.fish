@@ -19,9 +19,11 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l convert
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l data-parallel-size
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l distributed-executor-backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-custom-all-reduce
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-expert-parallel
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-watchdog-timeout
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-worker-queue-port
@@ -30,16 +32,21 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l input-len
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l ips
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-ratio
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l load-choices
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l master-addr
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l master-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l model
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l nnodes
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l node-rank
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-iters
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-iters-warmup
@@ -50,6 +57,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l quantization
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l ray-address
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l runner
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l seed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l served-model-name
@@ -61,6 +69,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l threads
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l tokenizer
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l use-cudagraph
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -o dp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s m
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -o tp
@@ -134,9 +143,11 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l convert
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l data-parallel-size
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l distributed-executor-backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-custom-all-reduce
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-expert-parallel
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-watchdog-timeout
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-worker-queue-port
@@ -145,16 +156,21 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l input-len
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l ips
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-ratio
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l load-choices
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l master-addr
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l master-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l model
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l nnodes
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l node-rank
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-iters
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-iters-warmup
@@ -166,6 +182,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l quantization
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l ray-address
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l runner
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l seed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l served-model-name
@@ -177,6 +194,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l threads
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l tokenizer
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l use-cudagraph
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o dp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s m
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o tp
@@ -204,9 +222,11 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l convert
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l data-parallel-size
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l distributed-executor-backend
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-custom-all-reduce
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-expert-parallel
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-watchdog-timeout
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-worker-queue-port
@@ -215,18 +235,23 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l graph-optimization-
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l guided-decoding-backend
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l innode-prefill-ports
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l input
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l ips
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-ratio
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l load-choices
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l master-addr
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l master-port
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-inflight
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-model-len
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-batched-tokens
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-seqs
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l model
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l nnodes
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-progress
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l node-rank
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
@@ -234,6 +259,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l override-pooler-con
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l quantization
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l ray-address
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l reasoning-parser
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l resume
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l runner
@@ -250,6 +276,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l threads
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tokenizer
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tool-call-parser
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l use-cudagraph
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -o dp
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s i
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s m
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -s o
@@ -267,10 +294,12 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from serve' -l config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l convert
 complete -c fd -n '__fish_seen_subcommand_from serve' -l data-parallel-size
+complete -c fd -n '__fish_seen_subcommand_from serve' -l distributed-executor-backend
 complete -c fd -n '__fish_seen_subcommand_from serve' -l dtype
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-auto-tool-choice
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-custom-all-reduce
+complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-expert-parallel
 complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-prefix-caching
 complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-watchdog-timeout
 complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-worker-queue-port
@@ -281,10 +310,13 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-header-count
 complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-incomplete-event-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l host
 complete -c fd -n '__fish_seen_subcommand_from serve' -l innode-prefill-ports
+complete -c fd -n '__fish_seen_subcommand_from serve' -l ips
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-ratio
 complete -c fd -n '__fish_seen_subcommand_from serve' -l load-choices
+complete -c fd -n '__fish_seen_subcommand_from serve' -l master-addr
+complete -c fd -n '__fish_seen_subcommand_from serve' -l master-port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-concurrency
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-connections
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-model-len
@@ -295,14 +327,17 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l max-request-body-bytes
 complete -c fd -n '__fish_seen_subcommand_from serve' -l max-waiting-time
 complete -c fd -n '__fish_seen_subcommand_from serve' -l metrics-port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l model
+complete -c fd -n '__fish_seen_subcommand_from serve' -l nnodes
 complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-chunked-prefill
 complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-prefix-caching
+complete -c fd -n '__fish_seen_subcommand_from serve' -l node-rank
 complete -c fd -n '__fish_seen_subcommand_from serve' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from serve' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from serve' -l override-pooler-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l quantization
+complete -c fd -n '__fish_seen_subcommand_from serve' -l ray-address
 complete -c fd -n '__fish_seen_subcommand_from serve' -l reasoning-parser
 complete -c fd -n '__fish_seen_subcommand_from serve' -l runner
 complete -c fd -n '__fish_seen_subcommand_from serve' -l seed
@@ -323,6 +358,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l tool-call-parser
 complete -c fd -n '__fish_seen_subcommand_from serve' -l trust-request-chat-template
 complete -c fd -n '__fish_seen_subcommand_from serve' -l use-cudagraph
 complete -c fd -n '__fish_seen_subcommand_from serve' -l uvicorn-log-level
+complete -c fd -n '__fish_seen_subcommand_from serve' -o dp
 complete -c fd -n '__fish_seen_subcommand_from serve' -s m
 complete -c fd -n '__fish_seen_subcommand_from serve' -s q
 complete -c fd -n '__fish_seen_subcommand_from serve' -o tp
