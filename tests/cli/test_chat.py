@@ -126,11 +126,13 @@ def test_ctrl_c_mid_answer_against_the_server_keeps_the_session(server):
     messages: list[dict] = []
     try:
         read = iter(["hello", "again", "/exit"])
-        run_session(client, "tiny", messages, {"max_tokens": 6, "temperature": 0}, lambda _: next(read))
+        # 64 tokens: long enough that the first streamed text cannot already hold the whole answer (a
+        # reader that falls behind gets merged deltas, so a short answer could arrive in one event).
+        run_session(client, "tiny", messages, {"max_tokens": 64, "temperature": 0}, lambda _: next(read))
     finally:
         signal.signal(signal.SIGINT, previous)
-    full = _reference(server, [{"role": "user", "content": "hello"}])
+    full = _reference(server, [{"role": "user", "content": "hello"}], max_tokens=64)
     partial = messages[1]["content"]
     assert messages[1]["role"] == "assistant" and partial and full.startswith(partial) and partial != full
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
-    assert messages[3]["content"] == _reference(server, messages[:3])  # the session went on, with the history
+    assert messages[3]["content"] == _reference(server, messages[:3], max_tokens=64)  # the session went on
