@@ -21,10 +21,9 @@ import os
 from typing import Any
 
 from fdcli_engine.errors import ConfigError
-from fdcli_engine.threads import BIND_ENV, allowed_cpus, parse_cpu_list
+from fdcli_engine.threads import BIND_ENV, RANK_SEPARATOR, allowed_cpus, parse_cpu_list, usable_cpu_count
 
 EXECUTOR_BACKENDS = ("mp", "ray")
-RANK_SEPARATOR = "|"  # FD_CPU_OMP_THREADS_BIND="0-31|32-63": one CPU list per rank (vLLM's form)
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -73,7 +72,7 @@ def check_parallel_options(config: Any) -> None:
         backend in EXECUTOR_BACKENDS,
         f"--distributed-executor-backend {backend!r}: use mp or ray",
     )
-    cpus = len(allowed_cpus()) or os.cpu_count() or 1
+    cpus = usable_cpu_count()
     local = ranks_per_node(config)
     _need(
         local <= cpus,

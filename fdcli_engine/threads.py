@@ -33,6 +33,7 @@ def set_num_threads(n: int) -> None:
 # CPU placement (vLLM's VLLM_CPU_OMP_THREADS_BIND): "auto" (the engine-core process's default), "nobind", or
 # a CPU list such as "0-3" or "0,2".
 BIND_ENV = "FD_CPU_OMP_THREADS_BIND"
+RANK_SEPARATOR = "|"  # "0-31|32-63": one CPU list per engine rank (vLLM's form; parallel_config.py)
 _allowed: list[int] | None = None
 
 
@@ -118,7 +119,7 @@ def front_end_placement(num_threads: int) -> FrontEndPlacement:
     # "auto" unless set, as in the engine-core process (core_proc.build_core), without writing the
     # variable into this process's environment, where an in-process engine would read it.
     # Data parallelism's one list per rank ("0-31|32-63"): the ranks' threads use their union.
-    value = os.environ.get(BIND_ENV, "auto").replace("|", ",")
+    value = os.environ.get(BIND_ENV, "auto").replace(RANK_SEPARATOR, ",")
     plan = bind_plan(num_threads, value, allowed_cpus())
     return FrontEndPlacement(plan[1] if plan else None, priority)
 
