@@ -66,5 +66,3 @@ def _refuse_unbuilt(config: EngineConfig) -> None:
         raise ConfigError(f"--tensor-parallel-size {config.tensor_parallel_size} is not built yet (use 1)")
     if config.nnodes > 1 or config.ips:
         raise ConfigError("--nnodes / --ips (several machines) is not built yet")
-    if config.distributed_executor_backend != "mp":
-        raise ConfigError("--distributed-executor-backend ray is not built yet (use mp)")

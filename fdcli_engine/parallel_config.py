@@ -72,6 +72,8 @@ def check_parallel_options(config: Any) -> None:
         backend in EXECUTOR_BACKENDS,
         f"--distributed-executor-backend {backend!r}: use mp or ray",
     )
+    if backend == "ray":
+        return  # Ray places the engines over the cluster's CPUs (checked against it when it is joined)
     cpus = usable_cpu_count()
     local = ranks_per_node(config)
     _need(

@@ -111,6 +111,11 @@ def run_batch(
     if opts.resume and opts.output is None:
         raise BatchFileError("--resume needs an output file (-o FILE), not stdout")
     check_serving_options(opts.serving)  # an unknown parser: ConfigError now, not after the load
+    on_ray = engine_factory is None and (engine_args or {}).get("distributed_executor_backend") == "ray"
+    if on_ray:
+        from fdcli_engine.entrypoints.batch.ray_driver import import_ray
+
+        import_ray()  # Ray missing: one ConfigError line, before stdin is read or anything loads
     stop = SigtermStop()
     previous_sigterm = stop.install()
     spooled = None
@@ -124,10 +129,16 @@ def run_batch(
         done_keys, _ = prepare_output(opts.output, opts.resume) if opts.output is not None else ({}, 0)
         # Only now, with the input checked and the output writable, is the model loaded.
         try:
-            engine = (engine_factory or _default_engine)(dict(engine_args or {}))
-            stop.install()  # again: an engine factory may have replaced it
+            if on_ray:
+                from fdcli_engine.entrypoints.batch.ray_driver import run_on_ray
+
+                main = run_on_ray(opts, dict(engine_args or {}), path, scan.num_lines, done_keys, stop)
+            else:
+                engine = (engine_factory or _default_engine)(dict(engine_args or {}))
+                stop.install()  # again: an engine factory may have replaced it
+                main = _run(opts, engine, path, scan.num_lines, done_keys, stop)
             try:
-                return asyncio.run(_run(opts, engine, path, scan.num_lines, done_keys, stop))
+                return asyncio.run(main)
             except asyncio.CancelledError:
                 if stop.count:  # our SIGTERM cancelled the run: the same exit as Ctrl-C
                     raise KeyboardInterrupt from None
@@ -179,16 +190,28 @@ async def _start_engine(engine) -> None:
 
 
 async def _run_lines(opts: BatchOptions, engine, path: Path, num_lines: int, done_keys: dict) -> BatchSummary:
-    from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, StrictStop
+    from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher
     from fdcli_engine.entrypoints.openai.serving_layer import build_serving
 
     window = opts.max_inflight or 2 * int(engine.config.max_num_seqs or 32)
     serving = build_serving(engine, opts.serving)
+
+    def make(writer: OutputWriter, progress: BatchProgress | None):
+        return BatchDispatcher(
+            serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress
+        )
+
+    return await run_dispatcher(opts, path, num_lines, make)
+
+
+async def run_dispatcher(opts: BatchOptions, path: Path, num_lines: int, make_dispatcher) -> BatchSummary:
+    """Run the lines through `make_dispatcher(writer, progress)` and finish the output and the summary
+    however that ends: OUT.partial renamed to OUT only when every line has a record."""
+    from fdcli_engine.entrypoints.batch.dispatcher import StrictStop
+
     writer = OutputWriter(opts.output)
     progress = BatchProgress(num_lines) if opts.progress else None
-    dispatcher = BatchDispatcher(
-        serving, writer, window, done_keys=done_keys, strict=opts.strict, progress=progress
-    )
+    dispatcher = make_dispatcher(writer, progress)
     summary = dispatcher.summary
     summary.total = num_lines
     summary.output = str(opts.output) if opts.output is not None else "-"

@@ -56,6 +56,26 @@ def _usage_tokens(body: dict) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
+async def serve_line(serving: ServingLayer, routes: dict[str, Route], line: BatchLine) -> dict:
+    """One parsed line through the serving layer: its success or error record (a rejection carries the
+    status and error object `fd serve` would answer). BatchRunError when the engine is dead."""
+    route = routes[line.url]
+    try:
+        req = route.request_model.model_validate(line.body)
+        resp = await route.call(serving, req)
+    except Exception as e:
+        # The record's code is the server's for the same body: its error code, else its type.
+        err = validation_error(e.errors()) if isinstance(e, ValidationError) else from_exception(e)
+        if serving.engine.is_dead:
+            raise BatchRunError(f"the engine failed at line {line.line_no}: {err.message}") from None
+        if err.status >= 500:
+            logger.error("line %d (%s) failed: %s: %s", line.line_no, line.custom_id, type(e).__name__, e)
+        code = err.code or err.type
+        return error_record(line.line_no, line.custom_id, code, err.message, err.status, err.to_dict())
+    body = resp.model_dump(mode="json")
+    return success_record(line.custom_id, str(body.get("id", "")), body)
+
+
 class BatchDispatcher:
     def __init__(
         self,
@@ -165,21 +185,8 @@ class BatchDispatcher:
             self._room.notify_all()
 
     async def _serve(self, line: BatchLine) -> dict:
-        route = self.routes[line.url]
-        try:
-            req = route.request_model.model_validate(line.body)
-            resp = await route.call(self.serving, req)
-        except Exception as e:
-            # The record's code is the server's for the same body: its error code, else its type.
-            err = validation_error(e.errors()) if isinstance(e, ValidationError) else from_exception(e)
-            if self.serving.engine.is_dead:
-                raise BatchRunError(f"the engine failed at line {line.line_no}: {err.message}") from None
-            if err.status >= 500:
-                logger.error("line %d (%s) failed: %s: %s", line.line_no, line.custom_id, type(e).__name__, e)
-            code = err.code or err.type
-            return error_record(line.line_no, line.custom_id, code, err.message, err.status, err.to_dict())
-        body = resp.model_dump(mode="json")
-        return success_record(line.custom_id, str(body.get("id", "")), body)
+        """The line's record; BatchRunError when the engine is gone (the Ray dispatcher overrides it)."""
+        return await serve_line(self.serving, self.routes, line)
 
     def _finish(self, seq: int, record: dict) -> None:
         """Buffer one record and write every record that is now next in input order."""

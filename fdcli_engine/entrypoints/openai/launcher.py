@@ -236,6 +236,11 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
             metrics_sock = bind_socket(args.host, args.metrics_port, "--metrics-port")
         if isinstance(engine_config, EngineConfig):
             engine_config = resolve_config(engine_config)
+        if engine_config.distributed_executor_backend == "ray":
+            raise ConfigError(
+                "--distributed-executor-backend ray is for fd run-batch; fd serve runs its engines as "
+                "processes on this machine (mp)"
+            )
         args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
         check_serving_options(args.serving)  # a bad parser: ConfigError now, not at a request
         fit_open_files(args.max_connections + (args.max_connections if metrics_sock else 0))
