@@ -178,3 +178,4 @@ async def run_on_ray(
             except Exception:
                 pass
         ray.shutdown()
+        stop.install()  # ray.shutdown() puts back the default SIGTERM disposition
