@@ -1,19 +1,23 @@
 """The Ray actor pool without Ray: fake actor handles that answer, fail or stall, under the real batch
 dispatcher. A failed actor's lines are retried once on another, then failed per line; a slow actor holds
-no more than its calls' lines; the output stays in input order with every line once."""
+no more than its calls' lines; the output stays in input order with every line once. And the plan of
+how many actors of how many CPUs a cluster takes (`plan_actors`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 from batch_helpers import completion_line, read_jsonl, write_jsonl
 
 from fdcli_engine.entrypoints.batch.dispatcher import BatchRunError
 from fdcli_engine.entrypoints.batch.files import OutputWriter, partial_path
+from fdcli_engine.entrypoints.batch.ray_driver import plan_actors
 from fdcli_engine.entrypoints.batch.ray_pool import RayActor, RayActorPool, RayDispatcher
 from fdcli_engine.entrypoints.batch.records import dump_record, success_record
+from fdcli_engine.errors import ConfigError
 
 
 class _Method:
@@ -110,3 +114,31 @@ def test_a_stalled_actor_holds_only_its_calls_lines(tmp_path):
     summary, records = asyncio.run(asyncio.wait_for(main(), 60))  # a guard against a hang only
     assert [r["custom_id"] for r in records] == [f"id-{i}" for i in range(30)]
     assert summary.succeeded == 30
+
+
+@pytest.mark.parametrize(
+    "node_cpus, threads, actors, want",
+    [
+        ([2], 1, None, (1, 2)),  # the test cluster: 2 actors of 1 CPU
+        ([16, 16], None, None, (16, 2)),  # no --threads: one engine per machine
+        ([16, 8], None, None, (8, 3)),  # the smallest node's CPUs each
+        ([16, 16], None, 4, (8, 4)),  # --data-parallel-size alone splits the cluster's CPUs
+        ([16, 16], 4, None, (4, 8)),
+        ([16, 0], 2, 3, (2, 3)),  # a node without CPUs takes no actor
+    ],
+)
+def test_actor_plan(node_cpus, threads, actors, want):
+    assert plan_actors(node_cpus, threads, actors) == want
+
+
+@pytest.mark.parametrize(
+    "node_cpus, threads, actors, message",
+    [
+        ([2], 1, 3, "3 Ray actor(s) of 1 CPU(s) each"),
+        ([8, 8], 12, None, "at most 8 on one node"),
+        ([0], None, None, "no CPUs"),
+    ],
+)
+def test_actor_plans_that_do_not_fit_are_one_clear_error(node_cpus, threads, actors, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        plan_actors(node_cpus, threads, actors)
