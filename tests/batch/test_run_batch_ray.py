@@ -35,11 +35,15 @@ from fdcli_engine.entrypoints.batch.files import partial_path
 
 RAY_MISSING = "Error: Ray is not installed: pip install 'fd-llm[ray]'\n"
 READY = re.compile(r"Ray actor (\d+) ready: pid (\d+)")
+# Token authentication off for the test's cluster and its drivers alike: `ray start` turns it on by
+# itself when ~/.ray/auth_token exists (any earlier local `ray.init()` writes one), and a driver given
+# an explicit address then connects without the token.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def _env() -> dict:
     path = os.pathsep.join([str(REPO), str(REPO / "kernels"), os.environ.get("PYTHONPATH", "")])
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **RAY_ENV}
 
 
 def _free_port() -> int:
@@ -60,11 +64,18 @@ def ray_address():
     proc = subprocess.Popen(
         args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
+    saved = {k: os.environ.get(k) for k in RAY_ENV}
+    os.environ.update(RAY_ENV)  # for the drivers that run_cli starts
     try:
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, out.decode()[-2000:]
         yield f"127.0.0.1:{port}"
     finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig)
@@ -205,8 +216,25 @@ def test_an_actor_killed_mid_run_has_its_lines_retried_on_the_other(tmp_path, ti
     assert retried and int(retried[3]) > 0, err[-2000:]  # the killed actor held lines, answered elsewhere
     records = read_jsonl(out)
     assert [r["custom_id"] for r in records] == [f"id-{i}" for i in range(num)]  # each once, in order
-    for r in records:
-        assert r["error"] is None and r["response"]["body"]["usage"]["completion_tokens"] == 40
+    single = tmp_path / "single.jsonl"
+    proc = run_cli(cli_args(tiny_model, "-i", str(src), "-o", str(single), "--max-num-seqs", "4"))
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    want = read_jsonl(single)
+    for i, (g, w) in enumerate(zip(records, want)):  # the retried lines' answers too
+        assert _comparable(g) == _comparable(w), f"output line {i + 1}"
+    assert all(r["response"]["body"]["usage"]["completion_tokens"] == 40 for r in records)
+
+
+def test_more_actors_than_the_cluster_fits_is_one_error_line(tmp_path, tiny_model, ray_address):
+    src = write_jsonl(tmp_path / "in.jsonl", _lines(2))
+    out = tmp_path / "out.jsonl"
+    proc = run_cli(_ray_args(tiny_model, ray_address, "-i", str(src), "-o", str(out), "-dp", "3"))
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        "Error: 3 Ray actor(s) of 1 CPU(s) each (--data-parallel-size, --threads) do not fit the Ray "
+        "cluster: 2 CPU(s), at most 2 on one node\n"
+    )
+    assert not out.exists() and not partial_path(out).exists()
 
 
 def test_driver_killed_mid_run_then_resume_gives_each_custom_id_once(tmp_path, tiny_model, ray_address):

@@ -72,7 +72,9 @@ def _connect(ray, address: str | None) -> None:
         )
     except Exception as e:  # ConnectionError, a timeout, a version mismatch: one line
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise BatchRunError(f"cannot start or join {where}: {' '.join(str(e).split())[:300]}") from None
+        # Ray tells a refused token only in its C++ log lines: name the likely cause with the error.
+        hint = " (a cluster with token authentication needs RAY_AUTH_MODE=token here)" if address else ""
+        raise BatchRunError(f"cannot start or join {where}: {' '.join(str(e).split())[:300]}{hint}") from None
 
 
 def plan_actors(node_cpus: list[int], threads: int | None, num_actors: int | None) -> tuple[int, int]:
