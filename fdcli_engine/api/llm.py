@@ -45,6 +45,11 @@ class LLM:
                 "engine core; data parallelism runs its ranks as processes (fd serve or fd run-batch "
                 "--data-parallel-size)"
             )
+        if self.config.distributed_executor_backend == "ray":
+            raise ConfigError(
+                "LLM(distributed_executor_backend='ray'): the in-process engine runs here; Ray runs "
+                "fd run-batch's engines (fd run-batch --distributed-executor-backend ray)"
+            )
         from fdcli_engine.api.inproc_client import InProcessEngineClient
         from fdcli_engine.engine import EngineCore
         from fdcli_engine.tokenizer import load_tokenizer

@@ -278,3 +278,29 @@ def test_driver_killed_mid_run_then_resume_gives_each_custom_id_once(tmp_path, t
         if r["error"] is None:
             assert r["response"]["body"]["usage"]["completion_tokens"] == 40
     assert json.loads(after[-1])  # the last line is complete
+
+
+def test_only_run_batch_takes_the_ray_backend(tiny_model):
+    from fdcli_engine import LLM
+    from fdcli_engine.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError, match=r"LLM\(distributed_executor_backend='ray'\): the in-process engine"
+    ):
+        LLM(str(tiny_model), distributed_executor_backend="ray")
+    args = [
+        sys.executable,
+        "-m",
+        "fdcli.main",
+        "serve",
+        "--model",
+        str(tiny_model),
+        "--port",
+        str(_free_port()),
+    ]
+    serve = run_cli([*args, "--distributed-executor-backend", "ray"], timeout=120)
+    assert serve.returncode == 2
+    assert serve.stderr.decode().endswith(
+        "Error: --distributed-executor-backend ray is for fd run-batch; fd serve runs its engines as "
+        "processes on this machine (mp)\n"
+    )
