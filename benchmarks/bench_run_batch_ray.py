@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,12 +70,17 @@ def main() -> None:
     tok_s: dict[str, list[float]] = {name: [] for name in settings}
     walls: dict[str, list[float]] = {name: [] for name in settings}
     names = list(settings)
-    for r in range(args.repeats):
-        for name in names if r % 2 == 0 else names[::-1]:
-            rate, wall = _run(settings[name], tmp / "summary.json")
-            tok_s[name].append(rate)
-            walls[name].append(wall)
-            print(name, "repeat", r, round(rate, 1), "tok/s,", round(wall, 1), "s in all", file=sys.stderr)
+    try:
+        for r in range(args.repeats):
+            for name in names if r % 2 == 0 else names[::-1]:
+                rate, wall = _run(settings[name], tmp / "summary.json")
+                tok_s[name].append(rate)
+                walls[name].append(wall)
+                print(
+                    name, "repeat", r, round(rate, 1), "tok/s,", round(wall, 1), "s in all", file=sys.stderr
+                )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     medians = {name: statistics.median(v) for name, v in tok_s.items()}
     for name in names:
         print(f"{name}: {medians[name]:.1f} output tok/s, {statistics.median(walls[name]):.1f} s per command")
