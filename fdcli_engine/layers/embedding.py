@@ -71,7 +71,7 @@ class LMHead:
         if hasattr(weight, "ggml_type"):
             self.lw = ops.prepare_linear_gguf(weight.raw, weight.ggml_type, self.hidden_size, None)
             return
-        self.lw = ops.prepare_linear(np.asarray(weight, dtype=np.float32), None)
+        self.lw = ops.prepare_linear(np.asarray(weight, dtype=np.float32), None, None)
 
     def tie(self, embedding: VocabEmbedding, weight: np.ndarray) -> None:
         """Tied to the embedding table `weight`: share its prepared GGUF blocks if it kept them."""

@@ -1,9 +1,12 @@
-// Prompt-row attention on AMX tiles, included by attn_impl.h in the AVX-512 namespace only (FD_W == 16).
+// Prompt-row attention on AMX tiles, included by attn_impl.h in the AVX-512 namespace only (FD_W == 16);
+// attn_impl.h's use_amx_attention says which rows take it.
 // No include guard on purpose.
 //
-// Numerics: q, keys, probabilities and values are rounded to bf16 (nearest even, the GEMM's formula),
-// products are exact in fp32 and summed in fp32; scores are scaled, masked and soft-maxed in fp32, online
-// per chunk of kAmxKeys keys at absolute key positions, exactly as the lane path does per chunk. A row's
+// Numerics: keys and values are the cache's bf16 values; q and the probabilities are each split into two
+// bf16 terms, x = hi + lo with hi = bf16(x) and lo = bf16(x - hi), so they keep ~16 bits instead of 8 and
+// the tiles' exact products and fp32 sums give nearly the lane path's fp32 attention over the same cache.
+// Scores are scaled, masked and soft-maxed in fp32, online per chunk of kAmxKeys keys at absolute key
+// positions, as the lane path does per chunk. A row's
 // result therefore depends on its own query and keys only, never on the other rows of its tile or on
 // where a prefill chunk boundary fell.
 //
@@ -30,6 +33,11 @@ static inline __m512i amx_round_hi(vf x) {  // fp32 -> bf16 bits in the high hal
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   return _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))),
                           _mm512_set1_epi32((int)0xFFFF0000u));
+}
+
+// The low bf16 term of x: bf16(x - bf16(x)), in the high half of each lane.
+static inline __m512i amx_round_lo(vf x, __m512i hi) {
+  return amx_round_hi(vsub(x, _mm512_castsi512_ps(hi)));
 }
 
 static inline void amx_store_bf16(uint16_t* o, vf x) {
@@ -104,22 +112,25 @@ static inline void amx_tile_config() {
 // Up to 16 rows of one KV head's GQA group in the lanes; idle lanes repeat the last row. hd % 64 == 0.
 static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim, ld = kv.nk_pad;
-  alignas(64) uint16_t qt[kMaxHeadDim * 16];       // Q^T: [hd / 2][16 lanes][2]
+  alignas(64) uint16_t qt[2][kMaxHeadDim * 16];    // Q^T's hi and lo terms: [hd / 2][16 lanes][2]
   alignas(64) float s[kAmxKeys * 16], part[64 * 16];  // scores^T, one 64-dim group of out^T's chunk update
-  alignas(64) uint16_t pt[kAmxKeys * 16];           // P^T: [keys / 2][16 lanes][2]
+  alignas(64) uint16_t pt[2][kAmxKeys * 16];        // P^T's hi and lo terms: [keys / 2][16 lanes][2]
   alignas(64) float ot[kMaxHeadDim * 16], lim[16];
   int64_t nk = 0, min_nk = INT64_MAX;
   for (int64_t r = 0; r < 16; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
     const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
-    for (int64_t d = 0; d < hd; d += 2) {
-      uint32_t lo, hi;
-      std::memcpy(&lo, qp + d, 4);
-      std::memcpy(&hi, qp + d + 1, 4);
-      lo += 0x7FFF + ((lo >> 16) & 1);
-      hi += 0x7FFF + ((hi >> 16) & 1);
-      qt[d * 16 + 2 * r] = (uint16_t)(lo >> 16);
-      qt[d * 16 + 2 * r + 1] = (uint16_t)(hi >> 16);
+    for (int64_t d = 0; d < hd; ++d) {
+      uint32_t u, h, l;
+      std::memcpy(&u, qp + d, 4);
+      h = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
+      float hf, rest;
+      std::memcpy(&hf, &h, 4);
+      rest = qp[d] - hf;
+      std::memcpy(&l, &rest, 4);
+      l += 0x7FFF + ((l >> 16) & 1);
+      qt[0][d / 2 * 32 + 2 * r + d % 2] = (uint16_t)(h >> 16);
+      qt[1][d / 2 * 32 + 2 * r + d % 2] = (uint16_t)(l >> 16);
     }
     lim[r] = (float)(row.nk - 1);
     nk = std::max(nk, row.nk);
@@ -135,14 +146,15 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t d = 0; d < hd; d += 32) {
-      _tile_loadd(6, qt + d * 16, 64);
+      _tile_loadd(6, qt[0] + d * 16, 64);
+      _tile_loadd(7, qt[1] + d * 16, 64);
       for (int t = 0; t < 4; ++t) {
         _tile_loadd(4, kv.k + (k0 + 16 * t) * hd + d, hd * 2);
         switch (t) {  // tile numbers are immediates
-          case 0: _tile_dpbf16ps(0, 4, 6); break;
-          case 1: _tile_dpbf16ps(1, 4, 6); break;
-          case 2: _tile_dpbf16ps(2, 4, 6); break;
-          default: _tile_dpbf16ps(3, 4, 6);
+          case 0: _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(0, 4, 7); break;
+          case 1: _tile_dpbf16ps(1, 4, 6); _tile_dpbf16ps(1, 4, 7); break;
+          case 2: _tile_dpbf16ps(2, 4, 6); _tile_dpbf16ps(2, 4, 7); break;
+          default: _tile_dpbf16ps(3, 4, 6); _tile_dpbf16ps(3, 4, 7);
         }
       }
     }
@@ -171,8 +183,12 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
         p[j] = vzero();
       }
     }
-    for (int64_t j = 0; j < kAmxKeys; j += 2)
-      _mm512_storeu_si512(pt + j * 16, _mm512_or_si512(amx_round_hi(p[j + 1]), _mm512_srli_epi32(amx_round_hi(p[j]), 16)));
+    for (int64_t j = 0; j < kAmxKeys; j += 2) {
+      const __m512i h0 = amx_round_hi(p[j]), h1 = amx_round_hi(p[j + 1]);
+      _mm512_storeu_si512(pt[0] + j * 16, _mm512_or_si512(h1, _mm512_srli_epi32(h0, 16)));
+      _mm512_storeu_si512(pt[1] + j * 16, _mm512_or_si512(amx_round_lo(p[j + 1], h1),
+                                                          _mm512_srli_epi32(amx_round_lo(p[j], h0), 16)));
+    }
     l = vfma(l, corr, psum);
     mx = cmax;
     for (int64_t d0 = 0; d0 < hd; d0 += 64) {
@@ -181,14 +197,15 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     _tile_zero(2);
     _tile_zero(3);
       for (int64_t kt = 0; kt < kAmxKeys; kt += 32) {
-        _tile_loadd(5, pt + kt * 16, 64);
+        _tile_loadd(5, pt[0] + kt * 16, 64);
+        _tile_loadd(6, pt[1] + kt * 16, 64);
         for (int t = 0; t < 4; ++t) {
           _tile_loadd(4, kv.vt + (d0 + 16 * t) * ld + k0 + kt, ld * 2);
           switch (t) {
-            case 0: _tile_dpbf16ps(0, 4, 5); break;
-            case 1: _tile_dpbf16ps(1, 4, 5); break;
-            case 2: _tile_dpbf16ps(2, 4, 5); break;
-            default: _tile_dpbf16ps(3, 4, 5);
+            case 0: _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(0, 4, 6); break;
+            case 1: _tile_dpbf16ps(1, 4, 5); _tile_dpbf16ps(1, 4, 6); break;
+            case 2: _tile_dpbf16ps(2, 4, 5); _tile_dpbf16ps(2, 4, 6); break;
+            default: _tile_dpbf16ps(3, 4, 5); _tile_dpbf16ps(3, 4, 6);
           }
         }
       }

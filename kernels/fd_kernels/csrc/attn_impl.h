@@ -547,13 +547,14 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
 #include "attn_amx.h"
 #endif
 
-// Marked prompt rows (a.prompt_rows) take the AMX tiles (attn_amx.h) on the AMX level, for fp32 and bf16
-// caches and head_dim a multiple of 64, as the quantized linears compute them in bf16 there; elsewhere,
-// and without a mask, the lane path.
+// Marked prompt rows (a.prompt_rows) over a bf16 cache with head_dim a multiple of 64 take the AMX tiles
+// (attn_amx.h) on the AMX level: a cache that already holds bf16 keys and values is the user's choice of
+// bf16 attention. fp32 and C8 caches, unmarked rows and other CPUs take the lane path, so an fp32 model
+// with an fp32 cache keeps fp32 attention everywhere.
 template <int KV>
 static bool use_amx_attention(const AttnArgs& a) {
 #if FD_W == 16
-  return KV != kKvS8 && a.head_dim % 64 == 0 && active_isa() == 3;
+  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3;
 #else
   (void)a;
   return false;
