@@ -5,8 +5,8 @@
 // Numerics: keys and values are the cache's bf16 values; q and the probabilities are each split into two
 // bf16 terms, x = hi + lo with hi = bf16(x) and lo = bf16(x - hi), so they keep ~16 bits instead of 8 and
 // the tiles' exact products and fp32 sums give nearly the lane path's fp32 attention over the same cache.
-// Scores are scaled, masked and soft-maxed in fp32, online per chunk of kAmxKeys keys at absolute key
-// positions, as the lane path does per chunk. A row's
+// q is scaled before it is split (as the lane path scales it); scores are masked and soft-maxed in fp32,
+// online per chunk of kAmxKeys keys at absolute key positions, as the lane path does per chunk. A row's
 // result therefore depends on its own query and keys only, never on the other rows of its tile or on
 // where a prefill chunk boundary fell.
 //
@@ -117,27 +117,29 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
   alignas(64) uint16_t pt[2][kAmxKeys * 16];        // P^T's hi and lo terms: [keys / 2][16 lanes][2]
   alignas(64) float ot[kMaxHeadDim * 16], lim[16];
   int64_t nk = 0, min_nk = INT64_MAX;
+  // q * scale's two bf16 terms row by row ([16][hd], bf16), then transposed as 32-bit dim pairs into Q^T.
+  alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];
   for (int64_t r = 0; r < 16; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
     const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
-    for (int64_t d = 0; d < hd; ++d) {
-      uint32_t u, h, l;
-      std::memcpy(&u, qp + d, 4);
-      h = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
-      float hf, rest;
-      std::memcpy(&hf, &h, 4);
-      rest = qp[d] - hf;
-      std::memcpy(&l, &rest, 4);
-      l += 0x7FFF + ((l >> 16) & 1);
-      qt[0][d / 2 * 32 + 2 * r + d % 2] = (uint16_t)(h >> 16);
-      qt[1][d / 2 * 32 + 2 * r + d % 2] = (uint16_t)(l >> 16);
+    for (int64_t d = 0; d < hd; d += 16) {
+      const vf x = vmul(vload(qp + d), vset1(a.scale));  // pre-scaled, as the lane path's q
+      const __m512i hi = amx_round_hi(x);
+      _mm256_storeu_si256((__m256i*)(qrow[0] + r * hd + d), _mm512_cvtepi32_epi16(_mm512_srli_epi32(hi, 16)));
+      _mm256_storeu_si256((__m256i*)(qrow[1] + r * hd + d),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_lo(x, hi), 16)));
     }
     lim[r] = (float)(row.nk - 1);
     nk = std::max(nk, row.nk);
     min_nk = std::min(min_nk, row.nk);
   }
+  const __m512i rows_idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32((int)(hd / 2)));
+  for (int t = 0; t < 2; ++t)
+    for (int64_t pr = 0; pr < hd / 2; ++pr)
+      _mm512_storeu_si512(qt[t] + pr * 32, _mm512_i32gather_epi32(rows_idx, (const int*)qrow[t] + pr, 4));
   for (int64_t i = 0; i < hd * 16; ++i) ot[i] = 0.0f;
-  const vf limit = vload(lim), scale = vset1(a.scale);
+  const vf limit = vload(lim);
   vf mx = vset1(-INFINITY), l = vzero();
   amx_tile_config();
   for (int64_t k0 = 0; k0 < nk; k0 += kAmxKeys) {
@@ -166,7 +168,7 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     vf p[kAmxKeys];
     vf cmax = mx;
     for (int64_t j = 0; j < n; ++j) {
-      p[j] = vmul(vload(s + 16 * j), scale);
+      p[j] = vload(s + 16 * j);
       if (k0 + j >= min_nk) p[j] = vmask_le(p[j], (float)(k0 + j), limit);
       cmax = vmax(cmax, p[j]);
     }
