@@ -53,12 +53,14 @@ class LMHead:
     def __init__(self, hidden_size: int, vocab_size: int):
         self.hidden_size = hidden_size
         self.vocab_size = vocab_size
-        self.weight = None  # paddle fp32 [hidden, vocab], contiguous
-        self.lw = None  # instead of weight: a linear op weight prepared from GGUF blocks
+        # The linear op's weight: fp32 panels, or the GGUF blocks as stored. Never Paddle's matmul: its
+        # BLAS may split a row's sum differently by row count (MKL does on Intel CPUs), and a logit must
+        # not depend on what else the step holds (tests/engine/test_preemption.py).
+        self.lw = None
 
     @property
     def is_loaded(self) -> bool:
-        return self.weight is not None or self.lw is not None
+        return self.lw is not None
 
     def load(self, weight: np.ndarray) -> None:
         """weight: [vocab, hidden] as in HF checkpoints (lm_head.weight or the tied embedding)."""
@@ -69,7 +71,7 @@ class LMHead:
         if hasattr(weight, "ggml_type"):
             self.lw = ops.prepare_linear_gguf(weight.raw, weight.ggml_type, self.hidden_size, None)
             return
-        self.weight = paddle.to_tensor(np.ascontiguousarray(np.asarray(weight, dtype=np.float32).T))
+        self.lw = ops.prepare_linear(np.asarray(weight, dtype=np.float32), None, None)
 
     def tie(self, embedding: VocabEmbedding, weight: np.ndarray) -> None:
         """Tied to the embedding table `weight`: share its prepared GGUF blocks if it kept them."""
@@ -79,6 +81,4 @@ class LMHead:
             self.load(weight)
 
     def __call__(self, hidden):
-        if self.lw is not None:
-            return ops.linear(hidden, self.lw)
-        return paddle.matmul(hidden, self.weight)
+        return ops.linear(hidden, self.lw)

@@ -208,9 +208,16 @@ def test_smollm2_against_its_dequantized_transformers_model(smollm2_hf, quantiza
     """The real SmolLM2 GGUF vs transformers' own GGUF loader (dequantized, fp32). Dequantized with the
     fp32 cache: observed at most 2.3e-5 (mean 7e-6); allowed 2e-4 and 5e-5. The default path (Q4_1 blocks
     multiplied as they are, 16-bit activations, bf16 cache; test_gguf_smollm2 states its logits error,
-    2e-2): observed at most 0.013 (mean 0.0034); allowed 3e-2 and 1e-2. The prompt token's rank-1
-    entry (the model's argmax) equals transformers' at every position on these prompts."""
+    2e-2): observed at most 0.013 (mean 0.0034); allowed 3e-2 and 1e-2. On AMX CPUs the prompt rows of
+    the quantized linears multiply bf16 activations (test_amx.py): observed at most 0.038 (mean 0.010);
+    allowed 6e-2 and 2e-2 there. The prompt token's rank-1 entry (the model's argmax) equals
+    transformers' at every position on these prompts."""
     import torch
+
+    from fdcli_engine import ops
+
+    if quantization == "gguf" and ops.describe() == "native (amx)":
+        max_atol, mean_atol = 6e-2, 2e-2
 
     hf = smollm2_hf
     llm = LLM(None, max_model_len=256, quantization=quantization)

@@ -112,3 +112,29 @@ def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng)
     wq = q.dequantize()
     fewer = to_rows(np.ones(5, dtype=bool))  # an LM head over fewer rows than the step
     _check(native.linear(to_pd(x), q, fewer).numpy(), x.astype(np.float64) @ wq.astype(np.float64).T, x, wq)
+
+
+@pytest.mark.parametrize("kind", ["wint8", "wint4", "Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("m,k,n", [(40, 96, 70), (130, 576, 200), (64, 1536, 96)])
+def test_prepacked_tiles_give_the_per_call_dequantized_bits(native, rng, kind, m, k, n):
+    # The tiles a linear keeps (made once, on its first prompt rows) hold exactly what the kernel
+    # dequantizes per call without them, so both give the same bits, and only the quantized weights
+    # pay the memory.
+    lw, _ = _weight(native, rng, kind, k, n)
+    x, rows = to_pd(rng.standard_normal((m, k), dtype=np.float32)), to_rows(np.ones(m, dtype=bool))
+    kept = native.linear(x, lw, rows).numpy()
+    tiles = lw.tiles
+    assert tiles is not None and tiles.shape[0] == (n + 31) // 32 * 32 * ((k + 31) // 32 * 32)
+    lw.tiles = native._empty("int16")  # no tiles: dequantized in the call
+    np.testing.assert_array_equal(native.linear(x, lw, rows).numpy(), kept)
+    assert native.prepare_linear(rng.standard_normal((n, k), dtype=np.float32)).amx_tiles().shape[0] == 0
+
+
+def test_tiles_of_another_weight_are_refused(native, rng):
+    a, _ = _weight(native, rng, "wint8", 64, 32)
+    b, _ = _weight(native, rng, "wint8", 64, 64)
+    a.tiles = b.amx_tiles()
+    with pytest.raises(ValueError, match="tiles do not match the weight"):
+        native.linear(
+            to_pd(rng.standard_normal((16, 64), dtype=np.float32)), a, to_rows(np.ones(16, dtype=bool))
+        )

@@ -7,10 +7,13 @@
 // fma(q, s, min)) before rounding. Rounding a 4- or 8-bit weight's dequantized value to bf16 adds an error
 // far below its quantization step; the activation rounding (relative 2^-9) is what this mode costs.
 //
-// Layout: A is converted once per call to bf16 [Mp][Kp] (rows padded to 32, K to 32, zeros). Weight panels
-// (kNR = 32 columns) are dequantized into bf16 in AMX's pair-interleaved ("VNNI") layout [Kp/2][32][2],
-// a group of panels at a time (gemm_kind), and each 32-row block of A runs against a panel with four
-// 16x16 fp32 accumulator tiles.
+// Layout: every operand tile is 1 KB of contiguous memory (16 rows of 64 bytes), so a tile load touches
+// 16 consecutive cache lines. A is converted once per call to bf16 tiles [Mp/32][Kp/32][2][16][32] (rows
+// padded to 32, K to 32, zeros). A weight panel (kNR = 32 columns) is bf16 in AMX's pair-interleaved
+// ("VNNI") order, tiles [Kp/32][2][16][32]: tile (s, h) holds k-step s's 16 k-pairs for columns
+// 16h..16h+15, each 32-bit lane one column's (k = 2r, k = 2r + 1). Panels come either prepacked once
+// at load (amx::pack_tiles, the LinearWeight's `tiles`) or dequantized per call a group at a time
+// (gemm_kind). Each 32-row block of A runs against a panel with four 16x16 fp32 accumulator tiles.
 
 #include <immintrin.h>
 #include <omp.h>
@@ -60,23 +63,33 @@ inline uint16_t round_scalar(float x) {
   return (uint16_t)(u >> 16);
 }
 
-// Activations [m, lda] fp32 -> [mp, kp] bf16, zero padded.
+// Offset of (row r, k) in A's tile layout: 32-row block, k-step, 16-row half, row, k within the step.
+inline int64_t a_offset(int64_t r, int64_t k, int64_t kp) {
+  return ((r / kRows * (kp / kKStep) + k / kKStep) * 2 + r % kRows / 16) * 512 + r % 16 * kKStep + k % kKStep;
+}
+
+// Activations [m, lda] fp32 -> A's bf16 tiles, zero padded.
 void convert_a(const GemmArgs& g, int64_t mp, int64_t kp, uint16_t* out) {
 #pragma omp parallel for schedule(static) if (g.m * g.k >= (1 << 15))
   for (int64_t r = 0; r < mp; ++r) {
-    uint16_t* o = out + r * kp;
-    int64_t k = 0;
-    if (r < g.m) {
-      const float* a = g.a + r * g.lda;
-      for (; k + 16 <= g.k; k += 16) {
-        const __m512i hi = _mm512_srli_epi32(round_hi(_mm512_loadu_ps(a + k)), 16);
-        _mm256_storeu_si256((__m256i*)(o + k), _mm512_cvtepi32_epi16(hi));
+    const float* a = g.a + r * g.lda;
+    for (int64_t k = 0; k < kp; k += kKStep) {
+      uint16_t* o = out + a_offset(r, k, kp);
+      int64_t j = 0;
+      if (r < g.m) {
+        for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
+          const __m512i hi = _mm512_srli_epi32(round_hi(_mm512_loadu_ps(a + k + j)), 16);
+          _mm256_storeu_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(hi));
+        }
+        for (; j < kKStep && k + j < g.k; ++j) o[j] = round_scalar(a[k + j]);
       }
-      for (; k < g.k; ++k) o[k] = round_scalar(a[k]);
+      for (; j < kKStep; ++j) o[j] = 0;
     }
-    std::memset(o + k, 0, (kp - k) * sizeof(uint16_t));
   }
 }
+
+// Where pair row pr (k = 2 pr, 2 pr + 1) of a panel's column half h starts in its tile layout.
+inline int64_t b_offset(int64_t pr, int h) { return (pr / 16 * 2 + h) * 512 + pr % 16 * kKStep; }
 
 // Row k of panel p, dequantized as the AVX-512 path does: columns 0-15 in lo, 16-31 in hi.
 template <int KIND>
@@ -98,7 +111,7 @@ inline void dequant_row(const GemmArgs& g, int64_t p, int64_t k, int64_t ngroups
   }
 }
 
-// Panel p -> [kp/2][32][2] bf16: 32-bit lane c of pair row r holds (k = 2r, k = 2r + 1) of column c.
+// Panel p -> its bf16 tiles (see Layout): lane c of pair row r holds (k = 2r, k = 2r + 1) of column c.
 template <int KIND>
 void pack_panel(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
   const int64_t ngroups = (g.k + g.group - 1) / g.group;
@@ -107,9 +120,8 @@ void pack_panel(const GemmArgs& g, int64_t p, int64_t kp, uint16_t* out) {
     __m512 a0 = zero, a1 = zero, b0 = zero, b1 = zero;
     if (k < g.k) dequant_row<KIND>(g, p, k, ngroups, a0, a1);
     if (k + 1 < g.k) dequant_row<KIND>(g, p, k + 1, ngroups, b0, b1);
-    uint16_t* row = out + k * kNR;  // (k / 2) pair rows of 64 bf16
-    _mm512_storeu_si512(row, _mm512_or_si512(round_hi(b0), _mm512_srli_epi32(round_hi(a0), 16)));
-    _mm512_storeu_si512(row + 32, _mm512_or_si512(round_hi(b1), _mm512_srli_epi32(round_hi(a1), 16)));
+    _mm512_storeu_si512(out + b_offset(k / 2, 0), _mm512_or_si512(round_hi(b0), _mm512_srli_epi32(round_hi(a0), 16)));
+    _mm512_storeu_si512(out + b_offset(k / 2, 1), _mm512_or_si512(round_hi(b1), _mm512_srli_epi32(round_hi(a1), 16)));
   }
 }
 
@@ -151,39 +163,49 @@ void pack_panel_q(const GemmArgs& g, int64_t p, uint16_t* out) {
         }
       }
       for (int j = 0; j < kQBlock; j += 2) {
-        uint16_t* row = out + (b * kQBlock + j) * kNR;
-        _mm512_storeu_si512(row + 32 * h, _mm512_or_si512(round_hi(v[j + 1]), _mm512_srli_epi32(round_hi(v[j]), 16)));
+        _mm512_storeu_si512(out + b_offset((b * kQBlock + j) / 2, h),
+                            _mm512_or_si512(round_hi(v[j + 1]), _mm512_srli_epi32(round_hi(v[j]), 16)));
       }
     }
   }
 }
 
-// One 32-row block of A against one packed panel; writes rows [m0, min(m0 + 32, m)) of C.
+// One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. The loads are
+// interleaved with the multiplies so that each multiply waits for at most one load.
 void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  const uint16_t* a = abf + m0 * kp;
+  const uint16_t* a = abf + m0 * kp;  // this block's tiles (a_offset of row m0, k 0)
   for (int64_t k = 0; k < kp; k += kKStep) {
-    _tile_loadd(4, a + k, kp * 2);
-    _tile_loadd(5, a + 16 * kp + k, kp * 2);
-    _tile_loadd(6, bp + k * kNR, kNR * 4);
-    _tile_loadd(7, bp + k * kNR + 32, kNR * 4);
+    const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
+    _tile_loadd(4, at, 64);
+    _tile_loadd(6, bt, 64);
     _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, bt + 512, 64);
     _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, at + 512, 64);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
+  }
+  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
+  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
+  float* c = g.c + m0 * g.n + n0;
+  if (rows == kRows && ncols == kNR && !g.bias) {
+    _tile_stored(0, c, g.n * 4);
+    _tile_stored(1, c + 16, g.n * 4);
+    _tile_stored(2, c + 16 * g.n, g.n * 4);
+    _tile_stored(3, c + 16 * g.n + 16, g.n * 4);
+    return;
   }
   alignas(64) float tmp[kRows * kNR];
   _tile_stored(0, tmp, kNR * 4);
   _tile_stored(1, tmp + 16, kNR * 4);
   _tile_stored(2, tmp + 16 * kNR, kNR * 4);
   _tile_stored(3, tmp + 16 * kNR + 16, kNR * 4);
-  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
-  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
   for (int64_t r = 0; r < rows; ++r) {
-    float* c = g.c + (m0 + r) * g.n + n0;
+    float* cr = c + r * g.n;
     const float* t = tmp + r * kNR;
     if (ncols == kNR) {
       __m512 c0 = _mm512_load_ps(t), c1 = _mm512_load_ps(t + 16);
@@ -191,22 +213,57 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
         c0 = _mm512_add_ps(c0, _mm512_loadu_ps(g.bias + n0));
         c1 = _mm512_add_ps(c1, _mm512_loadu_ps(g.bias + n0 + 16));
       }
-      _mm512_storeu_ps(c, c0);
-      _mm512_storeu_ps(c + 16, c1);
+      _mm512_storeu_ps(cr, c0);
+      _mm512_storeu_ps(cr + 16, c1);
     } else {
-      for (int64_t j = 0; j < ncols; ++j) c[j] = t[j] + (g.bias ? g.bias[n0 + j] : 0.0f);
+      for (int64_t j = 0; j < ncols; ++j) cr[j] = t[j] + (g.bias ? g.bias[n0 + j] : 0.0f);
     }
   }
 }
 
-// Panels are dequantized a group at a time (up to kGroupBytes of bf16, kept in L2) into one buffer the
+// Bytes of bf16 panels worked on at a time: kept in L2 while every row block of A passes over them.
+constexpr int64_t kGroupBytes = 1 << 20;
+
+void load_tile_config() {
+  TileConfig cfg{};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// Prepacked panels: each thread takes a contiguous range of panels (or, with fewer panels than threads
+// can share, a range of row blocks) and walks it in L2-sized chunks, every row block of A against the
+// chunk, so the chunk is read from memory once and each A block stays in L1 across the chunk's panels.
+// A block's result does not depend on which thread computes it.
+void gemm_prepacked(const GemmArgs& g, const uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels) {
+  const int64_t panel_elems = kp * kNR;
+  const int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
+#pragma omp parallel
+  {
+    load_tile_config();
+    const int64_t nth = omp_get_num_threads(), tid = omp_get_thread_num();
+    const bool by_panels = panels >= 2 * nth || nrb < nth;
+    const int64_t items = by_panels ? panels : nrb;
+    const int64_t lo = items * tid / nth, hi = items * (tid + 1) / nth;
+    const int64_t p_lo = by_panels ? lo : 0, p_hi = by_panels ? hi : panels;
+    const int64_t r_lo = by_panels ? 0 : lo, r_hi = by_panels ? nrb : hi;
+    for (int64_t p0 = p_lo; p0 < p_hi; p0 += chunk)
+      for (int64_t rb = r_lo; rb < r_hi; ++rb)
+        for (int64_t p = p0; p < std::min(p_hi, p0 + chunk); ++p)
+          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+    _tile_release();
+  }
+}
+
+// Panels are dequantized a group at a time (up to kGroupBytes) into one buffer the
 // threads share; then each thread runs its 32-row blocks of A against every panel of the group, so a block
 // (32 x Kp bf16, 36 KB at K = 576) is loaded from memory once per group and read from L1 for the others,
 // where whole panels against all of A would stream A (more than L2 at long prompts) once per panel.
 // Rows are split between the threads; with few row blocks the group's panels are split too (slices), so
 // every thread has work at any M.
-constexpr int64_t kGroupBytes = 1 << 20;
-
 template <int KIND>
 void gemm_kind(const GemmArgs& g) {
   const int64_t kp = (g.k + kKStep - 1) / kKStep * kKStep;
@@ -218,16 +275,11 @@ void gemm_kind(const GemmArgs& g) {
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
   std::unique_ptr<uint16_t[]> abf(new uint16_t[mp * kp]);
   convert_a(g, mp, kp, abf.get());
+  if (g.tiles) return gemm_prepacked(g, abf.get(), kp, nrb, panels);
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
 #pragma omp parallel
   {
-    TileConfig cfg{};
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; ++t) {
-      cfg.colsb[t] = 64;
-      cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    load_tile_config();
     const int64_t nth = omp_get_num_threads();
     for (int64_t p0 = 0; p0 < panels; p0 += group) {
       const int64_t np = std::min(group, panels - p0);
@@ -284,6 +336,35 @@ void gemm_bf16(const GemmArgs& g) {
       return gemm_kind<kQ4_1>(g);
     default:
       return gemm_kind<kQ8_0>(g);
+  }
+}
+
+template <int KIND>
+void pack_kind(const GemmArgs& g, uint16_t* out) {
+  const int64_t kp = (g.k + kKStep - 1) / kKStep * kKStep, panels = (g.n + kNR - 1) / kNR;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    if constexpr (is_qkind(KIND))
+      pack_panel_q<KIND>(g, p, out + p * kp * kNR);
+    else
+      pack_panel<KIND>(g, p, kp, out + p * kp * kNR);
+  }
+}
+
+int64_t tiles_elems(int64_t n, int64_t k) { return (n + kNR - 1) / kNR * ((k + kKStep - 1) / kKStep * kKStep) * kNR; }
+
+void pack_tiles(const GemmArgs& g, uint16_t* out) {
+  switch (g.kind) {
+    case kS8:
+      return pack_kind<kS8>(g, out);
+    case kU4:
+      return pack_kind<kU4>(g, out);
+    case kQ4_0:
+      return pack_kind<kQ4_0>(g, out);
+    case kQ4_1:
+      return pack_kind<kQ4_1>(g, out);
+    default:
+      return pack_kind<kQ8_0>(g, out);
   }
 }
 

@@ -543,6 +543,24 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
   }
 }
 
+#if FD_W == 16
+#include "attn_amx.h"
+#endif
+
+// Marked prompt rows (a.prompt_rows) over a bf16 cache with head_dim a multiple of 64 take the AMX tiles
+// (attn_amx.h) on the AMX level: a cache that already holds bf16 keys and values is the user's choice of
+// bf16 attention. fp32 and C8 caches, unmarked rows and other CPUs take the lane path, so an fp32 model
+// with an fp32 cache keeps fp32 attention everywhere.
+template <int KV>
+static bool use_amx_attention(const AttnArgs& a) {
+#if FD_W == 16
+  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
 template <int KV>
 static void paged_attention_impl(const AttnArgs& a) {
   struct Item {
@@ -550,6 +568,7 @@ static void paged_attention_impl(const AttnArgs& a) {
     int64_t k0, k1;        // the keys it takes (decode parts), else 0 and INT64_MAX
     int64_t part;          // offset of its state in `parts`, or -1: write the outputs
     bool lanes;            // rows in vector lanes (attend_lanes), else attend_rows
+    bool prompt;           // rows of a marked prompt run (a.prompt_rows): the AMX level's bf16 path
   };
   struct Split {
     int64_t item, nparts;  // first of its parts' items (consecutive), how many
@@ -571,11 +590,11 @@ static void paged_attention_impl(const AttnArgs& a) {
         const int64_t nk = a.seq_lens[b] - nq + (t1 - 1) / group + 1;  // the tile's last query's keys
         const int64_t nparts = (nk + kKeysPerPart - 1) / kKeysPerPart;
         if ((FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows)) || nparts <= 1) {
-          items.push_back({b, g, t0, t1, 0, INT64_MAX, -1, FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows)});
+          items.push_back({b, g, t0, t1, 0, INT64_MAX, -1, FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows), lanes});
         } else {
           splits.push_back({(int64_t)items.size(), nparts});
           for (int64_t p = 0; p < nparts; ++p) {
-            items.push_back({b, g, t0, t1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats, false});
+            items.push_back({b, g, t0, t1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats, false, false});
             part_floats += (t1 - t0) * (hd + 2);
           }
         }
@@ -606,6 +625,38 @@ static void paged_attention_impl(const AttnArgs& a) {
     }
   };
   const int64_t nitems = (int64_t)items.size();
+#if FD_W == 16
+  // AMX: K and V^T in bf16 for every (sequence, KV head) that has lane items, up to the keys its last
+  // prompt row sees; made in parallel over 64-key chunks before any item reads them.
+  const bool amx = use_amx_attention<KV>(a);
+  std::vector<int64_t> amx_nk(amx ? a.num_seqs : 0, 0), amx_off(amx ? a.num_seqs : 0, 0);
+  std::unique_ptr<uint16_t[]> amx_buf;
+  if (amx) {
+    int64_t total = 0;
+    std::vector<std::array<int64_t, 3>> chunks;  // (sequence, KV head, first key)
+    for (const Item& w : items) {
+      if (!w.prompt) continue;
+      const int64_t nq = a.query_start_loc[w.b + 1] - a.query_start_loc[w.b];
+      amx_nk[w.b] = std::max(amx_nk[w.b], a.seq_lens[w.b] - nq + (w.r1 - 1) / group + 1);
+    }
+    for (int64_t b = 0; b < a.num_seqs; ++b) {
+      const int64_t pad = (amx_nk[b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
+      amx_off[b] = total;
+      total += 2 * pad * hd * a.num_kv_heads;
+      for (int64_t g = 0; g < a.num_kv_heads; ++g)
+        for (int64_t k0 = 0; k0 < pad; k0 += kAmxKeys) chunks.push_back({b, g, k0});
+    }
+    amx_buf.reset(new uint16_t[total > 0 ? total : 1]);
+    const int64_t nchunks = (int64_t)chunks.size();
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+    for (int64_t i = 0; i < nchunks; ++i) {
+      const int64_t b = chunks[i][0], g = chunks[i][1];
+      const int64_t pad = (amx_nk[b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
+      uint16_t* kb = amx_buf.get() + amx_off[b] + 2 * g * pad * hd;
+      amx_kv_prepare<KV>(a, a.block_tables + b * a.max_blocks, g, amx_nk[b], chunks[i][2], kb, kb + pad * hd, pad);
+    }
+  }
+#endif
   // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
   // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
   // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item.
@@ -617,6 +668,14 @@ static void paged_attention_impl(const AttnArgs& a) {
     AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
     item_rows(w, rows);
     const int64_t n = w.r1 - w.r0;
+#if FD_W == 16
+    if (w.prompt && amx) {
+      const int64_t pad = (amx_nk[w.b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
+      const uint16_t* kb = amx_buf.get() + amx_off[w.b] + 2 * w.g * pad * hd;
+      attend_amx(a, AmxKv{kb, kb + pad * hd, pad}, rows, n);
+      continue;
+    }
+#endif
     if (FD_W > 1 && w.lanes) {
       attend_lanes<KV>(a, bt, w.g, rows, n);
     } else {

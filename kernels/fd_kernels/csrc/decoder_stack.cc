@@ -31,6 +31,7 @@ std::unique_ptr<float[], FreeDeleter> scratch(int64_t floats) {
 // fd_linear: x [t, k] -> c [t, l.n].
 void linear(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c, const uint8_t* prompt_rows) {
   GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
+  g.tiles = l.tiles;
   gemm(g, prompt_rows);
 }
 

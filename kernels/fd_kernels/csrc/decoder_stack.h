@@ -17,6 +17,7 @@ struct StackLinear {
   const float* scales;
   const float* mins;
   const float* bias;  // nullptr: no bias
+  const uint16_t* tiles;  // the AMX tiles (GemmArgs::tiles), or nullptr
   int64_t n, group;
   int kind;
 };

@@ -4,7 +4,7 @@
 //
 //   fd_decoder_stack_plan(FinalNorm, CosSin, Weights[]) -> weight plan, once after loading. Weights holds
 //     per layer kPerLayer tensors (kPerLayerQkNorm with per-head q/k norms), in this order:
-//     input_norm, qkv{packed, scales, mins, bias}, o_proj{..}, post_norm, gate_up{..}, down{..},
+//     input_norm, qkv{packed, scales, mins, bias, tiles}, o_proj{..}, post_norm, gate_up{..}, down{..},
 //     [q_norm, k_norm]; linear_meta per layer and linear (qkv, o_proj, gate_up, down): n, kind, group,
 //     has_bias.
 //   fd_decoder_stack_bind(Plan, KVCaches[]) -> cache plan, once per set of caches. KVCaches holds per
@@ -29,7 +29,7 @@ namespace {
 
 using paddle::Tensor;
 
-constexpr int64_t kPerLayer = 18, kPerLayerQkNorm = 20, kMetaPerLayer = 16;
+constexpr int64_t kPerLinear = 5, kPerLayer = 2 + 4 * kPerLinear, kPerLayerQkNorm = kPerLayer + 2, kMetaPerLayer = 16;
 
 using fdglue::as_i64;
 using fdglue::contig;
@@ -48,7 +48,7 @@ const float* f32_ptr(const Tensor& x, int64_t numel, const char* what, int64_t l
   return static_cast<const float*>(weight_ptr(x, paddle::DataType::FLOAT32, numel, what, layer));
 }
 
-// The four tensors of a packed linear with k inputs, checked as fd_linear checks them (plus the sizes
+// The five tensors of a packed linear with k inputs, checked as fd_linear checks them (plus the sizes
 // of scales / mins / bias, which fd_linear trusts).
 fdk::StackLinear stack_linear(const Tensor* t, const int64_t* meta, int64_t k, const char* what, int64_t layer) {
   fdk::StackLinear l{};
@@ -71,6 +71,7 @@ fdk::StackLinear stack_linear(const Tensor* t, const int64_t* meta, int64_t k, c
   l.scales = f32_ptr(t[1], groups ? panels * groups * fdk::kNR : 0, what, layer);
   l.mins = f32_ptr(t[2], l.kind == fdk::kU4 ? panels * groups * fdk::kNR : 0, what, layer);
   l.bias = has_bias ? f32_ptr(t[3], panels * fdk::kNR, what, layer) : nullptr;
+  l.tiles = fdglue::tiles_ptr(t[4], l.kind, l.n, k, what);
   return l;
 }
 
@@ -186,16 +187,17 @@ std::vector<Tensor> DecoderStackPlan(const Tensor& final_norm, const Tensor& cos
     const int64_t* m = linear_meta.data() + i * kMetaPerLayer;
     fdk::StackLayer& l = layers[i];
     l.input_norm = f32_ptr(w[0], hidden, "input_layernorm", i);
+    constexpr int64_t L = kPerLinear;
     l.qkv = stack_linear(w + 1, m, hidden, "qkv_proj", i);
-    l.o_proj = stack_linear(w + 5, m + 4, q_size, "o_proj", i);
-    l.post_norm = f32_ptr(w[9], hidden, "post_attention_layernorm", i);
-    l.gate_up = stack_linear(w + 10, m + 8, hidden, "gate_up_proj", i);
-    l.down = stack_linear(w + 14, m + 12, p->intermediate, "down_proj", i);
+    l.o_proj = stack_linear(w + 1 + L, m + 4, q_size, "o_proj", i);
+    l.post_norm = f32_ptr(w[1 + 2 * L], hidden, "post_attention_layernorm", i);
+    l.gate_up = stack_linear(w + 2 + 2 * L, m + 8, hidden, "gate_up_proj", i);
+    l.down = stack_linear(w + 2 + 3 * L, m + 12, p->intermediate, "down_proj", i);
     PD_CHECK(l.qkv.n == q_size + 2 * kv_size && l.o_proj.n == hidden && l.gate_up.n == 2 * p->intermediate &&
                  l.down.n == hidden,
              "decoder_stack: layer ", i, " linear widths do not fit the stack's dimensions");
-    l.q_norm = qk_norm ? f32_ptr(w[18], head_dim, "q_norm", i) : nullptr;
-    l.k_norm = qk_norm ? f32_ptr(w[19], head_dim, "k_norm", i) : nullptr;
+    l.q_norm = qk_norm ? f32_ptr(w[kPerLayer], head_dim, "q_norm", i) : nullptr;
+    l.k_norm = qk_norm ? f32_ptr(w[kPerLayer + 1], head_dim, "k_norm", i) : nullptr;
   }
   return {plan};
 }

@@ -52,6 +52,9 @@ struct GemmArgs {
   // Set by gemm() for prompt rows on the AMX level (kS8/kU4): the AVX-512 microkernel rounds the
   // dequantized weights to bf16 (the activations arrive rounded), as amx.cc does. Never set by callers.
   bool bf16 = false;
+  // The weight's bf16 tiles for the AMX level (amx::pack_tiles, made once at load), or nullptr: the
+  // tiles are then dequantized per call. Either way the same numbers.
+  const uint16_t* tiles = nullptr;
 };
 
 // What a KV cache stores per element: fp32; bf16 (uint16 bits, bf16_impl.h); int8 codes with per-row fp32
@@ -85,6 +88,10 @@ int active_isa();
 namespace amx {
 bool usable();                       // CPU has AMX-BF16 and the OS granted the tile state
 void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 / GGUF block weights, any m
+// The bf16 tiles of a kS8 / kU4 / GGUF block weight (g's w, scales, mins, group, kind, n, k), as
+// gemm_bf16 would dequantize them: tiles_elems(n, k) uint16 values into out.
+int64_t tiles_elems(int64_t n, int64_t k);
+void pack_tiles(const GemmArgs& g, uint16_t* out);
 // a [m, lda] -> out [m, k]: each value rounded to bf16 (as amx.cc rounds), kept as fp32.
 void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* out);
 }  // namespace amx

@@ -26,8 +26,8 @@ int64_t last_dim(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().bac
 
 // prompt_rows: uint8 [m] (1 = a prompt token's row, computed in bf16 on the AMX level) or empty.
 std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
-                           const Tensor& bias, const Tensor& prompt_rows, int64_t n, int64_t kind, int64_t group,
-                           bool has_bias) {
+                           const Tensor& bias, const Tensor& prompt_rows, const Tensor& tiles, int64_t n,
+                           int64_t kind, int64_t group, bool has_bias) {
   check_f32(x_in, "x");
   const Tensor x = contig(x_in);
   const int64_t k = last_dim(x);
@@ -51,7 +51,22 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
     PD_CHECK(prompt_rows.numel() == m, "linear: prompt_rows has ", prompt_rows.numel(), " rows, x has ", m);
     rows = prompt_rows.data<uint8_t>();
   }
+  g.tiles = fdglue::tiles_ptr(tiles, kind, n, k, "linear");
   fdk::gemm(g, rows);
+  return {out};
+}
+
+// A quantized linear's bf16 tiles for the AMX prompt rows (amx::pack_tiles), made once at load.
+std::vector<Tensor> AmxTiles(const Tensor& w, const Tensor& scales, const Tensor& mins, int64_t n, int64_t k,
+                             int64_t kind, int64_t group) {
+  PD_CHECK(fdk::active_isa() == 3, "amx_tiles: this process does not use AMX");
+  PD_CHECK(kind > fdk::kF32 && kind <= fdk::kQ8_0, "amx_tiles: only quantized weights have tiles");
+  PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous() && w.numel() == fdk::packed_elems((int)kind, n, k),
+           "amx_tiles: packed weight does not match n and k");
+  Tensor out = paddle::empty({fdk::amx::tiles_elems(n, k)}, paddle::DataType::INT16, w.place());
+  fdk::GemmArgs g{nullptr, k, 0, k, n, w.data(), scales.data<float>(), mins.data<float>(), group, (int)kind,
+                  nullptr, nullptr};
+  fdk::amx::pack_tiles(g, reinterpret_cast<uint16_t*>(out.data<int16_t>()));
   return {out};
 }
 
@@ -202,10 +217,16 @@ std::vector<Tensor> OmpThreadIds(const Tensor& x) {
 }
 
 PD_BUILD_OP(fd_linear)
-    .Inputs({"X", "W", "Scales", "Mins", "Bias", "PromptRows"})
+    .Inputs({"X", "W", "Scales", "Mins", "Bias", "PromptRows", "Tiles"})
     .Outputs({"Out"})
     .Attrs({"n: int64_t", "kind: int64_t", "group: int64_t", "has_bias: bool"})
     .SetKernelFn(PD_KERNEL(Linear));
+
+PD_BUILD_OP(fd_amx_tiles)
+    .Inputs({"W", "Scales", "Mins"})
+    .Outputs({"Tiles"})
+    .Attrs({"n: int64_t", "k: int64_t", "kind: int64_t", "group: int64_t"})
+    .SetKernelFn(PD_KERNEL(AmxTiles));
 
 PD_BUILD_OP(fd_rms_norm)
     .Inputs({"X", "W"})

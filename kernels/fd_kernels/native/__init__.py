@@ -56,10 +56,16 @@ def _keep_freed_memory() -> None:
     libc.mallopt(m_trim_threshold, 128 << 20)
 
 
+_ISA: str | None = None
+
+
 def active_isa() -> str:
     """The instruction set the kernels dispatch to in this process (FD_KERNELS_ISA can lower it)."""
-    load()
-    return ISA_NAMES[int(_run("fd_active_isa", paddle.zeros([1]))[0].numpy()[0])]
+    global _ISA
+    if _ISA is None:
+        load()
+        _ISA = ISA_NAMES[int(_run("fd_active_isa", paddle.zeros([1]))[0].numpy()[0])]
+    return _ISA
 
 
 QGEMM_PATHS = {2: "avx512vnni", 1: "avx2", 0: "scalar"}
@@ -93,10 +99,39 @@ class LinearWeight:
     bias: paddle.Tensor
     has_bias: bool
     host: packing.Packed  # kept for dequantize(); its arrays are the memory of packed / scales / mins
+    tiles: paddle.Tensor | None = None  # see amx_tiles()
 
     def dequantize(self) -> np.ndarray:
         """float32 [out, in]: the weight the kernel actually multiplies by (tests, debugging)."""
         return self.host.dequantize()
+
+    def amx_tiles(self) -> paddle.Tensor:
+        """The bf16 tiles the AMX prompt rows multiply by (csrc/amx.cc), made on first use and kept: 2 bytes
+        per weight beside the packed ones, paid only by the linears that see prompt rows, instead of
+        dequantizing the weight in every prefill call. Empty (the kernel then dequantizes per call, to the
+        same values) for fp32 weights, off the AMX level, and with FD_AMX_PREPACK=0."""
+        if self.tiles is None:
+            if (
+                self.kind == packing.KIND_F32
+                or active_isa() != "amx"
+                or os.environ.get("FD_AMX_PREPACK") == "0"
+            ):
+                self.tiles = _empty("int16")
+            else:
+                try:
+                    self.tiles = _run(
+                        "fd_amx_tiles",
+                        self.packed,
+                        self.scales,
+                        self.mins,
+                        self.out_features,
+                        self.in_features,
+                        self.kind,
+                        self.group,
+                    )[0]
+                except OSError as exc:
+                    raise _bad_input(exc) from None
+        return self.tiles
 
 
 def _shared(a: np.ndarray) -> paddle.Tensor:
@@ -157,18 +192,22 @@ def _bad_input(exc: OSError) -> ValueError:
     return ValueError(str(exc).strip().splitlines()[0])
 
 
-_NO_ROWS: paddle.Tensor | None = None  # the empty mask the ops take for "no prompt rows", made once
+_EMPTY: dict[str, paddle.Tensor] = {}
+
+
+def _empty(dtype: str) -> paddle.Tensor:
+    """A zero-element tensor of `dtype`, made once: what the ops take for an absent optional input."""
+    if dtype not in _EMPTY:
+        _EMPTY[dtype] = paddle.zeros([0], dtype=dtype)
+    return _EMPTY[dtype]
 
 
 def _rows_for(prompt_rows: paddle.Tensor | None, x: paddle.Tensor) -> paddle.Tensor:
     """The prompt-row mask an op passes to C++: the step's mask where it describes x's rows, else empty.
     A mask of another length belongs to the step, not to this input (an LM head over the sampled rows,
     an MoE expert over its routed subset): those rows are computed on their usual path."""
-    global _NO_ROWS
     if prompt_rows is None or len(x.shape) != 2 or x.shape[0] != prompt_rows.shape[0]:
-        if _NO_ROWS is None:
-            _NO_ROWS = paddle.zeros([0], dtype="uint8")
-        return _NO_ROWS
+        return _empty("uint8")  # the mask the ops take for "no prompt rows"
     return prompt_rows
 
 
@@ -181,6 +220,7 @@ def linear(x: paddle.Tensor, lw: LinearWeight, prompt_rows: paddle.Tensor | None
     if x.shape[-1] != lw.in_features:
         raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
     rows = _rows_for(None if lw.kind == packing.KIND_F32 else prompt_rows, x)
+    tiles = lw.amx_tiles() if rows.shape[0] else _empty("int16")
     try:
         return _run(
             "fd_linear",
@@ -190,6 +230,7 @@ def linear(x: paddle.Tensor, lw: LinearWeight, prompt_rows: paddle.Tensor | None
             lw.mins,
             lw.bias,
             rows,
+            tiles,
             lw.out_features,
             lw.kind,
             lw.group,
@@ -375,7 +416,7 @@ def prepare_decoder_stack(
         weights.append(layer["input_norm"])
         for name in _STACK_LINEARS:
             lw = layer[name]
-            weights += [lw.packed, lw.scales, lw.mins, lw.bias]
+            weights += [lw.packed, lw.scales, lw.mins, lw.bias, lw.amx_tiles()]
             meta += [lw.out_features, lw.kind, lw.group, int(lw.has_bias)]
             if name == "o_proj":
                 weights.append(layer["post_norm"])

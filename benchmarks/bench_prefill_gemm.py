@@ -1,0 +1,84 @@
+"""fd's prompt-row GEMM against torch's oneDNN bf16 linear on the same shapes and threads, one run.
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_prefill_gemm.py [--rows 128,512,2048] [--passes 3]
+
+For each shape y[M,N] = x[M,K] @ W^T it times fd's `linear` with every row marked as a prompt row (the
+path a prefill takes: AMX bf16 tiles on CPUs that have them, csrc/amx.cc) for GGUF Q4_1 and Q8_0, wint8
+and wint4 weights, and `torch.nn.functional.linear` on bf16 tensors (oneDNN), alternating the two in
+each pass and keeping each one's best pass. It prints GFLOP/s and fd / torch. The shapes are
+SmolLM2-135M's (fused qkv 576 -> 960, o_proj 576 -> 576, fused gate_up 576 -> 3072, down 1536 -> 576,
+LM head 576 -> 49152) and a tiny test model's (64 -> 128).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+import numpy as np  # noqa: E402
+import paddle  # noqa: E402
+import torch  # noqa: E402
+from fd_kernels import native  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_kernels import best_time  # noqa: E402
+
+SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576), (576, 49152), (64, 128)]
+FORMATS = ("q4_1", "q8_0", "wint8", "wint4")
+
+
+def _weight(fmt: str, w: np.ndarray):
+    if fmt in ("q4_1", "q8_0"):
+        from gguf import GGMLQuantizationType
+        from gguf.quants import quantize
+
+        t = GGMLQuantizationType.Q4_1 if fmt == "q4_1" else GGMLQuantizationType.Q8_0
+        return native.prepare_linear_gguf(quantize(w, t), int(t), w.shape[1])
+    return native.prepare_linear(w, None, fmt)
+
+
+def measure(m: int, k: int, n: int, passes: int, rng) -> dict[str, float]:
+    """GFLOP/s of torch and of each format, each the best of `passes` alternated passes."""
+    w = rng.standard_normal((n, k), dtype=np.float32) * 0.05
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    flop = 2.0 * m * n * k
+    tx, tw = torch.from_numpy(x).to(torch.bfloat16), torch.from_numpy(w).to(torch.bfloat16)
+    px, rows = paddle.to_tensor(x), paddle.ones([m], dtype="uint8")
+    weights = {f: _weight(f, w) for f in FORMATS}
+    best = {name: 0.0 for name in ("torch", *FORMATS)}
+    for _ in range(passes):
+        best["torch"] = max(best["torch"], flop / best_time(lambda: torch.nn.functional.linear(tx, tw)) / 1e9)
+        for f, lw in weights.items():
+            best[f] = max(best[f], flop / best_time(lambda lw=lw: native.linear(px, lw, rows)) / 1e9)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="128,512,2048", help="comma-separated M values")
+    ap.add_argument("--passes", type=int, default=3)
+    args = ap.parse_args()
+    threads = int(os.environ["OMP_NUM_THREADS"])
+    torch.set_num_threads(threads)
+    print(
+        f"isa {native.active_isa()}, {threads} threads, torch {torch.__version__} (oneDNN bf16)",
+        file=sys.stderr,
+    )
+    rng = np.random.default_rng(0)
+    head = f"{'M':>5} {'K':>5} {'N':>6} {'torch':>7} " + " ".join(f"{f:>7} {'ratio':>5}" for f in FORMATS)
+    print(head + "   GFLOP/s, ratio = fd / torch")
+    ratios = []
+    for m in (int(r) for r in args.rows.split(",")):
+        for k, n in SHAPES:
+            r = measure(m, k, n, args.passes, rng)
+            cells = " ".join(f"{r[f]:7.0f} {r[f] / r['torch']:5.2f}" for f in FORMATS)
+            print(f"{m:5d} {k:5d} {n:6d} {r['torch']:7.0f} {cells}", flush=True)
+            ratios += [r[f] / r["torch"] for f in FORMATS]
+    print(f"geometric mean fd / torch over every cell: {np.exp(np.mean(np.log(ratios))):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+// Prompt-row attention on AMX tiles, included by attn_impl.h in the AVX-512 namespace only (FD_W == 16);
+// attn_impl.h's use_amx_attention says which rows take it.
+// No include guard on purpose.
+//
+// Numerics: keys and values are the cache's bf16 values; q and the probabilities are each split into two
+// bf16 terms, x = hi + lo with hi = bf16(x) and lo = bf16(x - hi), so they keep ~16 bits instead of 8 and
+// the tiles' exact products and fp32 sums give nearly the lane path's fp32 attention over the same cache.
+// q is scaled before it is split (as the lane path scales it); scores are masked and soft-maxed in fp32,
+// online per chunk of kAmxKeys keys at absolute key positions, as the lane path does per chunk. A row's
+// result therefore depends on its own query and keys only, never on the other rows of its tile or on
+// where a prefill chunk boundary fell.
+//
+// Layout: a lane item's 16 rows are the columns of every tile product, so the softmax runs with rows in
+// vector lanes (no horizontal sums), as in the lane path:
+//   scores^T [keys x rows] = K [keys x hd] . Q^T, with Q^T in the pair-interleaved (VNNI) B layout;
+//   out^T [hd x rows]     += V^T [hd x keys] . P^T, with P^T in the VNNI B layout.
+// K (bf16, [keys][hd]) and V^T (bf16, [hd][keys]) are made once per (sequence, KV head) for every item
+// that reads them (amx_kv_prepare), since a prompt's items read the same keys many times.
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,amx-tile,amx-bf16")
+
+constexpr int64_t kAmxKeys = 64;  // keys per online-softmax update: four 16-key score tiles
+
+struct AmxKv {
+  const uint16_t* k;   // [nk_pad][hd]
+  const uint16_t* vt;  // [hd][nk_pad]
+  int64_t nk_pad;
+};
+
+static inline __m512i amx_round_hi(vf x) {  // fp32 -> bf16 bits in the high half, as amx.cc rounds
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  return _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))),
+                          _mm512_set1_epi32((int)0xFFFF0000u));
+}
+
+// The low bf16 term of x: bf16(x - bf16(x)), in the high half of each lane.
+static inline __m512i amx_round_lo(vf x, __m512i hi) {
+  return amx_round_hi(vsub(x, _mm512_castsi512_ps(hi)));
+}
+
+static inline void amx_store_bf16(uint16_t* o, vf x) {
+  _mm256_storeu_si256((__m256i*)o, _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_hi(x), 16)));
+}
+
+// Keys [k0, k0 + kAmxKeys) of KV head g into K and V^T (zeros past nk). Groups of 16 keys inside one
+// block are transposed with gathers; other layouts take the element loop.
+template <int KV>
+static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t nk, int64_t k0, uint16_t* kb,
+                           uint16_t* vt, int64_t nk_pad) {
+  const int64_t hd = a.head_dim;
+  for (int64_t j0 = k0; j0 < k0 + kAmxKeys; j0 += 16) {
+    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, nk - j0));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t base = key_base(a, bt, g, j0 + j);
+      uint16_t* o = kb + (j0 + j) * hd;
+      if constexpr (KV == kKvBF16) {
+        std::memcpy(o, (const uint16_t*)a.k_cache + base, hd * sizeof(uint16_t));
+      } else {
+        for (int64_t d = 0; d < hd; d += 16) amx_store_bf16(o + d, vload((const float*)a.k_cache + base + d));
+      }
+    }
+    for (int64_t j = n; j < 16; ++j) std::memset(kb + (j0 + j) * hd, 0, hd * sizeof(uint16_t));
+    const bool one_block = n == 16 && j0 % a.block_size + 16 <= a.block_size;
+    if (one_block) {  // 16 rows hd apart: lane j gathers key j's element
+      const int64_t base = key_base(a, bt, g, j0);
+      if constexpr (KV == kKvBF16) {
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32((int)(hd / 2)));
+        const int* src = (const int*)((const uint16_t*)a.v_cache + base);
+        for (int64_t d = 0; d < hd; d += 2) {
+          const __m512i w = _mm512_i32gather_epi32(idx, src + d / 2, 4);
+          _mm256_storeu_si256((__m256i*)(vt + d * nk_pad + j0), _mm512_cvtepi32_epi16(w));
+          _mm256_storeu_si256((__m256i*)(vt + (d + 1) * nk_pad + j0), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
+        }
+      } else {
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32((int)hd));
+        const float* src = (const float*)a.v_cache + base;
+        for (int64_t d = 0; d < hd; ++d) amx_store_bf16(vt + d * nk_pad + j0, _mm512_i32gather_ps(idx, src + d, 4));
+      }
+      continue;
+    }
+    for (int64_t d = 0; d < hd; ++d) {
+      for (int64_t j = 0; j < 16; ++j) {
+        float v = 0.0f;
+        if (j < n) v = kv_at<KV>(a.v_cache, key_base(a, bt, g, j0 + j) + d);
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        u += 0x7FFF + ((u >> 16) & 1);
+        vt[d * nk_pad + j0 + j] = (uint16_t)(u >> 16);
+      }
+    }
+  }
+}
+
+static inline void amx_tile_config() {
+  struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+  } cfg{};
+  cfg.palette_id = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// Up to 16 rows of one KV head's GQA group in the lanes; idle lanes repeat the last row. hd % 64 == 0.
+static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
+  const int64_t hd = a.head_dim, ld = kv.nk_pad;
+  alignas(64) uint16_t qt[2][kMaxHeadDim * 16];    // Q^T's hi and lo terms: [hd / 2][16 lanes][2]
+  alignas(64) float s[kAmxKeys * 16], part[64 * 16];  // scores^T, one 64-dim group of out^T's chunk update
+  alignas(64) uint16_t pt[2][kAmxKeys * 16];        // P^T's hi and lo terms: [keys / 2][16 lanes][2]
+  alignas(64) float ot[kMaxHeadDim * 16], lim[16];
+  int64_t nk = 0, min_nk = INT64_MAX;
+  // q * scale's two bf16 terms row by row ([16][hd], bf16), then transposed as 32-bit dim pairs into Q^T.
+  alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];
+  for (int64_t r = 0; r < 16; ++r) {
+    const AttnRow& row = rows[std::min(r, nrows - 1)];
+    const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
+    for (int64_t d = 0; d < hd; d += 16) {
+      const vf x = vmul(vload(qp + d), vset1(a.scale));  // pre-scaled, as the lane path's q
+      const __m512i hi = amx_round_hi(x);
+      _mm256_storeu_si256((__m256i*)(qrow[0] + r * hd + d), _mm512_cvtepi32_epi16(_mm512_srli_epi32(hi, 16)));
+      _mm256_storeu_si256((__m256i*)(qrow[1] + r * hd + d),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_lo(x, hi), 16)));
+    }
+    lim[r] = (float)(row.nk - 1);
+    nk = std::max(nk, row.nk);
+    min_nk = std::min(min_nk, row.nk);
+  }
+  const __m512i rows_idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32((int)(hd / 2)));
+  for (int t = 0; t < 2; ++t)
+    for (int64_t pr = 0; pr < hd / 2; ++pr)
+      _mm512_storeu_si512(qt[t] + pr * 32, _mm512_i32gather_epi32(rows_idx, (const int*)qrow[t] + pr, 4));
+  for (int64_t i = 0; i < hd * 16; ++i) ot[i] = 0.0f;
+  const vf limit = vload(lim);
+  vf mx = vset1(-INFINITY), l = vzero();
+  amx_tile_config();
+  for (int64_t k0 = 0; k0 < nk; k0 += kAmxKeys) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t d = 0; d < hd; d += 32) {
+      _tile_loadd(6, qt[0] + d * 16, 64);
+      _tile_loadd(7, qt[1] + d * 16, 64);
+      for (int t = 0; t < 4; ++t) {
+        _tile_loadd(4, kv.k + (k0 + 16 * t) * hd + d, hd * 2);
+        switch (t) {  // tile numbers are immediates
+          case 0: _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(0, 4, 7); break;
+          case 1: _tile_dpbf16ps(1, 4, 6); _tile_dpbf16ps(1, 4, 7); break;
+          case 2: _tile_dpbf16ps(2, 4, 6); _tile_dpbf16ps(2, 4, 7); break;
+          default: _tile_dpbf16ps(3, 4, 6); _tile_dpbf16ps(3, 4, 7);
+        }
+      }
+    }
+    _tile_stored(0, s, 64);
+    _tile_stored(1, s + 256, 64);
+    _tile_stored(2, s + 512, 64);
+    _tile_stored(3, s + 768, 64);
+    const int64_t n = std::min<int64_t>(kAmxKeys, nk - k0);
+    vf p[kAmxKeys];
+    vf cmax = mx;
+    for (int64_t j = 0; j < n; ++j) {
+      p[j] = vload(s + 16 * j);
+      if (k0 + j >= min_nk) p[j] = vmask_le(p[j], (float)(k0 + j), limit);
+      cmax = vmax(cmax, p[j]);
+    }
+    const vf corr = vexp(vsub(mx, cmax));
+    vf psum = vzero();
+    for (int64_t j = 0; j < kAmxKeys; ++j) {
+      if (j < n) {
+        p[j] = vexp(vsub(p[j], cmax));
+        // A key past a lane's limit weighs exactly 0, as in the lane path.
+        if (k0 + j >= min_nk)
+          p[j] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(vset1((float)(k0 + j)), limit, _CMP_LE_OQ), p[j]);
+        psum = vadd(psum, p[j]);
+      } else {
+        p[j] = vzero();
+      }
+    }
+    for (int64_t j = 0; j < kAmxKeys; j += 2) {
+      const __m512i h0 = amx_round_hi(p[j]), h1 = amx_round_hi(p[j + 1]);
+      _mm512_storeu_si512(pt[0] + j * 16, _mm512_or_si512(h1, _mm512_srli_epi32(h0, 16)));
+      _mm512_storeu_si512(pt[1] + j * 16, _mm512_or_si512(amx_round_lo(p[j + 1], h1),
+                                                          _mm512_srli_epi32(amx_round_lo(p[j], h0), 16)));
+    }
+    l = vfma(l, corr, psum);
+    mx = cmax;
+    for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+      _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+      for (int64_t kt = 0; kt < kAmxKeys; kt += 32) {
+        _tile_loadd(5, pt[0] + kt * 16, 64);
+        _tile_loadd(6, pt[1] + kt * 16, 64);
+        for (int t = 0; t < 4; ++t) {
+          _tile_loadd(4, kv.vt + (d0 + 16 * t) * ld + k0 + kt, ld * 2);
+          switch (t) {
+            case 0: _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(0, 4, 6); break;
+            case 1: _tile_dpbf16ps(1, 4, 5); _tile_dpbf16ps(1, 4, 6); break;
+            case 2: _tile_dpbf16ps(2, 4, 5); _tile_dpbf16ps(2, 4, 6); break;
+            default: _tile_dpbf16ps(3, 4, 5); _tile_dpbf16ps(3, 4, 6);
+          }
+        }
+      }
+      _tile_stored(0, part, 64);
+      _tile_stored(1, part + 256, 64);
+      _tile_stored(2, part + 512, 64);
+      _tile_stored(3, part + 768, 64);
+      for (int64_t d = 0; d < 64; ++d) {
+        float* o = ot + (d0 + d) * 16;
+        vstore(o, vfma(vload(o), corr, vload(part + d * 16)));
+      }
+    }
+  }
+  _tile_release();
+  vstore(lim, l);
+  for (int64_t r = 0; r < nrows; ++r) {
+    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
+    for (int64_t d = 0; d < hd; ++d) op[d] = ot[d * 16 + r] / lim[r];
+  }
+}
+
+#pragma GCC pop_options
