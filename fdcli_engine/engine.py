@@ -46,6 +46,9 @@ class EngineCore:
     def __init__(self, config: ResolvedConfig):
         from fdcli_engine.threads import set_num_threads
 
+        self.tp_workers = None  # tensor parallel: ranks 1..T-1 (runner/tp_executor.py)
+        if config.tensor_parallel_size > 1:
+            config = self._start_tensor_parallel(config)
         set_num_threads(config.num_threads)
         self.config = config
 
@@ -67,11 +70,17 @@ class EngineCore:
             self.runner = PoolingModelRunner(config, self.model)
         else:
             self.model = load_model(config)
+            if self.tp_workers is not None:
+                from fdcli_engine.runner.tp_executor import TPModel
+
+                self.model = TPModel(self.model, self.tp_workers)
             tokenizer = load_tokenizer(config)
             eos = set(tokenizer.eos_token_ids)
             make_backend = _grammar_backend_maker(config, tokenizer, self.model.vocab_size)
             self.runner = ModelRunner(config, self.model, eos, make_backend)
             self.grammar_masks = self.runner.grammar
+            if self.tp_workers is not None:
+                self.model.start(self.runner.num_blocks)
         self.vocab_size = self.model.vocab_size
         capacity = self.runner.num_blocks * config.block_size
         if capacity < config.max_model_len:
@@ -102,6 +111,31 @@ class EngineCore:
         if bound:
             logger.info("OpenMP threads bound to CPUs %s (%s)", bound, BIND_ENV)
         logger.info("engine ready in %.1f s (kernels: %s)", time.perf_counter() - t0, ops.describe())
+
+    def _start_tensor_parallel(self, config: ResolvedConfig) -> ResolvedConfig:
+        """Start the workers and join their group before the model is built (its layers read the
+        group). Returns the config with every TP rank's CPUs decided; rank 0 runs on the first set."""
+        import atexit
+
+        from fdcli_engine.distributed import set_tp_group
+        from fdcli_engine.runner.tp_executor import TPWorkers
+
+        self.tp_workers = TPWorkers(config)
+        atexit.register(self.tp_workers.close)
+        config = self.tp_workers.config
+        if config.tp_rank_cpus and config.cpus == config.tp_rank_cpus[0]:
+            config = config.replace(num_threads=len(config.cpus))
+        try:
+            set_tp_group(self.tp_workers.init_group())
+        except BaseException:
+            self.tp_workers.close(timeout=1.0)
+            raise
+        return config
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers (nothing to do without)."""
+        if self.tp_workers is not None:
+            self.tp_workers.close()
 
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         """The request's kind is the kind of its params: PoolingParams pools, SamplingParams generates."""

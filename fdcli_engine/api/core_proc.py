@@ -182,6 +182,30 @@ def _ignore_group_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def fail_fast_on_rank_death(core, output_addr: str) -> None:
+    """Tensor parallel: a worker that dies may leave this process inside a collective, so the watchdog
+    thread reports it to the front end itself (a socket of its own: zmq sockets are not thread-safe)
+    and the process exits; the front end fails the requests with the reason and reports the engine
+    dead, and the other workers die with this process."""
+    workers = getattr(core, "tp_workers", None)
+    if workers is None:
+        return
+
+    def on_dead(reason: str) -> None:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(output_addr)
+        sock.send(event_encoder.encode(FatalMsg(reason)))
+        sock.close()
+        ctx.term()
+        os._exit(1)
+
+    workers.on_dead = on_dead
+    if workers.dead_reason is not None:  # died while the model loaded
+        on_dead(workers.dead_reason)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fd-engine-core")
     p.add_argument("--input", required=True)
@@ -216,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _ignore_group_signals()  # again: importing paddle installed its own handlers
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    fail_fast_on_rank_death(core, args.output)
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:
@@ -223,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     except zmq.Again:
         logger.error("the front end stopped reading outputs for 30 s; engine core exits")
         out.setsockopt(zmq.LINGER, 0)
+    if hasattr(core, "shutdown"):
+        core.shutdown()
     inp.close(0)
     out.close()
     ctx.term()
