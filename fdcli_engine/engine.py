@@ -133,9 +133,16 @@ class EngineCore:
         return config
 
     def shutdown(self) -> None:
-        """Stop the tensor-parallel workers (nothing to do without)."""
-        if self.tp_workers is not None:
-            self.tp_workers.close()
+        """Stop the tensor-parallel workers and leave this process's group (nothing to do without)."""
+        if self.tp_workers is None:
+            return
+        from fdcli_engine.distributed import SingleRank, set_tp_group, tp_group
+
+        self.tp_workers.close()
+        group = tp_group()
+        if hasattr(group, "close"):
+            group.close()
+        set_tp_group(SingleRank())  # a model built later in this process is unsharded again
 
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         """The request's kind is the kind of its params: PoolingParams pools, SamplingParams generates."""

@@ -1,0 +1,160 @@
+"""`--tensor-parallel-size 2` end to end: the engine's rank 0 and one worker process (1 thread each)
+against the same engine with TP=1, on tiny random checkpoints (tests/tiny_models.py).
+
+References and tolerances:
+- fp32 models: greedy tokens equal, and the top-5 log-probabilities of every generated token within
+  LOGPROB_TOL nats of TP=1's (a log-softmax of the logits: the partial sums of the row-parallel layers
+  run in another order, nothing else differs; measured differences are ~1e-6).
+- wint8 and GGUF Q8_0: each rank holds exactly the codes of the unsharded weight, so the same; a
+  greedy answer may still leave TP=1's at a near-tie (NEAR_TIE_NATS, tests/engine/test_engine_smollm2.py's
+  bound), never at a confident token.
+- Prefix caching, chunked prefill and preemption (a KV pool far too small) change what each step
+  holds, never a token: TP=2 equals TP=1 under them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiny_models
+
+from fdcli_engine import LLM
+from fdcli_engine.errors import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ernie"))
+from ernie_archs import MOE, OVERRIDES  # noqa: E402
+
+LOGPROB_TOL = 1e-4
+NEAR_TIE_NATS = 0.05
+GREEDY = dict(temperature=0, max_tokens=12, logprobs=5, ignore_eos=True)
+HERE = Path(__file__).resolve().parent
+PROMPTS = [[5, 6, 7, 8, 9, 10], [100, 3, 250, 17], [42] * 20 + [7, 300]]
+ARCHS = {
+    "llama": ("LlamaForCausalLM", {}),
+    "qwen2": ("Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3ForCausalLM", {}),
+    "ernie": ("Ernie4_5ForCausalLM", OVERRIDES["Ernie4_5ForCausalLM"]),
+    "ernie-moe": (MOE, OVERRIDES[MOE]),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    cache: dict[str, Path] = {}
+
+    def build(name: str) -> Path:
+        if name not in cache:
+            arch, overrides = ARCHS[name]
+            folder = tmp_path_factory.mktemp(name)
+            tiny_models.make_tiny_checkpoint(arch, folder, **overrides)
+            tiny_models.write_tiny_tokenizer(folder)
+            cache[name] = folder
+        return cache[name]
+
+    return build
+
+
+def generate(model, prompts=PROMPTS, params=GREEDY, **options):
+    """(outputs, engine stats) of `prompts` (token ids) from a fresh offline engine in its own process
+    (tp_generate.py): each output {"token_ids", "logprobs": [{token: logprob}] per token}."""
+    spec = {
+        "model": str(model),
+        "options": {"max_model_len": 128, **options},
+        "prompts": prompts,
+        "params": params,
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "tp_generate.py"), json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result["outputs"], result["stats"]
+
+
+def assert_same_logprobs(want, got):
+    for a, b in zip(want, got, strict=True):
+        assert b["token_ids"] == a["token_ids"]
+        for pos, (la, lb) in enumerate(zip(a["logprobs"], b["logprobs"], strict=True)):
+            assert set(la) == set(lb), pos
+            for tok in la:
+                assert abs(la[tok] - lb[tok]) <= LOGPROB_TOL, (pos, tok, la[tok], lb[tok])
+
+
+def assert_equal_but_near_ties(want, got):
+    for a, b in zip(want, got, strict=True):
+        pairs = zip(a["token_ids"], b["token_ids"], strict=True)
+        first = next((i for i, (x, y) in enumerate(pairs) if x != y), None)
+        if first is not None:
+            top2 = sorted(a["logprobs"][first].values(), reverse=True)
+            assert top2[0] - top2[1] < NEAR_TIE_NATS, (first, a["logprobs"][first])
+
+
+@pytest.mark.parametrize("name", list(ARCHS))
+def test_tp2_equals_tp1(checkpoint, name):
+    folder = checkpoint(name)
+    want, _ = generate(folder)
+    got, _ = generate(folder, tensor_parallel_size=2)
+    assert_same_logprobs(want, got)
+
+
+def test_expert_parallel_equals_tp1(checkpoint):
+    folder = checkpoint("ernie-moe")
+    want, _ = generate(folder)
+    got, _ = generate(folder, tensor_parallel_size=2, enable_expert_parallel=True)
+    assert_same_logprobs(want, got)
+
+
+def test_wint8_tp2_equals_tp1(checkpoint):
+    folder = checkpoint("llama")
+    want, _ = generate(folder, quantization="wint8")
+    got, _ = generate(folder, quantization="wint8", tensor_parallel_size=2)
+    assert_equal_but_near_ties(want, got)
+
+
+def test_gguf_blocks_tp2_equal_tp1(checkpoint, tmp_path):
+    folder = checkpoint("llama")
+    gguf = tiny_models.make_tiny_gguf(folder, tmp_path / "tiny-q8.gguf", "Q8_0")
+    options = dict(tokenizer=str(folder), quantization="gguf")
+    want, _ = generate(gguf, **options)
+    got, _ = generate(gguf, tensor_parallel_size=2, **options)
+    assert_equal_but_near_ties(want, got)
+
+
+def test_prefix_caching_chunked_prefill_and_preemption(checkpoint):
+    """16 requests sharing a 40-token prefix, prompts prefilled in 16-token chunks, and 40 blocks of 4
+    tokens for requests that need far more: preemptions and prefix hits on both runs, the same tokens."""
+    folder = checkpoint("qwen2")
+    prefix = [(7 * i) % 500 + 3 for i in range(40)]
+    prompts = [prefix + [10 + i, 20 + i] for i in range(16)]
+    params = dict(temperature=0, max_tokens=24, ignore_eos=True)
+    options = dict(
+        block_size=4,
+        num_kv_blocks=40,
+        max_num_seqs=16,
+        max_num_batched_tokens=16,
+        enable_chunked_prefill=True,
+        enable_prefix_caching=True,
+    )
+    want, s1 = generate(folder, prompts, params, **options)
+    got, s2 = generate(folder, prompts, params, tensor_parallel_size=2, **options)
+    assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
+    for stats in (s1, s2):
+        assert stats["num_preemptions"] > 0 and stats["prefix_cache_hits"] > 0
+
+
+def test_kv_heads_that_do_not_divide_refused_before_loading(tmp_path):
+    folder = tiny_models.make_tiny_checkpoint(
+        "LlamaForCausalLM", tmp_path, num_attention_heads=6, num_key_value_heads=3, hidden_size=48
+    )
+    with pytest.raises(ConfigError, match="^3 KV heads do not divide by tensor-parallel size 2$"):
+        LLM(str(folder), tensor_parallel_size=2)
