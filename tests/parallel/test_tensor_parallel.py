@@ -158,3 +158,34 @@ def test_kv_heads_that_do_not_divide_refused_before_loading(tmp_path):
     )
     with pytest.raises(ConfigError, match="^3 KV heads do not divide by tensor-parallel size 2$"):
         LLM(str(folder), tensor_parallel_size=2)
+
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "disable_by_batch_size": 64}
+
+
+def test_ngram_speculation_structured_outputs_and_prompt_logprobs(checkpoint):
+    """What only rank 0 does (drafts, grammar masks, sampling) and an LM head over prompt rows give the
+    same tokens and log-probabilities at TP=2."""
+    folder = checkpoint("llama")
+    params = [
+        dict(temperature=0, max_tokens=40, structured_outputs={"regex": r"(ab|cd){2,6}-[0-9]{3}"}),
+        dict(temperature=0, max_tokens=20, structured_outputs={"choice": ["alpha beta", "alpha gamma"]}),
+        dict(temperature=0, max_tokens=16, logprobs=3, prompt_logprobs=3, ignore_eos=True),
+        dict(temperature=1.0, seed=5, max_tokens=16, ignore_eos=True),
+    ]
+    prompts = [[40, 41, 42, 43, 40, 41, 42]] * 3 + [[9, 8, 7, 9, 8, 7]]
+    options = dict(speculative_config=NGRAM)
+    want, _ = generate(folder, prompts, params, **options)
+    got, stats = generate(folder, prompts, params, tensor_parallel_size=2, **options)
+    assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
+    assert stats["spec_decode_num_draft_tokens_total"] > 0
+    assert_same_logprobs(want[2:3], got[2:3])
+    for a, b in zip(want[2]["prompt_logprobs"][1:], got[2]["prompt_logprobs"][1:], strict=True):
+        assert set(a) == set(b) and all(abs(a[t] - b[t]) <= LOGPROB_TOL for t in a)
+
+
+def test_draft_model_speculation_refused(checkpoint):
+    folder = checkpoint("llama")
+    spec = {"method": "draft_model", "model": str(folder), "num_speculative_tokens": 2}
+    with pytest.raises(ConfigError, match="does not run with --tensor-parallel-size 2"):
+        LLM(str(folder), tensor_parallel_size=2, speculative_config=spec)
