@@ -116,15 +116,20 @@ class EngineCore:
         """Start the workers and join their group before the model is built (its layers read the
         group). Returns the config with every TP rank's CPUs decided; rank 0 runs on the first set."""
         import atexit
+        import os
 
         from fdcli_engine.distributed import set_tp_group
         from fdcli_engine.runner.tp_executor import TPWorkers
+        from fdcli_engine.threads import BIND_ENV
 
         self.tp_workers = TPWorkers(config)
         atexit.register(self.tp_workers.close)
         config = self.tp_workers.config
         if config.tp_rank_cpus and config.cpus == config.tp_rank_cpus[0]:
             config = config.replace(num_threads=len(config.cpus))
+        # Rank 0's OpenMP team on rank 0's CPUs (ops.bind_engine_threads at the end of start-up): the
+        # engine-core process set this already; an in-process engine's caller gets it here.
+        os.environ[BIND_ENV] = ",".join(str(c) for c in config.cpus)
         try:
             set_tp_group(self.tp_workers.init_group())
         except BaseException:
