@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -62,6 +63,7 @@ class TPWorkers:
         )
         self.on_dead = on_dead
         self.dead_reason: str | None = None
+        self._lock = threading.Lock()
         self._closing = False
         self._tmpdir = tempfile.mkdtemp(prefix="fd-tp-")
         self._ctx = zmq.Context()
@@ -116,11 +118,30 @@ class TPWorkers:
                 os.close(fd)
 
     def _died(self, rank: int, proc: subprocess.Popen, code: int) -> None:
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        self.dead_reason = f"tensor-parallel rank {rank} (pid {proc.pid}) {how}"
+        with self._lock:  # the watchdog and a failed collective may both find the death
+            if self.dead_reason is not None:
+                return
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            self.dead_reason = f"tensor-parallel rank {rank} (pid {proc.pid}) {how}"
         logger.error("%s: the engine cannot go on", self.dead_reason)
         if self.on_dead is not None:
             self.on_dead(self.dead_reason)
+
+    def blame(self, exc: BaseException, wait_s: float = 2.0) -> None:
+        """A collective failed with `exc`: if a worker died (now, or within `wait_s`, the time its exit
+        takes to show), that death is the engine's and TensorParallelError says so; else return."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for r, p in enumerate(self.procs, start=1):
+                code = p.poll()
+                if code is not None:
+                    self._died(r, p, code)
+                    raise TensorParallelError(self.dead_reason) from exc
+            if self.dead_reason is not None:
+                raise TensorParallelError(self.dead_reason) from exc
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
     def send(self, msg) -> None:
         if self.dead_reason is not None:
@@ -183,8 +204,16 @@ class TPModel:
 
     def forward(self, input_ids, positions, kv_caches, meta):
         self._workers.send(_forward_msg(input_ids, positions, meta))
-        return self._model.forward(input_ids, positions, kv_caches, meta)
+        try:
+            return self._model.forward(input_ids, positions, kv_caches, meta)
+        except Exception as exc:
+            self._workers.blame(exc)
+            raise
 
     def compute_logits(self, hidden):
         self._workers.send(m.LogitsStep(m.NDArray.of(np.asarray(hidden.numpy(), dtype=np.float32))))
-        return self._model.compute_logits(hidden)
+        try:
+            return self._model.compute_logits(hidden)
+        except Exception as exc:
+            self._workers.blame(exc)
+            raise
