@@ -189,3 +189,44 @@ def test_draft_model_speculation_refused(checkpoint):
     spec = {"method": "draft_model", "model": str(folder), "num_speculative_tokens": 2}
     with pytest.raises(ConfigError, match="does not run with --tensor-parallel-size 2"):
         LLM(str(folder), tensor_parallel_size=2, speculative_config=spec)
+
+
+KILL_WORKER_MID_GENERATE = """
+import sys, psutil
+from fdcli_engine import LLM, SamplingParams
+llm = LLM(sys.argv[1], max_model_len=256, tensor_parallel_size=2)
+(worker,) = [c for c in psutil.Process().children() if "tp_worker" in " ".join(c.cmdline())]
+execute, steps = llm.engine.runner.execute, []
+
+def execute_then_kill(so):  # the worker dies after the third step, mid-generation
+    steps.append(1)
+    if len(steps) == 3:
+        worker.kill()
+    return execute(so)
+
+llm.engine.runner.execute = execute_then_kill
+try:
+    llm.generate([{"prompt_token_ids": [5, 6, 7]}] * 4, SamplingParams(max_tokens=240, ignore_eos=True))
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+    try:
+        llm.generate([{"prompt_token_ids": [5]}], SamplingParams(max_tokens=2))
+    except Exception as e2:
+        print("AGAIN", type(e2).__name__, e2)
+"""
+
+
+def test_killed_worker_fails_the_offline_engine(checkpoint):
+    """The in-process engine: generate() raises the worker's death instead of hanging, and so does
+    every later call."""
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_WORKER_MID_GENERATE, str(checkpoint("llama"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(("ERROR", "AGAIN"))]
+    assert len(lines) == 2, proc.stdout + proc.stderr[-2000:]
+    for line in lines:
+        assert "TensorParallelError tensor-parallel rank 1" in line and "killed by signal 9" in line
