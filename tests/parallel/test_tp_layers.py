@@ -45,8 +45,18 @@ def _quant(fmt):
     return fmt if fmt in ("wint8", "wint4") else None
 
 
+@pytest.fixture(params=["native", "reference"])
+def backend(request):
+    from fdcli_engine import ops
+
+    previous = ops.backend
+    ops.use(request.param)
+    yield request.param
+    ops.use(previous)
+
+
 @pytest.mark.parametrize("fmt", ["fp32", "wint8", "wint4", "Q8_0", "Q4_0", "Q4_1"])
-def test_column_then_row_parallel_equal_unsharded(fmt):
+def test_column_then_row_parallel_equal_unsharded(fmt, backend):
     rng = np.random.default_rng(0)
     hidden, inter = 64, 256  # inter / 2 = 128: whole GGUF blocks and wint4 groups per rank
     w_gu = [_rng_w(rng, inter, hidden) for _ in range(2)]
