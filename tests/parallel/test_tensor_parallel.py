@@ -131,6 +131,16 @@ def test_ernie_moe_wint4_expert_parallel_equals_tp1(checkpoint):
     assert_same_logprobs(want, got)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_kv_cache_dtypes_tp2_equal_tp1(checkpoint, dtype):
+    """Each rank's cache holds its KV heads; the C8 cache's scales are per (block, head, slot), so a
+    head's codes are the same on its rank as in the whole cache. Rounding K/V makes near-ties possible."""
+    folder = checkpoint("qwen3")
+    want, _ = generate(folder, kv_cache_dtype=dtype)
+    got, _ = generate(folder, kv_cache_dtype=dtype, tensor_parallel_size=2)
+    assert_equal_but_near_ties(want, got)
+
+
 def test_gguf_blocks_tp2_equal_tp1(checkpoint, tmp_path):
     folder = checkpoint("llama")
     gguf = tiny_models.make_tiny_gguf(folder, tmp_path / "tiny-q8.gguf", "Q8_0")
