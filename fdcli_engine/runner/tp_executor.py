@@ -38,6 +38,7 @@ from fdcli_engine.runner import tp_messages as m
 
 logger = logging.getLogger("fd.tp")
 GROUP_TIMEOUT_S = 60.0  # every rank joins the group within this (model load comes after)
+WORKER_MODULE = "fdcli_engine.runner.tp_worker"
 
 
 class TensorParallelError(FdError):
@@ -80,7 +81,7 @@ class TPWorkers:
             wcfg = self.config.replace(
                 tensor_parallel_rank=r, cpus=cpus, num_threads=len(cpus), threads=len(cpus)
             )
-            cmd = [sys.executable, "-m", "fdcli_engine.runner.tp_worker", "--input", addr]
+            cmd = [sys.executable, "-m", WORKER_MODULE, "--input", addr]
             cmd += ["--config", wcfg.to_json(), "--parent", str(os.getpid())]
             self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
         self._watcher = threading.Thread(target=self._watch, name="fd-tp-watch", daemon=True)
@@ -88,13 +89,34 @@ class TPWorkers:
         logger.info("tensor parallel: %d ranks, CPUs %s, rendezvous %s:%d", self.world_size, sets, host, port)
 
     def init_group(self) -> ProcessGroup:
-        """Rank 0's membership of the group (blocks until every worker joined)."""
+        """Rank 0's membership of the group, once every worker joined. The join runs on a thread so
+        that a worker dying first (a broken environment, a bad CPU set) fails the start at once
+        rather than after the group's timeout; the abandoned join ends at that timeout."""
         from fdcli_engine.distributed.init import init_tp_group  # noqa: PLC0415
+        from fdcli_engine.threads import import_paddle  # noqa: PLC0415
 
+        # Paddle's eager mode is per thread, set up in the thread that imports it: this one, not the join's.
+        import_paddle()
         c = self.config
-        return init_tp_group(
-            0, self.world_size, c.master_addr, c.master_port, self.world_size, GROUP_TIMEOUT_S
-        )
+        result: dict = {}
+
+        def join() -> None:
+            try:
+                result["group"] = init_tp_group(
+                    0, self.world_size, c.master_addr, c.master_port, self.world_size, GROUP_TIMEOUT_S
+                )
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+                result["error"] = exc
+
+        t = threading.Thread(target=join, name="fd-tp-join", daemon=True)
+        t.start()
+        while t.is_alive():
+            t.join(0.05)
+            if t.is_alive() and self.dead_reason is not None:
+                raise TensorParallelError(f"{self.dead_reason} before joining the group")
+        if "error" in result:
+            raise result["error"]
+        return result["group"]
 
     def _watch(self) -> None:
         """Until close(): wake when a worker exits (its process descriptor turns readable; a poll every

@@ -250,3 +250,28 @@ def test_killed_worker_fails_the_offline_engine(checkpoint):
     assert len(lines) == 2, proc.stdout + proc.stderr[-2000:]
     for line in lines:
         assert "TensorParallelError tensor-parallel rank 1" in line and "killed by signal 9" in line
+
+
+WORKER_THAT_CANNOT_START = """
+import sys
+from fdcli_engine.runner import tp_executor
+from fdcli_engine import LLM
+tp_executor.WORKER_MODULE = "fd_no_such_worker_module"  # the worker's python exits with code 1
+try:
+    LLM(sys.argv[1], max_model_len=128, tensor_parallel_size=2)
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"""
+
+
+def test_worker_that_cannot_start_fails_the_start_before_the_group_timeout(checkpoint):
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER_THAT_CANNOT_START, str(checkpoint("llama"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("ERROR")]
+    assert lines, proc.stdout + proc.stderr[-2000:]
+    assert lines[0].startswith("ERROR TensorParallelError tensor-parallel rank 1")
+    assert lines[0].endswith("exited with code 1 before joining the group")
