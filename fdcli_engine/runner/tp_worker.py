@@ -20,6 +20,7 @@ import traceback
 
 import zmq
 
+from fdcli_engine.log_files import configure_logging
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner import tp_messages as m
 from fdcli_engine.threads import BIND_ENV
@@ -32,6 +33,12 @@ PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _ignore_signals() -> None:
+    """Rank 0 owns shutdown: a terminal's Ctrl-C or a group SIGTERM must not kill a worker mid-step."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _pin(config: ResolvedConfig) -> None:
@@ -101,6 +108,14 @@ class Worker:
         elif isinstance(msg, m.WorkerInit):
             c = self.config
             self.kv_caches = allocate_kv_caches(self.model, msg.num_blocks, c.block_size, c.kv_cache_dtype)
+            logger.info(
+                "tensor-parallel rank %d of %d ready: %d KV head(s), %d KV blocks, CPUs %s",
+                c.tensor_parallel_rank,
+                c.tensor_parallel_size,
+                self.model.num_kv_heads,
+                msg.num_blocks,
+                c.cpus,
+            )
         elif isinstance(msg, m.StopWorker):
             return False
         return True
@@ -124,21 +139,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent", type=int, required=True)
     args = p.parse_args(argv)
     _die_with_parent()
-    # Rank 0 owns shutdown: a terminal's Ctrl-C or a group SIGTERM must not kill a worker mid-step.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
+    _ignore_signals()
     if os.getppid() != args.parent:
         return 1  # rank 0 died before the death signal was armed
     config = ResolvedConfig.from_json(args.config)
     _pin(config)
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s fd-tp{config.tensor_parallel_rank} %(levelname)s %(message)s"
-    )
+    rank = config.tensor_parallel_rank
+    # FastDeploy's per-device worker log: workerlog.<rank> under FD_LOG_DIR (rank 0's is the core's).
+    configure_logging(f"%(asctime)s fd-tp{rank} %(levelname)s %(message)s", f"workerlog.{rank}")
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     sock.connect(args.input)
     try:
         worker = Worker(config)
+        _ignore_signals()  # again: importing paddle installed its own SIGTERM handler
         serve(worker, sock, args.parent)
     except Exception:
         logger.error(
