@@ -46,8 +46,10 @@ def wait_for(predicate, timeout: float, what: str):
 @pytest.fixture(scope="module")
 def tp_server(tiny_model, tmp_path_factory):
     srv = start_server(tiny_model, tmp_path_factory.mktemp("tp"), "--served-model-name", "tiny", "-tp", "2")
+    workers = workers_of(srv)
     yield srv
-    srv.stop()
+    assert srv.stop() == 0, srv.log.read_text()[-3000:]  # a clean shutdown, its worker included
+    assert all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers)
 
 
 def test_tp2_server_answers_equal_tp1(server, tp_server):
