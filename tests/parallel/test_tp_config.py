@@ -44,3 +44,14 @@ def test_model_that_does_not_split_is_refused(hf, tp, ep, message):
 @pytest.mark.parametrize(("hf", "ep"), [(DENSE, False), (MOE, False), (dict(MOE, moe_num_experts=8), True)])
 def test_models_that_split_pass(hf, ep):
     check_tensor_parallel_model(hf, ResolvedConfig(tensor_parallel_size=2, enable_expert_parallel=ep))
+
+
+def test_pooling_model_refused_with_tensor_parallel(tmp_path):
+    import tiny_models
+
+    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.config_resolver import resolve_config
+
+    folder = tiny_models.make_tiny_bert(tmp_path)
+    with pytest.raises(ConfigError, match="^--tensor-parallel-size 2 runs generative models only"):
+        resolve_config(EngineConfig(model=str(folder), tensor_parallel_size=2))
