@@ -58,7 +58,8 @@ class TPWorkers:
         self.world_size = config.tensor_parallel_size
         sets = config.tp_rank_cpus or tp_cpu_sets(config)
         host = config.master_addr or "127.0.0.1"
-        port = _free_port(host)
+        # --master-port as given (one group per data-parallel rank: the next ports), else a free one.
+        port = config.master_port + config.data_parallel_rank if config.master_port else _free_port(host)
         self.config = config.replace(
             master_addr=host, master_port=port, tp_rank_cpus=sets, cpus=config.cpus or sets[0]
         )
