@@ -44,11 +44,18 @@ def _grammar_backend_maker(config: ResolvedConfig, tokenizer, vocab_size: int):
 
 class EngineCore:
     def __init__(self, config: ResolvedConfig):
-        from fdcli_engine.threads import set_num_threads
-
         self.tp_workers = None  # tensor parallel: ranks 1..T-1 (runner/tp_executor.py)
         if config.tensor_parallel_size > 1:
             config = self._start_tensor_parallel(config)
+        try:
+            self._build(config)
+        except BaseException:
+            self.shutdown()  # an engine that failed to start leaves no worker behind
+            raise
+
+    def _build(self, config: ResolvedConfig) -> None:
+        from fdcli_engine.threads import set_num_threads
+
         set_num_threads(config.num_threads)
         self.config = config
 
