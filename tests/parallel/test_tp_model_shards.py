@@ -51,6 +51,10 @@ def test_tp2_logits_equal_tp1(case, tmp_path):
     (ref,) = build_ranks(1, lambda: load_model(config))
     ranks = build_ranks(2, lambda: load_model(config))
     assert ranks[0].num_kv_heads == ref.num_kv_heads // 2
+    if options.get("enable_expert_parallel"):  # rank r holds whole experts 4r..4r+3 of each MoE layer
+        moe = [layer.mlp for layer in ranks[1].layers if hasattr(layer.mlp, "local_experts")]
+        assert moe and all(list(m.local_experts) == [4, 5, 6, 7] for m in moe)
+        assert all(m.experts[0] is None for m in moe)
     want = _steps(ref)
     got = run_ranks([lambda m=m: _steps(m) for m in ranks])
     np.testing.assert_array_equal(got[0], got[1])
