@@ -74,6 +74,9 @@ def build_core(config_json: str, core_spec: str):
     # steps; 0 would sleep and wake between every kernel, hundreds per step (docs/engine-measurements.md).
     # The environment wins.
     os.environ.setdefault("KMP_BLOCKTIME", "1")
+    # Paddle's C++ INFO lines (the collective group's TCPStore announces its server and each connection)
+    # are not the user's business; warnings and errors still print. The environment wins.
+    os.environ.setdefault("GLOG_minloglevel", "1")
     # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
     os.environ.setdefault(BIND_ENV, "auto")
     return load_core_class(core_spec)(config), config

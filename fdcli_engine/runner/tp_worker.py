@@ -49,6 +49,7 @@ def _pin(config: ResolvedConfig) -> None:
         os.environ[BIND_ENV] = ",".join(str(c) for c in config.cpus)
     os.environ["OMP_NUM_THREADS"] = str(config.num_threads)
     os.environ.setdefault("KMP_BLOCKTIME", "1")
+    os.environ.setdefault("GLOG_minloglevel", "1")  # as the engine core: Paddle's C++ INFO lines off
 
 
 def _inputs(step: m.ForwardStep):
