@@ -17,7 +17,8 @@ import pytest
 from batch.batch_helpers import cli_args, completion_line, read_jsonl, run_cli, write_jsonl
 from server.fd_server import REPO, start_server
 
-PROMPTS = [f"request {i}: tell me about the number {i * 7}" for i in range(4)]
+# Not the data-parallel tests' prompts: both use the session server, whose prefix cache they would share.
+PROMPTS = [f"tensor-parallel prompt {i}: count to {i * 3}" for i in range(4)]
 WORKER = "fdcli_engine.runner.tp_worker"
 
 
