@@ -44,6 +44,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
         config = config.replace(max_model_len=min(model_limit, _CONTEXT_CAP))
     config = config.validate(model_limit)
     _refuse_unbuilt(config)
+    _check_tensor_parallel(config, hf_config, speculative)
     for note in fastdeploy_notes(config):  # once per start: only the front end resolves
         logger.warning(note)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
@@ -58,11 +59,29 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     )
 
 
+def _check_tensor_parallel(config: EngineConfig, hf_config: dict, speculative) -> None:
+    """--tensor-parallel-size T > 1: the model must split (heads, features, experts), and only the
+    generate runner with at most ngram speculation runs sharded (a draft model or an MTP head would
+    need its own lockstep ranks; a pooling model's runner has none)."""
+    from fdcli_engine.errors import ConfigError
+    from fdcli_engine.parallel_config import check_tensor_parallel_model
+
+    tp = config.tensor_parallel_size
+    if tp == 1:
+        return
+    check_tensor_parallel_model(hf_config, config)
+    if config.runner == "pooling":
+        raise ConfigError(f"--tensor-parallel-size {tp} runs generative models only, not --runner pooling")
+    if speculative is not None and speculative.method != "ngram":
+        raise ConfigError(
+            f"--speculative-config method {speculative.method!r} does not run with --tensor-parallel-size "
+            f"{tp}: use ngram, or --tensor-parallel-size 1"
+        )
+
+
 def _refuse_unbuilt(config: EngineConfig) -> None:
     """Parallel topologies whose engines are not built yet (each line goes when its engine lands)."""
     from fdcli_engine.errors import ConfigError
 
-    if config.tensor_parallel_size > 1:
-        raise ConfigError(f"--tensor-parallel-size {config.tensor_parallel_size} is not built yet (use 1)")
     if config.nnodes > 1 or config.ips:
         raise ConfigError("--nnodes / --ips (several machines) is not built yet")

@@ -44,6 +44,16 @@ def _grammar_backend_maker(config: ResolvedConfig, tokenizer, vocab_size: int):
 
 class EngineCore:
     def __init__(self, config: ResolvedConfig):
+        self.tp_workers = None  # tensor parallel: ranks 1..T-1 (runner/tp_executor.py)
+        if config.tensor_parallel_size > 1:
+            config = self._start_tensor_parallel(config)
+        try:
+            self._build(config)
+        except BaseException:
+            self.shutdown()  # an engine that failed to start leaves no worker behind
+            raise
+
+    def _build(self, config: ResolvedConfig) -> None:
         from fdcli_engine.threads import set_num_threads
 
         set_num_threads(config.num_threads)
@@ -67,11 +77,17 @@ class EngineCore:
             self.runner = PoolingModelRunner(config, self.model)
         else:
             self.model = load_model(config)
+            if self.tp_workers is not None:
+                from fdcli_engine.runner.tp_executor import TPModel
+
+                self.model = TPModel(self.model, self.tp_workers)
             tokenizer = load_tokenizer(config)
             eos = set(tokenizer.eos_token_ids)
             make_backend = _grammar_backend_maker(config, tokenizer, self.model.vocab_size)
             self.runner = ModelRunner(config, self.model, eos, make_backend)
             self.grammar_masks = self.runner.grammar
+            if self.tp_workers is not None:
+                self.model.start(self.runner.num_blocks)
         self.vocab_size = self.model.vocab_size
         capacity = self.runner.num_blocks * config.block_size
         if capacity < config.max_model_len:
@@ -102,6 +118,43 @@ class EngineCore:
         if bound:
             logger.info("OpenMP threads bound to CPUs %s (%s)", bound, BIND_ENV)
         logger.info("engine ready in %.1f s (kernels: %s)", time.perf_counter() - t0, ops.describe())
+
+    def _start_tensor_parallel(self, config: ResolvedConfig) -> ResolvedConfig:
+        """Start the workers and join their group before the model is built (its layers read the
+        group). Returns the config with every TP rank's CPUs decided; rank 0 runs on the first set."""
+        import atexit
+        import os
+
+        from fdcli_engine.distributed import set_tp_group
+        from fdcli_engine.runner.tp_executor import TPWorkers
+        from fdcli_engine.threads import BIND_ENV
+
+        self.tp_workers = TPWorkers(config)
+        atexit.register(self.tp_workers.close)
+        config = self.tp_workers.config
+        if config.tp_rank_cpus and config.cpus == config.tp_rank_cpus[0]:
+            config = config.replace(num_threads=len(config.cpus))
+        # Rank 0's OpenMP team on rank 0's CPUs (ops.bind_engine_threads at the end of start-up): the
+        # engine-core process set this already; an in-process engine's caller gets it here.
+        os.environ[BIND_ENV] = ",".join(str(c) for c in config.cpus)
+        try:
+            set_tp_group(self.tp_workers.init_group())
+        except BaseException:
+            self.tp_workers.close(timeout=1.0)
+            raise
+        return config
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel workers and leave this process's group (nothing to do without)."""
+        if self.tp_workers is None:
+            return
+        from fdcli_engine.distributed import SingleRank, set_tp_group, tp_group
+
+        self.tp_workers.close()
+        group = tp_group()
+        if hasattr(group, "close"):
+            group.close()
+        set_tp_group(SingleRank())  # a model built later in this process is unsharded again
 
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams | PoolingParams) -> None:
         """The request's kind is the kind of its params: PoolingParams pools, SamplingParams generates."""

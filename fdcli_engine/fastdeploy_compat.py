@@ -66,8 +66,8 @@ _NO_EFFECT = {
     "engine_worker_queue_port": "--engine-worker-queue-port has no effect: the server and its engine core "
     "talk over IPC sockets, not TCP ports",
     "cache_queue_port": "--cache-queue-port has no effect: fd runs no cache-transfer process",
-    "enable_custom_all_reduce": "--enable-custom-all-reduce has no effect: fd runs without tensor "
-    "parallelism here",
+    "enable_custom_all_reduce": "--enable-custom-all-reduce has no effect: fd's tensor-parallel ranks on "
+    "one host always all-reduce through shared memory",
 }
 
 

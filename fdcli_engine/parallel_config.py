@@ -143,3 +143,40 @@ def _split(cpus: list[int], parts: int) -> list[list[int]]:
         out.append(cpus[start:end])
         start = end
     return out
+
+
+def tp_cpu_sets(config: Any) -> list[list[int]]:
+    """The CPUs of each tensor-parallel rank of one engine: its data-parallel rank's set (`cpus`) split
+    in tensor_parallel_size runs, or without one every allowed CPU split as rank_cpu_sets does
+    (FD_CPU_OMP_THREADS_BIND may give one list per TP rank)."""
+    tp = config.tensor_parallel_size
+    if config.cpus:
+        return rank_cpu_sets(tp, allowed=list(config.cpus), bind="")
+    return rank_cpu_sets(tp)
+
+
+def check_tensor_parallel_model(hf_config: dict, config: Any) -> None:
+    """What the model must allow for --tensor-parallel-size T (read from its config, before any weight):
+    whole KV heads, query heads and intermediate features per rank, whole experts with expert parallel."""
+    tp = config.tensor_parallel_size
+    if tp == 1:
+        return
+    heads = int(hf_config.get("num_attention_heads") or 0)
+    kv = int(hf_config.get("num_key_value_heads") or heads)
+    _need(kv % tp == 0, f"{kv} KV heads do not divide by tensor-parallel size {tp}")
+    _need(heads % tp == 0, f"{heads} attention heads do not divide by tensor-parallel size {tp}")
+    sizes = {"intermediate_size": hf_config.get("intermediate_size")}
+    experts = hf_config.get("moe_num_experts")
+    if experts:
+        if config.enable_expert_parallel:
+            _need(int(experts) % tp == 0, f"{experts} experts do not divide by tensor-parallel size {tp}")
+        else:
+            sizes["moe_intermediate_size"] = hf_config.get("moe_intermediate_size")
+        shared = int(hf_config.get("moe_num_shared_experts") or 0)
+        if shared:
+            sizes["moe_intermediate_size x moe_num_shared_experts"] = shared * int(
+                hf_config.get("moe_intermediate_size") or 0
+            )
+    for name, size in sizes.items():
+        if size:
+            _need(int(size) % tp == 0, f"{name} {size} does not divide by tensor-parallel size {tp}")

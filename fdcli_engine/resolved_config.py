@@ -58,6 +58,9 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     data_parallel_rank: int = 0
     tensor_parallel_rank: int = 0
     cpus: list[int] | None = None  # the CPUs this engine process's threads use; None: as threads.py decides
+    # Tensor parallel: every TP rank's CPUs of this engine (rank 0's first); None: split as
+    # parallel_config.tp_cpu_sets decides.
+    tp_rank_cpus: list[list[int]] | None = None
     engine_watchdog_timeout: float = 300.0  # seconds; 0: off (core_client.py)
     guided_decoding_backend: str = "auto"  # "auto" | "guidance" | "off" (structured_output/backend.py)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding

@@ -157,7 +157,8 @@ class AsyncLLM(EngineFrontEnd):
         elif isinstance(event, ReadyMsg):
             self._on_rank_ready(r, event)
         elif isinstance(event, FatalMsg):
-            self._on_rank_dead(r, f"the engine core failed to start: {event.message}")
+            what = "failed" if self.ranks[r].ready else "failed to start"
+            self._on_rank_dead(r, f"the engine core {what}: {event.message}")
 
     def _on_rank_ready(self, r: int, event: ReadyMsg) -> None:
         self.ranks[r].ready = True

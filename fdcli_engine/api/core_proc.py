@@ -74,6 +74,9 @@ def build_core(config_json: str, core_spec: str):
     # steps; 0 would sleep and wake between every kernel, hundreds per step (docs/engine-measurements.md).
     # The environment wins.
     os.environ.setdefault("KMP_BLOCKTIME", "1")
+    # Paddle's C++ INFO lines (the collective group's TCPStore announces its server and each connection)
+    # are not the user's business; warnings and errors still print. The environment wins.
+    os.environ.setdefault("GLOG_minloglevel", "1")
     # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
     os.environ.setdefault(BIND_ENV, "auto")
     return load_core_class(core_spec)(config), config
@@ -182,6 +185,30 @@ def _ignore_group_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def fail_fast_on_rank_death(core, output_addr: str) -> None:
+    """Tensor parallel: a worker that dies may leave this process inside a collective, so the watchdog
+    thread reports it to the front end itself (a socket of its own: zmq sockets are not thread-safe)
+    and the process exits; the front end fails the requests with the reason and reports the engine
+    dead, and the other workers die with this process."""
+    workers = getattr(core, "tp_workers", None)
+    if workers is None:
+        return
+
+    def on_dead(reason: str) -> None:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(output_addr)
+        sock.send(event_encoder.encode(FatalMsg(reason)))
+        sock.close()
+        ctx.term()
+        os._exit(1)
+
+    workers.on_dead = on_dead
+    if workers.dead_reason is not None:  # died while the model loaded
+        on_dead(workers.dead_reason)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="fd-engine-core")
     p.add_argument("--input", required=True)
@@ -216,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     _ignore_group_signals()  # again: importing paddle installed its own handlers
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    fail_fast_on_rank_death(core, args.output)
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:
@@ -223,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     except zmq.Again:
         logger.error("the front end stopped reading outputs for 30 s; engine core exits")
         out.setsockopt(zmq.LINGER, 0)
+    if hasattr(core, "shutdown"):
+        core.shutdown()
     inp.close(0)
     out.close()
     ctx.term()

@@ -30,8 +30,23 @@ class CoreRank:
 
 def rank_configs(config: ResolvedConfig) -> list[ResolvedConfig]:
     """Each rank's config: its rank number and CPU set, one OpenMP thread per CPU. One rank keeps the
-    config as resolved (its threads placed as threads.py decides, as before data parallelism)."""
+    config as resolved (its threads placed as threads.py decides, as before data parallelism). With
+    tensor parallelism each engine's CPUs are its TP ranks' sets (`tp_rank_cpus`), its core (TP rank 0)
+    running on the first."""
     n = config.data_parallel_size
+    tp = config.tensor_parallel_size
+    if tp > 1:
+        sets = rank_cpu_sets(n * tp)
+        return [
+            config.replace(
+                data_parallel_rank=r,
+                cpus=sets[r * tp],
+                num_threads=len(sets[r * tp]),
+                threads=len(sets[r * tp]),
+                tp_rank_cpus=sets[r * tp : (r + 1) * tp],
+            )
+            for r in range(n)
+        ]
     if n <= 1:
         return [config]
     return [

@@ -156,6 +156,9 @@ class InProcessEngineClient(EngineFrontEnd):
                 await self._driver
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+        stop_core = getattr(self.core, "shutdown", None)
+        if stop_core is not None:  # tensor parallel: the core's worker ranks
+            stop_core()
 
 
 def _in_event_loop() -> bool:

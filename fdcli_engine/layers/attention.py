@@ -1,14 +1,19 @@
 """Decoder self-attention over the paged KV cache: QKV matmul, optional per-head q/k RMSNorm (Qwen3),
-rotary, cache write, paged attention, output projection."""
+rotary, cache write, paged attention, output projection.
+
+Over a tensor-parallel group of T ranks each rank holds num_heads / T query heads and the
+num_kv_heads / T KV heads they attend with (QKV column-parallel, heads contiguous by rank), so its KV
+cache holds only those heads; o_proj is row-parallel and all-reduces. Heads that do not divide by T are
+refused (parallel_config checks it before any weight is read)."""
 
 from __future__ import annotations
 
 import paddle
 
 from fdcli_engine import ops
-from fdcli_engine.layers.linear import Linear, MergedLinear
 from fdcli_engine.layers.norm import RMSNorm
 from fdcli_engine.layers.rotary import RotaryEmbedding
+from fdcli_engine.layers.tp_linear import column_linear, row_linear
 
 
 class Attention:
@@ -22,21 +27,25 @@ class Attention:
         qkv_bias: bool = False,
         qk_norm_eps: float | None = None,
         quantization=None,
+        group=None,
     ):
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
+        ws = group.world_size if group is not None else 1
+        if num_kv_heads % ws:
+            raise ValueError(f"{num_kv_heads} KV heads do not divide by tensor-parallel size {ws}")
+        # This rank's heads (all of them without tensor parallelism).
+        self.num_heads = num_heads // ws
+        self.num_kv_heads = num_kv_heads // ws
         self.head_dim = head_dim
-        self.q_size = num_heads * head_dim
-        self.kv_size = num_kv_heads * head_dim
+        self.q_size = self.num_heads * head_dim
+        self.kv_size = self.num_kv_heads * head_dim
         self.scale = head_dim**-0.5
         self.rotary = rotary
         # Shards 0, 1, 2 = q_proj, k_proj, v_proj.
-        self.qkv_proj = MergedLinear(
-            hidden_size, [self.q_size, self.kv_size, self.kv_size], qkv_bias, quantization
-        )
-        self.o_proj = Linear(self.q_size, hidden_size, False, quantization)
+        full_q, full_kv = num_heads * head_dim, num_kv_heads * head_dim
+        self.qkv_proj = column_linear(hidden_size, [full_q, full_kv, full_kv], qkv_bias, quantization, group)
+        self.o_proj = row_linear(full_q, hidden_size, False, quantization, group)
         # Qwen3 normalizes each head's q and k (over head_dim) before rotary.
         self.q_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
         self.k_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None

@@ -15,9 +15,13 @@ Every expert matmul goes through `ops.prepare_linear` / `ops.linear` (via GatedM
 quantization applies to experts exactly as to dense layers. The router stays fp32: it is tiny and its
 top-k is sensitive to rounding.
 
-Sharding hook: `local_experts` is the set of expert ids this process holds. With all of them (the
-only case on one CPU) the output is complete; an expert-parallel setup would give each rank a slice,
-compute the same routing everywhere, and all-reduce the partial outputs. Nothing else changes.
+Over a tensor-parallel group of T ranks (the router and the routing are the same on every rank: the
+same input bits, the same fp32 router):
+- with expert parallel (`--enable-expert-parallel`), rank r holds the whole experts
+  r*E/T .. (r+1)*E/T - 1 (`local_experts`) and computes only the rows routed to them;
+- without it, every rank holds every expert's run of intermediate features (column/row parallel).
+Either way each rank's routed output is a partial sum, as is its shard of the shared experts (always
+intermediate-parallel), and one all-reduce per MoE layer adds them up.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ class MoE:
         quantization=None,
         shared_quantization=None,
         local_experts: range | None = None,
+        group=None,
+        expert_parallel: bool = False,
     ):
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"top_k {top_k} must be between 1 and num_experts {num_experts}")
@@ -97,14 +103,32 @@ class MoE:
         self.norm_min = float(norm_min)
         self.gate = RouterGate(hidden_size, num_experts)
         self.correction_bias = CorrectionBias(num_experts)
+        self.group = group if group is not None and group.world_size > 1 else None
+        expert_group = self.group
+        if self.group is not None and expert_parallel:
+            if num_experts % self.group.world_size:
+                raise ValueError(
+                    f"{num_experts} experts do not divide by tensor-parallel size {self.group.world_size}"
+                )
+            per = num_experts // self.group.world_size
+            local_experts = range(self.group.rank * per, (self.group.rank + 1) * per)
+            expert_group = None  # whole experts: no split inside them
         self.local_experts = local_experts if local_experts is not None else range(num_experts)
-        # None for experts held by another rank (never the case with one process).
+        # None for experts held by another rank (expert parallel).
         self.experts: list[GatedMLP | None] = [
-            GatedMLP(hidden_size, intermediate_size, quantization) if e in self.local_experts else None
+            GatedMLP(hidden_size, intermediate_size, quantization, expert_group, reduce=False)
+            if e in self.local_experts
+            else None
             for e in range(num_experts)
         ]
         self.shared_experts = (
-            GatedMLP(hidden_size, intermediate_size * num_shared_experts, shared_quantization)
+            GatedMLP(
+                hidden_size,
+                intermediate_size * num_shared_experts,
+                shared_quantization,
+                self.group,
+                reduce=False,
+            )
             if num_shared_experts > 0
             else None
         )
@@ -120,7 +144,7 @@ class MoE:
         out = self._routed(x, selected, weights, prompt_rows)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x, prompt_rows)
-        return out
+        return self.group.all_reduce(out) if self.group is not None else out
 
     def _routed(
         self, x: paddle.Tensor, selected: np.ndarray, weights: np.ndarray, prompt_rows

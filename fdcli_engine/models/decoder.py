@@ -8,6 +8,11 @@ table built at construction, so a missing tensor is found by set difference, not
 With the native kernels, loading ends by packing the layers for `ops.decoder_stack` (models/decoder_stack.py),
 which runs them all in one C++ op, bit-identical to the per-op loop in `forward`; models whose layers
 differ (MoE) keep the loop.
+
+Under tensor parallelism (`distributed.tp_group()` of several ranks, set before the model is built)
+every layer is built sharded (layers/tp_*.py): each rank loads only its piece of each tensor and holds
+`num_kv_heads` = its share of the KV heads, which is what its KV cache is sized by. The packed stack
+cannot all-reduce between layers, so such a model runs the per-op loop.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import numpy as np
 import paddle
 
 from fdcli_engine import ops
+from fdcli_engine.distributed import tp_group
 from fdcli_engine.errors import ModelLoadError
-from fdcli_engine.layers import Attention, GatedMLP, LMHead, RMSNorm, RotaryEmbedding, VocabEmbedding
+from fdcli_engine.layers import Attention, GatedMLP, RMSNorm, RotaryEmbedding
+from fdcli_engine.layers.tp_embedding import lm_head, vocab_embedding
 from fdcli_engine.models.decoder_stack import build_decoder_stack
 from fdcli_engine.models.hf_config import normalize_hf_config
 from fdcli_engine.resolved_config import ResolvedConfig
@@ -34,7 +41,9 @@ MTP_PREFIX = "model.mtp_"
 
 
 class DecoderLayer:
-    def __init__(self, cfg: dict, rotary: RotaryEmbedding, qkv_bias: bool, qk_norm: bool, quantization):
+    def __init__(
+        self, cfg: dict, rotary: RotaryEmbedding, qkv_bias: bool, qk_norm: bool, quantization, group=None
+    ):
         eps = float(cfg.get("rms_norm_eps", 1e-6))
         hidden = int(cfg["hidden_size"])
         self.input_layernorm = RMSNorm(hidden, eps)
@@ -47,9 +56,10 @@ class DecoderLayer:
             qkv_bias=qkv_bias,
             qk_norm_eps=eps if qk_norm else None,
             quantization=quantization,
+            group=group,
         )
         self.post_attention_layernorm = RMSNorm(hidden, eps)
-        self.mlp = GatedMLP(hidden, int(cfg["intermediate_size"]), quantization)
+        self.mlp = GatedMLP(hidden, int(cfg["intermediate_size"]), quantization, group)
 
 
 class DecoderForCausalLM:
@@ -77,7 +87,13 @@ class DecoderForCausalLM:
         self.config = cfg
         self.num_layers = int(cfg["num_hidden_layers"])
         self.num_heads = int(cfg["num_attention_heads"])
-        self.num_kv_heads = cfg["num_key_value_heads"]
+        self.group = tp_group()
+        self.total_num_kv_heads = cfg["num_key_value_heads"]
+        if self.total_num_kv_heads % self.group.world_size:
+            raise ModelLoadError(
+                f"{self.total_num_kv_heads} KV heads do not divide by tensor-parallel size {self.group.world_size}"
+            )
+        self.num_kv_heads = self.total_num_kv_heads // self.group.world_size  # this rank's (its KV cache)
         self.head_dim = cfg["head_dim"]
         self.hidden_size = int(cfg["hidden_size"])
         self.vocab_size = int(cfg["vocab_size"])
@@ -88,10 +104,14 @@ class DecoderForCausalLM:
         rotary = RotaryEmbedding(self.head_dim, max_pos, cfg["rope_theta"], cfg["rope_scaling"])
         quant = engine_config.quantization
         bias = self.qkv_bias(cfg)
-        self.embed_tokens = VocabEmbedding(self.vocab_size, self.hidden_size)
-        self.layers = [DecoderLayer(cfg, rotary, bias, self.qk_norm, quant) for _ in range(self.num_layers)]
+        self.embed_tokens = vocab_embedding(self.vocab_size, self.hidden_size, self.group)
+        self.layers = [
+            DecoderLayer(cfg, rotary, bias, self.qk_norm, quant, self.group) for _ in range(self.num_layers)
+        ]
         self.norm = RMSNorm(self.hidden_size, float(cfg.get("rms_norm_eps", 1e-6)))
-        self.lm_head = LMHead(self.hidden_size, self.vocab_size)
+        self.lm_head = lm_head(self.hidden_size, self.vocab_size, self.group)
+        # Checkpoint tensors another rank holds alone (expert parallel): skipped, not unexpected.
+        self.other_ranks_tensors: set[str] = set()
         self._targets = self._build_targets(bias)
         self.decoder_stack = None  # packed by load_weights where the native stack applies
         self.use_decoder_stack = True  # False forces the per-op loop (tests, benchmarks)
@@ -129,6 +149,8 @@ class DecoderForCausalLM:
         seen: set[str] = set()
         for name, array in weights:
             target = self._targets.get(name)
+            if target is None and name in self.other_ranks_tensors:
+                continue
             if target is None:
                 if name == "lm_head.weight" or name.endswith(IGNORED_SUFFIXES) or name.startswith(MTP_PREFIX):
                     continue  # tied head stored anyway, a non-parameter buffer, or the MTP head
@@ -156,7 +178,7 @@ class DecoderForCausalLM:
         if missing:
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             raise ModelLoadError(f"checkpoint is missing tensor(s): {', '.join(missing[:5])}{more}")
-        self.decoder_stack = build_decoder_stack(self)
+        self.decoder_stack = build_decoder_stack(self) if self.group.world_size == 1 else None
 
     def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
         with paddle.no_grad():

@@ -77,7 +77,7 @@ class Ernie4_5ForCausalLM(DecoderForCausalLM):
             if name.endswith("self_attn.q_proj.weight"):
                 array = self._permute_checked(name, array, self.num_heads)
             elif name.endswith("self_attn.k_proj.weight"):
-                array = self._permute_checked(name, array, self.num_kv_heads)
+                array = self._permute_checked(name, array, self.total_num_kv_heads)
             yield name, array
 
     def _permute_checked(self, name: str, array: np.ndarray, num_heads: int) -> np.ndarray:

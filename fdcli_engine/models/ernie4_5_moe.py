@@ -5,7 +5,8 @@ Layer i is MoE when (i + 1) % moe_layer_interval == 0 and moe_layer_start_index 
 moe_layer_end_index (-1: the last layer); the others keep the dense gated MLP (`intermediate_size`).
 A MoE layer routes each token to `moe_k` of `moe_num_experts` experts (`moe_intermediate_size` each)
 plus `moe_num_shared_experts` shared experts fused into one MLP of moe_intermediate_size * that
-count; see `fdcli_engine.layers.moe` for the routing and how only hit experts are computed.
+count; see `fdcli_engine.layers.moe` for the routing and how only hit experts are computed, and for
+tensor / expert parallel (`--enable-expert-parallel`: each rank loads only its experts' tensors).
 
 Quantization follows FastDeploy's meaning for ERNIE MoE models: `wint8` quantizes every linear layer
 to 8 bits; `wint4` quantizes the routed experts to 4 bits and every other linear layer (attention,
@@ -72,7 +73,16 @@ class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
                 norm_min=float(cfg.get("moe_norm_min", 1e-12)),
                 quantization=expert_quant,
                 shared_quantization=dense_quant,
+                group=self.group,
+                expert_parallel=engine_config.enable_expert_parallel,
             )
+            moe = self.layers[i].mlp
+            self.other_ranks_tensors |= {
+                f"model.layers.{i}.mlp.experts.{e}.{proj}.weight"
+                for e in range(moe.num_experts)
+                if e not in moe.local_experts
+                for proj in _MLP_SHARDS
+            }
         self._targets = self._build_targets(False)
 
     def _build_targets(self, qkv_bias: bool) -> dict[str, tuple[object, int | None, str]]:

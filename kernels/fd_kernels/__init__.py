@@ -14,7 +14,8 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     rotary_embedding(positions int64[T], q[T,nh*hd], k[T,nkv*hd], cos_sin_cache[max_pos,hd], head_dim)
         -> (q, k) with NeoX (rotate-half) rotary applied; cos_sin_cache[p] = [cos(p*f_0..), sin(p*f_0..)]
     silu_and_mul(x[T,2I]) -> silu(x[:, :I]) * x[:, I:]
-    prepare_linear(weight np.float32[out,in], bias np.float32[out] | None, quantization) -> LinearWeight
+    prepare_linear(weight np.float32[out,in], bias np.float32[out] | None, quantization, row_scale=None)
+        -> LinearWeight   (row_scale: wint8's per-row scales where given, else max|row| / 127)
     prepare_linear_gguf(raw uint8[out, bytes_per_row], ggml_type, in_features, bias) -> LinearWeight
         GGUF Q4_0/Q4_1/Q8_0 blocks kept as they are (the reference dequantizes: the oracle)
     linear(x[T,in], lw: LinearWeight, prompt_rows=None) -> [T,out]

@@ -125,12 +125,18 @@ def pack_f32(weight: np.ndarray, bias: np.ndarray | None = None) -> Packed:
     return Packed(KIND_F32, k, n, k, _panels(w), _DUMMY, _DUMMY, _bias(bias, n))
 
 
-def pack_wint8(weight: np.ndarray, bias: np.ndarray | None = None) -> Packed:
-    """Symmetric per-output-channel int8: scale = max|w_row| / 127."""
+def pack_wint8(
+    weight: np.ndarray, bias: np.ndarray | None = None, row_scale: np.ndarray | None = None
+) -> Packed:
+    """Symmetric per-output-channel int8: scale = max|w_row| / 127, or `row_scale` where given (a column
+    slice of a bigger weight quantized with its full rows' scales: the same codes as the whole)."""
     w = np.asarray(weight, dtype=np.float32)
     n, k = w.shape
-    scale = np.abs(w).max(axis=1) / 127.0
-    scale[scale == 0] = 1.0  # an all-zero row quantizes to zeros with any scale
+    if row_scale is not None:
+        scale = np.asarray(row_scale, dtype=np.float32).reshape(n)
+    else:
+        scale = np.abs(w).max(axis=1) / 127.0
+        scale[scale == 0] = 1.0  # an all-zero row quantizes to zeros with any scale
     q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
     return Packed(
         KIND_S8, k, n, k, _panels(q), _panels(scale[:, None].astype(np.float32)), _DUMMY, _bias(bias, n)

@@ -169,8 +169,14 @@ _PACKERS = {
 }
 
 
-def prepare_linear(weight: np.ndarray, bias: np.ndarray | None = None, quantization: str | None = None):
-    """Pack a float32 [out, in] weight (HF layout) once at load time."""
+def prepare_linear(
+    weight: np.ndarray,
+    bias: np.ndarray | None = None,
+    quantization: str | None = None,
+    row_scale: np.ndarray | None = None,
+):
+    """Pack a float32 [out, in] weight (HF layout) once at load time. `row_scale`: wint8 only, the
+    per-row scales to quantize with (packing.pack_wint8)."""
     if quantization not in _PACKERS:
         raise ValueError(
             f"quantization {quantization!r} is not supported: use None, 'gguf', 'wint8' or 'wint4'"
@@ -178,6 +184,10 @@ def prepare_linear(weight: np.ndarray, bias: np.ndarray | None = None, quantizat
     weight = np.asarray(weight, dtype=np.float32)
     if weight.ndim != 2:
         raise ValueError(f"linear weight must be 2-D [out, in], got shape {weight.shape}")
+    if row_scale is not None:
+        if quantization != "wint8":
+            raise ValueError(f"row_scale applies to wint8 only, not {quantization!r}")
+        return _upload(packing.pack_wint8(weight, bias, row_scale), quantization)
     return _upload(_PACKERS[quantization](weight, bias), quantization)
 
 

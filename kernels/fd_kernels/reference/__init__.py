@@ -123,9 +123,12 @@ def varlen_attention(
     return outs[0] if len(outs) == 1 else paddle.concat(outs, axis=0)
 
 
-def _fake_quant_wint8(w: np.ndarray) -> np.ndarray:
-    scale = np.abs(w).max(axis=1, keepdims=True) / 127.0
-    scale[scale == 0] = 1.0
+def _fake_quant_wint8(w: np.ndarray, row_scale: np.ndarray | None = None) -> np.ndarray:
+    if row_scale is not None:
+        scale = np.asarray(row_scale, dtype=np.float32).reshape(-1, 1)
+    else:
+        scale = np.abs(w).max(axis=1, keepdims=True) / 127.0
+        scale[scale == 0] = 1.0
     q = np.clip(np.round(w / scale), -127, 127)
     return (q * scale).astype(np.float32)
 
@@ -142,14 +145,19 @@ def _fake_quant_wint4(w: np.ndarray) -> np.ndarray:
     return (q * scale).reshape(out_f, -1)[:, :in_f].astype(np.float32)
 
 
-def prepare_linear(weight: np.ndarray, bias: np.ndarray | None, quantization: str | None) -> RefLinear:
+def prepare_linear(
+    weight: np.ndarray, bias: np.ndarray | None, quantization: str | None, row_scale: np.ndarray | None = None
+) -> RefLinear:
     """weight: fp32 [out, in] as in HF checkpoints. Stored transposed ([in, out]) so that `linear` is a
-    plain matmul rather than Paddle's transpose_y path, the slower of the two on CPU."""
+    plain matmul rather than Paddle's transpose_y path, the slower of the two on CPU. `row_scale`: wint8
+    only, the per-row scales to quantize with (a column slice of a bigger weight keeps its rows')."""
     w = np.asarray(weight, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"linear weight must be 2-D [out, in], got shape {w.shape}")
+    if row_scale is not None and quantization != "wint8":
+        raise ValueError(f"row_scale applies to wint8 only, not {quantization!r}")
     if quantization == "wint8":
-        w = _fake_quant_wint8(w)
+        w = _fake_quant_wint8(w, row_scale)
     elif quantization == "wint4":
         w = _fake_quant_wint4(w)
     elif quantization not in (None, "gguf"):
