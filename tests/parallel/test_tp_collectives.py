@@ -1,0 +1,151 @@
+"""The tensor-parallel collectives (fdcli_engine.distributed): shm and gloo, 2 and 3 ranks as processes.
+
+Reference: numpy. all_reduce must equal the rank-order fp32 sum ((x0 + x1) + x2) bit for bit on every
+rank; all_gather numpy's concatenate. The inputs span six orders of magnitude so that another summation
+order gives other bits (asserted, so the bit-equality test can fail). Each rank runs this file as a
+script (`worker`), writing what it got to an .npz the test compares.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# (shape, how the rank passes it): "dense", or "strided" (a transposed view, not contiguous).
+CASES = [
+    ((1, 576), "dense"),
+    ((16, 576), "dense"),
+    ((3, 1001), "dense"),
+    ((7, 5), "strided"),
+    ((0, 4), "dense"),
+]
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def inputs(rank: int, shape) -> np.ndarray:
+    rng = np.random.default_rng([rank, *shape])
+    mags = 10.0 ** rng.uniform(-3, 3, size=shape)
+    return (rng.standard_normal(shape) * mags).astype(np.float32)
+
+
+def rank_order_sum(xs: list[np.ndarray]) -> np.ndarray:
+    acc = xs[0].copy()
+    for x in xs[1:]:
+        acc += x
+    return acc
+
+
+def worker(backend: str, rank: int, world: int, port: int, out: str, timeout_s: float) -> int:
+    import paddle
+
+    from fdcli_engine.distributed import init_tp_group
+    from fdcli_engine.errors import FdError
+
+    try:
+        group = init_tp_group(rank, world, HOST, port, world if backend == "shm" else 1, timeout_s, backend)
+    except FdError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    got = {}
+    for shape, how in CASES:
+        x = inputs(rank, shape)
+        t = paddle.to_tensor(x.T.copy()).T if how == "strided" else paddle.to_tensor(x)
+        key = "x".join(map(str, shape))
+        got[f"sum_{key}"] = group.all_reduce(t).numpy()
+        if shape[0]:
+            got[f"g0_{key}"] = group.all_gather(t, axis=0).numpy()
+            got[f"g1_{key}"] = group.all_gather(t, axis=-1).numpy()
+    group.barrier()
+    np.savez(Path(out) / f"rank{rank}.npz", **got)
+    return 0
+
+
+def launch(backend: str, world: int, port: int, out: Path, ranks=None, timeout_s: float = 30.0):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2"}
+    return [
+        subprocess.Popen(
+            [sys.executable, __file__, backend, str(r), str(world), str(port), str(out), str(timeout_s)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (range(world) if ranks is None else ranks)
+    ]
+
+
+def finish(procs, limit_s: float = 90.0) -> list[tuple[int, str]]:
+    results = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            pytest.fail(f"a rank hung past {limit_s} s: {err[-2000:]}")
+        results.append((p.returncode, err))
+    return results
+
+
+def check_results(world: int, out: Path) -> None:
+    got = [dict(np.load(out / f"rank{r}.npz")) for r in range(world)]
+    for shape, _ in CASES:
+        key = "x".join(map(str, shape))
+        xs = [inputs(r, shape) for r in range(world)]
+        ref = rank_order_sum(xs)
+        for r in range(world):
+            assert got[r][f"sum_{key}"].shape == ref.shape
+            assert np.array_equal(got[r][f"sum_{key}"].view(np.uint32), ref.view(np.uint32)), (r, key)
+            if shape[0]:
+                np.testing.assert_array_equal(got[r][f"g0_{key}"], np.concatenate(xs, axis=0))
+                np.testing.assert_array_equal(got[r][f"g1_{key}"], np.concatenate(xs, axis=-1))
+
+
+def test_other_summation_orders_give_other_bits():
+    """The bit-equality assertions below can fail: a sum in another order differs from rank order."""
+    xs = [inputs(r, (16, 576)) for r in range(3)]
+    assert not np.array_equal(rank_order_sum(xs), rank_order_sum(xs[::-1]))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("backend", ["gloo"])
+def test_collectives_match_numpy(backend, world, tmp_path):
+    results = finish(launch(backend, world, free_port(), tmp_path))
+    for rc, err in results:
+        assert rc == 0, err[-3000:]
+    check_results(world, tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["gloo"])
+def test_missing_rank_is_named_within_the_timeout(backend, tmp_path):
+    port = free_port()
+    for rc, err in finish(launch(backend, 3, port, tmp_path, ranks=[0, 2], timeout_s=5)):
+        assert rc == 3, err[-3000:]
+        line = err.strip().splitlines()[-1]
+        assert "rank 1 (node " in line and f"{HOST}:{port}" in line and "did not join" in line, line
+
+
+@pytest.mark.parametrize("backend", ["gloo"])
+def test_missing_master_is_named_within_the_timeout(backend, tmp_path):
+    port = free_port()
+    [(rc, err)] = finish(launch(backend, 2, port, tmp_path, ranks=[1], timeout_s=3))
+    assert rc == 3, err[-3000:]
+    line = err.strip().splitlines()[-1]
+    assert "rank 0 (node 0)" in line and f"{HOST}:{port}" in line, line
+
+
+if __name__ == "__main__":
+    be, rk, ws, pt, od, to = sys.argv[1:7]
+    sys.exit(worker(be, int(rk), int(ws), int(pt), od, float(to)))
