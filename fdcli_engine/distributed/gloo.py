@@ -10,6 +10,7 @@ so the gather costs nothing that matters.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from fdcli_engine.distributed.rendezvous import Rendezvous, join
@@ -56,9 +57,9 @@ class GlooGroup:
         import paddle  # noqa: PLC0415
 
         x = _dense(x)
-        if x.size == 0:
+        if math.prod(x.shape) == 0:
             return paddle.empty([self.world_size, *x.shape], dtype=x.dtype)
-        out = paddle.empty([self.world_size * x.size], dtype=x.dtype)
+        out = paddle.empty([self.world_size * math.prod(x.shape)], dtype=x.dtype)
         self._pg.all_gather(out, x.reshape([-1]), True).wait()
         return out.reshape([self.world_size, *x.shape])
 

@@ -46,14 +46,16 @@ def init_tp_group(
         return SingleRank()
     one_host = world_size <= ranks_per_node
     if backend is None:
-        backend = "gloo"  # shm lands next; then: "shm" if one_host else "gloo"
+        backend = "shm" if one_host else "gloo"
     if backend == "shm":
         if not one_host:
             raise ConfigError(
                 f"shared-memory collectives need every rank on one host ({world_size} ranks, "
                 f"{ranks_per_node} per node)"
             )
-        raise ConfigError("the shared-memory collectives are not built yet: use backend='gloo'")
+        from fdcli_engine.distributed.shm import ShmGroup  # noqa: PLC0415
+
+        return ShmGroup(rank, world_size, master_addr, master_port, timeout_s=timeout_s)
     from fdcli_engine.distributed.gloo import GlooGroup  # noqa: PLC0415
 
     return GlooGroup(rank, world_size, master_addr, master_port, ranks_per_node, timeout_s)

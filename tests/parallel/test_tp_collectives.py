@@ -9,6 +9,7 @@ script (`worker`), writing what it got to an .npz the test compares.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -47,36 +48,68 @@ def rank_order_sum(xs: list[np.ndarray]) -> np.ndarray:
     return acc
 
 
-def worker(backend: str, rank: int, world: int, port: int, out: str, timeout_s: float) -> int:
+def make_group(backend: str, rank: int, world: int, port: int, timeout_s: float):
+    """backend "shm-small": the shm group with 4 KiB slots, so that every case goes through in chunks
+    (the last one partial)."""
+    from fdcli_engine.distributed import init_tp_group
+    from fdcli_engine.distributed.shm import ShmGroup
+
+    if backend == "shm-small":
+        return ShmGroup(rank, world, HOST, port, timeout_s=timeout_s, slot_bytes=4096)
+    return init_tp_group(rank, world, HOST, port, world if backend == "shm" else 1, timeout_s, backend)
+
+
+def worker(mode: str, backend: str, rank: int, world: int, port: int, out: str, timeout_s: float) -> int:
     import paddle
 
-    from fdcli_engine.distributed import init_tp_group
     from fdcli_engine.errors import FdError
 
+    if mode == "stale":  # what a rank 0 SIGKILLed between creating the segment and unlinking it leaves
+        from fdcli_engine.distributed import shm
+
+        shm._library().fd_shm_create(shm.segment_name(HOST, port).encode(), world, 4096, 1, None, 0)
+        os.kill(os.getpid(), signal.SIGKILL)
     try:
-        group = init_tp_group(rank, world, HOST, port, world if backend == "shm" else 1, timeout_s, backend)
+        group = make_group(backend, rank, world, port, timeout_s)
+        if mode == "die":  # the last rank dies once the group is up; the others are in an all_reduce
+            if rank == world - 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            group.all_reduce(paddle.ones([4]))
     except FdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3
     got = {}
     for shape, how in CASES:
         x = inputs(rank, shape)
-        t = paddle.to_tensor(x.T.copy()).T if how == "strided" else paddle.to_tensor(x)
+
+        def tensor(x=x, how=how):  # a fresh one per call: all_reduce may overwrite its input
+            return paddle.to_tensor(x.T.copy()).T if how == "strided" else paddle.to_tensor(x)
+
         key = "x".join(map(str, shape))
-        got[f"sum_{key}"] = group.all_reduce(t).numpy()
+        got[f"sum_{key}"] = group.all_reduce(tensor()).numpy()
         if shape[0]:
-            got[f"g0_{key}"] = group.all_gather(t, axis=0).numpy()
-            got[f"g1_{key}"] = group.all_gather(t, axis=-1).numpy()
+            got[f"g0_{key}"] = group.all_gather(tensor(), axis=0).numpy()
+            got[f"g1_{key}"] = group.all_gather(tensor(), axis=-1).numpy()
     group.barrier()
     np.savez(Path(out) / f"rank{rank}.npz", **got)
     return 0
 
 
-def launch(backend: str, world: int, port: int, out: Path, ranks=None, timeout_s: float = 30.0):
+def launch(backend: str, world: int, port: int, out: Path, ranks=None, timeout_s: float = 30.0, mode="run"):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOG_minloglevel": "2"}
     return [
         subprocess.Popen(
-            [sys.executable, __file__, backend, str(r), str(world), str(port), str(out), str(timeout_s)],
+            [
+                sys.executable,
+                __file__,
+                mode,
+                backend,
+                str(r),
+                str(world),
+                str(port),
+                str(out),
+                str(timeout_s),
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -119,8 +152,9 @@ def test_other_summation_orders_give_other_bits():
     assert not np.array_equal(rank_order_sum(xs), rank_order_sum(xs[::-1]))
 
 
-@pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("backend", ["gloo"])
+@pytest.mark.parametrize(
+    "backend, world", [("shm", 2), ("shm", 3), ("shm-small", 3), ("gloo", 2), ("gloo", 3)]
+)
 def test_collectives_match_numpy(backend, world, tmp_path):
     results = finish(launch(backend, world, free_port(), tmp_path))
     for rc, err in results:
@@ -128,7 +162,7 @@ def test_collectives_match_numpy(backend, world, tmp_path):
     check_results(world, tmp_path)
 
 
-@pytest.mark.parametrize("backend", ["gloo"])
+@pytest.mark.parametrize("backend", ["shm", "gloo"])
 def test_missing_rank_is_named_within_the_timeout(backend, tmp_path):
     port = free_port()
     for rc, err in finish(launch(backend, 3, port, tmp_path, ranks=[0, 2], timeout_s=5)):
@@ -137,7 +171,7 @@ def test_missing_rank_is_named_within_the_timeout(backend, tmp_path):
         assert "rank 1 (node " in line and f"{HOST}:{port}" in line and "did not join" in line, line
 
 
-@pytest.mark.parametrize("backend", ["gloo"])
+@pytest.mark.parametrize("backend", ["shm", "gloo"])
 def test_missing_master_is_named_within_the_timeout(backend, tmp_path):
     port = free_port()
     [(rc, err)] = finish(launch(backend, 2, port, tmp_path, ranks=[1], timeout_s=3))
@@ -147,5 +181,30 @@ def test_missing_master_is_named_within_the_timeout(backend, tmp_path):
 
 
 if __name__ == "__main__":
-    be, rk, ws, pt, od, to = sys.argv[1:7]
-    sys.exit(worker(be, int(rk), int(ws), int(pt), od, float(to)))
+    md, be, rk, ws, pt, od, to = sys.argv[1:8]
+    sys.exit(worker(md, be, int(rk), int(ws), int(pt), od, float(to)))
+
+
+def segment_path(port: int) -> Path:
+    from fdcli_engine.distributed.shm import segment_name
+
+    return Path("/dev/shm") / segment_name(HOST, port).lstrip("/")
+
+
+def test_stale_segment_of_a_killed_group_does_not_break_the_next(tmp_path):
+    port = free_port()
+    [(rc, err)] = finish(launch("shm", 2, port, tmp_path, ranks=[0], mode="stale"))
+    assert rc == -signal.SIGKILL and segment_path(port).exists(), err[-3000:]
+    for rc, err in finish(launch("shm", 2, port, tmp_path)):
+        assert rc == 0, err[-3000:]
+    check_results(2, tmp_path)
+    assert not segment_path(port).exists()  # unlinked as soon as every rank had attached
+
+
+def test_a_rank_that_dies_fails_the_others_naming_it(tmp_path):
+    port = free_port()
+    (rc0, err0), (rc1, _) = finish(launch("shm", 2, port, tmp_path, timeout_s=60, mode="die"))
+    assert rc1 == -signal.SIGKILL
+    assert rc0 == 3, err0[-3000:]
+    line = err0.strip().splitlines()[-1]
+    assert "all_reduce: rank 1 exited" in line, line
