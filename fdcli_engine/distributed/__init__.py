@@ -6,7 +6,8 @@ tensor parallelism keeps `SingleRank`, whose collectives are the identity, so a 
 runs exactly the code it ran before.
 """
 
+from fdcli_engine.distributed.common import CollectiveError
 from fdcli_engine.distributed.group import ProcessGroup, SingleRank, set_tp_group, tp_group
 from fdcli_engine.distributed.init import init_tp_group
 
-__all__ = ["ProcessGroup", "SingleRank", "init_tp_group", "set_tp_group", "tp_group"]
+__all__ = ["CollectiveError", "ProcessGroup", "SingleRank", "init_tp_group", "set_tp_group", "tp_group"]

@@ -13,22 +13,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from fdcli_engine.distributed.common import CollectiveError, concat_parts, dense, gather_axis, rank_order_sum
 from fdcli_engine.distributed.rendezvous import Rendezvous, join
 
 if TYPE_CHECKING:
     import paddle
-
-
-def _dense(x: paddle.Tensor) -> paddle.Tensor:
-    return x if x.is_contiguous() else x.contiguous()
-
-
-def _axis(axis: int, ndim: int, op: str) -> int:
-    if ndim == 0:
-        raise ValueError(f"{op}: a 0-d tensor has no axis to gather along")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{op}: axis {axis} is out of range for a {ndim}-d tensor")
-    return axis % ndim
 
 
 class GlooGroup:
@@ -49,38 +38,46 @@ class GlooGroup:
 
         self.rank, self.world_size = rank, world_size
         self._rv = rendezvous or join(rank, world_size, master_addr, master_port, ranks_per_node, timeout_s)
+        self._address = self._rv.address
         self._pg = core.ProcessGroupGloo.create(self._rv.store, rank, world_size, 0)
-        self._sum = core.ReduceOp.SUM
 
-    def _gather(self, x: paddle.Tensor) -> paddle.Tensor:
+    def _gather(self, x: paddle.Tensor, op: str) -> paddle.Tensor:
         """[world_size, *x.shape]: every rank's x, in rank order."""
         import paddle  # noqa: PLC0415
 
-        x = _dense(x)
-        if math.prod(x.shape) == 0:
+        x = dense(x)
+        n = math.prod(x.shape)
+        if n == 0:
             return paddle.empty([self.world_size, *x.shape], dtype=x.dtype)
-        out = paddle.empty([self.world_size * math.prod(x.shape)], dtype=x.dtype)
-        self._pg.all_gather(out, x.reshape([-1]), True).wait()
+        out = paddle.empty([self.world_size * n], dtype=x.dtype)
+        self._run(op, lambda pg: pg.all_gather(out, x.reshape([-1]), True))
         return out.reshape([self.world_size, *x.shape])
 
+    def _run(self, op: str, call) -> None:
+        """Run one gloo call; a peer that died (gloo: "Connection reset by peer") -> CollectiveError."""
+        if self._pg is None:
+            raise CollectiveError(
+                f"tensor-parallel {op}: the gloo group at {self._address} is closed or broken"
+            )
+        try:
+            call(self._pg).wait()
+        except RuntimeError as exc:
+            self._pg = None
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CollectiveError(
+                f"tensor-parallel {op} over gloo failed (a rank died or left; this is rank {self.rank} of "
+                f"{self.world_size}, group at {self._address}): {first}"
+            ) from None
+
     def all_reduce(self, x: paddle.Tensor) -> paddle.Tensor:
-        parts = self._gather(x)
-        acc = parts[0]
-        for r in range(1, self.world_size):
-            acc = acc + parts[r]  # rank order: ((x0 + x1) + x2) + ...
-        return acc
+        return rank_order_sum(self._gather(x, "all_reduce"))
 
     def all_gather(self, x: paddle.Tensor, axis: int = -1) -> paddle.Tensor:
-        import paddle  # noqa: PLC0415
-
-        axis = _axis(axis, len(x.shape), "all_gather")
-        parts = self._gather(x)
-        if axis == 0:
-            return parts.reshape([self.world_size * x.shape[0], *x.shape[1:]])
-        return paddle.concat([parts[r] for r in range(self.world_size)], axis=axis)
+        axis = gather_axis(axis, len(x.shape))  # before the collective: a bad axis fails every rank alike
+        return concat_parts(self._gather(x, "all_gather"), axis)
 
     def barrier(self) -> None:
-        self._pg.barrier().wait()
+        self._run("barrier", lambda pg: pg.barrier())
 
     def close(self) -> None:
         """Drop the process group and the store (rank 0 serves it: close it last where that matters)."""

@@ -18,9 +18,9 @@ import re
 import secrets
 from typing import TYPE_CHECKING
 
-from fdcli_engine.distributed.gloo import _axis, _dense
+from fdcli_engine.distributed.common import CollectiveError, concat_parts, dense, gather_axis, rank_order_sum
 from fdcli_engine.distributed.rendezvous import join
-from fdcli_engine.errors import ConfigError, FdError
+from fdcli_engine.errors import ConfigError
 
 if TYPE_CHECKING:
     import paddle
@@ -29,10 +29,6 @@ SLOT_BYTES = 4 << 20  # per rank; a larger tensor goes through in chunks of this
 _SEGMENT_KEY = "fd_tp/shm/segment"  # "<nonce> <slot bytes>", set by rank 0 once the segment exists
 _ATTACHED = "fd_tp/shm/attached"
 _lib = None
-
-
-class CollectiveError(FdError):
-    """A collective that could not complete: a rank died or stopped answering. The group is unusable."""
 
 
 def _library():
@@ -150,13 +146,9 @@ class ShmGroup:
         import paddle  # noqa: PLC0415
 
         handle = self._usable()
-        if x.dtype != paddle.float32:  # not a hot path: gather, then sum in rank order like fp32
-            parts = self._gather(x)
-            acc = parts[0]
-            for r in range(1, self.world_size):
-                acc = acc + parts[r]
-            return acc
-        x = _dense(x)
+        if x.dtype != paddle.float32:  # not a hot path: gather, then the same rank-order sum
+            return rank_order_sum(self._gather(x))
+        x = dense(x)
         n = math.prod(x.shape)
         if n:
             ptr = x.data_ptr()
@@ -170,7 +162,7 @@ class ShmGroup:
         import paddle  # noqa: PLC0415
 
         handle = self._usable()
-        x = _dense(x)
+        x = dense(x)
         out = paddle.empty([self.world_size, *x.shape], dtype=x.dtype)
         nbytes = math.prod(x.shape) * x.element_size()
         if nbytes:
@@ -181,13 +173,8 @@ class ShmGroup:
         return out
 
     def all_gather(self, x: paddle.Tensor, axis: int = -1) -> paddle.Tensor:
-        import paddle  # noqa: PLC0415
-
-        axis = _axis(axis, len(x.shape), "all_gather")
-        parts = self._gather(x)
-        if axis == 0:
-            return parts.reshape([self.world_size * x.shape[0], *x.shape[1:]])
-        return paddle.concat([parts[r] for r in range(self.world_size)], axis=axis)
+        axis = gather_axis(axis, len(x.shape))  # before the collective: a bad axis fails every rank alike
+        return concat_parts(self._gather(x), axis)
 
     def barrier(self) -> None:
         self._check(_lib.fd_shm_barrier(self._usable(), self.timeout_s, self._who_ptr), "barrier")
