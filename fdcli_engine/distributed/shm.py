@@ -32,11 +32,19 @@ _lib = None
 
 
 def _library():
+    """The kernel library's C entry points. A cached build is opened directly: registering its Paddle
+    ops (what `load()` does, about a second) is not needed for these; otherwise it is built first."""
     global _lib
     if _lib is None:
-        from fd_kernels.build import library_path  # noqa: PLC0415 - builds the kernels on first use
+        import paddle  # noqa: F401, PLC0415 - the library links against Paddle's, which this loads
+        from fd_kernels.build import MODULE_NAME, build_dir, library_path  # noqa: PLC0415
 
-        _lib = _bind(ctypes.CDLL(library_path()))
+        cached = build_dir() / MODULE_NAME / f"{MODULE_NAME}.so"
+        try:
+            lib = ctypes.CDLL(str(cached)) if cached.exists() else None
+        except OSError:  # a half-written or stale cache entry: load() rebuilds it
+            lib = None
+        _lib = _bind(lib or ctypes.CDLL(library_path()))
     return _lib
 
 

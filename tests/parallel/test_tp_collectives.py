@@ -146,43 +146,69 @@ def check_results(world: int, out: Path) -> None:
                 np.testing.assert_array_equal(got[r][f"g1_{key}"], np.concatenate(xs, axis=-1))
 
 
+# name -> (backend, world size, ranks launched (None: all), timeout_s, mode). The runs are independent
+# (each its own port and directory), so the `runs` fixture starts them all at once: most of their time
+# is spent importing Paddle or waiting out a timeout. Generous join timeouts for the runs that must
+# succeed: a dozen processes import Paddle at once on a small machine.
+SCENARIOS = {
+    **{f"{b}-{w}": (b, w, None, 120.0, "run") for b, w in [("shm", 2), ("shm", 3), ("shm-small", 3)]},
+    **{f"{b}-{w}": (b, w, None, 120.0, "run") for b, w in [("gloo", 2), ("gloo", 3)]},
+    **{f"missing-{b}": (b, 3, [0, 2], 5.0, "run") for b in ("shm", "gloo")},
+    **{f"no-master-{b}": (b, 2, [1], 3.0, "run") for b in ("shm", "gloo")},
+    **{f"die-{b}": (b, 2, None, 120.0, "die") for b in ("shm", "gloo")},
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> (port, output directory, [(returncode, stderr) per launched rank]); "after-stale" is a
+    2-rank shm run on the port whose segment a SIGKILLed rank 0 ("stale") left behind."""
+    started = {}
+    stale_port, stale_dir = free_port(), tmp_path_factory.mktemp("stale")
+    stale = finish(launch("shm", 2, stale_port, stale_dir, ranks=[0], mode="stale"))
+    stale_left = segment_path(stale_port).exists()
+    for name, (backend, world, ranks, timeout_s, mode) in SCENARIOS.items():
+        port, out = free_port(), tmp_path_factory.mktemp(name)
+        started[name] = (port, out, launch(backend, world, port, out, ranks, timeout_s, mode))
+    started["after-stale"] = (stale_port, stale_dir, launch("shm", 2, stale_port, stale_dir, timeout_s=120))
+    done = {name: (port, out, finish(procs, limit_s=240)) for name, (port, out, procs) in started.items()}
+    done["stale"] = (stale_port, stale_dir, stale + [(int(stale_left), "")])
+    return done
+
+
 def test_other_summation_orders_give_other_bits():
     """The bit-equality assertions below can fail: a sum in another order differs from rank order."""
     xs = [inputs(r, (16, 576)) for r in range(3)]
     assert not np.array_equal(rank_order_sum(xs), rank_order_sum(xs[::-1]))
 
 
-@pytest.mark.parametrize(
-    "backend, world", [("shm", 2), ("shm", 3), ("shm-small", 3), ("gloo", 2), ("gloo", 3)]
-)
-def test_collectives_match_numpy(backend, world, tmp_path):
-    results = finish(launch(backend, world, free_port(), tmp_path))
+@pytest.mark.parametrize("name", ["shm-2", "shm-3", "shm-small-3", "gloo-2", "gloo-3"])
+def test_collectives_match_numpy(runs, name):
+    _, out, results = runs[name]
     for rc, err in results:
         assert rc == 0, err[-3000:]
-    check_results(world, tmp_path)
+    check_results(len(results), out)
+
+
+def last_line(err: str) -> str:
+    return err.strip().splitlines()[-1] if err.strip() else ""
 
 
 @pytest.mark.parametrize("backend", ["shm", "gloo"])
-def test_missing_rank_is_named_within_the_timeout(backend, tmp_path):
-    port = free_port()
-    for rc, err in finish(launch(backend, 3, port, tmp_path, ranks=[0, 2], timeout_s=5)):
+def test_missing_rank_is_named_within_the_timeout(runs, backend):
+    port, _, results = runs[f"missing-{backend}"]
+    for rc, err in results:
         assert rc == 3, err[-3000:]
-        line = err.strip().splitlines()[-1]
+        line = last_line(err)
         assert "rank 1 (node " in line and f"{HOST}:{port}" in line and "did not join" in line, line
 
 
 @pytest.mark.parametrize("backend", ["shm", "gloo"])
-def test_missing_master_is_named_within_the_timeout(backend, tmp_path):
-    port = free_port()
-    [(rc, err)] = finish(launch(backend, 2, port, tmp_path, ranks=[1], timeout_s=3))
+def test_missing_master_is_named_within_the_timeout(runs, backend):
+    port, _, [(rc, err)] = runs[f"no-master-{backend}"]
     assert rc == 3, err[-3000:]
-    line = err.strip().splitlines()[-1]
+    line = last_line(err)
     assert "rank 0 (node 0)" in line and f"{HOST}:{port}" in line, line
-
-
-if __name__ == "__main__":
-    md, be, rk, ws, pt, od, to = sys.argv[1:8]
-    sys.exit(worker(md, be, int(rk), int(ws), int(pt), od, float(to)))
 
 
 def segment_path(port: int) -> Path:
@@ -191,13 +217,13 @@ def segment_path(port: int) -> Path:
     return Path("/dev/shm") / segment_name(HOST, port).lstrip("/")
 
 
-def test_stale_segment_of_a_killed_group_does_not_break_the_next(tmp_path):
-    port = free_port()
-    [(rc, err)] = finish(launch("shm", 2, port, tmp_path, ranks=[0], mode="stale"))
-    assert rc == -signal.SIGKILL and segment_path(port).exists(), err[-3000:]
-    for rc, err in finish(launch("shm", 2, port, tmp_path)):
+def test_stale_segment_of_a_killed_group_does_not_break_the_next(runs):
+    port, _, [(rc, err), (stale_left, _)] = runs["stale"]
+    assert rc == -signal.SIGKILL and stale_left, err[-3000:]
+    _, out, results = runs["after-stale"]
+    for rc, err in results:
         assert rc == 0, err[-3000:]
-    check_results(2, tmp_path)
+    check_results(2, out)
     assert not segment_path(port).exists()  # unlinked as soon as every rank had attached
 
 
@@ -206,10 +232,13 @@ DEATH = {"shm": "all_reduce: rank 1 exited", "gloo": "all_reduce over gloo faile
 
 
 @pytest.mark.parametrize("backend", ["shm", "gloo"])
-def test_a_rank_that_dies_fails_the_others_cleanly(backend, tmp_path):
-    port = free_port()
-    (rc0, err0), (rc1, _) = finish(launch(backend, 2, port, tmp_path, timeout_s=60, mode="die"))
+def test_a_rank_that_dies_fails_the_others_cleanly(runs, backend):
+    _, _, [(rc0, err0), (rc1, _)] = runs[f"die-{backend}"]
     assert rc1 == -signal.SIGKILL
     assert rc0 == 3, err0[-3000:]
-    line = err0.strip().splitlines()[-1]
-    assert DEATH[backend] in line, line
+    assert DEATH[backend] in last_line(err0), last_line(err0)
+
+
+if __name__ == "__main__":
+    md, be, rk, ws, pt, od, to = sys.argv[1:8]
+    sys.exit(worker(md, be, int(rk), int(ws), int(pt), od, float(to)))

@@ -138,8 +138,9 @@ int32_t wait_all(const Group* g, uint64_t target, double deadline, int32_t* who)
         *who = r;
         return kTimeout;
       }
-      if (t - start > 0.002) {  // a long wait (the other rank computes): stop burning its core
-        timespec pause = {0, 20000};
+      if (t - start > 0.002) {  // a long wait (the other rank computes): stop burning its core,
+        // and after a while longer (a rank idles or is stuck) wake up rarely
+        timespec pause = {0, t - start > 0.1 ? 500000 : 20000};
         nanosleep(&pause, nullptr);
       }
     }
