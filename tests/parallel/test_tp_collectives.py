@@ -90,6 +90,9 @@ def worker(mode: str, backend: str, rank: int, world: int, port: int, out: str, 
         if shape[0]:
             got[f"g0_{key}"] = group.all_gather(tensor(), axis=0).numpy()
             got[f"g1_{key}"] = group.all_gather(tensor(), axis=-1).numpy()
+    # Other dtypes take the gather-then-sum path (float64) or only move bytes (int64).
+    got["sum_f64"] = group.all_reduce(paddle.to_tensor(inputs(rank, (3, 5)).astype(np.float64) / 3)).numpy()
+    got["g_i64"] = group.all_gather(paddle.to_tensor(np.arange(6, dtype=np.int64) * (rank + 1)), 0).numpy()
     group.barrier()
     np.savez(Path(out) / f"rank{rank}.npz", **got)
     return 0
@@ -144,6 +147,11 @@ def check_results(world: int, out: Path) -> None:
             if shape[0]:
                 np.testing.assert_array_equal(got[r][f"g0_{key}"], np.concatenate(xs, axis=0))
                 np.testing.assert_array_equal(got[r][f"g1_{key}"], np.concatenate(xs, axis=-1))
+    f64 = rank_order_sum([inputs(r, (3, 5)).astype(np.float64) / 3 for r in range(world)])
+    i64 = np.concatenate([np.arange(6, dtype=np.int64) * (r + 1) for r in range(world)])
+    for r in range(world):
+        assert got[r]["sum_f64"].dtype == np.float64 and np.array_equal(got[r]["sum_f64"], f64), r
+        np.testing.assert_array_equal(got[r]["g_i64"], i64)
 
 
 # name -> (backend, world size, ranks launched (None: all), timeout_s, mode). The runs are independent
