@@ -9,6 +9,7 @@ script (`worker`), writing what it got to an .npz the test compares.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -56,7 +57,8 @@ def make_group(backend: str, rank: int, world: int, port: int, timeout_s: float)
 
     if backend == "shm-small":
         return ShmGroup(rank, world, HOST, port, timeout_s=timeout_s, slot_bytes=4096)
-    return init_tp_group(rank, world, HOST, port, world if backend == "shm" else 1, timeout_s, backend)
+    # No backend named: init_tp_group must pick shm for one node's ranks and gloo for one rank per node.
+    return init_tp_group(rank, world, HOST, port, world if backend == "shm" else 1, timeout_s)
 
 
 def worker(mode: str, backend: str, rank: int, world: int, port: int, out: str, timeout_s: float) -> int:
@@ -94,6 +96,7 @@ def worker(mode: str, backend: str, rank: int, world: int, port: int, out: str, 
     got["sum_f64"] = group.all_reduce(paddle.to_tensor(inputs(rank, (3, 5)).astype(np.float64) / 3)).numpy()
     got["g_i64"] = group.all_gather(paddle.to_tensor(np.arange(6, dtype=np.int64) * (rank + 1)), 0).numpy()
     group.barrier()
+    got["group"] = np.array(type(group).__name__)
     np.savez(Path(out) / f"rank{rank}.npz", **got)
     return 0
 
@@ -135,8 +138,9 @@ def finish(procs, limit_s: float = 90.0) -> list[tuple[int, str]]:
     return results
 
 
-def check_results(world: int, out: Path) -> None:
+def check_results(world: int, out: Path, group: str) -> None:
     got = [dict(np.load(out / f"rank{r}.npz")) for r in range(world)]
+    assert [str(g["group"]) for g in got] == [group] * world
     for shape, _ in CASES:
         key = "x".join(map(str, shape))
         xs = [inputs(r, shape) for r in range(world)]
@@ -195,7 +199,7 @@ def test_collectives_match_numpy(runs, name):
     _, out, results = runs[name]
     for rc, err in results:
         assert rc == 0, err[-3000:]
-    check_results(len(results), out)
+    check_results(len(results), out, "GlooGroup" if name.startswith("gloo") else "ShmGroup")
 
 
 def last_line(err: str) -> str:
@@ -231,7 +235,7 @@ def test_stale_segment_of_a_killed_group_does_not_break_the_next(runs):
     _, out, results = runs["after-stale"]
     for rc, err in results:
         assert rc == 0, err[-3000:]
-    check_results(2, out)
+    check_results(2, out, "ShmGroup")
     assert not segment_path(port).exists()  # unlinked as soon as every rank had attached
 
 
@@ -245,6 +249,27 @@ def test_a_rank_that_dies_fails_the_others_cleanly(runs, backend):
     assert rc1 == -signal.SIGKILL
     assert rc0 == 3, err0[-3000:]
     assert DEATH[backend] in last_line(err0), last_line(err0)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((2, 2, HOST, 29500, 2, 5), "rank 2 is outside 0..1"),
+        ((0, 0, HOST, 29500, 1, 5), "world size must be at least 1"),
+        ((0, 2, HOST, 0, 2, 5), "master port 0 is not a TCP port"),
+        ((0, 2, HOST, 29500, 0, 5), "ranks per node must be at least 1"),
+        ((0, 2, HOST, 29500, 2, 0), "timeout must be positive"),
+        ((0, 2, HOST, 29500, 2, 5, "nccl"), "unknown collective backend 'nccl'"),
+        ((0, 4, HOST, 29500, 2, 5, "shm"), "need every rank on one host (4 ranks, 2 per node)"),
+    ],
+)
+def test_bad_arguments_are_one_line_config_errors(args, message):
+    from fdcli_engine.distributed import SingleRank, init_tp_group
+    from fdcli_engine.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        init_tp_group(*args)
+    assert isinstance(init_tp_group(0, 1, HOST, 29500, 1, 5), SingleRank)
 
 
 if __name__ == "__main__":
