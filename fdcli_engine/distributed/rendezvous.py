@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fdcli_engine.errors import ConfigError
 
 _JOINED = "fd_tp/joined"  # one counter per rank under it: 1 once that rank is in the store
+_WORLD = "fd_tp/world_size"  # set by rank 0 as soon as its store listens
 _POLL_S = 0.01
 
 
@@ -84,6 +85,37 @@ def _wait_for_master(host: str, port: int, deadline: float, rank: int, world_siz
             time.sleep(0.05)
 
 
+def _check_port_free(port: int, address: str) -> None:
+    """Paddle's store aborts the whole process (SIGABRT in libuv) when its port is taken: find out first,
+    binding as its server does (all interfaces, SO_REUSEADDR so a closing group's TIME_WAIT passes)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError as exc:
+            raise ConfigError(
+                f"tensor-parallel rank 0 cannot listen at {address}: port {port} is in use "
+                f"({exc.strerror or exc}; another server or group holds it: pick another master port)"
+            ) from None
+
+
+def _agree_on_shape(rv: Rendezvous) -> None:
+    """Rank 0 publishes the world size; a rank launched with another one fails at once, not in a hang
+    inside the first collective (ranks counted differently by two nodes' launch lines)."""
+    if rv.rank == 0:
+        rv.store.set(_WORLD, str(rv.world_size))
+        return
+    try:
+        theirs = int(bytes(rv.store.get(_WORLD)))
+    except Exception:  # noqa: BLE001 - rank 0 ended before publishing it
+        raise ConfigError(f"tensor-parallel rank 0 (node 0) closed the group at {rv.address}") from None
+    if theirs != rv.world_size:
+        raise ConfigError(
+            f"tensor-parallel rank {rv.rank} expects {rv.world_size} ranks, but rank 0 at {rv.address} "
+            f"started a group of {theirs}"
+        )
+
+
 def set_paddle_rank_env(rank: int, world_size: int) -> None:
     """Paddle's process groups read the global rank from the launcher's variables even when created
     directly; set them where no launcher (paddle.distributed.launch) did."""
@@ -102,6 +134,8 @@ def join(
     deadline = time.monotonic() + timeout_s
     if rank != 0:
         _wait_for_master(master_addr, master_port, deadline, rank, world_size)
+    else:
+        _check_port_free(int(master_port), address)
     store_timeout = max(1, int(timeout_s + 0.999))
     try:
         store = core.TCPStore(master_addr, int(master_port), rank == 0, 1, store_timeout)
@@ -112,6 +146,8 @@ def join(
             f"{first}"
         ) from None
     rv = Rendezvous(store, rank, world_size, address, max(1, ranks_per_node))
-    rv.mark(_JOINED)
+    _agree_on_shape(rv)
+    if store.add(f"{_JOINED}/{rank}", 1) != 1:
+        raise ConfigError(f"tensor-parallel rank {rank} joined the group at {address} twice (two processes)")
     rv.wait_for(_JOINED, max(0.0, deadline - time.monotonic()), "join the group")
     return rv

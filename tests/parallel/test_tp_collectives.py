@@ -183,8 +183,21 @@ def runs(tmp_path_factory):
         port, out = free_port(), tmp_path_factory.mktemp(name)
         started[name] = (port, out, launch(backend, world, port, out, ranks, timeout_s, mode))
     started["after-stale"] = (stale_port, stale_dir, launch("shm", 2, stale_port, stale_dir, timeout_s=120))
+    busy = socket.socket()  # another server's listener on the port rank 0 is told to use
+    busy.bind((HOST, 0))
+    busy.listen()
+    busy_port, busy_dir = busy.getsockname()[1], tmp_path_factory.mktemp("busy")
+    started["port-busy"] = (
+        busy_port,
+        busy_dir,
+        launch("gloo", 2, busy_port, busy_dir, ranks=[0], timeout_s=5),
+    )
+    port, out = free_port(), tmp_path_factory.mktemp("world")  # rank 1 counts 3 ranks, rank 0 two
+    procs = launch("gloo", 2, port, out, ranks=[0], timeout_s=5) + launch("gloo", 3, port, out, [1], 5)
+    started["wrong-world"] = (port, out, procs)
     done = {name: (port, out, finish(procs, limit_s=240)) for name, (port, out, procs) in started.items()}
     done["stale"] = (stale_port, stale_dir, stale + [(int(stale_left), "")])
+    busy.close()
     return done
 
 
@@ -221,6 +234,21 @@ def test_missing_master_is_named_within_the_timeout(runs, backend):
     assert rc == 3, err[-3000:]
     line = last_line(err)
     assert "rank 0 (node 0)" in line and f"{HOST}:{port}" in line, line
+
+
+def test_a_taken_master_port_is_a_clear_error(runs):
+    """Paddle's store would abort the process (SIGABRT) on a taken port."""
+    port, _, [(rc, err)] = runs["port-busy"]
+    assert rc == 3, err[-3000:]
+    assert f"cannot listen at {HOST}:{port}: port {port} is in use" in last_line(err), last_line(err)
+
+
+def test_ranks_that_disagree_on_the_world_size_fail_clearly(runs):
+    port, _, [(rc0, err0), (rc1, err1)] = runs["wrong-world"]
+    assert rc1 == 3 and f"expects 3 ranks, but rank 0 at {HOST}:{port} started a group of 2" in last_line(
+        err1
+    )
+    assert rc0 == 3 and "rank 1 (node 1) did not join" in last_line(err0), last_line(err0)
 
 
 def segment_path(port: int) -> Path:
