@@ -109,6 +109,37 @@ static inline void amx_tile_config() {
   _tile_loadconfig(&cfg);
 }
 
+// Accumulators 0-3 += A_t x (B0 + B1), with A_t the 16 x 32 bf16 tile at a + t * a_step (rows `stride`
+// bytes apart) loaded into tile 4, and B0 / B1 the two terms already in those tiles. A macro: the tile
+// intrinsics take their tile numbers as literal tokens.
+#define FD_AMX_ACC4_TWO_TERMS(a, a_step, stride, B0, B1)          \
+  do {                                                             \
+    _tile_loadd(4, (a), (stride));                                 \
+    _tile_dpbf16ps(0, 4, B0);                                      \
+    _tile_dpbf16ps(0, 4, B1);                                      \
+    _tile_loadd(4, (a) + (a_step), (stride));                      \
+    _tile_dpbf16ps(1, 4, B0);                                      \
+    _tile_dpbf16ps(1, 4, B1);                                      \
+    _tile_loadd(4, (a) + 2 * (a_step), (stride));                  \
+    _tile_dpbf16ps(2, 4, B0);                                      \
+    _tile_dpbf16ps(2, 4, B1);                                      \
+    _tile_loadd(4, (a) + 3 * (a_step), (stride));                  \
+    _tile_dpbf16ps(3, 4, B0);                                      \
+    _tile_dpbf16ps(3, 4, B1);                                      \
+  } while (0)
+
+// Accumulators 0-3 to [64][16] fp32 (tile t's 16 rows at out + 256 t), then zeroed for the next use.
+static inline void amx_store4(float* out) {
+  _tile_stored(0, out, 64);
+  _tile_stored(1, out + 256, 64);
+  _tile_stored(2, out + 512, 64);
+  _tile_stored(3, out + 768, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
 // Up to 16 rows of one KV head's GQA group in the lanes; idle lanes repeat the last row. hd % 64 == 0.
 static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim, ld = kv.nk_pad;
@@ -142,28 +173,17 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
   const vf limit = vload(lim);
   vf mx = vset1(-INFINITY), l = vzero();
   amx_tile_config();
+  _tile_zero(0);  // amx_store4 leaves them zeroed after each use
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
   for (int64_t k0 = 0; k0 < nk; k0 += kAmxKeys) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
     for (int64_t d = 0; d < hd; d += 32) {
       _tile_loadd(6, qt[0] + d * 16, 64);
       _tile_loadd(7, qt[1] + d * 16, 64);
-      for (int t = 0; t < 4; ++t) {
-        _tile_loadd(4, kv.k + (k0 + 16 * t) * hd + d, hd * 2);
-        switch (t) {  // tile numbers are immediates
-          case 0: _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(0, 4, 7); break;
-          case 1: _tile_dpbf16ps(1, 4, 6); _tile_dpbf16ps(1, 4, 7); break;
-          case 2: _tile_dpbf16ps(2, 4, 6); _tile_dpbf16ps(2, 4, 7); break;
-          default: _tile_dpbf16ps(3, 4, 6); _tile_dpbf16ps(3, 4, 7);
-        }
-      }
+      FD_AMX_ACC4_TWO_TERMS(kv.k + k0 * hd + d, 16 * hd, hd * 2, 6, 7);
     }
-    _tile_stored(0, s, 64);
-    _tile_stored(1, s + 256, 64);
-    _tile_stored(2, s + 512, 64);
-    _tile_stored(3, s + 768, 64);
+    amx_store4(s);
     const int64_t n = std::min<int64_t>(kAmxKeys, nk - k0);
     vf p[kAmxKeys];
     vf cmax = mx;
@@ -194,27 +214,12 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     l = vfma(l, corr, psum);
     mx = cmax;
     for (int64_t d0 = 0; d0 < hd; d0 += 64) {
-      _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
       for (int64_t kt = 0; kt < kAmxKeys; kt += 32) {
         _tile_loadd(5, pt[0] + kt * 16, 64);
         _tile_loadd(6, pt[1] + kt * 16, 64);
-        for (int t = 0; t < 4; ++t) {
-          _tile_loadd(4, kv.vt + (d0 + 16 * t) * ld + k0 + kt, ld * 2);
-          switch (t) {
-            case 0: _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(0, 4, 6); break;
-            case 1: _tile_dpbf16ps(1, 4, 5); _tile_dpbf16ps(1, 4, 6); break;
-            case 2: _tile_dpbf16ps(2, 4, 5); _tile_dpbf16ps(2, 4, 6); break;
-            default: _tile_dpbf16ps(3, 4, 5); _tile_dpbf16ps(3, 4, 6);
-          }
-        }
+        FD_AMX_ACC4_TWO_TERMS(kv.vt + d0 * ld + k0 + kt, 16 * ld, ld * 2, 5, 6);
       }
-      _tile_stored(0, part, 64);
-      _tile_stored(1, part + 256, 64);
-      _tile_stored(2, part + 512, 64);
-      _tile_stored(3, part + 768, 64);
+      amx_store4(part);
       for (int64_t d = 0; d < 64; ++d) {
         float* o = ot + (d0 + d) * 16;
         vstore(o, vfma(vload(o), corr, vload(part + d * 16)));
@@ -228,5 +233,7 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     for (int64_t d = 0; d < hd; ++d) op[d] = ot[d * 16 + r] / lim[r];
   }
 }
+
+#undef FD_AMX_ACC4_TWO_TERMS
 
 #pragma GCC pop_options
