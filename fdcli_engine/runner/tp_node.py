@@ -76,7 +76,9 @@ def run_worker_node(config: ResolvedConfig) -> int:
         return 0
     failed = [r for r, p in zip(ranks, procs, strict=True) if p.returncode != 0]
     if failed:
-        logger.error("node %d: tensor-parallel rank(s) %s ended with an error", config.node_rank, failed)
+        logger.error(
+            "node %d: tensor-parallel rank(s) %s ended with an error or lost rank 0", config.node_rank, failed
+        )
         return 1
     logger.info("node %d: rank 0 stopped its ranks", config.node_rank)
     return 0

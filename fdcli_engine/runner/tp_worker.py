@@ -125,7 +125,8 @@ class Worker:
         return True
 
 
-def serve(worker: Worker, sock: zmq.Socket, parent: int, monitor: zmq.Socket | None = None) -> None:
+def serve(worker: Worker, sock: zmq.Socket, parent: int, monitor: zmq.Socket | None = None) -> bool:
+    """Run rank 0's messages until told to stop (True) or until rank 0 is gone (False)."""
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     if monitor is not None:  # a rank on another node: rank 0's connection dropping ends it
@@ -134,14 +135,14 @@ def serve(worker: Worker, sock: zmq.Socket, parent: int, monitor: zmq.Socket | N
         ready = dict(poller.poll(POLL_MS))
         if sock in ready:
             if not worker.handle(m.decoder.decode(sock.recv(copy=False).buffer)):
-                return
+                return True
             continue
         if monitor is not None and monitor in ready:
             logger.error("tensor-parallel rank 0 closed its connection; worker exits")
-            return
+            return False
         if os.getppid() != parent:
             logger.error("tensor-parallel rank 0 is gone; worker exits")
-            return
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         worker = Worker(config)
         _ignore_signals()  # again: importing paddle installed its own SIGTERM handler
-        serve(worker, sock, args.parent, monitor)
+        if not serve(worker, sock, args.parent, monitor):
+            return 1
     except Exception:
         logger.error(
             "tensor-parallel rank %d failed:\n%s", config.tensor_parallel_rank, traceback.format_exc()
