@@ -31,6 +31,7 @@ import numpy as np
 import zmq
 
 from fdcli_engine.distributed import CollectiveError, ProcessGroup
+from fdcli_engine.errors import ConfigError
 from fdcli_engine.parallel_config import node_ranks, tp_cpu_sets
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner import tp_messages as m
@@ -50,6 +51,8 @@ class TPWorkers:
     """Ranks 1..T-1 of one engine: started at construction; `send` reaches all of them."""
 
     def __init__(self, config: ResolvedConfig, on_dead: Callable[[str], None] | None = None):
+        if config.node_rank != 0:  # node R > 0 runs runner/tp_node.py, never an engine core
+            raise ConfigError(f"--node-rank {config.node_rank}: only node 0 runs the engine core")
         self.world_size = config.tensor_parallel_size
         self.local_ranks = len(node_ranks(config))  # this node's: ranks 0..local-1
         sets = config.tp_rank_cpus or tp_cpu_sets(config)

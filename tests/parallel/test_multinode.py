@@ -186,3 +186,32 @@ def test_bad_node_options_one_line(tiny_model, extra, message):
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
     assert message in lines[-1] and len(lines) == 1, r.stderr[-1000:]
+
+
+def test_run_batch_refuses_a_worker_node(tiny_model, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("")
+    cmd = [sys.executable, "-m", "fdcli.main", "run-batch", "--model", str(tiny_model), "-i", str(src)]
+    cmd += ["-o", str(tmp_path / "out.jsonl"), *topology(29500, 1)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert "--node-rank 1 only serves its tensor-parallel ranks" in lines[-1] and len(lines) == 1, r.stderr
+
+
+@pytest.mark.parametrize(
+    "ips, node_rank, expected",
+    [
+        ("127.0.0.1,10.255.255.9", 0, (0, "127.0.0.1")),
+        ("10.255.255.9,127.0.0.1", 0, (1, "10.255.255.9")),
+        ("127.0.0.1,127.0.0.1", 1, (1, "127.0.0.1")),
+    ],
+)
+def test_ips_pick_this_node_and_the_master(ips, node_rank, expected):
+    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.parallel_config import node_ranks, resolve_nodes
+
+    config = EngineConfig(tensor_parallel_size=4, ips=ips, node_rank=node_rank, master_port=29500)
+    nodes = resolve_nodes(config)
+    assert (nodes["node_rank"], nodes["master_addr"]) == expected and nodes["nnodes"] == 2
+    assert node_ranks(config.replace(**nodes)) == [2 * expected[0], 2 * expected[0] + 1]
