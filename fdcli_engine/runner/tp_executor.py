@@ -66,13 +66,17 @@ class TPWorkers:
         self.dead_reason: str | None = None
         self._lock = threading.Lock()
         self._closing = False
-        self._tmpdir = tempfile.mkdtemp(prefix="fd-tp-")
         self._ctx = zmq.Context()
-        self._socks: list[zmq.Socket] = []
-        self.procs: list[subprocess.Popen] = []
         self._remote = None  # ranks on other nodes (runner/tp_remote.py)
         if self.local_ranks < self.world_size:
-            self._remote = RemoteRanks(self._ctx, self.config, self.local_ranks)
+            try:
+                self._remote = RemoteRanks(self._ctx, self.config, self.local_ranks)
+            except BaseException:
+                self._ctx.term()
+                raise
+        self._tmpdir = tempfile.mkdtemp(prefix="fd-tp-")
+        self._socks: list[zmq.Socket] = []
+        self.procs: list[subprocess.Popen] = []
         for r in range(1, self.local_ranks):
             addr = f"ipc://{self._tmpdir}/rank{r}"
             sock = self._ctx.socket(zmq.PUSH)

@@ -215,3 +215,17 @@ def test_ips_pick_this_node_and_the_master(ips, node_rank, expected):
     nodes = resolve_nodes(config)
     assert (nodes["node_rank"], nodes["master_addr"]) == expected and nodes["nnodes"] == 2
     assert node_ranks(config.replace(**nodes)) == [2 * expected[0], 2 * expected[0] + 1]
+
+
+def test_step_port_in_use_fails_node0_in_one_line(tiny_model, tmp_path):
+    port = port_pair()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        srv = start_node0(tiny_model, tmp_path, port, wait_ready=False)
+        try:
+            code = srv.proc.wait(90)
+        finally:
+            srv.stop()
+    log = srv.log.read_text()
+    assert code != 0 and f"cannot listen for other nodes at tcp://127.0.0.1:{port + 1}" in log, log[-2000:]
