@@ -43,7 +43,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     if config.max_model_len is None:
         config = config.replace(max_model_len=min(model_limit, _CONTEXT_CAP))
     config = config.validate(model_limit)
-    _refuse_unbuilt(config)
+    config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
     for note in fastdeploy_notes(config):  # once per start: only the front end resolves
         logger.warning(note)
@@ -79,9 +79,10 @@ def _check_tensor_parallel(config: EngineConfig, hf_config: dict, speculative) -
         )
 
 
-def _refuse_unbuilt(config: EngineConfig) -> None:
-    """Parallel topologies whose engines are not built yet (each line goes when its engine lands)."""
-    from fdcli_engine.errors import ConfigError
+def _resolve_nodes(config: EngineConfig) -> EngineConfig:
+    """Several nodes (--nnodes, or --ips): their count, this node's rank and the master address, as
+    every process of this node uses them (parallel_config.resolve_nodes checks what they need)."""
+    from fdcli_engine.parallel_config import resolve_nodes
 
-    if config.nnodes > 1 or config.ips:
-        raise ConfigError("--nnodes / --ips (several machines) is not built yet")
+    nodes = resolve_nodes(config)
+    return config.replace(**nodes) if nodes else config

@@ -40,6 +40,70 @@ def num_nodes(config: Any) -> int:
     return len(node_ips(config)) or config.nnodes
 
 
+def local_addresses() -> set[str]:
+    """This host's IPv4 addresses (loopback included), to find it in --ips."""
+    import socket  # noqa: PLC0415
+
+    found = {"127.0.0.1"}
+    try:
+        import psutil  # noqa: PLC0415
+
+        for addrs in psutil.net_if_addrs().values():
+            found.update(a.address for a in addrs if a.family == socket.AF_INET)
+    except Exception:  # noqa: BLE001 - no psutil or no interface list: the host name's addresses only
+        pass
+    try:
+        found.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return found
+
+
+def resolve_nodes(config: Any) -> dict:
+    """--nnodes/--node-rank/--master-addr as the engine uses them, from --ips where given (FastDeploy:
+    one address per node, the first is the master, this node is the first that is one of this host's
+    addresses unless --node-rank names another). Checks what several nodes need. {} for one node."""
+    ips = node_ips(config)
+    nodes = len(ips) or config.nnodes
+    if nodes <= 1:
+        return {}
+    rank, master = config.node_rank, config.master_addr
+    if ips:
+        master = master or ips[0]
+        if not rank:
+            mine = local_addresses()
+            matches = [i for i, ip in enumerate(ips) if ip in mine]
+            _need(
+                bool(matches),
+                f"--ips {','.join(ips)}: none is an address of this host ({', '.join(sorted(mine))}); "
+                "give --node-rank",
+            )
+            rank = matches[0]
+    _need(
+        config.data_parallel_size == 1,
+        f"--nnodes {nodes} with --data-parallel-size {config.data_parallel_size} is not built yet: "
+        "several nodes run one tensor-parallel engine",
+    )
+    tp = config.tensor_parallel_size
+    _need(
+        tp % nodes == 0 and tp >= nodes,
+        f"--tensor-parallel-size {tp} does not divide over {nodes} nodes (each node runs the same number "
+        "of ranks)",
+    )
+    _need(
+        config.master_port is not None,
+        f"--nnodes {nodes} needs --master-port (the same on every node; it and the next port are used)",
+    )
+    _need(config.master_port < 65535, f"--master-port {config.master_port}: the next port is used too")
+    return {"nnodes": nodes, "node_rank": rank, "master_addr": master or "127.0.0.1"}
+
+
+def node_ranks(config: Any) -> list[int]:
+    """The tensor-parallel ranks this node runs, node-major: node r holds r*T/N .. (r+1)*T/N - 1."""
+    local = config.tensor_parallel_size // num_nodes(config)
+    return list(range(config.node_rank * local, (config.node_rank + 1) * local))
+
+
 def ranks_per_node(config: Any) -> int:
     """Engine processes this node runs: every TP rank of every DP rank, divided over the nodes."""
     return max(1, config.tensor_parallel_size * config.data_parallel_size // num_nodes(config))
@@ -146,10 +210,10 @@ def _split(cpus: list[int], parts: int) -> list[list[int]]:
 
 
 def tp_cpu_sets(config: Any) -> list[list[int]]:
-    """The CPUs of each tensor-parallel rank of one engine: its data-parallel rank's set (`cpus`) split
+    """The CPUs of each tensor-parallel rank of one engine on this node: its data-parallel rank's set (`cpus`) split
     in tensor_parallel_size runs, or without one every allowed CPU split as rank_cpu_sets does
     (FD_CPU_OMP_THREADS_BIND may give one list per TP rank)."""
-    tp = config.tensor_parallel_size
+    tp = config.tensor_parallel_size // num_nodes(config)  # this node's ranks
     if config.cpus:
         return rank_cpu_sets(tp, allowed=list(config.cpus), bind="")
     return rank_cpu_sets(tp)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fdcli_engine.api.core_client import CoreClient
-from fdcli_engine.parallel_config import rank_cpu_sets
+from fdcli_engine.parallel_config import num_nodes, rank_cpu_sets
 from fdcli_engine.resolved_config import ResolvedConfig
 
 
@@ -36,14 +36,15 @@ def rank_configs(config: ResolvedConfig) -> list[ResolvedConfig]:
     n = config.data_parallel_size
     tp = config.tensor_parallel_size
     if tp > 1:
-        sets = rank_cpu_sets(n * tp)
+        local = tp // num_nodes(config)  # this node's TP ranks of each engine
+        sets = rank_cpu_sets(n * local)
         return [
             config.replace(
                 data_parallel_rank=r,
-                cpus=sets[r * tp],
-                num_threads=len(sets[r * tp]),
-                threads=len(sets[r * tp]),
-                tp_rank_cpus=sets[r * tp : (r + 1) * tp],
+                cpus=sets[r * local],
+                num_threads=len(sets[r * local]),
+                threads=len(sets[r * local]),
+                tp_rank_cpus=sets[r * local : (r + 1) * local],
             )
             for r in range(n)
         ]

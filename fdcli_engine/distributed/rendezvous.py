@@ -43,9 +43,11 @@ class Rendezvous:
         node_word = "node" if len(nodes) == 1 else "nodes"
         return f"{word} {', '.join(map(str, ranks))} ({node_word} {', '.join(map(str, nodes))})"
 
-    def wait_for(self, prefix: str, timeout_s: float, what: str) -> None:
-        """Wait until every rank has added 1 to `prefix/<rank>`; ConfigError naming the absent ones."""
+    def wait_for(self, prefix: str, timeout_s: float, what: str, stated_s: float | None = None) -> None:
+        """Wait until every rank has added 1 to `prefix/<rank>`; ConfigError naming the absent ones.
+        `stated_s`: the timeout the error names, when `timeout_s` is what is left of it."""
         deadline = time.monotonic() + timeout_s
+        timeout_s = timeout_s if stated_s is None else stated_s
         missing = None
         while True:
             try:
@@ -149,5 +151,5 @@ def join(
     _agree_on_shape(rv)
     if store.add(f"{_JOINED}/{rank}", 1) != 1:
         raise ConfigError(f"tensor-parallel rank {rank} joined the group at {address} twice (two processes)")
-    rv.wait_for(_JOINED, max(0.0, deadline - time.monotonic()), "join the group")
+    rv.wait_for(_JOINED, max(0.0, deadline - time.monotonic()), "join the group", timeout_s)
     return rv

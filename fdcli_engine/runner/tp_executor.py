@@ -30,19 +30,15 @@ from collections.abc import Callable
 import numpy as np
 import zmq
 
-from fdcli_engine.distributed import ProcessGroup
-from fdcli_engine.errors import FdError
-from fdcli_engine.parallel_config import tp_cpu_sets
+from fdcli_engine.distributed import CollectiveError, ProcessGroup
+from fdcli_engine.errors import ConfigError
+from fdcli_engine.parallel_config import node_ranks, tp_cpu_sets
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner import tp_messages as m
+from fdcli_engine.runner.tp_remote import RemoteRanks, TensorParallelError, group_timeout
 
 logger = logging.getLogger("fd.tp")
-GROUP_TIMEOUT_S = 60.0  # every rank joins the group within this (model load comes after)
 WORKER_MODULE = "fdcli_engine.runner.tp_worker"
-
-
-class TensorParallelError(FdError):
-    """A tensor-parallel rank died or could not start; the engine cannot go on."""
 
 
 def _free_port(host: str) -> int:
@@ -55,7 +51,10 @@ class TPWorkers:
     """Ranks 1..T-1 of one engine: started at construction; `send` reaches all of them."""
 
     def __init__(self, config: ResolvedConfig, on_dead: Callable[[str], None] | None = None):
+        if config.node_rank != 0:  # node R > 0 runs runner/tp_node.py, never an engine core
+            raise ConfigError(f"--node-rank {config.node_rank}: only node 0 runs the engine core")
         self.world_size = config.tensor_parallel_size
+        self.local_ranks = len(node_ranks(config))  # this node's: ranks 0..local-1
         sets = config.tp_rank_cpus or tp_cpu_sets(config)
         host = config.master_addr or "127.0.0.1"
         # --master-port as given (one group per data-parallel rank: the next ports), else a free one.
@@ -67,11 +66,18 @@ class TPWorkers:
         self.dead_reason: str | None = None
         self._lock = threading.Lock()
         self._closing = False
-        self._tmpdir = tempfile.mkdtemp(prefix="fd-tp-")
         self._ctx = zmq.Context()
+        self._remote = None  # ranks on other nodes (runner/tp_remote.py)
+        if self.local_ranks < self.world_size:
+            try:
+                self._remote = RemoteRanks(self._ctx, self.config, self.local_ranks)
+            except BaseException:
+                self._ctx.term()
+                raise
+        self._tmpdir = tempfile.mkdtemp(prefix="fd-tp-")
         self._socks: list[zmq.Socket] = []
         self.procs: list[subprocess.Popen] = []
-        for r in range(1, self.world_size):
+        for r in range(1, self.local_ranks):
             addr = f"ipc://{self._tmpdir}/rank{r}"
             sock = self._ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.SNDHWM, 0)
@@ -87,7 +93,14 @@ class TPWorkers:
             self.procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
         self._watcher = threading.Thread(target=self._watch, name="fd-tp-watch", daemon=True)
         self._watcher.start()
-        logger.info("tensor parallel: %d ranks, CPUs %s, rendezvous %s:%d", self.world_size, sets, host, port)
+        logger.info(
+            "tensor parallel: %d ranks (%d on this node), CPUs %s, rendezvous %s:%d",
+            self.world_size,
+            self.local_ranks,
+            sets,
+            host,
+            port,
+        )
 
     def init_group(self) -> ProcessGroup:
         """Rank 0's membership of the group, once every worker joined. The join runs on a thread so
@@ -104,8 +117,10 @@ class TPWorkers:
         def join() -> None:
             try:
                 result["group"] = init_tp_group(
-                    0, self.world_size, c.master_addr, c.master_port, self.world_size, GROUP_TIMEOUT_S
+                    0, self.world_size, c.master_addr, c.master_port, self.local_ranks, group_timeout()
                 )
+                if self._remote is not None:
+                    self._remote.await_hellos(group_timeout())
             except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
                 result["error"] = exc
 
@@ -145,7 +160,13 @@ class TPWorkers:
             if self.dead_reason is not None:
                 return
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            self.dead_reason = f"tensor-parallel rank {rank} (pid {proc.pid}) {how}"
+        self._fatal(f"tensor-parallel rank {rank} (pid {proc.pid}) {how}")
+
+    def _fatal(self, reason: str) -> None:
+        with self._lock:
+            if self.dead_reason is not None:
+                return
+            self.dead_reason = reason
         logger.error("%s: the engine cannot go on", self.dead_reason)
         if self.on_dead is not None:
             self.on_dead(self.dead_reason)
@@ -163,8 +184,12 @@ class TPWorkers:
             if self.dead_reason is not None:
                 raise TensorParallelError(self.dead_reason) from exc
             if time.monotonic() >= deadline:
-                return
+                break
             time.sleep(0.02)
+        if self._remote is not None and isinstance(exc, CollectiveError):
+            # No local rank died: a remote one did, or its node's link broke. The group is unusable.
+            self._fatal(f"{exc} (a rank on another node died or its link broke)")
+            raise TensorParallelError(self.dead_reason) from exc
 
     def send(self, msg) -> None:
         if self.dead_reason is not None:
@@ -172,6 +197,12 @@ class TPWorkers:
         frame = m.encoder.encode(msg)
         for sock in self._socks:
             sock.send(frame, copy=False)
+        if self._remote is not None:
+            try:
+                self._remote.send(frame)
+            except TensorParallelError as exc:
+                self._fatal(str(exc))
+                raise
 
     def close(self, timeout: float = 5.0) -> None:
         if self._closing:
@@ -181,7 +212,9 @@ class TPWorkers:
             frame = m.encoder.encode(m.StopWorker())
             for sock in self._socks:
                 sock.send(frame, zmq.NOBLOCK)
-        except zmq.ZMQError:
+            if self._remote is not None:
+                self._remote.send(frame, zmq.NOBLOCK)
+        except (zmq.ZMQError, TensorParallelError):
             pass
         for p in self.procs:
             try:
@@ -191,6 +224,8 @@ class TPWorkers:
                 p.wait()
         for sock in self._socks:
             sock.close(0)
+        if self._remote is not None:
+            self._remote.close()
         self._ctx.term()
         shutil.rmtree(self._tmpdir, ignore_errors=True)
 

@@ -23,6 +23,7 @@ import zmq
 from fdcli_engine.log_files import configure_logging
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner import tp_messages as m
+from fdcli_engine.runner.tp_remote import connect_to_rank0
 from fdcli_engine.threads import BIND_ENV
 
 logger = logging.getLogger("fd.tp")
@@ -83,13 +84,15 @@ class Worker:
         from fdcli_engine.distributed import set_tp_group  # noqa: PLC0415
         from fdcli_engine.distributed.init import init_tp_group  # noqa: PLC0415
         from fdcli_engine.loader import load_model  # noqa: PLC0415
-        from fdcli_engine.runner.tp_executor import GROUP_TIMEOUT_S  # noqa: PLC0415
+        from fdcli_engine.parallel_config import node_ranks  # noqa: PLC0415
+        from fdcli_engine.runner.tp_remote import group_timeout  # noqa: PLC0415
         from fdcli_engine.threads import set_num_threads  # noqa: PLC0415
 
         set_num_threads(config.num_threads)
         self.config = config
         rank, ws = config.tensor_parallel_rank, config.tensor_parallel_size
-        group = init_tp_group(rank, ws, config.master_addr, config.master_port, ws, GROUP_TIMEOUT_S)
+        local = len(node_ranks(config))
+        group = init_tp_group(rank, ws, config.master_addr, config.master_port, local, group_timeout())
         set_tp_group(group)
         self.model = load_model(config)
         ops.bind_engine_threads(config.num_threads)
@@ -122,15 +125,24 @@ class Worker:
         return True
 
 
-def serve(worker: Worker, sock: zmq.Socket, parent: int) -> None:
+def serve(worker: Worker, sock: zmq.Socket, parent: int, monitor: zmq.Socket | None = None) -> bool:
+    """Run rank 0's messages until told to stop (True) or until rank 0 is gone (False)."""
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    if monitor is not None:  # a rank on another node: rank 0's connection dropping ends it
+        poller.register(monitor, zmq.POLLIN)
     while True:
-        if not sock.poll(POLL_MS):
-            if os.getppid() != parent:
-                logger.error("tensor-parallel rank 0 is gone; worker exits")
-                return
+        ready = dict(poller.poll(POLL_MS))
+        if sock in ready:
+            if not worker.handle(m.decoder.decode(sock.recv(copy=False).buffer)):
+                return True
             continue
-        if not worker.handle(m.decoder.decode(sock.recv(copy=False).buffer)):
-            return
+        if monitor is not None and monitor in ready:
+            logger.error("tensor-parallel rank 0 closed its connection; worker exits")
+            return False
+        if os.getppid() != parent:
+            logger.error("tensor-parallel rank 0 is gone; worker exits")
+            return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,18 +161,26 @@ def main(argv: list[str] | None = None) -> int:
     # FastDeploy's per-device worker log: workerlog.<rank> under FD_LOG_DIR (rank 0's is the core's).
     configure_logging(f"%(asctime)s fd-tp{rank} %(levelname)s %(message)s", f"workerlog.{rank}")
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.PULL)
-    sock.connect(args.input)
+    monitor = None
+    if args.input.startswith("tcp://"):  # a rank on another node than rank 0's (runner/tp_remote.py)
+        sock, monitor = connect_to_rank0(ctx, args.input, rank)
+    else:
+        sock = ctx.socket(zmq.PULL)
+        sock.connect(args.input)
     try:
         worker = Worker(config)
         _ignore_signals()  # again: importing paddle installed its own SIGTERM handler
-        serve(worker, sock, args.parent)
+        if not serve(worker, sock, args.parent, monitor):
+            return 1
     except Exception:
         logger.error(
             "tensor-parallel rank %d failed:\n%s", config.tensor_parallel_rank, traceback.format_exc()
         )
         return 1
     finally:
+        if monitor is not None:
+            sock.disable_monitor()
+            monitor.close(0)
         sock.close(0)
         ctx.term()
     return 0

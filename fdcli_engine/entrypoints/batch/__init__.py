@@ -90,6 +90,13 @@ def _default_engine(engine_args: dict[str, Any]):
 
     keep_sigterm_handler(import_paddle)  # resolve_config() would import it, with paddle's handler
     config = resolve_config(EngineConfig.from_dict(engine_args, source="options"))
+    if config.node_rank > 0:
+        from fdcli_engine.errors import ConfigError
+
+        raise ConfigError(
+            f"--node-rank {config.node_rank} only serves its tensor-parallel ranks: start that node with "
+            "fd serve (node 0 runs the batch)"
+        )
     # The same default name as `fd serve`, so a body's "model" that works there works here.
     name = config.served_model_name or default_served_name(config)
     # stdout may be the output (`-o -`): the core's stray prints go to stderr (fd 2).

@@ -229,6 +229,12 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
     """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving.
     An EngineConfig is resolved here, once; a ResolvedConfig (a stub core's) is used as given."""
     configure_logging("%(asctime)s fd %(levelname)s %(message)s", SERVER_LOG)
+    if isinstance(engine_config, EngineConfig) and (engine_config.nnodes > 1 or engine_config.ips):
+        engine_config = resolve_config(engine_config)  # which node this is decides what it runs
+        if engine_config.node_rank > 0:
+            from fdcli_engine.runner.tp_node import run_worker_node  # noqa: PLC0415
+
+            return run_worker_node(engine_config)
     sock = bind_socket(args.host, args.port)
     metrics_sock = None
     try:
