@@ -15,24 +15,34 @@ from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
 
 class SlowHeadEngine(FakeEngine):
-    """The prompt "slow" finishes only after every other request has had many chances to run."""
+    """The prompt "slow" finishes only once `hold` other requests have finished after it started (counted,
+    not timed: the dispatcher prepares lines on threads, so a fixed number of loop turns would depend on
+    the machine's load). A bounded wait: a dispatcher that never lets them run fails the asserts, it
+    does not hang."""
 
-    def __init__(self):
+    def __init__(self, hold: int):
         super().__init__()
+        self.hold = hold
         self.inflight = 0
         self.max_inflight = 0
+        self.finished_fast = 0
 
     async def generate(self, prompt_token_ids, params, request_id, prompt=None):
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
             if prompt == "slow":
-                for _ in range(2000):
+                start = self.finished_fast
+                for _ in range(200_000):
+                    if self.finished_fast - start >= self.hold:
+                        break
                     await asyncio.sleep(0)
             else:
                 await asyncio.sleep(0)
             async for out in super().generate(prompt_token_ids, params, request_id, prompt):
                 yield out
+            if prompt != "slow":
+                self.finished_fast += 1
         finally:
             self.inflight -= 1
 
@@ -44,7 +54,8 @@ def test_slow_head_request_bounds_inflight_and_reorder_buffer(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", lines)
     out = tmp_path / "out.jsonl"
     partial_path(out).write_bytes(b"")
-    engine = SlowHeadEngine()
+    # r0 holds the head until r1..r20 are buffered: 19 of them are fast, r17 an immediate error record.
+    engine = SlowHeadEngine(hold=reorder - 1)
     writer = OutputWriter(out)
     runner = BatchDispatcher(
         build_serving(engine, ServingOptions(["tiny"])), writer, window, reorder_limit=reorder
