@@ -9,14 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
-from server.fd_server import REPO, start_server
+from server.fd_server import REPO, start_server, stream_in_background, wait_for
 
 # Not the other parallel tests' prompts: they share the session server's prefix cache.
 PROMPTS = [f"multi-node prompt {i}: say {i * 7}" for i in range(3)]
@@ -63,15 +60,6 @@ def complete(srv, prompt: str) -> dict:
     with srv.http() as c:
         r = c.post("/v1/completions", json=payload)
     return {"status": r.status_code, **r.json()}
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def stop_node1(proc: subprocess.Popen) -> None:
@@ -121,18 +109,7 @@ def test_node1_killed_mid_stream_fails_the_request(tiny_model, tmp_path):
     try:
         srv = start_node0(tiny_model, tmp_path, port, ips=True)
         sink: list = []
-
-        def stream():
-            body = {"model": "tiny", "prompt": "hello", "max_tokens": 240, "ignore_eos": True, "stream": True}
-            try:
-                with httpx.Client(headers=srv.headers, timeout=60) as h:
-                    with h.stream("POST", f"{srv.url}/v1/completions", json=body) as r:
-                        sink.extend(r.iter_lines())
-            except httpx.HTTPError as e:
-                sink.append(str(e))
-
-        t = threading.Thread(target=stream, daemon=True)
-        t.start()
+        t = stream_in_background(srv, sink)
         wait_for(lambda: len(sink) > 2, 60, "the stream to start")
         node1.send_signal(signal.SIGKILL)  # its worker dies with it (PR_SET_PDEATHSIG)
         t.join(60)

@@ -7,15 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import psutil
 import pytest
 from batch.batch_helpers import cli_args, completion_line, read_jsonl, run_cli, write_jsonl
-from server.fd_server import REPO, start_server
+from server.fd_server import REPO, start_server, stream_in_background, wait_for
 
 # Not the data-parallel tests' prompts: both use the session server, whose prefix cache they would share.
 PROMPTS = [f"tensor-parallel prompt {i}: count to {i * 3}" for i in range(4)]
@@ -33,15 +30,6 @@ def workers_of(srv) -> list[psutil.Process]:
     return [
         p for p in psutil.Process(srv.proc.pid).children(recursive=True) if WORKER in " ".join(p.cmdline())
     ]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +75,7 @@ def test_killed_worker_fails_the_request_and_the_engine(tiny_model, tmp_path):
     )
     try:
         sink: list = []
-
-        def stream():
-            body = {"model": "tiny", "prompt": "hello", "max_tokens": 240, "ignore_eos": True, "stream": True}
-            try:
-                with httpx.Client(headers=srv.headers, timeout=60) as h:
-                    with h.stream("POST", f"{srv.url}/v1/completions", json=body) as r:
-                        sink.extend(r.iter_lines())
-            except httpx.HTTPError as e:
-                sink.append(str(e))
-
-        t = threading.Thread(target=stream, daemon=True)
-        t.start()
+        t = stream_in_background(srv, sink)
         wait_for(lambda: len(sink) > 2, 30, "the stream to start")
         (worker,) = workers_of(srv)
         worker.kill()

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +118,41 @@ def start_server(
     if wait_ready:
         wait_until_ready(server)
     return server
+
+
+def wait_for(predicate, timeout: float, what: str):
+    """predicate()'s first truthy value within timeout seconds, else an AssertionError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stream_in_background(server: Server, sink: list, max_tokens: int = 240) -> threading.Thread:
+    """A long streamed completion of model "tiny" on a daemon thread: each SSE line, or the client's
+    error, goes to `sink`, so a test can kill a part of the server mid-stream and see how it ends."""
+
+    def stream():
+        body = {
+            "model": "tiny",
+            "prompt": "hello",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        try:
+            with httpx.Client(headers=server.headers, timeout=60) as h:
+                with h.stream("POST", f"{server.url}/v1/completions", json=body) as r:
+                    sink.extend(r.iter_lines())
+        except httpx.HTTPError as e:
+            sink.append(str(e))
+
+    t = threading.Thread(target=stream, daemon=True)
+    t.start()
+    return t
 
 
 def wait_until_ready(server: Server, timeout: float = 180) -> None:

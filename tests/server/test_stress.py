@@ -15,7 +15,7 @@ import time
 import httpx
 import psutil
 import pytest
-from fd_server import REPO, free_port, make_tiny_model, start_server
+from fd_server import REPO, free_port, make_tiny_model, start_server, wait_for
 
 LONG = {"model": "tiny", "prompt": "hello world", "max_tokens": 4000, "ignore_eos": True, "temperature": 0}
 KV = ("--num-kv-blocks", "1024")  # room for a few 4096-token sequences
@@ -32,16 +32,6 @@ def long_server(long_model, tmp_path_factory):
     srv = start_server(long_model, tmp_path_factory.mktemp("long"), "--served-model-name", "tiny", *KV)
     yield srv
     srv.stop()
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_32_concurrent_streams_equal_solo_greedy(server):
