@@ -16,6 +16,7 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
@@ -117,6 +118,15 @@ class EngineConfig:
     guided_decoding_backend: str = "auto"
     # Speculative decoding (FastDeploy's and vLLM's --speculative-config keys): speculative_config.py.
     speculative_config: dict | None = None
+    # Prefill/decode disaggregation (FastDeploy's flags; kv_transfer/pd/settings.py checks them,
+    # docs/disaggregation.md). kv_transfer_token never reaches the ResolvedConfig (it is the core's
+    # environment, FD_KV_TRANSFER_TOKEN).
+    splitwise_role: str = "mixed"
+    cache_transfer_protocol: str = "ipc"
+    pd_comm_port: int | None = None  # decode: the transfer socket's port (None: a free one)
+    kv_transfer_host: str = "127.0.0.1"
+    kv_transfer_token: str | None = None
+    router: str | None = None  # HOST:PORT of `fd router`: register there and heartbeat
 
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
     # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the
@@ -130,7 +140,6 @@ class EngineConfig:
     cache_queue_port: int | str | None = None
     innode_prefill_ports: int | str | None = None
     swap_space: float | None = None
-    splitwise_role: str | None = None
     enable_custom_all_reduce: bool | None = None
 
     @classmethod
@@ -171,6 +180,7 @@ class EngineConfig:
         budget = self._check_lengths(model_limit)
         self._check_choices()
         check_fastdeploy_options(self)
+        check_pd_options(self)
         return self.replace(
             dtype="float32",
             quantization=quantization,

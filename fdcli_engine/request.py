@@ -61,6 +61,8 @@ class Request:
         self.sampling_params = sampling_params
         self.arrival_time = arrival_time if arrival_time is not None else time.monotonic()
         self.pooling_params = pooling_params
+        # The prefill/decode hand-off (vLLM's field), read by the PD connector.
+        self.kv_transfer_params = sampling_params.kv_transfer_params if sampling_params is not None else None
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0
