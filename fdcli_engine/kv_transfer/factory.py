@@ -4,4 +4,6 @@ from __future__ import annotations
 
 
 def make_connector(config):
-    return None
+    from fdcli_engine.kv_transfer.pd.connector import make_pd_connector
+
+    return make_pd_connector(config)  # --splitwise-role prefill|decode; None for mixed

@@ -114,14 +114,17 @@ class PDConnector(KVConnector):
         tp = _params(request, self.settings.role)
         if tp is None:
             return
+        status = getattr(request.status, "value", "")
         if tp.do_remote_prefill:
             self._waiting_since.pop(request.req_id, None)
             self._load_from.pop(request.req_id, None)
-            self._recomputing.discard(request.req_id)
+            if status == "preempted":  # it resumes by recomputing: its transfer is gone
+                self._recomputing.add(request.req_id)
+            else:
+                self._recomputing.discard(request.req_id)
             if self.staging is not None:
                 self.staging.drop(tp.transfer_id)
             return
-        status = getattr(request.status, "value", "")
         if self.sender is None or status not in ("stop", "length"):
             return  # preempted (it runs again) or aborted (nobody waits for its answer)
         self._ship(request, tp)
