@@ -14,6 +14,7 @@ def run_router(host: str, port: int) -> int:
     from fdcli_engine.entrypoints.router.app import build_router_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd router %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied call is noise
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
