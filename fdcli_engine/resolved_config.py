@@ -70,6 +70,11 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     pd_comm_port: int | None = None
     kv_transfer_host: str = "127.0.0.1"
     router: str | None = None
+    # KV offload tiers (kv_offload_options.py): memory GiB (0: off), "int8" or None, file tier dir and GiB.
+    swap_space: float = 0.0
+    kv_offload_compression: str | None = None
+    kv_offload_dir: str | None = None
+    kv_offload_dir_gb: float | None = None
 
     def replace(self, **changes: Any) -> ResolvedConfig:
         return msgspec.structs.replace(self, **changes)

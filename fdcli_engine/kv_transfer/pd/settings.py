@@ -71,6 +71,11 @@ def check_pd_options(config) -> None:
             f"--splitwise-role {role} runs one engine per instance: use --data-parallel-size 1 and "
             "--tensor-parallel-size 1 (run several instances behind `fd router` instead)"
         )
+    if getattr(config, "swap_space", None) or getattr(config, "kv_offload_dir", None):
+        raise ConfigError(
+            f"--splitwise-role {role} does not combine with --swap-space / --kv-offload-dir: an instance "
+            "has one KV connector (drop the offload tier, or run this instance as mixed)"
+        )
     if not config.enable_prefix_caching and role == "decode":
         raise ConfigError("--splitwise-role decode needs prefix caching (block hashes name the blocks)")
 
