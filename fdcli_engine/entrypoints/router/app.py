@@ -4,6 +4,7 @@ a decode instance, and /health, /metrics, /v1/models over every instance."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import httpx
@@ -22,10 +23,16 @@ MAX_BODY_BYTES = 32 << 20
 
 def build_router_app(registry: Registry | None = None) -> FastAPI:
     registry = registry or Registry()
-    app = FastAPI(title="fd router", docs_url=None, redoc_url=None)
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=64)
     client = httpx.AsyncClient(timeout=timeout, limits=limits)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        yield
+        await client.aclose()
+
+    app = FastAPI(title="fd router", docs_url=None, redoc_url=None, lifespan=lifespan)
     proxy = PDProxy(registry, client)
     app.state.registry = registry
 
@@ -82,10 +89,6 @@ def build_router_app(registry: Registry | None = None) -> FastAPI:
 
     for path in GENERATION_ROUTES:
         app.add_api_route(path, _generation(proxy, path), methods=["POST"])
-
-    @app.on_event("shutdown")
-    async def _close() -> None:
-        await client.aclose()
 
     return app
 
