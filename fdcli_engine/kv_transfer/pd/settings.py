@@ -86,17 +86,25 @@ def resolve_pd_options(config) -> dict:
     this process's environment, which the engine core inherits (its command line is visible to all)."""
     if config.kv_transfer_token:
         os.environ[TOKEN_ENV] = config.kv_transfer_token
+    protocol = transfer_protocol(config.cache_transfer_protocol)
     port = config.pd_comm_port
     if config.splitwise_role == "decode" and port is None:
-        import socket
+        port = _free_port(config.kv_transfer_host, protocol)
+    return {"pd_comm_port": port, "cache_transfer_protocol": protocol}
 
+
+def _free_port(host: str, protocol: str) -> int:
+    """A port free for tcp; for ipc, one whose socket file no other instance holds (an ipc socket holds
+    no tcp port, so a free tcp port alone could name a live instance's file)."""
+    import socket
+
+    for _ in range(100):
         with socket.socket() as s:
-            s.bind((config.kv_transfer_host if is_loopback(config.kv_transfer_host) else "", 0))
+            s.bind((host if is_loopback(host) else "", 0))
             port = s.getsockname()[1]
-    return {
-        "pd_comm_port": port,
-        "cache_transfer_protocol": transfer_protocol(config.cache_transfer_protocol),
-    }
+        if protocol == "tcp" or not os.path.exists(transfer_address("ipc", host, port)[len("ipc://") :]):
+            return port
+    raise ConfigError("no free --pd-comm-port found: give one")
 
 
 def transfer_address(protocol: str, host: str, port: int | None) -> str:
