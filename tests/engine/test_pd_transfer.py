@@ -224,3 +224,16 @@ def test_binding_beyond_loopback_needs_a_token(monkeypatch):
     with pytest.raises(ConfigError, match="rdma is not supported"):
         EngineConfig(**{**base, "cache_transfer_protocol": "rdma"}).validate()
     assert EngineConfig(**{**base, "cache_transfer_protocol": "ipc,rdma"}).validate()
+
+
+def test_a_dead_decode_instance_stalls_no_transfer_to_another(trio, tmp_path):
+    # A transfer to an address nobody binds waits out its send timeout on its own lane only.
+    p, d, m = trio
+    a, b = prompts_of(2, seed=16, lo=20, hi=20)
+    dead = {"do_remote_decode": True, "transfer_id": "dead", "remote_kv_address": f"ipc://{tmp_path}/none"}
+    p.generate([a], SamplingParams(temperature=0, max_tokens=1, kv_transfer_params=dead))
+    loaded = stats(d)["kv_transfer_loaded_blocks"]
+    prefill(p, d, b, "alive")
+    assert decode(d, b, "alive") == tokens(m, b)
+    assert stats(d)["kv_transfer_loaded_blocks"] == loaded + (len(b) - 1) // BS
+    assert_clean(p, d)

@@ -52,6 +52,15 @@ def test_silent_instances_are_forgotten_and_picks_go_by_load():
     assert [i.url for i in reg.live()] == ["http://b:1"]
 
 
+def test_a_failed_instance_ignores_its_own_late_heartbeat_for_a_while():
+    reg = Registry(quarantine_s=0.3)
+    d = reg.register("decode", "http://d:1", "ipc:///tmp/x")
+    reg.forget(d)  # a call to it failed
+    assert reg.register("decode", "http://d:1", "ipc:///tmp/x") is None and reg.live() == []
+    time.sleep(0.4)
+    assert reg.register("decode", "http://d:1", "ipc:///tmp/x") is not None and len(reg.live()) == 1
+
+
 def test_metrics_pages_merge_under_one_header_with_instance_labels():
     page = (
         "# HELP fd:x Things\n# TYPE fd:x counter\nfd:x_total 3.0\n"

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 
 ROLES = ("prefill", "decode", "mixed")
 HEARTBEAT_TTL_S = 3.0
+# An instance forgotten for a failure ignores its own registrations this long: a heartbeat it sent
+# just before it died must not bring it back.
+QUARANTINE_S = 2.0
 
 
 @dataclass
@@ -29,12 +32,17 @@ class Instance:
 
 
 class Registry:
-    def __init__(self, ttl_s: float = HEARTBEAT_TTL_S):
+    def __init__(self, ttl_s: float = HEARTBEAT_TTL_S, quarantine_s: float = QUARANTINE_S):
         self.ttl_s = ttl_s
+        self.quarantine_s = quarantine_s
         self._instances: dict[str, Instance] = {}
+        self._quarantine: dict[str, float] = {}  # url -> until (monotonic)
 
-    def register(self, role: str, url: str, kv_address: str = "") -> Instance:
+    def register(self, role: str, url: str, kv_address: str = "") -> Instance | None:
         url = url.rstrip("/")
+        if self._quarantine.get(url, 0.0) > time.monotonic():
+            return None
+        self._quarantine.pop(url, None)
         inst = self._instances.get(url)
         if inst is None or inst.role != role:
             inst = self._instances[url] = Instance(role, url, kv_address)
@@ -43,8 +51,10 @@ class Registry:
         return inst
 
     def forget(self, inst: Instance) -> None:
+        """After a failed call: gone until it registers again once the quarantine is over."""
         if self._instances.get(inst.url) is inst:
             del self._instances[inst.url]
+            self._quarantine[inst.url] = time.monotonic() + self.quarantine_s
 
     def is_alive(self, inst: Instance) -> bool:
         self._expire()

@@ -1,8 +1,9 @@
-"""The prefill side's sender: one thread that sends each finished prompt's blocks to the decode
-instance named in its request, so the engine thread only copies blocks out of the pool.
+"""The prefill side's sender: threads that send each finished prompt's blocks to the decode instance
+named in its request, so the engine thread only copies blocks out of the pool.
 
-One zmq PUSH socket per destination. A destination that does not take frames within `timeout_s`
-loses that transfer (its decode request recomputes after its own wait), never the engine's time.
+One thread and one zmq PUSH socket per destination: a decode instance that takes no frames (dead, or
+gone) stalls only the transfers meant for it. A destination that takes nothing for `timeout_s` loses
+that transfer (its decode request recomputes after its own wait), never the engine's time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from fdcli_engine.kv_transfer.pd.messages import ENCODER, TransferBlock, Transfe
 
 logger = logging.getLogger(__name__)
 
-MAX_QUEUED = 64  # transfers waiting for the thread; more are dropped (their requests recompute)
+MAX_QUEUED = 64  # transfers waiting for one destination; more are dropped (their requests recompute)
+MAX_DESTINATIONS = 256
 
 
 @dataclass
@@ -40,17 +42,23 @@ class Sender:
         self.num_failed = 0
         self.num_bytes = 0
         self._ctx = zmq.Context.instance()
-        self._socks: dict[str, zmq.Socket] = {}
-        self._queue: queue.Queue[Outgoing | None] = queue.Queue(MAX_QUEUED)
-        self._thread = threading.Thread(target=self._run, name="fd-kv-sender", daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()  # the counters; destinations are added on the engine thread only
+        self._lanes: dict[str, tuple[queue.Queue, threading.Thread]] = {}
 
     def submit(self, out: Outgoing) -> None:
+        lane = self._lanes.get(out.address)
+        if lane is None:
+            if len(self._lanes) >= MAX_DESTINATIONS:
+                self._failed(out, f"more than {MAX_DESTINATIONS} destinations")
+                return
+            q: queue.Queue = queue.Queue(MAX_QUEUED)
+            t = threading.Thread(target=self._run, args=(out.address, q), name="fd-kv-sender", daemon=True)
+            lane = self._lanes[out.address] = (q, t)
+            t.start()
         try:
-            self._queue.put_nowait(out)
+            lane[0].put_nowait(out)
         except queue.Full:
-            self.num_failed += 1
-            logger.warning("KV transfer %s dropped: %d transfers already queued", out.transfer_id, MAX_QUEUED)
+            self._failed(out, f"{MAX_QUEUED} transfers already queued for {out.address}")
 
     def frames(self, out: Outgoing):
         """The frames of one transfer, in order."""
@@ -60,45 +68,45 @@ class Sender:
             yield TransferBlock(tid, token, i, [np.ascontiguousarray(p).tobytes() for p in parts])
         yield TransferEnd(tid, token)
 
-    def _run(self) -> None:
-        while (out := self._queue.get()) is not None:
+    def _run(self, address: str, q: queue.Queue) -> None:
+        sock = None
+        while (out := q.get()) is not None:
             try:
-                self._send(out)
-                self.num_sent += 1
+                sock = sock or self._socket(address)
+                nbytes = 0
+                for frame in self.frames(out):
+                    data = ENCODER.encode(frame)
+                    sock.send(data)  # zmq.Again after timeout_ms when the peer takes nothing
+                    nbytes += len(data)
+                with self._lock:
+                    self.num_sent += 1
+                    self.num_bytes += nbytes
             except zmq.ZMQError as e:
-                self.num_failed += 1
-                logger.warning("KV transfer %s to %s failed: %s", out.transfer_id, out.address, e)
-                self._forget(out.address)
-        for sock in self._socks.values():
-            sock.close(0)
-
-    def _send(self, out: Outgoing) -> None:
-        sock = self._socket(out.address)
-        for frame in self.frames(out):
-            data = ENCODER.encode(frame)
-            sock.send(data)  # raises zmq.Again after timeout_ms when the peer takes nothing
-            self.num_bytes += len(data)
+                self._failed(out, str(e))
+                if sock is not None:
+                    sock.close(0)  # a fresh socket for the next transfer: no half transfer queued
+                sock = None
+        if sock is not None:
+            sock.close(self.timeout_ms)
 
     def _socket(self, address: str) -> zmq.Socket:
-        sock = self._socks.get(address)
-        if sock is None:
-            sock = self._ctx.socket(zmq.PUSH)
-            sock.setsockopt(zmq.LINGER, self.timeout_ms)
-            sock.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
-            sock.setsockopt(zmq.SNDHWM, 256)
-            sock.connect(address)
-            self._socks[address] = sock
+        sock = self._ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, self.timeout_ms)
+        sock.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+        sock.setsockopt(zmq.SNDHWM, 256)
+        sock.connect(address)
         return sock
 
-    def _forget(self, address: str) -> None:
-        sock = self._socks.pop(address, None)
-        if sock is not None:
-            sock.close(0)
+    def _failed(self, out: Outgoing, why: str) -> None:
+        with self._lock:
+            self.num_failed += 1
+        logger.warning("KV transfer %s to %s failed: %s", out.transfer_id, out.address, why)
 
     def close(self) -> None:
-        if self._thread.is_alive():
+        for q, _ in self._lanes.values():
             try:
-                self._queue.put(None, timeout=1)
+                q.put(None, timeout=1)
             except queue.Full:
-                return
-            self._thread.join(timeout=5)
+                continue
+        for _, t in self._lanes.values():
+            t.join(timeout=5)
