@@ -418,7 +418,7 @@ PD_FLAGS: dict[str, Any] = {
         _pd(
             "--kv-transfer-token",
             help="Shared secret of every instance's KV transfers (required off loopback). Default: "
-            "$FD_KV_TRANSFER_TOKEN.",
+            "$FD_KV_TRANSFER_TOKEN (prefer it: a flag is visible to every user in ps).",
             envvar="FD_KV_TRANSFER_TOKEN",
         ),
     ],
