@@ -6,10 +6,11 @@ GiB = 1 << 30
 
 
 def make_connector(config):
-    swap = getattr(config, "swap_space", 0) or 0
-    directory = getattr(config, "kv_offload_dir", None)
-    if not swap and not directory:
+    from fdcli_engine.kv_offload_options import kv_offload_enabled
+
+    if not kv_offload_enabled(config):
         return None
+    swap, directory = config.swap_space, config.kv_offload_dir
     from fdcli_engine.kv_transfer.offload.connector import OffloadConnector
 
     if directory is not None:

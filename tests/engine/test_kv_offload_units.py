@@ -30,7 +30,11 @@ from fdcli_engine.kv_transfer.offload.memory_tier import MemoryTier
         (dict(kv_offload_dir_gb=1), "give --kv-offload-dir too"),
         (dict(kv_offload_dir="/tmp/x", kv_offload_dir_gb=0), "must be positive"),
         (dict(kv_offload_dir="/tmp/x", kv_offload_dir_gb=-2), "must be positive"),
-        (dict(swap_space=1, tensor_parallel_size=2), "not supported with --tensor-parallel-size"),
+        (dict(kv_offload_dir="/tmp/x", tensor_parallel_size=2), "not supported with --tensor-parallel-size"),
+        (
+            dict(swap_space=1, kv_offload_compression="int8", tensor_parallel_size=2),
+            "not supported with --tensor-parallel-size",
+        ),
         (dict(swap_space=1, runner="pooling"), "needs a generative model"),
         (dict(kv_offload_dir="/tmp/x", data_parallel_size=2), "serves one engine"),
     ],
@@ -46,6 +50,18 @@ def test_options_normalized():
     c = EngineConfig(kv_offload_dir="/tmp/x", kv_offload_compression="none").validate()
     assert (c.swap_space, c.kv_offload_compression, c.kv_offload_dir_gb) == (0, None, 8.0)
     assert EngineConfig().validate().swap_space == 0
+
+
+def test_swap_space_with_tensor_parallel_runs_without_the_tier():
+    # FastDeploy's launch lines pair -tp N with --swap-space: one note, no tier.
+    from fdcli_engine.kv_offload_options import kv_offload_enabled, kv_offload_notes
+
+    c = EngineConfig(swap_space=50, tensor_parallel_size=2).validate()
+    assert not kv_offload_enabled(c)
+    (note,) = kv_offload_notes(c)
+    assert note.startswith("--swap-space 50 has no effect with --tensor-parallel-size 2")
+    assert kv_offload_enabled(EngineConfig(swap_space=50).validate())
+    assert kv_offload_notes(EngineConfig(swap_space=50).validate()) == []
 
 
 def test_numpy_quantizer_is_the_c8_caches():
