@@ -170,7 +170,7 @@ def test_not_ready_waits_without_blocking_the_others_then_runs(tiny_model_dir):
     assert order[0] == "b"  # b was admitted while a waited for its connector
 
 
-def test_abort_while_waiting_leaks_nothing(tiny_model_dir):
+def test_abort_while_waiting_leaks_nothing(tiny_model_dir, monkeypatch):
     folder = tiny_model_dir("LlamaForCausalLM")
     (a,) = prompts_of(1, seed=8, lo=9, hi=12)
     llm = LLM(str(folder), max_model_len=64, block_size=BS, num_kv_blocks=32)
@@ -180,9 +180,14 @@ def test_abort_while_waiting_leaks_nothing(tiny_model_dir):
     core = llm.engine
     free0 = core.scheduler.kv.num_free_blocks
     core.add_request(core_request("a", a))
+    import fdcli_engine.engine as engine_module
+
+    naps = []
+    monkeypatch.setattr(engine_module.time, "sleep", naps.append)
     for _ in range(3):
         assert core.step() == []
     assert core.scheduler.num_deferred == 1
+    assert naps == [engine_module.CONNECTOR_POLL_S] * 3  # a step with only such requests polls
     outs = core.abort_requests(["a"])
     assert [o.finish_reason for o in outs] == ["abort"]
     assert not core.has_unfinished_requests()
