@@ -41,10 +41,12 @@ def kv_offload_options(config: Any) -> dict:
         "--kv-offload-compression int8 compresses an offload tier: give --swap-space GB or --kv-offload-dir",
     )
     if tiers:
+        # FastDeploy's launch lines pair -tp N with --swap-space: that runs, without the tier (one note
+        # at start, kv_offload_notes); the options only fd has are refused.
         _need(
-            config.tensor_parallel_size == 1,
-            "KV offload (--swap-space, --kv-offload-dir) is not supported with --tensor-parallel-size > 1 "
-            "(the KV cache is split across processes)",
+            config.tensor_parallel_size == 1 or (directory is None and compression is None),
+            "--kv-offload-dir and --kv-offload-compression are not supported with --tensor-parallel-size "
+            "> 1 (the KV cache is split across processes)",
         )
         _need(
             config.runner != "pooling",
@@ -61,3 +63,20 @@ def kv_offload_options(config: Any) -> dict:
         "kv_offload_dir": directory,
         "kv_offload_dir_gb": (dir_gb or DEFAULT_DIR_GB) if directory is not None else None,
     }
+
+
+def kv_offload_enabled(config: Any) -> bool:
+    """Whether the resolved options run an offload tier (see kv_offload_notes for when they do not)."""
+    tiers = bool(config.swap_space) or config.kv_offload_dir is not None
+    return tiers and config.tensor_parallel_size == 1
+
+
+def kv_offload_notes(config: Any) -> list[str]:
+    """One line per offload option that has no effect here (logged at start)."""
+    if config.swap_space and config.tensor_parallel_size > 1:
+        return [
+            f"--swap-space {config.swap_space:g} has no effect with --tensor-parallel-size "
+            f"{config.tensor_parallel_size} (the KV cache is split across processes): evicted KV blocks are "
+            "dropped and recomputed when needed (outputs do not change)"
+        ]
+    return []

@@ -10,10 +10,11 @@ def make_connector(config):
         from fdcli_engine.kv_transfer.pd.connector import make_pd_connector
 
         return make_pd_connector(config)  # check_pd_options refuses an offload tier beside it
-    swap = getattr(config, "swap_space", 0) or 0
-    directory = getattr(config, "kv_offload_dir", None)
-    if not swap and not directory:
+    from fdcli_engine.kv_offload_options import kv_offload_enabled
+
+    if not kv_offload_enabled(config):
         return None
+    swap, directory = config.swap_space, config.kv_offload_dir
     from fdcli_engine.kv_transfer.offload.connector import OffloadConnector
 
     if directory is not None:

@@ -37,8 +37,9 @@ class DictConnector(KVConnector):
 
     def request_finished(self, request):
         self.finished.append(request.req_id)
+        hashes = request.update_block_hashes(BS)
         for i in range(request.num_computed_tokens // BS):
-            self.store.setdefault(request.block_hashes[i], self.views.read(request.block_ids[i]))
+            self.store.setdefault(hashes[i], self.views.read(request.block_ids[i]))
 
     def on_evict(self, block_hash, block_id):
         self.evicted += 1
@@ -75,7 +76,7 @@ def outputs(outs):
     ]
 
 
-def two_passes(folder, dtype, connector=None, **options):
+def two_passes(folder, dtype, connector=None, prompts=None, **options):
     """Outputs of the prompts twice; between the passes the pool forgets its prefix cache when a
     connector is there to supply it instead."""
     prompts = prompts_of(4, seed=5, lo=6, hi=14, shared=9)
@@ -87,6 +88,8 @@ def two_passes(folder, dtype, connector=None, **options):
     first = outputs(llm.generate(prompts, PARAMS))
     if connector is not None:
         llm.engine.reset_prefix_cache()
+        for a in connector.views.arrays:  # nothing of the first pass is left in the pool
+            a[...] = 0
     return first, outputs(llm.generate(prompts, PARAMS)), llm
 
 
@@ -167,7 +170,7 @@ def test_not_ready_waits_without_blocking_the_others_then_runs(tiny_model_dir):
     assert order[0] == "b"  # b was admitted while a waited for its connector
 
 
-def test_abort_while_waiting_leaks_nothing(tiny_model_dir):
+def test_abort_while_waiting_leaks_nothing(tiny_model_dir, monkeypatch):
     folder = tiny_model_dir("LlamaForCausalLM")
     (a,) = prompts_of(1, seed=8, lo=9, hi=12)
     llm = LLM(str(folder), max_model_len=64, block_size=BS, num_kv_blocks=32)
@@ -177,11 +180,39 @@ def test_abort_while_waiting_leaks_nothing(tiny_model_dir):
     core = llm.engine
     free0 = core.scheduler.kv.num_free_blocks
     core.add_request(core_request("a", a))
+    import fdcli_engine.engine as engine_module
+
+    naps = []
+    monkeypatch.setattr(engine_module.time, "sleep", naps.append)
     for _ in range(3):
         assert core.step() == []
     assert core.scheduler.num_deferred == 1
+    assert naps == [engine_module.CONNECTOR_POLL_S] * 3  # a step with only such requests polls
     outs = core.abort_requests(["a"])
     assert [o.finish_reason for o in outs] == ["abort"]
     assert not core.has_unfinished_requests()
     assert core.scheduler.kv.num_free_blocks == free0
     assert conn.finished == ["a"]
+
+
+@pytest.mark.parametrize("method", ["draft_model", "mtp"])
+def test_a_draft_models_caches_travel_with_the_targets(tmp_path, method):
+    # Drafts never change greedy tokens, but a draft model whose K/V were not restored would propose
+    # other drafts: the same acceptance counts show its caches came back too.
+    from tiny_models import make_tiny_checkpoint, make_tiny_ernie_mtp, write_tiny_tokenizer
+
+    if method == "mtp":
+        folder, spec = make_tiny_ernie_mtp(tmp_path / "ernie"), {"method": "mtp", "num_speculative_tokens": 2}
+    else:
+        folder = make_tiny_checkpoint("LlamaForCausalLM", tmp_path / "target")
+        write_tiny_tokenizer(folder)
+        spec = {"method": "draft_model", "num_speculative_tokens": 2, "model": str(folder)}
+    prompts = prompts_of(4, seed=5, lo=6, hi=14, shared=9)
+    _, want, ref = two_passes(folder, "float32", prompts=prompts, speculative_config=spec)
+    conn = DictConnector()
+    _, got, llm = two_passes(folder, "float32", conn, prompts=prompts, speculative_config=spec)
+    target_layers = llm.engine.runner.kv_caches
+    assert len(conn.views.arrays) > 2 * len(target_layers)  # the draft's caches are in the views
+    assert got == want and conn.loaded > 0
+    key = "spec_decode_num_accepted_tokens_total"
+    assert llm.get_stats()[key] == ref.get_stats()[key] > 0

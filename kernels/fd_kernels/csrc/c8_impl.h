@@ -27,6 +27,11 @@ static void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int
   });
 }
 
+// The C8 rule over `rows` contiguous rows of hd values (a KV offload block): codes q and scales s.
+static void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s) {
+  for (int64_t r = 0; r < rows; ++r) quantize_row_s8(x + r * hd, hd, q + r * hd, s + r);
+}
+
 // n consecutive cached rows of hd codes, times their scales, into out (fp32, same layout).
 static inline void dequant_rows(const int8_t* q, const float* s, int64_t n, int64_t hd, float* out) {
   for (int64_t j = 0; j < n; ++j) {
@@ -37,4 +42,9 @@ static inline void dequant_rows(const int8_t* q, const float* s, int64_t n, int6
     for (; d + FD_W <= hd; d += FD_W) vstore(oj + d, vmul(vload_s8(qj + d), sj));
     for (; d < hd; ++d) oj[d] = (float)qj[d] * s[j];
   }
+}
+
+// The inverse for a KV offload block: out[r, d] = q[r, d] * s[r], written straight into `out`.
+static void kv_s8_dequantize(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out) {
+  dequant_rows(q, s, rows, hd, out);
 }

@@ -121,5 +121,8 @@ void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc
 void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc, const int64_t* slots,
                             int64_t t, int64_t nkv, int64_t bs, int64_t hd);
 void paged_attention(const AttnArgs& a);
+// The C8 rule over `rows` contiguous rows of hd values and its inverse (KV offload's int8 tier).
+void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s);
+void kv_s8_dequantize(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out);
 
 }  // namespace fdk
