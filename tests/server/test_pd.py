@@ -200,6 +200,16 @@ def test_no_prefill_instance_is_a_503(deploy):
     assert httpx.get(f"{deploy.router.url}/health", timeout=20).status_code == 503
 
 
+def test_without_a_pair_a_registered_mixed_instance_serves(deploy, server, mixed_answers):
+    assert not any(i["role"] == "prefill" for i in deploy.router.instances())
+    r = httpx.post(f"{deploy.router.url}/register", json={"role": "mixed", "url": server.url}, timeout=10)
+    assert r.status_code == 200  # one registration: the instance is listed for 3 s
+    out = deploy.router.client().completions.create(
+        model="tiny", prompt=PROMPTS[0], max_tokens=12, temperature=0
+    )
+    assert out.choices[0].text == mixed_answers[False][0][0]
+
+
 def test_a_transfer_socket_beyond_loopback_without_a_token_refuses_to_start():
     env = {k: v for k, v in os.environ.items() if k != "FD_KV_TRANSFER_TOKEN"}
     cmd = [

@@ -65,7 +65,7 @@ def build_router_app(registry: Registry | None = None) -> FastAPI:
                 registry.forget(inst)
             report.append({**inst.describe(), "healthy": ok})
         roles = {i.role for i, ok in zip(live, probes) if ok}
-        ok = {"prefill", "decode"} <= roles
+        ok = {"prefill", "decode"} <= roles or "mixed" in roles
         return JSONResponse(
             {"status": "ok" if ok else "unavailable", "instances": report}, 200 if ok else 503
         )
@@ -78,7 +78,7 @@ def build_router_app(registry: Registry | None = None) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        for inst in registry.live("decode") + registry.live("prefill"):
+        for inst in registry.live("decode") + registry.live("prefill") + registry.live("mixed"):
             try:
                 r = await client.get(inst.url + "/v1/models", headers=forwarded(request.headers))
             except httpx.TransportError:

@@ -5,6 +5,8 @@ instance P gets the body with `max_tokens: 1`, no stream, and `kv_transfer_param
 and D's address; once P has answered (its blocks are on their way), D gets the original body with
 `kv_transfer_params` naming the same transfer, and D's answer (or stream) is relayed to the client.
 
+Without a prefill/decode pair, a registered mixed instance serves the whole request.
+
 Faults: a P that cannot be reached or fails gives the request to the next P (503 when none is left);
 a D that cannot be reached is forgotten and the request starts over with another D; a D that dies
 mid-answer ends the client's stream with an error event (or a 502 error object) at once. Every wait is
@@ -52,6 +54,14 @@ class PDProxy:
         self.client = client
 
     async def handle(self, path: str, body: dict, headers: dict) -> Response:
+        if not (self.registry.live("prefill") and self.registry.live("decode")):
+            mixed = self.registry.pick("mixed")
+            if mixed is not None:  # no prefill/decode pair: a mixed instance serves the whole request
+                try:
+                    return await self._decode(path, body, headers, mixed, None)
+                except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
+                    self.registry.forget(mixed)
+                    return error_response(503, f"the mixed instance {mixed.url} is unreachable")
         failed: set[str] = set()
         for _ in range(MAX_DECODE_TRIES):
             d = self.registry.pick("decode", failed)
@@ -112,9 +122,11 @@ class PDProxy:
             return Response(r.content, r.status_code, media_type="application/json")  # the client's error
         return error_response(503, "no prefill instance is available (none registered with the router)")
 
-    async def _decode(self, path, body, headers, d: Instance, tid: str) -> Response:
+    async def _decode(self, path, body, headers, d: Instance, tid: str | None) -> Response:
+        """D's answer to the body (a mixed instance's, whole, when `tid` is None), relayed."""
         d_body = dict(body)
-        d_body["kv_transfer_params"] = {"do_remote_prefill": True, "transfer_id": tid}
+        if tid is not None:
+            d_body["kv_transfer_params"] = {"do_remote_prefill": True, "transfer_id": tid}
         req = self.client.build_request("POST", d.url + path, json=d_body, headers=headers)
         d.in_flight += 1
         try:
