@@ -237,3 +237,25 @@ def test_a_dead_decode_instance_stalls_no_transfer_to_another(trio, tmp_path):
     assert decode(d, b, "alive") == tokens(m, b)
     assert stats(d)["kv_transfer_loaded_blocks"] == loaded + (len(b) - 1) // BS
     assert_clean(p, d)
+
+
+def test_tcp_transfer_with_a_token(trio, tiny_model_dir, monkeypatch):
+    # Both sides read the shared token from the environment (as the engine core inherits it).
+    from server.fd_server import free_port
+
+    p, _, m = trio
+    monkeypatch.setenv("FD_KV_TRANSFER_TOKEN", "s3cret")
+    d = engine(
+        tiny_model_dir("LlamaForCausalLM"), "decode", cache_transfer_protocol="tcp", pd_comm_port=free_port()
+    )
+    try:
+        assert d.engine.kv_connector.receiver.address.startswith("tcp://127.0.0.1:")
+        (prompt,) = prompts_of(1, seed=17, lo=20, hi=20)
+        p.engine.kv_connector.sender.token = "s3cret"  # the prefill engine started without one
+        prefill(p, d, prompt, "tcp")
+        assert decode(d, prompt, "tcp") == tokens(m, prompt)
+        assert stats(d)["kv_transfer_loaded_blocks"] == (len(prompt) - 1) // BS
+        assert_clean(p, d)
+    finally:
+        p.engine.kv_connector.sender.token = ""
+        d.engine.shutdown()
