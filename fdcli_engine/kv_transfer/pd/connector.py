@@ -76,8 +76,8 @@ class PDConnector(KVConnector):
         # Whole blocks directly after the pool's hit, leaving at least one prompt token to compute.
         usable = min(staged.num_blocks, (len(request.prompt_token_ids) - 1) // bs)
         start = num_computed_tokens // bs
-        if usable <= start:
-            return self._recompute(request, tp)
+        if usable <= start:  # the pool's own prefix cache holds all of it: nothing to load
+            return self._recompute(request, tp, counted=False)
         self._load_from[request.req_id] = start
         self._waiting_since.pop(request.req_id, None)
         return (usable - start) * bs
@@ -102,8 +102,9 @@ class PDConnector(KVConnector):
     def _parts(self, raw: list[bytes]) -> list[np.ndarray]:
         return [np.frombuffer(b, dtype=a.dtype).reshape(a.shape[1:]) for b, a in zip(raw, self.views.arrays)]
 
-    def _recompute(self, request, tp: TransferParams) -> int:
-        self.num_recomputed += 1
+    def _recompute(self, request, tp: TransferParams, counted: bool = True) -> int:
+        """Decide, once, that the request computes its prompt itself; its staged copy goes."""
+        self.num_recomputed += counted
         self._recomputing.add(request.req_id)
         self._waiting_since.pop(request.req_id, None)
         self.staging.drop(tp.transfer_id)
