@@ -65,12 +65,13 @@ def image_refs(messages, prefix: str = "messages") -> list[ImageRef]:
 
 def _processor_for(engine):
     """The model's ImageProcessor, or None for a text-only model (or an engine without a config)."""
-    hf_config = getattr(getattr(engine, "config", None), "hf_config", None)
+    config = getattr(engine, "config", None)
+    hf_config = getattr(config, "hf_config", None)
     if not hf_config:
         return None
     from fdcli_engine.multimodal.processor import get_image_processor
 
-    return get_image_processor(hf_config)
+    return get_image_processor(hf_config, getattr(config, "model_path", None))
 
 
 class ImageInputs:
@@ -124,6 +125,8 @@ class ImageInputs:
             ids, features = self.processor.process(list(prompt_ids), images, kwargs or None)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param or param) from None
+        except ValueError as e:  # a picture the processor cannot shape (e.g. its aspect ratio)
+            raise bad_request(f"the image cannot be processed: {e}", param) from None
         return list(ids), list(features)
 
 
