@@ -145,7 +145,10 @@ def test_images_on_text_model_are_a_400_naming_the_part():
     from image_fixtures import data_url, encoded
 
     # A good picture is loaded and checked first, then refused by the model; a bad one is refused as bad.
-    for url, words in ((data_url(encoded("PNG")), "does not accept images"), ("http://x/y.png", "not allowed")):
+    for url, words in (
+        (data_url(encoded("PNG")), "does not accept images"),
+        ("http://x/y.png", "not allowed"),
+    ):
         content = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]
         req = ChatRewardRequest(messages=[{"role": "user", "content": content}])
         with pytest.raises(APIError) as e:
