@@ -6,25 +6,13 @@ the part with the server healthy after."""
 
 from __future__ import annotations
 
-import io
-
 import openai
 import pytest
 import tiny_vl
+import vl_reference
 from image_fixtures import corrupt_png, data_url
 from server.fd_server import start_server
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-QUESTION = "what is in the picture?"
-MAX_TOKENS = 6
-
-
-def png_bytes(image) -> bytes:
-    buf = io.BytesIO()
-    image.save(buf, format="PNG")
-    return buf.getvalue()
+from vl_reference import MAX_TOKENS, QUESTION, hf_greedy, png_bytes
 
 
 @pytest.fixture(scope="module")
@@ -57,43 +45,7 @@ def vl_server(folder, media_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf(folder):
-    model = transformers.Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        folder, attn_implementation="eager"
-    )
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    return model.eval(), tokenizer, folder
-
-
-def hf_greedy(hf, images, text: str = QUESTION, **processor_kwargs) -> tuple[list[int], int]:
-    """transformers' greedy tokens for one user turn (the images, then the text), and its prompt length:
-    its tokenizer and chat template, its image processor, each <|image_pad|> expanded to the image's
-    merged patch count (what Qwen2_5_VLProcessor does), its model."""
-    model, tokenizer, folder = hf
-    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
-    )
-    image_processor = transformers.Qwen2VLImageProcessorPil.from_pretrained(folder, **processor_kwargs)
-    pixels = image_processor(images=list(images), return_tensors="pt")
-    merge = image_processor.merge_size**2
-    counts = iter(int(g.prod()) // merge for g in pixels["image_grid_thw"])
-    pad = model.config.image_token_id
-    ids = []
-    for t in tokenizer(prompt, add_special_tokens=False)["input_ids"]:
-        ids += [pad] * next(counts) if t == pad else [t]
-    input_ids = torch.tensor([ids])
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            pixel_values=pixels["pixel_values"],
-            image_grid_thw=pixels["image_grid_thw"],
-            mm_token_type_ids=(input_ids == pad).int(),
-            max_new_tokens=MAX_TOKENS,
-            min_new_tokens=MAX_TOKENS,
-            do_sample=False,
-        )
-    return out[0, len(ids) :].tolist(), len(ids)
+    return vl_reference.load(folder)
 
 
 def user_turn(*urls: str, text: str = QUESTION) -> list[dict]:
