@@ -258,3 +258,14 @@ def test_public_addresses(address, public):
 def test_a_name_that_resolves_to_loopback_is_refused():
     # "localhost" is allowed by name, but every address it resolves to is checked.
     refused("http://localhost:9/img.png", MediaPolicy(allowed_domains=("localhost",)), "non-public")
+
+
+def test_a_host_name_is_fetched_at_its_checked_address(fixture_server):
+    # By name: the connection goes to an address the check saw (each in turn, e.g. ::1 then 127.0.0.1),
+    # and the Host header still carries the name the URL gave.
+    from fdcli_engine.multimodal.media_fetch import fetch_bytes
+
+    port = fixture_server.httpd.server_address[1]
+    policy = http_policy(allowed_domains=("localhost",))
+    assert fetch_bytes(f"http://localhost:{port}/host", policy, param=PARAM) == f"localhost:{port}".encode()
+    assert load_image(f"http://localhost:{port}/img.png", policy, param=PARAM).image.size == (24, 16)
