@@ -114,6 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/to-private": lambda: self._redirect("http://10.0.0.1/img.png"),
             "/to-link-local": lambda: self._redirect("http://169.254.169.254/latest/meta-data"),
             "/loop": lambda: self._redirect("/loop"),
+            "/host": lambda: self._send(self.headers.get("Host", "").encode(), "text/plain"),
             "/endless": self._endless,
             "/stall": self._stall,
         }

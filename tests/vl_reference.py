@@ -63,9 +63,15 @@ def hf_greedy(hf, images, text: str = QUESTION, **processor_kwargs) -> tuple[lis
     return out[0, n:].tolist(), n
 
 
-def hf_last_hidden(hf, messages: list[dict], images) -> torch.Tensor:
-    """The final-norm hidden state of the prompt's last token (an embedding model's LAST pool)."""
-    inputs = hf_inputs(hf, messages, images, add_generation_prompt=False)
+def hf_hidden_states(hf, messages: list[dict], images, **processor_kwargs) -> torch.Tensor:
+    """The final-norm hidden state of every prompt token ([tokens, hidden]), the template's prompt
+    without a generation prompt (what the pooling routes read)."""
+    inputs = hf_inputs(hf, messages, images, add_generation_prompt=False, **processor_kwargs)
     with torch.no_grad():
         out = hf[0].model(**inputs)
-    return out.last_hidden_state[0, -1]
+    return out.last_hidden_state[0]
+
+
+def hf_last_hidden(hf, messages: list[dict], images) -> torch.Tensor:
+    """The last prompt token's hidden state (an embedding model's LAST pool)."""
+    return hf_hidden_states(hf, messages, images)[-1]

@@ -34,13 +34,13 @@ def is_public(address: str) -> bool:
     return ip.is_global and not (ip.is_multicast or ip.is_reserved or ip.is_unspecified)
 
 
-def _checked_address(host: str, port: int, policy: MediaPolicy, first_hop: bool, param: str) -> str:
-    """The address to connect to: every address `host` resolves to must be allowed."""
+def _checked_addresses(host: str, port: int, policy: MediaPolicy, first_hop: bool, param: str) -> list[str]:
+    """The addresses to connect to, in the resolver's order: every one `host` resolves to must be allowed."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError):
         raise _refuse("the image URL's host could not be resolved", param) from None
-    addresses = [info[4][0] for info in infos]
+    addresses = list(dict.fromkeys(info[4][0] for info in infos))
     if not addresses:
         raise _refuse("the image URL's host could not be resolved", param)
     for address in addresses:
@@ -53,11 +53,11 @@ def _checked_address(host: str, port: int, policy: MediaPolicy, first_hop: bool,
             "not fetched",
             param,
         )
-    return addresses[0]
+    return addresses
 
 
-def _hop_target(url: str, policy: MediaPolicy, first_hop: bool, param: str) -> tuple[str, dict, dict]:
-    """(URL with the checked address as host, headers, request extensions) for one hop."""
+def _hop_targets(url: str, policy: MediaPolicy, first_hop: bool, param: str) -> tuple[list[str], dict, dict]:
+    """(the URL with each checked address as its host, headers, request extensions) for one hop."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
@@ -74,13 +74,15 @@ def _hop_target(url: str, policy: MediaPolicy, first_hop: bool, param: str) -> t
             param,
         )
     port = port or (443 if scheme == "https" else 80)
-    address = _checked_address(host, port, policy, first_hop, param)
-    literal = f"[{address}]" if ":" in address else address
-    target = f"{scheme}://{literal}:{port}{parts.path or '/'}" + (f"?{parts.query}" if parts.query else "")
+    tail = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    targets = [
+        f"{scheme}://{f'[{a}]' if ':' in a else a}:{port}{tail}"
+        for a in _checked_addresses(host, port, policy, first_hop, param)
+    ]
     default_port = port == (443 if scheme == "https" else 80)
     headers = {"Host": host if default_port else f"{host}:{port}", "Accept-Encoding": "identity"}
     extensions = {"sni_hostname": host} if scheme == "https" else {}
-    return target, headers, extensions
+    return targets, headers, extensions
 
 
 def fetch_bytes(url: str, policy: MediaPolicy, *, param: str) -> bytes:
@@ -88,8 +90,8 @@ def fetch_bytes(url: str, policy: MediaPolicy, *, param: str) -> bytes:
     deadline = time.monotonic() + policy.timeout_s
     with httpx.Client(trust_env=False, follow_redirects=False, verify=True) as client:
         for hop in range(policy.max_redirects + 1):
-            target, headers, extensions = _hop_target(url, policy, hop == 0, param)
-            location = _one_hop(client, target, headers, extensions, deadline, policy, param)
+            targets, headers, extensions = _hop_targets(url, policy, hop == 0, param)
+            location = _one_hop(client, targets, headers, extensions, deadline, policy, param)
             if isinstance(location, bytes):
                 return location
             url = urljoin(url, location)
@@ -103,16 +105,25 @@ def _remaining(deadline: float, policy: MediaPolicy, param: str) -> float:
     return left
 
 
-def _one_hop(client, target, headers, extensions, deadline, policy: MediaPolicy, param: str) -> bytes | str:
+def _connect(client, targets, headers, extensions, deadline, policy: MediaPolicy, param: str):
+    """The streamed response of the first checked address that accepts the connection."""
+    for target in targets:
+        timeout = httpx.Timeout(_remaining(deadline, policy, param))
+        request = client.build_request("GET", target, headers=headers, timeout=timeout, extensions=extensions)
+        try:
+            return client.send(request, stream=True)
+        except httpx.ConnectError:
+            continue  # the next address of the same host (e.g. IPv4 after IPv6)
+        except httpx.TimeoutException:
+            raise _refuse(f"fetching the image took longer than {policy.timeout_s:g} s", param) from None
+        except httpx.HTTPError:
+            break
+    raise _refuse("the image URL could not be fetched: the connection failed", param)
+
+
+def _one_hop(client, targets, headers, extensions, deadline, policy: MediaPolicy, param: str) -> bytes | str:
     """The body (bytes), or the redirect's Location (str)."""
-    timeout = httpx.Timeout(_remaining(deadline, policy, param))
-    request = client.build_request("GET", target, headers=headers, timeout=timeout, extensions=extensions)
-    try:
-        response = client.send(request, stream=True)
-    except httpx.TimeoutException:
-        raise _refuse(f"fetching the image took longer than {policy.timeout_s:g} s", param) from None
-    except httpx.HTTPError:
-        raise _refuse("the image URL could not be fetched: the connection failed", param) from None
+    response = _connect(client, targets, headers, extensions, deadline, policy, param)
     try:
         if response.status_code in _REDIRECTS:
             location = response.headers.get("location")

@@ -96,3 +96,28 @@ def test_run_batch_takes_the_same_flags():
     assert r.exit_code == 0
     for flag in ("--allowed-local-media-path", "--allowed-media-domains", "--limit-mm-per-prompt"):
         assert flag in r.output
+
+
+def test_fd_serve_refuses_a_bad_flag_in_one_line(tiny_model):
+    import subprocess
+    import sys
+
+    from server.fd_server import REPO, free_port
+
+    for flag, value, words in (
+        ("--limit-mm-per-prompt", '{"video": 1}', "'video' inputs are not supported"),
+        ("--allowed-local-media-path", "/no/such/folder", "is not a folder"),
+    ):
+        cmd = [
+            sys.executable,
+            "-m",
+            "fdcli.main",
+            "serve",
+            "--model",
+            str(tiny_model),
+            "--port",
+            str(free_port()),
+        ]
+        proc = subprocess.run([*cmd, flag, value], cwd=REPO, capture_output=True, text=True, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode != 0 and len(lines) == 1 and words in lines[0], proc.stderr

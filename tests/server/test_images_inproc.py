@@ -1,16 +1,12 @@
 """Pictures fetched over http(s) and the pooling routes with images, on `fd serve`'s app over a real tiny
 Qwen2.5-VL engine in this process (tests/server/inproc_app.py): its MediaPolicy carries the test-only
 loopback allowance, so the server fetches from the fixture server on 127.0.0.1 (tests/image_fixtures.py)
-as it would from an allowed public host. Each answer is compared with transformers on the same picture.
-
-The embeddings-with-an-image and `/v1/chat/reward` tests wait on the pooling path for vision-language
-models (a pooling runner that embeds images): they are strict xfails until it lands, and pass unchanged
-then."""
+as it would from an allowed public host. Each answer is compared with transformers on the same picture:
+chat, embeddings (messages with an image) and FastDeploy's /v1/chat/reward example request."""
 
 from __future__ import annotations
 
 import io
-import math
 
 import numpy as np
 import pytest
@@ -23,10 +19,6 @@ from vl_reference import MAX_TOKENS, QUESTION, hf_greedy
 
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.multimodal.media import MediaPolicy
-
-WAITING = pytest.mark.xfail(
-    strict=True, reason="waiting on the pooling path for vision-language models (images on --runner pooling)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +65,6 @@ def test_chat_with_a_fetched_picture_matches_transformers(folder, hf, fixture_se
             assert got.choices[0].token_ids == want and got.usage.prompt_tokens == prompt_len
 
 
-@WAITING
 def test_embeddings_with_a_picture_match_transformers(folder, hf, fixture_server):
     messages = [
         {
@@ -109,17 +100,36 @@ def seed_reward_request(image_url: str) -> dict:
     }
 
 
-@WAITING
-def test_the_seed_reward_request_works_as_written(folder, fixture_server):
-    # The seed serves its reward model with `--runner pooling --convert embed`, as here.
+def test_the_seed_reward_request_works_as_written(tmp_path_factory, fixture_server):
+    """The seed's request, its URL pointed at the fixture server, on a tiny Qwen2.5-VL reward model
+    (score head over every token, as fd's reward pooling reads it) served as the seed serves its own:
+    `--runner pooling --convert embed`. Each token's score equals transformers' body + the head."""
+    from safetensors.numpy import load_file
+
+    folder = tiny_vl.make_tiny_qwen2_5_vl_reward(tmp_path_factory.mktemp("qwen2_5_vl_rm"))
+    hf = vl_reference.load(folder)
+    w = load_file(str(folder / "model.safetensors"))
+    hf_messages = [
+        {"role": "user", "content": [{"type": "image"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "图里有几个人"}]},
+    ]
+    size = {"min_pixels": 224 * 224, "max_pixels": 224 * 224}  # the request's image_size 224
     with inproc_app(folder, serving(), runner="pooling", convert="embed") as (_, http):
         scores = []
-        for path in ("/img.png", "/img.jpg"):
+        for fmt, path in (("PNG", "/img.png"), ("JPEG", "/img.jpg")):
             r = http.post("/v1/chat/reward", json=seed_reward_request(fixture_server.url(path)))
             assert r.status_code == 200, r.text
             body = r.json()
             assert body["object"] == "list" and body["data"][0]["object"] == "reward"
-            score = body["data"][0]["score"]
-            assert score and all(math.isfinite(v) for v in np.ravel(score))
-            scores.append(np.ravel(score))
+            got = np.ravel(body["data"][0]["score"])
+            h = (
+                vl_reference.hf_hidden_states(hf, hf_messages, [fixture_picture(fmt)], **size)
+                .double()
+                .numpy()
+            )
+            want = np.maximum(h @ w["score.0.weight"].T + w["score.0.bias"], 0) @ w["score.2.weight"].T
+            want = np.ravel(want + w["score.2.bias"])
+            assert body["usage"]["prompt_tokens"] == len(want)
+            np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+            scores.append(got)
         assert not np.allclose(scores[0], scores[1])  # the picture reached the model

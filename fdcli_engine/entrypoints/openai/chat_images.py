@@ -13,16 +13,21 @@ needs. Other media part types are a 400 that says what to send instead.
 from __future__ import annotations
 
 import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from fdcli_engine.entrypoints.openai.errors import bad_request
-from fdcli_engine.entrypoints.openai.serving_common import off_loop
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.multimodal.media import LoadedImage, MediaPolicy, load_image
 
 # Part types that carry media fd does not read (only `image_url` is an image part here).
 OTHER_MEDIA_PARTS = {"image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
+# Fetching and decoding run on their own threads, not the prepare pool: a slow image host (each fetch
+# ends at the policy's deadline) then delays only the requests with images, never the templating of
+# the others. Few threads: each decode may hold up to MAX_IMAGE_PIXELS of RGB.
+_MEDIA_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fd-media")
 DEFAULT_IMAGE_LIMIT = 16  # images per request without --limit-mm-per-prompt (vLLM's is 999)
 
 
@@ -101,7 +106,13 @@ class ImageInputs:
                 f"(--limit-mm-per-prompt), got {len(refs)}",
                 refs[self.limit].param,
             )
-        tasks = [off_loop(load_image, r.url, self.policy, param=r.param) for r in refs]
+        loop = asyncio.get_running_loop()
+        tasks = [
+            loop.run_in_executor(
+                _MEDIA_WORKERS, functools.partial(load_image, r.url, self.policy, param=r.param)
+            )
+            for r in refs
+        ]
         results = await asyncio.gather(*tasks, return_exceptions=True)
         for result in results:
             if isinstance(result, InvalidRequestError):
