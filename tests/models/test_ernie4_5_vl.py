@@ -1,0 +1,225 @@
+"""fd's ERNIE-4.5-VL (vision tower, resampler, text/vision experts, 3-D rotary) against transformers'
+Ernie4_5_VLMoeForConditionalGeneration on a tiny random checkpoint written by save_pretrained.
+
+Inputs are transformers' image processor output (pixel rows, grid_thw) and the prompt expanded as its
+processor expands it (one <|IMAGE_PLACEHOLDER|> per LLM token between <|IMAGE_START|> and
+<|IMAGE_END|>). fd runs over the paged KV cache (block_size 4, scattered blocks), fp32, reference ops.
+Tolerance: logits within atol 1e-4 (magnitudes ~5; fp32 summation order differs between Paddle and
+torch), greedy tokens identical.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+import torch
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
+
+from tiny_models import make_attention_metadata  # noqa: E402
+from tiny_vl import ERNIE_VL_TOKENS, load_hf_ernie_vl, make_tiny_ernie_vl  # noqa: E402
+
+from fdcli_engine import ops  # noqa: E402
+from fdcli_engine.config import EngineConfig  # noqa: E402
+from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config  # noqa: E402
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration, mrope_positions  # noqa: E402
+from fdcli_engine.models.registry import resolve_model_class  # noqa: E402
+
+ATOL = 1e-4
+START, END, IMG = (
+    ERNIE_VL_TOKENS[k] for k in ("image_start_token_id", "image_end_token_id", "image_token_id")
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return make_tiny_ernie_vl(tmp_path_factory.mktemp("ernie_vl"))
+
+
+@pytest.fixture(scope="module")
+def hf(checkpoint):
+    return load_hf_ernie_vl(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def fd(checkpoint):
+    """Built under the reference ops (the kernels have their own tests); the weights are prepared
+    for the backend bound at load time, so the module keeps it bound."""
+    previous = ops.backend
+    ops.use("reference")
+    cfg = read_hf_config(checkpoint)
+    assert resolve_model_class(cfg) is Ernie4_5_VLMoeForConditionalGeneration
+    model = Ernie4_5_VLMoeForConditionalGeneration(cfg, EngineConfig(model=str(checkpoint)))
+    model.load_weights(iter_hf_weights(checkpoint))
+    yield model
+    ops.use(previous)
+
+
+def _image(width, height, seed):
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8))
+
+
+def hf_inputs(images, text_before, text_after):
+    """Pixels and grids from transformers' image processor; the prompt expanded as its processor does."""
+    from transformers.models.ernie4_5_vl_moe.image_processing_pil_ernie4_5_vl_moe import (
+        Ernie4_5_VLMoeImageProcessorPil,
+    )
+
+    out = Ernie4_5_VLMoeImageProcessorPil()(images=images, return_tensors="np") if images else None
+    ids = list(text_before)
+    for grid in out["image_grid_thw"] if out else []:
+        ids += [START] + [IMG] * (int(np.prod(grid)) // 4) + [END]
+    ids += list(text_after)
+    return ids, out
+
+
+def hf_logits(hf, ids, pixels):
+    t = torch.tensor([ids])
+    kwargs = {}
+    if pixels is not None:
+        arr = np.asarray(ids)
+        kwargs = dict(
+            pixel_values=torch.tensor(pixels["pixel_values"]),
+            image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
+            mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
+            moe_mm_token_type_ids=torch.tensor([np.isin(arr, (START, END, IMG)).astype(np.int64)]),
+        )
+    with torch.no_grad():
+        return hf(input_ids=t, **kwargs).logits[0].numpy()
+
+
+class VLRunner:
+    """One sequence through fd's model in chunks over a paged cache, image rows scattered in."""
+
+    def __init__(self, model, block_size=4, num_blocks=64):
+        self.model, self.block_size = model, block_size
+        shape = [num_blocks, model.num_kv_heads, block_size, model.head_dim]
+        self.kv = [(paddle.zeros(shape), paddle.zeros(shape)) for _ in range(model.num_layers)]
+        self.blocks = [int(b) for b in np.random.default_rng(0).permutation(num_blocks)]
+
+    def prefill(self, ids, pixels, chunks):
+        images = []
+        rows = None
+        if pixels is not None:
+            grids = pixels["image_grid_thw"].tolist()
+            rows = self.model.encode_images(pixels["pixel_values"], grids).numpy()
+            offsets = [i for i in range(len(ids)) if ids[i] == IMG and (i == 0 or ids[i - 1] != IMG)]
+            images = [(o, int(np.prod(g)) // 4, g) for o, g in zip(offsets, grids, strict=True)]
+        self.pos3, self.delta = mrope_positions(len(ids), images, 2)
+        placeholder = np.cumsum(np.asarray(ids) == IMG) - 1  # row of the image embeddings per placeholder
+        logits, done = [], 0
+        for n in chunks:
+            logits.append(self._step(ids, done, n, rows, placeholder))
+            done += n
+        self.length = len(ids)
+        return np.concatenate(logits)
+
+    def _step(self, ids, start, n, rows, placeholder):
+        chunk = np.asarray(ids[start : start + n], dtype=np.int64)
+        meta, positions = make_attention_metadata([(start, n, self.blocks)], self.block_size)
+        embeds = self.model.embed_tokens(paddle.to_tensor(chunk))
+        image_rows = np.nonzero(chunk == IMG)[0]
+        if rows is not None and image_rows.size:
+            updates = paddle.to_tensor(rows[placeholder[start + image_rows]])
+            embeds = paddle.scatter(embeds, paddle.to_tensor(image_rows), updates, overwrite=True)
+        hidden = self.model.forward(
+            paddle.to_tensor(chunk),
+            positions,
+            self.kv,
+            meta,
+            inputs_embeds=embeds,
+            positions_3d=self.pos3[:, start : start + n],
+            vision_mask=self.model.vision_mask(chunk),
+        )
+        return self.model.compute_logits(hidden).numpy()
+
+    def decode(self, token):
+        meta, positions = make_attention_metadata([(self.length, 1, self.blocks)], self.block_size)
+        pos = np.full((3, 1), self.length + self.delta, dtype=np.int64)
+        hidden = self.model.forward(
+            paddle.to_tensor([token]),
+            positions,
+            self.kv,
+            meta,
+            positions_3d=pos,
+            vision_mask=np.zeros(1, bool),
+        )
+        self.length += 1
+        return self.model.compute_logits(hidden).numpy()[-1]
+
+
+CASES = {
+    "one_image": ([_image(56, 84, 1)], [5, 17, 42], [99, 3, 250, 7]),
+    "two_images": ([_image(112, 56, 2), _image(56, 56, 3)], [5, 17], [128, 64]),
+    "text_only": ([], [5, 17, 42, 99, 3, 250, 7, 128, 64, 311], []),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_prefill_logits_match_transformers(case, hf, fd):
+    ids, pixels = hf_inputs(*CASES[case])
+    want = hf_logits(hf, ids, pixels)
+    got = VLRunner(fd).prefill(ids, pixels, [len(ids)])
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+def test_chunked_prefill_splits_an_image(hf, fd):
+    ids, pixels = hf_inputs(*CASES["two_images"])
+    first_image = ids.index(IMG)
+    chunks = [first_image + 3, 5, len(ids) - first_image - 8]  # the first image's rows split in two steps
+    got = VLRunner(fd).prefill(ids, pixels, chunks)
+    np.testing.assert_allclose(got, hf_logits(hf, ids, pixels), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", ["one_image", "text_only"])
+def test_greedy_tokens_match_transformers(case, hf, fd):
+    images, before, after = CASES[case]
+    ids, pixels = hf_inputs(images, before, after)
+    kwargs = {}
+    if pixels is not None:
+        arr = np.asarray(ids)
+        kwargs = dict(
+            pixel_values=torch.tensor(pixels["pixel_values"]),
+            image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
+            mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
+            moe_mm_token_type_ids=torch.tensor([np.isin(arr, (START, END, IMG)).astype(np.int64)]),
+        )
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=8, min_new_tokens=8, do_sample=False, **kwargs)
+    want = out[0, len(ids) :].tolist()
+    runner = VLRunner(fd)
+    got = [int(runner.prefill(ids, pixels, [len(ids)])[-1].argmax())]
+    while len(got) < 8:
+        got.append(int(runner.decode(got[-1]).argmax()))
+    assert got == want
+
+
+def test_vision_tokens_go_to_the_vision_experts(fd):
+    mask = fd.vision_mask(np.array([5, START, IMG, IMG, END, 7]))
+    assert mask.tolist() == [False, True, True, True, True, False]
+    generated = np.array([START, 7])
+    assert not fd.vision_mask(generated, is_prompt=np.array([False, False])).any()
+
+
+def test_mrope_positions_follow_transformers(hf):
+    ids, pixels = hf_inputs(*CASES["two_images"])
+    arr = np.asarray(ids)
+    want, delta = hf.model.get_rope_index(
+        torch.tensor([ids]),
+        mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
+        image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
+    )
+    grids = pixels["image_grid_thw"].tolist()
+    offsets = [i for i in range(len(ids)) if ids[i] == IMG and ids[i - 1] != IMG]
+    got, got_delta = mrope_positions(
+        len(ids), [(o, int(np.prod(g)) // 4, g) for o, g in zip(offsets, grids)], 2
+    )
+    assert got.tolist() == want[:, 0].tolist()
+    assert got_delta == int(delta[0, 0])

@@ -1,0 +1,115 @@
+"""A tiny random ERNIE-4.5-VL checkpoint made with transformers, shared by the model, engine, server
+and pooling tests: `make_tiny_ernie_vl(folder)` saves it (config.json + safetensors, as transformers'
+save_pretrained writes them) with a tiny byte-level tokenizer, and returns the folder.
+
+The special image tokens get ids inside the tiny vocab (ERNIE_VL_TOKENS), and the tokenizer knows
+them by their ERNIE spellings, so a chat template or a test can write them as text.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tiny_models  # noqa: E402
+
+ERNIE_VL_ARCH = "Ernie4_5_VLMoeForConditionalGeneration"
+# Token ids of the image/video specials (all < the tokenizer's 300 ordinary ids' vocab of 512).
+ERNIE_VL_TOKENS = {
+    "image_start_token_id": 400,
+    "image_end_token_id": 401,
+    "image_token_id": 402,
+    "video_start_token_id": 403,
+    "video_end_token_id": 404,
+    "video_token_id": 405,
+}
+ERNIE_VL_SPELLINGS = {
+    "image_start_token_id": "<|IMAGE_START|>",
+    "image_end_token_id": "<|IMAGE_END|>",
+    "image_token_id": "<|IMAGE_PLACEHOLDER|>",
+}
+VISION = dict(
+    depth=2,
+    hidden_size=32,
+    num_heads=2,
+    intermediate_size=64,
+    patch_size=14,
+    spatial_merge_size=2,
+    temporal_merge_size=2,
+    rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "axial", "rope_theta": 10000.0},
+)
+# Layer 0 dense, layers 1-2 MoE with 4 text experts (intermediate 32) and 4 vision experts
+# (intermediate 16), top-2, one shared expert. head_dim 16: mrope_section [3, 3, 2] covers its 8 pairs.
+TEXT = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=512,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+    moe_num_experts=4,
+    moe_k=2,
+    moe_intermediate_size=[32, 16],
+    moe_num_shared_experts=1,
+    mlp_layer_types=["dense", "sparse", "sparse"],
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [3, 3, 2]},
+)
+
+
+def make_tiny_ernie_vl(folder: str | Path, seed: int = 0, tokenizer: bool = True) -> Path:
+    import torch  # noqa: PLC0415 - test-only dependencies
+    from transformers import Ernie4_5_VLMoeConfig, Ernie4_5_VLMoeForConditionalGeneration  # noqa: PLC0415
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    config = Ernie4_5_VLMoeConfig(
+        text_config=dict(TEXT), vision_config=dict(VISION), tie_word_embeddings=True, **ERNIE_VL_TOKENS
+    )
+    model = Ernie4_5_VLMoeForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(
+                ("norm.weight", "ln.weight", "norm1.weight", "norm2.weight", "after_norm.weight")
+            ):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif name.endswith("e_score_correction_bias"):
+                p.copy_(0.05 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    if tokenizer:
+        tiny_models.write_tiny_tokenizer(folder)
+        _add_image_specials(folder)
+    return folder
+
+
+def _add_image_specials(folder: Path) -> None:
+    """Give the tokenizer ERNIE's image special tokens at ERNIE_VL_TOKENS' ids."""
+    path = folder / "tokenizer.json"
+    tok = json.loads(path.read_text())
+    for key, text in ERNIE_VL_SPELLINGS.items():
+        tok["added_tokens"].append(
+            {
+                "id": ERNIE_VL_TOKENS[key],
+                "content": text,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+    path.write_text(json.dumps(tok))
+
+
+def load_hf_ernie_vl(folder: str | Path):
+    from transformers import Ernie4_5_VLMoeForConditionalGeneration  # noqa: PLC0415
+
+    return Ernie4_5_VLMoeForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
