@@ -187,6 +187,7 @@ class EngineCore:
             max_model_len=self.config.max_model_len,
             arrival_time=req.arrival_time or None,
             pooling_params=req.pooling_params,
+            mm_features=req.mm_features,
         )
         self.scheduler.add_request(request)
         so = req.sampling_params.structured_outputs if req.sampling_params is not None else None

@@ -25,8 +25,9 @@ def read_hf_config(path: Path) -> dict:
         raise ModelLoadError(f"{cfg_path}: cannot read config.json ({exc})") from None
     if not isinstance(cfg, dict):
         raise ModelLoadError(f"{cfg_path}: expected a JSON object")
-    # Multimodal wrappers keep the language model's settings under text_config; the wrapper's own
-    # fields (vision_config, image token ids, architectures) stay beside them, the text ones win.
+    # Multimodal wrappers keep the language model's settings under text_config: they are lifted to the
+    # top (where the decoder reads them), the wrapper's own keys (vision_config, image_token_id...)
+    # stay beside them; on a clash the language model's value wins.
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         outer = {k: v for k, v in cfg.items() if k != "text_config"}
         cfg = {**outer, **cfg["text_config"], "architectures": cfg.get("architectures")}

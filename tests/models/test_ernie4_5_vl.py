@@ -10,25 +10,19 @@ torch), greedy tokens identical.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import paddle
 import pytest
 import torch
 from PIL import Image
+from tiny_ernie_vl import ERNIE_VL_TOKENS, load_hf_ernie_vl, make_tiny_ernie_vl
+from tiny_models import make_attention_metadata
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multimodal"))
-
-from tiny_models import make_attention_metadata  # noqa: E402
-from tiny_vl import ERNIE_VL_TOKENS, load_hf_ernie_vl, make_tiny_ernie_vl  # noqa: E402
-
-from fdcli_engine import ops  # noqa: E402
-from fdcli_engine.config import EngineConfig  # noqa: E402
-from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config  # noqa: E402
-from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration, mrope_positions  # noqa: E402
-from fdcli_engine.models.registry import resolve_model_class  # noqa: E402
+from fdcli_engine import ops
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration, mrope_positions
+from fdcli_engine.models.registry import resolve_model_class
 
 ATOL = 1e-4
 START, END, IMG = (

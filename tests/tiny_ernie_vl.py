@@ -2,6 +2,7 @@
 and pooling tests: `make_tiny_ernie_vl(folder)` saves it (config.json + safetensors, as transformers'
 save_pretrained writes them) with a tiny byte-level tokenizer, and returns the folder.
 
+Import with tests/ on sys.path (tests/models/conftest.py, tests/multimodal/conftest.py).
 The special image tokens get ids inside the tiny vocab (ERNIE_VL_TOKENS), and the tokenizer knows
 them by their ERNIE spellings, so a chat template or a test can write them as text.
 """
@@ -9,12 +10,9 @@ them by their ERNIE spellings, so a chat template or a test can write them as te
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tiny_models  # noqa: E402
+import tiny_models
 
 ERNIE_VL_ARCH = "Ernie4_5_VLMoeForConditionalGeneration"
 # Token ids of the image/video specials (all < the tokenizer's 300 ordinary ids' vocab of 512).
