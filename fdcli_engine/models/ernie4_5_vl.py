@@ -69,9 +69,10 @@ class MRotary:
         # Which axis (0 t, 1 h, 2 w) turns each frequency pair.
         self.axis = np.where(np.arange(half) >= hw, 0, np.where(np.arange(half) % 2 == 0, 1, 2))
 
-    def step(self, positions_3d: np.ndarray) -> StepRope:
-        """positions_3d int [3, T] (t, h, w) -> the step's cos/sin table."""
-        pos = np.asarray(positions_3d, dtype=np.float64)
+    def step(self, positions) -> StepRope:
+        """The step's cos/sin table from positions int64 [T] (one position on every axis) or [3, T]."""
+        pos = np.asarray(positions.numpy() if isinstance(positions, paddle.Tensor) else positions)
+        pos = np.broadcast_to(pos, (3, pos.shape[-1])).astype(np.float64)
         angles = pos[self.axis, :].T * self.inv_freq[None, :]
         table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
         return StepRope(paddle.arange(table.shape[0], dtype="int64"), paddle.to_tensor(table))
@@ -80,24 +81,25 @@ class MRotary:
         return ops.rotary_embedding(positions.rows, q, k, positions.table, self.head_dim)
 
 
-def mrope_positions(
-    num_tokens: int, images: list[tuple[int, int, list[int]]], merge: int
-) -> tuple[np.ndarray, int]:
-    """(positions int64 [3, num_tokens], delta) of a prompt whose images are (offset, length, grid_thw)
-    placeholder runs; a token generated at index j >= num_tokens has position j + delta on every axis."""
+def mrope_positions(prompt_token_ids, features, merge: int) -> tuple[np.ndarray, int]:
+    """(positions int64 [3, L], delta) of a prompt whose images own the placeholder ranges of
+    `features` (offset, length, grid_thw); a token generated at index j >= L sits at j + delta on
+    every axis."""
+    num_tokens = len(prompt_token_ids)
     out = np.zeros((3, num_tokens), dtype=np.int64)
     index = pos = 0
-    for offset, length, (t, h, w) in sorted(images, key=lambda im: im[0]):
-        if t != 1 or length != h * w // merge**2 or offset < index:
-            raise ValueError(f"image at {offset}: {length} placeholders do not fit grid {[t, h, w]}")
-        out[:, index:offset] = pos + np.arange(offset - index)
-        pos += offset - index
+    for f in sorted(features, key=lambda f: f.offset):
+        t, h, w = f.grid_thw
+        if t != 1 or f.length != h * w // merge**2 or f.offset < index:
+            raise ValueError(f"image at {f.offset}: {f.length} placeholders do not fit grid {[t, h, w]}")
+        out[:, index : f.offset] = pos + np.arange(f.offset - index)
+        pos += f.offset - index
         rows, cols = h // merge, w // merge
-        out[0, offset : offset + length] = pos
-        out[1, offset : offset + length] = pos + np.repeat(np.arange(rows), cols)
-        out[2, offset : offset + length] = pos + np.tile(np.arange(cols), rows)
+        out[0, f.offset : f.offset + f.length] = pos
+        out[1, f.offset : f.offset + f.length] = pos + np.repeat(np.arange(rows), cols)
+        out[2, f.offset : f.offset + f.length] = pos + np.tile(np.arange(cols), rows)
         pos += max(rows, cols)
-        index = offset + length
+        index = f.offset + f.length
     out[:, index:] = pos + np.arange(num_tokens - index)
     return out, pos - index
 
@@ -229,30 +231,39 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
             targets |= self.vision.targets()
         return targets
 
-    def mrope_positions(self, num_tokens: int, images: list[tuple[int, int, list[int]]]):
-        return mrope_positions(num_tokens, images, self.spatial_merge_size)
+    # The runner's multimodal hooks (qwen2_5_vl.py describes them).
+    def embed_images(self, features) -> list[paddle.Tensor]:
+        """The LLM embeddings of each image's placeholders, [feature.length, hidden] per feature."""
+        rows = self.vision(np.concatenate([f.pixels() for f in features]), [f.grid_thw for f in features])
+        sizes = [f.length for f in features]
+        if sum(sizes) != rows.shape[0]:
+            raise ValueError(f"the vision side made {rows.shape[0]} rows for {sum(sizes)} placeholders")
+        return list(paddle.split(rows, sizes)) if len(sizes) > 1 else [rows]
 
-    def encode_images(self, pixels: np.ndarray, grid_thw: list[list[int]]) -> paddle.Tensor:
-        """The LLM embeddings of the images' placeholders, in order: [sum(t*h*w) / merge**2, hidden]."""
-        return self.vision(pixels, grid_thw)
+    def mm_positions(self, prompt_token_ids, features) -> tuple[np.ndarray, int]:
+        return mrope_positions(prompt_token_ids, features, self.spatial_merge_size)
 
-    def vision_mask(self, input_ids: np.ndarray, is_prompt: np.ndarray | None = None) -> np.ndarray:
-        """The rows the vision experts take: image placeholders and image start/end tokens of the prompt."""
+    def vision_mask(self, input_ids: np.ndarray, meta=None) -> np.ndarray:
+        """Rows the vision experts take: image placeholders, image start/end tokens, of the prompt
+        only (transformers routes generated tokens to the text experts). meta.prompt_rows marks the
+        prompt rows; without it a step of one-row queries is all decodes, a longer one all prompt."""
         mask = np.isin(np.asarray(input_ids), self.vision_token_ids)
-        return mask if is_prompt is None else mask & is_prompt
+        if meta is None or not mask.any():
+            return mask
+        if meta.prompt_rows is not None:
+            return mask & (meta.prompt_rows.numpy() != 0)
+        return mask if meta.max_query_len > 1 else np.zeros_like(mask)
 
-    def forward(
-        self, input_ids, positions, kv_caches, meta, inputs_embeds=None, positions_3d=None, vision_mask=None
-    ) -> paddle.Tensor:
-        """`positions_3d` int [3, T] (None: `positions` on every axis); `inputs_embeds` replaces the
-        token embeddings (image rows scattered in); `vision_mask` bool [T] (None: from input_ids)."""
+    def forward(self, input_ids, positions, kv_caches, meta, mm_embeds=None) -> paddle.Tensor:
+        """`positions` int64 [T] (text rows: one position on every axis) or [3, T]; `mm_embeds` (rows
+        int64 [K], values [K, hidden]) replaces those rows' token embeddings."""
         with paddle.no_grad():
-            hidden = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)
-            if positions_3d is None:
-                positions_3d = np.broadcast_to(positions.numpy(), (3, positions.shape[0]))
-            if vision_mask is None:
-                vision_mask = self.vision_mask(input_ids.numpy())
-            rope = self.mrotary.step(positions_3d)
+            hidden = self.embed_tokens(input_ids)
+            if mm_embeds is not None:
+                index, values = mm_embeds
+                hidden = paddle.scatter(hidden, index, values, overwrite=True)
+            vision_mask = self.vision_mask(input_ids.numpy(), meta)
+            rope = self.mrotary.step(positions)
             residual = None
             for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
                 if residual is None:

@@ -21,8 +21,9 @@ from tiny_models import make_attention_metadata
 from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config
-from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration, mrope_positions
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.registry import resolve_model_class
+from fdcli_engine.multimodal.inputs import MultiModalFeature
 
 ATOL = 1e-4
 START, END, IMG = (
@@ -88,8 +89,23 @@ def hf_logits(hf, ids, pixels):
         return hf(input_ids=t, **kwargs).logits[0].numpy()
 
 
+def features_of(ids, pixels):
+    """MultiModalFeatures over transformers' pixel rows, at the placeholder runs of `ids`."""
+    if pixels is None:
+        return []
+    offsets = [i for i in range(len(ids)) if ids[i] == IMG and ids[i - 1] != IMG]
+    grids = pixels["image_grid_thw"].tolist()
+    sizes = [int(np.prod(g)) for g in grids]
+    chunks = np.split(pixels["pixel_values"], np.cumsum(sizes)[:-1])
+    return [
+        MultiModalFeature.from_pixels("image", str(i), o, n // 4, rows, g)
+        for i, (o, n, rows, g) in enumerate(zip(offsets, sizes, chunks, grids, strict=True))
+    ]
+
+
 class VLRunner:
-    """One sequence through fd's model in chunks over a paged cache, image rows scattered in."""
+    """One sequence through fd's model in chunks over a paged cache, through the runner's hooks:
+    embed_images once, mm_positions once, and each step's placeholder rows as mm_embeds."""
 
     def __init__(self, model, block_size=4, num_blocks=64):
         self.model, self.block_size = model, block_size
@@ -98,15 +114,10 @@ class VLRunner:
         self.blocks = [int(b) for b in np.random.default_rng(0).permutation(num_blocks)]
 
     def prefill(self, ids, pixels, chunks):
-        images = []
-        rows = None
-        if pixels is not None:
-            grids = pixels["image_grid_thw"].tolist()
-            rows = self.model.encode_images(pixels["pixel_values"], grids).numpy()
-            offsets = [i for i in range(len(ids)) if ids[i] == IMG and (i == 0 or ids[i - 1] != IMG)]
-            images = [(o, int(np.prod(g)) // 4, g) for o, g in zip(offsets, grids, strict=True)]
-        self.pos3, self.delta = mrope_positions(len(ids), images, 2)
-        placeholder = np.cumsum(np.asarray(ids) == IMG) - 1  # row of the image embeddings per placeholder
+        feats = features_of(ids, pixels)
+        rows = paddle.concat(self.model.embed_images(feats)).numpy() if feats else None
+        self.pos3, self.delta = self.model.mm_positions(ids, feats)
+        placeholder = np.cumsum(np.asarray(ids) == IMG) - 1  # image-row index of each placeholder
         logits, done = [], 0
         for n in chunks:
             logits.append(self._step(ids, done, n, rows, placeholder))
@@ -116,34 +127,20 @@ class VLRunner:
 
     def _step(self, ids, start, n, rows, placeholder):
         chunk = np.asarray(ids[start : start + n], dtype=np.int64)
-        meta, positions = make_attention_metadata([(start, n, self.blocks)], self.block_size)
-        embeds = self.model.embed_tokens(paddle.to_tensor(chunk))
+        meta, _ = make_attention_metadata([(start, n, self.blocks)], self.block_size)
+        meta.prompt_rows = paddle.to_tensor(np.ones(n, dtype=np.uint8))
         image_rows = np.nonzero(chunk == IMG)[0]
+        mm = None
         if rows is not None and image_rows.size:
-            updates = paddle.to_tensor(rows[placeholder[start + image_rows]])
-            embeds = paddle.scatter(embeds, paddle.to_tensor(image_rows), updates, overwrite=True)
-        hidden = self.model.forward(
-            paddle.to_tensor(chunk),
-            positions,
-            self.kv,
-            meta,
-            inputs_embeds=embeds,
-            positions_3d=self.pos3[:, start : start + n],
-            vision_mask=self.model.vision_mask(chunk),
-        )
+            mm = (paddle.to_tensor(image_rows), paddle.to_tensor(rows[placeholder[start + image_rows]]))
+        positions = paddle.to_tensor(self.pos3[:, start : start + n])
+        hidden = self.model.forward(paddle.to_tensor(chunk), positions, self.kv, meta, mm_embeds=mm)
         return self.model.compute_logits(hidden).numpy()
 
     def decode(self, token):
         meta, positions = make_attention_metadata([(self.length, 1, self.blocks)], self.block_size)
-        pos = np.full((3, 1), self.length + self.delta, dtype=np.int64)
-        hidden = self.model.forward(
-            paddle.to_tensor([token]),
-            positions,
-            self.kv,
-            meta,
-            positions_3d=pos,
-            vision_mask=np.zeros(1, bool),
-        )
+        positions = paddle.to_tensor([self.length + self.delta])  # [T]: every axis the same
+        hidden = self.model.forward(paddle.to_tensor([token]), positions, self.kv, meta)
         self.length += 1
         return self.model.compute_logits(hidden).numpy()[-1]
 
@@ -196,13 +193,16 @@ def test_greedy_tokens_match_transformers(case, hf, fd):
 
 
 def test_vision_tokens_go_to_the_vision_experts(fd):
-    mask = fd.vision_mask(np.array([5, START, IMG, IMG, END, 7]))
-    assert mask.tolist() == [False, True, True, True, True, False]
-    generated = np.array([START, 7])
-    assert not fd.vision_mask(generated, is_prompt=np.array([False, False])).any()
+    ids = np.array([5, START, IMG, IMG, END, 7])
+    assert fd.vision_mask(ids).tolist() == [False, True, True, True, True, False]
+    meta, _ = make_attention_metadata([(0, 6, [0, 1])], 4)
+    meta.prompt_rows = paddle.to_tensor(np.array([1, 1, 1, 1, 0, 0], dtype=np.uint8))
+    assert fd.vision_mask(ids, meta).tolist() == [False, True, True, True, False, False]
+    decode, _ = make_attention_metadata([(6, 1, [0, 1])], 4)  # a generated image-start token
+    assert not fd.vision_mask(np.array([START]), decode).any()
 
 
-def test_mrope_positions_follow_transformers(hf):
+def test_mrope_positions_follow_transformers(hf, fd):
     ids, pixels = hf_inputs(*CASES["two_images"])
     arr = np.asarray(ids)
     want, delta = hf.model.get_rope_index(
@@ -210,10 +210,6 @@ def test_mrope_positions_follow_transformers(hf):
         mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
         image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
     )
-    grids = pixels["image_grid_thw"].tolist()
-    offsets = [i for i in range(len(ids)) if ids[i] == IMG and ids[i - 1] != IMG]
-    got, got_delta = mrope_positions(
-        len(ids), [(o, int(np.prod(g)) // 4, g) for o, g in zip(offsets, grids)], 2
-    )
+    got, got_delta = fd.mm_positions(ids, features_of(ids, pixels))
     assert got.tolist() == want[:, 0].tolist()
     assert got_delta == int(delta[0, 0])
