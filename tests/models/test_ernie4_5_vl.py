@@ -213,3 +213,32 @@ def test_mrope_positions_follow_transformers(hf, fd):
     got, got_delta = fd.mm_positions(ids, features_of(ids, pixels))
     assert got.tolist() == want[:, 0].tolist()
     assert got_delta == int(delta[0, 0])
+
+
+# Quantized vs fp32 fd, relative L2 error of the image+text prefill logits. Bounds as for ERNIE-4.5 MoE
+# (tests/ernie/test_moe_layer.py): above an unquantized path's 0, far below a broken one's ~100%.
+QUANT_BOUNDS = {"wint8": (1e-4, 0.05), "wint4": (1e-3, 0.2)}
+
+
+@pytest.mark.parametrize("quant", ["wint8", "wint4"])
+def test_weight_only_quantization_of_the_experts(checkpoint, fd, quant):
+    """FastDeploy's meaning: wint8 every LLM linear; wint4 the routed experts (text and vision) 4-bit,
+    attention, dense MLPs and shared experts 8-bit. The router and the vision side stay fp32."""
+    model = Ernie4_5_VLMoeForConditionalGeneration(
+        read_hf_config(checkpoint), EngineConfig(model=str(checkpoint), quantization=quant)
+    )
+    model.load_weights(iter_hf_weights(checkpoint))
+    moe = model.layers[1].mlp
+    for expert in (moe.text_moe.experts[0], moe.vision_moe.experts[3]):
+        assert expert.gate_up_proj.lw.quantization == quant
+        assert expert.down_proj.lw.quantization == quant
+    assert moe.shared_experts.gate_up_proj.lw.quantization == "wint8"
+    assert model.layers[0].self_attn.qkv_proj.lw.quantization == "wint8"
+    assert model.layers[0].mlp.down_proj.lw.quantization == "wint8"
+    assert model.vision.blocks[0].qkv.lw.quantization is None
+    ids, pixels = hf_inputs(*CASES["one_image"])
+    want = VLRunner(fd).prefill(ids, pixels, [len(ids)])
+    got = VLRunner(model).prefill(ids, pixels, [len(ids)])
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    lo, hi = QUANT_BOUNDS[quant]
+    assert lo < rel < hi, f"{quant}: relative logit error {rel:.4f} outside ({lo}, {hi})"
