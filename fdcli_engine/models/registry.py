@@ -10,6 +10,7 @@ from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGenerati
 from fdcli_engine.models.llama import LlamaForCausalLM
 from fdcli_engine.models.mistral import MistralForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
+from fdcli_engine.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
 from fdcli_engine.models.qwen3 import Qwen3ForCausalLM
 
 MODEL_REGISTRY = {
@@ -21,6 +22,7 @@ MODEL_REGISTRY = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": MistralForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
+    "Qwen2_5_VLForConditionalGeneration": Qwen2_5_VLForConditionalGeneration,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
 }
 
