@@ -15,20 +15,24 @@ from pathlib import Path
 import tiny_models
 
 ERNIE_VL_ARCH = "Ernie4_5_VLMoeForConditionalGeneration"
-# Token ids of the image/video specials (all < the tokenizer's 300 ordinary ids' vocab of 512).
-ERNIE_VL_TOKENS = {
-    "image_start_token_id": 400,
-    "image_end_token_id": 401,
-    "image_token_id": 402,
-    "video_start_token_id": 403,
-    "video_end_token_id": 404,
-    "video_token_id": 405,
-}
+# The image/video specials, added to the tiny tokenizer after its 300 ordinary ids, in this order.
 ERNIE_VL_SPELLINGS = {
     "image_start_token_id": "<|IMAGE_START|>",
     "image_end_token_id": "<|IMAGE_END|>",
     "image_token_id": "<|IMAGE_PLACEHOLDER|>",
+    "video_start_token_id": "<|VIDEO_START|>",
+    "video_end_token_id": "<|VIDEO_END|>",
+    "video_token_id": "<|VIDEO_PLACEHOLDER|>",
 }
+ERNIE_VL_TOKENS = {key: 300 + i for i, key in enumerate(ERNIE_VL_SPELLINGS)}
+# ChatML with ERNIE's image run for each image part.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for part in m['content'] %}"
+    "{% if part['type'] == 'image' %}<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 VISION = dict(
     depth=2,
     hidden_size=32,
@@ -89,22 +93,20 @@ def make_tiny_ernie_vl(folder: str | Path, seed: int = 0, tokenizer: bool = True
 
 
 def _add_image_specials(folder: Path) -> None:
-    """Give the tokenizer ERNIE's image special tokens at ERNIE_VL_TOKENS' ids."""
-    path = folder / "tokenizer.json"
-    tok = json.loads(path.read_text())
+    """Give the tokenizer ERNIE's image/video special tokens (at ERNIE_VL_TOKENS' ids) and a chat
+    template that writes an image part as ERNIE's does."""
+    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in ERNIE_VL_SPELLINGS.values()]
+    )
     for key, text in ERNIE_VL_SPELLINGS.items():
-        tok["added_tokens"].append(
-            {
-                "id": ERNIE_VL_TOKENS[key],
-                "content": text,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": True,
-            }
-        )
-    path.write_text(json.dumps(tok))
+        assert tok.token_to_id(text) == ERNIE_VL_TOKENS[key], (text, tok.token_to_id(text))
+    tok.save(str(folder / "tokenizer.json"))
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = CHAT_TEMPLATE
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
 def load_hf_ernie_vl(folder: str | Path):
