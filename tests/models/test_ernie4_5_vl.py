@@ -82,8 +82,8 @@ def hf_logits(hf, ids, pixels):
         kwargs = dict(
             pixel_values=torch.tensor(pixels["pixel_values"]),
             image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
-            mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
-            moe_mm_token_type_ids=torch.tensor([np.isin(arr, (START, END, IMG)).astype(np.int64)]),
+            mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
+            moe_mm_token_type_ids=torch.tensor(np.isin(arr, (START, END, IMG)).astype(np.int64)[None]),
         )
     with torch.no_grad():
         return hf(input_ids=t, **kwargs).logits[0].numpy()
@@ -179,8 +179,8 @@ def test_greedy_tokens_match_transformers(case, hf, fd):
         kwargs = dict(
             pixel_values=torch.tensor(pixels["pixel_values"]),
             image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
-            mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
-            moe_mm_token_type_ids=torch.tensor([np.isin(arr, (START, END, IMG)).astype(np.int64)]),
+            mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
+            moe_mm_token_type_ids=torch.tensor(np.isin(arr, (START, END, IMG)).astype(np.int64)[None]),
         )
     with torch.no_grad():
         out = hf.generate(torch.tensor([ids]), max_new_tokens=8, min_new_tokens=8, do_sample=False, **kwargs)
@@ -207,7 +207,7 @@ def test_mrope_positions_follow_transformers(hf, fd):
     arr = np.asarray(ids)
     want, delta = hf.model.get_rope_index(
         torch.tensor([ids]),
-        mm_token_type_ids=torch.tensor([(arr == IMG).astype(np.int64)]),
+        mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
         image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
     )
     got, got_delta = fd.mm_positions(ids, features_of(ids, pixels))
