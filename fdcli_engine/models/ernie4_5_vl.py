@@ -28,80 +28,38 @@ Checkpoint names (transformers' save_pretrained writes Baidu's layout), besides 
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import paddle
 
-from fdcli_engine import ops
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.layers import GatedMLP
 from fdcli_engine.layers.moe import MoE
-from fdcli_engine.layers.rotary import rope_inv_freq
+from fdcli_engine.layers.mrope import MRotaryEmbedding
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM, ernie_defaults
 from fdcli_engine.models.ernie4_5_moe import expert_quantizations
 from fdcli_engine.models.ernie4_5_vl_vision import Ernie4_5_VLVision
+from fdcli_engine.models.qwen2_5_vl import mrope_positions
 from fdcli_engine.resolved_config import ResolvedConfig
 
 _PROJ = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
 DEFAULT_TOKEN_IDS = {"image_token_id": 100295, "image_start_token_id": 101304, "image_end_token_id": 101305}
 
 
-class StepRope(NamedTuple):
-    """What the attention layers get as `positions`: row i of the step uses table[rows[i]]."""
+class ErnieMRotaryEmbedding(MRotaryEmbedding):
+    """M-RoPE with ERNIE's assignment of frequency pairs to axes (module docstring) over NeoX-permuted
+    heads; the step tables and the 1-D fast path are layers/mrope.py's."""
 
-    rows: paddle.Tensor
-    table: paddle.Tensor
-
-
-class MRotary:
-    """ERNIE-4.5-VL's 3-D rotary over NeoX-permuted heads (module docstring)."""
-
-    def __init__(self, head_dim: int, theta: float, mrope_section: list[int]):
+    def __init__(self, head_dim: int, max_position: int, base: float, mrope_section: list[int]):
         half = head_dim // 2
         if len(mrope_section) != 3 or sum(mrope_section) != half or mrope_section[0] != mrope_section[1]:
             raise ModelLoadError(
                 f"mrope_section {mrope_section} must be [a, a, b] with 2a + b = head_dim / 2 = {half}"
             )
-        self.head_dim = head_dim
-        self.inv_freq = rope_inv_freq(head_dim, theta, None)
+        super().__init__(head_dim, max_position, base, mrope_section)
         hw = 2 * mrope_section[0]
-        # Which axis (0 t, 1 h, 2 w) turns each frequency pair.
-        self.axis = np.where(np.arange(half) >= hw, 0, np.where(np.arange(half) % 2 == 0, 1, 2))
-
-    def step(self, positions) -> StepRope:
-        """The step's cos/sin table from positions int64 [T] (one position on every axis) or [3, T]."""
-        pos = np.asarray(positions.numpy() if isinstance(positions, paddle.Tensor) else positions)
-        pos = np.broadcast_to(pos, (3, pos.shape[-1])).astype(np.float64)
-        angles = pos[self.axis, :].T * self.inv_freq[None, :]
-        table = np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
-        return StepRope(paddle.arange(table.shape[0], dtype="int64"), paddle.to_tensor(table))
-
-    def __call__(self, positions: StepRope, q, k):
-        return ops.rotary_embedding(positions.rows, q, k, positions.table, self.head_dim)
-
-
-def mrope_positions(prompt_token_ids, features, merge: int) -> tuple[np.ndarray, int]:
-    """(positions int64 [3, L], delta) of a prompt whose images own the placeholder ranges of
-    `features` (offset, length, grid_thw); a token generated at index j >= L sits at j + delta on
-    every axis."""
-    num_tokens = len(prompt_token_ids)
-    out = np.zeros((3, num_tokens), dtype=np.int64)
-    index = pos = 0
-    for f in sorted(features, key=lambda f: f.offset):
-        t, h, w = f.grid_thw
-        if t != 1 or f.length != h * w // merge**2 or f.offset < index:
-            raise ValueError(f"image at {f.offset}: {f.length} placeholders do not fit grid {[t, h, w]}")
-        out[:, index : f.offset] = pos + np.arange(f.offset - index)
-        pos += f.offset - index
-        rows, cols = h // merge, w // merge
-        out[0, f.offset : f.offset + f.length] = pos
-        out[1, f.offset : f.offset + f.length] = pos + np.repeat(np.arange(rows), cols)
-        out[2, f.offset : f.offset + f.length] = pos + np.tile(np.arange(cols), rows)
-        pos += max(rows, cols)
-        index = f.offset + f.length
-    out[:, index:] = pos + np.arange(num_tokens - index)
-    return out, pos - index
+        pair = np.arange(half)
+        axis = np.where(pair >= hw, 0, np.where(pair % 2 == 0, 1, 2))  # 0 t, 1 h, 2 w
+        self._axis_of_column = np.concatenate([axis, axis])
 
 
 class _Transposed:
@@ -197,8 +155,10 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
         for i in self.moe_layer_ids:
             self.layers[i].mlp = VisionTextMoE(cfg, expert_quant, dense_quant)
         rope = cfg.get("rope_parameters") or {}
-        self.mrotary = MRotary(
-            self.head_dim, float(self.config["rope_theta"]), list(rope.get("mrope_section", [22, 22, 20]))
+        section = [int(x) for x in rope.get("mrope_section", [22, 22, 20])]
+        max_position = self.layers[0].self_attn.rotary.max_position
+        self.mrotary = ErnieMRotaryEmbedding(
+            self.head_dim, max_position, float(self.config["rope_theta"]), section
         )
         for layer in self.layers:
             layer.self_attn.rotary = self.mrotary
@@ -263,14 +223,13 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
                 index, values = mm_embeds
                 hidden = paddle.scatter(hidden, index, values, overwrite=True)
             vision_mask = self.vision_mask(input_ids.numpy(), meta)
-            rope = self.mrotary.step(positions)
             residual = None
             for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
                 if residual is None:
                     residual, x = hidden, layer.input_layernorm(hidden)
                 else:
                     x, residual = layer.input_layernorm(hidden, residual)
-                hidden = layer.self_attn(rope, x, kv_cache, meta)
+                hidden = layer.self_attn(positions, x, kv_cache, meta)
                 x, residual = layer.post_attention_layernorm(hidden, residual)
                 if i in self.moe_layer_ids:
                     hidden = layer.mlp(x, meta.prompt_rows, vision_mask)
