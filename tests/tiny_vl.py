@@ -112,3 +112,26 @@ def random_image(width: int, height: int, seed: int = 0):
 
     rng = np.random.default_rng(seed)
     return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB")
+
+
+def make_tiny_qwen2_5_vl_reward(folder: str | Path, seed: int = 0) -> Path:
+    """The tiny Qwen2.5-VL body (vision tower included) under a reward head: architecture
+    Qwen2_5_VLForRewardModel, score.0 (hidden -> hidden) -> ReLU -> score.2 (hidden -> 1), the
+    Qwen2.5-Math RM layout fd's adapters read (no transformers class: the tests compute the head)."""
+    import torch  # noqa: PLC0415
+    from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+    folder = make_tiny_qwen2_5_vl(folder, seed)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors.pop("lm_head.weight", None)
+    g = torch.Generator().manual_seed(seed + 1)
+    h = json.loads((folder / "config.json").read_text())["text_config"]["hidden_size"]
+    tensors["score.0.weight"] = 0.15 * torch.randn(h, h, generator=g)
+    tensors["score.0.bias"] = 0.15 * torch.randn(h, generator=g)
+    tensors["score.2.weight"] = 0.15 * torch.randn(1, h, generator=g)
+    tensors["score.2.bias"] = 0.15 * torch.randn(1, generator=g)
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    config.update(architectures=["Qwen2_5_VLForRewardModel"], num_labels=1)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder

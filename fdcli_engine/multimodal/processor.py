@@ -23,17 +23,23 @@ class ImageProcessor(Protocol):
     ) -> tuple[list[int], list[MultiModalFeature]]: ...
 
 
-# architectures[0] -> constructor(hf_config, preprocessor_config dict or None)
+# architectures[0] prefix -> constructor(hf_config, preprocessor_config dict or None). A prefix covers the
+# generative model and the pooling heads over its body (Qwen2_5_VLForRewardModel...).
 IMAGE_PROCESSORS = {
-    "Ernie4_5_VLMoeForConditionalGeneration": Ernie4_5_VLImageProcessor,
-    "Qwen2VLForConditionalGeneration": Qwen2VLImageProcessor,
-    "Qwen2_5_VLForConditionalGeneration": Qwen2VLImageProcessor,
+    "Ernie4_5_VLMoe": Ernie4_5_VLImageProcessor,
+    "Qwen2VL": Qwen2VLImageProcessor,
+    "Qwen2_5_VL": Qwen2VLImageProcessor,
 }
 
 
-def is_multimodal_config(hf_config: dict) -> bool:
+def _constructor(hf_config: dict):
     archs = hf_config.get("architectures") or []
-    return bool(archs) and archs[0] in IMAGE_PROCESSORS
+    arch = str(archs[0]) if archs else ""
+    return next((make for prefix, make in IMAGE_PROCESSORS.items() if arch.startswith(prefix)), None)
+
+
+def is_multimodal_config(hf_config: dict) -> bool:
+    return _constructor(hf_config) is not None
 
 
 def read_preprocessor_config(model_dir) -> dict | None:
@@ -51,6 +57,5 @@ def read_preprocessor_config(model_dir) -> dict | None:
 
 
 def get_image_processor(hf_config: dict, model_dir=None) -> ImageProcessor | None:
-    archs = hf_config.get("architectures") or []
-    make = IMAGE_PROCESSORS.get(archs[0]) if archs else None
+    make = _constructor(hf_config)
     return make(hf_config, read_preprocessor_config(model_dir)) if make is not None else None
