@@ -109,6 +109,28 @@ def _add_image_specials(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
+def make_tiny_ernie_vl_reward(folder: str | Path, seed: int = 0) -> Path:
+    """The tiny ERNIE-4.5-VL body (vision side included) under a reward head: architecture
+    Ernie4_5_VLMoeForRewardModel, score.0 (hidden -> hidden) -> ReLU -> score.2 (hidden -> 1), the
+    layout fd's pooling adapters read (no transformers class: the tests compute the head)."""
+    import torch  # noqa: PLC0415
+    from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+    folder = make_tiny_ernie_vl(folder, seed)
+    tensors = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed + 1)
+    h = TEXT["hidden_size"]
+    tensors["score.0.weight"] = 0.15 * torch.randn(h, h, generator=g)
+    tensors["score.0.bias"] = 0.15 * torch.randn(h, generator=g)
+    tensors["score.2.weight"] = 0.15 * torch.randn(1, h, generator=g)
+    tensors["score.2.bias"] = 0.15 * torch.randn(1, generator=g)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config.update(architectures=["Ernie4_5_VLMoeForRewardModel"], num_labels=1)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def load_hf_ernie_vl(folder: str | Path):
     from transformers import Ernie4_5_VLMoeForConditionalGeneration  # noqa: PLC0415
 
