@@ -15,11 +15,12 @@ import paddle
 import pytest
 import torch
 from PIL import Image
-from tiny_ernie_vl import ERNIE_VL_TOKENS, load_hf_ernie_vl, make_tiny_ernie_vl
+from tiny_ernie_vl import ERNIE_VL_TOKENS, VISION, load_hf_ernie_vl, make_tiny_ernie_vl
 from tiny_models import make_attention_metadata
 
 from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config
 from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.registry import resolve_model_class
@@ -242,3 +243,41 @@ def test_weight_only_quantization_of_the_experts(checkpoint, fd, quant):
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     lo, hi = QUANT_BOUNDS[quant]
     assert lo < rel < hi, f"{quant}: relative logit error {rel:.4f} outside ({lo}, {hi})"
+
+
+def test_vision_side_matches_transformers(hf, fd):
+    """Tower + resampler rows per image, two images of different grids in one call."""
+    ids, pixels = hf_inputs(*CASES["two_images"])
+    got = fd.embed_images(features_of(ids, pixels))
+    with torch.no_grad():
+        want = hf.model.get_image_features(
+            torch.tensor(pixels["pixel_values"]), torch.tensor(pixels["image_grid_thw"])
+        ).pooler_output
+    assert [g.shape[0] for g in got] == [w.shape[0] for w in want]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"moe_intermediate_size": 32}, "moe_intermediate_size must be"),
+        ({"mlp_layer_types": ["dense", "sparse"]}, "mlp_layer_types"),
+        ({"rope_parameters": {"rope_theta": 1e4, "mrope_section": [2, 4, 2]}}, "mrope_section"),
+        ({"vision_config": {**VISION, "hidden_act": "relu"}}, "vision hidden_act"),
+        ({"vision_config": {**VISION, "temporal_merge_size": 1}}, "temporal_merge_size"),
+    ],
+)
+def test_unsupported_configs_are_clear_errors(checkpoint, change, message):
+    cfg = {**read_hf_config(checkpoint), **change}
+    with pytest.raises(ModelLoadError, match=message):
+        Ernie4_5_VLMoeForConditionalGeneration(cfg, EngineConfig(model=str(checkpoint)))
+
+
+def test_missing_vision_tensor_is_a_load_error(checkpoint):
+    model = Ernie4_5_VLMoeForConditionalGeneration(
+        read_hf_config(checkpoint), EngineConfig(model=str(checkpoint))
+    )
+    weights = [(n, w) for n, w in iter_hf_weights(checkpoint) if "resampler_model.mlp.bias" not in n]
+    with pytest.raises(ModelLoadError, match="resampler_model.mlp.bias"):
+        model.load_weights(iter(weights))
