@@ -42,7 +42,16 @@ from fdcli_engine.models.qwen2_5_vl import mrope_positions
 from fdcli_engine.resolved_config import ResolvedConfig
 
 _PROJ = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
-DEFAULT_TOKEN_IDS = {"image_token_id": 100295, "image_start_token_id": 101304, "image_end_token_id": 101305}
+# transformers' Ernie4_5_VLMoeConfig defaults. Every one of these tokens in the prompt goes to the
+# vision experts, as transformers' processor marks them (video ones included, though fd takes no video).
+DEFAULT_TOKEN_IDS = {
+    "image_token_id": 100295,
+    "image_start_token_id": 101304,
+    "image_end_token_id": 101305,
+    "video_token_id": 103367,
+    "video_start_token_id": 101306,
+    "video_end_token_id": 101307,
+}
 
 
 class ErnieMRotaryEmbedding(MRotaryEmbedding):
@@ -204,7 +213,7 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
         return mrope_positions(prompt_token_ids, features, self.spatial_merge_size)
 
     def vision_mask(self, input_ids: np.ndarray, meta=None) -> np.ndarray:
-        """Rows the vision experts take: image placeholders, image start/end tokens, of the prompt
+        """Rows the vision experts take: image (and video) placeholders and start/end tokens, of the prompt
         only (transformers routes generated tokens to the text experts). meta.prompt_rows marks the
         prompt rows; without it a step of one-row queries is all decodes, a longer one all prompt."""
         mask = np.isin(np.asarray(input_ids), self.vision_token_ids)

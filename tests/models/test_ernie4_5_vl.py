@@ -196,6 +196,8 @@ def test_greedy_tokens_match_transformers(case, hf, fd):
 def test_vision_tokens_go_to_the_vision_experts(fd):
     ids = np.array([5, START, IMG, IMG, END, 7])
     assert fd.vision_mask(ids).tolist() == [False, True, True, True, True, False]
+    video = [ERNIE_VL_TOKENS[k] for k in ("video_start_token_id", "video_token_id", "video_end_token_id")]
+    assert fd.vision_mask(np.array([5, *video])).tolist() == [False, True, True, True]
     meta, _ = make_attention_metadata([(0, 6, [0, 1])], 4)
     meta.prompt_rows = paddle.to_tensor(np.array([1, 1, 1, 1, 0, 0], dtype=np.uint8))
     assert fd.vision_mask(ids, meta).tolist() == [False, True, True, True, False, False]
