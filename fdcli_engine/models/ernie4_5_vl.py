@@ -6,7 +6,8 @@ Experts: every MoE layer holds two routed mixtures of `moe_num_experts` experts 
 tokens (intermediate moe_intermediate_size[0]) and one for vision tokens (moe_intermediate_size[1]),
 each with its own router and correction bias, and shared experts every token goes through. A token
 is a vision token when it is an image placeholder of the prompt or the image start/end token around
-one (transformers' moe_mm_token_type_ids); generated tokens are text tokens. Routing inside each
+one, the video specials likewise (transformers' moe_mm_token_type_ids); generated tokens are text
+tokens. Routing inside each
 mixture is layers/moe.py's. `mlp_layer_types` says which layers are MoE ("sparse") and which dense.
 
 Positions (transformers' get_rope_index): a text token at index i after the last image has the
