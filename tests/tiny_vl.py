@@ -41,7 +41,16 @@ def write_vl_tokenizer(folder: Path) -> dict[str, int]:
     return {t: tok.token_to_id(t) for t in VISION_TOKENS}
 
 
-def make_tiny_qwen2_5_vl(folder: str | Path, seed: int = 0, *, tie: bool = False) -> Path:
+def make_tiny_qwen2_5_vl(
+    folder: str | Path,
+    seed: int = 0,
+    *,
+    tie: bool = False,
+    max_pixels: int = MAX_PIXELS,
+    dims: dict | None = None,
+) -> Path:
+    """The checkpoint in `folder`; `max_pixels`: the processor's budget (Qwen's own is 28*28*1280);
+    `dims`: text-config overrides (a larger model for benchmarks)."""
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
@@ -73,6 +82,7 @@ def make_tiny_qwen2_5_vl(folder: str | Path, seed: int = 0, *, tie: bool = False
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
         tie_word_embeddings=tie,
     )
+    text.update(dims or {})
     config = transformers.Qwen2_5_VLConfig(
         text_config=text,
         vision_config=vision,
@@ -90,7 +100,7 @@ def make_tiny_qwen2_5_vl(folder: str | Path, seed: int = 0, *, tie: bool = False
             else:
                 p.copy_(0.15 * torch.randn_like(p))
     model.save_pretrained(folder)
-    pre = transformers.Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    pre = transformers.Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=max_pixels)
     pre.save_pretrained(folder)
     return folder
 

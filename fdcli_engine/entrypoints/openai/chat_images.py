@@ -97,8 +97,8 @@ class ImageInputs:
             return []
         if len(refs) > self.limit:
             raise bad_request(
-                f"at most {self.limit} images are accepted per request (--limit-mm-per-prompt), got "
-                f"{len(refs)}",
+                f"at most {self.limit} image{'' if self.limit == 1 else 's'} per request "
+                f"(--limit-mm-per-prompt), got {len(refs)}",
                 refs[self.limit].param,
             )
         tasks = [off_loop(load_image, r.url, self.policy, param=r.param) for r in refs]

@@ -149,6 +149,8 @@ class PoolingServing:
         tasks = [asyncio.ensure_future(one(i, ids)) for i, ids in enumerate(prompts)]
         try:
             return list(await asyncio.gather(*tasks))
+        except InvalidRequestError as e:  # the engine's own check of the request (as final_outputs)
+            raise bad_request(str(e), e.param) from None
         finally:
             for t in tasks:
                 t.cancel()
