@@ -140,3 +140,16 @@ def test_same_image_shares_the_prefix_cache(folder):
         again.num_cached_tokens >= image_at + 6 and again.outputs[0].token_ids == first.outputs[0].token_ids
     )
     assert other.num_cached_tokens <= image_at
+
+
+def test_ngram_speculation_keeps_transformers_tokens(folder, hf):
+    """Verification steps score several generated rows at once after an image prompt: positions past
+    the prompt and text experts for every generated row."""
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    llm = LLM(str(folder), max_model_len=256, block_size=4, speculative_config=spec)
+    text = chat_text("hi hi hi hi", 1)
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    (out,) = llm.generate({"prompt": text, "multi_modal_data": {"image": PICS[0]}}, params)
+    assert out.outputs[0].token_ids == hf_generate(hf, llm.tokenizer, text, [PICS[0]], n=24)[1]
+    stats = llm.get_stats()
+    assert stats["spec_decode_num_drafts"] > 0 and stats["spec_decode_num_accepted_tokens_total"] > 0
