@@ -214,15 +214,16 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
         return mrope_positions(prompt_token_ids, features, self.spatial_merge_size)
 
     def vision_mask(self, input_ids: np.ndarray, meta=None) -> np.ndarray:
-        """Rows the vision experts take: image (and video) placeholders and start/end tokens, of the prompt
-        only (transformers routes generated tokens to the text experts). meta.prompt_rows marks the
-        prompt rows; without it a step of one-row queries is all decodes, a longer one all prompt."""
+        """Rows the vision experts take: image (and video) placeholders and start/end tokens, of the
+        prompt only (transformers routes generated tokens to the text experts). The generate runner
+        marks the prompt rows in meta.prompt_rows (None: a step of decodes only); a pooling model's
+        rows are all prompt rows."""
         mask = np.isin(np.asarray(input_ids), self.vision_token_ids)
         if meta is None or not mask.any():
             return mask
         if meta.prompt_rows is not None:
             return mask & (meta.prompt_rows.numpy() != 0)
-        return mask if meta.max_query_len > 1 else np.zeros_like(mask)
+        return mask if getattr(self, "is_pooling_model", False) else np.zeros_like(mask)
 
     def forward(self, input_ids, positions, kv_caches, meta, mm_embeds=None) -> paddle.Tensor:
         """`positions` int64 [T] (text rows: one position on every axis) or [3, T]; `mm_embeds` (rows
