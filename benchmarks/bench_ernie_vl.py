@@ -11,7 +11,8 @@ dims from the flags; the defaults are a scaled-down ERNIE-4.5-VL) in a temporary
 
     python benchmarks/bench_ernie_vl.py [--image-size 448] [--text-tokens 32] [--repeats 3]
                                         [--vision-dim 256] [--vision-depth 4] [--hidden 512]
-                                        [--layers 4] [--experts 16] [--json out.json]
+                                        [--layers 4] [--experts 16] [--quantization wint8|wint4]
+                                        [--json out.json]
 """
 
 from __future__ import annotations
@@ -63,12 +64,12 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_fd(folder: Path, image, text: str, repeats: int) -> dict:
+def bench_fd(folder: Path, image, text: str, repeats: int, quantization: str | None) -> dict:
     from fdcli_engine import LLM, SamplingParams  # noqa: PLC0415
     from fdcli_engine.multimodal.processor import get_image_processor  # noqa: PLC0415
 
     one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
-    cold = LLM(str(folder), max_model_len=2048, enable_prefix_caching=False)
+    cold = LLM(str(folder), max_model_len=2048, enable_prefix_caching=False, quantization=quantization)
     prompt = {"prompt": text, "multi_modal_data": {"image": image}}
     cold.generate(prompt, one)  # warm-up: kernels, allocator
     proc = get_image_processor(cold.config.hf_config, cold.config.model_path)
@@ -78,7 +79,7 @@ def bench_fd(folder: Path, image, text: str, repeats: int) -> dict:
     _, feats = proc.process(ids, [image])
     out["encoder_s"] = median_time(lambda: cold.engine.model.embed_images(feats), repeats)
     out["image_tokens"] = feats[0].length
-    warm = LLM(str(folder), max_model_len=2048, enable_prefix_caching=True)
+    warm = LLM(str(folder), max_model_len=2048, enable_prefix_caching=True, quantization=quantization)
     warm.generate(prompt, one)  # the image's blocks enter the cache
     out["ttft_cached_image_s"] = median_time(lambda: warm.generate(prompt, one), repeats)
     return out
@@ -134,6 +135,9 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--experts", type=int, default=16)
+    p.add_argument(
+        "--quantization", choices=["wint8", "wint4"], default=None, help="fd's weights (default fp32)"
+    )
     p.add_argument("--json", type=Path)
     args = p.parse_args()
 
@@ -149,7 +153,7 @@ def main() -> None:
         build_checkpoint(folder, args)
         result = {
             "args": vars(args) | {"json": str(args.json) if args.json else None},
-            "fd": bench_fd(folder, image, text, args.repeats),
+            "fd": bench_fd(folder, image, text, args.repeats, args.quantization),
             "transformers": bench_transformers(folder, image, text, args.repeats),
         }
     fd = result["fd"]
