@@ -23,7 +23,9 @@ from fdcli_engine.multimodal.inputs import MultiModalFeature
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 MAX_ASPECT_RATIO = 200
-KWARGS = ("min_pixels", "max_pixels")
+# mm_processor_kwargs: transformers' pixel budget, and FastDeploy's image_size (a side length: the
+# picture is resized to about image_size x image_size pixels of area, aspect ratio kept).
+KWARGS = ("min_pixels", "max_pixels", "image_size")
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -86,12 +88,15 @@ class Qwen2VLImageProcessor:
                 f"{', '.join(KWARGS)}",
                 param="mm_processor_kwargs",
             )
-        lo, hi = kwargs.get("min_pixels", self.min_pixels), kwargs.get("max_pixels", self.max_pixels)
-        for name, v in (("min_pixels", lo), ("max_pixels", hi)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        for name in KWARGS:
+            v = kwargs.get(name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise InvalidRequestError(
                     f"mm_processor_kwargs.{name} must be a positive integer", param="mm_processor_kwargs"
                 )
+        lo, hi = kwargs.get("min_pixels", self.min_pixels), kwargs.get("max_pixels", self.max_pixels)
+        if kwargs.get("image_size") is not None:
+            lo = hi = kwargs["image_size"] ** 2
         if lo > hi:
             raise InvalidRequestError(
                 "mm_processor_kwargs: min_pixels exceeds max_pixels", param="mm_processor_kwargs"

@@ -203,3 +203,17 @@ def test_bad_image_requests(llm, tiny_model_dir):
         text_llm.generate({"prompt": "hi", "multi_modal_data": {"image": image}}, GREEDY)
     # the engine is still serving after every refusal
     assert llm.generate(TEXT_PROMPT, GREEDY)[0].outputs[0].token_ids
+
+
+def test_preempted_image_requests_resume_exactly(folder, llm):
+    """A KV cache too small for the batch preempts image requests mid-way; recomputed, they give the
+    answers of a roomy engine (encoder rows reused, positions unchanged)."""
+    images = [tiny_vl.random_image(168, 112, seed=10 + i) for i in range(3)]
+    requests = [{"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": im}} for im in images]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in llm.generate(requests, params)]
+    tight = LLM(str(folder), max_model_len=128, block_size=8, num_kv_blocks=16, enable_prefix_caching=False)
+    got = [o.outputs[0].token_ids for o in tight.generate(requests, params)]
+    assert tight.get_stats()["num_preemptions"] > 0
+    assert got == want
+    assert tight.engine.runner.mm.num_encoded_images == 3  # a recompute reuses the rows it kept

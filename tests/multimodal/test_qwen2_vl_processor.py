@@ -49,6 +49,16 @@ def test_min_max_pixels_kwargs_match_transformers(fd_proc, tiny_qwen_vl):
     np.testing.assert_allclose(feats[0].pixels(), want["pixel_values"], atol=1e-5, rtol=0)
 
 
+def test_image_size_sets_the_area(fd_proc):
+    image = tiny_vl.random_image(300, 200, seed=4)
+    _, feats = fd_proc.process([fd_proc.image_token_id], [image], {"image_size": 56})
+    t, h, w = feats[0].grid_thw
+    # about 56 x 56 pixels of area in 28-pixel steps, the aspect ratio kept as far as those allow
+    assert (h * 14, w * 14) == (28, 56)
+    with pytest.raises(InvalidRequestError, match="image_size must be a positive integer"):
+        fd_proc.process([fd_proc.image_token_id], [image], {"image_size": "224"})
+
+
 def test_placeholder_expansion(fd_proc, hf_image_processor, tiny_qwen_vl):
     pad = fd_proc.image_token_id
     a, b = tiny_vl.random_image(84, 56, seed=1), tiny_vl.random_image(300, 200, seed=2)
@@ -76,7 +86,7 @@ def test_bad_requests_are_invalid(fd_proc):
     with pytest.raises(InvalidRequestError, match="1 image placeholder"):
         fd_proc.process([1, pad], [image, image])
     with pytest.raises(InvalidRequestError, match="unknown key"):
-        fd_proc.process([1, pad], [image], {"image_size": 3})
+        fd_proc.process([1, pad], [image], {"resized_height": 3})
     with pytest.raises(InvalidRequestError, match="min_pixels exceeds"):
         fd_proc.process([1, pad], [image], {"min_pixels": 10_000, "max_pixels": 100})
     with pytest.raises(InvalidRequestError, match="aspect ratio"):
