@@ -47,8 +47,12 @@ class MediaPolicy:
     allow_loopback_first_hop: bool = False
 
     def domain_allowed(self, host: str) -> bool:
-        host = host.lower().rstrip(".")
-        return any(host == d.lower().rstrip(".") for d in self.allowed_domains)
+        """Exact match, case-insensitive, a trailing dot and IPv6 brackets ignored."""
+
+        def norm(h: str) -> str:
+            return h.strip("[]").lower().rstrip(".")
+
+        return any(norm(host) == norm(d) for d in self.allowed_domains)
 
 
 def load_image(url: str, policy: MediaPolicy, *, param: str) -> LoadedImage:

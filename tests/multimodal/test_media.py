@@ -174,6 +174,14 @@ def test_http_host_must_be_allowed(fixture_server):
     refused(url, MediaPolicy(), "--allowed-media-domains")  # off by default
 
 
+def test_domain_matching_is_exact():
+    policy = MediaPolicy(allowed_domains=("Images.Example.com", "[::1]"))
+    assert policy.domain_allowed("images.example.com") and policy.domain_allowed("images.example.com.")
+    assert policy.domain_allowed("::1")
+    assert not policy.domain_allowed("evil.images.example.com")
+    assert not policy.domain_allowed("images.example.com.evil.org")
+
+
 def test_loopback_refused_without_the_test_allowance(fixture_server):
     refused(fixture_server.url("/img.png"), http_policy(allow_loopback_first_hop=False), "non-public")
 
@@ -218,3 +226,35 @@ def test_connection_refused_names_no_address():
     with _S() as s:
         url = s.url("/img.png")
     refused(url, http_policy(), "could not be fetched")
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True),
+        ("2606:4700:4700::1111", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),
+        ("100.64.0.1", False),
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("240.0.0.1", False),
+        ("::1", False),
+        ("fe80::1%eth0", False),
+        ("fc00::1", False),
+        ("::ffff:127.0.0.1", False),
+        ("::ffff:10.0.0.1", False),
+    ],
+)
+def test_public_addresses(address, public):
+    from fdcli_engine.multimodal.media_fetch import is_public
+
+    assert is_public(address) is public
+
+
+def test_a_name_that_resolves_to_loopback_is_refused():
+    # "localhost" is allowed by name, but every address it resolves to is checked.
+    refused("http://localhost:9/img.png", MediaPolicy(allowed_domains=("localhost",)), "non-public")

@@ -76,6 +76,14 @@ def test_chat_with_an_image_matches_transformers(vl_server, hf):
     assert len(outputs) == 2  # the picture changes the answer: it reached the model
 
 
+def test_tokenize_counts_the_expanded_image(vl_server, hf):
+    image = tiny_vl.random_image(112, 84, seed=1)
+    _, prompt_len = hf_greedy(hf, [image])
+    with vl_server.http() as h:
+        r = h.post("/tokenize", json={"model": "qwen-vl", "messages": user_turn(data_url(png_bytes(image)))})
+    assert r.status_code == 200 and r.json()["count"] == prompt_len, r.text
+
+
 def test_streamed_chat_and_a_local_file(vl_server, hf, media_dir):
     client = vl_server.client()
     image = tiny_vl.random_image(56, 84, seed=2)

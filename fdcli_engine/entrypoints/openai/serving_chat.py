@@ -404,7 +404,8 @@ class OpenAIServingChat:
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None and not call_parts:
-                    continue
+                    if not (req.return_token_ids and new_ids):  # ids without text still go out
+                        continue
                 # The text, then each tool-call part in its own chunk (as OpenAI sends them), then
                 # the finish in a chunk of its own after calls; logprobs, token ids and the finish
                 # ride on the last chunk.
