@@ -19,6 +19,7 @@ import paddle
 from fdcli_engine.errors import InvalidRequestError, ModelLoadError
 from fdcli_engine.layers import Linear
 from fdcli_engine.models.bert import BertForSequenceClassification, BertModel
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.llama import LlamaForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
 from fdcli_engine.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 BASE_DECODERS = {
     "Qwen3": Qwen3ForCausalLM,
     "Qwen2_5_VL": Qwen2_5_VLForConditionalGeneration,
+    "Ernie4_5_VLMoe": Ernie4_5_VLMoeForConditionalGeneration,
     "Qwen2": Qwen2ForCausalLM,
     "Llama": LlamaForCausalLM,
 }
@@ -165,7 +167,8 @@ def resolve_pooling_class(hf_config: dict, convert: str, source: str = "config")
         raise ModelLoadError(
             f"{source}: architecture {arch!r} has no pooling support in fd; supported: BertModel, "
             "BertForSequenceClassification, "
-            "Llama/Qwen2/Qwen3 *ForCausalLM and Qwen2_5_VL*ForConditionalGeneration (--convert embed), "
+            "Llama/Qwen2/Qwen3 *ForCausalLM and Qwen2_5_VL/Ernie4_5_VLMoe *ForConditionalGeneration "
+            "(--convert embed), "
             "*Model, *ForSequenceClassification, "
             "*ForRewardModel, *ForProcessRewardModel"
         )

@@ -6,6 +6,7 @@ from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.models.bert import BertModel
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM
 from fdcli_engine.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.llama import LlamaForCausalLM
 from fdcli_engine.models.mistral import MistralForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
@@ -17,6 +18,7 @@ MODEL_REGISTRY = {
     "Ernie4_5ForCausalLM": Ernie4_5ForCausalLM,
     "Ernie4_5_ForCausalLM": Ernie4_5ForCausalLM,  # the spelling of baidu's -PT config.json files
     "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
+    "Ernie4_5_VLMoeForConditionalGeneration": Ernie4_5_VLMoeForConditionalGeneration,
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": MistralForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
+from fdcli_engine.multimodal.ernie4_5_vl_processor import Ernie4_5_VLImageProcessor
 from fdcli_engine.multimodal.inputs import MultiModalFeature
 from fdcli_engine.multimodal.qwen2_vl_processor import Qwen2VLImageProcessor
 
@@ -25,6 +26,7 @@ class ImageProcessor(Protocol):
 # architectures[0] prefix -> constructor(hf_config, preprocessor_config dict or None). A prefix covers the
 # generative model and the pooling heads over its body (Qwen2_5_VLForRewardModel...).
 IMAGE_PROCESSORS = {
+    "Ernie4_5_VLMoe": Ernie4_5_VLImageProcessor,
     "Qwen2VL": Qwen2VLImageProcessor,
     "Qwen2_5_VL": Qwen2VLImageProcessor,
 }
