@@ -75,9 +75,10 @@ class Qwen2_5_VisionTransformer:
         self.dim = int(vc["hidden_size"])
         self.num_heads = int(vc["num_heads"])
         self.head_dim = self.dim // self.num_heads
-        self.patch_size = int(vc.get("patch_size", 14))
+        # Older Qwen2.5-VL configs spell some keys as the original release did (spatial_patch_size, in_chans).
+        self.patch_size = int(vc.get("patch_size") or vc.get("spatial_patch_size") or 14)
         self.temporal_patch_size = int(vc.get("temporal_patch_size", 2))
-        self.in_channels = int(vc.get("in_channels", 3))
+        self.in_channels = int(vc.get("in_channels") or vc.get("in_chans") or 3)
         self.merge = int(vc.get("spatial_merge_size", 2))
         self.window = int(vc.get("window_size", 112)) // self.merge // self.patch_size
         self.fullatt = {int(i) for i in vc.get("fullatt_block_indexes") or []}

@@ -217,3 +217,15 @@ def test_preempted_image_requests_resume_exactly(folder, llm):
     assert tight.get_stats()["num_preemptions"] > 0
     assert got == want
     assert tight.engine.runner.mm.num_encoded_images == 3  # a recompute reuses the rows it kept
+
+
+def test_ngram_drafts_on_an_image_prompt_keep_the_greedy_answer(folder, llm):
+    """Verified drafts sit past the prompt: their positions are index + the image's delta."""
+    image = tiny_vl.random_image(168, 112, seed=20)
+    request = {"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": image}}
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    want = llm.generate(request, params)[0].outputs[0].token_ids
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    fast = _llm(folder, speculative_config=spec)
+    assert fast.generate(request, params)[0].outputs[0].token_ids == want
+    assert fast.get_stats()["spec_decode_num_draft_tokens_total"] > 0

@@ -138,3 +138,46 @@ def test_vision_tower_matches_transformers(hf, fd, folder):
         ).pooler_output
     for got, ref in zip(fd.embed_images(feats), want):
         np.testing.assert_allclose(got.numpy(), ref.numpy(), atol=ATOL, rtol=0)
+
+
+def test_released_config_layout_loads_the_same_model(hf, fd, folder, tmp_path):
+    """Qwen's released config.json: text keys at the top, rope_scaling {"type": "mrope"}, the vision
+    keys spatial_patch_size / in_chans; and transformers 5's checkpoint names (model.language_model.*,
+    model.visual.*). The same weights give the same logits."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    cfg = json.loads((folder / "config.json").read_text())
+    text = cfg.pop("text_config")
+    section = text.pop("rope_parameters")["mrope_section"]
+    old = {**cfg, **text, "rope_theta": 10000.0, "rope_scaling": {"type": "mrope", "mrope_section": section}}
+    vc = old["vision_config"]
+    vc["spatial_patch_size"], vc["in_chans"] = vc.pop("patch_size"), vc.pop("in_channels")
+    shutil.copytree(folder, tmp_path / "old")
+    (tmp_path / "old" / "config.json").write_text(json.dumps(old))
+    tensors = load_file(str(folder / "model.safetensors"))
+    renamed = {
+        (
+            "model.language_model." + k[6:]
+            if k.startswith("model.")
+            else "model." + k
+            if k.startswith("visual.")
+            else k
+        ): v
+        for k, v in tensors.items()
+    }
+    save_file(renamed, str(tmp_path / "old" / "model.safetensors"))
+    from fdcli_engine import ops
+
+    previous = ops.backend
+    ops.use("reference")
+    try:
+        other = load_fd_model(tmp_path / "old")
+    finally:
+        ops.use(previous)
+    ids, feats = _prompt(hf, folder, [(84, 56)])
+    np.testing.assert_array_equal(
+        _run_chunks(other, ids, feats, [len(ids)]), _run_chunks(fd, ids, feats, [len(ids)])
+    )
