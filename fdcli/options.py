@@ -109,6 +109,41 @@ NumKvBlocksOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+# KV offload tiers (docs/kv-offload.md).
+SwapSpaceOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--swap-space",
+        help="GiB of memory for KV blocks evicted from the cache or freed by preemption; they come back "
+        "on a prefix hit or a resume. (default: 0, off)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+KvOffloadCompressionOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--kv-offload-compression",
+        help="none or int8: store offloaded fp32/bf16 blocks as int8 codes with per-token scales (the C8 "
+        "cache's encoding, ~3.8x smaller than fp32). (default: none)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+KvOffloadDirOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--kv-offload-dir",
+        help="Directory for a file tier of KV blocks that survives a restart with the same model.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+KvOffloadDirGbOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--kv-offload-dir-gb",
+        help="GiB the file tier may hold in --kv-offload-dir. (default: 8)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 KvCacheMemoryGbOpt = Annotated[
     Optional[float],
     typer.Option(
@@ -334,13 +369,6 @@ InnodePrefillPortsOpt = Annotated[
     Optional[str],
     _compat("--innode-prefill-ports", help="No effect: prefill/decode disaggregation is not built yet."),
 ]
-SwapSpaceOpt = Annotated[
-    Optional[float],
-    _compat(
-        "--swap-space",
-        help="GiB of CPU swap space for KV blocks; not built yet (evicted blocks are dropped).",
-    ),
-]
 SplitwiseRoleOpt = Annotated[
     Optional[str], _compat("--splitwise-role", help="mixed only (prefill and decode: not supported yet).")
 ]
@@ -356,7 +384,6 @@ COMPAT_FLAGS: dict[str, Any] = {
     "engine_worker_queue_port": EngineWorkerQueuePortOpt,
     "cache_queue_port": CacheQueuePortOpt,
     "innode_prefill_ports": InnodePrefillPortsOpt,
-    "swap_space": SwapSpaceOpt,
     "splitwise_role": SplitwiseRoleOpt,
     "enable_custom_all_reduce": EnableCustomAllReduceOpt,
 }
@@ -454,6 +481,10 @@ ENGINE_FLAGS: dict[str, Any] = {
     "block_size": BlockSizeOpt,
     "num_kv_blocks": NumKvBlocksOpt,
     "kv_cache_memory_gb": KvCacheMemoryGbOpt,
+    "swap_space": SwapSpaceOpt,
+    "kv_offload_compression": KvOffloadCompressionOpt,
+    "kv_offload_dir": KvOffloadDirOpt,
+    "kv_offload_dir_gb": KvOffloadDirGbOpt,
     "enable_prefix_caching": EnablePrefixCachingOpt,
     "enable_chunked_prefill": EnableChunkedPrefillOpt,
     "seed": SeedOpt,

@@ -16,6 +16,7 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
@@ -117,6 +118,13 @@ class EngineConfig:
     guided_decoding_backend: str = "auto"
     # Speculative decoding (FastDeploy's and vLLM's --speculative-config keys): speculative_config.py.
     speculative_config: dict | None = None
+    # KV offload tiers (kv_transfer/offload, docs/kv-offload.md; checked by kv_offload_options.py):
+    # --swap-space GiB of memory tier (FastDeploy's and vLLM's flag; None or 0: off), its int8
+    # compression ("none" / "int8"), and a file tier in a directory, bounded in GiB (default 8).
+    swap_space: float | None = None
+    kv_offload_compression: str | None = None
+    kv_offload_dir: str | None = None
+    kv_offload_dir_gb: float | None = None
 
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
     # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the
@@ -129,7 +137,6 @@ class EngineConfig:
     engine_worker_queue_port: int | str | None = None
     cache_queue_port: int | str | None = None
     innode_prefill_ports: int | str | None = None
-    swap_space: float | None = None
     splitwise_role: str | None = None
     enable_custom_all_reduce: bool | None = None
 
@@ -172,6 +179,7 @@ class EngineConfig:
         self._check_choices()
         check_fastdeploy_options(self)
         return self.replace(
+            **kv_offload_options(self),
             dtype="float32",
             quantization=quantization,
             kv_cache_dtype=kv_cache_dtype,

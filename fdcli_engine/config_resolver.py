@@ -13,6 +13,7 @@ import logging
 
 from fdcli_engine.config import EngineConfig, resolve_model_path
 from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
+from fdcli_engine.kv_offload_options import kv_offload_notes
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
@@ -45,7 +46,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     config = config.validate(model_limit)
     config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
-    for note in fastdeploy_notes(config):  # once per start: only the front end resolves
+    for note in fastdeploy_notes(config) + kv_offload_notes(config):  # once per start: the front end resolves
         logger.warning(note)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
     values["model"] = config.model if config.model is not None else str(model_path)

@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["EngineCore", "EngineCoreRequest"]
 
+CONNECTOR_POLL_S = 0.002
+
 
 def _wrong_runner(engine_is_pooling: bool) -> str:
     if engine_is_pooling:
@@ -111,6 +113,12 @@ class EngineCore:
         )
         if spec is not None:
             logger.info("speculative decoding: %s", spec.describe())
+        self.kv_connector = None
+        from fdcli_engine.kv_transfer.factory import make_connector
+
+        connector = make_connector(config)
+        if connector is not None:
+            self.bind_kv_connector(connector)
         from fdcli_engine import ops
         from fdcli_engine.threads import BIND_ENV
 
@@ -144,8 +152,30 @@ class EngineCore:
             raise
         return config
 
+    def bind_kv_connector(self, connector) -> None:
+        """Give the scheduler a KV connector (kv_transfer/base.py) over this engine's pool, replacing
+        any bound before. Only one process's pool can be seen: a sharded or a pooling pool has none."""
+        if self.is_pooling:
+            raise ConfigError(
+                "KV offload and transfer need a generative model's KV cache: a pooling runner keeps none "
+                "between requests"
+            )
+        if self.tp_workers is not None:
+            raise ConfigError(
+                "KV offload and transfer are not supported with --tensor-parallel-size > 1 (the KV cache "
+                "is split across processes): use --tensor-parallel-size 1"
+            )
+        if self.kv_connector is not None:
+            self.kv_connector.close()
+        connector.bind(self.runner.kv_block_views())
+        self.kv_connector = connector
+        self.scheduler.kv.bind_connector(connector)
+
     def shutdown(self) -> None:
-        """Stop the tensor-parallel workers and leave this process's group (nothing to do without)."""
+        """Close the KV connector, stop the tensor-parallel workers and leave this process's group."""
+        connector = getattr(self, "kv_connector", None)
+        if connector is not None:
+            connector.close()
         if self.tp_workers is None:
             return
         from fdcli_engine.distributed import SingleRank, set_tp_group, tp_group
@@ -216,6 +246,8 @@ class EngineCore:
         so = self.scheduler.schedule()
         out = self.runner.execute(so)
         if so.is_empty:
+            if self.scheduler.num_deferred:
+                time.sleep(CONNECTOR_POLL_S)  # only requests waiting on a connector: poll, do not spin
             return []
         outputs = self.scheduler.update_from_output(so, out)
         if out.failed:  # only those requests end; the step and the others go on
@@ -236,6 +268,8 @@ class EngineCore:
             stats["grammar_cache_hits"] = g["cache_hits"]
             stats["grammar_compile_errors"] = g["compile_errors"]
             stats["grammar_compile_seconds"] = g["compile_seconds"]
+        if self.kv_connector is not None:
+            stats.update(self.kv_connector.stats())
         return stats
 
     def reset_prefix_cache(self) -> None:

@@ -6,8 +6,6 @@ Each option below is an `EngineConfig` field under FastDeploy's name and value t
 given". Three kinds:
 - meaningless on this device or in this process layout (CUDA graphs, GPU memory fraction, queue
   ports): accepted, one log line each saying so;
-- performance features other issues build (#26 CPU swap space): accepted,
-  one log line saying the feature is not built yet and what happens instead (outputs do not change);
 - topology changes (#26 prefill/decode disaggregation): their no-op values
   (1, "mixed") pass silently, any other value stops at start with "not supported yet".
 
@@ -32,7 +30,6 @@ COMPAT_FIELDS = (
     "engine_worker_queue_port",
     "cache_queue_port",
     "innode_prefill_ports",
-    "swap_space",
     "splitwise_role",
     "enable_custom_all_reduce",
 )
@@ -91,10 +88,6 @@ def check_fastdeploy_options(config: Any) -> None:
         value = getattr(config, name)
         flag = "--" + name.replace("_", "-")
         _need(value is None or 0 < value <= 1, f"{flag} must be in (0, 1], got {value}")
-    _need(
-        config.swap_space is None or config.swap_space >= 0,
-        f"--swap-space must be at least 0 (GiB), got {config.swap_space}",
-    )
     for name in ("engine_worker_queue_port", "cache_queue_port", "innode_prefill_ports"):
         parse_ports(name, getattr(config, name))
     for name in JSON_FIELDS:
@@ -117,11 +110,6 @@ def fastdeploy_notes(config: Any) -> list[str]:
             notes.append(line)
     if config.innode_prefill_ports is not None:
         notes.append("--innode-prefill-ports has no effect: fd has no prefill/decode disaggregation")
-    if config.swap_space:
-        notes.append(
-            f"--swap-space {config.swap_space:g}: the CPU swap space for KV blocks is not built yet; "
-            "evicted blocks are dropped and recomputed when needed (outputs do not change)"
-        )
     return notes
 
 

@@ -64,6 +64,11 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     engine_watchdog_timeout: float = 300.0  # seconds; 0: off (core_client.py)
     guided_decoding_backend: str = "auto"  # "auto" | "guidance" | "off" (structured_output/backend.py)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
+    # KV offload tiers (kv_offload_options.py): memory GiB (0: off), "int8" or None, file tier dir and GiB.
+    swap_space: float = 0.0
+    kv_offload_compression: str | None = None
+    kv_offload_dir: str | None = None
+    kv_offload_dir_gb: float | None = None
 
     def replace(self, **changes: Any) -> ResolvedConfig:
         return msgspec.structs.replace(self, **changes)

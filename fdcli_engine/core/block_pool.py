@@ -6,6 +6,9 @@ Invariants:
 - A free block may still hold a hash (its K/V are a valid cached prefix) until it is reallocated; the
   queue's front is the least recently freed block, so allocation evicts cached blocks in LRU order.
 - `cached` maps each hash to at most one block, and a block holds at most one hash.
+- `on_evict(hash, block_id)`, when set (a KV connector's), runs before an allocation reuses a cached
+  block, while its K/V are still intact. `reset_prefix_cache` forgets hashes without calling it: a reset
+  asks for the cache to be dropped, not moved elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class BlockPool:
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[bytes, int] = {}
+        self.on_evict = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -60,6 +64,8 @@ class BlockPool:
         for _ in range(n):
             bid, _ = self._free.popitem(last=False)
             blk = self.blocks[bid]
+            if blk.block_hash is not None and self.on_evict is not None:
+                self.on_evict(blk.block_hash, bid)
             self._evict(blk)
             blk.ref_cnt = 1
             out.append(bid)

@@ -4,6 +4,9 @@ A request's block table covers its first `num_computed_tokens + scheduled` token
 registered in the pool under their chained hash as soon as they are allocated for known tokens: within a
 step, every layer writes all new K/V before any attention reads them, so a block filled in this step is
 already safe to share with a request scheduled in the same step.
+
+A bound KV connector (kv_transfer/base.py) hears of every freed request before its blocks return to the
+pool, and of every cached block before the pool reuses it (BlockPool.on_evict).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ class KVCacheManager:
         self.pool = BlockPool(num_blocks, enable_caching)
         self.prefix_cache_queries = 0  # prompt tokens looked up
         self.prefix_cache_hits = 0  # of which found cached
+        self.connector = None
+
+    def bind_connector(self, connector) -> None:
+        self.connector = connector
+        self.pool.on_evict = connector.on_evict if connector is not None else None
 
     @property
     def num_free_blocks(self) -> int:
@@ -82,6 +90,8 @@ class KVCacheManager:
             self.pool.cache_block(request.block_ids[i], hashes[i])
 
     def free(self, request: Request) -> None:
+        if self.connector is not None:
+            self.connector.request_finished(request)
         self.pool.free(list(reversed(request.block_ids)))
         request.block_ids = []
 

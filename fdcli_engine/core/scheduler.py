@@ -8,6 +8,11 @@ including those already generated, kept so it is recomputed later — nothing is
 if nothing was preempted, waiting requests are admitted in FIFO order while budget, sequence slots and
 blocks allow.
 
+A KV connector (kv_transfer/base.py, bound through the KVCacheManager) may supply whole blocks after a
+waiting request's prefix hit: the scheduler allocates them, has the connector load them, and computes
+in the same step whatever it did not load. A request the connector is not ready for (None) stays in
+its place while the ones behind it are admitted.
+
 Token-level stops and the length stop are decided here (`_check_stop`); the division of every stop rule
 between the scheduler, the OutputProcessor and the sampler is written in step_types' docstring.
 
@@ -59,6 +64,12 @@ class Scheduler:
         self.num_lookahead_slots = num_lookahead_slots
         self.drafts = DraftPolicy(num_speculative_tokens, disable_by_batch_size)
         self.spec_stats = SpecDecodeStats(num_speculative_tokens) if num_speculative_tokens else None
+        self.num_deferred = 0  # waiting requests the last step left for their connector
+        self.num_connector_loaded_tokens = 0
+
+    @property
+    def connector(self):
+        return self.kv.connector
 
     # -- requests in and out ---------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -117,26 +128,41 @@ class Scheduler:
             budget -= num_new + len(drafts)
             i += 1
 
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted:
-            req = self.waiting[0]
+        skipped = 0  # waiting requests whose connector is not ready yet: they keep their places
+        while (
+            len(self.waiting) > skipped
+            and budget > 0
+            and len(self.running) < self.max_num_seqs
+            and not preempted
+        ):
+            req = self.waiting[skipped]
             hit_blocks, num_hit = self.kv.get_computed_blocks(req)
-            num_new = req.num_tokens - num_hit
+            num_ext = self._connector_tokens(req, num_hit)
+            if num_ext is None:
+                skipped += 1
+                continue
+            num_new = req.num_tokens - num_hit - num_ext
             if num_new > budget and not self.enable_chunked_prefill:
                 break
             num_new = min(num_new, budget)
-            lookahead = self._lookahead(req, num_hit + num_new)  # num_computed_tokens is 0 here
-            if not self.kv.allocate_slots(req, num_new + lookahead, hit_blocks):
+            lookahead = self._lookahead(req, num_hit + num_ext + num_new)  # num_computed_tokens is 0 here
+            if not self.kv.allocate_slots(req, num_ext + num_new + lookahead, hit_blocks):
                 break
-            self.waiting.popleft()
+            del self.waiting[skipped]
             self.kv.record_lookup(req.num_tokens, num_hit)
-            req.num_computed_tokens = num_hit
+            num_loaded = self._load(req, num_hit, num_ext) if num_ext else 0
+            # What a connector did not load is computed in this step: those blocks are already
+            # registered in the prefix cache, so they must hold their K/V by the step's end.
+            num_new += num_ext - num_loaded
+            req.num_computed_tokens = num_hit + num_loaded
             if req.num_cached_tokens < 0:
-                req.num_cached_tokens = num_hit
+                req.num_cached_tokens = num_hit + num_loaded
                 self.prompt_tokens_total += req.num_prompt_tokens
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             scheduled.append(self._scheduled(req, num_new))
             budget -= num_new
+        self.num_deferred = skipped
 
         finished, self._finished_ids = self._finished_ids, set()
         return SchedulerOutput(
@@ -145,6 +171,28 @@ class Scheduler:
             finished_req_ids=finished,
             num_preempted=preempted,
         )
+
+    def _connector_tokens(self, req: Request, num_hit: int) -> int | None:
+        """Tokens after the pool's hit that the connector supplies, in whole blocks, leaving at least
+        one prompt token to compute (None: not known yet, the request waits)."""
+        if self.connector is None or req.wants_prompt_logprobs:
+            return 0
+        num_ext = self.connector.get_num_new_matched_tokens(req, num_hit)
+        if num_ext is None:
+            return None
+        bs = self.kv.block_size
+        room = (req.num_tokens - 1) // bs * bs - num_hit
+        return max(0, min(num_ext // bs * bs, room))
+
+    def _load(self, req: Request, num_hit: int, num_ext: int) -> int:
+        """Has the connector write the blocks of tokens [num_hit, num_hit + num_ext) just allocated;
+        returns the tokens loaded (leading whole blocks)."""
+        bs = self.kv.block_size
+        first, last = num_hit // bs, (num_hit + num_ext) // bs
+        hashes = req.update_block_hashes(bs)[first:last]
+        n = max(0, min(self.connector.load(req, hashes, req.block_ids[first:last]), last - first))
+        self.num_connector_loaded_tokens += n * bs
+        return n * bs
 
     def _drafts_for(self, req: Request, num_new: int, budget: int) -> list[int]:
         """The pending drafts this step verifies: only after a request's last token, within the budget
@@ -190,9 +238,9 @@ class Scheduler:
         )
 
     def _preempt(self, req: Request) -> None:
+        req.status = RequestStatus.PREEMPTED  # before freeing: a connector tells preemption apart
         self.kv.free(req)
         req.spec_token_ids = []
-        req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
@@ -280,6 +328,7 @@ class Scheduler:
             "num_preemptions": self.num_preemptions,
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
+            "kv_connector_loaded_tokens": self.num_connector_loaded_tokens,
             **(self.spec_stats.as_dict() if self.spec_stats is not None else {}),
         }
 

@@ -49,3 +49,22 @@ def allocate_kv_caches(
     return [
         (paddle.zeros(shape, dtype=dtype), paddle.zeros(shape, dtype=dtype)) for _ in range(model.num_layers)
     ]
+
+
+def _numpy_view(t: paddle.Tensor):
+    """A numpy array sharing the tensor's memory (bf16 as its uint16 bits: numpy has no bf16)."""
+    import numpy as np
+
+    if t.dtype == paddle.bfloat16:
+        return np.from_dlpack(t.view(paddle.int16)).view(np.uint16)
+    return np.from_dlpack(t)
+
+
+def kv_block_views(cache_sets: list[list[tuple] | None], block_size: int):
+    """The connector's views (kv_transfer.base.KVBlockViews) of every cache tensor in `cache_sets`
+    (the target model's caches, then a draft model's if any), in a fixed order so a block read from
+    one engine writes back into another engine with the same model and options."""
+    from fdcli_engine.kv_transfer.base import KVBlockViews
+
+    arrays = [_numpy_view(t) for caches in cache_sets if caches for layer in caches for t in layer]
+    return KVBlockViews(arrays, block_size)

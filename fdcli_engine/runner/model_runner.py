@@ -15,7 +15,7 @@ import paddle
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.grammar_masks import GrammarMasks
 from fdcli_engine.runner.input_batch import build_inputs
-from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes
+from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_block_views
 from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
 from fdcli_engine.runner.proposer import ProposeInputs, make_proposer
@@ -60,6 +60,12 @@ class ModelRunner:
             config.kv_cache_dtype,
             self.num_blocks * kv_block_bytes(model, self.block_size, config.kv_cache_dtype) / GiB,
         )
+
+    def kv_block_views(self):
+        """Views of every block's K/V for a KV connector: the target's caches, then a draft model's
+        (its K/V at a position must come back with the target's, or its drafts would change)."""
+        draft = getattr(self.proposer, "kv_caches", None)
+        return kv_block_views([self.kv_caches, draft], self.block_size)
 
     @paddle.no_grad()
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:

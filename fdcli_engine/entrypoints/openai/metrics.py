@@ -56,6 +56,7 @@ class _EngineCollector:
         for name, (doc, key) in counters.items():
             yield _counter(name, doc, s.get(key))
         yield from spec_decode_metrics(s)
+        yield from kv_offload_metrics(s)
 
 
 _ENGINE_GAUGES = {
@@ -152,6 +153,50 @@ def spec_decode_metrics(s: dict):
         rates.add_metric([str(pos)], n / num_drafts if num_drafts else 0.0)
     yield counts
     yield rates
+
+
+def kv_offload_metrics(s: dict):
+    """The KV offload tiers' families (docs/kv-offload.md): FastDeploy's prefix_cpu_cache_token_num and
+    cpu_hit_token_rate, vLLM's kv_offload_total_bytes / _total_time by transfer_type; none without a
+    tier."""
+    if "prefix_cpu_cache_token_num" not in s:
+        return
+    gauges = {
+        "fd:prefix_cpu_cache_token_num": (
+            "Tokens whose KV blocks the memory tier holds",
+            "prefix_cpu_cache_token_num",
+        ),
+        "fd:kv_offload_disk_cache_token_num": (
+            "Tokens whose KV blocks the file tier holds",
+            "kv_offload_disk_cache_token_num",
+        ),
+        "fd:kv_offload_cpu_cache_bytes": ("Bytes the memory tier holds", "kv_offload_cpu_cache_bytes"),
+        "fd:kv_offload_disk_cache_bytes": ("Bytes the file tier holds", "kv_offload_disk_cache_bytes"),
+    }
+    for name, (doc, key) in gauges.items():
+        g = GaugeMetricFamily(name, doc)
+        g.add_metric([], float(s.get(key) or 0))
+        yield g
+    yield _counter(
+        "fd:kv_offload_hit_tokens",
+        "Prompt tokens loaded from an offload tier",
+        s.get("kv_offload_hit_tokens"),
+    )
+    yield _ratio(
+        "fd:cpu_hit_token_rate",
+        "Prompt tokens loaded from an offload tier / prompt tokens looked up",
+        s.get("kv_offload_hit_tokens"),
+        s.get("prefix_cache_queries"),
+    )
+    for stem, name, doc in (
+        ("kv_offload_bytes:", "fd:kv_offload_total_bytes", "Bytes of KV blocks copied between tiers"),
+        ("kv_offload_seconds:", "fd:kv_offload_total_time", "Seconds spent copying KV blocks between tiers"),
+    ):
+        c = CounterMetricFamily(name, doc, labels=["transfer_type"])
+        for key, value in s.items():
+            if key.startswith(stem):
+                c.add_metric([key[len(stem) :]], float(value or 0))
+        yield c
 
 
 class ServerMetrics:
