@@ -5,6 +5,7 @@ naming the part, and the other lines complete."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import tiny_vl
 import vl_reference
@@ -67,3 +68,34 @@ def test_image_lines(folder, tmp_path):
     ):
         err = recs[cid]["body"]["error"]
         assert recs[cid]["status_code"] == 400 and err["param"] == param and words in err["message"], err
+
+
+def test_embedding_lines_with_a_picture(folder, tmp_path):
+    # The same flags and serving layer on a pooling run: an embeddings line in the messages form.
+    picture = tiny_vl.random_image(84, 56, seed=3)
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": data_url(png_bytes(picture))}},
+                {"type": "text", "text": "a caption"},
+            ],
+        }
+    ]
+    lines = [
+        {
+            "custom_id": "e",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "tiny", "messages": messages},
+        }
+    ]
+    out = tmp_path / "out.jsonl"
+    args = cli_args(folder, "-i", str(write_jsonl(tmp_path / "in.jsonl", lines)), "-o", str(out))
+    proc = run_cli([*args, "--runner", "pooling", "--convert", "embed", "--no-progress"])
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    (rec,) = read_jsonl(out)
+    got = np.array(rec["response"]["body"]["data"][0]["embedding"], dtype=np.float32)
+    hf_messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "a caption"}]}]
+    want = vl_reference.hf_last_hidden(vl_reference.load(folder), hf_messages, [picture]).numpy()
+    np.testing.assert_allclose(got, want / np.linalg.norm(want), atol=1e-4)

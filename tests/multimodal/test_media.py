@@ -95,6 +95,19 @@ def test_huge_header_refused_before_decoding():
     refused(data_url(encoded("PNG", size=(40, 30))), MediaPolicy(max_pixels=1000), "too large", "40x30")
 
 
+def test_huge_jpeg_and_webp_headers_refused_before_decoding():
+    import struct
+
+    jpeg = bytearray(encoded("JPEG"))
+    sof = jpeg.index(b"\xff\xc0")  # baseline start of frame: length, precision, height, width
+    jpeg[sof + 5 : sof + 9] = struct.pack(">HH", 40_000, 30_000)
+    refused(data_url(bytes(jpeg), "image/jpeg"), MediaPolicy(), "too large", "30000x40000")
+    webp = bytearray(encoded("WEBP"))
+    assert webp[12:16] == b"VP8 "  # lossy: 14-bit width and height in the frame header
+    webp[26:30] = struct.pack("<HH", 16_000, 16_000)
+    refused(data_url(bytes(webp), "image/webp"), MediaPolicy(), "too large", "16000x16000")
+
+
 def test_byte_cap_on_data_urls():
     refused(data_url(encoded("PNG")), MediaPolicy(max_bytes=100), "larger than 100 bytes")
 
