@@ -481,6 +481,33 @@ StrictFieldsOpt = Annotated[
     ),
 ]
 
+# --- image inputs (docs/images.md): front-end settings, carried by ServingOptions ---
+AllowedLocalMediaOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--allowed-local-media-path",
+        help="Let image_url parts read local files (file://) under this folder; off by default.",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+AllowedMediaDomainsOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--allowed-media-domains",
+        help="Hosts image_url parts may fetch from over http(s) (repeat or comma-separate); none by default.",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+LimitMmOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--limit-mm-per-prompt",
+        help="Most images one request may carry, as JSON: '{\"image\": 4}' (default 16).",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
+# --- end image inputs ---
+
 # EngineConfig field -> CLI alias. Order is the order in --help.
 ENGINE_FLAGS: dict[str, Any] = {
     "model": ModelOpt,

@@ -210,8 +210,23 @@ class EngineCore:
                     param="structured_outputs",
                 )
 
+    def check_mm_features(self, prompt_token_ids: list[int], mm_features) -> None:
+        """Images reach only a model that takes them, each owning its own placeholder range."""
+        if not hasattr(self.model, "embed_images"):
+            name = self.config.served_model_name or self.config.model
+            raise InvalidRequestError(f"model {name} does not accept images", param="messages")
+        end = 0
+        for f in sorted(mm_features, key=lambda f: f.offset):
+            if f.offset < end or f.length <= 0 or f.end > len(prompt_token_ids):
+                raise InvalidRequestError(
+                    "image placeholders outside the prompt or overlapping", param="messages"
+                )
+            end = f.end
+
     def add_request(self, req: EngineCoreRequest) -> None:
         self.validate_request(req.prompt_token_ids, req.params)
+        if req.mm_features:
+            self.check_mm_features(req.prompt_token_ids, req.mm_features)
         request = Request(
             req.req_id,
             req.prompt_token_ids,
@@ -219,6 +234,7 @@ class EngineCore:
             max_model_len=self.config.max_model_len,
             arrival_time=req.arrival_time or None,
             pooling_params=req.pooling_params,
+            mm_features=req.mm_features,
         )
         self.scheduler.add_request(request)
         so = req.sampling_params.structured_outputs if req.sampling_params is not None else None

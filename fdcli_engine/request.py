@@ -1,5 +1,5 @@
 """What reaches the engine (EngineCoreRequest) and its engine-side state (Request). Leaf module
-(imports only the params, limits and prefix hashing)."""
+(imports only the params, limits, prefix hashing and the multi-modal input structs)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 
 import msgspec
 
+from fdcli_engine.multimodal.inputs import MultiModalFeature
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.prefix_hash import hash_block_tokens
 from fdcli_engine.request_limits import max_output_tokens
@@ -24,6 +25,8 @@ class EngineCoreRequest(msgspec.Struct, tag="add", omit_defaults=True):
     sampling_params: SamplingParams | None = None
     arrival_time: float = 0.0
     pooling_params: PoolingParams | None = None
+    # Images: each owns a range of placeholder tokens in prompt_token_ids (multimodal/inputs.py).
+    mm_features: list[MultiModalFeature] | None = None
 
     @property
     def params(self) -> SamplingParams | PoolingParams:
@@ -55,12 +58,15 @@ class Request:
         max_model_len: int,
         arrival_time: float | None = None,
         pooling_params: PoolingParams | None = None,
+        mm_features: list[MultiModalFeature] | None = None,
     ):
         self.req_id = req_id
         self.prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params
         self.arrival_time = arrival_time if arrival_time is not None else time.monotonic()
         self.pooling_params = pooling_params
+        # Images, ordered by offset; their placeholder ranges never overlap.
+        self.mm_features: list[MultiModalFeature] = sorted(mm_features or [], key=lambda f: f.offset)
         # The prefill/decode hand-off (vLLM's field), read by the PD connector.
         self.kv_transfer_params = sampling_params.kv_transfer_params if sampling_params is not None else None
         self.output_token_ids: list[int] = []
@@ -118,16 +124,32 @@ class Request:
         self.output_token_ids.append(token_id)
         self.all_token_ids.append(token_id)
 
+    @property
+    def has_mm(self) -> bool:
+        return bool(self.mm_features)
+
+    def _block_extra(self, i: int, block_size: int, salt: str | None) -> bytes:
+        """What block i's hash covers beside its tokens: the cache salt (first block) and the content
+        hash of every image whose placeholder range overlaps the block (placeholder ids are the same
+        for every picture, so the tokens alone would let two images share K/V)."""
+        parts = [b"s" + salt.encode("utf-8")] if salt and i == 0 else []
+        start, end = i * block_size, (i + 1) * block_size
+        for f in self.mm_features:
+            if f.offset < end and f.end > start:
+                parts.append(f"i{f.modality}:{f.content_hash}:{f.offset - start}".encode())
+        # tagged ("s" salt, "i" image) and length-prefixed: no salt can pose as an image or run into one
+        return b"".join(len(p).to_bytes(4, "little") + p for p in parts)
+
     def update_block_hashes(self, block_size: int) -> list[bytes]:
         """Extend the chain of hashes to cover every full block of known tokens. The cache salt enters
-        the first block's hash, so it separates the whole chain."""
+        the first block's hash, so it separates the whole chain; images enter the blocks they cover."""
         n_full = len(self.all_token_ids) // block_size
         salt = self.sampling_params.cache_salt if self.sampling_params is not None else None
         while len(self.block_hashes) < n_full:
             i = len(self.block_hashes)
             parent = self.block_hashes[-1] if self.block_hashes else None
             chunk = self.all_token_ids[i * block_size : (i + 1) * block_size]
-            extra = salt.encode("utf-8") if salt and i == 0 else b""
+            extra = self._block_extra(i, block_size, salt)
             self.block_hashes.append(hash_block_tokens(parent, chunk, extra))
         return self.block_hashes
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import numpy as np
     import paddle
 
+    from fdcli_engine.multimodal.inputs import MultiModalFeature
     from fdcli_engine.pooling_params import PoolingParams
     from fdcli_engine.sampling_params import SamplingParams
 
@@ -58,6 +59,10 @@ class ScheduledRequest:
     # How many drafts the proposer should make for the next step (0: none; the scheduler's adaptive
     # switch-off and limits decide it).
     num_drafts_wanted: int = 0
+    # The request's images (Request.mm_features, shared, read-only): each owns the placeholder range
+    # prompt_token_ids[offset : offset + length], whose rows the runner fills with the vision encoder's
+    # output wherever this step's tokens overlap it (runner/mm_inputs.py). Empty: a text request.
+    mm_features: list[MultiModalFeature] = field(default_factory=list)
 
     @property
     def num_known_tokens(self) -> int:

@@ -89,9 +89,36 @@ def test_gguf_chat_template_matches_transformers(smol, smol_ref):
 def test_text_parts_are_joined(smol):
     parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
     assert smol.apply_chat_template(parts) == smol.apply_chat_template([{"role": "user", "content": "a\nb"}])
+    # The serving layer hands the template {"type": "image"} stand-ins; a raw image_url part is refused.
     image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
-    with pytest.raises(InvalidRequestError, match="only text parts"):
+    with pytest.raises(InvalidRequestError, match="only text and image parts"):
         smol.apply_chat_template(image)
+
+
+def test_image_parts_reach_the_template_as_a_list():
+    from fdcli_engine.tokenizer.chat_template import render_chat_template
+
+    # How Qwen2-VL's template writes an image part (its content loop, trimmed).
+    template = (
+        "{% for m in messages %}{{ m.role }}:{% if m.content is string %}{{ m.content }}{% else %}"
+        "{% for p in m.content %}{% if p.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+        "{% elif p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %};{% endfor %}"
+    )
+    parts = [
+        {"type": "text", "text": "see "},
+        {"type": "image"},
+        {"type": "text", "text": " and "},
+        {"type": "image"},
+    ]
+    out = render_chat_template(template, [{"role": "user", "content": parts}])
+    assert (
+        out
+        == "user:see <|vision_start|><|image_pad|><|vision_end|> and <|vision_start|><|image_pad|><|vision_end|>;"
+    )
+    assert (
+        render_chat_template(template, [{"role": "user", "content": [{"type": "text", "text": "a"}]}])
+        == "user:a;"
+    )
 
 
 def test_decode_rejects_out_of_range_ids(smol):

@@ -1,6 +1,8 @@
 """`fd chat`: talk to any OpenAI-compatible server; streams answers and keeps the conversation.
 
 Slash commands: /help, /exit, /reset (forget the conversation), /save FILE (write it as JSON).
+`--image PATH` (repeatable) attaches pictures to the next user message as base64 data: URLs in
+image_url parts (OpenAI's form; a vision model's server reads them, docs/images.md).
 Reasoning (`reasoning_content`) is shown dimmed before the answer when the server splits it out.
 
 Ctrl-C while an answer streams stops that answer only (the stream is closed, so the server aborts the
@@ -11,6 +13,7 @@ Ctrl-C or Ctrl-D at the prompt ends the session.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -31,7 +34,7 @@ from fdcli.commands.complete import (
     json_schema_body,
     sampling_body,
 )
-from fdcli.console import err_console, error_boundary
+from fdcli.console import BadInput, err_console, error_boundary
 
 HELP = "commands: /help  /exit  /reset  /save FILE"
 COMMANDS = (
@@ -121,9 +124,48 @@ def _turn(client: ApiClient, body: dict, messages: list[dict]) -> None:
     messages.append({"role": "assistant", "content": answer})
 
 
-def run_session(client: ApiClient, model: str, messages: list[dict], extra: dict, read_line=input) -> None:
+_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
+
+
+def image_parts(paths: list[Path] | None) -> list[dict]:
+    """An image_url part (base64 data: URL) per file; BadInput for a file that cannot be read, is too
+    large for a server to accept, or is not a PNG, JPEG or WebP picture (told by its bytes)."""
+    if not paths:
+        return []
+    from fdcli_engine.multimodal.image_check import sniff_format  # leaf module: no engine, no paddle
+    from fdcli_engine.multimodal.media import MAX_IMAGE_BYTES
+
+    parts = []
+    for path in paths:
+        try:
+            with Path(path).expanduser().open("rb") as f:
+                data = f.read(MAX_IMAGE_BYTES + 1)
+        except OSError as exc:
+            raise BadInput(f"cannot read --image {str(path)!r}: {exc.strerror or exc}") from None
+        if len(data) > MAX_IMAGE_BYTES:
+            raise BadInput(f"--image {str(path)!r} is larger than {MAX_IMAGE_BYTES} bytes")
+        fmt = sniff_format(data)
+        if fmt is None:
+            raise BadInput(f"--image {str(path)!r} is not a PNG, JPEG or WebP picture")
+        url = f"data:{_MIME[fmt]};base64," + base64.b64encode(data).decode("ascii")
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def user_message(text: str, images: list[dict]) -> dict:
+    """The user turn: the text alone, or the pictures then the text as content parts."""
+    if not images:
+        return {"role": "user", "content": text}
+    return {"role": "user", "content": [*images, {"type": "text", "text": text}]}
+
+
+def run_session(
+    client: ApiClient, model: str, messages: list[dict], extra: dict, read_line=input, images=()
+) -> None:
     """The interactive loop; `read_line(prompt)` raises EOFError (Ctrl-D) or KeyboardInterrupt (Ctrl-C)
-    to end the session. `messages` starts with the system turn, if any, and is updated in place."""
+    to end the session. `messages` starts with the system turn, if any, and is updated in place.
+    `images` (image_url parts) go with the first user message."""
+    pending = list(images)
     system = [m for m in messages if m.get("role") == "system"]
     while True:
         try:
@@ -137,7 +179,8 @@ def run_session(client: ApiClient, model: str, messages: list[dict], extra: dict
             if not _slash(line.strip(), messages, system):
                 return
             continue
-        messages.append({"role": "user", "content": line})
+        messages.append(user_message(line, pending))
+        pending = []
         _turn(client, {"model": model, "messages": list(messages), **extra}, messages)
 
 
@@ -152,18 +195,25 @@ def chat(
     max_tokens: MaxTokensOpt = None,
     temperature: TemperatureOpt = None,
     json_schema: JsonSchemaOpt = None,
+    image: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--image", help="Attach a PNG, JPEG or WebP file to the next user message (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Chat interactively with an OpenAI-compatible server (default: the local `fd serve`)."""
     with error_boundary():
         constrained = json_schema_body(json_schema)  # a bad file fails before any request
+        images = image_parts(image)  # so does a missing or unsupported picture
         client = ApiClient(url, api_key or os.environ.get("OPENAI_API_KEY"))
         model = model_name or client.first_model()
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
         messages = list(system)
         extra = {**sampling_body(max_tokens, temperature), **constrained}
         if quick is not None:
-            messages.append({"role": "user", "content": quick})
+            messages.append(user_message(quick, images))
             _stream_reply(client, {"model": model, "messages": messages, **extra})
             return
         err_console.print(f"chatting with {model} at {url}; {HELP}", markup=False)
-        run_session(client, model, messages, extra)
+        run_session(client, model, messages, extra, images=images)

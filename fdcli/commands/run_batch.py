@@ -16,7 +16,15 @@ from typing import Annotated, Optional
 import typer
 
 from fdcli.console import EXIT_USAGE, error_boundary, fail
-from fdcli.options import ChatTemplateOpt, ReasoningParserOpt, ToolCallParserOpt, engine_options
+from fdcli.options import (
+    AllowedLocalMediaOpt,
+    AllowedMediaDomainsOpt,
+    ChatTemplateOpt,
+    LimitMmOpt,
+    ReasoningParserOpt,
+    ToolCallParserOpt,
+    engine_options,
+)
 
 EXIT_LINES_FAILED = (
     3  # mirrors fdcli_engine.entrypoints.batch.EXIT_LINES_FAILED (not imported: paddle-free CLI)
@@ -61,6 +69,9 @@ def run_batch(
     chat_template: ChatTemplateOpt = None,
     reasoning_parser: ReasoningParserOpt = None,
     tool_call_parser: ToolCallParserOpt = None,
+    allowed_local_media_path: AllowedLocalMediaOpt = None,
+    allowed_media_domains: AllowedMediaDomainsOpt = None,
+    limit_mm_per_prompt: LimitMmOpt = None,
     progress: ProgressOpt = True,
     *,
     engine_args: dict,
@@ -96,6 +107,9 @@ def run_batch(
                 chat_template=load_chat_template(chat_template),
                 reasoning_parser=reasoning_parser,
                 tool_call_parser=tool_call_parser,
+                allowed_local_media_path=allowed_local_media_path,
+                allowed_media_domains=allowed_media_domains,
+                limit_mm_per_prompt=limit_mm_per_prompt,
             ),
         )
         summary = run(opts, engine_args)

@@ -107,7 +107,7 @@ class AsyncLLM(EngineFrontEnd):
         if len(self.ranks) == 1:
             r = 0
         else:
-            hashes = self.router.block_hashes(req.prompt_token_ids, req.params)
+            hashes = self.router.block_hashes(req.prompt_token_ids, req.params, req.mm_features)
             r = self.router.pick(hashes, [len(k.req_ids) if k.live else None for k in self.ranks])
             self.router.record(r, hashes)
         self._rank_of[req.req_id] = r

@@ -31,14 +31,13 @@ class DPRouter:
         self.lru_blocks = max(1, lru_blocks or DEFAULT_LRU_BLOCKS)
         self._held: list[OrderedDict[bytes, None]] = [OrderedDict() for _ in range(num_ranks)]
 
-    def block_hashes(self, prompt_token_ids: list[int], params) -> list[bytes]:
-        """The prompt's full-block hashes as the engine's prefix cache computes them."""
+    def block_hashes(self, prompt_token_ids: list[int], params, mm_features=None) -> list[bytes]:
+        """The prompt's full-block hashes as the engine's prefix cache computes them (images included)."""
         if not self.prefix_caching:
             return []
         sampling = params if isinstance(params, SamplingParams) else None
-        return Request("", prompt_token_ids, sampling, max_model_len=1 << 30).update_block_hashes(
-            self.block_size
-        )
+        req = Request("", prompt_token_ids, sampling, max_model_len=1 << 30, mm_features=mm_features)
+        return req.update_block_hashes(self.block_size)
 
     def matched_blocks(self, rank: int, hashes: list[bytes]) -> int:
         """Leading blocks of the prompt that `rank` is thought to hold (chained: stop at the first miss)."""

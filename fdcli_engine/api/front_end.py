@@ -102,18 +102,25 @@ class EngineFrontEnd:
         params: SamplingParams,
         request_id: str,
         prompt: str | None = None,
+        mm_features: list | None = None,
     ) -> AsyncIterator[RequestOutput]:
         collector = OutputCollector(params.output_kind)
-        return self._stream(request_id, prompt_token_ids, params, collector, prompt)
+        return self._stream(request_id, prompt_token_ids, params, collector, prompt, mm_features)
 
     def encode(
-        self, prompt_token_ids: list[int], pooling_params: PoolingParams, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        pooling_params: PoolingParams,
+        request_id: str,
+        mm_features: list | None = None,
     ) -> AsyncIterator[RequestOutput]:
-        return self._stream(request_id, prompt_token_ids, pooling_params, OutputCollector())
+        return self._stream(
+            request_id, prompt_token_ids, pooling_params, OutputCollector(), None, mm_features
+        )
 
-    async def _stream(self, request_id, prompt_token_ids, params, collector, prompt=None):
+    async def _stream(self, request_id, prompt_token_ids, params, collector, prompt=None, mm_features=None):
         """The request is opened at the first iteration; leaving early aborts it."""
-        self.open_request(request_id, prompt_token_ids, params, collector, prompt)
+        self.open_request(request_id, prompt_token_ids, params, collector, prompt, mm_features=mm_features)
         async with contextlib.aclosing(
             stream_until_finished(collector, lambda: self.abort(request_id))
         ) as it:
@@ -128,8 +135,10 @@ class EngineFrontEnd:
         sink,
         prompt: str | None = None,
         index: int = 0,
+        mm_features: list | None = None,
     ) -> None:
-        """Register a request whose outputs (or error) go to `sink.put_nowait`, and send it to the core."""
+        """Register a request whose outputs (or error) go to `sink.put_nowait`, and send it to the core.
+        `mm_features`: its images (MultiModalFeature, placeholders expanded in prompt_token_ids)."""
         if self.is_dead:
             raise EngineDeadError(self.dead_reason)
         if not self.is_ready:
@@ -141,10 +150,10 @@ class EngineFrontEnd:
         ids = list(prompt_token_ids)
         if isinstance(params, PoolingParams):
             self._pooling.add(request_id)
-            self._submit(EngineCoreRequest(request_id, ids, None, time.time(), params))
+            self._submit(EngineCoreRequest(request_id, ids, None, time.time(), params, mm_features or None))
         else:
             self.output_processor.add_request(request_id, prompt, ids, params, index=index)
-            self._submit(EngineCoreRequest(request_id, ids, params, time.time()))
+            self._submit(EngineCoreRequest(request_id, ids, params, time.time(), None, mm_features or None))
 
     def abort(self, request_id: str) -> None:
         """Drop a request here and in the core. Idempotent; safe from sync code."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -61,6 +61,27 @@ class LLM:
         )
         self._finals = _Finals()
         self._ids = itertools.count()
+        self._image_processor = ...  # the model's (multimodal/processor.py), made at the first image
+
+    @property
+    def image_processor(self):
+        """The model's ImageProcessor, or None for a text-only model."""
+        if self._image_processor is ...:
+            from fdcli_engine.multimodal.processor import get_image_processor
+
+            self._image_processor = get_image_processor(self.config.hf_config, self.config.model_path)
+        return self._image_processor
+
+    def _with_images(self, ids: list[int], images: list, kwargs: dict | None) -> tuple[list[int], list]:
+        """(ids with each image placeholder expanded, the images' features); none without images."""
+        if not images:
+            return ids, []
+        if self.image_processor is None:
+            raise InvalidRequestError(
+                f"model {self.config.served_model_name or self.config.model} does not accept images",
+                param="multi_modal_data",
+            )
+        return self.image_processor.process(list(ids), images, kwargs)
 
     @property
     def processor(self):
@@ -87,6 +108,7 @@ class LLM:
             for prompt, params in zip(prompts, plist):
                 text = prompt.text
                 ids = self.tokenizer.encode(text) if prompt.token_ids is None else prompt.token_ids
+                ids, features = self._with_images(ids, prompt.images, prompt.mm_processor_kwargs)
                 parent = str(next(self._ids))
                 child_ids = [f"{parent}-{i}" for i in range(params.n)]
                 parents.append((parent, child_ids))
@@ -96,7 +118,7 @@ class LLM:
                         child.cache_salt = prompt.cache_salt
                         child.validate()
                     child.output_kind = RequestOutputKind.FINAL_ONLY  # only the finished outputs are read
-                    self.add_request(cid, ids, child, prompt=text, index=i)
+                    self.add_request(cid, ids, child, prompt=text, index=i, mm_features=features)
             done = self.run_until_done(sum(len(c) for _, c in parents), use_tqdm)
         finally:  # a refused prompt leaves none of the earlier ones behind in the engine
             for _, cids in parents:
@@ -104,9 +126,19 @@ class LLM:
                     self.client.abort(cid)
         return [merge_children(p, [done[c] for c in cids]) for p, cids in parents]
 
-    def add_request(self, req_id: str, prompt_ids: list[int], params: SamplingParams, prompt=None, index=0):
+    def add_request(
+        self,
+        req_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        prompt=None,
+        index=0,
+        mm_features=None,
+    ):
         """Queue one sequence; `run_until_done` (or the caller's own stepping) produces it."""
-        self.client.open_request(req_id, prompt_ids, params, self._finals, prompt=prompt, index=index)
+        self.client.open_request(
+            req_id, prompt_ids, params, self._finals, prompt=prompt, index=index, mm_features=mm_features
+        )
 
     def run_until_done(self, total: int, use_tqdm: bool = False) -> dict[str, RequestOutput]:
         """Step until the core is idle; the finished output of every request added since the last run."""
@@ -129,18 +161,24 @@ class LLM:
         chat_template_kwargs: dict | None = None,
         use_tqdm: bool = False,
     ) -> list[RequestOutput]:
+        from fdcli_engine.api.llm_images import split_chat_images
+
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
-        prompts = [
-            self.tokenizer.apply_chat_template(
+        prompts, requests = [], []
+        for conv in conversations:
+            conv, images = split_chat_images(conv)
+            text = self.tokenizer.apply_chat_template(
                 conv,
                 add_generation_prompt=add_generation_prompt,
                 chat_template=chat_template,
                 **(chat_template_kwargs or {}),
             )
-            for conv in conversations
-        ]
-        ids = [self.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
-        outs = self.generate(ids, sampling_params, use_tqdm=use_tqdm)
+            prompts.append(text)
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            requests.append(
+                {"prompt_token_ids": ids, "multi_modal_data": {"image": images}} if images else ids
+            )
+        outs = self.generate(requests, sampling_params, use_tqdm=use_tqdm)
         for o, p in zip(outs, prompts):
             o.prompt = p
         return outs

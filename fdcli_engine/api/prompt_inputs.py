@@ -3,26 +3,26 @@
 One prompt is a `str`, a list of token ids, `{"prompt": str}` (vLLM's TextPrompt) or
 `{"prompt_token_ids": [int, ...]}` (TokensPrompt; its `prompt` text, when given, is only reported
 back); a batch is a list of any of these. As in vLLM, a flat list of ints is one prompt and
-`prompt_token_ids` wins over `prompt`. Keys that ask for something fd cannot do (images, prompt
-embeddings, encoder-decoder prompts) are refused by name, so a request never runs without them.
+`prompt_token_ids` wins over `prompt`. Images come as `multi_modal_data` ({"image": PIL or a list})
+with optional `mm_processor_kwargs` (api/llm_images.py). Keys that ask for something fd cannot do
+(prompt embeddings, encoder-decoder prompts) are refused by name, so a request never runs without them.
 """
 
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from fdcli_engine.api.llm_images import images_of
 
 # vLLM prompt keys fd cannot honour, with what to say.
 UNSUPPORTED_KEYS = {
-    "multi_modal_data": "multi-modal inputs (images, audio, video) are not supported yet: pass text or token ids",
-    "multi_modal_uuids": "multi-modal inputs (images, audio, video) are not supported yet: pass text or token ids",
+    "multi_modal_uuids": "multi_modal_uuids are not supported: images are identified by their content",
     "prompt_embeds": "prompt embeddings are not supported: pass text or token ids",
     "encoder_prompt": "encoder-decoder prompts are not supported: this engine runs decoder-only models",
     "decoder_prompt": "encoder-decoder prompts are not supported: this engine runs decoder-only models",
 }
-# Accepted and without effect here: processor options only apply to multi-modal data, which is refused.
-IGNORED_KEYS = ("mm_processor_kwargs",)
-PROMPT_KEYS = ("prompt", "prompt_token_ids", "cache_salt")
+PROMPT_KEYS = ("prompt", "prompt_token_ids", "cache_salt", "multi_modal_data", "mm_processor_kwargs")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class ParsedPrompt:
     text: str | None  # reported back as RequestOutput.prompt
     token_ids: list[int] | None  # None: encode `text`
     cache_salt: str | None = None  # vLLM's prefix-cache isolation (SamplingParams.cache_salt)
+    images: list = field(default_factory=list)  # multi_modal_data["image"]
+    mm_processor_kwargs: dict | None = None
 
 
 def _is_token(t) -> bool:
@@ -54,7 +56,7 @@ def _from_dict(prompt: dict, where: str) -> ParsedPrompt:
     for key, why in UNSUPPORTED_KEYS.items():
         if prompt.get(key) is not None:
             raise ValueError(f"{where}: {key!r}: {why}")
-    unknown = sorted(set(prompt) - set(PROMPT_KEYS) - set(UNSUPPORTED_KEYS) - set(IGNORED_KEYS))
+    unknown = sorted(set(prompt) - set(PROMPT_KEYS) - set(UNSUPPORTED_KEYS))
     if unknown:
         raise ValueError(
             f"{where}: unknown prompt key(s) {unknown}; a prompt dict takes 'prompt' or 'prompt_token_ids'"
@@ -65,12 +67,17 @@ def _from_dict(prompt: dict, where: str) -> ParsedPrompt:
     salt = prompt.get("cache_salt")
     if salt is not None and not isinstance(salt, str):
         raise TypeError(f"{where}: 'cache_salt' must be a str, got {type(salt).__name__}")
+    mm = prompt.get("multi_modal_data")
+    images = images_of(mm, where) if mm is not None else []
+    kwargs = prompt.get("mm_processor_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"{where}: 'mm_processor_kwargs' must be a dict, got {type(kwargs).__name__}")
     if "prompt_token_ids" in prompt:
         ids = _token_ids(prompt["prompt_token_ids"], f"{where}: 'prompt_token_ids'")
-        return ParsedPrompt(text, ids, salt)
+        return ParsedPrompt(text, ids, salt, images, kwargs)
     if text is None:
         raise ValueError(f"{where}: a prompt dict needs 'prompt' (text) or 'prompt_token_ids' (list of ints)")
-    return ParsedPrompt(text, None, salt)
+    return ParsedPrompt(text, None, salt, images, kwargs)
 
 
 def parse_one(prompt, where: str) -> ParsedPrompt:

@@ -53,13 +53,23 @@ class EngineClient(Protocol):
     def num_unfinished(self) -> int: ...
 
     def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str, prompt: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str,
+        prompt: str | None = None,
+        mm_features: list | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Outputs of one sequence until it finishes, each as `params.output_kind` says. A consumer
-        that stops early aborts the request."""
+        that stops early aborts the request. `mm_features`: the prompt's images, as the model's image
+        processor made them (multimodal/processor.py), placeholders already expanded in the ids."""
 
     def encode(
-        self, prompt_token_ids: list[int], pooling_params: PoolingParams, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        pooling_params: PoolingParams,
+        request_id: str,
+        mm_features: list | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """One finished output whose `pooled` holds the pooled vector (or scores)."""
 

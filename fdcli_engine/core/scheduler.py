@@ -229,6 +229,7 @@ class Scheduler:
             output_token_ids=req.output_token_ids,
             prompt_token_ids=req.prompt_token_ids,
             pooling_params=req.pooling_params,
+            mm_features=req.mm_features,
             needs_prompt_logprobs=(
                 req.wants_prompt_logprobs
                 and not req.prompt_logprobs_sent

@@ -25,9 +25,12 @@ def read_hf_config(path: Path) -> dict:
         raise ModelLoadError(f"{cfg_path}: cannot read config.json ({exc})") from None
     if not isinstance(cfg, dict):
         raise ModelLoadError(f"{cfg_path}: expected a JSON object")
-    # Multimodal wrappers keep the language model's settings under text_config.
+    # Multimodal wrappers keep the language model's settings under text_config: they are lifted to the
+    # top (where the decoder reads them), the wrapper's own keys (vision_config, image_token_id...)
+    # stay beside them; on a clash the language model's value wins.
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+        outer = {k: v for k, v in cfg.items() if k != "text_config"}
+        cfg = {**outer, **cfg["text_config"], "architectures": cfg.get("architectures")}
     return cfg
 
 

@@ -19,14 +19,25 @@ import paddle
 from fdcli_engine.errors import InvalidRequestError, ModelLoadError
 from fdcli_engine.layers import Linear
 from fdcli_engine.models.bert import BertForSequenceClassification, BertModel
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.llama import LlamaForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
+from fdcli_engine.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
 from fdcli_engine.models.qwen3 import Qwen3ForCausalLM
 
 logger = logging.getLogger(__name__)
 
-# Architecture-name prefix -> the decoder that holds its body (longest prefix first: Qwen3 before Qwen2).
-BASE_DECODERS = {"Qwen3": Qwen3ForCausalLM, "Qwen2": Qwen2ForCausalLM, "Llama": LlamaForCausalLM}
+# Architecture-name prefix -> the decoder that holds its body (longest prefix first: Qwen3 and
+# Qwen2_5_VL before Qwen2). A vision-language body keeps its vision tower: its pooling models take
+# images (the pooling runner fills the placeholder rows as the generate runner does).
+BASE_DECODERS = {
+    "Qwen3": Qwen3ForCausalLM,
+    "Qwen2_5_VL": Qwen2_5_VLForConditionalGeneration,
+    "Ernie4_5_VLMoe": Ernie4_5_VLMoeForConditionalGeneration,
+    "Qwen2": Qwen2ForCausalLM,
+    "Llama": LlamaForCausalLM,
+}
+GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration")
 HEAD_SUFFIXES = ("ForSequenceClassification", "ForProcessRewardModel", "ForRewardModel")
 
 
@@ -156,7 +167,9 @@ def resolve_pooling_class(hf_config: dict, convert: str, source: str = "config")
         raise ModelLoadError(
             f"{source}: architecture {arch!r} has no pooling support in fd; supported: BertModel, "
             "BertForSequenceClassification, "
-            "Llama/Qwen2/Qwen3 *ForCausalLM (--convert embed), *Model, *ForSequenceClassification, "
+            "Llama/Qwen2/Qwen3 *ForCausalLM and Qwen2_5_VL/Ernie4_5_VLMoe *ForConditionalGeneration "
+            "(--convert embed), "
+            "*Model, *ForSequenceClassification, "
             "*ForRewardModel, *ForProcessRewardModel"
         )
     if arch.endswith("ForSequenceClassification"):
@@ -165,11 +178,11 @@ def resolve_pooling_class(hf_config: dict, convert: str, source: str = "config")
         cls = _with_mlp_head(base, 2)
     elif arch.endswith("ForRewardModel"):
         cls = _with_mlp_head(base, 1)
-    elif arch.endswith("ForCausalLM") and convert != "embed":
-        raise ModelLoadError(f"{source}: {arch} is a causal LM: pass --convert embed to pool it")
+    elif arch.endswith(GENERATIVE_SUFFIXES) and convert != "embed":
+        raise ModelLoadError(f"{source}: {arch} is a generative model: pass --convert embed to pool it")
     else:
         cls = _as_embedding(base)
-    cls.__name__ = cls.__qualname__ = arch if not arch.endswith("ForCausalLM") else f"{arch}(embed)"
+    cls.__name__ = cls.__qualname__ = arch if not arch.endswith(GENERATIVE_SUFFIXES) else f"{arch}(embed)"
     return cls
 
 

@@ -191,8 +191,14 @@ class DecoderForCausalLM:
 
 def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     """`model.layers` then `model.norm` on the input hidden states (the embeddings, or the MTP head's
-    projection): the packed stack where `model.decoder_stack` is set, else the per-op loop."""
-    if model.decoder_stack is not None and model.use_decoder_stack and ops.decoder_stack is not None:
+    projection): the packed stack where `model.decoder_stack` is set, else the per-op loop. Positions
+    int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position."""
+    if (
+        model.decoder_stack is not None
+        and model.use_decoder_stack
+        and ops.decoder_stack is not None
+        and positions.ndim == 1
+    ):
         return ops.decoder_stack(hidden, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows)
     residual = None
     for layer, kv_cache in zip(model.layers, kv_caches, strict=True):

@@ -6,9 +6,11 @@ from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.models.bert import BertModel
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM
 from fdcli_engine.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM
+from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.llama import LlamaForCausalLM
 from fdcli_engine.models.mistral import MistralForCausalLM
 from fdcli_engine.models.qwen2 import Qwen2ForCausalLM
+from fdcli_engine.models.qwen2_5_vl import Qwen2_5_VLForConditionalGeneration
 from fdcli_engine.models.qwen3 import Qwen3ForCausalLM
 
 MODEL_REGISTRY = {
@@ -16,9 +18,11 @@ MODEL_REGISTRY = {
     "Ernie4_5ForCausalLM": Ernie4_5ForCausalLM,
     "Ernie4_5_ForCausalLM": Ernie4_5ForCausalLM,  # the spelling of baidu's -PT config.json files
     "Ernie4_5_MoeForCausalLM": Ernie4_5_MoeForCausalLM,
+    "Ernie4_5_VLMoeForConditionalGeneration": Ernie4_5_VLMoeForConditionalGeneration,
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": MistralForCausalLM,
     "Qwen2ForCausalLM": Qwen2ForCausalLM,
+    "Qwen2_5_VLForConditionalGeneration": Qwen2_5_VLForConditionalGeneration,
     "Qwen3ForCausalLM": Qwen3ForCausalLM,
 }
 

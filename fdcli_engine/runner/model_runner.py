@@ -16,6 +16,7 @@ from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.grammar_masks import GrammarMasks
 from fdcli_engine.runner.input_batch import build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_block_views
+from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
 from fdcli_engine.runner.proposer import ProposeInputs, make_proposer
 from fdcli_engine.runner.sampler import Sampler
@@ -51,6 +52,7 @@ class ModelRunner:
             self.proposer.allocate_kv(self.num_blocks, self.block_size, config.kv_cache_dtype)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
         self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
+        self.mm = MultiModalInputs(model)
         logger.info(
             "KV cache: %d blocks of %d tokens, %s (%.2f GiB)",
             self.num_blocks,
@@ -69,6 +71,7 @@ class ModelRunner:
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
         self.sampler.drop(so.finished_req_ids)
         self.grammar.drop(so.finished_req_ids)
+        self.mm.drop(so.finished_req_ids)
         if self.proposer is not None:
             self.proposer.drop(so.finished_req_ids)
         if so.is_empty:
@@ -77,9 +80,11 @@ class ModelRunner:
         reqs = [s for s in so.scheduled if s.do_sample]
         last_rows = inputs.last_token_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
         rows, views, starts = sampling_rows(reqs, last_rows)
+        positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
+        extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
         pending = self.grammar.begin(so.scheduled, views)
         try:
-            hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+            hidden = self.model.forward(inputs.input_ids, positions, self.kv_caches, inputs.meta, **extra)
         finally:
             masks = self.grammar.wait(pending)  # the worker never outlives the step
         out = ModelRunnerOutput(sampled_token_ids={}, failed=masks.failed if masks is not None else {})

@@ -19,6 +19,7 @@ from fdcli_engine.pooling.config import get_pooler_config
 from fdcli_engine.pooling.pooler import pool
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.input_batch import build_inputs
+from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class PoolingModelRunner:
         self.model = model
         self.pooler_config = get_pooler_config(config)
         self.block_size = config.block_size
+        self.mm = MultiModalInputs(model)  # a vision-language body: image rows and M-RoPE positions
         per_seq = -(-config.max_model_len // config.block_size)
         if _is_encoder(model):
             self.num_blocks = per_seq * config.max_num_seqs
@@ -78,7 +80,11 @@ class PoolingModelRunner:
         extra = {}
         if getattr(self.model, "uses_token_types", False):
             extra["token_type_ids"] = token_types(so.scheduled)
-        hidden = self.model.forward(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta, **extra)
+        positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
+        if mm_embeds is not None:
+            extra["mm_embeds"] = mm_embeds
+        self.mm.drop([s.req_id for s in so.scheduled])  # a pooled request ends in its step
+        hidden = self.model.forward(inputs.input_ids, positions, self.kv_caches, inputs.meta, **extra)
         pooled = pool(
             hidden.numpy(),
             inputs.meta.query_start_loc_np,

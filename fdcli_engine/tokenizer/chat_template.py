@@ -142,24 +142,25 @@ def _compile(template: str):
 
 
 def _flatten_content(content: Any, index: int) -> Any:
-    """String content stays; a list of {"type": "text"} parts becomes their texts joined by newlines."""
+    """String content stays; a list of {"type": "text"} parts becomes their texts joined by newlines; a
+    list with {"type": "image"} parts (the serving layer's stand-in for each picture) stays a list, as
+    HF templates for vision models read it."""
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = []
+        texts, has_image = [], False
         for part in content:
-            if (
-                not isinstance(part, dict)
-                or part.get("type") != "text"
-                or not isinstance(part.get("text"), str)
-            ):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind == "image":
+                has_image = True
+            elif kind != "text" or not isinstance(part.get("text"), str):
                 raise InvalidRequestError(
-                    f"messages[{index}].content: only text parts are supported, got {kind!r}",
+                    f"messages[{index}].content: only text and image parts are supported, got {kind!r}",
                     param="messages",
                 )
-            texts.append(part["text"])
-        return "\n".join(texts)
+            else:
+                texts.append(part["text"])
+        return [dict(p) for p in content] if has_image else "\n".join(texts)
     raise InvalidRequestError(
         f"messages[{index}].content must be a string or a list of parts", param="messages"
     )

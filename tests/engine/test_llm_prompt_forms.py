@@ -54,7 +54,7 @@ def test_single_prompts_in_each_form(llm):
     [
         ({"text": "hi"}, ValueError, "unknown prompt key(s) ['text']"),
         ({}, ValueError, "needs 'prompt' (text) or 'prompt_token_ids'"),
-        ({"prompt": "hi", "multi_modal_data": {"image": object()}}, ValueError, "not supported yet"),
+        ({"prompt": "hi", "multi_modal_data": {"image": object()}}, TypeError, "must be a PIL image"),
         ([{"prompt": "hi"}, {"prompt_embeds": [[0.1]]}], ValueError, "prompts[1]: 'prompt_embeds'"),
         ({"encoder_prompt": "a", "decoder_prompt": "b"}, ValueError, "encoder-decoder"),
         ({"prompt": ["hi"]}, TypeError, "'prompt' must be a str"),

@@ -142,15 +142,19 @@ def test_wrong_runner_is_400_on_both_routes():
 
 def test_images_on_text_model_are_a_400_naming_the_part():
     reward = OpenAIServingReward(ScriptedEngine("Qwen2ForRewardModel"), ["m"])
-    content = [
-        {"type": "text", "text": "look"},
-        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
-    ]
-    req = ChatRewardRequest(messages=[{"role": "user", "content": content}])
-    with pytest.raises(APIError) as e:
-        asyncio.run(reward.create_reward(req))
-    assert e.value.status == 400 and e.value.param == "messages[0].content[1].type"
-    assert "image_url" in e.value.message and "text-only" in e.value.message
+    from image_fixtures import data_url, encoded
+
+    # A good picture is loaded and checked first, then refused by the model; a bad one is refused as bad.
+    for url, words in (
+        (data_url(encoded("PNG")), "does not accept images"),
+        ("http://x/y.png", "not allowed"),
+    ):
+        content = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": url}}]
+        req = ChatRewardRequest(messages=[{"role": "user", "content": content}])
+        with pytest.raises(APIError) as e:
+            asyncio.run(reward.create_reward(req))
+        assert e.value.status == 400 and e.value.param == "messages[0].content[1]"
+        assert words in e.value.message
 
 
 def test_request_chat_template_needs_the_server_flag():

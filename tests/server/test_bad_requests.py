@@ -89,7 +89,7 @@ CASES = [
         {**M, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
         400,
         INV,
-        "messages[0].content[0].type",
+        "messages[0].content[0]",
     ),
     (
         "json-schema-invalid",

@@ -155,7 +155,7 @@ def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             "input[0].content[0].type",
-            "input_image",
+            "'input_image' is not supported: only input_text parts are; send pictures as image_url parts",
         ),
         ({"max_output_tokens": 10**6}, "max_output_tokens", "max_output_tokens"),
     ],

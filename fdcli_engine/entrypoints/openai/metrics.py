@@ -239,10 +239,10 @@ class ObservedEngine:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    async def generate(self, prompt_token_ids, params, request_id, prompt=None):
+    async def generate(self, prompt_token_ids, params, request_id, prompt=None, **kwargs):
         """Times come from the finished output's `metrics` (the front end's clock), so a FINAL_ONLY
-        request, which yields once, is timed as a streamed one is."""
-        async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt):
+        request, which yields once, is timed as a streamed one is. `kwargs`: the images (mm_features)."""
+        async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt, **kwargs):
             if out.finished and out.metrics is not None:
                 self._observe(out.metrics)
             yield out

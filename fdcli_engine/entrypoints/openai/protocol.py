@@ -102,11 +102,13 @@ class _SamplingFields(_Request):
     max_streaming_response_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     # vLLM: keep only the last k prompt tokens (-1: the last max_model_len - 1).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
-    # Accepted, no effect here: OpenAI's `metadata` (also FastDeploy's), vLLM's scheduling priority
-    # (fd schedules first come, first served) and its multimodal processor options (text models).
+    # Accepted, no effect here: OpenAI's `metadata` (also FastDeploy's) and vLLM's scheduling priority
+    # (fd schedules first come, first served).
     metadata: Ignored = None
     priority: Ignored = None
-    mm_processor_kwargs: Ignored = None
+    # FastDeploy's / vLLM's image-processor options (min_pixels, max_pixels, image_size...): passed to
+    # the model's processor for a request with images, which refuses a key it does not know.
+    mm_processor_kwargs: dict[str, Any] | None = Field(default=None, max_length=64)
     # vLLM's prefix-cache isolation: requests with different salts never share cached blocks.
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
     # vLLM's prefill/decode hand-off, set by `fd router` (kv_transfer/pd/params.py checks it).

@@ -34,9 +34,10 @@ class _ChatFields(_Request):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = False  # an embedding/reward reads the conversation, it does not answer
     continue_final_message: bool = False
-    # Accepted, no effect: FastDeploy's metadata and multimodal processor options (text models here).
+    # Accepted, no effect: FastDeploy's metadata. Its mm_processor_kwargs go to the image processor
+    # of a request with images (as on chat).
     metadata: Ignored = None
-    mm_processor_kwargs: Ignored = None
+    mm_processor_kwargs: dict[str, Any] | None = Field(default=None, max_length=64)
 
 
 class EmbeddingRequest(_ChatFields):

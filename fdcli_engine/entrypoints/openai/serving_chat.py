@@ -6,6 +6,14 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.chat_images import (
+    OTHER_MEDIA_PARTS,
+    ImageInputs,
+    check_truncation,
+    image_refs,
+    other_media_error,
+    part_image_url,
+)
 from fdcli_engine.entrypoints.openai.echo_logprobs import (
     check_logit_bias_vocab,
     check_prompt_logprobs,
@@ -54,7 +62,9 @@ from fdcli_engine.tokenizer.chat_template import RenderLimitError, template_take
 
 
 def messages_to_dicts(messages) -> list[dict]:
-    """Plain dicts for the template; text parts are joined with newlines, other part types are a 400."""
+    """Plain dicts for the template. Text parts are joined with newlines; a message with image_url
+    parts keeps its parts as a list, each image as {"type": "image"} (what HF chat templates read);
+    any other part type is a 400."""
     out = []
     for i, m in enumerate(messages):
         if "content" not in m.model_fields_set and not m.tool_calls:
@@ -62,15 +72,7 @@ def messages_to_dicts(messages) -> list[dict]:
             raise bad_request(f"messages[{i}].content: Field required", f"messages[{i}].content")
         content = m.content
         if isinstance(content, list):
-            texts = []
-            for j, part in enumerate(content):
-                if part.type != "text" or part.text is None:
-                    raise bad_request(
-                        f"content part type {part.type!r} is not supported: only text parts are",
-                        f"messages[{i}].content[{j}].type",
-                    )
-                texts.append(part.text)
-            content = "\n".join(texts)
+            content = _template_parts(content, i)
         d = {"role": m.role, "content": content or ""}
         if m.name:
             d["name"] = m.name
@@ -84,6 +86,27 @@ def messages_to_dicts(messages) -> list[dict]:
             d["tool_call_id"] = m.tool_call_id
         out.append(d)
     return out
+
+
+def _template_parts(parts, i: int) -> str | list[dict]:
+    """A content list as the template reads it: the joined text, or (with images) the list of parts."""
+    texts, has_image = [], False
+    for j, part in enumerate(parts):
+        if part.type == "image_url":
+            part_image_url(part, f"messages[{i}].content[{j}]")
+            has_image = True
+        elif part.type in OTHER_MEDIA_PARTS:
+            raise other_media_error(part.type, f"messages[{i}].content[{j}]")
+        elif part.type != "text" or part.text is None:
+            raise bad_request(
+                f"content part type {part.type!r} is not supported: use text or image_url parts",
+                f"messages[{i}].content[{j}].type",
+            )
+        else:
+            texts.append(part.text)
+    if not has_image:
+        return "\n".join(texts)
+    return [{"type": "image"} if p.type == "image_url" else {"type": "text", "text": p.text} for p in parts]
 
 
 def _template_tool_call(call) -> dict:
@@ -119,8 +142,11 @@ class OpenAIServingChat:
         allow_request_chat_template: bool = False,
         tool_parser_cls=None,
         structured_outputs: StructuredOutputs | None = None,
+        images: ImageInputs | None = None,
     ):
         self.engine = engine
+        # Image parts: the media policy, the per-request limit and the model's processor.
+        self.images = images or ImageInputs(engine)
         # The grammar checks, shared with completions when build_serving passes them.
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
         self.served_model_names = served_model_names
@@ -198,7 +224,7 @@ class OpenAIServingChat:
                 return tok.decode(rendered), list(rendered)
             rendered = tok.decode(rendered)
         if req.continue_final_message:
-            rendered = _open_final_message(rendered, messages[-1]["content"])
+            rendered = _open_final_message(rendered, _text_of(messages[-1]["content"]))
         # The template writes the special tokens (BOS, role markers) itself; vLLM's add_special_tokens
         # (chat requests only) adds the tokenizer's own as well.
         return rendered, encode(tok, rendered, add_special_tokens=req.add_special_tokens)
@@ -210,6 +236,10 @@ class OpenAIServingChat:
             return None, list(req.prompt_token_ids)
         if req.disable_chat_template:
             text = messages_to_dicts(req.messages[:1])[0]["content"]
+            if not isinstance(text, str):
+                raise bad_request(
+                    "disable_chat_template takes a text message; images need the template", "messages"
+                )
             return text, encode(self.engine.tokenizer, text)
         return self.render(req, tool_parser)
 
@@ -221,10 +251,23 @@ class OpenAIServingChat:
         # --- end tools ---
         self._check_unsupported(req)
         tool_parser = tool_call_parser(req, self.tool_parser_cls)
+        refs = image_refs(req.messages)
+        if refs and (req.prompt_token_ids is not None or req.disable_chat_template):
+            raise bad_request(
+                "image parts need the chat template and the messages' own prompt", refs[0].param
+            )
+        images = await self.images.load(refs)  # each checked, then the model (a 400 naming the part)
         prompt, prompt_ids = await off_loop(self._prompt, req, tool_parser)
+        features = None
+        if images:
+            prompt_ids, features = await off_loop(
+                self.images.expand, prompt_ids, images, req.mm_processor_kwargs, refs[0].param
+            )
+        rendered_len = len(prompt_ids)
         prompt_ids = truncate_prompt(
             prompt_ids, req.truncate_prompt_tokens, self.engine.model_config.max_model_len
         )
+        check_truncation(rendered_len, len(prompt_ids), bool(features))
         limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")
@@ -240,7 +283,7 @@ class OpenAIServingChat:
             await self.structured_outputs.check_tools(tool_constraint)
             params.structured_outputs = tool_constraint
         rid = request_id or req.request_id or random_id("chatcmpl")
-        jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n)
+        jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n, features)
         return PreparedChat(model, rid, prompt_ids, jobs, tool_parser)
 
     async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):
@@ -361,7 +404,8 @@ class OpenAIServingChat:
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None and not call_parts:
-                    continue
+                    if not (req.return_token_ids and new_ids):  # ids without text still go out
+                        continue
                 # The text, then each tool-call part in its own chunk (as OpenAI sends them), then
                 # the finish in a chunk of its own after calls; logprobs, token ids and the finish
                 # ride on the last chunk.
@@ -406,6 +450,13 @@ def _open_final_message(rendered: str, final: str) -> str:
         "template changes it); send the prefix as a completions prompt instead",
         "continue_final_message",
     )
+
+
+def _text_of(content: str | list[dict]) -> str:
+    """A message's text as the template writes it: the string, or its text parts joined."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
 def _finish_reason(engine_reason: str | None, tool_calls) -> str | None:

@@ -192,10 +192,22 @@ class Job:
     prompt_ids: list[int]
     prompt: str | None
     params: SamplingParams
+    mm_features: list | None = None  # the prompt's images (multimodal.inputs.MultiModalFeature)
+
+    def engine_kwargs(self) -> dict:
+        """What engine.generate takes besides the ids, params, id and prompt: the images, if any."""
+        return {"mm_features": self.mm_features} if self.mm_features else {}
 
 
-def fan_out(request_id: str, prompts: list[tuple[str | None, list[int]]], params: SamplingParams, n: int):
-    """Jobs for `n` samples of each prompt: ids `rid` (single job), else `rid-i` / `rid-k-i`; seed + i."""
+def fan_out(
+    request_id: str,
+    prompts: list[tuple[str | None, list[int]]],
+    params: SamplingParams,
+    n: int,
+    mm_features: list | None = None,
+):
+    """Jobs for `n` samples of each prompt: ids `rid` (single job), else `rid-i` / `rid-k-i`; seed + i.
+    `mm_features` (one prompt only) ride with every sample."""
     jobs = []
     single = len(prompts) == 1 and n == 1
     for k, (text, ids) in enumerate(prompts):
@@ -207,7 +219,7 @@ def fan_out(request_id: str, prompts: list[tuple[str | None, list[int]]], params
                 rid = f"{request_id}-{i}"
             else:
                 rid = f"{request_id}-{k}-{i}"
-            jobs.append(Job(k * n + i, k, rid, ids, text, child))
+            jobs.append(Job(k * n + i, k, rid, ids, text, child, mm_features))
     return jobs
 
 
@@ -216,7 +228,9 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
     one job) cancels the others, whose generators then abort their requests in the engine."""
     if len(jobs) == 1:
         job = jobs[0]
-        async for out in engine.generate(job.prompt_ids, job.params, job.request_id, job.prompt):
+        async for out in engine.generate(
+            job.prompt_ids, job.params, job.request_id, job.prompt, **job.engine_kwargs()
+        ):
             yield job, out
         return
     queue: asyncio.Queue = asyncio.Queue()
@@ -224,7 +238,9 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
 
     async def pump(job: Job) -> None:
         try:
-            async for out in engine.generate(job.prompt_ids, job.params, job.request_id, job.prompt):
+            async for out in engine.generate(
+                job.prompt_ids, job.params, job.request_id, job.prompt, **job.engine_kwargs()
+            ):
                 queue.put_nowait((job, out))
             queue.put_nowait(done)
         except BaseException as e:  # noqa: B036 - re-raised in the consumer

@@ -12,6 +12,7 @@ import base64
 
 import numpy as np
 
+from fdcli_engine.entrypoints.openai.chat_images import check_truncation, image_refs
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
 from fdcli_engine.entrypoints.openai.protocol_pooling import (
@@ -25,6 +26,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     check_model,
     check_prompt,
     encode,
+    off_loop,
     random_id,
     truncate_limit,
 )
@@ -33,8 +35,6 @@ from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
 from fdcli_engine.pooling_params import PoolingParams
 
-# Content-part types a text-only model cannot read; named in the 400 instead of being dropped.
-MEDIA_PARTS = {"image_url", "image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
 _TASK_NAMES = {
     "embed": "an embedding",
     "classify": "a classification",
@@ -89,14 +89,11 @@ class PoolingServing:
             raise bad_request(f"this server runs {kind} model: use {other}, not {self.route}", "model")
         return pc
 
-    def render_messages(self, req, param: str = "messages") -> list[int]:
-        for i, m in enumerate(req.messages):
-            for j, part in enumerate(m.content if isinstance(m.content, list) else []):
-                if part.type in MEDIA_PARTS:
-                    raise bad_request(
-                        f"content part type {part.type!r} is not supported: this model is text-only",
-                        f"{param}[{i}].content[{j}].type",
-                    )
+    async def render_messages(self, req, limit: int | None = None) -> tuple[list[int], list | None]:
+        """The messages' prompt ids, truncated to `limit`, and their images' features (None without
+        images). Image parts are loaded and checked as for chat (chat_images.py)."""
+        refs = image_refs(req.messages)
+        images = await self.chat.images.load(refs)
         chat_req = ChatCompletionRequest(
             messages=req.messages,
             add_generation_prompt=req.add_generation_prompt,
@@ -106,9 +103,20 @@ class PoolingServing:
         )
         self.chat.check_request_template(req.chat_template)
         try:
-            return self.chat.render(chat_req)[1]
+            ids = (await off_loop(self.chat.render, chat_req))[1]
         except InvalidRequestError as e:
-            raise bad_request(str(e), e.param or param) from None
+            raise bad_request(str(e), e.param or "messages") from None
+        features = None
+        if images:
+            ids, features = await off_loop(
+                self.chat.images.expand, ids, images, req.mm_processor_kwargs, refs[0].param
+            )
+        if limit:
+            truncated = truncate_ids(ids, limit)
+            check_truncation(len(ids), len(truncated), bool(features))
+            ids = truncated
+        self.check_length(ids, "messages")
+        return ids, features
 
     def limit(self, truncate: int | None, param: str = "truncate_prompt_tokens") -> int | None:
         return truncate_limit(truncate, self.engine.model_config.max_model_len, param)
@@ -117,16 +125,21 @@ class PoolingServing:
         check_prompt(ids, None, self.engine.model_config, prompt_param=param, pooling=True)
 
     async def pool_all(
-        self, prompts: list[list[int]], request_id: str, params: list[PoolingParams] | None = None
+        self,
+        prompts: list[list[int]],
+        request_id: str,
+        params: list[PoolingParams] | None = None,
+        mm_features: list | None = None,
     ) -> list[np.ndarray]:
         """Raw pools of every prompt (with `params[i]`, default PoolingParams()), submitted together so
         the scheduler batches them. If one fails or the caller is cancelled, the others are cancelled
-        (their generators abort in the engine)."""
+        (their generators abort in the engine). `mm_features`: the images of a single prompt."""
+        extra = {"mm_features": mm_features} if mm_features else {}
 
         async def one(i: int, ids: list[int]):
             rid = request_id if len(prompts) == 1 else f"{request_id}-{i}"
             final = None
-            async for out in self.engine.encode(ids, params[i] if params else PoolingParams(), rid):
+            async for out in self.engine.encode(ids, params[i] if params else PoolingParams(), rid, **extra):
                 final = out
             pooled = final.pooled if final is not None else None
             if pooled is None:
@@ -136,6 +149,8 @@ class PoolingServing:
         tasks = [asyncio.ensure_future(one(i, ids)) for i, ids in enumerate(prompts)]
         try:
             return list(await asyncio.gather(*tasks))
+        except InvalidRequestError as e:  # the engine's own check of the request (as final_outputs)
+            raise bad_request(str(e), e.param) from None
         finally:
             for t in tasks:
                 t.cancel()
@@ -144,16 +159,8 @@ class PoolingServing:
 
 class OpenAIServingEmbedding(PoolingServing):
     def prompts(self, req: EmbeddingRequest) -> list[list[int]]:
-        if (req.input is None) == (req.messages is None):
-            raise bad_request("give exactly one of input or messages", "input")
+        """The prompts of an `input` request (the messages form: render_messages)."""
         limit = self.limit(req.truncate_prompt_tokens)
-        if req.messages is not None:
-            if not req.messages:
-                raise bad_request("messages is empty", "messages")
-            ids = self.render_messages(req)
-            ids = truncate_ids(ids, limit) if limit else ids
-            self.check_length(ids, "messages")
-            return [ids]
         items = req.input
         if isinstance(items, str) or (isinstance(items, list) and items and isinstance(items[0], int)):
             items = [items]
@@ -187,9 +194,18 @@ class OpenAIServingEmbedding(PoolingServing):
             dims = check_dimensions(req.dimensions, pc, hidden)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param) from None
-        prompts = self.prompts(req)
+        if (req.input is None) == (req.messages is None):
+            raise bad_request("give exactly one of input or messages", "input")
+        features = None
+        if req.messages is not None:
+            if not req.messages:
+                raise bad_request("messages is empty", "messages")
+            ids, features = await self.render_messages(req, self.limit(req.truncate_prompt_tokens))
+            prompts = [ids]
+        else:
+            prompts = self.prompts(req)
         rid = request_id or req.request_id or random_id("embd")
-        pools = await self.pool_all(prompts, rid)
+        pools = await self.pool_all(prompts, rid, mm_features=features)
         data = []
         for i, raw in enumerate(pools):
             vec = postprocess(raw, pc, dims, req.normalize)

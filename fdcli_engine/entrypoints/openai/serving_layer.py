@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.chat_images import ImageInputs
 from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
-from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
+from fdcli_engine.entrypoints.openai.serving_options import ServingOptions, image_limit, media_policy
 from fdcli_engine.entrypoints.openai.serving_responses import OpenAIServingResponses
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
@@ -54,6 +55,7 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         allow_request_chat_template=options.trust_request_chat_template,
         tool_parser_cls=get_tool_parser_cls(options.tool_call_parser),
         structured_outputs=structured,
+        images=ImageInputs(engine, media_policy(options), image_limit(options)),
     )
     return ServingLayer(
         engine=engine,

@@ -8,11 +8,15 @@ neither a file nor Jinja, or --enable-auto-tool-choice without a parser is a Con
 
 from __future__ import annotations
 
+import ipaddress
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.entrypoints.openai.chat_images import DEFAULT_IMAGE_LIMIT
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.multimodal.media import MediaPolicy
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,14 @@ class ServingOptions:
     # Unknown request fields: False ignores them (logged once, named in the fd-ignored-fields header,
     # as vLLM ignores them); True answers OpenAI's 400 "Unrecognized request argument supplied".
     strict_request_fields: bool = False
+    # --- image inputs (docs/images.md): vLLM's flags; http(s) and local files are off unless given ---
+    allowed_local_media_path: str | None = None
+    allowed_media_domains: list[str] | None = None  # each item may hold several, comma-separated
+    limit_mm_per_prompt: str | dict | None = None  # vLLM's JSON '{"image": 4}' (or the mapping)
+    # The policy itself, for tests only (a fixture server on 127.0.0.1 needs the loopback allowance);
+    # None: built from the three flags above.
+    media_policy: MediaPolicy | None = None
+    # --- end image inputs ---
 
 
 def default_served_name(config: EngineConfig) -> str:
@@ -51,7 +63,67 @@ def check_serving_options(options: ServingOptions) -> None:
     from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
     from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
 
+    image_limit(options)
+    media_policy(options)
     get_parser_cls(options.reasoning_parser)
     get_tool_parser_cls(options.tool_call_parser)
     if options.enable_auto_tool_choice and not options.tool_call_parser:
         raise ConfigError("--enable-auto-tool-choice needs --tool-call-parser (e.g. hermes)")
+
+
+def image_limit(options: ServingOptions) -> int:
+    """The most images one request may carry, from --limit-mm-per-prompt (ConfigError if malformed)."""
+    value = options.limit_mm_per_prompt
+    if value is None:
+        return DEFAULT_IMAGE_LIMIT
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(
+                f"--limit-mm-per-prompt must be JSON such as '{{\"image\": 4}}', got {value!r}"
+            ) from None
+    if not isinstance(value, dict):
+        raise ConfigError("--limit-mm-per-prompt must be a JSON object such as '{\"image\": 4}'")
+    for modality, limit in value.items():
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ConfigError(
+                f"--limit-mm-per-prompt: {modality!r} needs a count of 0 or more, got {limit!r}"
+            )
+        if modality != "image" and limit > 0:
+            raise ConfigError(
+                f"--limit-mm-per-prompt: {modality!r} inputs are not supported; only images are"
+            )
+    return value.get("image", DEFAULT_IMAGE_LIMIT)
+
+
+def media_policy(options: ServingOptions) -> MediaPolicy:
+    """Where image URLs may point, from the flags (or the test's own policy)."""
+    if options.media_policy is not None:
+        return options.media_policy
+    local = options.allowed_local_media_path
+    if local is not None and not Path(local).expanduser().is_dir():
+        raise ConfigError(f"--allowed-local-media-path {local!r} is not a folder")
+    domains = tuple(
+        d.strip().lower()
+        for item in options.allowed_media_domains or ()
+        for d in item.split(",")
+        if d.strip()
+    )
+    for d in domains:
+        if "/" in d or "@" in d or (":" in d and not _is_ipv6(d)):
+            raise ConfigError(
+                f"--allowed-media-domains takes host names (no scheme, port or path), got {d!r}"
+            )
+    return MediaPolicy(
+        allowed_local_path=str(Path(local).expanduser().resolve()) if local is not None else None,
+        allowed_domains=domains,
+    )
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True

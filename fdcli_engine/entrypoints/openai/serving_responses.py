@@ -104,8 +104,13 @@ def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
         if isinstance(content, list):
             for j, part in enumerate(content):
                 if part.type not in TEXT_PARTS or part.text is None:
+                    hint = (
+                        "; send pictures as image_url parts to /v1/chat/completions"
+                        if "image" in part.type
+                        else ""
+                    )
                     raise bad_request(
-                        f"content part type {part.type!r} is not supported: only input_text parts are",
+                        f"content part type {part.type!r} is not supported: only input_text parts are{hint}",
                         f"input[{i}].content[{j}].type",
                     )
             content = "\n".join(p.text for p in content)

@@ -10,7 +10,7 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     RewardResponse,
 )
 from fdcli_engine.entrypoints.openai.serving_common import check_model, random_id
-from fdcli_engine.entrypoints.openai.serving_embedding import PoolingServing, truncate_ids
+from fdcli_engine.entrypoints.openai.serving_embedding import PoolingServing
 from fdcli_engine.pooling.postprocess import postprocess
 
 
@@ -21,12 +21,9 @@ class OpenAIServingReward(PoolingServing):
     async def create_reward(self, req: ChatRewardRequest, request_id: str | None = None) -> RewardResponse:
         model = check_model(req.model, self.served_model_names)
         pc = self.pooler_config()
-        limit = self.limit(req.truncate_prompt_tokens)
-        ids = self.render_messages(req)
-        ids = truncate_ids(ids, limit) if limit else ids
-        self.check_length(ids, "messages")
+        ids, features = await self.render_messages(req, self.limit(req.truncate_prompt_tokens))
         rid = request_id or req.request_id or random_id("reward")
-        (raw,) = await self.pool_all([ids], rid)
+        (raw,) = await self.pool_all([ids], rid, mm_features=features)
         scores = postprocess(raw, pc)
         if scores.ndim == 2 and scores.shape[1] == 1:
             scores = scores[:, 0]  # one label per token / step: a flat list of scores

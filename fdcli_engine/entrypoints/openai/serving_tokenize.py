@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fdcli_engine.entrypoints.openai.chat_images import image_refs
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatCompletionRequest,
@@ -30,7 +31,11 @@ class OpenAIServingTokenization:
             chat_req = ChatCompletionRequest(
                 messages=req.messages, add_generation_prompt=req.add_generation_prompt, tools=req.tools
             )
+            refs = image_refs(req.messages)
+            images = await self.chat.images.load(refs)  # counted as a chat request expands them
             tokens = (await off_loop(self.chat.render, chat_req))[1]
+            if images:
+                tokens, _ = await off_loop(self.chat.images.expand, tokens, images, None, refs[0].param)
         return TokenizeResponse(
             count=len(tokens), max_model_len=self.engine.model_config.max_model_len, tokens=tokens
         )

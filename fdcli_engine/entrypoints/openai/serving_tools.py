@@ -313,5 +313,7 @@ def tools_in_system_prompt(messages: list[dict], tools: list[dict], tool_parser)
     if messages and messages[0]["role"] == "system":
         first = messages[0]
         text = first["content"]
+        if isinstance(text, list):  # parts with images: the tools go in a text part of their own
+            return [{**first, "content": [*text, {"type": "text", "text": block}]}, *messages[1:]]
         return [{**first, "content": f"{text}\n\n{block}" if text else block}, *messages[1:]]
     return [{"role": "system", "content": block}, *messages]

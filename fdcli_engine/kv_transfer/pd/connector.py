@@ -72,6 +72,8 @@ class PDConnector(KVConnector):
             return self._recompute(request, tp)
         if staged.state != COMPLETE or staged.prompt_token_ids != list(request.prompt_token_ids):
             return self._recompute(request, tp)
+        if getattr(request, "mm_features", None):  # equal placeholder ids say nothing of the pictures
+            return self._recompute(request, tp)
         bs = self.views.block_size
         # Whole blocks directly after the pool's hit, leaving at least one prompt token to compute.
         usable = min(staged.num_blocks, (len(request.prompt_token_ids) - 1) // bs)
