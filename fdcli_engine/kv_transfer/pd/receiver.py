@@ -3,8 +3,10 @@ and puts its blocks in the staging area. Frames are msgspec-typed; anything else
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
+import os
 import threading
 
 import msgspec
@@ -67,3 +69,6 @@ class Receiver:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=2)
+        if self.address.startswith("ipc://") and not self._thread.is_alive():
+            with contextlib.suppress(OSError):  # the socket file, so its name is free again
+                os.unlink(self.address[len("ipc://") :])
