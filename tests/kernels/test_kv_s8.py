@@ -11,7 +11,7 @@ import pytest
 
 
 def rows(rng, shape) -> np.ndarray:
-    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e3, 1e30], shape[:-1])[..., None]).astype(
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 1e3, 1e30, 0.0], shape[:-1])[..., None]).astype(
         np.float32
     )
     x[0, 0] = 0.0  # an all-zero row: scale 1, codes 0
@@ -27,7 +27,7 @@ def kv_s8(native):
     return kv_s8
 
 
-@pytest.mark.parametrize("hd", [64, 128, 8, 13])
+@pytest.mark.parametrize("hd", [64, 128, 16, 8, 13])
 def test_quantize_matches_the_c8_rule_and_restores_exactly(kv_s8, ref, rng, hd):
     x = rows(rng, (6, 5, hd))
     codes, scales = np.full(x.shape, 99, np.int8), np.full(x.shape[:-1], np.nan, np.float32)
@@ -38,6 +38,20 @@ def test_quantize_matches_the_c8_rule_and_restores_exactly(kv_s8, ref, rng, hd):
     kv_s8.kv_s8_dequantize(codes, scales, out)
     assert np.array_equal(out, codes.astype(np.float32) * scales[..., None])
     assert np.all(np.abs(out - x) <= scales[..., None] / 2 * (1 + 1e-6))  # the C8 cache's error bound
+
+
+@pytest.mark.parametrize("hd", [64, 13])
+def test_bf16_rows_widen_exactly_and_restore_rounded_like_the_bf16_cache(kv_s8, ref, rng, hd):
+    bits = (rows(rng, (4, 3, hd)).view(np.uint32) >> 16).astype(np.uint16)
+    x = (bits.astype(np.uint32) << 16).view(np.float32)
+    codes, scales = np.empty(bits.shape, np.int8), np.empty(bits.shape[:-1], np.float32)
+    kv_s8.kv_s8_quantize(bits, codes, scales)
+    want_q, want_s = ref.quantize_kv_s8(paddle.to_tensor(x))
+    assert np.array_equal(codes, want_q.numpy()) and np.array_equal(scales, want_s.numpy())
+    out = np.empty(bits.shape, np.uint16)
+    kv_s8.kv_s8_dequantize(codes, scales, out)
+    want = ref.round_bf16(paddle.to_tensor(codes.astype(np.float32) * scales[..., None]))
+    assert np.array_equal(out, want.view("uint16").numpy())
 
 
 def test_writes_into_a_view_and_refuses_bad_arrays(kv_s8, rng):

@@ -36,11 +36,15 @@ def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _numpy_quantize(x, codes, scales) -> None:
-    codes[...], scales[...] = quantize_rows(x)
+    """fd_kernels.native.kv_s8's rule in numpy: x fp32, or bf16 bits (uint16)."""
+    codes[...], scales[...] = quantize_rows(_bf16_to_f32(x) if x.dtype == np.uint16 else x)
 
 
 def _numpy_dequantize(codes, scales, out) -> None:
-    np.multiply(codes, scales[..., None], out=out)
+    if out.dtype == np.uint16:
+        out[...] = _f32_to_bf16(codes * scales[..., None])
+    else:
+        np.multiply(codes, scales[..., None], out=out)
 
 
 def _row_rule():
@@ -55,13 +59,12 @@ def _row_rule():
 
 
 class _Group:
-    """Compressed parts of one kind ("f32" or "bf16") and per-part shape, in part order."""
+    """Compressed parts of one dtype (fp32, or bf16 bits as uint16) and per-part shape, in part order."""
 
-    def __init__(self, kind: str, shape: tuple[int, ...], parts: list[int]):
-        self.kind, self.shape, self.parts = kind, shape, parts
+    def __init__(self, dtype, shape: tuple[int, ...], parts: list[int]):
+        self.shape, self.parts = shape, parts
         self.full = (len(parts), *shape)
-        self.x = np.empty(self.full, np.float32)  # scratch: the block's values in fp32
-        self.bits = np.empty(self.full, np.uint16) if kind == "bf16" else None
+        self.x = np.empty(self.full, dtype)  # scratch: the group's values as the pool holds them
 
 
 class BlockCodec:
@@ -75,11 +78,10 @@ class BlockCodec:
         groups: dict[tuple, list[int]] = {}
         for i, a in enumerate(views.arrays):
             if compression == "int8" and a.ndim >= 2 and a.dtype in (np.float32, np.uint16):
-                kind = "f32" if a.dtype == np.float32 else "bf16"
-                groups.setdefault((kind, tuple(a.shape[1:])), []).append(i)
+                groups.setdefault((a.dtype, tuple(a.shape[1:])), []).append(i)
             else:
                 self.raw.append(i)
-        self.groups = [_Group(kind, shape, parts) for (kind, shape), parts in groups.items()]
+        self.groups = [_Group(dtype, shape, parts) for (dtype, shape), parts in groups.items()]
         self.spec: list[tuple[tuple[int, ...], np.dtype]] = [
             (tuple(views.arrays[i].shape[1:]), views.arrays[i].dtype) for i in self.raw
         ]
@@ -95,11 +97,7 @@ class BlockCodec:
     def encode(self, parts: list[np.ndarray]) -> list[np.ndarray]:
         out = [np.array(parts[i]) for i in self.raw]
         for g in self.groups:
-            if g.kind == "bf16":
-                np.stack([parts[i] for i in g.parts], out=g.bits)
-                np.left_shift(g.bits, 16, out=g.x.view(np.uint32), dtype=np.uint32)
-            else:
-                np.stack([parts[i] for i in g.parts], out=g.x)
+            np.stack([parts[i] for i in g.parts], out=g.x)
             codes, scales = np.empty(g.full, np.int8), np.empty(g.full[:-1], np.float32)
             self._quantize(g.x, codes, scales)
             out += [codes, scales]
@@ -114,8 +112,7 @@ class BlockCodec:
             codes, scales = stored[k], stored[k + 1]
             k += 2
             self._dequantize(codes, scales, g.x)
-            values = _f32_to_bf16(g.x) if g.kind == "bf16" else g.x
-            yield from zip(g.parts, values)
+            yield from zip(g.parts, g.x)
 
     def decode_into(self, stored: list[np.ndarray], views, block_id: int) -> None:
         """Write a stored block into pool block `block_id` through the views."""

@@ -14,3 +14,12 @@ extern "C" void fd_kv_s8_quantize_host(const float* x, int64_t rows, int64_t hd,
 extern "C" void fd_kv_s8_dequantize_host(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out) {
   fdk::kv_s8_dequantize(q, s, rows, hd, out);
 }
+
+extern "C" void fd_kv_s8_quantize_bf16_host(const uint16_t* x, int64_t rows, int64_t hd, int8_t* q, float* s) {
+  fdk::kv_s8_quantize_bf16(x, rows, hd, q, s);
+}
+
+extern "C" void fd_kv_s8_dequantize_bf16_host(const int8_t* q, const float* s, int64_t rows, int64_t hd,
+                                              uint16_t* out) {
+  fdk::kv_s8_dequantize_bf16(q, s, rows, hd, out);
+}
