@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fdcli.commands import chat, collect_env, complete, run_batch, serve
+from fdcli.commands import chat, collect_env, complete, router, run_batch, serve
 from fdcli.commands.tokenizer import app as tokenizer_app
 
 app = typer.Typer(
@@ -49,6 +49,7 @@ app.command("serve", cls=serve.FlexibleCommand)(serve.serve)
 app.command("chat")(chat.chat)
 app.command("complete")(complete.complete)
 app.command("run-batch")(run_batch.run_batch)
+app.command("router")(router.router)
 app.add_typer(tokenizer_app, name="tokenizer")
 app.command("collect-env")(collect_env.collect_env)
 

@@ -367,10 +367,7 @@ CacheQueuePortOpt = Annotated[
 ]
 InnodePrefillPortsOpt = Annotated[
     Optional[str],
-    _compat("--innode-prefill-ports", help="No effect: prefill/decode disaggregation is not built yet."),
-]
-SplitwiseRoleOpt = Annotated[
-    Optional[str], _compat("--splitwise-role", help="mixed only (prefill and decode: not supported yet).")
+    _compat("--innode-prefill-ports", help="No effect beside --router (the router pairs the instances)."),
 ]
 EnableCustomAllReduceOpt = Annotated[
     Optional[bool], _compat("--enable-custom-all-reduce", help="No effect: no tensor parallelism here.")
@@ -384,10 +381,51 @@ COMPAT_FLAGS: dict[str, Any] = {
     "engine_worker_queue_port": EngineWorkerQueuePortOpt,
     "cache_queue_port": CacheQueuePortOpt,
     "innode_prefill_ports": InnodePrefillPortsOpt,
-    "splitwise_role": SplitwiseRoleOpt,
     "enable_custom_all_reduce": EnableCustomAllReduceOpt,
 }
 assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compatibility field"
+
+# Prefill/decode disaggregation (FastDeploy's flags; docs/disaggregation.md).
+PD_PANEL = "Prefill/decode disaggregation"
+
+
+def _pd(*names: str, help: str, **kw) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=PD_PANEL, **kw)
+
+
+PD_FLAGS: dict[str, Any] = {
+    "splitwise_role": Annotated[
+        Optional[str],
+        _pd("--splitwise-role", help="mixed (default), prefill or decode (behind `fd router`)."),
+    ],
+    "cache_transfer_protocol": Annotated[
+        Optional[str],
+        _pd("--cache-transfer-protocol", help="How KV blocks travel: ipc (one host, default) or tcp."),
+    ],
+    "pd_comm_port": Annotated[
+        Optional[int],
+        _pd("--pd-comm-port", help="Decode: the port KV blocks arrive on (default: a free one)."),
+    ],
+    "kv_transfer_host": Annotated[
+        Optional[str],
+        _pd(
+            "--kv-transfer-host",
+            help="Decode: the address the tcp transfer socket binds (default 127.0.0.1).",
+        ),
+    ],
+    "kv_transfer_token": Annotated[
+        Optional[str],
+        _pd(
+            "--kv-transfer-token",
+            help="Shared secret of every instance's KV transfers (required off loopback). Default: "
+            "$FD_KV_TRANSFER_TOKEN (prefer it: a flag is visible to every user in ps).",
+            envvar="FD_KV_TRANSFER_TOKEN",
+        ),
+    ],
+    "router": Annotated[
+        Optional[str], _pd("--router", help="HOST:PORT of `fd router`: register there and heartbeat.")
+    ],
+}
 
 # The serving layer's options (fdcli_engine.entrypoints.openai.serving_options), declared once for
 # `fd serve` and `fd run-batch`; the served model name is the engine flag --served-model-name.
@@ -508,6 +546,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
     "guided_decoding_backend": GuidedDecodingBackendOpt,
     "speculative_config": SpeculativeConfigOpt,
+    **PD_FLAGS,
     **COMPAT_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"

@@ -17,6 +17,7 @@ from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
 from fdcli_engine.kv_offload_options import kv_offload_options
+from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
@@ -118,6 +119,15 @@ class EngineConfig:
     guided_decoding_backend: str = "auto"
     # Speculative decoding (FastDeploy's and vLLM's --speculative-config keys): speculative_config.py.
     speculative_config: dict | None = None
+    # Prefill/decode disaggregation (FastDeploy's flags; kv_transfer/pd/settings.py checks them,
+    # docs/disaggregation.md). kv_transfer_token never reaches the ResolvedConfig (it is the core's
+    # environment, FD_KV_TRANSFER_TOKEN).
+    splitwise_role: str = "mixed"
+    cache_transfer_protocol: str = "ipc"
+    pd_comm_port: int | None = None  # decode: the transfer socket's port (None: a free one)
+    kv_transfer_host: str = "127.0.0.1"
+    kv_transfer_token: str | None = None
+    router: str | None = None  # HOST:PORT of `fd router`: register there and heartbeat
     # KV offload tiers (kv_transfer/offload, docs/kv-offload.md; checked by kv_offload_options.py):
     # --swap-space GiB of memory tier (FastDeploy's and vLLM's flag; None or 0: off), its int8
     # compression ("none" / "int8"), and a file tier in a directory, bounded in GiB (default 8).
@@ -137,7 +147,6 @@ class EngineConfig:
     engine_worker_queue_port: int | str | None = None
     cache_queue_port: int | str | None = None
     innode_prefill_ports: int | str | None = None
-    splitwise_role: str | None = None
     enable_custom_all_reduce: bool | None = None
 
     @classmethod
@@ -178,6 +187,7 @@ class EngineConfig:
         budget = self._check_lengths(model_limit)
         self._check_choices()
         check_fastdeploy_options(self)
+        check_pd_options(self)
         return self.replace(
             **kv_offload_options(self),
             dtype="float32",

@@ -14,6 +14,7 @@ import logging
 from fdcli_engine.config import EngineConfig, resolve_model_path
 from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
 from fdcli_engine.kv_offload_options import kv_offload_notes
+from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
@@ -49,6 +50,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     for note in fastdeploy_notes(config) + kv_offload_notes(config):  # once per start: the front end resolves
         logger.warning(note)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
+    del values["kv_transfer_token"]
+    values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)
     values["speculative_config"] = speculative
     return ResolvedConfig(

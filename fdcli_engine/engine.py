@@ -11,6 +11,7 @@ import logging
 import time
 
 from fdcli_engine.errors import ConfigError, InvalidRequestError
+from fdcli_engine.kv_transfer.pd.params import parse_transfer_params
 from fdcli_engine.outputs import EngineCoreOutput
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request import EngineCoreRequest, Request
@@ -201,6 +202,7 @@ class EngineCore:
         )
         if not is_pooling:
             check_logit_bias(params.logit_bias, self.vocab_size)
+            parse_transfer_params(params.kv_transfer_params, self.config.splitwise_role)
             if params.structured_outputs is not None and self.config.guided_decoding_backend == "off":
                 raise InvalidRequestError(
                     "structured outputs are off on this server (--guided-decoding-backend off): "

@@ -6,8 +6,8 @@ Each option below is an `EngineConfig` field under FastDeploy's name and value t
 given". Three kinds:
 - meaningless on this device or in this process layout (CUDA graphs, GPU memory fraction, queue
   ports): accepted, one log line each saying so;
-- topology changes (#26 prefill/decode disaggregation): their no-op values
-  (1, "mixed") pass silently, any other value stops at start with "not supported yet".
+- FastDeploy's prefill/decode plumbing that fd's design replaces (`--innode-prefill-ports`: the router
+  pairs instances) is accepted beside `--router` and refused, naming `--router`, without it.
 
 Leaf module: `EngineConfig.validate` calls `check_fastdeploy_options` (pure, before paddle loads);
 `config_resolver.resolve_config` logs `fastdeploy_notes` once and leaves these fields out of the
@@ -30,7 +30,6 @@ COMPAT_FIELDS = (
     "engine_worker_queue_port",
     "cache_queue_port",
     "innode_prefill_ports",
-    "splitwise_role",
     "enable_custom_all_reduce",
 )
 # Options given as JSON text on the command line (FastDeploy parses them with json.loads).
@@ -39,7 +38,6 @@ JSON_FIELDS = ("graph_optimization_config", "speculative_config")  # speculative
 ALIASES = {"num_gpu_blocks_override": "num_kv_blocks"}
 
 LOAD_CHOICES = ("default", "default_v1")
-SPLITWISE_ROLES = ("mixed", "prefill", "decode")
 # FastDeploy's --quantization names that fd has no kernels for (fd has wint8, wint4 and gguf).
 FASTDEPLOY_ONLY_QUANTIZATIONS = (
     "wint2",
@@ -62,7 +60,8 @@ _NO_EFFECT = {
     "and decode",
     "engine_worker_queue_port": "--engine-worker-queue-port has no effect: the server and its engine core "
     "talk over IPC sockets, not TCP ports",
-    "cache_queue_port": "--cache-queue-port has no effect: fd runs no cache-transfer process",
+    "cache_queue_port": "--cache-queue-port has no effect: fd runs no cache-transfer process (a decode "
+    "instance receives KV blocks on --pd-comm-port)",
     "enable_custom_all_reduce": "--enable-custom-all-reduce has no effect: fd's tensor-parallel ranks on "
     "one host always all-reduce through shared memory",
 }
@@ -70,15 +69,10 @@ _NO_EFFECT = {
 
 def check_fastdeploy_options(config: Any) -> None:
     """ConfigError for a value FastDeploy itself would refuse, or a topology fd has not built yet."""
-    role = config.splitwise_role
     _need(
-        role is None or role in SPLITWISE_ROLES,
-        f"--splitwise-role {role!r}: use mixed, prefill or decode",
-    )
-    _need(
-        role in (None, "mixed"),
-        f"--splitwise-role {role} is not supported yet: fd serves prefill and decode in one process "
-        "(use mixed, the default)",
+        config.innode_prefill_ports is None or config.router is not None or config.splitwise_role == "mixed",
+        "--innode-prefill-ports is not supported: fd pairs prefill and decode instances through `fd "
+        "router`; start every instance with --router HOST:PORT",
     )
     _need(
         config.load_choices is None or config.load_choices in LOAD_CHOICES,
@@ -109,7 +103,9 @@ def fastdeploy_notes(config: Any) -> list[str]:
         if value is not None and value is not False:
             notes.append(line)
     if config.innode_prefill_ports is not None:
-        notes.append("--innode-prefill-ports has no effect: fd has no prefill/decode disaggregation")
+        notes.append(
+            "--innode-prefill-ports has no effect: the router (--router) pairs prefill and decode instances"
+        )
     return notes
 
 

@@ -67,6 +67,8 @@ class Request:
         self.pooling_params = pooling_params
         # Images, ordered by offset; their placeholder ranges never overlap.
         self.mm_features: list[MultiModalFeature] = sorted(mm_features or [], key=lambda f: f.offset)
+        # The prefill/decode hand-off (vLLM's field), read by the PD connector.
+        self.kv_transfer_params = sampling_params.kv_transfer_params if sampling_params is not None else None
         self.output_token_ids: list[int] = []
         self.all_token_ids: list[int] = list(prompt_token_ids)
         self.num_computed_tokens = 0

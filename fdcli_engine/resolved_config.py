@@ -64,6 +64,12 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     engine_watchdog_timeout: float = 300.0  # seconds; 0: off (core_client.py)
     guided_decoding_backend: str = "auto"  # "auto" | "guidance" | "off" (structured_output/backend.py)
     speculative_config: SpeculativeConfig | None = None  # None: no speculative decoding
+    # Prefill/decode disaggregation (kv_transfer/pd/settings.py); the token is not here (environment).
+    splitwise_role: str = "mixed"
+    cache_transfer_protocol: str = "ipc"
+    pd_comm_port: int | None = None
+    kv_transfer_host: str = "127.0.0.1"
+    router: str | None = None
     # KV offload tiers (kv_offload_options.py): memory GiB (0: off), "int8" or None, file tier dir and GiB.
     swap_space: float = 0.0
     kv_offload_compression: str | None = None

@@ -66,6 +66,9 @@ class SamplingParams:
     # The constraint on the output (JSON schema, regex, choice, grammar...); the runner masks the logits
     # to what its grammar allows next (runner/grammar_masks.py).
     structured_outputs: StructuredOutputsParams | None = None
+    # vLLM's prefill/decode hand-off asked by the router (kv_transfer/pd/params.py): where a prefill
+    # instance sends the prompt's KV, or which transfer a decode instance waits for.
+    kv_transfer_params: dict | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -6,6 +6,10 @@ GiB = 1 << 30
 
 
 def make_connector(config):
+    if getattr(config, "splitwise_role", "mixed") in ("prefill", "decode"):
+        from fdcli_engine.kv_transfer.pd.connector import make_pd_connector
+
+        return make_pd_connector(config)  # check_pd_options refuses an offload tier beside it
     from fdcli_engine.kv_offload_options import kv_offload_enabled
 
     if not kv_offload_enabled(config):

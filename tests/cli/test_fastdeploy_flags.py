@@ -169,8 +169,13 @@ def test_refused_lines_pass_on_one_device_but_for_the_prefill_decode_role(captur
         ((config, _),) = captured
         assert config.tensor_parallel_size == 1 and config.model.startswith("baidu/ERNIE-4.5-")
     else:
+        # fd pairs prefill and decode instances through `fd router`: the line says to add --router,
+        # and with it the line starts that role.
         assert r.exit_code == 2 and not captured
-        assert f"--splitwise-role {role} is not supported yet" in r.stderr and r.stderr.count("\n") == 1
+        assert "--router HOST:PORT" in r.stderr and r.stderr.count("\n") == 1
+        r = runner.invoke(app, [*_on_one_device(entry.argv), "--router", "127.0.0.1:9000"], env=entry.env)
+        assert r.exit_code == 0, r.output
+        assert captured[-1][0].splitwise_role == role
 
 
 def test_pd_line_options_keep_fastdeploy_types(captured):
@@ -261,7 +266,8 @@ _PROBE = (
         (["--runner", "foo"], "--runner 'foo': use auto, generate or pooling"),
         (["--kv-cache-dtype", "bad"], "--kv-cache-dtype 'bad' is not supported"),
         (["--data-parallel-size", "4096"], "4096 engine rank(s) on this node"),
-        (["--splitwise-role", "decode"], "--splitwise-role decode is not supported yet"),
+        (["--splitwise-role", "decode"], "--splitwise-role decode needs --router HOST:PORT"),
+        (["--splitwise-role", "x"], "--splitwise-role 'x': use mixed, prefill or decode"),
     ],
 )
 def test_bad_values_fail_before_paddle_loads(argv, needle):

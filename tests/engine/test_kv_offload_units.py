@@ -15,6 +15,7 @@ from test_kv_cache_dtypes import TOLERANCES
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.kv_transfer.base import KVBlockViews
+from fdcli_engine.kv_transfer.offload import codec as codec_module
 from fdcli_engine.kv_transfer.offload.codec import BlockCodec, quantize_rows
 from fdcli_engine.kv_transfer.offload.file_tier import HEADER, FileTier
 from fdcli_engine.kv_transfer.offload.identity import KEY_FILE, load_or_create_key
@@ -99,6 +100,33 @@ def test_codec_raw_is_bit_exact_and_int8_is_smaller(dtype):
     assert c8.from_bytes(b"\0" * (c8.nbytes - 1)) is None
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_int8_codec_native_and_numpy_rules_agree_with_the_c8_quantizer(dtype):
+    from fd_kernels import native
+    from fd_kernels.native import kv_s8
+
+    native.load()
+    views = _views(dtype, n=3)
+    rules = {"native": (kv_s8.kv_s8_quantize, kv_s8.kv_s8_dequantize), "numpy": None}
+    stored, restored = {}, {}
+    for name, rule in rules.items():
+        codec = BlockCodec(views, "int8", row_rule=rule) if rule else BlockCodec(views, "int8")
+        if rule is None:
+            codec._quantize, codec._dequantize = codec_module._numpy_quantize, codec_module._numpy_dequantize
+        stored[name] = codec.from_bytes(codec.to_bytes(codec.encode_block(views, 2)))
+        pool = KVBlockViews([a.copy() for a in views.arrays], views.block_size)
+        codec.decode_into(stored[name], pool, 0)
+        restored[name] = pool.read(0)
+        assert all(np.array_equal(a, b) for a, b in zip(pool.read(1), views.read(1)))  # only block 0
+    assert all(np.array_equal(a, b) for a, b in zip(stored["native"], stored["numpy"]))
+    assert all(np.array_equal(a, b) for a, b in zip(restored["native"], restored["numpy"]))
+    x = np.stack(views.read(2))
+    if dtype == "bfloat16":
+        x = (x.astype(np.uint32) << 16).view(np.float32)
+    q, s = quantize_rows(x)
+    assert np.array_equal(stored["native"][0], q) and np.array_equal(stored["native"][1], s)
+
+
 def restored_logits(folder, kv_cache_dtype, compression):
     """Logits of 20 tokens decoded after a 40-token prefix whose blocks went through the codec."""
     from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_views
@@ -111,8 +139,8 @@ def restored_logits(folder, kv_cache_dtype, compression):
     if compression != "off":
         views = kv_block_views([runner.kv_caches], 4)
         codec = BlockCodec(views, compression)
-        for bid in runner.seqs["a"]["blocks"]:
-            views.write(bid, codec.decode(codec.encode(views.read(bid))))
+        for bid in runner.seqs["a"]["blocks"]:  # the engine's path: read from and written into the pool
+            codec.decode_into(codec.encode_block(views, bid), views, bid)
     return np.concatenate([runner.step([("a", [t])]) for t in toks[40:]])
 
 

@@ -139,6 +139,11 @@ async def serve_async(
     if metrics_sock is not None:
         _say(f"fd serve: /metrics also on http://{args.host}:{args.metrics_port}/metrics (no API key)")
     asyncio.get_running_loop().create_task(_announce_ready(engine, url))
+    beat = None
+    if engine.config.router:  # a prefill/decode instance: register with `fd router` and heartbeat
+        from fdcli_engine.entrypoints.openai.router_heartbeat import heartbeat
+
+        beat = asyncio.get_running_loop().create_task(heartbeat(engine, engine.config, args.host, args.port))
     # Everything built so far (app, routes, schemas, tokenizer) lives as long as the server: frozen, the
     # cyclic GC stops re-scanning it in the collections that streaming's many small objects trigger
     # (7.5% of the front end's CPU at concurrency 16 went to gc before; bench_serve_frontend.py).
@@ -152,6 +157,8 @@ async def serve_async(
             )
         await server.serve(sockets=[sock])
     finally:
+        if beat is not None:
+            beat.cancel()  # the router forgets this instance within its heartbeat TTL
         if metrics_task is not None:
             metrics_server.should_exit = True
             await metrics_task

@@ -56,8 +56,19 @@ class _EngineCollector:
         for name, (doc, key) in counters.items():
             yield _counter(name, doc, s.get(key))
         yield from spec_decode_metrics(s)
+        for key, doc in _KV_TRANSFER_COUNTERS.items():  # prefill/decode instances only (kv_transfer/pd)
+            if key in s:
+                yield _counter(f"fd:{key}", doc, s[key])
         yield from kv_offload_metrics(s)
 
+
+_KV_TRANSFER_COUNTERS = {
+    "kv_transfer_sent": "Prompts whose KV blocks this prefill instance sent",
+    "kv_transfer_send_failures": "KV transfers this prefill instance could not send",
+    "kv_transfer_loaded_blocks": "KV blocks this decode instance loaded from prefill instances",
+    "kv_transfer_recomputed": "Requests this decode instance recomputed instead of loading their transfer",
+    "kv_transfer_timeouts": "Transfers this decode instance waited for in vain (FD_KV_TRANSFER_TIMEOUT)",
+}
 
 _ENGINE_GAUGES = {
     "fd:num_requests_running": ("Requests the engine is running", "num_running"),

@@ -111,6 +111,8 @@ class _SamplingFields(_Request):
     mm_processor_kwargs: dict[str, Any] | None = Field(default=None, max_length=64)
     # vLLM's prefix-cache isolation: requests with different salts never share cached blocks.
     cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
+    # vLLM's prefill/decode hand-off, set by `fd router` (kv_transfer/pd/params.py checks it).
+    kv_transfer_params: dict | None = None
     # FastDeploy: token ids never to generate (each a one-token bad word).
     bad_words_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=1024)
     # ---- structured outputs (vLLM's and FastDeploy's forms; OpenAI's response_format below): any

@@ -160,7 +160,10 @@ def build_params(
         "logit_bias": req.logit_bias or None,
         "prompt_logprobs": prompt_logprobs,
         "cache_salt": getattr(req, "cache_salt", None),
+        "kv_transfer_params": getattr(req, "kv_transfer_params", None),
     }
+    if values["kv_transfer_params"] and (getattr(req, "n", None) or 1) != 1:
+        raise bad_request("kv_transfer_params needs n = 1 (one transfer per request)", "kv_transfer_params")
     for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
         if getattr(req, name) is not None:
             values[name] = getattr(req, name)

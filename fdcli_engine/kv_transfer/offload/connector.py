@@ -80,7 +80,7 @@ class OffloadConnector(KVConnector):
                 stored, kind = self.files.get(h), "DISK_to_KV"
             if stored is None:
                 return i
-            self.views.write(bid, self.codec.decode(stored))
+            self.codec.decode_into(stored, self.views, bid)
             self._count(kind, t0)
             self.hit_tokens += self.block_size
         return len(block_hashes)
@@ -108,7 +108,7 @@ class OffloadConnector(KVConnector):
                 self._to_files(h, bid)
             return
         t0 = time.perf_counter()
-        stored = self.codec.encode(self.views.read(bid))
+        stored = self.codec.encode_block(self.views, bid)
         evicted = self.memory.put(h, stored)
         self._count("KV_to_CPU", t0)
         if self.files is not None:
@@ -119,7 +119,7 @@ class OffloadConnector(KVConnector):
 
     def _to_files(self, h: bytes, bid: int) -> None:
         t0 = time.perf_counter()
-        self.files.put(h, self.codec.encode(self.views.read(bid)))
+        self.files.put(h, self.codec.encode_block(self.views, bid))
         self._count("KV_to_DISK", t0)
 
     def _count(self, kind: str, t0: float) -> None:

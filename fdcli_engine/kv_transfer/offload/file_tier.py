@@ -26,7 +26,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 MAGIC = b"FDKV"
-VERSION = 1
+VERSION = 2  # 2: an int8 block's codes and scales stored per group of parts (codec.py)
 HEADER = struct.Struct("<4sI32s32sQI")  # magic, version, identity, block hash, payload bytes, crc32
 MAX_PENDING = 256  # blocks queued for writing; more are dropped (the tier is a cache)
 SUFFIX = ".kv"

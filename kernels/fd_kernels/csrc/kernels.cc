@@ -180,4 +180,20 @@ void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16
 
 void paged_attention(const AttnArgs& a) { FD_DISPATCH(paged_attention, a); }
 
+void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s) {
+  FD_DISPATCH(kv_s8_quantize, x, rows, hd, q, s);
+}
+
+void kv_s8_dequantize(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out) {
+  FD_DISPATCH(kv_s8_dequantize, q, s, rows, hd, out);
+}
+
+void kv_s8_quantize_bf16(const uint16_t* x, int64_t rows, int64_t hd, int8_t* q, float* s) {
+  FD_DISPATCH(kv_s8_quantize_bf16, x, rows, hd, q, s);
+}
+
+void kv_s8_dequantize_bf16(const int8_t* q, const float* s, int64_t rows, int64_t hd, uint16_t* out) {
+  FD_DISPATCH(kv_s8_dequantize_bf16, q, s, rows, hd, out);
+}
+
 }  // namespace fdk

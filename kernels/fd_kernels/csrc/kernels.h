@@ -121,5 +121,11 @@ void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc
 void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc, const int64_t* slots,
                             int64_t t, int64_t nkv, int64_t bs, int64_t hd);
 void paged_attention(const AttnArgs& a);
+// The C8 rule over `rows` contiguous rows of hd values and its inverse (KV offload's int8 tier).
+void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s);
+void kv_s8_dequantize(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out);
+// The same over bf16 rows (their bits): widened before the rule, restored values rounded to bf16.
+void kv_s8_quantize_bf16(const uint16_t* x, int64_t rows, int64_t hd, int8_t* q, float* s);
+void kv_s8_dequantize_bf16(const int8_t* q, const float* s, int64_t rows, int64_t hd, uint16_t* out);
 
 }  // namespace fdk

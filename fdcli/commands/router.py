@@ -1,0 +1,26 @@
+"""`fd router`: the front door of a prefill/decode deployment. Instances started with
+`fd serve --splitwise-role prefill|decode --router HOST:PORT` register with it and heartbeat; it runs
+each OpenAI request through a prefill and a decode instance (docs/disaggregation.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fdcli.console import error_boundary, fail
+
+HostOpt = Annotated[str, typer.Option("--host", help="Address to listen on.")]
+PortOpt = Annotated[int, typer.Option("--port", help="Port to listen on.")]
+
+
+def router(host: HostOpt = "127.0.0.1", port: PortOpt = 9000) -> None:
+    """Route OpenAI requests through prefill and decode instances (FastDeploy's splitwise router)."""
+    if not 0 < port < 65536:
+        fail(f"--port must be between 1 and 65535, got {port}", 2)
+    from fdcli_engine.entrypoints.router.launcher import run_router
+
+    with error_boundary():
+        code = run_router(host, port)
+    if code:
+        raise typer.Exit(code)

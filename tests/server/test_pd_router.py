@@ -1,0 +1,95 @@
+"""`fd router`'s pieces without instances: registration rules, the heartbeat TTL and the pick by load,
+the merged /metrics page, a 503 with nobody registered, and the command's one-line errors."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+from fastapi.testclient import TestClient
+from fd_server import REPO
+
+from fdcli_engine.entrypoints.router.app import build_router_app
+from fdcli_engine.entrypoints.router.metrics import merge_metrics
+from fdcli_engine.entrypoints.router.registry import Registry
+
+
+def test_register_checks_its_fields_and_lists_instances():
+    with TestClient(build_router_app()) as c:
+        assert c.post("/register", json={"role": "x", "url": "http://a:1"}).status_code == 400
+        assert c.post("/register", json={"role": "prefill", "url": "a:1"}).status_code == 400
+        r = c.post("/register", json={"role": "decode", "url": "http://a:1"})  # no kv_address
+        assert r.status_code == 400 and "kv_address" in r.json()["error"]["message"]
+        assert c.post("/register", content=b"{nope").status_code == 400
+        ok = {"role": "decode", "url": "http://a:1/", "kv_address": "tcp://127.0.0.1:5"}
+        assert c.post("/register", json=ok).status_code == 200
+        assert c.get("/instances").json()["instances"] == [
+            {"role": "decode", "url": "http://a:1", "kv_address": "tcp://127.0.0.1:5", "in_flight": 0}
+        ]
+
+
+def test_nobody_registered_is_a_503_error_object():
+    with TestClient(build_router_app()) as c:
+        r = c.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "service_unavailable"
+        assert c.get("/health").status_code == 503
+        assert c.get("/v1/models").status_code == 503
+
+
+def test_silent_instances_are_forgotten_and_picks_go_by_load():
+    reg = Registry(ttl_s=0.3)
+    a = reg.register("prefill", "http://a:1")
+    b = reg.register("prefill", "http://b:1")
+    assert reg.pick("prefill") is a
+    a.in_flight = 2
+    assert reg.pick("prefill") is b
+    assert reg.pick("prefill", exclude={"http://b:1"}) is a
+    assert reg.pick("decode") is None
+    time.sleep(0.4)
+    reg.register("prefill", "http://b:1")  # b heartbeats, a does not
+    assert [i.url for i in reg.live()] == ["http://b:1"]
+
+
+def test_a_failed_instance_ignores_its_own_late_heartbeat_for_a_while():
+    reg = Registry(quarantine_s=0.3)
+    d = reg.register("decode", "http://d:1", "ipc:///tmp/x")
+    reg.forget(d)  # a call to it failed
+    assert reg.register("decode", "http://d:1", "ipc:///tmp/x") is None and reg.live() == []
+    time.sleep(0.4)
+    assert reg.register("decode", "http://d:1", "ipc:///tmp/x") is not None and len(reg.live()) == 1
+
+
+def test_metrics_pages_merge_under_one_header_with_instance_labels():
+    page = (
+        "# HELP fd:x Things\n# TYPE fd:x counter\nfd:x_total 3.0\n"
+        '# HELP fd:h Hist\n# TYPE fd:h histogram\nfd:h_bucket{le="1.0"} 2.0\n'
+    )
+    text = merge_metrics({"http://a:1": page, "http://b:2": page.replace("3.0", "4.0")})
+    lines = text.splitlines()
+    assert lines.count("# TYPE fd:x counter") == 1 and lines.count("# TYPE fd:h histogram") == 1
+    assert 'fd:x_total{instance="http://a:1"} 3.0' in lines
+    assert 'fd:x_total{instance="http://b:2"} 4.0' in lines
+    assert 'fd:h_bucket{instance="http://b:2",le="1.0"} 2.0' in lines
+    # every family's samples follow its own header
+    assert lines.index('fd:x_total{instance="http://b:2"} 4.0') < lines.index("# HELP fd:h Hist")
+
+
+def test_fd_router_on_a_taken_port_is_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run(
+            [sys.executable, "-m", "fdcli.main", "router", "--port", str(port)],
+            capture_output=True, text=True, cwd=REPO, timeout=60,
+        )  # fmt: skip
+    assert p.returncode != 0 and p.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in p.stderr, p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "fdcli.main", "router", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
