@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -231,7 +232,7 @@ _TYPES = {
     "strict_request_fields": bool,
     "allowed_local_media_path": str,
     "allowed_media_domains": list,
-    "limit_mm_per_prompt": object,  # JSON text or a mapping; checked by check_serving_options
+    "limit_mm_per_prompt": dict,  # a mapping or its JSON text; the counts are checked at start
     "max_request_body_bytes": int,
     "uvicorn_log_level": str,
     "metrics_port": int,
@@ -245,6 +246,18 @@ _TYPES = {
 }
 
 
+_TYPE_WORDS = {list: "a string or list of strings", dict: "a mapping or its JSON text"}
+
+
+def _is_json_object(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return isinstance(json.loads(value), dict)
+    except ValueError:
+        return False
+
+
 def _coerce(key: str, value: Any) -> Any:
     """A server option from the YAML file, checked against its flag's type (ConfigError if wrong)."""
     from fdcli_engine.errors import ConfigError
@@ -256,14 +269,14 @@ def _coerce(key: str, value: Any) -> Any:
         value = [value] if isinstance(value, str) else value
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return value
+    elif want is dict and (isinstance(value, dict) or _is_json_object(value)):
+        return value
     elif want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     elif isinstance(value, want) and not (want is int and isinstance(value, bool)):
         return value
     flag = "--" + key.replace("_", "-")
-    raise ConfigError(
-        f"{flag} in --config must be {'a string or list of strings' if want is list else want.__name__}"
-    )
+    raise ConfigError(f"{flag} in --config must be {_TYPE_WORDS.get(want, want.__name__)}")
 
 
 def _with_engine_flags(func):
