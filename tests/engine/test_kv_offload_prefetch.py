@@ -104,16 +104,17 @@ class _Files:
 
 def test_staging_is_bounded_and_a_run_stops_at_a_miss():
     pf = Prefetcher(_Files(missing={b"c"}), block_nbytes=100, max_bytes=500)  # room for 5 blocks
-    pf.start("r1", [b"a", b"b", b"c", b"d"])
-    pf.start("r2", [b"e", b"f", b"g"])  # one block of room left
-    pf.start("r3", [b"h"])  # none left: reads nothing
+    assert pf.start("r1", [b"a", b"b", b"c", b"d"])
+    assert pf.start("r2", [b"e", b"f", b"g"])  # one block of room left
+    assert not pf.start("r3", [b"h"])  # none left: no job, the request computes its blocks
     pf.flush()
-    assert pf.num_reserved == 5
+    assert pf.num_reserved == 3  # a finished job keeps the room of what it staged
     state, blocks = pf.poll("r1")
     assert state == "done" and list(blocks) == [b"a", b"b"]  # the run ends at the missing block
-    assert list(pf.poll("r2")[1]) == [b"e"] and pf.poll("r3") == ("done", {})
+    assert list(pf.poll("r2")[1]) == [b"e"] and pf.poll("r3") == ("none", {})
     assert pf.take("r1", b"a") is not None and pf.take("r1", b"a") is None
+    assert pf.num_reserved == 2
     for rid in ("r1", "r2", "r3"):
-        pf.drop(rid)
+        pf.drop(rid)  # r3 has no job: nothing happens
     assert pf.num_reserved == 0 and pf.num_jobs == 0 and pf.poll("r1") == ("none", {})
     pf.close()

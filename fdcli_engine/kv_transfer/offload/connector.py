@@ -83,8 +83,7 @@ class OffloadConnector(KVConnector):
                 if h not in self.files:
                     break
                 rest.append(h)
-            if rest:
-                self.prefetch.start(request.req_id, rest)
+            if rest and self.prefetch.start(request.req_id, rest):
                 return None
         return n * self.block_size
 

@@ -8,7 +8,9 @@ ends the run there and the rest is recomputed. A job's blocks go into the pool w
 admitted (take), and the job is dropped then, or when the request finishes or is aborted first (drop).
 
 Staging is bounded: a job reserves its blocks when it starts, and jobs never reserve more than
-`max_blocks` in all (a job that finds less room reads fewer blocks; one that finds none reads none).
+`max_blocks` in all (a job that finds less room reads fewer blocks; with none, no job starts and the
+request computes those blocks).
+A finished job keeps only the room of the blocks it staged, and each block loaded frees its room.
 A dropped job is cancelled: the reader stops adding to it and releases nothing twice, so an abort
 leaves staging empty at once (`num_jobs`, `num_reserved`).
 """
@@ -28,6 +30,7 @@ MAX_STAGED_BYTES = 256 << 20  # the staging bound: blocks read ahead and not yet
 class _Job:
     hashes: list[bytes]
     blocks: dict[bytes, list[np.ndarray]] = field(default_factory=dict)
+    reserved: int = 0  # staging held: blocks staged, plus blocks still to read while not done
     done: bool = False
     cancelled: bool = False
 
@@ -56,18 +59,27 @@ class Prefetcher:
                 return "none", {}
             return ("done", job.blocks) if job.done else ("reading", {})
 
-    def start(self, req_id: str, hashes: list[bytes]) -> None:
-        """Read `hashes` (as many as staging has room for) for request `req_id` (which has no job)."""
+    def start(self, req_id: str, hashes: list[bytes]) -> bool:
+        """Read `hashes` (as many as staging has room for) for request `req_id` (which has no job);
+        False, and no job, when staging is full."""
         with self._lock:
             job = _Job(hashes[: max(0, self.max_blocks - self.num_reserved)])
-            self.num_reserved += len(job.hashes)
+            if not job.hashes:
+                return False
+            job.reserved = len(job.hashes)
+            self.num_reserved += job.reserved
             self._jobs[req_id] = job
         self._queue.put(job)
+        return True
 
     def take(self, req_id: str, block_hash: bytes) -> list[np.ndarray] | None:
         with self._lock:
             job = self._jobs.get(req_id)
-            return job.blocks.pop(block_hash, None) if job is not None and job.done else None
+            stored = job.blocks.pop(block_hash, None) if job is not None and job.done else None
+            if stored is not None:
+                job.reserved -= 1
+                self.num_reserved -= 1
+            return stored
 
     def drop(self, req_id: str) -> None:
         """Forget the request's job and its staged blocks; a read in flight is abandoned."""
@@ -77,7 +89,8 @@ class Prefetcher:
                 return
             job.cancelled = True
             job.blocks = {}
-            self.num_reserved -= len(job.hashes)
+            self.num_reserved -= job.reserved
+            job.reserved = 0
 
     def _reader(self) -> None:
         while True:
@@ -90,6 +103,9 @@ class Prefetcher:
                 if job is not None:
                     with self._lock:
                         job.done = True
+                        if not job.cancelled:  # blocks not read free their room now
+                            self.num_reserved -= job.reserved - len(job.blocks)
+                            job.reserved = len(job.blocks)
                 self._queue.task_done()
 
     def _read(self, job: _Job) -> None:
