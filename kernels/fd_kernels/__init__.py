@@ -3,7 +3,9 @@
 - `fd_kernels.native`: the Python bindings of the C++ operators (csrc/), built by `fd_kernels.build`;
 - `fd_kernels.reference`: the same ops in pure Paddle (numpy for the sampler), the test oracle;
 - `fd_kernels.sampler_layout`: the sampler's row layout; `fd_kernels.packing`: the packed weight formats;
-- `fd_kernels.errors`: `KernelBuildError`.
+- `fd_kernels.errors`: `KernelBuildError`;
+- `fd_kernels.native.kv_s8`: the C8 cache's row rule on numpy arrays, for KV offload's int8 tier (not an
+  op: ctypes, like the sampler).
 
 This package imports nothing from the engine (an import-linter contract holds it); importing it (this
 module) loads nothing else. `fdcli_engine.ops` binds one implementation's ops under these names.

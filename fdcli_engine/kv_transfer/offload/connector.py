@@ -7,8 +7,9 @@ What goes where:
 - a finished request's full blocks are queued for the file tier (`--kv-offload-dir`), so the prefix
   survives a restart;
 - a block the memory tier evicts spills to the file tier.
-On admission the request's blocks after the pool's hit are looked up in order, memory first; the run
-of consecutive blocks found is offered and loaded. A block that fails to decode or read stops the load
+On admission the request's blocks after the pool's hit are looked up in order, memory first; blocks
+only in files are first read ahead on a reader thread (prefetch.py: the request waits, the others run);
+the run of consecutive blocks found is offered and loaded. A block that cannot be read ends the run
 there; the scheduler computes the rest.
 """
 
@@ -21,6 +22,7 @@ from fdcli_engine.kv_transfer.offload.codec import BlockCodec
 from fdcli_engine.kv_transfer.offload.file_tier import FileTier
 from fdcli_engine.kv_transfer.offload.identity import model_identity
 from fdcli_engine.kv_transfer.offload.memory_tier import MemoryTier
+from fdcli_engine.kv_transfer.offload.prefetch import Prefetcher
 from fdcli_engine.request import RequestStatus
 
 # vLLM's transfer_type values name the two media of a copy; here the pool is "KV", the memory tier
@@ -44,6 +46,7 @@ class OffloadConnector(KVConnector):
         self.file_bytes = file_bytes
         self.memory: MemoryTier | None = None
         self.files: FileTier | None = None
+        self.prefetch: Prefetcher | None = None
         self.hit_tokens = 0
         self.bytes = dict.fromkeys(TRANSFER_TYPES, 0)
         self.seconds = dict.fromkeys(TRANSFER_TYPES, 0.0)
@@ -57,39 +60,62 @@ class OffloadConnector(KVConnector):
         if self.file_dir:
             identity = model_identity(self.config, views, self.compression)
             self.files = FileTier(self.file_dir, self.file_bytes, identity, self.codec)
+            self.prefetch = Prefetcher(self.files, self.codec.nbytes)
 
     # -- admission ---------------------------------------------------------------------------------
-    def _has(self, h: bytes) -> bool:
-        return (self.memory is not None and h in self.memory) or (self.files is not None and h in self.files)
-
-    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> int:
-        hashes = request.update_block_hashes(self.block_size)
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> int | None:
+        """The run of blocks after the pool's hit found in memory or read ahead from files. Blocks only
+        in files are read on the reader thread first: None until that read is done."""
+        first = num_computed_tokens // self.block_size
+        hashes = request.update_block_hashes(self.block_size)[first:]
+        state, staged = self.prefetch.poll(request.req_id) if self.prefetch is not None else ("none", {})
+        if state == "reading":
+            return None
         n = 0
-        for h in hashes[num_computed_tokens // self.block_size :]:
-            if not self._has(h):
-                break
+        while n < len(hashes) and (
+            (self.memory is not None and hashes[n] in self.memory) or hashes[n] in staged
+        ):
             n += 1
+        if state == "none" and self.prefetch is not None:
+            room = (request.num_tokens - 1) // self.block_size - first  # the scheduler takes no more
+            rest = []
+            for h in hashes[n:room]:
+                if h not in self.files:
+                    break
+                rest.append(h)
+            if rest and self.prefetch.start(request.req_id, rest):
+                return None
         return n * self.block_size
 
     def load(self, request, block_hashes: list[bytes], block_ids: list[int]) -> int:
-        for i, (h, bid) in enumerate(zip(block_hashes, block_ids)):
-            t0 = time.perf_counter()
-            stored = self.memory.get(h) if self.memory is not None else None
-            kind = "CPU_to_KV"
-            if stored is None and self.files is not None:
-                stored, kind = self.files.get(h), "DISK_to_KV"
-            if stored is None:
-                return i
-            self.codec.decode_into(stored, self.views, bid)
-            self._count(kind, t0)
-            self.hit_tokens += self.block_size
-        return len(block_hashes)
+        try:
+            for i, (h, bid) in enumerate(zip(block_hashes, block_ids)):
+                t0 = time.perf_counter()
+                stored = self.memory.get(h) if self.memory is not None else None
+                kind = "CPU_to_KV"
+                if stored is None and self.prefetch is not None:
+                    stored, kind = self.prefetch.take(request.req_id, h), "DISK_to_KV"
+                if stored is None and self.files is not None:
+                    # Moved from memory to files since the lookup (an eviction while allocating): the
+                    # write queue or the file still has it.
+                    stored, kind = self.files.get(h), "DISK_to_KV"
+                if stored is None:
+                    return i
+                self.codec.decode_into(stored, self.views, bid)
+                self._count(kind, t0)
+                self.hit_tokens += self.block_size
+            return len(block_hashes)
+        finally:
+            if self.prefetch is not None:
+                self.prefetch.drop(request.req_id)
 
     # -- saving ------------------------------------------------------------------------------------
     def on_evict(self, block_hash: bytes, block_id: int) -> None:
         self._save(block_hash, block_id)
 
     def request_finished(self, request) -> None:
+        if self.prefetch is not None:
+            self.prefetch.drop(request.req_id)  # an abort while reading ahead leaves nothing staged
         n = min(request.num_computed_tokens // self.block_size, len(request.block_ids))
         if not n:
             return
@@ -146,5 +172,7 @@ class OffloadConnector(KVConnector):
             self.files.flush()
 
     def close(self) -> None:
+        if self.prefetch is not None:
+            self.prefetch.close()
         if self.files is not None:
             self.files.close()
