@@ -4,6 +4,7 @@ complete -c fd -n '__fish_use_subcommand' -a bench -d 'Benchmark a server (serve
 complete -c fd -n '__fish_use_subcommand' -a chat -d 'Chat interactively with an OpenAI-compatible server (default: the local `fd...'
 complete -c fd -n '__fish_use_subcommand' -a collect-env -d 'Print the environment (OS, CPU, Python, Paddle, packages, env vars) for bug...'
 complete -c fd -n '__fish_use_subcommand' -a complete -d 'Send one completion request to an OpenAI-compatible server and stream the text.'
+complete -c fd -n '__fish_use_subcommand' -a router -d 'Route OpenAI requests through prefill and decode instances (FastDeploys...'
 complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine without a server,...'
 complete -c fd -n '__fish_use_subcommand' -a serve -d 'Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on...'
 complete -c fd -n '__fish_use_subcommand' -a tokenizer -d 'Encode, decode and inspect a models tokenizer and chat template (offline).'
@@ -16,6 +17,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcom
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l batch-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l block-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l cache-queue-port
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l cache-transfer-protocol
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l convert
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l data-parallel-size
@@ -36,6 +38,11 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-offload-compression
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-offload-dir
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-offload-dir-gb
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-transfer-host
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-transfer-token
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l master-addr
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l master-port
@@ -54,10 +61,12 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l output-json
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l output-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l override-pooler-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l pd-comm-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l quantization
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l ray-address
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l router
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l runner
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l seed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l served-model-name
@@ -140,6 +149,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -s n
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l block-size
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l cache-queue-port
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l cache-transfer-protocol
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l convert
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l data-parallel-size
@@ -160,6 +170,11 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-offload-compression
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-offload-dir
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-offload-dir-gb
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-transfer-host
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-transfer-token
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l master-addr
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l master-port
@@ -179,10 +194,12 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l output-json
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l output-len
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l override-pooler-config
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l pd-comm-port
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l percentiles
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l quantization
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l ray-address
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l router
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l runner
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l seed
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l served-model-name
@@ -199,6 +216,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s q
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o tp
 complete -c fd -n '__fish_seen_subcommand_from chat' -l api-key
+complete -c fd -n '__fish_seen_subcommand_from chat' -l image
 complete -c fd -n '__fish_seen_subcommand_from chat' -l json-schema
 complete -c fd -n '__fish_seen_subcommand_from chat' -l max-tokens
 complete -c fd -n '__fish_seen_subcommand_from chat' -l model-name
@@ -216,8 +234,13 @@ complete -c fd -n '__fish_seen_subcommand_from complete' -l max-tokens
 complete -c fd -n '__fish_seen_subcommand_from complete' -l model-name
 complete -c fd -n '__fish_seen_subcommand_from complete' -l temperature
 complete -c fd -n '__fish_seen_subcommand_from complete' -l url
+complete -c fd -n '__fish_seen_subcommand_from router' -l host
+complete -c fd -n '__fish_seen_subcommand_from router' -l port
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l allowed-local-media-path
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l allowed-media-domains
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l block-size
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l cache-queue-port
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l cache-transfer-protocol
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l convert
@@ -239,6 +262,12 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l ips
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-offload-compression
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-offload-dir
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-offload-dir-gb
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-transfer-host
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-transfer-token
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l limit-mm-per-prompt
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l master-addr
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l master-port
@@ -256,12 +285,14 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-gpu-blocks-over
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l override-pooler-config
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pd-comm-port
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l progress
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l quantization
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l ray-address
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l reasoning-parser
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l resume
+complete -c fd -n '__fish_seen_subcommand_from run-batch' -l router
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l runner
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l seed
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l served-model-name
@@ -284,12 +315,15 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' -s q
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -o tp
 complete -c fd -n '__fish_seen_subcommand_from serve' -l allow-credentials
 complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-headers
+complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-local-media-path
+complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-media-domains
 complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-methods
 complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-origins
 complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key
 complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key-file
 complete -c fd -n '__fish_seen_subcommand_from serve' -l block-size
 complete -c fd -n '__fish_seen_subcommand_from serve' -l cache-queue-port
+complete -c fd -n '__fish_seen_subcommand_from serve' -l cache-transfer-protocol
 complete -c fd -n '__fish_seen_subcommand_from serve' -l chat-template
 complete -c fd -n '__fish_seen_subcommand_from serve' -l config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l convert
@@ -314,6 +348,12 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l ips
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-dtype
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-memory-gb
 complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-ratio
+complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-offload-compression
+complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-offload-dir
+complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-offload-dir-gb
+complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-transfer-host
+complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-transfer-token
+complete -c fd -n '__fish_seen_subcommand_from serve' -l limit-mm-per-prompt
 complete -c fd -n '__fish_seen_subcommand_from serve' -l load-choices
 complete -c fd -n '__fish_seen_subcommand_from serve' -l master-addr
 complete -c fd -n '__fish_seen_subcommand_from serve' -l master-port
@@ -334,11 +374,13 @@ complete -c fd -n '__fish_seen_subcommand_from serve' -l node-rank
 complete -c fd -n '__fish_seen_subcommand_from serve' -l num-gpu-blocks-override
 complete -c fd -n '__fish_seen_subcommand_from serve' -l num-kv-blocks
 complete -c fd -n '__fish_seen_subcommand_from serve' -l override-pooler-config
+complete -c fd -n '__fish_seen_subcommand_from serve' -l pd-comm-port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l pooler-config
 complete -c fd -n '__fish_seen_subcommand_from serve' -l port
 complete -c fd -n '__fish_seen_subcommand_from serve' -l quantization
 complete -c fd -n '__fish_seen_subcommand_from serve' -l ray-address
 complete -c fd -n '__fish_seen_subcommand_from serve' -l reasoning-parser
+complete -c fd -n '__fish_seen_subcommand_from serve' -l router
 complete -c fd -n '__fish_seen_subcommand_from serve' -l runner
 complete -c fd -n '__fish_seen_subcommand_from serve' -l seed
 complete -c fd -n '__fish_seen_subcommand_from serve' -l served-model-name
