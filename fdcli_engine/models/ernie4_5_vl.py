@@ -182,21 +182,9 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
     def _build_targets(self, qkv_bias: bool) -> dict:
         """The text decoder's names with each MoE layer's MLP replaced by its experts, plus the vision
         side's."""
-        moe_ids = set(getattr(self, "moe_layer_ids", []))  # empty while the base __init__ runs
-        targets = {"model.embed_tokens.weight": (self.embed_tokens, None, "weight")}
-        targets["model.norm.weight"] = (self.norm, None, "weight")
-        if not self.tie_word_embeddings:
-            targets["lm_head.weight"] = (self.lm_head, None, "weight")
-        for i, layer in enumerate(self.layers):
-            for hf_name, (path, shard) in self.layer_mapping.items():
-                if i in moe_ids and hf_name.startswith("mlp."):
-                    continue
-                module = layer
-                for part in path.split("."):
-                    module = getattr(module, part)
-                targets[f"model.layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
-            if i in moe_ids:
-                targets |= layer.mlp.targets(f"model.layers.{i}.mlp")
+        targets = super()._build_targets(qkv_bias)
+        for i in getattr(self, "moe_layer_ids", []):  # none while the base __init__ runs
+            targets |= self.layers[i].mlp.targets(f"model.layers.{i}.mlp")
         if hasattr(self, "vision"):
             targets |= self.vision.targets()
         return targets
