@@ -39,7 +39,7 @@ from fdcli_engine.layers.mrope import MRotaryEmbedding
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM, ernie_defaults
 from fdcli_engine.models.ernie4_5_moe import expert_quantizations
 from fdcli_engine.models.ernie4_5_vl_vision import Ernie4_5_VLVision
-from fdcli_engine.models.qwen2_5_vl import mrope_positions
+from fdcli_engine.models.qwen2_5_vl import encode_images, mrope_positions
 from fdcli_engine.resolved_config import ResolvedConfig
 
 _PROJ = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
@@ -191,12 +191,7 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
 
     # The runner's multimodal hooks (qwen2_5_vl.py describes them).
     def embed_images(self, features) -> list[paddle.Tensor]:
-        """The LLM embeddings of each image's placeholders, [feature.length, hidden] per feature."""
-        rows = self.vision(np.concatenate([f.pixels() for f in features]), [f.grid_thw for f in features])
-        sizes = [f.length for f in features]
-        if sum(sizes) != rows.shape[0]:
-            raise ValueError(f"the vision side made {rows.shape[0]} rows for {sum(sizes)} placeholders")
-        return list(paddle.split(rows, sizes)) if len(sizes) > 1 else [rows]
+        return encode_images(self.vision, features)
 
     def mm_positions(self, prompt_token_ids, features) -> tuple[np.ndarray, int]:
         return mrope_positions(prompt_token_ids, features, self.spatial_merge_size)
