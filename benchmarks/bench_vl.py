@@ -114,23 +114,16 @@ class Ernie4_5_VL:
         tiny_ernie_vl.make_tiny_ernie_vl(folder)
 
     def transformers_side(self, folder: Path):
-        import numpy as np  # noqa: PLC0415
         import tiny_ernie_vl  # noqa: PLC0415
         import torch  # noqa: PLC0415
         from transformers import AutoTokenizer  # noqa: PLC0415
 
-        img = tiny_ernie_vl.ERNIE_VL_TOKENS["image_token_id"]
         hf = tiny_ernie_vl.load_hf_ernie_vl(folder)
         tok = AutoTokenizer.from_pretrained(folder)
 
         def first_token(text, image):
             px = tiny_ernie_vl.hf_pixels([image])
-            n = int(np.prod(px["image_grid_thw"][0])) // 4
-            ids = [
-                t
-                for i in tok.encode(text, add_special_tokens=False)
-                for t in ([img] * n if i == img else [i])
-            ]
+            ids = tiny_ernie_vl.expand_placeholders(tok.encode(text, add_special_tokens=False), px)
             with torch.no_grad():
                 hf.generate(
                     torch.tensor([ids]),

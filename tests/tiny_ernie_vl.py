@@ -106,13 +106,24 @@ def load_hf_ernie_vl(folder: str | Path):
     return Ernie4_5_VLMoeForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
 
 
-def hf_pixels(images: list) -> dict:
-    """transformers' ERNIE-4.5-VL image processor (PIL backend) over `images`, numpy arrays."""
+def hf_pixels(images: list, **processor_kwargs) -> dict:
+    """transformers' ERNIE-4.5-VL image processor (PIL backend, built with `processor_kwargs`) over
+    `images`, numpy arrays."""
     from transformers.models.ernie4_5_vl_moe.image_processing_pil_ernie4_5_vl_moe import (  # noqa: PLC0415
         Ernie4_5_VLMoeImageProcessorPil,
     )
 
-    return Ernie4_5_VLMoeImageProcessorPil()(images=images, return_tensors="np")
+    return Ernie4_5_VLMoeImageProcessorPil(**processor_kwargs)(images=images, return_tensors="np")
+
+
+def expand_placeholders(ids: list[int], pixels: dict | None) -> list[int]:
+    """`ids` with each <|IMAGE_PLACEHOLDER|> repeated once per LLM token of its image, as transformers'
+    processor expands it (4 patches merge into one token)."""
+    if pixels is None:
+        return list(ids)
+    img = ERNIE_VL_TOKENS["image_token_id"]
+    counts = iter(int(np.prod(g)) // 4 for g in pixels["image_grid_thw"])
+    return [t for i in ids for t in ([img] * next(counts) if i == img else [i])]
 
 
 def hf_image_kwargs(ids: list[int], pixels: dict | None) -> dict:

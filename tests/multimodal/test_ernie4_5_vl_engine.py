@@ -9,10 +9,16 @@ expands it (its full processor needs a video processor, i.e. torchvision, absent
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from tiny_ernie_vl import ERNIE_VL_TOKENS, hf_image_kwargs, hf_pixels, load_hf_ernie_vl, make_tiny_ernie_vl
+from tiny_ernie_vl import (
+    ERNIE_VL_TOKENS,
+    expand_placeholders,
+    hf_image_kwargs,
+    hf_pixels,
+    load_hf_ernie_vl,
+    make_tiny_ernie_vl,
+)
 from tiny_models import random_image
 
 from fdcli_engine import LLM, SamplingParams
@@ -48,9 +54,7 @@ def hf_generate(
     """(transformers' expanded prompt ids, its greedy continuation)."""
     ids = tokenizer.encode(text, add_special_tokens=False)
     pixels = hf_pixels(images) if images else None
-    if pixels is not None:
-        counts = iter(int(np.prod(g)) // 4 for g in pixels["image_grid_thw"])
-        ids = [t for i in ids for t in ([IMG] * next(counts) if i == IMG else [i])]
+    ids = expand_placeholders(ids, pixels)
     kwargs = hf_image_kwargs(ids, pixels)
     with torch.no_grad():
         out = hf.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False, **kwargs)
