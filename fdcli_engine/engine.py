@@ -114,7 +114,6 @@ class EngineCore:
         )
         if spec is not None:
             logger.info("speculative decoding: %s", spec.describe())
-        self.kv_connector = None
         from fdcli_engine.kv_transfer.factory import make_connector
 
         connector = make_connector(config)
@@ -169,14 +168,18 @@ class EngineCore:
         if self.kv_connector is not None:
             self.kv_connector.close()
         connector.bind(self.runner.kv_block_views())
-        self.kv_connector = connector
         self.scheduler.kv.bind_connector(connector)
+
+    @property
+    def kv_connector(self):
+        """The bound KV connector (None: none), as the scheduler's KV cache manager holds it."""
+        scheduler = getattr(self, "scheduler", None)  # absent while _build has not made it
+        return scheduler.kv.connector if scheduler is not None else None
 
     def shutdown(self) -> None:
         """Close the KV connector, stop the tensor-parallel workers and leave this process's group."""
-        connector = getattr(self, "kv_connector", None)
-        if connector is not None:
-            connector.close()
+        if self.kv_connector is not None:
+            self.kv_connector.close()
         if self.tp_workers is None:
             return
         from fdcli_engine.distributed import SingleRank, set_tp_group, tp_group

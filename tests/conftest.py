@@ -14,6 +14,18 @@ os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+@pytest.fixture
+def launched_args(monkeypatch):
+    """The ServerArgs of each `fd serve` the test invokes through the CLI, in order; the launcher's
+    run_server is replaced, so nothing loads or listens."""
+    calls = []
+    monkeypatch.setattr(
+        "fdcli_engine.entrypoints.openai.launcher.run_server",
+        lambda config, args, **kw: calls.append(args) or 0,
+    )
+    return calls
+
+
 @pytest.fixture(scope="session")
 def tokenizer(tmp_path_factory):
     """The tiny ChatML BPE tokenizer of tiny_models, for scripted-engine tests (a module may override)."""

@@ -9,9 +9,9 @@ them by their ERNIE spellings, so a chat template or a test can write them as te
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+import numpy as np
 import tiny_models
 
 ERNIE_VL_ARCH = "Ernie4_5_VLMoeForConditionalGeneration"
@@ -75,16 +75,8 @@ def make_tiny_ernie_vl(folder: str | Path, seed: int = 0, tokenizer: bool = True
         text_config=dict(TEXT), vision_config=dict(VISION), tie_word_embeddings=True, **ERNIE_VL_TOKENS
     )
     model = Ernie4_5_VLMoeForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(
-                ("norm.weight", "ln.weight", "norm1.weight", "norm2.weight", "after_norm.weight")
-            ):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("e_score_correction_bias"):
-                p.copy_(0.05 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    norms = ("norm.weight", "ln.weight", "norm1.weight", "norm2.weight", "after_norm.weight")
+    tiny_models.randomize_weights(model, norms, small=("e_score_correction_bias",))
     model.save_pretrained(folder)
     if tokenizer:
         tiny_models.write_tiny_tokenizer(folder)
@@ -95,43 +87,57 @@ def make_tiny_ernie_vl(folder: str | Path, seed: int = 0, tokenizer: bool = True
 def _add_image_specials(folder: Path) -> None:
     """Give the tokenizer ERNIE's image/video special tokens (at ERNIE_VL_TOKENS' ids) and a chat
     template that writes an image part as ERNIE's does."""
-    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415
-
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tok.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in ERNIE_VL_SPELLINGS.values()]
-    )
+    ids = tiny_models.add_special_tokens(folder, list(ERNIE_VL_SPELLINGS.values()), CHAT_TEMPLATE)
     for key, text in ERNIE_VL_SPELLINGS.items():
-        assert tok.token_to_id(text) == ERNIE_VL_TOKENS[key], (text, tok.token_to_id(text))
-    tok.save(str(folder / "tokenizer.json"))
-    cfg = json.loads((folder / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = CHAT_TEMPLATE
-    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+        assert ids[text] == ERNIE_VL_TOKENS[key], (text, ids[text])
 
 
 def make_tiny_ernie_vl_reward(folder: str | Path, seed: int = 0) -> Path:
     """The tiny ERNIE-4.5-VL body (vision side included) under a reward head: architecture
     Ernie4_5_VLMoeForRewardModel, score.0 (hidden -> hidden) -> ReLU -> score.2 (hidden -> 1), the
     layout fd's pooling adapters read (no transformers class: the tests compute the head)."""
-    import torch  # noqa: PLC0415
-    from safetensors.torch import load_file, save_file  # noqa: PLC0415
-
     folder = make_tiny_ernie_vl(folder, seed)
-    tensors = load_file(str(folder / "model.safetensors"))
-    g = torch.Generator().manual_seed(seed + 1)
-    h = TEXT["hidden_size"]
-    tensors["score.0.weight"] = 0.15 * torch.randn(h, h, generator=g)
-    tensors["score.0.bias"] = 0.15 * torch.randn(h, generator=g)
-    tensors["score.2.weight"] = 0.15 * torch.randn(1, h, generator=g)
-    tensors["score.2.bias"] = 0.15 * torch.randn(1, generator=g)
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads((folder / "config.json").read_text())
-    config.update(architectures=["Ernie4_5_VLMoeForRewardModel"], num_labels=1)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return tiny_models.add_reward_head(folder, "Ernie4_5_VLMoeForRewardModel", TEXT["hidden_size"], seed)
 
 
 def load_hf_ernie_vl(folder: str | Path):
     from transformers import Ernie4_5_VLMoeForConditionalGeneration  # noqa: PLC0415
 
     return Ernie4_5_VLMoeForConditionalGeneration.from_pretrained(folder, attn_implementation="eager").eval()
+
+
+def hf_pixels(images: list, **processor_kwargs) -> dict:
+    """transformers' ERNIE-4.5-VL image processor (PIL backend, built with `processor_kwargs`) over
+    `images`, numpy arrays."""
+    from transformers.models.ernie4_5_vl_moe.image_processing_pil_ernie4_5_vl_moe import (  # noqa: PLC0415
+        Ernie4_5_VLMoeImageProcessorPil,
+    )
+
+    return Ernie4_5_VLMoeImageProcessorPil(**processor_kwargs)(images=images, return_tensors="np")
+
+
+def expand_placeholders(ids: list[int], pixels: dict | None) -> list[int]:
+    """`ids` with each <|IMAGE_PLACEHOLDER|> repeated once per LLM token of its image, as transformers'
+    processor expands it (4 patches merge into one token)."""
+    if pixels is None:
+        return list(ids)
+    img = ERNIE_VL_TOKENS["image_token_id"]
+    counts = iter(int(np.prod(g)) // 4 for g in pixels["image_grid_thw"])
+    return [t for i in ids for t in ([img] * next(counts) if i == img else [i])]
+
+
+def hf_image_kwargs(ids: list[int], pixels: dict | None) -> dict:
+    """The image inputs of transformers' ERNIE-4.5-VL forward/generate for the expanded prompt `ids`:
+    pixels, grids, the placeholder mask and the vision-expert mask (placeholders and image brackets)."""
+    import torch  # noqa: PLC0415
+
+    if pixels is None:
+        return {}
+    arr = np.asarray(ids)
+    image = [ERNIE_VL_TOKENS[k] for k in ("image_start_token_id", "image_end_token_id", "image_token_id")]
+    return dict(
+        pixel_values=torch.tensor(np.asarray(pixels["pixel_values"])),
+        image_grid_thw=torch.tensor(np.asarray(pixels["image_grid_thw"])),
+        mm_token_type_ids=torch.tensor((arr == ERNIE_VL_TOKENS["image_token_id"]).astype(np.int64)[None]),
+        moe_mm_token_type_ids=torch.tensor(np.isin(arr, image).astype(np.int64)[None]),
+    )

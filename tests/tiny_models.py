@@ -49,14 +49,77 @@ def make_tiny_checkpoint(arch: str, folder: str | Path, seed: int = 0, **overrid
     # transformers 5 keeps rope settings in rope_parameters.
     config.rope_parameters = {"rope_theta": theta, "rope_type": "default", **(rope_scaling or {})}
     model = getattr(transformers, arch)(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    randomize_weights(model)
     model.save_pretrained(folder)
     return folder
+
+
+def randomize_weights(model, norms: tuple[str, ...] = ("norm.weight",), small: tuple[str, ...] = ()) -> None:
+    """Every parameter random from the current torch seed, in named_parameters order: weights ending
+    with one of `norms` 1 + 0.2 N, those ending with one of `small` 0.05 N, the rest 0.15 N."""
+    import torch  # noqa: PLC0415
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(norms):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif small and name.endswith(small):
+                p.copy_(0.05 * torch.randn_like(p))
+            else:
+                p.copy_(0.15 * torch.randn_like(p))
+
+
+def add_special_tokens(folder: str | Path, spellings: list[str], chat_template: str) -> dict[str, int]:
+    """Add `spellings` as special tokens to the tokenizer in `folder` (after its vocab, in order) and
+    make `chat_template` its template; returns each spelling's id."""
+    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415
+
+    folder = Path(folder)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in spellings])
+    tok.save(str(folder / "tokenizer.json"))
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = chat_template
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+    return {t: tok.token_to_id(t) for t in spellings}
+
+
+def score_head_tensors(hidden: int, num_labels: int, seed: int) -> dict:
+    """A random score MLP, score.0 (hidden -> hidden) -> ReLU -> score.2 (hidden -> num_labels), the
+    Qwen2.5-Math RM/PRM layout fd's pooling adapters read; torch tensors drawn from seed + 1."""
+    import torch  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(seed + 1)
+    return {
+        "score.0.weight": 0.15 * torch.randn(hidden, hidden, generator=g),
+        "score.0.bias": 0.15 * torch.randn(hidden, generator=g),
+        "score.2.weight": 0.15 * torch.randn(num_labels, hidden, generator=g),
+        "score.2.bias": 0.15 * torch.randn(num_labels, generator=g),
+    }
+
+
+def add_reward_head(folder: str | Path, arch: str, hidden: int, seed: int = 0) -> Path:
+    """Turn the saved checkpoint in `folder` into a one-label reward model `arch`: its lm_head
+    dropped, score_head_tensors added (no transformers class: the tests compute the head)."""
+    from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+    folder = Path(folder)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors.pop("lm_head.weight", None)
+    tensors.update(score_head_tensors(hidden, 1, seed))
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config.update(architectures=[arch], num_labels=1)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def random_image(width: int, height: int, seed: int = 0):
+    """An RGB picture of uniform random pixels."""
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB")
 
 
 def load_hf_model(folder: str | Path, **kwargs):

@@ -11,8 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-from tiny_models import write_tiny_tokenizer
+from tiny_models import (
+    add_reward_head,
+    add_special_tokens,
+    random_image,  # noqa: F401 - the VL tests' pictures, as tiny_vl.random_image
+    randomize_weights,
+    write_tiny_tokenizer,
+)
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 VL_CHAT_TEMPLATE = (
@@ -29,16 +34,8 @@ MAX_PIXELS = 28 * 28 * 16
 
 def write_vl_tokenizer(folder: Path) -> dict[str, int]:
     """The tiny tokenizer plus the vision tokens; returns their ids."""
-    from tokenizers import AddedToken, Tokenizer  # noqa: PLC0415
-
     write_tiny_tokenizer(folder)
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in VISION_TOKENS])
-    tok.save(str(folder / "tokenizer.json"))
-    cfg = json.loads((folder / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = VL_CHAT_TEMPLATE
-    (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
-    return {t: tok.token_to_id(t) for t in VISION_TOKENS}
+    return add_special_tokens(folder, VISION_TOKENS, VL_CHAT_TEMPLATE)
 
 
 def make_tiny_qwen2_5_vl(
@@ -93,12 +90,7 @@ def make_tiny_qwen2_5_vl(
         tie_word_embeddings=tie,
     )
     model = transformers.Qwen2_5_VLForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("norm.weight", "norm1.weight", "norm2.weight", "ln_q.weight")):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    randomize_weights(model, ("norm.weight", "norm1.weight", "norm2.weight", "ln_q.weight"))
     model.save_pretrained(folder)
     pre = transformers.Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=max_pixels)
     pre.save_pretrained(folder)
@@ -117,31 +109,10 @@ def hf_processor(folder: Path):
     )
 
 
-def random_image(width: int, height: int, seed: int = 0):
-    from PIL import Image  # noqa: PLC0415
-
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8), "RGB")
-
-
 def make_tiny_qwen2_5_vl_reward(folder: str | Path, seed: int = 0) -> Path:
     """The tiny Qwen2.5-VL body (vision tower included) under a reward head: architecture
     Qwen2_5_VLForRewardModel, score.0 (hidden -> hidden) -> ReLU -> score.2 (hidden -> 1), the
     Qwen2.5-Math RM layout fd's adapters read (no transformers class: the tests compute the head)."""
-    import torch  # noqa: PLC0415
-    from safetensors.torch import load_file, save_file  # noqa: PLC0415
-
     folder = make_tiny_qwen2_5_vl(folder, seed)
-    tensors = load_file(str(folder / "model.safetensors"))
-    tensors.pop("lm_head.weight", None)
-    g = torch.Generator().manual_seed(seed + 1)
     h = json.loads((folder / "config.json").read_text())["text_config"]["hidden_size"]
-    tensors["score.0.weight"] = 0.15 * torch.randn(h, h, generator=g)
-    tensors["score.0.bias"] = 0.15 * torch.randn(h, generator=g)
-    tensors["score.2.weight"] = 0.15 * torch.randn(1, h, generator=g)
-    tensors["score.2.bias"] = 0.15 * torch.randn(1, generator=g)
-    save_file(tensors, str(folder / "model.safetensors"))
-    config = json.loads((folder / "config.json").read_text())
-    config.update(architectures=["Qwen2_5_VLForRewardModel"], num_labels=1)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+    return add_reward_head(folder, "Qwen2_5_VLForRewardModel", h, seed)

@@ -128,13 +128,23 @@ class Scheduler:
             budget -= num_new + len(drafts)
             i += 1
 
+        self.num_deferred = 0
+        if not preempted:
+            budget = self._admit_waiting(budget, scheduled)
+
+        finished, self._finished_ids = self._finished_ids, set()
+        return SchedulerOutput(
+            scheduled=scheduled,
+            num_scheduled_tokens=self.max_num_batched_tokens - budget,
+            finished_req_ids=finished,
+            num_preempted=preempted,
+        )
+
+    def _admit_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+        """Admit waiting requests in FIFO order while budget, sequence slots and blocks allow (a step
+        that preempted admits none); appends them to `scheduled`, returns the budget left."""
         skipped = 0  # waiting requests whose connector is not ready yet: they keep their places
-        while (
-            len(self.waiting) > skipped
-            and budget > 0
-            and len(self.running) < self.max_num_seqs
-            and not preempted
-        ):
+        while len(self.waiting) > skipped and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[skipped]
             hit_blocks, num_hit = self.kv.get_computed_blocks(req)
             num_ext = self._connector_tokens(req, num_hit)
@@ -163,14 +173,7 @@ class Scheduler:
             scheduled.append(self._scheduled(req, num_new))
             budget -= num_new
         self.num_deferred = skipped
-
-        finished, self._finished_ids = self._finished_ids, set()
-        return SchedulerOutput(
-            scheduled=scheduled,
-            num_scheduled_tokens=self.max_num_batched_tokens - budget,
-            finished_req_ids=finished,
-            num_preempted=preempted,
-        )
+        return budget
 
     def _connector_tokens(self, req: Request, num_hit: int) -> int | None:
         """Tokens after the pool's hit that the connector supplies, in whole blocks, leaving at least

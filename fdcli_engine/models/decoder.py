@@ -126,7 +126,10 @@ class DecoderForCausalLM:
             raise ModelLoadError(f"hidden_act {act!r} is not supported: expected silu")
 
     def _build_targets(self, qkv_bias: bool) -> dict[str, tuple[object, int | None, str]]:
-        """Every checkpoint name this model expects -> (module, shard, "weight" | "bias")."""
+        """Every checkpoint name this model expects -> (module, shard, "weight" | "bias"). A subclass's
+        `moe_layer_ids` (set after this base __init__) name layers whose MLP is an MoE: their dense
+        mlp.* names are left out for the subclass to add its own."""
+        moe_ids = set(getattr(self, "moe_layer_ids", ()))
         targets: dict[str, tuple[object, int | None, str]] = {
             "model.embed_tokens.weight": (self.embed_tokens, None, "weight"),
             "model.norm.weight": (self.norm, None, "weight"),
@@ -135,6 +138,8 @@ class DecoderForCausalLM:
             targets["lm_head.weight"] = (self.lm_head, None, "weight")
         for i, layer in enumerate(self.layers):
             for hf_name, (path, shard) in self.layer_mapping.items():
+                if i in moe_ids and hf_name.startswith("mlp."):
+                    continue
                 module = layer
                 for part in path.split("."):
                     module = getattr(module, part)

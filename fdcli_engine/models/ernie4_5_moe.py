@@ -88,26 +88,12 @@ class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
     def _build_targets(self, qkv_bias: bool) -> dict[str, tuple[object, int | None, str]]:
         """The base decoder's table, with each MoE layer's dense MLP names replaced by its router,
         correction bias, experts and shared experts."""
-        moe_ids = set(getattr(self, "moe_layer_ids", []))  # empty while the base __init__ runs
-        targets: dict[str, tuple[object, int | None, str]] = {
-            "model.embed_tokens.weight": (self.embed_tokens, None, "weight"),
-            "model.norm.weight": (self.norm, None, "weight"),
-        }
-        if not self.tie_word_embeddings:
-            targets["lm_head.weight"] = (self.lm_head, None, "weight")
-        for i, layer in enumerate(self.layers):
-            for hf_name, (path, shard) in self.layer_mapping.items():
-                if i in moe_ids and hf_name.startswith("mlp."):
-                    continue
-                module = layer
-                for part in path.split("."):
-                    module = getattr(module, part)
-                targets[f"model.layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
-            if i in moe_ids:
-                targets.update(self._moe_targets(f"model.layers.{i}.mlp", layer.mlp))
-                if self.config.get("moe_use_aux_free") is False:
-                    # Trained without the aux-free correction bias: none is stored, zero is exact.
-                    del targets[f"model.layers.{i}.mlp.moe_statics.e_score_correction_bias"]
+        targets = super()._build_targets(qkv_bias)
+        for i in getattr(self, "moe_layer_ids", []):  # none while the base __init__ runs
+            targets.update(self._moe_targets(f"model.layers.{i}.mlp", self.layers[i].mlp))
+            if self.config.get("moe_use_aux_free") is False:
+                # Trained without the aux-free correction bias: none is stored, zero is exact.
+                del targets[f"model.layers.{i}.mlp.moe_statics.e_score_correction_bias"]
         return targets
 
     @staticmethod

@@ -39,7 +39,7 @@ from fdcli_engine.layers.mrope import MRotaryEmbedding
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM, ernie_defaults
 from fdcli_engine.models.ernie4_5_moe import expert_quantizations
 from fdcli_engine.models.ernie4_5_vl_vision import Ernie4_5_VLVision
-from fdcli_engine.models.qwen2_5_vl import mrope_positions
+from fdcli_engine.models.qwen2_5_vl import encode_images, mrope_positions
 from fdcli_engine.resolved_config import ResolvedConfig
 
 _PROJ = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
@@ -182,33 +182,16 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
     def _build_targets(self, qkv_bias: bool) -> dict:
         """The text decoder's names with each MoE layer's MLP replaced by its experts, plus the vision
         side's."""
-        moe_ids = set(getattr(self, "moe_layer_ids", []))  # empty while the base __init__ runs
-        targets = {"model.embed_tokens.weight": (self.embed_tokens, None, "weight")}
-        targets["model.norm.weight"] = (self.norm, None, "weight")
-        if not self.tie_word_embeddings:
-            targets["lm_head.weight"] = (self.lm_head, None, "weight")
-        for i, layer in enumerate(self.layers):
-            for hf_name, (path, shard) in self.layer_mapping.items():
-                if i in moe_ids and hf_name.startswith("mlp."):
-                    continue
-                module = layer
-                for part in path.split("."):
-                    module = getattr(module, part)
-                targets[f"model.layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
-            if i in moe_ids:
-                targets |= layer.mlp.targets(f"model.layers.{i}.mlp")
+        targets = super()._build_targets(qkv_bias)
+        for i in getattr(self, "moe_layer_ids", []):  # none while the base __init__ runs
+            targets |= self.layers[i].mlp.targets(f"model.layers.{i}.mlp")
         if hasattr(self, "vision"):
             targets |= self.vision.targets()
         return targets
 
     # The runner's multimodal hooks (qwen2_5_vl.py describes them).
     def embed_images(self, features) -> list[paddle.Tensor]:
-        """The LLM embeddings of each image's placeholders, [feature.length, hidden] per feature."""
-        rows = self.vision(np.concatenate([f.pixels() for f in features]), [f.grid_thw for f in features])
-        sizes = [f.length for f in features]
-        if sum(sizes) != rows.shape[0]:
-            raise ValueError(f"the vision side made {rows.shape[0]} rows for {sum(sizes)} placeholders")
-        return list(paddle.split(rows, sizes)) if len(sizes) > 1 else [rows]
+        return encode_images(self.vision, features)
 
     def mm_positions(self, prompt_token_ids, features) -> tuple[np.ndarray, int]:
         return mrope_positions(prompt_token_ids, features, self.spatial_merge_size)

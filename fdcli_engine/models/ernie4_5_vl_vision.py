@@ -33,6 +33,7 @@ from fdcli_engine import ops
 from fdcli_engine.errors import ModelLoadError
 from fdcli_engine.layers import RMSNorm
 from fdcli_engine.layers.linear import Linear
+from fdcli_engine.models.qwen2_5_vl_vision import vision_positions
 
 VISION_PREFIX = "model.vision_model."
 RESAMPLER_PREFIX = "model.resampler_model."
@@ -137,17 +138,10 @@ class MergerMLP:
 def vision_rotary_table(grid_thw: list[list[int]], head_dim: int, theta: float, merge: int) -> np.ndarray:
     """cos/sin rows [num_patches, head_dim] for the patches in merge-window order: angles p_h * f_i
     then p_w * f_i, f_i = theta^(-4i/head_dim), i < head_dim/4."""
-    quarter = head_dim // 4
     inv_freq = 1.0 / theta ** (np.arange(0, head_dim // 2, 2, dtype=np.float64) / (head_dim // 2))
-    tables = []
-    for t, h, w in grid_thw:
-        hh, ww = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
-        order = (h // merge, merge, w // merge, merge)
-        hh = hh.reshape(order).transpose(0, 2, 1, 3).reshape(-1)
-        ww = ww.reshape(order).transpose(0, 2, 1, 3).reshape(-1)
-        angles = np.concatenate([hh[:, None] * inv_freq[:quarter], ww[:, None] * inv_freq[:quarter]], axis=1)
-        tables.append(np.tile(np.concatenate([np.cos(angles), np.sin(angles)], axis=1), (t, 1)))
-    return np.concatenate(tables).astype(np.float32)
+    pos = np.concatenate([vision_positions(g, merge) for g in grid_thw])
+    angles = np.concatenate([pos[:, :1] * inv_freq, pos[:, 1:] * inv_freq], axis=1)
+    return np.concatenate([np.cos(angles), np.sin(angles)], axis=1).astype(np.float32)
 
 
 class Ernie4_5_VLVision:

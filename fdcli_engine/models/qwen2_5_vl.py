@@ -57,6 +57,17 @@ def mrope_positions(prompt_token_ids, features, merge: int) -> tuple[np.ndarray,
     return out, int(out.max()) + 1 - n if n else 0
 
 
+def encode_images(encoder, features) -> list[paddle.Tensor]:
+    """The LLM embeddings of each image's placeholders, [feature.length, hidden] per feature: one
+    `encoder(pixel rows, grids)` call over every feature's pixels, its rows split by feature."""
+    with paddle.no_grad():
+        rows = encoder(np.concatenate([f.pixels() for f in features]), [f.grid_thw for f in features])
+    sizes = [f.length for f in features]
+    if sum(sizes) != rows.shape[0]:
+        raise ValueError(f"the vision encoder made {rows.shape[0]} rows for {sum(sizes)} placeholders")
+    return list(paddle.split(rows, sizes)) if len(sizes) > 1 else [rows]
+
+
 class Qwen2_5_VLForConditionalGeneration(Qwen2ForCausalLM):
     def __init__(self, hf_config: dict, engine_config):
         section = mrope_section_of(hf_config)
@@ -95,12 +106,7 @@ class Qwen2_5_VLForConditionalGeneration(Qwen2ForCausalLM):
         super().load_weights(renamed())
 
     def embed_images(self, features) -> list[paddle.Tensor]:
-        with paddle.no_grad():
-            rows = self.visual(np.concatenate([f.pixels() for f in features]), [f.grid_thw for f in features])
-        sizes = [f.length for f in features]
-        if sum(sizes) != rows.shape[0]:
-            raise ValueError(f"the vision tower made {rows.shape[0]} rows for {sum(sizes)} placeholders")
-        return list(paddle.split(rows, sizes)) if len(sizes) > 1 else [rows]
+        return encode_images(self.visual, features)
 
     def mm_positions(self, prompt_token_ids, features) -> tuple[np.ndarray, int]:
         return mrope_positions(prompt_token_ids, features, self.merge_size)

@@ -133,14 +133,12 @@ def test_bad_tool_flags_fail_in_one_line(ernie_checkpoint, flags, words):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_tool_flags_from_the_yaml_file(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.launcher.run_server",
-        lambda config, args, **kw: calls.append(args) or 0,
-    )
+def test_tool_flags_from_the_yaml_file(launched_args, tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text("tool-call-parser: ernie-x1\nenable_auto_tool_choice: true\n")
     r = CliRunner().invoke(app, ["serve", "--config", str(cfg)])
     assert r.exit_code == 0, r.output
-    assert (calls[0].serving.tool_call_parser, calls[0].serving.enable_auto_tool_choice) == ("ernie-x1", True)
+    assert (launched_args[0].serving.tool_call_parser, launched_args[0].serving.enable_auto_tool_choice) == (
+        "ernie-x1",
+        True,
+    )

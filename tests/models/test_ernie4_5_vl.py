@@ -14,9 +14,15 @@ import numpy as np
 import paddle
 import pytest
 import torch
-from PIL import Image
-from tiny_ernie_vl import ERNIE_VL_TOKENS, VISION, load_hf_ernie_vl, make_tiny_ernie_vl
-from tiny_models import make_attention_metadata
+from tiny_ernie_vl import (
+    ERNIE_VL_TOKENS,
+    VISION,
+    hf_image_kwargs,
+    hf_pixels,
+    load_hf_ernie_vl,
+    make_tiny_ernie_vl,
+)
+from tiny_models import make_attention_metadata, random_image
 
 from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
@@ -56,18 +62,9 @@ def fd(checkpoint):
     ops.use(previous)
 
 
-def _image(width, height, seed):
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8))
-
-
 def hf_inputs(images, text_before, text_after):
     """Pixels and grids from transformers' image processor; the prompt expanded as its processor does."""
-    from transformers.models.ernie4_5_vl_moe.image_processing_pil_ernie4_5_vl_moe import (
-        Ernie4_5_VLMoeImageProcessorPil,
-    )
-
-    out = Ernie4_5_VLMoeImageProcessorPil()(images=images, return_tensors="np") if images else None
+    out = hf_pixels(images) if images else None
     ids = list(text_before)
     for grid in out["image_grid_thw"] if out else []:
         ids += [START] + [IMG] * (int(np.prod(grid)) // 4) + [END]
@@ -76,18 +73,8 @@ def hf_inputs(images, text_before, text_after):
 
 
 def hf_logits(hf, ids, pixels):
-    t = torch.tensor([ids])
-    kwargs = {}
-    if pixels is not None:
-        arr = np.asarray(ids)
-        kwargs = dict(
-            pixel_values=torch.tensor(pixels["pixel_values"]),
-            image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
-            mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
-            moe_mm_token_type_ids=torch.tensor(np.isin(arr, (START, END, IMG)).astype(np.int64)[None]),
-        )
     with torch.no_grad():
-        return hf(input_ids=t, **kwargs).logits[0].numpy()
+        return hf(input_ids=torch.tensor([ids]), **hf_image_kwargs(ids, pixels)).logits[0].numpy()
 
 
 def features_of(ids, pixels):
@@ -147,8 +134,8 @@ class VLRunner:
 
 
 CASES = {
-    "one_image": ([_image(56, 84, 1)], [5, 17, 42], [99, 3, 250, 7]),
-    "two_images": ([_image(112, 56, 2), _image(56, 56, 3)], [5, 17], [128, 64]),
+    "one_image": ([random_image(56, 84, 1)], [5, 17, 42], [99, 3, 250, 7]),
+    "two_images": ([random_image(112, 56, 2), random_image(56, 56, 3)], [5, 17], [128, 64]),
     "text_only": ([], [5, 17, 42, 99, 3, 250, 7, 128, 64, 311], []),
 }
 
@@ -162,7 +149,7 @@ def test_prefill_logits_match_transformers(case, hf, fd):
     np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
 
 
-def test_chunked_prefill_splits_an_image(hf, fd):
+def test_chunked_prefill_splits_anrandom_image(hf, fd):
     ids, pixels = hf_inputs(*CASES["two_images"])
     first_image = ids.index(IMG)
     chunks = [first_image + 3, 5, len(ids) - first_image - 8]  # the first image's rows split in two steps
@@ -174,15 +161,7 @@ def test_chunked_prefill_splits_an_image(hf, fd):
 def test_greedy_tokens_match_transformers(case, hf, fd):
     images, before, after = CASES[case]
     ids, pixels = hf_inputs(images, before, after)
-    kwargs = {}
-    if pixels is not None:
-        arr = np.asarray(ids)
-        kwargs = dict(
-            pixel_values=torch.tensor(pixels["pixel_values"]),
-            image_grid_thw=torch.tensor(pixels["image_grid_thw"]),
-            mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
-            moe_mm_token_type_ids=torch.tensor(np.isin(arr, (START, END, IMG)).astype(np.int64)[None]),
-        )
+    kwargs = hf_image_kwargs(ids, pixels)
     with torch.no_grad():
         out = hf.generate(torch.tensor([ids]), max_new_tokens=8, min_new_tokens=8, do_sample=False, **kwargs)
     want = out[0, len(ids) :].tolist()

@@ -9,11 +9,17 @@ expands it (its full processor needs a video processor, i.e. torchvision, absent
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
-from tiny_ernie_vl import ERNIE_VL_TOKENS, load_hf_ernie_vl, make_tiny_ernie_vl
+from tiny_ernie_vl import (
+    ERNIE_VL_TOKENS,
+    expand_placeholders,
+    hf_image_kwargs,
+    hf_pixels,
+    load_hf_ernie_vl,
+    make_tiny_ernie_vl,
+)
+from tiny_models import random_image
 
 from fdcli_engine import LLM, SamplingParams
 
@@ -24,12 +30,7 @@ IMAGE = "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"
 GREEDY = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
 
 
-def picture(width, height, seed):
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8))
-
-
-PICS = [picture(84, 56, 1), picture(56, 112, 2), picture(56, 56, 3)]
+PICS = [random_image(84, 56, 1), random_image(56, 112, 2), random_image(56, 56, 3)]
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +52,10 @@ def hf_generate(
     hf, tokenizer, text: str, images: list, n: int = GREEDY.max_tokens
 ) -> tuple[list[int], list[int]]:
     """(transformers' expanded prompt ids, its greedy continuation)."""
-    from transformers.models.ernie4_5_vl_moe.image_processing_pil_ernie4_5_vl_moe import (
-        Ernie4_5_VLMoeImageProcessorPil,
-    )
-
     ids = tokenizer.encode(text, add_special_tokens=False)
-    kwargs = {}
-    if images:
-        px = Ernie4_5_VLMoeImageProcessorPil()(images=images, return_tensors="np")
-        counts = iter(int(np.prod(g)) // 4 for g in px["image_grid_thw"])
-        ids = [t for i in ids for t in ([IMG] * next(counts) if i == IMG else [i])]
-        arr = np.asarray(ids)
-        kwargs = dict(
-            pixel_values=torch.tensor(px["pixel_values"]),
-            image_grid_thw=torch.tensor(px["image_grid_thw"]),
-            mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
-            moe_mm_token_type_ids=torch.tensor(np.isin(arr, (START, END, IMG)).astype(np.int64)[None]),
-        )
+    pixels = hf_pixels(images) if images else None
+    ids = expand_placeholders(ids, pixels)
+    kwargs = hf_image_kwargs(ids, pixels)
     with torch.no_grad():
         out = hf.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False, **kwargs)
     return ids, out[0, len(ids) :].tolist()

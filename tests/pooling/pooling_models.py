@@ -25,12 +25,7 @@ def _randomize(model, seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.copy_(0.15 * torch.randn_like(p))
+    tiny_models.randomize_weights(model)
 
 
 def _config(family: str, **extra):
@@ -65,20 +60,14 @@ def qwen3_seqcls(folder: Path) -> Path:
 
 
 def _score_model(folder: Path, arch: str, num_labels: int, seed: int) -> Path:
-    import torch
     import transformers
     from safetensors.torch import save_file
 
     cfg = _config("Qwen2")
     body = transformers.Qwen2Model(cfg).eval()
     _randomize(body, seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    h = cfg.hidden_size
     tensors = {f"model.{k}": v.contiguous() for k, v in body.state_dict().items()}
-    tensors["score.0.weight"] = 0.15 * torch.randn(h, h, generator=g)
-    tensors["score.0.bias"] = 0.15 * torch.randn(h, generator=g)
-    tensors["score.2.weight"] = 0.15 * torch.randn(num_labels, h, generator=g)
-    tensors["score.2.bias"] = 0.15 * torch.randn(num_labels, generator=g)
+    tensors.update(tiny_models.score_head_tensors(cfg.hidden_size, num_labels, seed))
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(folder / "model.safetensors"))
     config = cfg.to_dict()
@@ -218,3 +207,30 @@ def st_reference(texts: list[str]) -> np.ndarray:
         mask = batch["attention_mask"].unsqueeze(-1).float()
         out.append(torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)[0].numpy())
     return np.stack(out)
+
+
+def pool_images(folder, prompt: str, images: list, **options) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Each of `images` with `prompt` (its one image placeholder run) as a pooling request through the
+    in-process EngineCore: (expanded ids, raw pooled output) per request; no image state left over."""
+    from fdcli_engine.config import EngineConfig
+    from fdcli_engine.config_resolver import resolve_config
+    from fdcli_engine.engine import EngineCore, EngineCoreRequest
+    from fdcli_engine.multimodal.processor import get_image_processor
+    from fdcli_engine.pooling_params import PoolingParams
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    config = resolve_config(EngineConfig(model=str(folder), max_num_seqs=4, max_model_len=256, **options))
+    core = EngineCore(config)
+    proc = get_image_processor(config.hf_config, config.model_path)
+    base = load_tokenizer(config).encode(prompt)
+    ids = []
+    for i, image in enumerate(images):
+        p, feats = proc.process(base, [image])
+        ids.append(p)
+        core.add_request(EngineCoreRequest(f"r{i}", p, pooling_params=PoolingParams(), mm_features=feats))
+    pooled = {}
+    while core.has_unfinished_requests():
+        for out in core.step():
+            pooled[out.req_id] = np.asarray(out.pooled, dtype=np.float32)
+    assert not core.runner.mm._states
+    return ids, [pooled[f"r{i}"] for i in range(len(ids))]

@@ -88,17 +88,7 @@ def test_wildcard_origin():
 runner = CliRunner()
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.launcher.run_server",
-        lambda config, args, **kw: calls.append(args) or 0,
-    )
-    return calls
-
-
-def test_cors_flags_and_yaml(captured, tmp_path):
+def test_cors_flags_and_yaml(launched_args, tmp_path):
     r = runner.invoke(
         cli_app,
         [
@@ -111,7 +101,7 @@ def test_cors_flags_and_yaml(captured, tmp_path):
         ],
     )
     assert r.exit_code == 0, r.output
-    args = captured[-1]
+    args = launched_args[-1]
     assert (args.allowed_origins, args.allowed_methods, args.allowed_headers, args.allow_credentials) == (
         [ORIGIN],
         ["GET", "POST"],
@@ -124,14 +114,14 @@ def test_cors_flags_and_yaml(captured, tmp_path):
     )
     r = runner.invoke(cli_app, ["serve", "--config", str(cfg)])
     assert r.exit_code == 0, r.output
-    args = captured[-1]
+    args = launched_args[-1]
     assert (args.allowed_origins, args.allowed_headers, args.allow_credentials) == (
         [ORIGIN],
         ["authorization"],
         False,
     )
     r = runner.invoke(cli_app, ["serve"])
-    assert captured[-1].allowed_origins is None  # no CORS unless asked for
+    assert launched_args[-1].allowed_origins is None  # no CORS unless asked for
 
 
 @pytest.mark.parametrize(
@@ -142,7 +132,7 @@ def test_cors_flags_and_yaml(captured, tmp_path):
         ["--allowed-headers", "[1, 2]"],
     ],
 )
-def test_bad_cors_flag_is_one_line(captured, argv):
+def test_bad_cors_flag_is_one_line(launched_args, argv):
     r = runner.invoke(cli_app, ["serve", *argv])
-    assert r.exit_code == 2 and not captured
+    assert r.exit_code == 2 and not launched_args
     assert r.stderr.count("\n") == 1 and argv[0] in r.stderr and "JSON list" in r.stderr, r.stderr

@@ -7,26 +7,27 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 import pytest
 import torch
 from fd_server import start_server
 from image_fixtures import data_url
 from PIL import Image
-from tiny_ernie_vl import ERNIE_VL_TOKENS, load_hf_ernie_vl, make_tiny_ernie_vl
-
-START, END, IMG = (
-    ERNIE_VL_TOKENS[k] for k in ("image_start_token_id", "image_end_token_id", "image_token_id")
+from tiny_ernie_vl import (
+    expand_placeholders,
+    hf_image_kwargs,
+    hf_pixels,
+    load_hf_ernie_vl,
+    make_tiny_ernie_vl,
 )
+from tiny_models import random_image
+from vl_reference import png_bytes
+
 PROMPT = "<|im_start|>user\n<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>what is it?<|im_end|>\n<|im_start|>assistant\n"
 MAX_TOKENS = 8
 
 
 def png(width=84, height=112, seed=5) -> bytes:
-    rng = np.random.default_rng(seed)
-    buf = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, size=(height, width, 3), dtype=np.uint8)).save(buf, format="PNG")
-    return buf.getvalue()
+    return png_bytes(random_image(width, height, seed))
 
 
 @pytest.fixture(scope="module")
@@ -46,28 +47,18 @@ def server(folder, tmp_path_factory):
 def hf_text(folder, image: Image.Image, max_pixels: int | None = None) -> tuple[str, int]:
     """(transformers' greedy answer, its prompt length) for PROMPT with `image`."""
     from transformers import AutoTokenizer
-    from transformers.models.ernie4_5_vl_moe.image_processing_pil_ernie4_5_vl_moe import (
-        Ernie4_5_VLMoeImageProcessorPil,
-    )
 
     tok = AutoTokenizer.from_pretrained(folder)
     size = {"shortest_edge": 56 * 56, "longest_edge": max_pixels} if max_pixels else {}
-    px = Ernie4_5_VLMoeImageProcessorPil(**({"size": size} if size else {}))(
-        images=[image], return_tensors="np"
-    )
-    n = int(np.prod(px["image_grid_thw"][0])) // 4
-    ids = [t for i in tok.encode(PROMPT, add_special_tokens=False) for t in ([IMG] * n if i == IMG else [i])]
-    arr = np.asarray(ids)
+    px = hf_pixels([image], **({"size": size} if size else {}))
+    ids = expand_placeholders(tok.encode(PROMPT, add_special_tokens=False), px)
     with torch.no_grad():
         out = load_hf_ernie_vl(folder).generate(
             torch.tensor([ids]),
             max_new_tokens=MAX_TOKENS,
             min_new_tokens=MAX_TOKENS,
             do_sample=False,
-            pixel_values=torch.tensor(px["pixel_values"]),
-            image_grid_thw=torch.tensor(px["image_grid_thw"]),
-            mm_token_type_ids=torch.tensor((arr == IMG).astype(np.int64)[None]),
-            moe_mm_token_type_ids=torch.tensor(np.isin(arr, (START, END, IMG)).astype(np.int64)[None]),
+            **hf_image_kwargs(ids, px),
         )
     return tok.decode(out[0, len(ids) :].tolist(), skip_special_tokens=True), len(ids)
 

@@ -19,17 +19,7 @@ from fdcli_engine.errors import ConfigError
 runner = CliRunner()
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.launcher.run_server",
-        lambda config, args, **kw: calls.append(args) or 0,
-    )
-    return calls
-
-
-def test_flags_reach_the_serving_options(captured, tmp_path):
+def test_flags_reach_the_serving_options(launched_args, tmp_path):
     args = [
         "serve",
         "--allowed-local-media-path",
@@ -43,7 +33,7 @@ def test_flags_reach_the_serving_options(captured, tmp_path):
     ]
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
-    serving = captured[-1].serving
+    serving = launched_args[-1].serving
     assert serving.allowed_local_media_path == str(tmp_path)
     assert image_limit(serving) == 4
     policy = media_policy(serving)
@@ -52,12 +42,12 @@ def test_flags_reach_the_serving_options(captured, tmp_path):
     assert not policy.allow_loopback_first_hop  # no flag sets the test allowance
 
 
-def test_yaml_takes_the_mapping_form(captured, tmp_path):
+def test_yaml_takes_the_mapping_form(launched_args, tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text("limit-mm-per-prompt: {image: 3}\nallowed-media-domains: [a.example.com]\n")
     r = runner.invoke(app, ["serve", "--config", str(cfg)])
     assert r.exit_code == 0, r.output
-    serving = captured[-1].serving
+    serving = launched_args[-1].serving
     assert image_limit(serving) == 3 and media_policy(serving).allowed_domains == ("a.example.com",)
 
 

@@ -21,6 +21,7 @@ import uvicorn
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
+from fdcli_engine.entrypoints.listen_socket import bind_socket
 from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.http_app import build_app, build_metrics_app
 from fdcli_engine.entrypoints.openai.http_guard import FramingLimits, fit_open_files, guarded_protocol
@@ -36,21 +37,6 @@ from fdcli_engine.threads import FrontEndPlacement, front_end_placement, place_f
 
 logger = logging.getLogger("fd.serve")
 DEAD_ENGINE_EXIT_DELAY_S = 3.0  # keep /health answering 503 this long before exiting
-
-
-def bind_socket(host: str, port: int, flag: str = "--port") -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        reason = "is already in use" if e.errno in (98, 48) else f"cannot be bound ({e.strerror})"
-        raise ConfigError(f"{host}:{port} {reason}; pick another {flag}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 class FdServer(uvicorn.Server):

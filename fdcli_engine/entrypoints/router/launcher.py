@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-import socket
 
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.entrypoints.listen_socket import bind_socket
 
 
 def run_router(host: str, port: int) -> int:
@@ -15,15 +14,7 @@ def run_router(host: str, port: int) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd router %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied call is noise
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    sock.listen(1024)
+    sock = bind_socket(host, port)
     config = uvicorn.Config(build_router_app(), log_level="warning", timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     print(f"fd router: listening on http://{host}:{port}", flush=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import struct
 import threading
 import zlib
@@ -22,6 +21,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+
+from fdcli_engine.kv_transfer.offload.worker import QueueWorker
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +47,7 @@ class FileTier:
         self.num_dropped = 0
         self._scan()
         self._pending: dict[bytes, list[np.ndarray]] = {}
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._writer, name="fd-kv-offload-writer", daemon=True)
-        self._thread.start()
+        self._writer = QueueWorker(self._write, "fd-kv-offload-writer")
 
     def _path(self, block_hash: bytes) -> Path:
         return self.dir / (block_hash.hex() + SUFFIX)
@@ -129,7 +128,7 @@ class FileTier:
                 self.num_dropped += 1
                 return
             self._pending[block_hash] = stored
-        self._queue.put(block_hash)
+        self._writer.put(block_hash)
 
     def _make_room(self, size: int) -> bool:
         """Delete least recently used files until `size` more bytes fit (lock held)."""
@@ -140,16 +139,6 @@ class FileTier:
             self.nbytes -= old
             _unlink(self._path(h))
         return True
-
-    def _writer(self) -> None:
-        while True:
-            h = self._queue.get()
-            try:
-                if h is None:
-                    return
-                self._write(h)
-            finally:
-                self._queue.task_done()
 
     def _write(self, block_hash: bytes) -> None:
         with self._lock:
@@ -181,12 +170,10 @@ class FileTier:
 
     def flush(self) -> None:
         """Wait until every queued block is written."""
-        self._queue.join()
+        self._writer.flush()
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=30)
+        self._writer.close()
 
 
 def _unlink(path) -> None:

@@ -17,11 +17,12 @@ leaves staging empty at once (`num_jobs`, `num_reserved`).
 
 from __future__ import annotations
 
-import queue
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from fdcli_engine.kv_transfer.offload.worker import QueueWorker
 
 MAX_STAGED_BYTES = 256 << 20  # the staging bound: blocks read ahead and not yet loaded, all requests
 
@@ -42,9 +43,7 @@ class Prefetcher:
         self.num_reserved = 0
         self._lock = threading.Lock()
         self._jobs: dict[str, _Job] = {}
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._reader, name="fd-kv-offload-reader", daemon=True)
-        self._thread.start()
+        self._reader = QueueWorker(self._run, "fd-kv-offload-reader")
 
     @property
     def num_jobs(self) -> int:
@@ -69,7 +68,7 @@ class Prefetcher:
             job.reserved = len(job.hashes)
             self.num_reserved += job.reserved
             self._jobs[req_id] = job
-        self._queue.put(job)
+        self._reader.put(job)
         return True
 
     def take(self, req_id: str, block_hash: bytes) -> list[np.ndarray] | None:
@@ -92,21 +91,15 @@ class Prefetcher:
             self.num_reserved -= job.reserved
             job.reserved = 0
 
-    def _reader(self) -> None:
-        while True:
-            job = self._queue.get()
-            try:
-                if job is None:
-                    return
-                self._read(job)
-            finally:
-                if job is not None:
-                    with self._lock:
-                        job.done = True
-                        if not job.cancelled:  # blocks not read free their room now
-                            self.num_reserved -= job.reserved - len(job.blocks)
-                            job.reserved = len(job.blocks)
-                self._queue.task_done()
+    def _run(self, job: _Job) -> None:
+        try:
+            self._read(job)
+        finally:
+            with self._lock:
+                job.done = True
+                if not job.cancelled:  # blocks not read free their room now
+                    self.num_reserved -= job.reserved - len(job.blocks)
+                    job.reserved = len(job.blocks)
 
     def _read(self, job: _Job) -> None:
         for h in job.hashes:
@@ -125,12 +118,10 @@ class Prefetcher:
 
     def flush(self) -> None:
         """Wait until every job started is done (tests)."""
-        self._queue.join()
+        self._reader.flush()
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join(timeout=30)
+        self._reader.close()
         with self._lock:
             for job in self._jobs.values():
                 job.cancelled = True
