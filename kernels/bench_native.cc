@@ -2,7 +2,10 @@
 // Build: g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc kernels/bench_native.cc \
 //            kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_native
 // Used to tune block sizes on a quiet machine (add -DFD_GEMM_KC=... -DFD_GEMM_KC_MIN_ROWS=...,
-// -DFD_AVX512_MR=...). With arguments "M K N" it times that one GEMM shape only.
+// -DFD_AVX512_MR=...). With arguments "M K N" it times that one GEMM shape only; with "decode [layers]
+// [repeats]", batch-1 decode's GEMMs against a plain read of their bytes (link Paddle's libiomp5, as the
+// library does, for representative parallel-region costs: -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS).
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -25,6 +28,13 @@ static double best_seconds(F fn, int reps) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
+}
+
+template <class F>
+static double seconds(F fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 static void bench_gemm(int64_t m, int64_t k, int64_t n, std::mt19937& rng) {
@@ -85,8 +95,70 @@ static void bench_attention(const char* name, std::vector<int64_t> q_lens, std::
   std::printf("attention %-22s %8.3f ms\n", name, 1e3 * best_seconds([&] { fdk::paged_attention(args); }, 30));
 }
 
+// Bytes per second of a plain read of p[0, bytes) split over the threads (one max chain per thread).
+__attribute__((target("avx512f"))) static void read_all(const uint8_t* p, int64_t bytes) {
+  float total = 0.0f;
+#pragma omp parallel reduction(+ : total)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = bytes / 64 * t / nt * 64, hi = bytes / 64 * (t + 1) / nt * 64;
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t i = lo; i < hi; i += 64) m = _mm512_max_ps(m, _mm512_loadu_ps((const float*)(p + i)));
+    total += _mm512_reduce_max_ps(m);
+  }
+  volatile float sink = total;
+  (void)sink;
+}
+
+// Batch-1 decode's GEMMs: `layers` x SmolLM2-135M's four Q4_1 linears at one row, each layer's weights
+// distinct (as a step streams them; every byte one value: the speed does not depend on it), against a plain read of as many bytes, alternated in each repeat;
+// then the per-call pieces: an empty parallel region and a one-panel call (activation quantization and
+// setup, no parallel region).
+static void bench_decode(int layers, int reps) {
+  const int64_t shapes[4][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+  const int kind = fdk::kQ4_1;
+  const int64_t rec = fdk::q_record_bytes(kind);
+  std::vector<std::vector<uint8_t>> w;
+  std::vector<fdk::GemmArgs> calls;
+  std::vector<float> a(1536, 0.5f), c(3072);
+  int64_t bytes = 0;
+  for (int l = 0; l < layers; ++l)
+    for (auto& s : shapes) {
+      w.emplace_back((s[0] + 15) / 16 * (s[1] / 32) * rec, (uint8_t)(0x35 + l));
+      bytes += (int64_t)w.back().size();
+      calls.push_back({a.data(), s[1], 1, s[1], s[0], w.back().data(), nullptr, nullptr, 0, kind, nullptr, c.data()});
+    }
+  std::vector<uint8_t> buf(bytes, 1);
+  auto step = [&] {
+    for (auto& g : calls) fdk::gemm(g);
+  };
+  double t_read = 1e30, t_gemm = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    t_read = std::min(t_read, seconds([&] { read_all(buf.data(), bytes); }));
+    t_gemm = std::min(t_gemm, seconds(step));
+  }
+  const double t_region = best_seconds([] {
+    for (int i = 0; i < 1000; ++i) {
+#pragma omp parallel
+      asm volatile("");
+    }
+  }, 20) / 1000;
+  fdk::GemmArgs one = calls[1];
+  one.n = 16;  // one panel: a single work item, no parallel region
+  const double t_one = best_seconds([&] { for (int i = 0; i < 1000; ++i) fdk::gemm(one); }, 20) / 1000;
+  const double n = (double)calls.size();
+  std::printf("decode GEMMs: %zu calls, %.1f MB: %.3f ms; plain read %.3f ms (%.1f GB/s); ratio %.2fx, "
+              "%+.2f us per call\n", calls.size(), bytes / 1e6, t_gemm * 1e3, t_read * 1e3, bytes / t_read / 1e9,
+              t_gemm / t_read, (t_gemm - t_read) / n * 1e6);
+  std::printf("per call: empty parallel region %.2f us, one-panel call %.2f us\n", t_region * 1e6, t_one * 1e6);
+}
+
 int main(int argc, char** argv) {
   std::mt19937 rng(0);
+  if (argc >= 2 && std::strcmp(argv[1], "decode") == 0) {  // decode [layers] [repeats]
+    bench_decode(argc > 2 ? std::atoi(argv[2]) : 30, argc > 3 ? std::atoi(argv[3]) : 50);
+    return 0;
+  }
   if (argc == 4) {  // one GEMM shape: M K N
     bench_gemm(std::atol(argv[1]), std::atol(argv[2]), std::atol(argv[3]), rng);
     return 0;

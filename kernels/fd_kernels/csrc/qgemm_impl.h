@@ -286,6 +286,41 @@ constexpr int kQMaxRows = kQMaxRowsPortable;
 constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
 #endif
 
+// One row's QAct in the calling thread's own scratch (grown on demand, kept for the thread's next call).
+static QAct quantize_one_row(const GemmArgs& g) {
+  struct Scratch {
+    std::vector<int8_t> hi, lo;
+    std::vector<int16_t> q16;
+    std::vector<float> d, s;
+    std::vector<int32_t> sq;
+  };
+  thread_local Scratch t;
+  const int64_t k = g.k, nb = k / kQBlock;
+  const bool planes = !FD_QAVX2;
+  if ((int64_t)t.d.size() < nb) {
+    t.hi.resize(planes ? k : 0);
+    t.lo.resize(planes ? k : 0);
+    t.q16.resize(planes ? 0 : k);
+    t.d.resize(nb);
+    t.s.resize(nb);
+    t.sq.resize(nb);
+  }
+  int8_t *hi = planes ? t.hi.data() : nullptr, *lo = planes ? t.lo.data() : nullptr;
+  int16_t* q16 = planes ? nullptr : t.q16.data();
+  quantize_row(g.a, g.lda, 0, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
+  return QAct{hi, lo, q16, t.d.data(), t.s.data(), t.sq.data(), k, nb};
+}
+
+template <int KIND>
+static void run_items(const GemmArgs& g, const QAct& x, StealRanges& work, int np, int64_t rows) {
+  const int64_t m = g.m, panels = (g.n + kQNR - 1) / kQNR;
+  for (int64_t pg; (pg = work.next()) >= 0;) {
+    const int64_t p0 = pg * np;
+    for (int64_t m0 = 0; m0 < m; m0 += rows)
+      qitem<KIND>(g, x, m0, (int)std::min(rows, m - m0), p0, (int)std::min<int64_t>(np, panels - p0));
+  }
+}
+
 // Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
 // from memory once and reuses them from L1 for the other row blocks. Each thread walks its own contiguous
 // run of groups and then steals from the others' (ranges.h), so it reads the weights as long sequential
@@ -293,6 +328,21 @@ constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
+  const int64_t panels = (g.n + kQNR - 1) / kQNR;
+  const int np = m == 1 ? kQPanelsOneRow : kQPanelsRows;
+  const int64_t groups = (panels + np - 1) / np;
+  const int64_t nrb = (m + kQMaxRows - 1) / kQMaxRows;
+  const int64_t rows = (m + nrb - 1) / nrb;  // balanced blocks
+  const bool threaded = groups > 1 && m * g.n * k >= (1 << 16);
+  StealRanges work(groups);
+  if (m == 1) {
+    // Decode's one row: every thread quantizes it itself, inside the parallel region and into its own
+    // scratch, so the work overlaps the other threads' wake-up and no call allocates. quantize_row is a
+    // function of the row alone, so every thread holds the same integers and factors.
+#pragma omp parallel if (threaded)
+    run_items<KIND>(g, quantize_one_row(g), work, np, rows);
+    return;
+  }
   // Uninitialized: quantize_row writes every element (zeroing them first was a serial pass over 2.6 bytes
   // per activation, with the other threads idle, in prompt-sized GEMMs on CPUs without AMX).
   // The AVX2 path reads Q as int16, the others as two int8 planes.
@@ -306,18 +356,8 @@ static void qgemm_kind(const GemmArgs& g) {
   for (int64_t r = 0; r < m; ++r)
     quantize_row(g.a, g.lda, r, k, hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get());
   const QAct x{hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get(), k, nb};
-  const int64_t panels = (g.n + kQNR - 1) / kQNR;
-  const int np = m == 1 ? kQPanelsOneRow : kQPanelsRows;
-  const int64_t groups = (panels + np - 1) / np;
-  const int64_t nrb = (m + kQMaxRows - 1) / kQMaxRows;
-  const int64_t rows = (m + nrb - 1) / nrb;  // balanced blocks
-  StealRanges work(groups);
-#pragma omp parallel if (groups > 1 && m * g.n * k >= (1 << 16))
-  for (int64_t pg; (pg = work.next()) >= 0;) {
-    const int64_t p0 = pg * np;
-    for (int64_t m0 = 0; m0 < m; m0 += rows)
-      qitem<KIND>(g, x, m0, (int)std::min(rows, m - m0), p0, (int)std::min<int64_t>(np, panels - p0));
-  }
+#pragma omp parallel if (threaded)
+  run_items<KIND>(g, x, work, np, rows);
 }
 
 static void qgemm(const GemmArgs& g) {
