@@ -36,9 +36,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(args: list[str], cpus: list[int] | None, log: Path) -> subprocess.Popen:
+def spawn(args: list[str], cpus: list[int] | None, log: Path, nice: int = 0) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": str(len(cpus) if cpus else 1)}
-    pre = (lambda: os.sched_setaffinity(0, set(cpus))) if cpus else None
+
+    def pre() -> None:
+        if cpus:
+            os.sched_setaffinity(0, set(cpus))
+        if nice:
+            os.nice(nice)
+
     cmd = [sys.executable, "-m", "fdcli.main", *args]
     return subprocess.Popen(
         cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO, env=env, preexec_fn=pre
@@ -64,12 +70,16 @@ def serve_args(model: str | None, port: int, threads: int, *extra: str) -> list[
     return args + (["--model", model] if model else []) + list(extra)
 
 
-def start_pd(model, cpus, tmp: Path):
+def start_pd(model, cpus, tmp: Path, shared: bool = False):
+    """1P1D: one CPU each, or (`shared`) the prefill instance on both CPUs at a lower priority (nice
+    10) and the decode instance on the second, so prefill takes whatever CPU decoding leaves idle."""
     rport, pport, dport = free_port(), free_port(), free_port()
     router = spawn(["router", "--port", str(rport)], None, tmp / "router.log")
     wait_ok(f"http://127.0.0.1:{rport}/instances", [router])
     via = ["--router", f"127.0.0.1:{rport}"]
-    p = spawn(serve_args(model, pport, 1, "--splitwise-role", "prefill", *via), cpus[:1], tmp / "p.log")
+    p_cpus = cpus[:2] if shared else cpus[:1]
+    p_args = serve_args(model, pport, len(p_cpus), "--splitwise-role", "prefill", *via)
+    p = spawn(p_args, p_cpus, tmp / "p.log", nice=10 if shared else 0)
     d = spawn(serve_args(model, dport, 1, "--splitwise-role", "decode", *via), cpus[1:2], tmp / "d.log")
     procs = [router, p, d]
     wait_ok(f"http://127.0.0.1:{rport}/health", procs)
@@ -152,13 +162,21 @@ def main() -> None:
     p.add_argument("--long-words", type=int, default=1500)
     p.add_argument("--long-tokens", type=int, default=16)
     p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument(
+        "--pd-cpus",
+        choices=["split", "shared"],
+        default="split",
+        help="split: P and D one CPU each; shared: P on both CPUs at nice 10, D on the second",
+    )
     a = p.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     cpus = (cpus * 2)[:2]  # one CPU: both roles share it (the comparison then says little)
     tmp = Path(tempfile.mkdtemp(prefix="bench-pd-"))
     results = {}
-    for name, start in (("mixed (2 threads)", start_mixed), ("1P1D (1 + 1 thread)", start_pd)):
-        url, procs = start(a.model, cpus, tmp)
+    shared = a.pd_cpus == "shared"
+    pd_name = "1P1D (P 2 threads at nice 10, D 1)" if shared else "1P1D (1 + 1 thread)"
+    for name, start in (("mixed (2 threads)", start_mixed), (pd_name, start_pd)):
+        url, procs = start(a.model, cpus, tmp, **({"shared": shared} if start is start_pd else {}))
         try:
             results[name] = report(name, *asyncio.run(load(url, a)))
         finally:
