@@ -16,7 +16,7 @@ reports (median of --repeats, after a warm-up):
 
     python benchmarks/bench_vl.py [--model-kind qwen2_5_vl|ernie4_5_vl] [--image-size 448]
                                   [--text-tokens 32] [--repeats 3] [--quantization wint8|wint4]
-                                  [--json out.json]
+                                  [--json out.json]  (the figures as JSON too)
                                   ernie4_5_vl only: [--vision-dim 256] [--vision-depth 4]
                                   [--hidden 512] [--layers 4] [--experts 16]
 """
@@ -223,9 +223,23 @@ def main() -> None:
     fd = result["fd"]
     fd["processor_share"] = fd["processor_s"] / fd["ttft_s"]
     fd["encoder_share"] = fd["encoder_s"] / fd["ttft_s"]
-    print(json.dumps(result, indent=2))
+    print_summary(args.model_kind, result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
+
+
+def print_summary(model_kind: str, result: dict) -> None:
+    fd, hf = result["fd"], result["transformers"]
+    print(f"{model_kind}: one {result['args']['image_size']}px image ({fd['image_tokens']} image tokens)")
+    print(f"  {'':26s} {'transformers':>12s} {'fd':>9s} {'tr./fd':>7s}")
+    for name, key in (("TTFT", "ttft_s"), ("image processor", "processor_s")):
+        print(f"  {name:26s} {hf[key] * 1e3:9.1f} ms {fd[key] * 1e3:6.1f} ms {hf[key] / fd[key]:6.2f}x")
+    print(f"  {'vision encoder':26s} {'':12s} {fd['encoder_s'] * 1e3:6.1f} ms")
+    print(
+        f"  processor / encoder share of fd's TTFT: {fd['processor_share']:.0%} / {fd['encoder_share']:.0%}"
+    )
+    cached = fd["ttft_cached_image_s"]
+    print(f"  TTFT with the image cached: {cached * 1e3:.1f} ms ({cached / fd['ttft_s']:.2f}x uncached)")
 
 
 if __name__ == "__main__":
