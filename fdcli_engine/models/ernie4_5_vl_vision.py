@@ -98,22 +98,20 @@ class VisionBlock:
             t |= {f"{prefix}{name}.{k}": (module, 0, k) for k in ("weight", "bias")}
         return t
 
-    def __call__(self, x, rows, table, image_spans):
-        x = x + self._attention(self.norm1(x), rows, table, image_spans)
+    def __call__(self, x, rows, table, cu_seqlens):
+        x = x + self._attention(self.norm1(x), rows, table, cu_seqlens)
         return x + self.fc2(self.act(self.fc1(self.norm2(x))))
 
-    def _attention(self, x, rows, table, image_spans):
+    def _attention(self, x, rows, table, cu_seqlens):
+        """Bidirectional within each image (cu_seqlens: the images' patch boundaries), never across."""
         n, dim = x.shape
         q, k, v = paddle.split(self.qkv(x), 3, axis=-1)
         q, k = ops.rotary_embedding(rows, q.contiguous(), k.contiguous(), table, self.head_dim)
         shape = [n, self.num_heads, self.head_dim]
-        q, k, v = (t.reshape(shape).transpose([1, 0, 2]) for t in (q, k, v))
-        outs = []
-        for start, end in image_spans:  # attention never crosses images
-            scores = paddle.matmul(q[:, start:end], k[:, start:end], transpose_y=True) * self.head_dim**-0.5
-            outs.append(paddle.matmul(F.softmax(scores, axis=-1), v[:, start:end]))
-        out = outs[0] if len(outs) == 1 else paddle.concat(outs, axis=1)
-        return self.proj(out.transpose([1, 0, 2]).reshape([n, dim]))
+        out = ops.varlen_attention(
+            q.reshape(shape), k.reshape(shape), v.reshape(shape), cu_seqlens, self.head_dim**-0.5
+        )
+        return self.proj(out.reshape([n, dim]))
 
 
 class MergerMLP:
@@ -195,10 +193,9 @@ class Ernie4_5_VLVision:
             )
             rows = paddle.arange(x.shape[0], dtype="int64")
             sizes = [t * h * w for t, h, w in grid_thw]
-            ends = np.cumsum(sizes)
-            spans = list(zip(ends - np.asarray(sizes), ends, strict=True))
+            cu_seqlens = paddle.to_tensor(np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32))
             for block in self.blocks:
-                x = block(x, rows, table, spans)
+                x = block(x, rows, table, cu_seqlens)
             x = self.ln(x).reshape([-1, self.dim * self.merge**2])
             x = self.spatial_linear(x)
             x = self.temporal_linear(paddle.concat([x, x], axis=-1))  # a still image pairs with itself
