@@ -2,10 +2,9 @@
 of `Ernie4_5_VLMoeProcessor` are the reference the tests compare with).
 
 The pixel pipeline is Qwen2-VL's (qwen2_vl_processor.py: smart_resize to multiples of 28 within
-[min_pixels, max_pixels], bicubic, CLIP mean/std, merge-block patch order) with three differences:
-one temporal slice per patch (a row is 3 * 14 * 14 = 588 floats), a larger default budget
-(max_pixels 28 * 28 * 6177), and transparency composited onto white before the RGB conversion, as
-transformers does for ERNIE.
+[min_pixels, max_pixels], bicubic, CLIP mean/std, merge-block patch order) with two differences:
+one temporal slice per patch (a row is 3 * 14 * 14 = 588 floats) and a larger default budget
+(max_pixels 28 * 28 * 6177).
 
 Tokens: ERNIE's chat template writes each image as `<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>`
 (config.json: image_start_token_id, image_token_id, image_end_token_id). Each placeholder becomes
@@ -15,23 +14,10 @@ model itself sends to its vision experts.
 
 from __future__ import annotations
 
-from PIL import Image
-
 from fdcli_engine.multimodal.qwen2_vl_processor import Qwen2VLImageProcessor
 
 DEFAULT_MAX_PIXELS = 28 * 28 * 6177
 DEFAULT_IMAGE_TOKEN_ID = 100295  # transformers' Ernie4_5_VLMoeConfig default
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """RGB, with any transparency composited onto white."""
-    if image.mode == "RGB":
-        return image
-    if "A" in image.getbands() or image.info.get("transparency") is not None:
-        rgba = image.convert("RGBA")
-        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(white, rgba).convert("RGB")
-    return image.convert("RGB")
 
 
 class Ernie4_5_VLImageProcessor(Qwen2VLImageProcessor):
@@ -44,6 +30,3 @@ class Ernie4_5_VLImageProcessor(Qwen2VLImageProcessor):
         if not (pre.get("max_pixels") or (pre.get("size") or {}).get("longest_edge")):
             self.max_pixels = DEFAULT_MAX_PIXELS
         self.image_token_id = int(hf_config.get("image_token_id", DEFAULT_IMAGE_TOKEN_ID))
-
-    def pixel_values(self, image: Image.Image, min_pixels: int, max_pixels: int):
-        return super().pixel_values(to_rgb(image), min_pixels, max_pixels)

@@ -105,6 +105,18 @@ def _unsupported(data: bytes, param: str) -> InvalidRequestError:
     return InvalidRequestError(f"{what} not supported: send a {SUPPORTED} image", param=param)
 
 
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB, with any transparency composited onto white (transformers' convert_to_rgb, which every
+    image processor fd mirrors applies), so a picture's pixels and its hash see the same colours."""
+    if image.mode == "RGB":
+        return image
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
 def content_hash(image: Image.Image) -> str:
     h = hashlib.sha256()
     h.update(f"{image.mode}:{image.size[0]}x{image.size[1]}:".encode())
@@ -113,7 +125,7 @@ def content_hash(image: Image.Image) -> str:
 
 
 def decode_image(data: bytes, *, max_pixels: int, param: str) -> LoadedImage:
-    """The picture in `data`, converted to RGB; a 400 for an unsupported format, a header over
+    """The picture in `data`, converted to RGB (`to_rgb`); a 400 for an unsupported format, a header over
     `max_pixels`, or bytes that do not decode (corrupt, truncated)."""
     if not data:
         raise InvalidRequestError("the image is empty", param=param)
@@ -144,7 +156,8 @@ def decode_image(data: bytes, *, max_pixels: int, param: str) -> LoadedImage:
             probe.verify()  # checksums and structure, without keeping pixels
         with Image.open(io.BytesIO(data), formats=[fmt]) as im:
             im.seek(0)  # an animated WebP: its first frame
-            rgb = im.convert("RGB")  # decodes every pixel; a truncated stream raises here
+            rgb = to_rgb(im)
+            rgb.load()  # decodes every pixel (a truncated stream raises here) before the file closes
     except Image.DecompressionBombError:
         raise _too_large((width, height), max_pixels, param) from None
     except Exception:  # noqa: BLE001 - OSError, SyntaxError, ValueError... all mean a broken file

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from PIL import Image
 
-from fdcli_engine.multimodal.image_check import content_hash
+from fdcli_engine.multimodal.image_check import content_hash, to_rgb
 
 
 def pil_content_hash(image: Image.Image) -> str:
     """LoadedImage.content_hash of a bare PIL image (converted to RGB first, as media.py decodes)."""
-    return content_hash(image if image.mode == "RGB" else image.convert("RGB"))
+    return content_hash(to_rgb(image))
 
 
 def as_loaded(item) -> tuple[Image.Image, str]:

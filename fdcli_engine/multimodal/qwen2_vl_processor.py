@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.multimodal.image_check import to_rgb
 from fdcli_engine.multimodal.image_input import as_loaded
 from fdcli_engine.multimodal.inputs import MultiModalFeature
 
@@ -108,7 +109,7 @@ class Qwen2VLImageProcessor:
         self, image: Image.Image, min_pixels: int, max_pixels: int
     ) -> tuple[np.ndarray, list[int]]:
         """(rows [num_patches, C*T*P*P] float32, grid_thw) of one picture."""
-        rgb = image if image.mode == "RGB" else image.convert("RGB")
+        rgb = to_rgb(image)
         try:
             h, w = smart_resize(rgb.height, rgb.width, self.factor, min_pixels, max_pixels)
         except ValueError as exc:

@@ -103,3 +103,38 @@ def test_config_keeps_vision_settings(tiny_qwen_vl, fd_proc):
     assert cfg["hidden_size"] == 64 and cfg["vision_config"]["depth"] == 3
     tok = transformers.AutoTokenizer.from_pretrained(tiny_qwen_vl)
     assert fd_proc.image_token_id == cfg["image_token_id"] == tok.convert_tokens_to_ids("<|image_pad|>")
+
+
+def _translucent(seed: int, alpha_seed: int):
+    rgb = np.asarray(tiny_vl.random_image(56, 84, seed=seed))
+    alpha = np.random.default_rng(alpha_seed).integers(0, 256, rgb.shape[:2], dtype=np.uint8)
+    from PIL import Image
+
+    return Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
+
+
+def test_transparency_is_composited_onto_white_as_transformers_does(fd_proc, hf_image_processor):
+    image = _translucent(7, 8)
+    want = hf_image_processor(images=[image], return_tensors="np")
+    rows, _ = fd_proc.pixel_values(image, fd_proc.min_pixels, fd_proc.max_pixels)
+    np.testing.assert_allclose(rows, want["pixel_values"], atol=1e-5, rtol=0)
+
+
+def test_served_and_offline_pictures_hash_and_process_alike(fd_proc):
+    """A translucent PNG sent as a data: URL decodes to the pixels the offline path processes, with the
+    same hash; the same colours under another alpha are another picture to the prefix cache."""
+    import base64
+    import io
+
+    from fdcli_engine.multimodal.media import MediaPolicy, load_image
+
+    image = _translucent(7, 8)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    loaded = load_image(url, MediaPolicy(), param="messages[0].content[0]")
+    assert loaded.content_hash == pil_content_hash(image)
+    served, _ = fd_proc.pixel_values(loaded.image, fd_proc.min_pixels, fd_proc.max_pixels)
+    offline, _ = fd_proc.pixel_values(image, fd_proc.min_pixels, fd_proc.max_pixels)
+    np.testing.assert_array_equal(served, offline)
+    assert pil_content_hash(_translucent(7, 9)) != pil_content_hash(image)
