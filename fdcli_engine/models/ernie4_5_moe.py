@@ -34,6 +34,16 @@ _MLP_SHARDS = {
 }
 
 
+def mlp_targets(prefix: str, mlps: dict) -> dict[str, tuple[object, int | None, str]]:
+    """Checkpoint names of each expert MLP's gate/up/down weights (`mlps`: name under `prefix` ->
+    the MLP), mapped onto its fused gate_up and down projections."""
+    return {
+        f"{prefix}.{name}.{proj}.weight": (getattr(mlp, attr), shard, "weight")
+        for name, mlp in mlps.items()
+        for proj, (attr, shard) in _MLP_SHARDS.items()
+    }
+
+
 def moe_layer_ids(cfg: dict, num_layers: int) -> list[int]:
     """The indices of the layers whose FFN is a mixture of experts."""
     start = int(cfg.get("moe_layer_start_index", 0))
@@ -105,7 +115,4 @@ class Ernie4_5_MoeForCausalLM(Ernie4_5ForCausalLM):
         mlps = {f"experts.{e}": moe.experts[e] for e in moe.local_experts}
         if moe.shared_experts is not None:
             mlps["shared_experts"] = moe.shared_experts
-        for mlp_name, mlp in mlps.items():
-            for proj, (attr, shard) in _MLP_SHARDS.items():
-                targets[f"{prefix}.{mlp_name}.{proj}.weight"] = (getattr(mlp, attr), shard, "weight")
-        return targets
+        return targets | mlp_targets(prefix, mlps)

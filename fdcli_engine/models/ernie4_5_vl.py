@@ -37,12 +37,11 @@ from fdcli_engine.layers import GatedMLP
 from fdcli_engine.layers.moe import MoE
 from fdcli_engine.layers.mrope import MRotaryEmbedding
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM, ernie_defaults
-from fdcli_engine.models.ernie4_5_moe import expert_quantizations
+from fdcli_engine.models.ernie4_5_moe import expert_quantizations, mlp_targets
 from fdcli_engine.models.ernie4_5_vl_vision import Ernie4_5_VLVision
 from fdcli_engine.models.qwen2_5_vl import encode_images, mrope_positions
 from fdcli_engine.resolved_config import ResolvedConfig
 
-_PROJ = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1), "down_proj": ("down_proj", 0)}
 # transformers' Ernie4_5_VLMoeConfig defaults. Every one of these tokens in the prompt goes to the
 # vision experts, as transformers' processor marks them (video ones included, though fd takes no video).
 DEFAULT_TOKEN_IDS = {
@@ -141,10 +140,7 @@ class VisionTextMoE:
         mlps |= {f"experts.{num + e}": self.vision_moe.experts[e] for e in range(num)}
         if self.shared_experts is not None:
             mlps["shared_experts"] = self.shared_experts
-        for name, mlp in mlps.items():
-            for proj, (attr, shard) in _PROJ.items():
-                t[f"{prefix}.{name}.{proj}.weight"] = (getattr(mlp, attr), shard, "weight")
-        return t
+        return t | mlp_targets(prefix, mlps)
 
 
 class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
