@@ -70,16 +70,17 @@ def serve_args(model: str | None, port: int, threads: int, *extra: str) -> list[
     return args + (["--model", model] if model else []) + list(extra)
 
 
-def start_pd(model, cpus, tmp: Path, shared: bool = False):
+def start_pd(model, cpus, tmp: Path, shared: bool = False, local: int = 0, p_nice: int = 10):
     """1P1D: one CPU each, or (`shared`) the prefill instance on both CPUs at a lower priority (nice
     10) and the decode instance on the second, so prefill takes whatever CPU decoding leaves idle."""
     rport, pport, dport = free_port(), free_port(), free_port()
-    router = spawn(["router", "--port", str(rport)], None, tmp / "router.log")
+    r_args = ["router", "--port", str(rport), "--max-local-prefill-length", str(local)]
+    router = spawn(r_args, None, tmp / "router.log")
     wait_ok(f"http://127.0.0.1:{rport}/instances", [router])
     via = ["--router", f"127.0.0.1:{rport}"]
     p_cpus = cpus[:2] if shared else cpus[:1]
     p_args = serve_args(model, pport, len(p_cpus), "--splitwise-role", "prefill", *via)
-    p = spawn(p_args, p_cpus, tmp / "p.log", nice=10 if shared else 0)
+    p = spawn(p_args, p_cpus, tmp / "p.log", nice=p_nice if shared else 0)
     d = spawn(serve_args(model, dport, 1, "--splitwise-role", "decode", *via), cpus[1:2], tmp / "d.log")
     procs = [router, p, d]
     wait_ok(f"http://127.0.0.1:{rport}/health", procs)
@@ -168,15 +169,23 @@ def main() -> None:
         default="split",
         help="split: P and D one CPU each; shared: P on both CPUs at nice 10, D on the second",
     )
+    p.add_argument("--p-nice", type=int, default=10, help="shared: the prefill instance's nice level")
+    p.add_argument(
+        "--max-local-prefill-length",
+        type=int,
+        default=512,
+        help="the router's flag: shorter prompts are prefilled by the decode instance (0: none)",
+    )
     a = p.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     cpus = (cpus * 2)[:2]  # one CPU: both roles share it (the comparison then says little)
     tmp = Path(tempfile.mkdtemp(prefix="bench-pd-"))
     results = {}
     shared = a.pd_cpus == "shared"
-    pd_name = "1P1D (P 2 threads at nice 10, D 1)" if shared else "1P1D (1 + 1 thread)"
+    pd_name = f"1P1D (P 2 threads at nice {a.p_nice}, D 1)" if shared else "1P1D (1 + 1 thread)"
+    pd_kw = {"shared": shared, "local": a.max_local_prefill_length, "p_nice": a.p_nice}
     for name, start in (("mixed (2 threads)", start_mixed), (pd_name, start_pd)):
-        url, procs = start(a.model, cpus, tmp, **({"shared": shared} if start is start_pd else {}))
+        url, procs = start(a.model, cpus, tmp, **(pd_kw if start is start_pd else {}))
         try:
             results[name] = report(name, *asyncio.run(load(url, a)))
         finally:
