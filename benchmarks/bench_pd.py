@@ -10,6 +10,11 @@ of about `--long-words` words arrive every `--interval` seconds from t=0.5 s and
 `--long-tokens`. Every request streams (ignore_eos). Prints, per set-up, TTFT and TPOT (mean, p99,
 in ms) of the decoders and of the long prompts, output tokens/s over the whole load, and the ratios
 1P1D / mixed (TPOT p99 of the decoders: prefill interference; throughput: must stay above 0.8x).
+
+`--pd-cpus shared` puts the prefill instance on both CPUs (nice `--p-nice`, OpenMP threads
+`--p-bind`); `--max-local-prefill-length` is the router's flag (short prompts stay on the decode
+instance). Both set-ups stay up and take the load in turns, `--rounds` times; each round prints its
+ratios, and the median and range over the rounds end the report.
 """
 
 from __future__ import annotations
@@ -76,7 +81,9 @@ def serve_args(model: str | None, port: int, threads: int, *extra: str) -> list[
 
 def start_pd(model, cpus, tmp: Path, shared=False, local=0, p_nice=10, p_bind=None):
     """1P1D: one CPU each, or (`shared`) the prefill instance on both CPUs at a lower priority (nice
-    10) and the decode instance on the second, so prefill takes whatever CPU decoding leaves idle."""
+    `p_nice`) with its OpenMP threads unbound (`p_bind`), and the decode instance on the second: prefill
+    takes whatever CPU decoding leaves idle, and while the decode instance steps, the kernel moves the
+    prefill thread it displaced to the other CPU instead of the whole prefill team waiting for it."""
     rport, pport, dport = free_port(), free_port(), free_port()
     r_args = ["router", "--port", str(rport), "--max-local-prefill-length", str(local)]
     router = spawn(r_args, None, tmp / "router.log")
@@ -178,7 +185,9 @@ def main() -> None:
     )
     p.add_argument("--rounds", type=int, default=3, help="loads on each set-up, in turns")
     p.add_argument("--p-nice", type=int, default=10, help="shared: the prefill instance's nice level")
-    p.add_argument("--p-bind", default=None, help="the prefill instance's FD_CPU_OMP_THREADS_BIND")
+    p.add_argument(
+        "--p-bind", default="nobind", help="shared: the prefill instance's FD_CPU_OMP_THREADS_BIND"
+    )
     p.add_argument(
         "--max-local-prefill-length",
         type=int,
@@ -190,8 +199,13 @@ def main() -> None:
     cpus = (cpus * 2)[:2]  # one CPU: both roles share it (the comparison then says little)
     tmp = Path(tempfile.mkdtemp(prefix="bench-pd-"))
     shared = a.pd_cpus == "shared"
-    pd_name = f"1P1D (P 2 threads at nice {a.p_nice}, D 1)" if shared else "1P1D (1 + 1 thread)"
-    pd_kw = {"shared": shared, "local": a.max_local_prefill_length, "p_nice": a.p_nice, "p_bind": a.p_bind}
+    pd_name = f"1P1D (P 2 threads {a.p_bind} at nice {a.p_nice}, D 1)" if shared else "1P1D (1 + 1 thread)"
+    pd_kw = {
+        "shared": shared,
+        "local": a.max_local_prefill_length,
+        "p_nice": a.p_nice,
+        "p_bind": a.p_bind if shared else None,
+    }
     procs: list[subprocess.Popen] = []
     try:
         # Both set-ups stay up (the idle one sleeps) and take the load in turns: a burst of other work
