@@ -15,6 +15,7 @@ from fd_server import REPO
 from fdcli_engine.entrypoints.router.app import build_router_app
 from fdcli_engine.entrypoints.router.local_prefill import (
     CHARS_PER_TOKEN_BOUND,
+    SPECIAL_TOKENS_BOUND,
     parse_max_local_prefill_length,
     tokenize_body,
 )
@@ -120,6 +121,10 @@ def test_what_the_router_counts_before_a_local_prefill():
         "model": "m",
         "prompt": "hi",
     }
+    # a text whose bytes and the special tokens fit is short without asking (an upper bound)
+    fits = 2 + SPECIAL_TOKENS_BOUND
+    assert tokenize_body("/v1/completions", {"prompt": "hi"}, fits) == fits
+    assert isinstance(tokenize_body("/v1/completions", {"prompt": "h\u00e9"}, fits), dict)  # 3 bytes
     assert tokenize_body("/v1/completions", {"prompt": "x" * (CHARS_PER_TOKEN_BOUND * 8 + 1)}, 8) is None
     # a batch, or a chat with an image, goes through a prefill instance
     assert tokenize_body("/v1/completions", {"prompt": ["a", "b"]}, 8) is None

@@ -5,8 +5,10 @@ instance and the KV transfer; a longer one goes through a prefill instance.
 The count is the decode instance's own `/tokenize` of the prompt (of the messages and tools, rendered
 with its chat template, for a chat request). A prompt the router does not count goes through a prefill
 instance, the path without the threshold, so an estimate can only err towards disaggregating:
-- a completion prompt of token ids is counted without asking; one of text is asked unless it has more
-  than `CHARS_PER_TOKEN_BOUND` characters per allowed token (then it is long without asking);
+- a completion prompt of token ids is counted without asking; one of text is short without asking when
+  its UTF-8 bytes plus `SPECIAL_TOKENS_BOUND` are within the threshold (a tokenizer's every piece covers
+  at least one byte of the text, and it adds a few special tokens at most), long without asking when it
+  has more than `CHARS_PER_TOKEN_BOUND` characters per allowed token, and asked otherwise;
 - a batch of prompts, a chat message with non-text parts (images), or a failed `/tokenize` call is
   not counted.
 """
@@ -18,6 +20,8 @@ import httpx
 # A text of more than this many characters per allowed token is taken as too long without asking the
 # tokenizer; no tokenizer fd serves averages this many characters per token over a prompt.
 CHARS_PER_TOKEN_BOUND = 32
+# The most tokens a completion's tokenizer adds to a text beside its own pieces (BOS, EOS, ...).
+SPECIAL_TOKENS_BOUND = 16
 TOKENIZE_TIMEOUT_S = 10.0
 
 
@@ -56,6 +60,10 @@ def tokenize_body(path: str, body: dict, limit: int) -> dict | int | None:
             return len(prompt)
         if not isinstance(prompt, str) or len(prompt) > CHARS_PER_TOKEN_BOUND * limit:
             return None
+        if len(prompt) + SPECIAL_TOKENS_BOUND <= limit:  # characters first: no encoding of a long text
+            most = len(prompt.encode()) + SPECIAL_TOKENS_BOUND
+            if most <= limit:
+                return most
         req = {"prompt": prompt}
     if body.get("model") is not None:
         req["model"] = body["model"]
