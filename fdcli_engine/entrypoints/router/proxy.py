@@ -74,8 +74,9 @@ class PDProxy:
                 break
             try:
                 if await self._local(path, body, headers, d):
-                    self.local_prefills += 1
-                    return await self._decode(path, body, headers, d, None)
+                    answer = await self._decode(path, body, headers, d, None)
+                    self.local_prefills += 1  # counted once D has taken the request
+                    return answer
             except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
                 logger.warning("decode instance %s unreachable: forgotten", d.url)
                 self.registry.forget(d)
