@@ -10,6 +10,11 @@ of about `--long-words` words arrive every `--interval` seconds from t=0.5 s and
 `--long-tokens`. Every request streams (ignore_eos). Prints, per set-up, TTFT and TPOT (mean, p99,
 in ms) of the decoders and of the long prompts, output tokens/s over the whole load, and the ratios
 1P1D / mixed (TPOT p99 of the decoders: prefill interference; throughput: must stay above 0.8x).
+
+`--pd-cpus shared` puts the prefill instance on both CPUs (nice `--p-nice`, OpenMP threads
+`--p-bind`); `--max-local-prefill-length` is the router's flag (short prompts stay on the decode
+instance). Both set-ups stay up and take the load in turns, `--rounds` times; each round prints its
+ratios, and the median and range over the rounds end the report.
 """
 
 from __future__ import annotations
@@ -36,8 +41,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn(args: list[str], cpus: list[int] | None, log: Path, nice: int = 0) -> subprocess.Popen:
+def spawn(
+    args: list[str], cpus: list[int] | None, log: Path, nice: int = 0, bind: str | None = None
+) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": str(len(cpus) if cpus else 1)}
+    if bind:
+        env["FD_CPU_OMP_THREADS_BIND"] = bind
 
     def pre() -> None:
         if cpus:
@@ -70,16 +79,19 @@ def serve_args(model: str | None, port: int, threads: int, *extra: str) -> list[
     return args + (["--model", model] if model else []) + list(extra)
 
 
-def start_pd(model, cpus, tmp: Path, shared: bool = False):
+def start_pd(model, cpus, tmp: Path, shared=False, local=0, p_nice=10, p_bind=None):
     """1P1D: one CPU each, or (`shared`) the prefill instance on both CPUs at a lower priority (nice
-    10) and the decode instance on the second, so prefill takes whatever CPU decoding leaves idle."""
+    `p_nice`) with its OpenMP threads unbound (`p_bind`), and the decode instance on the second: prefill
+    takes whatever CPU decoding leaves idle, and while the decode instance steps, the kernel moves the
+    prefill thread it displaced to the other CPU instead of the whole prefill team waiting for it."""
     rport, pport, dport = free_port(), free_port(), free_port()
-    router = spawn(["router", "--port", str(rport)], None, tmp / "router.log")
+    r_args = ["router", "--port", str(rport), "--max-local-prefill-length", str(local)]
+    router = spawn(r_args, None, tmp / "router.log")
     wait_ok(f"http://127.0.0.1:{rport}/instances", [router])
     via = ["--router", f"127.0.0.1:{rport}"]
     p_cpus = cpus[:2] if shared else cpus[:1]
     p_args = serve_args(model, pport, len(p_cpus), "--splitwise-role", "prefill", *via)
-    p = spawn(p_args, p_cpus, tmp / "p.log", nice=10 if shared else 0)
+    p = spawn(p_args, p_cpus, tmp / "p.log", nice=p_nice if shared else 0, bind=p_bind)
     d = spawn(serve_args(model, dport, 1, "--splitwise-role", "decode", *via), cpus[1:2], tmp / "d.log")
     procs = [router, p, d]
     wait_ok(f"http://127.0.0.1:{rport}/health", procs)
@@ -117,16 +129,19 @@ async def one(client: httpx.AsyncClient, url: str, prompt: str, max_tokens: int,
     return {"ttft": first - t0, "tpot": (last - first) / max(tokens - 1, 1), "tokens": tokens}
 
 
-async def load(url: str, a) -> tuple[list[dict], list[dict], float]:
+async def load(url: str, a, r: int = 0) -> tuple[list[dict], list[dict], float]:
+    # Round r's prompts start with their own words: no prefix-cache hit on an earlier round's.
     long_prompt = " ".join(f"w{i % 89}" for i in range(a.long_words))
     async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
         await one(client, url, "warm up", 4, 0)
         t0 = time.perf_counter()
         dec = [
-            one(client, url, f"story {i}: once upon a time", a.decode_tokens, 0) for i in range(a.decoders)
+            one(client, url, f"round {r} story {i}: once upon a time", a.decode_tokens, 0)
+            for i in range(a.decoders)
         ]
         lng = [
-            one(client, url, f"{i} {long_prompt}", a.long_tokens, 0.5 + i * a.interval) for i in range(a.long)
+            one(client, url, f"round {r} prompt {i} {long_prompt}", a.long_tokens, 0.5 + i * a.interval)
+            for i in range(a.long)
         ]
         results = await asyncio.gather(*dec, *lng)
         wall = time.perf_counter() - t0
@@ -168,32 +183,69 @@ def main() -> None:
         default="split",
         help="split: P and D one CPU each; shared: P on both CPUs at nice 10, D on the second",
     )
+    p.add_argument("--rounds", type=int, default=3, help="loads on each set-up, in turns")
+    p.add_argument("--p-nice", type=int, default=10, help="shared: the prefill instance's nice level")
+    p.add_argument(
+        "--p-bind", default="nobind", help="shared: the prefill instance's FD_CPU_OMP_THREADS_BIND"
+    )
+    p.add_argument(
+        "--max-local-prefill-length",
+        type=int,
+        default=512,
+        help="the router's flag: shorter prompts are prefilled by the decode instance (0: none)",
+    )
     a = p.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     cpus = (cpus * 2)[:2]  # one CPU: both roles share it (the comparison then says little)
     tmp = Path(tempfile.mkdtemp(prefix="bench-pd-"))
-    results = {}
     shared = a.pd_cpus == "shared"
-    pd_name = "1P1D (P 2 threads at nice 10, D 1)" if shared else "1P1D (1 + 1 thread)"
-    for name, start in (("mixed (2 threads)", start_mixed), (pd_name, start_pd)):
-        url, procs = start(a.model, cpus, tmp, **({"shared": shared} if start is start_pd else {}))
-        try:
-            results[name] = report(name, *asyncio.run(load(url, a)))
-        finally:
-            for proc in reversed(procs):
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-    mixed, pd = results.values()
-    print("ratios 1P1D / mixed:")
-    print(f"  decoders' TPOT p99 {pd['decode_tpot'][1] / mixed['decode_tpot'][1]:.2f}x")
-    print(f"  decoders' TPOT mean {pd['decode_tpot'][0] / mixed['decode_tpot'][0]:.2f}x")
-    print(f"  long prompts' TTFT mean {pd['long_ttft'][0] / mixed['long_ttft'][0]:.2f}x")
-    print(f"  output tok/s {pd['tok_s'] / mixed['tok_s']:.2f}x")
+    pd_name = f"1P1D (P 2 threads {a.p_bind} at nice {a.p_nice}, D 1)" if shared else "1P1D (1 + 1 thread)"
+    pd_kw = {
+        "shared": shared,
+        "local": a.max_local_prefill_length,
+        "p_nice": a.p_nice,
+        "p_bind": a.p_bind if shared else None,
+    }
+    procs: list[subprocess.Popen] = []
+    try:
+        # Both set-ups stay up (the idle one sleeps) and take the load in turns: a burst of other work
+        # on the machine then spoils one round's pair, not the whole comparison.
+        mixed_url, started = start_mixed(a.model, cpus, tmp)
+        procs += started
+        pd_url, started = start_pd(a.model, cpus, tmp, **pd_kw)
+        procs += started
+        pairs = []
+        for r in range(a.rounds):
+            mixed = report(f"round {r}: mixed (2 threads)", *asyncio.run(load(mixed_url, a, r)))
+            pd = report(f"round {r}: {pd_name}", *asyncio.run(load(pd_url, a, r)))
+            pairs.append(print_ratios(r, mixed, pd))
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    if len(pairs) > 1:
+        for key in pairs[0]:
+            vals = sorted(p[key] for p in pairs)
+            print(f"{key}: median {vals[len(vals) // 2]:.2f}x, range {vals[0]:.2f}-{vals[-1]:.2f}x")
     print(f"logs: {tmp}")
+
+
+def print_ratios(r: int, mixed: dict, pd: dict) -> dict[str, float]:
+    out = {
+        "decoders' TPOT p99": pd["decode_tpot"][1] / mixed["decode_tpot"][1],
+        "decoders' TPOT mean": pd["decode_tpot"][0] / mixed["decode_tpot"][0],
+        "decoders' TTFT mean": pd["decode_ttft"][0] / mixed["decode_ttft"][0],
+        "long prompts' TTFT mean": pd["long_ttft"][0] / mixed["long_ttft"][0],
+        "output tok/s": pd["tok_s"] / mixed["tok_s"],
+    }
+    print(f"round {r} ratios 1P1D / mixed:")
+    for key, v in out.items():
+        print(f"  {key} {v:.2f}x")
+    return out
 
 
 if __name__ == "__main__":

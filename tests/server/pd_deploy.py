@@ -36,10 +36,10 @@ class Router:
         stop_process(self.proc)
 
 
-def start_router(tmp: Path) -> Router:
+def start_router(tmp: Path, *extra: str) -> Router:
     port = free_port()
     log = tmp / f"router-{port}.log"
-    cmd = [sys.executable, "-m", "fdcli.main", "router", "--port", str(port)]
+    cmd = [sys.executable, "-m", "fdcli.main", "router", "--port", str(port), *extra]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO)
     router = Router(proc, port, log)
 

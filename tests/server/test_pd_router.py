@@ -8,10 +8,17 @@ import subprocess
 import sys
 import time
 
+import pytest
 from fastapi.testclient import TestClient
 from fd_server import REPO
 
 from fdcli_engine.entrypoints.router.app import build_router_app
+from fdcli_engine.entrypoints.router.local_prefill import (
+    CHARS_PER_TOKEN_BOUND,
+    SPECIAL_TOKENS_BOUND,
+    parse_max_local_prefill_length,
+    tokenize_body,
+)
 from fdcli_engine.entrypoints.router.metrics import merge_metrics
 from fdcli_engine.entrypoints.router.registry import Registry
 
@@ -93,3 +100,37 @@ def test_fd_router_on_a_taken_port_is_one_line():
         timeout=60,
     )
     assert p.returncode == 2 and p.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.5", ""])
+def test_a_bad_max_local_prefill_length_is_one_line(value):
+    p = subprocess.run(
+        [sys.executable, "-m", "fdcli.main", "router", "--max-local-prefill-length", value],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "--max-local-prefill-length" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_what_the_router_counts_before_a_local_prefill():
+    chat = "/v1/chat/completions"
+    # token ids are counted without asking; text is asked of /tokenize unless plainly too long
+    assert tokenize_body("/v1/completions", {"prompt": [5, 6, 7]}, 8) == 3
+    assert tokenize_body("/v1/completions", {"prompt": [[5, 6]]}, 8) == 2
+    assert tokenize_body("/v1/completions", {"model": "m", "prompt": "hi"}, 8) == {
+        "model": "m",
+        "prompt": "hi",
+    }
+    # a text whose bytes and the special tokens fit is short without asking (an upper bound)
+    fits = 2 + SPECIAL_TOKENS_BOUND
+    assert tokenize_body("/v1/completions", {"prompt": "hi"}, fits) == fits
+    assert isinstance(tokenize_body("/v1/completions", {"prompt": "h\u00e9"}, fits), dict)  # 3 bytes
+    assert tokenize_body("/v1/completions", {"prompt": "x" * (CHARS_PER_TOKEN_BOUND * 8 + 1)}, 8) is None
+    # a batch, or a chat with an image, goes through a prefill instance
+    assert tokenize_body("/v1/completions", {"prompt": ["a", "b"]}, 8) is None
+    image = {"type": "image_url", "image_url": {"url": "data:,"}}
+    assert tokenize_body(chat, {"messages": [{"role": "user", "content": [image]}]}, 8) is None
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    want = {"messages": msgs, "add_generation_prompt": True, "tools": [{"type": "function"}]}
+    assert tokenize_body(chat, {"messages": msgs, "tools": [{"type": "function"}]}, 8) == want
+    assert parse_max_local_prefill_length(None) == 0 and parse_max_local_prefill_length("512") == 512

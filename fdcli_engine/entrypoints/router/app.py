@@ -21,7 +21,7 @@ PROBE_TIMEOUT_S = 5.0
 MAX_BODY_BYTES = 32 << 20
 
 
-def build_router_app(registry: Registry | None = None) -> FastAPI:
+def build_router_app(registry: Registry | None = None, max_local_prefill_length: int = 0) -> FastAPI:
     registry = registry or Registry()
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=64)
@@ -33,7 +33,7 @@ def build_router_app(registry: Registry | None = None) -> FastAPI:
         await client.aclose()
 
     app = FastAPI(title="fd router", docs_url=None, redoc_url=None, lifespan=lifespan)
-    proxy = PDProxy(registry, client)
+    proxy = PDProxy(registry, client, max_local_prefill_length)
     app.state.registry = registry
 
     @app.post("/register")
@@ -74,7 +74,8 @@ def build_router_app(registry: Registry | None = None) -> FastAPI:
     async def metrics(request: Request) -> Response:
         live = registry.live()
         pages = await asyncio.gather(*(_get_text(client, i.url + "/metrics", request.headers) for i in live))
-        return PlainTextResponse(merge_metrics({i.url: p for i, p in zip(live, pages) if p is not None}))
+        merged = merge_metrics({i.url: p for i, p in zip(live, pages) if p is not None})
+        return PlainTextResponse(merged + _router_metrics(proxy))
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -102,6 +103,14 @@ def _generation(proxy: PDProxy, path: str):
 
     route.__name__ = path.strip("/").replace("/", "_")
     return route
+
+
+def _router_metrics(proxy: PDProxy) -> str:
+    name = "fd:router_local_prefill_total"
+    return (
+        f"# HELP {name} Requests the decode instance prefilled itself (--max-local-prefill-length)\n"
+        f"# TYPE {name} counter\n{name} {proxy.local_prefills}\n"
+    )
 
 
 async def _json_body(request: Request) -> dict | Response:

@@ -7,7 +7,7 @@ import logging
 from fdcli_engine.entrypoints.listen_socket import bind_socket
 
 
-def run_router(host: str, port: int) -> int:
+def run_router(host: str, port: int, max_local_prefill_length: int = 0) -> int:
     import uvicorn
 
     from fdcli_engine.entrypoints.router.app import build_router_app
@@ -15,9 +15,18 @@ def run_router(host: str, port: int) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd router %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied call is noise
     sock = bind_socket(host, port)
-    config = uvicorn.Config(build_router_app(), log_level="warning", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        build_router_app(max_local_prefill_length=max_local_prefill_length),
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
     server = uvicorn.Server(config)
-    print(f"fd router: listening on http://{host}:{port}", flush=True)
+    local = (
+        f", prompts of <= {max_local_prefill_length} tokens prefilled locally"
+        if max_local_prefill_length
+        else ""
+    )
+    print(f"fd router: listening on http://{host}:{port}{local}", flush=True)
     try:
         server.run(sockets=[sock])
     finally:

@@ -5,7 +5,9 @@ instance P gets the body with `max_tokens: 1`, no stream, and `kv_transfer_param
 and D's address; once P has answered (its blocks are on their way), D gets the original body with
 `kv_transfer_params` naming the same transfer, and D's answer (or stream) is relayed to the client.
 
-Without a prefill/decode pair, a registered mixed instance serves the whole request.
+Without a prefill/decode pair, a registered mixed instance serves the whole request. With
+`max_local_prefill_length` > 0, a prompt counted at most that many tokens goes to D alone, which
+prefills it itself (local_prefill.py).
 
 Faults: a P that cannot be reached or fails gives the request to the next P (503 when none is left);
 a D that cannot be reached is forgotten and the request starts over with another D; a D that dies
@@ -24,6 +26,7 @@ import httpx
 from starlette.responses import Response, StreamingResponse
 
 from fdcli_engine.entrypoints.openai.errors import APIError
+from fdcli_engine.entrypoints.router.local_prefill import prompt_tokens
 from fdcli_engine.entrypoints.router.registry import Instance, Registry
 
 logger = logging.getLogger("fd.router")
@@ -49,9 +52,11 @@ def forwarded(headers) -> dict:
 
 
 class PDProxy:
-    def __init__(self, registry: Registry, client: httpx.AsyncClient):
+    def __init__(self, registry: Registry, client: httpx.AsyncClient, max_local_prefill_length: int = 0):
         self.registry = registry
         self.client = client
+        self.max_local_prefill_length = max_local_prefill_length
+        self.local_prefills = 0  # requests D prefilled itself (fd:router_local_prefill_total)
 
     async def handle(self, path: str, body: dict, headers: dict) -> Response:
         if not (self.registry.live("prefill") and self.registry.live("decode")):
@@ -67,6 +72,16 @@ class PDProxy:
             d = self.registry.pick("decode", failed)
             if d is None:
                 break
+            try:
+                if await self._local(path, body, headers, d):
+                    answer = await self._decode(path, body, headers, d, None)
+                    self.local_prefills += 1  # counted once D has taken the request
+                    return answer
+            except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
+                logger.warning("decode instance %s unreachable: forgotten", d.url)
+                self.registry.forget(d)
+                failed.add(d.url)
+                continue
             tid = f"pd-{uuid.uuid4().hex}"
             refused = await self._prefill(path, body, headers, d, tid)
             if refused is not None:
@@ -78,6 +93,14 @@ class PDProxy:
                 self.registry.forget(d)
                 failed.add(d.url)
         return error_response(503, "no decode instance is available (none registered with the router)")
+
+    async def _local(self, path, body, headers, d: Instance) -> bool:
+        """Whether D prefills the prompt itself: counted at most max_local_prefill_length tokens."""
+        limit = self.max_local_prefill_length
+        if limit <= 0:
+            return False
+        n = await self._watched(d, prompt_tokens(self.client, d.url, path, body, headers, limit))
+        return n is not None and n <= limit
 
     async def _watched(self, inst: Instance, aw):
         """`aw`'s result, or _Gone as soon as the registry forgets `inst`."""
