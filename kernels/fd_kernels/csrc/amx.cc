@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -234,26 +235,28 @@ void load_tile_config() {
   _tile_loadconfig(&cfg);
 }
 
-// Prepacked panels: each thread takes a contiguous range of panels (or, with fewer panels than threads
-// can share, a range of row blocks) and walks it in L2-sized chunks, every row block of A against the
-// chunk, so the chunk is read from memory once and each A block stays in L1 across the chunk's panels.
-// A block's result does not depend on which thread computes it.
+// Prepacked panels, cut into L2-sized chunks. The work items are (chunk, row block) pairs, chunk by chunk,
+// claimed in turn by whichever thread is free: the threads share out the rows of a chunk, each keeping the
+// chunk in its own L2 while its row blocks pass, and an A block stays in L1 across the chunk's panels, its
+// rows of C written left to right. Where all the panels fit in one chunk (most shapes) each thread reads
+// only its own rows of A; a static split of the panels had every thread read all of A, from memory once A
+// outgrows L2. Claiming in turn keeps the threads even when one of them loses its core for a while. With
+// few row blocks the chunks are cut smaller, so that every thread has items. A block's result does not
+// depend on which thread or item computes it.
 void gemm_prepacked(const GemmArgs& g, const uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels) {
-  const int64_t panel_elems = kp * kNR;
-  const int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
-#pragma omp parallel
+  const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
+  int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
+  while (chunk > 1 && (panels + chunk - 1) / chunk * nrb < 4 * nth) chunk = (chunk + 1) / 2;
+  const int64_t items = (panels + chunk - 1) / chunk * nrb;
+  std::atomic<int64_t> next{0};
+#pragma omp parallel if (items > 1)
   {
     load_tile_config();
-    const int64_t nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    const bool by_panels = panels >= 2 * nth || nrb < nth;
-    const int64_t items = by_panels ? panels : nrb;
-    const int64_t lo = items * tid / nth, hi = items * (tid + 1) / nth;
-    const int64_t p_lo = by_panels ? lo : 0, p_hi = by_panels ? hi : panels;
-    const int64_t r_lo = by_panels ? 0 : lo, r_hi = by_panels ? nrb : hi;
-    for (int64_t p0 = p_lo; p0 < p_hi; p0 += chunk)
-      for (int64_t rb = r_lo; rb < r_hi; ++rb)
-        for (int64_t p = p0; p < std::min(p_hi, p0 + chunk); ++p)
-          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < items;
+         it = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t p0 = it / nrb * chunk, p1 = std::min(panels, p0 + chunk), rb = it % nrb;
+      for (int64_t p = p0; p < p1; ++p) block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+    }
     _tile_release();
   }
 }
@@ -273,7 +276,8 @@ void gemm_kind(const GemmArgs& g) {
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
-  std::unique_ptr<uint16_t[]> abf(new uint16_t[mp * kp]);
+  // 64-byte aligned, as the tiles are read in rows of 64 bytes.
+  std::unique_ptr<uint16_t[], decltype(&std::free)> abf((uint16_t*)std::aligned_alloc(64, mp * kp * 2), &std::free);
   convert_a(g, mp, kp, abf.get());
   if (g.tiles) return gemm_prepacked(g, abf.get(), kp, nrb, panels);
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
