@@ -102,6 +102,20 @@ def test_a_prompt_row_does_not_depend_on_its_batch(native, rng, kind):
     _check(alone, batched, bf16(x[:3]), bf16(lw.dequantize()))
 
 
+@pytest.mark.parametrize("m", [5, 40, 300])
+def test_a_tile_row_is_bit_identical_in_any_batch(native, rng, m):
+    # GGUF blocks take the tiles at any row count. The threads share a call's (panel chunk, row block)
+    # items however many rows it has (few rows cut the chunks smaller; 1,000 columns at K = 576 are two
+    # chunks), and none of that may change a row's bits.
+    k, n = 576, 1000
+    lw, _ = _weight(native, rng, "Q4_1", k, n)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    batched = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
+    for r in (0, m - 1):
+        alone = native.linear(to_pd(x[r : r + 1]), lw, to_rows(np.ones(1, dtype=bool))).numpy()
+        np.testing.assert_array_equal(alone[0], batched[r])
+
+
 def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng):
     w = rng.standard_normal((40, 64), dtype=np.float32)
     x = rng.standard_normal((6, 64), dtype=np.float32)

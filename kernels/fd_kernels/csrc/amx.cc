@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -68,24 +70,27 @@ inline int64_t a_offset(int64_t r, int64_t k, int64_t kp) {
   return ((r / kRows * (kp / kKStep) + k / kKStep) * 2 + r % kRows / 16) * 512 + r % 16 * kKStep + k % kKStep;
 }
 
+// Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles.
+void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out) {
+  const float* a = g.a + r * g.lda;
+  for (int64_t k = 0; k < kp; k += kKStep) {
+    uint16_t* o = out + a_offset(r, k, kp);
+    int64_t j = 0;
+    if (r < g.m) {
+      for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
+        const __m512i hi = _mm512_srli_epi32(round_hi(_mm512_loadu_ps(a + k + j)), 16);
+        _mm256_storeu_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(hi));
+      }
+      for (; j < kKStep && k + j < g.k; ++j) o[j] = round_scalar(a[k + j]);
+    }
+    for (; j < kKStep; ++j) o[j] = 0;
+  }
+}
+
 // Activations [m, lda] fp32 -> A's bf16 tiles, zero padded.
 void convert_a(const GemmArgs& g, int64_t mp, int64_t kp, uint16_t* out) {
 #pragma omp parallel for schedule(static) if (g.m * g.k >= (1 << 15))
-  for (int64_t r = 0; r < mp; ++r) {
-    const float* a = g.a + r * g.lda;
-    for (int64_t k = 0; k < kp; k += kKStep) {
-      uint16_t* o = out + a_offset(r, k, kp);
-      int64_t j = 0;
-      if (r < g.m) {
-        for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
-          const __m512i hi = _mm512_srli_epi32(round_hi(_mm512_loadu_ps(a + k + j)), 16);
-          _mm256_storeu_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(hi));
-        }
-        for (; j < kKStep && k + j < g.k; ++j) o[j] = round_scalar(a[k + j]);
-      }
-      for (; j < kKStep; ++j) o[j] = 0;
-    }
-  }
+  for (int64_t r = 0; r < mp; ++r) convert_row(g, r, kp, out);
 }
 
 // Where pair row pr (k = 2 pr, 2 pr + 1) of a panel's column half h starts in its tile layout.
@@ -234,26 +239,38 @@ void load_tile_config() {
   _tile_loadconfig(&cfg);
 }
 
-// Prepacked panels: each thread takes a contiguous range of panels (or, with fewer panels than threads
-// can share, a range of row blocks) and walks it in L2-sized chunks, every row block of A against the
-// chunk, so the chunk is read from memory once and each A block stays in L1 across the chunk's panels.
-// A block's result does not depend on which thread computes it.
-void gemm_prepacked(const GemmArgs& g, const uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels) {
-  const int64_t panel_elems = kp * kNR;
-  const int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
-#pragma omp parallel
+// Prepacked panels, cut into L2-sized chunks. The work items are (chunk, row block) pairs, chunk by chunk,
+// claimed in turn by whichever thread is free: the threads share out the rows of a chunk, each keeping the
+// chunk in its own L2 while its row blocks pass, and an A block stays in L1 across the chunk's panels, its
+// rows of C written left to right. Where all the panels fit in one chunk (most shapes) each thread reads
+// only its own rows of A; a static split of the panels had every thread read all of A, from memory once A
+// outgrows L2. Claiming in turn keeps the threads even when one of them loses its core for a while. With
+// few row blocks the chunks are cut smaller, so that every thread has items. The first chunk's item for a
+// row block converts that block's rows of A (no separate conversion pass, parallel region or barrier);
+// later chunks' items wait for it, which never deadlocks, since items are claimed in order and the first
+// chunk's never wait. A block's result does not depend on which thread or item computes it.
+void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels) {
+  const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
+  int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
+  while (chunk > 1 && (panels + chunk - 1) / chunk * nrb < 4 * nth) chunk = (chunk + 1) / 2;
+  const int64_t items = (panels + chunk - 1) / chunk * nrb;
+  std::atomic<int64_t> next{0};
+  std::unique_ptr<std::atomic<uint8_t>[]> ready(new std::atomic<uint8_t>[nrb]);
+  for (int64_t rb = 0; rb < nrb; ++rb) ready[rb].store(0, std::memory_order_relaxed);
+#pragma omp parallel if (items > 1)
   {
     load_tile_config();
-    const int64_t nth = omp_get_num_threads(), tid = omp_get_thread_num();
-    const bool by_panels = panels >= 2 * nth || nrb < nth;
-    const int64_t items = by_panels ? panels : nrb;
-    const int64_t lo = items * tid / nth, hi = items * (tid + 1) / nth;
-    const int64_t p_lo = by_panels ? lo : 0, p_hi = by_panels ? hi : panels;
-    const int64_t r_lo = by_panels ? 0 : lo, r_hi = by_panels ? nrb : hi;
-    for (int64_t p0 = p_lo; p0 < p_hi; p0 += chunk)
-      for (int64_t rb = r_lo; rb < r_hi; ++rb)
-        for (int64_t p = p0; p < std::min(p_hi, p0 + chunk); ++p)
-          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < items;
+         it = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t p0 = it / nrb * chunk, p1 = std::min(panels, p0 + chunk), rb = it % nrb;
+      if (p0 == 0) {
+        for (int64_t r = rb * kRows; r < (rb + 1) * kRows; ++r) convert_row(g, r, kp, abf);
+        ready[rb].store(1, std::memory_order_release);
+      } else {
+        while (!ready[rb].load(std::memory_order_acquire)) std::this_thread::yield();
+      }
+      for (int64_t p = p0; p < p1; ++p) block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+    }
     _tile_release();
   }
 }
@@ -273,9 +290,10 @@ void gemm_kind(const GemmArgs& g) {
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
-  std::unique_ptr<uint16_t[]> abf(new uint16_t[mp * kp]);
-  convert_a(g, mp, kp, abf.get());
+  // 64-byte aligned, as the tiles are read in rows of 64 bytes.
+  std::unique_ptr<uint16_t[], decltype(&std::free)> abf((uint16_t*)std::aligned_alloc(64, mp * kp * 2), &std::free);
   if (g.tiles) return gemm_prepacked(g, abf.get(), kp, nrb, panels);
+  convert_a(g, mp, kp, abf.get());
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
 #pragma omp parallel
   {
