@@ -3,6 +3,7 @@ the merged /metrics page, a 503 with nobody registered, and the command's one-li
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from fd_server import REPO
 
+from fdcli_engine.entrypoints.openai.router_heartbeat import registration_headers
 from fdcli_engine.entrypoints.router.app import build_router_app
 from fdcli_engine.entrypoints.router.local_prefill import (
     CHARS_PER_TOKEN_BOUND,
@@ -21,6 +23,7 @@ from fdcli_engine.entrypoints.router.local_prefill import (
 )
 from fdcli_engine.entrypoints.router.metrics import merge_metrics
 from fdcli_engine.entrypoints.router.registry import Registry
+from fdcli_engine.kv_transfer.pd.settings import REGISTER_TOKEN_HEADER, TOKEN_ENV
 
 
 def test_register_checks_its_fields_and_lists_instances():
@@ -35,6 +38,31 @@ def test_register_checks_its_fields_and_lists_instances():
         assert c.get("/instances").json()["instances"] == [
             {"role": "decode", "url": "http://a:1", "kv_address": "tcp://127.0.0.1:5", "in_flight": 0}
         ]
+
+
+def test_register_with_a_token_takes_only_heartbeats_that_carry_it(monkeypatch):
+    ok = {"role": "prefill", "url": "http://a:1"}
+    with TestClient(build_router_app(register_token="s3cret")) as c:
+        for headers in ({}, {REGISTER_TOKEN_HEADER: "wrong"}, {REGISTER_TOKEN_HEADER: ""}):
+            r = c.post("/register", json=ok, headers=headers)
+            assert r.status_code == 401 and REGISTER_TOKEN_HEADER in r.json()["error"]["message"]
+        assert c.get("/instances").json()["instances"] == []
+        # an instance's heartbeat sends the token it was given (--kv-transfer-token lands in its env)
+        monkeypatch.setenv(TOKEN_ENV, "s3cret")
+        assert c.post("/register", json=ok, headers=registration_headers()).status_code == 200
+        assert [i["url"] for i in c.get("/instances").json()["instances"]] == ["http://a:1"]
+    monkeypatch.delenv(TOKEN_ENV)
+    assert registration_headers() == {}
+
+
+def test_a_router_beyond_loopback_needs_a_token():
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    p = subprocess.run(
+        [sys.executable, "-m", "fdcli.main", "router", "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True, text=True, cwd=REPO, timeout=60, env=env,
+    )  # fmt: skip
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert "--kv-transfer-token" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_nobody_registered_is_a_503_error_object():

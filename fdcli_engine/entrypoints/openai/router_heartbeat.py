@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 
 import httpx
 
-from fdcli_engine.kv_transfer.pd.settings import transfer_address
+from fdcli_engine.kv_transfer.pd.settings import REGISTER_TOKEN_HEADER, TOKEN_ENV, transfer_address
 from fdcli_engine.resolved_config import ResolvedConfig
 
 logger = logging.getLogger("fd.server")
@@ -37,6 +38,12 @@ def registration(config: ResolvedConfig, host: str, port: int) -> dict:
     return {"role": config.splitwise_role, "url": f"http://{advertised_host(host)}:{port}", "kv_address": kv}
 
 
+def registration_headers() -> dict:
+    """The shared token (the instance's --kv-transfer-token, kept in its environment), when it has one."""
+    token = os.environ.get(TOKEN_ENV)
+    return {REGISTER_TOKEN_HEADER: token} if token else {}
+
+
 async def heartbeat(engine, config: ResolvedConfig, host: str, port: int) -> None:
     await engine.ready_event.wait()
     if not engine.is_ready:
@@ -44,7 +51,7 @@ async def heartbeat(engine, config: ResolvedConfig, host: str, port: int) -> Non
     router = config.router if "://" in config.router else f"http://{config.router}"
     body = registration(config, host, port)
     down = False
-    async with httpx.AsyncClient(timeout=HEARTBEAT_S) as client:
+    async with httpx.AsyncClient(timeout=HEARTBEAT_S, headers=registration_headers()) as client:
         while not engine.is_dead:
             try:
                 r = await client.post(f"{router}/register", json=body)

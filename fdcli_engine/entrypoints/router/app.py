@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from fdcli_engine.entrypoints.router.metrics import merge_metrics
 from fdcli_engine.entrypoints.router.proxy import PDProxy, error_response, forwarded
 from fdcli_engine.entrypoints.router.registry import ROLES, Registry
+from fdcli_engine.kv_transfer.pd.settings import REGISTER_TOKEN_HEADER, token_accepted
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 CONNECT_TIMEOUT_S = 3.0
@@ -21,7 +22,10 @@ PROBE_TIMEOUT_S = 5.0
 MAX_BODY_BYTES = 32 << 20
 
 
-def build_router_app(registry: Registry | None = None, max_local_prefill_length: int = 0) -> FastAPI:
+def build_router_app(
+    registry: Registry | None = None, max_local_prefill_length: int = 0, register_token: str = ""
+) -> FastAPI:
+    """`register_token`: when set, /register takes only heartbeats carrying it (REGISTER_TOKEN_HEADER)."""
     registry = registry or Registry()
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT_S)
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=64)
@@ -38,6 +42,10 @@ def build_router_app(registry: Registry | None = None, max_local_prefill_length:
 
     @app.post("/register")
     async def register(request: Request) -> Response:
+        if not token_accepted(register_token, request.headers.get(REGISTER_TOKEN_HEADER)):
+            return error_response(
+                401, f"/register needs the instances' shared token in {REGISTER_TOKEN_HEADER}"
+            )
         body = await _json_body(request)
         if isinstance(body, Response):
             return body

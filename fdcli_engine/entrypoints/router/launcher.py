@@ -7,7 +7,7 @@ import logging
 from fdcli_engine.entrypoints.listen_socket import bind_socket
 
 
-def run_router(host: str, port: int, max_local_prefill_length: int = 0) -> int:
+def run_router(host: str, port: int, max_local_prefill_length: int = 0, register_token: str = "") -> int:
     import uvicorn
 
     from fdcli_engine.entrypoints.router.app import build_router_app
@@ -16,7 +16,7 @@ def run_router(host: str, port: int, max_local_prefill_length: int = 0) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied call is noise
     sock = bind_socket(host, port)
     config = uvicorn.Config(
-        build_router_app(max_local_prefill_length=max_local_prefill_length),
+        build_router_app(max_local_prefill_length=max_local_prefill_length, register_token=register_token),
         log_level="warning",
         timeout_graceful_shutdown=5,
     )

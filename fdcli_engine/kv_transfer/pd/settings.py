@@ -7,6 +7,7 @@ it travels in the environment, `FD_KV_TRANSFER_TOKEN`.
 
 from __future__ import annotations
 
+import hmac
 import os
 import tempfile
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from fdcli_engine.errors import ConfigError
 ROLES = ("mixed", "prefill", "decode")
 PROTOCOLS = ("ipc", "tcp")
 TOKEN_ENV = "FD_KV_TRANSFER_TOKEN"
+# The header an instance's /register heartbeat carries the token in, when it has one.
+REGISTER_TOKEN_HEADER = "x-fd-kv-transfer-token"
 TIMEOUT_ENV = "FD_KV_TRANSFER_TIMEOUT"
 STAGING_ENV = "FD_KV_TRANSFER_STAGING_MB"
 DEFAULT_TIMEOUT_S = 30.0
@@ -25,6 +28,21 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 def is_loopback(host: str) -> bool:
     return host in LOOPBACK or host.startswith("127.")
+
+
+def token_accepted(expected: str, given: str | None) -> bool:
+    """Whether `given` is the shared token; constant-time. No token expected: anything is accepted."""
+    return not expected or hmac.compare_digest((given or "").encode(), expected.encode())
+
+
+def check_router_bind(host: str, token: str) -> None:
+    """ConfigError when `fd router` would take registrations from beyond this machine without a token:
+    whoever registers an instance receives the prompts the router sends it."""
+    if not is_loopback(host) and not token:
+        raise ConfigError(
+            f"--host {host} takes registrations from beyond this machine: give the instances' shared "
+            f"token with --kv-transfer-token or ${TOKEN_ENV}, or bind 127.0.0.1"
+        )
 
 
 def transfer_protocol(value: str | None) -> str:
