@@ -235,6 +235,8 @@ complete -c fd -n '__fish_seen_subcommand_from complete' -l model-name
 complete -c fd -n '__fish_seen_subcommand_from complete' -l temperature
 complete -c fd -n '__fish_seen_subcommand_from complete' -l url
 complete -c fd -n '__fish_seen_subcommand_from router' -l host
+complete -c fd -n '__fish_seen_subcommand_from router' -l kv-transfer-token
+complete -c fd -n '__fish_seen_subcommand_from router' -l max-local-prefill-length
 complete -c fd -n '__fish_seen_subcommand_from router' -l port
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l allowed-local-media-path
 complete -c fd -n '__fish_seen_subcommand_from run-batch' -l allowed-media-domains
