@@ -27,9 +27,10 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
-# The engine core sets KMP_BLOCKTIME=1 and binds its OpenMP threads: the in-process engine gets the same.
+# The engine core sets KMP_BLOCKTIME=1: the in-process engine gets the same. It does not bind its threads
+# (FD_CPU_OMP_THREADS_BIND): on a machine other processes share, a thread bound to a CPU one of them holds
+# waits for it, and every parallel region with it (the step ran 3x slower so).
 os.environ.setdefault("KMP_BLOCKTIME", "1")
-os.environ.setdefault("FD_CPU_OMP_THREADS_BIND", "auto")
 
 PROMPT_LEN = 32
 
