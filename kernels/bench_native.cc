@@ -3,8 +3,9 @@
 //            kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_native
 // Used to tune block sizes on a quiet machine (add -DFD_GEMM_KC=... -DFD_GEMM_KC_MIN_ROWS=...,
 // -DFD_AVX512_MR=...). With arguments "M K N" it times that one GEMM shape only; with "decode [layers]
-// [repeats]", batch-1 decode's GEMMs against a plain read of their bytes (link Paddle's libiomp5, as the
-// library does, for representative parallel-region costs: -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS).
+// [repeats]", batch-1 decode's GEMMs against a plain read of their bytes, and with "head [repeats]" the LM
+// head's (link Paddle's libiomp5, as the library does, for representative parallel-region costs:
+// -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS).
 #include <immintrin.h>
 #include <omp.h>
 
@@ -95,18 +96,10 @@ static void bench_attention(const char* name, std::vector<int64_t> q_lens, std::
   std::printf("attention %-22s %8.3f ms\n", name, 1e3 * best_seconds([&] { fdk::paged_attention(args); }, 30));
 }
 
-// Bytes per second of a plain read of p[0, bytes) split over the threads (one max chain per thread).
-__attribute__((target("avx512f"))) static void read_all(const uint8_t* p, int64_t bytes) {
-  float total = 0.0f;
-#pragma omp parallel reduction(+ : total)
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t lo = bytes / 64 * t / nt * 64, hi = bytes / 64 * (t + 1) / nt * 64;
-    __m512 m = _mm512_setzero_ps();
-    for (int64_t i = lo; i < hi; i += 64) m = _mm512_max_ps(m, _mm512_loadu_ps((const float*)(p + i)));
-    total += _mm512_reduce_max_ps(m);
-  }
-  volatile float sink = total;
+// A plain read of p[0, bytes) split over the threads: csrc/qgemm.cc's fd_read_bytes, the roofline's probe.
+extern "C" uint64_t fd_read_bytes(const uint8_t* p, int64_t bytes);
+static void read_all(const uint8_t* p, int64_t bytes) {
+  volatile uint64_t sink = fd_read_bytes(p, bytes);
   (void)sink;
 }
 
@@ -153,8 +146,28 @@ static void bench_decode(int layers, int reps) {
   std::printf("per call: empty parallel region %.2f us, one-panel call %.2f us\n", t_region * 1e6, t_one * 1e6);
 }
 
+// Batch-1 decode's LM head: SmolLM2-135M's tied Q8_0 embedding (49152 x 576) at one row, alternated with a
+// plain read of as many bytes, best of the repeats.
+static void bench_head(int reps) {
+  const int64_t n = 49152, k = 576, rec = fdk::q_record_bytes(fdk::kQ8_0);
+  std::vector<uint8_t> w(n / 16 * (k / 32) * rec, 0x35), buf(w.size(), 1);
+  std::vector<float> a(k, 0.5f), c(n);
+  fdk::GemmArgs g{a.data(), k, 1, k, n, w.data(), nullptr, nullptr, 0, fdk::kQ8_0, nullptr, c.data()};
+  double t_read = 1e30, t_gemm = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    t_read = std::min(t_read, seconds([&] { read_all(buf.data(), (int64_t)buf.size()); }));
+    t_gemm = std::min(t_gemm, seconds([&] { fdk::gemm(g); }));
+  }
+  std::printf("LM head: %.1f MB: %.3f ms; plain read %.3f ms (%.1f GB/s); ratio %.2fx\n", w.size() / 1e6,
+              t_gemm * 1e3, t_read * 1e3, w.size() / t_read / 1e9, t_gemm / t_read);
+}
+
 int main(int argc, char** argv) {
   std::mt19937 rng(0);
+  if (argc >= 2 && std::strcmp(argv[1], "head") == 0) {  // head [repeats]
+    bench_head(argc > 2 ? std::atoi(argv[2]) : 50);
+    return 0;
+  }
   if (argc >= 2 && std::strcmp(argv[1], "decode") == 0) {  // decode [layers] [repeats]
     bench_decode(argc > 2 ? std::atoi(argv[2]) : 30, argc > 3 ? std::atoi(argv[3]) : 50);
     return 0;

@@ -213,3 +213,25 @@ def test_bad_layout_is_a_clear_error(native):
         native.sample(logits, params, ids, meta, np.zeros((1, 1)))
     with pytest.raises(ValueError, match="params must be"):
         native.sample(logits, params[:, :3], ids, np.zeros((1, 4), np.int64), np.zeros((1, 1)))
+
+
+@pytest.mark.parametrize("vocab", [1, 15, 16, 17, 255, 257, 1000, 49152 + 7])
+def test_greedy_rows_without_ids_take_the_first_argmax(native, vocab):
+    """Greedy rows with no penalty or ban ids take the argmax in place (no padded copy): the first maximum
+    wherever it lies (the vector body, the tail, ties across them), 0 when every logit is -inf."""
+    rng = np.random.default_rng(vocab)
+    rows = [rng.standard_normal(vocab).astype(np.float32) for _ in range(4)]
+    rows[1][-1] = 100.0  # the maximum in the tail
+    rows[2][:] = 1.0  # ties everywhere: the first
+    rows[3][:] = -np.inf
+    for at in sorted({0, vocab // 2, vocab - 1}):
+        row = rng.standard_normal(vocab).astype(np.float32)
+        row[at] = row[-1] = 50.0  # tied with the last: the first of them
+        rows.append(row)
+    logits = np.stack(rows)
+    b = logits.shape[0]
+    params = np.tile(np.array([0.0, 0, 1.0, 0.0, 1.0, 0.0, 0.0]), (b, 1))
+    ids, meta, us = np.zeros(1, dtype=np.int64), np.zeros((b, 4), dtype=np.int64), np.zeros((b, 1))
+    got = native.sample(logits, params, ids, meta, us)
+    np.testing.assert_array_equal(got, R.sample(logits, params, ids, meta, us))
+    np.testing.assert_array_equal(got, logits.argmax(axis=1))

@@ -4,6 +4,7 @@
 // same order (same bits), the scalar one without fma contraction.
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -98,7 +99,56 @@ void qgemm(const GemmArgs& g) {
   }
 }
 
+// The roofline's "read once" (benchmarks/bench_decode_roofline.py): p[0, bytes) read by the OpenMP threads,
+// each its own contiguous share, as the decode step's GEMMs split their weights; four independent OR chains
+// of full-width loads, so the loop is bound by the loads alone. Returns the OR of the bytes' words: nonzero
+// if and only if a byte is (which also keeps the reads from being optimized away).
+__attribute__((target("avx512f"))) static uint64_t read_bytes_avx512(const uint8_t* p, int64_t lo, int64_t hi) {
+  __m512i a[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+  int64_t i = lo;
+  for (; i + 256 <= hi; i += 256)
+    for (int j = 0; j < 4; ++j) a[j] = _mm512_or_si512(a[j], _mm512_loadu_si512(p + i + 64 * j));
+  for (; i + 64 <= hi; i += 64) a[0] = _mm512_or_si512(a[0], _mm512_loadu_si512(p + i));
+  const __m512i v = _mm512_or_si512(_mm512_or_si512(a[0], a[1]), _mm512_or_si512(a[2], a[3]));
+  uint64_t r = (uint64_t)_mm512_reduce_or_epi64(v);
+  for (; i < hi; ++i) r |= p[i];
+  return r;
+}
+
+__attribute__((target("avx2"))) static uint64_t read_bytes_avx2(const uint8_t* p, int64_t lo, int64_t hi) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  int64_t i = lo;
+  for (; i + 128 <= hi; i += 128)
+    for (int j = 0; j < 4; ++j) a[j] = _mm256_or_si256(a[j], _mm256_loadu_si256((const __m256i*)(p + i + 32 * j)));
+  const __m256i v = _mm256_or_si256(_mm256_or_si256(a[0], a[1]), _mm256_or_si256(a[2], a[3]));
+  uint64_t out[4];
+  _mm256_storeu_si256((__m256i*)out, v);
+  uint64_t r = out[0] | out[1] | out[2] | out[3];
+  for (; i < hi; ++i) r |= p[i];
+  return r;
+}
+
+static uint64_t read_bytes_scalar(const uint8_t* p, int64_t lo, int64_t hi) {
+  uint64_t r = 0;
+  for (int64_t i = lo; i < hi; ++i) r |= p[i];
+  return r;
+}
+
 }  // namespace fdk
+
+extern "C" uint64_t fd_read_bytes(const uint8_t* p, int64_t bytes) {
+  const int isa = fdk::active_isa();
+  uint64_t r = 0;
+#pragma omp parallel reduction(| : r)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t lo = bytes / 256 * t / nt * 256, hi = t + 1 == nt ? bytes : bytes / 256 * (t + 1) / nt * 256;
+    r |= isa >= 2   ? fdk::read_bytes_avx512(p, lo, hi)
+         : isa == 1 ? fdk::read_bytes_avx2(p, lo, hi)
+                    : fdk::read_bytes_scalar(p, lo, hi);
+  }
+  return r;
+}
 
 // Which instantiation qgemm() runs, for the tests (fd_kernels.native.qgemm_path, through ctypes).
 extern "C" int32_t fd_qgemm_path() { return fdk::qgemm_path(); }

@@ -220,14 +220,58 @@ static void qmicro(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
   }
 }
 
+// One row against one panel (decode's work item): qmicro<KIND, 1, 1>'s integers and fp32 steps, with the
+// block's even and odd quads in separate accumulators (four vpdpbusd chains instead of two, so the chains'
+// latency stays below the time the panel's records take to arrive), summed exactly in int32 before the
+// same scaling: the same bits as qmicro.
+template <int KIND>
+static void qrow1(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
+  using K = QKind<KIND>;
+  const int64_t nb = x.nb, rec = q_record_bytes(KIND);
+  __m512 acc = g.bias ? _mm512_loadu_ps(g.bias + p0 * kQNR) : _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(15);
+  const uint8_t* panel = (const uint8_t*)g.w + p0 * nb * rec;
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const uint8_t* r = panel + blk * rec;
+    for (int64_t l = 0; l < rec; l += 64) _mm_prefetch((const char*)r + kQPrefetch * rec + l, _MM_HINT_T0);
+    const int64_t i = m0 * nb + blk;
+    const int8_t *xh = x.hi + m0 * x.k + blk * kQBlock, *xl = x.lo + m0 * x.k + blk * kQBlock;
+    __m512i ih[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, il[2] = {ih[0], ih[1]};
+    auto quad = [&](int j, __m512i w) {
+      ih[j & 1] = _mm512_dpbusd_epi32(ih[j & 1], w, bcast4(xh + 4 * j));
+      il[j & 1] = _mm512_dpbusd_epi32(il[j & 1], w, bcast4(xl + 4 * j));
+    };
+    if (K::kFour) {
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_loadu_si512(r + K::kCodes + 64 * c);
+        quad(2 * c, _mm512_and_si512(raw, low4));
+        quad(2 * c + 1, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) quad(c, _mm512_loadu_si512(r + K::kCodes + 64 * c));
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)r));
+    __m512i is = _mm512_add_epi32(_mm512_slli_epi32(_mm512_add_epi32(ih[0], ih[1]), 8), _mm512_add_epi32(il[0], il[1]));
+    if (K::kZ) is = _mm512_sub_epi32(is, _mm512_set1_epi32(K::kZ * x.sq[i]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[i])), acc);
+    if (K::kMin) {
+      const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(r + 32)));
+      acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.s[i]), acc);
+    }
+  }
+  const int64_t c0 = p0 * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
+  _mm512_mask_storeu_ps(g.c + m0 * g.n + c0, (__mmask16)((1u << cols) - 1), acc);
+}
+
 #define FD_QMICRO_CASE(mr, np)                   \
   case (mr) * 4 + (np):                          \
     return qmicro<KIND, mr, np>(g, x, m0, p0);
 
 template <int KIND>
 static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
+  if (mr == 1 && np == 1) return qrow1<KIND>(g, x, m0, p0);
   switch (mr * 4 + np) {
-    FD_QMICRO_CASE(1, 1) FD_QMICRO_CASE(1, 2) FD_QMICRO_CASE(1, 3)
+    FD_QMICRO_CASE(1, 2) FD_QMICRO_CASE(1, 3)
     FD_QMICRO_CASE(2, 1) FD_QMICRO_CASE(2, 2) FD_QMICRO_CASE(2, 3)
     FD_QMICRO_CASE(3, 1) FD_QMICRO_CASE(3, 2) FD_QMICRO_CASE(3, 3)
   }
@@ -235,7 +279,9 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 #undef FD_QMICRO_CASE
 
 constexpr int kQMaxRows = 3;
-constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;  // panels per work item for 1 row and for more
+// Panels per work item for 1 row and for more. One row takes one panel per item (qrow1): a thread's run is
+// then one linear stream, and the last item, which one thread finishes while the other waits, is small.
+constexpr int kQPanelsOneRow = 1, kQPanelsRows = 2;
 #elif FD_QAVX2
 #include "qgemm_avx2.h"
 #else

@@ -2,7 +2,8 @@
 // by sampler.cc once per ISA namespace with FD_W defined. No include guard on purpose.
 //
 // Per row: the logits are copied into per-thread scratch (padded with -inf to whole blocks, so no pass
-// has a tail); penalties and bans are applied sparsely; greedy rows return the first argmax. Otherwise
+// has a tail); penalties and bans are applied sparsely; greedy rows return the first argmax (read in place,
+// with no copy, when no penalty or ban applies). Otherwise
 // x = logits / temperature and e = exp(x - max x). The kept set is a threshold on x (top-k; ties at the
 // k-th value kept) and on e (top-p: the most likely tokens in (e desc, index asc) order up to the first
 // whose running mass reaches (top_p - kTopPSlack) * total; min-p: e >= min_p, as max e = 1). Both
@@ -109,6 +110,25 @@ static int64_t argmax(const float* x, int64_t n) {
     if (vcount_ge(vload(x + i), tv))
       for (int64_t j = i; j < i + FD_W; ++j)
         if (x[j] >= m) return j;
+  }
+  return 0;
+}
+
+// argmax over a row of v logits padded to n with -inf, read where it lies instead of from a padded copy:
+// the same vectors in the same order as argmax(padded, n), so the same index for every input (NaN included).
+static int64_t argmax_unpadded(const float* x, int64_t v, int64_t n) {
+  const int64_t body = v / FD_W * FD_W;
+  alignas(64) float tail[FD_W];
+  for (int64_t j = 0; j < FD_W; ++j) tail[j] = body + j < v ? x[body + j] : -INFINITY;
+  auto at = [&](int64_t i) { return i < body ? vload(x + i) : i == body ? vload(tail) : vset1(-INFINITY); };
+  vf mv = vset1(-INFINITY);
+  for (int64_t i = 0; i < n; i += FD_W) mv = vmax(mv, at(i));
+  const float m = vhmax(mv);
+  const vf tv = vset1(m);
+  for (int64_t i = 0; i < n; i += FD_W) {
+    if (vcount_ge(at(i), tv))
+      for (int64_t j = i; j < i + FD_W; ++j)
+        if ((j < v ? x[j] : -INFINITY) >= m) return j;
   }
   return 0;
 }
@@ -311,13 +331,19 @@ static void apply_penalties(const SampleArgs& a, int64_t row, float* x, Scratch&
 
 static int64_t sample_row(const SampleArgs& a, int64_t row) {
   const int64_t v = a.vocab, n = (v + kBlock - 1) / kBlock * kBlock;
+  const double* p = a.params + row * kNumSampleParams;
+  const int64_t* meta = a.meta + row * kNumSampleMeta;
+  const bool greedy = p[kTemperature] < 1e-5 || p[kTopK] == 1.0;  // SamplingParams.is_greedy
+  // A greedy row without penalty or ban ids leaves its logits as they are: argmax them in place (decode's
+  // usual row, which then reads its logits once and copies nothing).
+  if (greedy && meta[kNumPrompt] + meta[kNumOutput] + meta[kNumBanned] == 0)
+    return argmax_unpadded(a.logits + row * v, v, n);
   Scratch& s = scratch(v, n);
   float *x = s.x.data(), *e = s.e.data(), *bsum = s.bsum.data();
   std::memcpy(x, a.logits + row * v, v * sizeof(float));
   std::fill(x + v, x + n, -INFINITY);
   apply_penalties(a, row, x, s);
-  const double* p = a.params + row * kNumSampleParams;
-  if (p[kTemperature] < 1e-5 || p[kTopK] == 1.0) return argmax(x, n);  // SamplingParams.is_greedy
+  if (greedy) return argmax(x, n);
   const float m = scale(x, n, (float)p[kTemperature]);
   if (m == -INFINITY) return 0;  // every token banned: nothing to draw from
   const double* u = a.uniforms + row * a.num_uniforms;

@@ -78,6 +78,25 @@ def qgemm_path() -> str:
     return QGEMM_PATHS[int(fn())]
 
 
+def read_bytes(buf: np.ndarray) -> int:
+    """Reads every byte of the C-contiguous `buf` once, each OpenMP thread its own contiguous share with
+    the widest vector loads the active ISA has (csrc/qgemm.cc's fd_read_bytes): the "read once" that the
+    decode roofline compares a step with. Returns nonzero if and only if a byte of `buf` is nonzero."""
+    global _read_bytes
+    if _read_bytes is None:
+        load()
+        fn = ctypes.CDLL(_library_path()).fd_read_bytes
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64]
+        fn.restype = ctypes.c_uint64
+        _read_bytes = fn
+    if not buf.flags.c_contiguous:
+        raise ValueError("read_bytes: the buffer must be C-contiguous")
+    return int(_read_bytes(buf.ctypes.data, buf.nbytes))
+
+
+_read_bytes = None  # the library's fd_read_bytes through ctypes, bound on first use
+
+
 def omp_thread_ids() -> list[int]:
     """OS thread ids of the OpenMP team the kernels run on, by thread number (0: the calling thread)."""
     load()
