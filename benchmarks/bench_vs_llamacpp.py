@@ -20,9 +20,14 @@ its AMX matmul (tinygemm_kernel_amx) on any batch of more than one row, so its s
 llama-cpp-python 0.3.36 built the same way segfaults in llama_decode on the first prompt (not
 investigated further). A server that exits or never gets ready ends the run with its log's last lines.
 
+`--fd-tree PATH` puts another fd checkout on the other side instead (a previous commit, made with
+`git worktree add PATH COMMIT`): the same load against fd as it was, for a change's end-to-end ratio.
+Its server runs that tree's code and kernels (PYTHONPATH=PATH:PATH/kernels) in this environment.
+
 For fd against transformers (in-process, torch CPU) see bench_engine.py.
 
-    python benchmarks/bench_vs_llamacpp.py (--llama-server BIN | --llama-cpp-python PY) [--model GGUF]
+    python benchmarks/bench_vs_llamacpp.py (--llama-server BIN | --llama-cpp-python PY | --fd-tree PATH)
+        [--model GGUF]
         [--prompt-lens 128,512] [--concurrency 1,4,16] [--num-prompts 32] [--output-len 128]
         [--repeats 1] [--threads N] [--json out.json]
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -53,12 +59,18 @@ def fd_cmd(args, port: int) -> list[str]:
     return FD + ["serve", "--model", args.model, "--port", str(port), "--threads", str(args.threads)]
 
 
-def start(make_cmd, log: Path, name: str, ready_path: str) -> tuple[subprocess.Popen, str]:
+def tree_env(tree: str) -> dict:
+    """The environment that makes `python -m fdcli.main` run the checkout at `tree`."""
+    root = str(Path(tree).resolve())
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "kernels")])}
+
+
+def start(make_cmd, log: Path, name: str, ready_path: str, env=None) -> tuple[subprocess.Popen, str]:
     """Starts make_cmd(port) on a free port, output to `log`; returns once `ready_path` answers 200."""
     from stream_client import free_port, wait_ready
 
     port = free_port()
-    proc = subprocess.Popen(make_cmd(port), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(make_cmd(port), stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, name, 600, ready_path)
@@ -100,6 +112,7 @@ def main() -> int:
     side = ap.add_mutually_exclusive_group(required=True)
     side.add_argument("--llama-server", help="llama.cpp's native server binary")
     side.add_argument("--llama-cpp-python", help="python of an environment with llama-cpp-python[server]")
+    side.add_argument("--fd-tree", help="another fd checkout (e.g. a previous commit) as the other side")
     ap.add_argument("--model", help="GGUF file both servers load (default: fd's default model)")
     ap.add_argument(
         "--llama-arg",
@@ -121,22 +134,28 @@ def main() -> int:
     loads = [int(x) for x in args.concurrency.split(",")]
     ctx = max(lengths) + args.output_len + 64
 
+    peer = "base fd" if args.fd_tree else "llama.cpp"
     tmp = Path(tempfile.mkdtemp(prefix="fd-vs-llamacpp-"))
     servers = {}
     try:
         servers["fd"] = start(lambda port: fd_cmd(args, port), tmp / "fd.log", "fd serve", "/ready")
-        servers["llama.cpp"] = start(
-            lambda port: llama_cmd(args, port, ctx, max(loads)), tmp / "llama.log", "llama.cpp", "/v1/models"
-        )
+        if args.fd_tree:
+            servers[peer] = start(
+                lambda port: fd_cmd(args, port), tmp / "base.log", peer, "/ready", tree_env(args.fd_tree)
+            )
+        else:
+            servers[peer] = start(
+                lambda port: llama_cmd(args, port, ctx, max(loads)), tmp / "llama.log", peer, "/v1/models"
+            )
         runs: dict[tuple[int, int, str], list[dict]] = {}
         seed = args.seed
         for rep in range(args.repeats):
-            order = ["fd", "llama.cpp"] if rep % 2 == 0 else ["llama.cpp", "fd"]
+            order = ["fd", peer] if rep % 2 == 0 else [peer, "fd"]
             for length in lengths:
                 for c in loads:
                     seed += 1  # the same prompts for both servers within a load
                     for name in order:
-                        out = tmp / f"{name}_{length}_{c}_{rep}.json"
+                        out = tmp / f"{name.replace(' ', '_')}_{length}_{c}_{rep}.json"
                         m = bench(servers[name][1], args, length, c, seed, out)
                         runs.setdefault((length, c, name), []).append(m)
                         print(
@@ -156,13 +175,13 @@ def main() -> int:
 
     rows = []
     print(
-        f"{'prompt':>6} {'conc':>4} | {'fd tok/s':>9} {'TPOT ms':>8} {'TTFT ms':>8} | {'llama tok/s':>11} "
+        f"{'prompt':>6} {'conc':>4} | {'fd tok/s':>9} {'TPOT ms':>8} {'TTFT ms':>8} | {peer.split()[0] + ' tok/s':>11} "
         f"{'TPOT ms':>8} {'TTFT ms':>8} | {'tok/s ratio':>11} {'TPOT ratio':>10}"
     )
     for length in lengths:
         for c in loads:
-            f, ll = summary(runs[(length, c, "fd")]), summary(runs[(length, c, "llama.cpp")])
-            row = {"prompt_len": length, "concurrency": c, "fd": f, "llama.cpp": ll}
+            f, ll = summary(runs[(length, c, "fd")]), summary(runs[(length, c, peer)])
+            row = {"prompt_len": length, "concurrency": c, "fd": f, peer: ll}
             row["tok_s_ratio"] = f["tok_s"] / ll["tok_s"]
             row["tpot_ratio"] = f["tpot_ms"] / ll["tpot_ms"]  # < 1: fd's tokens come faster
             rows.append(row)
@@ -172,9 +191,9 @@ def main() -> int:
                 f"{row['tpot_ratio']:10.2f}"
             )
             if f["completed"] < args.num_prompts or ll["completed"] < args.num_prompts:
-                print(f"       some requests failed: fd {f['completed']}, llama.cpp {ll['completed']}")
+                print(f"       some requests failed: fd {f['completed']}, {peer} {ll['completed']}")
     print(
-        "tok/s ratio = fd / llama.cpp output tokens/s (> 1: fd faster); TPOT ratio = fd / llama.cpp (< 1: fd faster)"
+        f"tok/s ratio = fd / {peer} output tokens/s (> 1: fd faster); TPOT ratio = fd / {peer} (< 1: fd faster)"
     )
     if args.json:
         dump = {
