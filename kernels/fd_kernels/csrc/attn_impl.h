@@ -554,7 +554,8 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
 template <int KV>
 static bool use_amx_attention(const AttnArgs& a) {
 #if FD_W == 16
-  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3;
+  static const bool bf16_cvt = __builtin_cpu_supports("avx512bf16");  // attn_amx.h's vcvtne2ps2bf16
+  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3 && bf16_cvt;
 #else
   (void)a;
   return false;
@@ -660,10 +661,20 @@ static void paged_attention_impl(const AttnArgs& a) {
   // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
   // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
   // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item.
+  // Largest first (keys x rows), so the last items taken are short and the threads finish together; the
+  // order changes no item's result.
+  std::vector<int64_t> order(nitems);
+  for (int64_t i = 0; i < nitems; ++i) order[i] = i;
+  auto cost = [&](const Item& w) {
+    const int64_t nq = a.query_start_loc[w.b + 1] - a.query_start_loc[w.b];
+    const int64_t nk = a.seq_lens[w.b] - nq + (w.r1 - 1) / group + 1;
+    return (std::min(nk, w.k1) - w.k0) * (w.r1 - w.r0);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return cost(items[x]) > cost(items[y]); });
   std::atomic<int64_t> next{0};
 #pragma omp parallel if (nitems > 1)
   for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
-    const Item& w = items[it];
+    const Item& w = items[order[it]];
     const int64_t* bt = a.block_tables + w.b * a.max_blocks;
     AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
     item_rows(w, rows);
