@@ -136,7 +136,8 @@ static inline void amx_transpose16(vf* m) {
   }
 }
 
-static inline void amx_tile_config() {
+// The tile configuration attend_amx runs under: set once per thread before its items, released after.
+static void amx_tile_config() {
   struct {
     uint8_t palette_id, start_row, reserved[14];
     uint16_t colsb[16];
@@ -147,8 +148,13 @@ static inline void amx_tile_config() {
     cfg.colsb[t] = 64;
     cfg.rows[t] = 16;
   }
+  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of cfg only, so without this the other
+  // stores may be dropped as dead (a #GP on ldtilecfg): the barrier makes the whole struct observable.
+  asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
+
+static void amx_tile_done() { _tile_release(); }
 
 // Accumulators 0-3 += A_t x (B0 + B1), with A_t the 16 x 32 bf16 tile at a + t * a_step (rows `stride`
 // bytes apart) loaded into tile 4, and B0 / B1 the two terms already in those tiles. A macro: the tile
@@ -182,6 +188,7 @@ static inline void amx_store4(float* out) {
 }
 
 // Up to 16 rows of one KV head's GQA group in the lanes; idle lanes repeat the last row. hd % 64 == 0.
+// The calling thread has run amx_tile_config.
 static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim, ld = kv.nk_pad;
   alignas(64) uint16_t qt[2][kMaxHeadDim * 16];    // Q^T's hi and lo terms: [hd / 2][16 lanes][2]
@@ -216,7 +223,6 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
   for (int64_t i = 0; i < hd * 16; ++i) ot[i] = 0.0f;
   const vf limit = vload(lim);
   vf mx = vset1(-INFINITY), l = vzero();
-  amx_tile_config();
   _tile_zero(0);  // amx_store4 leaves them zeroed after each use
   _tile_zero(1);
   _tile_zero(2);
@@ -276,7 +282,6 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     corr_prev = corr;
   }
   add_update(corr_prev);
-  _tile_release();
   // out^T / l, transposed back 16 dims at a time: lane r's values go to row r's output.
   const vf inv = _mm512_div_ps(vset1(1.0f), l);
   for (int64_t d0 = 0; d0 < hd; d0 += 16) {

@@ -60,13 +60,10 @@ static inline vf vexp2_nonpos(vf t) {
 #else
   // 2^n in the exponent bits, in two factors so that n down to -1000 stays in range of each: n / 2
   // and n - n / 2 are each >= -500, clamped at -127 (the factor is then 0, and so is the product).
-  const __m256i ni = _mm256_cvtps_epi32(n);
-  const __m256i h = _mm256_srai_epi32(ni, 1);
-  auto pow2 = [](__m256i e) {
-    e = _mm256_max_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), _mm256_setzero_si256());
-    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
-  };
-  return vmul(vmul(p, pow2(h)), pow2(_mm256_sub_epi32(ni, h)));
+  const __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+  const __m256i e0 = _mm256_max_epi32(_mm256_add_epi32(h, bias), _mm256_setzero_si256());
+  const __m256i e1 = _mm256_max_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), _mm256_setzero_si256());
+  return vmul(vmul(p, _mm256_castsi256_ps(_mm256_slli_epi32(e0, 23))), _mm256_castsi256_ps(_mm256_slli_epi32(e1, 23)));
 #endif
 }
 #else
