@@ -175,6 +175,17 @@ static void amx_tile_done() { _tile_release(); }
     _tile_dpbf16ps(3, 4, B1);                                      \
   } while (0)
 
+// Accumulators 0-1 only: the same for a chunk's first 32 keys (a last chunk with at most 32 keys).
+#define FD_AMX_ACC2_TWO_TERMS(a, a_step, stride, B0, B1)          \
+  do {                                                             \
+    _tile_loadd(4, (a), (stride));                                 \
+    _tile_dpbf16ps(0, 4, B0);                                      \
+    _tile_dpbf16ps(0, 4, B1);                                      \
+    _tile_loadd(4, (a) + (a_step), (stride));                      \
+    _tile_dpbf16ps(1, 4, B0);                                      \
+    _tile_dpbf16ps(1, 4, B1);                                      \
+  } while (0)
+
 // Accumulators 0-3 to [64][16] fp32 (tile t's 16 rows at out + 256 t), then zeroed for the next use.
 static inline void amx_store4(float* out) {
   _tile_stored(0, out, 64);
@@ -230,11 +241,18 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
   // Software-pipelined over the chunks: the tiles compute the next chunk's scores while the vector units
   // run this chunk's softmax and add the previous chunk's update into out^T. The arithmetic and its order
   // per lane are those of the plain loop (scores, softmax, P.V, out^T = out^T * corr + update).
+  // A chunk with at most 32 keys (the last) skips the products of its zero-padded upper half: their
+  // scores are never read and their weights are 0, so nothing else changes.
   auto scores = [&](int64_t k0) {  // into accumulators 0-3
+    const bool half = nk - k0 <= 32;
     for (int64_t d = 0; d < hd; d += 32) {
       _tile_loadd(6, qt[0] + d * 16, 64);
       _tile_loadd(7, qt[1] + d * 16, 64);
-      FD_AMX_ACC4_TWO_TERMS(kv.k + k0 * hd + d, 16 * hd, hd * 2, 6, 7);
+      if (half) {
+        FD_AMX_ACC2_TWO_TERMS(kv.k + k0 * hd + d, 16 * hd, hd * 2, 6, 7);
+      } else {
+        FD_AMX_ACC4_TWO_TERMS(kv.k + k0 * hd + d, 16 * hd, hd * 2, 6, 7);
+      }
     }
   };
   auto add_update = [&](vf corr) {
@@ -258,7 +276,8 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     const vf corr = vexp2_nonpos(vsub(mx, cmax));  // 0 on the first chunk (mx = -inf)
     // Two keys at a time, straight into P^T's pair layout (keys past n weigh 0).
     vf psum = vzero();
-    for (int64_t j = 0; j < kAmxKeys; j += 2) {
+    const int64_t kend = n <= 32 ? 32 : kAmxKeys;  // keys the P.V below takes
+    for (int64_t j = 0; j < kend; j += 2) {
       const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), cmax)) : vzero();
       const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), cmax)) : vzero();
       psum = vadd(vadd(psum, p0), p1);
@@ -272,7 +291,7 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
     if (k0 > 0) add_update(corr_prev);
     if (more) amx_store4(s);  // the next chunk's scores, done by now
     for (int64_t d0 = 0; d0 < hd; d0 += 64) {
-      for (int64_t kt = 0; kt < kAmxKeys; kt += 32) {
+      for (int64_t kt = 0; kt < kend; kt += 32) {
         _tile_loadd(5, pt[0] + kt * 16, 64);
         _tile_loadd(6, pt[1] + kt * 16, 64);
         FD_AMX_ACC4_TWO_TERMS(kv.vt + d0 * ld + k0 + kt, 16 * ld, ld * 2, 5, 6);
@@ -294,5 +313,6 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
 }
 
 #undef FD_AMX_ACC4_TWO_TERMS
+#undef FD_AMX_ACC2_TWO_TERMS
 
 #pragma GCC pop_options
