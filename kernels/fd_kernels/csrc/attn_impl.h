@@ -554,7 +554,8 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
 template <int KV>
 static bool use_amx_attention(const AttnArgs& a) {
 #if FD_W == 16
-  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3;
+  static const bool bf16_cvt = __builtin_cpu_supports("avx512bf16");  // attn_amx.h's vcvtne2ps2bf16
+  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3 && bf16_cvt;
 #else
   (void)a;
   return false;
@@ -631,11 +632,13 @@ static void paged_attention_impl(const AttnArgs& a) {
   const bool amx = use_amx_attention<KV>(a);
   std::vector<int64_t> amx_nk(amx ? a.num_seqs : 0, 0), amx_off(amx ? a.num_seqs : 0, 0);
   std::unique_ptr<uint16_t[]> amx_buf;
+  bool amx_tiles = false;  // some item takes attend_amx: its threads configure the tiles
   if (amx) {
     int64_t total = 0;
     std::vector<std::array<int64_t, 3>> chunks;  // (sequence, KV head, first key)
     for (const Item& w : items) {
       if (!w.prompt) continue;
+      amx_tiles = true;
       const int64_t nq = a.query_start_loc[w.b + 1] - a.query_start_loc[w.b];
       amx_nk[w.b] = std::max(amx_nk[w.b], a.seq_lens[w.b] - nq + (w.r1 - 1) / group + 1);
     }
@@ -662,25 +665,35 @@ static void paged_attention_impl(const AttnArgs& a) {
   // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item.
   std::atomic<int64_t> next{0};
 #pragma omp parallel if (nitems > 1)
-  for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
-    const Item& w = items[it];
-    const int64_t* bt = a.block_tables + w.b * a.max_blocks;
-    AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
-    item_rows(w, rows);
-    const int64_t n = w.r1 - w.r0;
+  {
 #if FD_W == 16
-    if (w.prompt && amx) {
-      const int64_t pad = (amx_nk[w.b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
-      const uint16_t* kb = amx_buf.get() + amx_off[w.b] + 2 * w.g * pad * hd;
-      attend_amx(a, AmxKv{kb, kb + pad * hd, pad}, rows, n);
-      continue;
-    }
+    if (amx_tiles) amx_tile_config();
 #endif
-    if (FD_W > 1 && w.lanes) {
-      attend_lanes<KV>(a, bt, w.g, rows, n);
-    } else {
-      attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr);
+    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
+      // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
+      // the threads finish together on short ones. The order changes no item's result.
+      const Item& w = items[nitems - 1 - it];
+      const int64_t* bt = a.block_tables + w.b * a.max_blocks;
+      AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
+      item_rows(w, rows);
+      const int64_t n = w.r1 - w.r0;
+#if FD_W == 16
+      if (w.prompt && amx) {
+        const int64_t pad = (amx_nk[w.b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
+        const uint16_t* kb = amx_buf.get() + amx_off[w.b] + 2 * w.g * pad * hd;
+        attend_amx(a, AmxKv{kb, kb + pad * hd, pad}, rows, n);
+        continue;
+      }
+#endif
+      if (FD_W > 1 && w.lanes) {
+        attend_lanes<KV>(a, bt, w.g, rows, n);
+      } else {
+        attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr);
+      }
     }
+#if FD_W == 16
+    if (amx_tiles) amx_tile_done();
+#endif
   }
   const int64_t nsplits = (int64_t)splits.size();
 #pragma omp parallel if (nsplits > 1)

@@ -35,13 +35,19 @@ void linear(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c
   gemm(g, prompt_rows);
 }
 
-// Columns [col, col + width) of each row of src [t, src_width] into dst [t, width]: the contiguous copy
-// Paddle makes of a column slice of the fused qkv output (paddle.split, then .contiguous()). Split over
-// the threads for prefill-sized steps, where a serial copy (7.5 MB a layer at 2048 tokens) left the
-// other thread waiting.
-void take_cols(const float* src, int64_t t, int64_t src_width, int64_t col, int64_t width, float* dst) {
+// The fused qkv output [t, q_size + 2 * kv_size] split into dense q [t, q_size], k and v [t, kv_size]:
+// the contiguous copies Paddle makes of its column slices (paddle.split, then .contiguous()). One pass
+// over the rows, split over the threads for prefill-sized steps, where a serial copy (7.5 MB a layer at
+// 2048 tokens) left the other thread waiting.
+void split_qkv(const float* qkv, int64_t t, int64_t q_size, int64_t kv_size, float* q, float* k, float* v) {
+  const int64_t width = q_size + 2 * kv_size;
 #pragma omp parallel for schedule(static) if (t * width >= (1 << 16))
-  for (int64_t r = 0; r < t; ++r) std::memcpy(dst + r * width, src + r * src_width + col, width * sizeof(float));
+  for (int64_t r = 0; r < t; ++r) {
+    const float* row = qkv + r * width;
+    std::memcpy(q + r * q_size, row, q_size * sizeof(float));
+    std::memcpy(k + r * kv_size, row + q_size, kv_size * sizeof(float));
+    std::memcpy(v + r * kv_size, row + q_size + kv_size, kv_size * sizeof(float));
+  }
 }
 
 }  // namespace
@@ -73,9 +79,7 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
 
     // Attention (layers/attention.py).
     linear(l.qkv, normed.get(), t, h, qkv.get(), rows);
-    take_cols(qkv.get(), t, qkv_n, 0, q_size, q.get());
-    take_cols(qkv.get(), t, qkv_n, q_size, kv_size, k.get());
-    take_cols(qkv.get(), t, qkv_n, q_size + kv_size, kv_size, v.get());
+    split_qkv(qkv.get(), t, q_size, kv_size, q.get(), k.get(), v.get());
     float *qp = q.get(), *kp = k.get();
     if (qk_norm) {  // over each head's head_dim values: rows of [T * heads, hd]
       rms_norm(qp, l.q_norm, a.eps, t * a.num_heads, hd, q_normed.get());

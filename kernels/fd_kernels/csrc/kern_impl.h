@@ -244,6 +244,19 @@ static void silu_and_mul(const float* x, int64_t t, int64_t n, float* out) {
   }
 }
 
+static void exp2_nonpos(const float* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + FD_W <= n; i += FD_W) vstore(out + i, vexp2_nonpos(vload(x + i)));
+#if FD_W > 1
+  if (i < n) {  // the tail through a padded vector, so every element takes the vector formula
+    alignas(64) float buf[FD_W > 1 ? FD_W : 1] = {};
+    std::memcpy(buf, x + i, (n - i) * sizeof(float));
+    vstore(buf, vexp2_nonpos(vload(buf)));
+    std::memcpy(out + i, buf, (n - i) * sizeof(float));
+  }
+#endif
+}
+
 // NeoX rotary on one head: x[:half], x[half:] rotated by the angles of cos[:half], sin[:half].
 static inline void rope_head(float* x, const float* cs, int64_t half) {
   float *x1 = x, *x2 = x + half;

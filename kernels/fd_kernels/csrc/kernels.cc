@@ -157,6 +157,7 @@ void fused_add_rms_norm(const float* x, const float* res, const float* w, float 
 }
 
 void silu_and_mul(const float* x, int64_t t, int64_t i, float* out) { FD_DISPATCH(silu_and_mul, x, t, i, out); }
+void exp2_nonpos(const float* x, int64_t n, float* out) { FD_DISPATCH(exp2_nonpos, x, n, out); }
 
 void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t, int64_t nh,
                       int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride) {

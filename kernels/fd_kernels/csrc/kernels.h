@@ -109,6 +109,8 @@ void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, f
 void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                         float* out, float* res_out);
 void silu_and_mul(const float* x, int64_t t, int64_t i, float* out);
+// out = 2^x elementwise by vexp.h's vexp2_nonpos, the prompt softmax's exp (for its tests); x <= 0.
+void exp2_nonpos(const float* x, int64_t n, float* out);
 // q / k rows (one token's heads, contiguous) start q_stride / k_stride floats apart.
 void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t, int64_t nh,
                       int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride);

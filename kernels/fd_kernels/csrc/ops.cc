@@ -206,6 +206,14 @@ std::vector<Tensor> ActiveIsa(const Tensor& x) {
 // The OS thread id of each thread of the OpenMP team (index = omp_get_thread_num(); 0 is the caller). The
 // runtime keeps this team for every later region of the same size, so pinning these threads pins the ones
 // the kernels run on (fdcli_engine/threads.py).
+std::vector<Tensor> Exp2NonPos(const Tensor& x_in) {
+  check_f32(x_in, "x");
+  const Tensor x = contig(x_in);
+  Tensor out = paddle::empty(x.shape(), paddle::DataType::FLOAT32, x.place());
+  fdk::exp2_nonpos(x.data<float>(), x.numel(), out.data<float>());
+  return {out};
+}
+
 std::vector<Tensor> OmpThreadIds(const Tensor& x) {
   const int n = omp_get_max_threads();
   Tensor out = paddle::empty({n}, paddle::DataType::INT64, x.place());
@@ -268,5 +276,7 @@ PD_BUILD_OP(fd_linear_rows)
     .SetKernelFn(PD_KERNEL(LinearRows));
 
 PD_BUILD_OP(fd_active_isa).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(ActiveIsa));
+
+PD_BUILD_OP(fd_exp2_nonpos).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(Exp2NonPos));
 
 PD_BUILD_OP(fd_omp_thread_ids).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(OmpThreadIds));

@@ -32,3 +32,40 @@ static inline vf vexp(vf x) {
 #else
 static inline vf vexp(vf x) { return std::exp(x); }
 #endif
+
+// 2^t for the online softmax, where t <= 0 (t = -inf gives 0): t = n + f with n = round(t), |f| <= 1/2,
+// and 2^f by a degree-5 polynomial with constant term 1, fitted for relative error over [-1/2, 1/2] (its
+// fp32 Horner evaluation stays within 1.7e-7 of 2^f), scaled by 2^n in the exponent. 2^0 is exactly 1, so
+// an online softmax whose running max did not move rescales by exactly 1. t is clamped at -1000 first:
+// 2^n then rounds to exactly 0 and -inf never reaches f = t - n. Relative error <= 3e-7 for t >= -126;
+// below that the result is a denormal or 0 (an absolute error under 2^-126). Nine vector operations
+// against vexp's fifteen, whose range reduction for x up to +88 the softmax does not need.
+#if FD_W == 16 || FD_W == 8
+static inline vf vexp2_nonpos(vf t) {
+  t = vmax(t, vset1(-1000.0f));
+#if FD_W == 16
+  const vf n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  const vf n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#endif
+  const vf f = vsub(t, n);
+  vf p = vset1(1.3264709850773215e-3f);
+  p = vfma(p, f, vset1(9.671507403254509e-3f));
+  p = vfma(p, f, vset1(5.550733581185341e-2f));
+  p = vfma(p, f, vset1(2.4022242426872253e-1f));
+  p = vfma(p, f, vset1(6.931470036506653e-1f));
+  p = vfma(p, f, vset1(1.0f));
+#if FD_W == 16
+  return _mm512_scalef_ps(p, n);
+#else
+  // 2^n in the exponent bits, in two factors so that n down to -1000 stays in range of each: n / 2
+  // and n - n / 2 are each >= -500, clamped at -127 (the factor is then 0, and so is the product).
+  const __m256i ni = _mm256_cvtps_epi32(n), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+  const __m256i e0 = _mm256_max_epi32(_mm256_add_epi32(h, bias), _mm256_setzero_si256());
+  const __m256i e1 = _mm256_max_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), _mm256_setzero_si256());
+  return vmul(vmul(p, _mm256_castsi256_ps(_mm256_slli_epi32(e0, 23))), _mm256_castsi256_ps(_mm256_slli_epi32(e1, 23)));
+#endif
+}
+#else
+static inline vf vexp2_nonpos(vf t) { return std::exp2(t); }
+#endif

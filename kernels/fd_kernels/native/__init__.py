@@ -103,6 +103,12 @@ def omp_thread_ids() -> list[int]:
     return [int(t) for t in _run("fd_omp_thread_ids", paddle.zeros([1]))[0].numpy()]
 
 
+def exp2_nonpos(x: paddle.Tensor) -> paddle.Tensor:
+    """2^x elementwise (x <= 0) by the prompt attention softmax's exp (csrc/vexp.h), for its tests."""
+    load()
+    return _run("fd_exp2_nonpos", x)[0]
+
+
 @dataclass
 class LinearWeight:
     """A weight packed for `linear`, resident as Paddle tensors."""
