@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "amx_tiles.h"
 #include "kernels.h"
 
 namespace fdk {
@@ -40,14 +41,6 @@ namespace {
 
 constexpr int64_t kRows = 32;  // rows per block: two A tiles of 16
 constexpr int64_t kKStep = 32;  // bf16 k's per tile (64 bytes per tile row)
-
-struct TileConfig {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-};
 
 // fp32 -> bf16 bits (round to nearest even) in the high half of each lane, low half zero: the value the
 // AVX-512 bf16 mode multiplies by. NaN/Inf are not special-cased (activations and weights are finite).
@@ -229,16 +222,6 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
 // Bytes of bf16 panels worked on at a time: kept in L2 while every row block of A passes over them.
 constexpr int64_t kGroupBytes = 1 << 20;
 
-void load_tile_config() {
-  TileConfig cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
-
 // Prepacked panels, cut into L2-sized chunks. The work items are (chunk, row block) pairs, chunk by chunk,
 // claimed in turn by whichever thread is free: the threads share out the rows of a chunk, each keeping the
 // chunk in its own L2 while its row blocks pass, and an A block stays in L1 across the chunk's panels, its
@@ -259,7 +242,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   for (int64_t rb = 0; rb < nrb; ++rb) ready[rb].store(0, std::memory_order_relaxed);
 #pragma omp parallel if (items > 1)
   {
-    load_tile_config();
+    load_amx_tile_config();
     for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < items;
          it = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t p0 = it / nrb * chunk, p1 = std::min(panels, p0 + chunk), rb = it % nrb;
@@ -297,7 +280,7 @@ void gemm_kind(const GemmArgs& g) {
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
 #pragma omp parallel
   {
-    load_tile_config();
+    load_amx_tile_config();
     const int64_t nth = omp_get_num_threads();
     for (int64_t p0 = 0; p0 < panels; p0 += group) {
       const int64_t np = std::min(group, panels - p0);

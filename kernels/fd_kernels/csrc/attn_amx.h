@@ -136,24 +136,7 @@ static inline void amx_transpose16(vf* m) {
   }
 }
 
-// The tile configuration attend_amx runs under: set once per thread before its items, released after.
-static void amx_tile_config() {
-  struct {
-    uint8_t palette_id, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-  } cfg{};
-  cfg.palette_id = 1;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of cfg only, so without this the other
-  // stores may be dropped as dead (a #GP on ldtilecfg): the barrier makes the whole struct observable.
-  asm volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
-
+// attend_amx runs under load_amx_tile_config (amx_tiles.h), set once per thread before its items.
 static void amx_tile_done() { _tile_release(); }
 
 // Accumulators 0-3 += A_t x (B0 + B1), with A_t the 16 x 32 bf16 tile at a + t * a_step (rows `stride`
@@ -199,7 +182,7 @@ static inline void amx_store4(float* out) {
 }
 
 // Up to 16 rows of one KV head's GQA group in the lanes; idle lanes repeat the last row. hd % 64 == 0.
-// The calling thread has run amx_tile_config.
+// The calling thread has run load_amx_tile_config.
 static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
   const int64_t hd = a.head_dim, ld = kv.nk_pad;
   alignas(64) uint16_t qt[2][kMaxHeadDim * 16];    // Q^T's hi and lo terms: [hd / 2][16 lanes][2]

@@ -667,7 +667,7 @@ static void paged_attention_impl(const AttnArgs& a) {
 #pragma omp parallel if (nitems > 1)
   {
 #if FD_W == 16
-    if (amx_tiles) amx_tile_config();
+    if (amx_tiles) load_amx_tile_config();
 #endif
     for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and

@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "dispatch.h"
 #include "kernels.h"
 
