@@ -54,24 +54,9 @@ def step_bytes(model_path: str, hf_config, context: float) -> int:
 
 def start_server(decode_len: int) -> tuple[subprocess.Popen, str]:
     """`fd serve` on the default model, on a free loopback port, ready (or SystemExit)."""
-    from stream_client import free_port, wait_ready
+    from stream_client import start_fd_serve
 
-    from fdcli_engine.threads import allowed_cpus
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), "--max-model-len", "1024"]
-    # Every CPU this process was given: the in-process engine has pinned this thread to one of them.
-    cpus = set(allowed_cpus())
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=SERVER_ENV,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(proc, url, "fd serve", 300)
-    return proc, url
+    return start_fd_serve(["--max-model-len", "1024"], SERVER_ENV)
 
 
 def stop_server(proc: subprocess.Popen) -> None:

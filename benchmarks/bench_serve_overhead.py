@@ -120,27 +120,9 @@ async def run_server(url: str, prompts, output_len: int, concurrency: int) -> tu
 
 
 def start_server(model: str | None, engine_args: list[str]) -> tuple[subprocess.Popen, str]:
-    from stream_client import free_port, wait_ready
+    from stream_client import start_fd_serve
 
-    from fdcli_engine.threads import allowed_cpus
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), *engine_args]
-    if model:
-        cmd += ["--model", model]
-    # Every CPU this process was given: a server started after the in-process engine has pinned this
-    # thread to one CPU would inherit that one CPU.
-    cpus = set(allowed_cpus())  # empty where the OS has no affinity: nothing to reset
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=SERVER_ENV,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(proc, url, "fd serve", 300)
-    return proc, url
+    return start_fd_serve([*engine_args, *(["--model", model] if model else [])], SERVER_ENV)
 
 
 def _core_pid(server_pid: int) -> int:

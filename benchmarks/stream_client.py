@@ -13,8 +13,10 @@ number of tokens. Anything else raises StreamError.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import sys
 import time
 
 import msgspec
@@ -97,3 +99,25 @@ def wait_ready(proc: subprocess.Popen, url: str, name: str, seconds: float, path
         time.sleep(0.25)
     proc.kill()
     raise SystemExit(f"{name} did not become ready")
+
+
+def start_fd_serve(serve_args: list[str], env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """`fd serve *serve_args` on a free loopback port, ready (or SystemExit); returns it and its URL.
+
+    The server gets every CPU this process was given: one started after an in-process engine has pinned
+    this thread to one CPU would otherwise inherit that one CPU."""
+    from fdcli_engine.threads import allowed_cpus
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "fdcli.main", "serve", "--port", str(port), *serve_args]
+    cpus = set(allowed_cpus())  # empty where the OS has no affinity: nothing to reset
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(proc, url, "fd serve", 300)
+    return proc, url

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -105,3 +106,15 @@ class Deployment:
         for srv in self.instances.values():
             srv.stop()
         self.router.stop()
+
+
+@contextlib.contextmanager
+def one_prefill_one_decode(model: Path, tmp: Path, *router_args: str):
+    """A router (with `router_args`), prefill instance p1 and decode instance d1; all stopped after."""
+    dep = Deployment(model, tmp, start_router(tmp, *router_args))
+    try:
+        dep.add("p1", "prefill")
+        dep.add("d1", "decode")
+        yield dep
+    finally:
+        dep.stop()

@@ -24,7 +24,7 @@ import openai
 import psutil
 import pytest
 from fd_server import API_KEY, REPO, wait_for
-from pd_deploy import Deployment, start_router
+from pd_deploy import Deployment, one_prefill_one_decode
 
 PROMPTS = ["hello world " * 8, "the quick brown fox jumps over the lazy dog " * 3, "a b c d e f g " * 6]
 CHAT = [{"role": "user", "content": "tell me a story about " + "a small red bird " * 4}]
@@ -32,14 +32,8 @@ CHAT = [{"role": "user", "content": "tell me a story about " + "a small red bird
 
 @pytest.fixture(scope="module")
 def deploy(tiny_model, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pd")
-    dep = Deployment(tiny_model, tmp, start_router(tmp))
-    try:
-        dep.add("p1", "prefill")
-        dep.add("d1", "decode")
+    with one_prefill_one_decode(tiny_model, tmp_path_factory.mktemp("pd")) as dep:
         yield dep
-    finally:
-        dep.stop()
 
 
 def completions(client, stream: bool) -> list[str]:

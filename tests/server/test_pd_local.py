@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from fd_server import API_KEY
-from pd_deploy import Deployment, start_router
+from pd_deploy import Deployment, one_prefill_one_decode
 
 LIMIT = 24
 SHORT = {False: "a short one", True: "a short two"}
@@ -23,14 +23,10 @@ CHAT_SHORT = [{"role": "user", "content": "hi there"}]
 
 @pytest.fixture(scope="module")
 def deploy(tiny_model, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pd-local")
-    dep = Deployment(tiny_model, tmp, start_router(tmp, "--max-local-prefill-length", str(LIMIT)))
-    try:
-        dep.add("p1", "prefill")
-        dep.add("d1", "decode")
+    with one_prefill_one_decode(
+        tiny_model, tmp_path_factory.mktemp("pd-local"), "--max-local-prefill-length", str(LIMIT)
+    ) as dep:
         yield dep
-    finally:
-        dep.stop()
 
 
 def counters(dep: Deployment) -> dict[str, float]:
