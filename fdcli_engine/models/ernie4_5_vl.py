@@ -192,17 +192,20 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
     def mm_positions(self, prompt_token_ids, features) -> tuple[np.ndarray, int]:
         return mrope_positions(prompt_token_ids, features, self.spatial_merge_size)
 
-    def vision_mask(self, input_ids: np.ndarray, meta=None) -> np.ndarray:
+    def vision_mask(self, input_ids, meta=None) -> np.ndarray:
         """Rows the vision experts take: image (and video) placeholders and start/end tokens, of the
         prompt only (transformers routes generated tokens to the text experts). The generate runner
-        marks the prompt rows in meta.prompt_rows (None: a step of decodes only); a pooling model's
-        rows are all prompt rows."""
+        marks the prompt rows in meta.prompt_rows (None: a step of decodes only, whose ids are then
+        not read); a pooling model's rows are all prompt rows. `input_ids`: numpy or a paddle tensor."""
+        decode_only = meta is not None and meta.prompt_rows is None
+        if decode_only and not getattr(self, "is_pooling_model", False):
+            return np.zeros(int(input_ids.shape[0]), dtype=bool)
+        if isinstance(input_ids, paddle.Tensor):
+            input_ids = input_ids.numpy()
         mask = np.isin(np.asarray(input_ids), self.vision_token_ids)
-        if meta is None or not mask.any():
-            return mask
-        if meta.prompt_rows is not None:
-            return mask & (meta.prompt_rows.numpy() != 0)
-        return mask if getattr(self, "is_pooling_model", False) else np.zeros_like(mask)
+        if meta is None or meta.prompt_rows is None or not mask.any():
+            return mask  # no metadata, a pooling model's decode-free step, or no vision token
+        return mask & (meta.prompt_rows.numpy() != 0)
 
     def forward(self, input_ids, positions, kv_caches, meta, mm_embeds=None) -> paddle.Tensor:
         """`positions` int64 [T] (text rows: one position on every axis) or [3, T]; `mm_embeds` (rows
@@ -212,7 +215,7 @@ class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
             if mm_embeds is not None:
                 index, values = mm_embeds
                 hidden = paddle.scatter(hidden, index, values, overwrite=True)
-            vision_mask = self.vision_mask(input_ids.numpy(), meta)
+            vision_mask = self.vision_mask(input_ids, meta)
             residual = None
             for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches, strict=True)):
                 if residual is None:
