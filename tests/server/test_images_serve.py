@@ -152,3 +152,29 @@ def test_base64_of_the_same_picture_shares_the_prefix_cache(vl_server):
     ask(client, user_turn(data_url(image), text="one"))
     again = ask(client, user_turn(data_url(image), text="one"))
     assert again.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_responses_input_image_answers_as_the_chat_does(vl_server):
+    # The Responses API's input_image part goes the chat path's way: same prompt, same greedy answer.
+    client = vl_server.client()
+    url = data_url(png_bytes(tiny_vl.random_image(56, 84, seed=0)))
+    chat = client.chat.completions.create(
+        model="qwen-vl", messages=user_turn(url), max_tokens=MAX_TOKENS, temperature=0
+    )
+    content = [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": QUESTION}]
+    got = client.responses.create(
+        model="qwen-vl",
+        input=[{"role": "user", "content": content}],
+        max_output_tokens=MAX_TOKENS,
+        temperature=0,
+    )
+    assert got.output_text == chat.choices[0].message.content
+    assert got.usage.input_tokens == chat.usage.prompt_tokens  # the image placeholders were expanded
+    # an error in the image names the Responses parameter, counted past the instructions' message
+    bad = [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}, {"role": "user", "content": [
+        {"type": "input_image", "image_url": data_url(corrupt_png())}]}]  # fmt: skip
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="qwen-vl", input=bad, instructions="be brief", max_output_tokens=2)
+    assert e.value.body["param"] == "input[1].content[0]" and "corrupt" in e.value.body["message"], (
+        e.value.body
+    )

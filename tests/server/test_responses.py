@@ -153,9 +153,14 @@ def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
             "message",
         ),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].type",
-            "'input_image' is not supported: only input_text parts are; send pictures as image_url parts",
+            "'input_file' is not supported: send input_text and input_image parts",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            "input[0].content[0]",
+            "needs image_url",
         ),
         ({"max_output_tokens": 10**6}, "max_output_tokens", "max_output_tokens"),
     ],

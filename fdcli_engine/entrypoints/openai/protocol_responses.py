@@ -17,7 +17,8 @@ from fdcli_engine.entrypoints.openai.protocol import MAX_MESSAGES, MAX_STR, MAX_
 
 
 class InputContentPart(BaseModel):
-    """input_text (and output_text, in an assistant item sent back); other types are a 400 later."""
+    """input_text (and output_text, in an assistant item sent back) and input_image (`image_url`: a
+    URL string); other types are a 400 later."""
 
     model_config = ConfigDict(extra="allow")
     type: str = Field(max_length=64)

@@ -14,15 +14,17 @@ With a --reasoning-parser, the reasoning text comes first as a reasoning item (v
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 
 from pydantic import ValidationError
 
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
-from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, ContentPart
 from fdcli_engine.entrypoints.openai.protocol_responses import (
     IncompleteDetails,
+    InputContentPart,
     InputTokensDetails,
     OutputMessage,
     OutputText,
@@ -86,7 +88,9 @@ def response_format(req: ResponsesRequest) -> dict | None:
 
 
 def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
-    """The chat messages of a request: instructions first (system), then the input items."""
+    """The chat messages of a request: instructions first (system), then the input items. An
+    `input_image` part (its `image_url` a URL string) becomes the chat's image_url part, which the chat
+    path loads and checks against the model like any other."""
     messages = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
     if isinstance(req.input, str):
         return [*messages, ChatMessage(role="user", content=req.input)]
@@ -102,20 +106,30 @@ def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
             raise bad_request("a message item needs role and content", f"input[{i}]")
         content = item.content
         if isinstance(content, list):
-            for j, part in enumerate(content):
-                if part.type not in TEXT_PARTS or part.text is None:
-                    hint = (
-                        "; send pictures as image_url parts to /v1/chat/completions"
-                        if "image" in part.type
-                        else ""
-                    )
-                    raise bad_request(
-                        f"content part type {part.type!r} is not supported: only input_text parts are{hint}",
-                        f"input[{i}].content[{j}].type",
-                    )
-            content = "\n".join(p.text for p in content)
+            parts = [_chat_part(part, f"input[{i}].content[{j}]") for j, part in enumerate(content)]
+            images = any(p.type == "image_url" for p in parts)
+            content = parts if images else "\n".join(p.text for p in parts)
         messages.append(ChatMessage(role=item.role, content=content))
     return messages
+
+
+def _chat_part(part: InputContentPart, param: str) -> ContentPart:
+    """A Responses content part as the chat path's part: text, or an image_url for `input_image`."""
+    if part.type == "input_image":
+        url = (part.model_extra or {}).get("image_url")
+        if not isinstance(url, str) or not url:
+            raise bad_request(
+                "an input_image part needs image_url (a data:, http(s):// or file:// URL); file_id is "
+                "not supported",
+                param,
+            )
+        return ContentPart(type="image_url", image_url={"url": url})
+    if part.type not in TEXT_PARTS or part.text is None:
+        raise bad_request(
+            f"content part type {part.type!r} is not supported: send input_text and input_image parts",
+            f"{param}.type",
+        )
+    return ContentPart(type="text", text=part.text)
 
 
 class OpenAIServingResponses:
@@ -142,7 +156,7 @@ class OpenAIServingResponses:
         try:
             p = await self.chat.prepare(chat_req, rid)
         except APIError as e:
-            raise _renamed(e) from None
+            raise _renamed(e, 1 if req.instructions else 0) from None
         if req.stream:
             return self._stream(req, p)
         return await self._full(req, p)
@@ -225,12 +239,18 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
     )
 
 
-def _renamed(e: APIError) -> APIError:
-    """An error of the shared chat path with the Responses API's parameter names."""
-    name = _PARAMS.get((e.param or "").split("[")[0].split(".")[0])
+def _renamed(e: APIError, offset: int = 0) -> APIError:
+    """An error of the shared chat path with the Responses API's parameter names; `offset`: chat
+    messages before input[0] (the instructions' system message), so messages[k] is input[k - offset]."""
+    old = (e.param or "").split("[")[0].split(".")[0]
+    name = _PARAMS.get(old)
     if name is None:
         return e
-    old = (e.param or "").split("[")[0].split(".")[0]
-    return APIError(
-        e.message.replace(old, name), e.status, e.param.replace(old, name, 1), e.code, e.type, e.headers
-    )
+    message, param = e.message.replace(old, name), e.param.replace(old, name, 1)
+    if old == "messages" and offset:
+
+        def shift(m: re.Match) -> str:
+            return f"input[{int(m.group(1)) - offset}]"
+
+        message, param = re.sub(r"input\[(\d+)\]", shift, message), re.sub(r"input\[(\d+)\]", shift, param)
+    return APIError(message, e.status, param, e.code, e.type, e.headers)
