@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import paddle
 
 from fdcli_engine.resolved_config import ResolvedConfig
@@ -108,7 +109,8 @@ class ModelRunner:
             selected = hidden
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
-        logits = self.model.compute_logits(selected).numpy()
+        # A view, not a copy: the tensor is this step's alone, and the sampler only reads it.
+        logits = np.from_dlpack(self.model.compute_logits(selected))
         states = self.sampler.draw_states(reqs)
         tokens, logprobs = self.sampler.sample(logits, views, masks)
         for sr, start in zip(reqs, starts):
