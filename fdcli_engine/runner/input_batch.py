@@ -73,7 +73,7 @@ def prompt_rows_tensor(
     prompt row) only for a step of one-row decodes: paged attention reads a missing mask as "every row
     a prompt row", so a step verifying drafts (generated rows after each other, `multi_row_decode`)
     keeps its all-zero mask and each of its queries is decoded alone."""
-    return stage("prompt_rows", mask.view(np.uint8)) if mask.any() or multi_row_decode else None
+    return stage("prompt_rows", mask.astype(np.uint8)) if mask.any() or multi_row_decode else None
 
 
 def _block_tables(scheduled: list[ScheduledRequest]) -> np.ndarray:
