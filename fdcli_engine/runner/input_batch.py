@@ -89,6 +89,69 @@ def _block_tables(scheduled: list[ScheduledRequest]) -> np.ndarray:
     return table
 
 
+@dataclass
+class _StepArrays:
+    """A step's inputs as host arrays, before they become tensors."""
+
+    input_ids: np.ndarray  # int64 [T]
+    positions: np.ndarray  # int64 [T]
+    slot_mapping: np.ndarray  # int64 [T]
+    query_start_loc: np.ndarray  # int32 [B+1]
+    seq_lens: np.ndarray  # int32 [B]
+    block_tables: np.ndarray  # int32 [B, max_blocks]
+    max_query_len: int
+    prompt_mask: np.ndarray | None  # bool [T]: the rows holding prompt tokens; None: none does
+
+
+def _varlen_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepArrays:
+    """Any step: each request's rows one after another."""
+    n = len(scheduled)
+    tokens = [s.token_ids for s in scheduled]
+    q_lens = np.array([len(t) for t in tokens], dtype=np.int32)
+    starts = np.array([s.num_computed_tokens for s in scheduled], dtype=np.int32)
+    query_start_loc = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(q_lens, out=query_start_loc[1:])
+    total = int(query_start_loc[-1])
+    input_ids = np.fromiter(chain.from_iterable(tokens), dtype=np.int64, count=total)
+    seq_idx = np.repeat(np.arange(n), q_lens)
+    positions = np.arange(total, dtype=np.int64) + (starts - query_start_loc[:-1])[seq_idx]
+    block_tables = _block_tables(scheduled)
+    slot_mapping = (
+        block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    )
+    prompt_lens = np.array([len(s.prompt_token_ids) for s in scheduled], dtype=np.int64)
+    return _StepArrays(
+        input_ids=input_ids,
+        positions=positions,
+        slot_mapping=slot_mapping,
+        query_start_loc=query_start_loc,
+        seq_lens=starts + q_lens,
+        block_tables=block_tables,
+        max_query_len=int(q_lens.max()),
+        prompt_mask=positions < prompt_lens[seq_idx],
+    )
+
+
+def _one_row_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepArrays:
+    """A step of one row per request (decode): row i is request i, computed on Python lists (fewer numpy
+    calls: what a step costs in between two forwards, on cold caches, is mostly their count). The same
+    arrays as `_varlen_arrays` gives for such a step."""
+    pos = [s.num_computed_tokens for s in scheduled]
+    slots = [s.block_ids[p // block_size] * block_size + p % block_size for s, p in zip(scheduled, pos)]
+    in_prompt = [p < len(s.prompt_token_ids) for s, p in zip(scheduled, pos)]
+    query_start_loc = np.arange(len(scheduled) + 1, dtype=np.int32)
+    return _StepArrays(
+        input_ids=np.array([s.token_ids[0] for s in scheduled], dtype=np.int64),
+        positions=np.array(pos, dtype=np.int64),
+        slot_mapping=np.array(slots, dtype=np.int64),
+        query_start_loc=query_start_loc,
+        seq_lens=np.array(pos, dtype=np.int32) + 1,
+        block_tables=_block_tables(scheduled),
+        max_query_len=1,
+        prompt_mask=np.array(in_prompt, dtype=bool) if any(in_prompt) else None,
+    )
+
+
 def build_inputs(
     scheduled: list[ScheduledRequest],
     block_size: int,
@@ -99,47 +162,28 @@ def build_inputs(
     prompt rows on AMX CPUs); without it every row is computed on its usual path (the pooling runner).
     `buffers`: the tensors are refilled buffers (InputBuffers), else new ones."""
     stage = buffers.stage if buffers is not None else _fresh
-    n = len(scheduled)
-    tokens = [s.token_ids for s in scheduled]
-    q_lens = np.array([len(t) for t in tokens], dtype=np.int32)
-    starts = np.array([s.num_computed_tokens for s in scheduled], dtype=np.int32)
-    query_start_loc = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(q_lens, out=query_start_loc[1:])
-    seq_lens = starts + q_lens
-    total = int(query_start_loc[-1])
-    if total == n:  # one row per request (decode): row i is request i
-        input_ids = np.array([t[0] for t in tokens], dtype=np.int64)
-        seq_idx = np.arange(n)
-        positions = starts.astype(np.int64)
+    if all(len(s.token_ids) == 1 for s in scheduled):
+        a = _one_row_arrays(scheduled, block_size)
     else:
-        input_ids = np.fromiter(chain.from_iterable(tokens), dtype=np.int64, count=total)
-        seq_idx = np.repeat(np.arange(n), q_lens)
-        positions = np.arange(total, dtype=np.int64) + (starts - query_start_loc[:-1])[seq_idx]
-    block_tables = _block_tables(scheduled)
-    slot_mapping = (
-        block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
-    )
-    max_query_len = int(q_lens.max())
+        a = _varlen_arrays(scheduled, block_size)
     prompt_rows = None
-    if mark_prompt_rows:
-        prompt_lens = np.array([len(s.prompt_token_ids) for s in scheduled], dtype=np.int64)
-        prompt_rows = prompt_rows_tensor(positions < prompt_lens[seq_idx], max_query_len > 1, stage)
-
+    if mark_prompt_rows and a.prompt_mask is not None:
+        prompt_rows = prompt_rows_tensor(a.prompt_mask, a.max_query_len > 1, stage)
     meta = AttentionMetadata(
-        slot_mapping=stage("slot_mapping", slot_mapping),
-        query_start_loc=stage("query_start_loc", query_start_loc),
-        seq_lens=stage("seq_lens", seq_lens),
-        block_tables=stage("block_tables", block_tables),
-        max_query_len=max_query_len,
-        max_seq_len=int(seq_lens.max()),
+        slot_mapping=stage("slot_mapping", a.slot_mapping),
+        query_start_loc=stage("query_start_loc", a.query_start_loc),
+        seq_lens=stage("seq_lens", a.seq_lens),
+        block_tables=stage("block_tables", a.block_tables),
+        max_query_len=a.max_query_len,
+        max_seq_len=int(a.seq_lens.max()),
         block_size=block_size,
-        query_start_loc_np=query_start_loc,
-        seq_lens_np=seq_lens,
+        query_start_loc_np=a.query_start_loc,
+        seq_lens_np=a.seq_lens,
         prompt_rows=prompt_rows,
     )
     return ModelInputs(
-        input_ids=stage("input_ids", input_ids),
-        positions=stage("positions", positions),
+        input_ids=stage("input_ids", a.input_ids),
+        positions=stage("positions", a.positions),
         meta=meta,
-        last_token_rows=query_start_loc[1:] - 1,
+        last_token_rows=a.query_start_loc[1:] - 1,
     )

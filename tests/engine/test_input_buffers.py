@@ -5,10 +5,13 @@ block tables growing), and an engine on the buffers must answer as one building 
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 from test_engine_e2e import prompts_of
 
 from fdcli_engine import LLM, SamplingParams
+from fdcli_engine.runner import input_batch
 from fdcli_engine.runner.input_batch import InputBuffers, build_inputs
 from fdcli_engine.step_types import ScheduledRequest
 
@@ -92,6 +95,28 @@ def test_the_preempted_request_back_on_new_blocks_writes_them():
     assert inputs.meta.slot_mapping.numpy().tolist() == [2 * BLOCK + 0, 10 * BLOCK + 1]
     assert inputs.meta.block_tables.numpy().tolist() == [[1, 2], [9, 10]]
     assert inputs.meta.prompt_rows.numpy().tolist() == [1, 0]
+
+
+def test_one_row_steps_get_the_arrays_of_the_general_path():
+    # Decode steps take their own path (input_batch._one_row_arrays): the same arrays as any step's.
+    rng = random.Random(5)
+    for trial in range(200):
+        step = []
+        for i in range(rng.randint(1, 9)):
+            position = rng.randrange(0, 60)
+            blocks = rng.sample(range(100), position // BLOCK + 1 + rng.randint(0, 2))
+            prompt_len = rng.choice([position + 1, position, max(1, position - 3)])  # some prompt rows
+            step.append(_req(str(i), [rng.randrange(1000)], position, blocks, prompt_len))
+        one, general = input_batch._one_row_arrays(step, BLOCK), input_batch._varlen_arrays(step, BLOCK)
+        for name in ("input_ids", "positions", "slot_mapping", "query_start_loc", "seq_lens", "block_tables"):
+            a, b = getattr(one, name), getattr(general, name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), f"trial {trial}: {name}"
+        assert one.max_query_len == general.max_query_len == 1
+        # None stands for a mask without any prompt row.
+        want = general.prompt_mask if general.prompt_mask.any() else None
+        assert (one.prompt_mask is None) == (want is None), f"trial {trial}: prompt rows"
+        if want is not None:
+            assert np.array_equal(one.prompt_mask, want), f"trial {trial}: prompt rows"
 
 
 def _generate(model_dir, fresh: bool):
