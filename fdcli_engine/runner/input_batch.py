@@ -1,8 +1,15 @@
-"""Flattens a SchedulerOutput into model inputs: token ids, positions, slot mapping, block tables."""
+"""Flattens a SchedulerOutput into model inputs: token ids, positions, slot mapping, block tables.
+
+The runner passes an `InputBuffers` of its own: each step's tensors are then host tensors made once and
+refilled in place (a write into a numpy view of each) rather than new ones every step, which costs more
+than computing them at decode sizes. The arrays are computed afresh every step from the step alone, so
+nothing stale can reach a tensor: only the memory is reused. Callers without buffers (proposers, the
+pooling runner, tests) get new tensors."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import paddle
@@ -24,65 +31,159 @@ _CPU = paddle.CPUPlace()
 
 def _tensor(a: np.ndarray) -> paddle.Tensor:
     # A copy, as paddle.to_tensor makes, without its argument handling (which costs more than the copy
-    # at these sizes; six calls a step).
+    # at these sizes).
     return paddle.Tensor(a, _CPU)
 
 
-def prompt_rows_tensor(mask: np.ndarray, multi_row_decode: bool = False) -> paddle.Tensor | None:
+class InputBuffers:
+    """Host tensors reused across steps, one per (input name, shape, dtype).
+
+    Invariant: a tensor that `stage` returns holds the staged values until the next `stage` of the same
+    name and shape; the runner's uses of a step's inputs (forward, LM head, proposer, tensor-parallel
+    send) all end within that step's execute, before the next step stages. The host copies in
+    AttentionMetadata (`*_np`) are never these buffers' memory."""
+
+    MAX_ENTRIES = 64  # shapes change with the batch; past this many, start over
+
+    def __init__(self):
+        self._entries: dict[tuple, tuple[paddle.Tensor, np.ndarray]] = {}
+
+    def stage(self, name: str, a: np.ndarray) -> paddle.Tensor:
+        """A tensor holding `a`'s values: the buffer for (name, shape, dtype), refilled."""
+        key = (name, a.shape, a.dtype.char)
+        entry = self._entries.get(key)
+        if entry is None:
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            t = _tensor(a)
+            self._entries[key] = (t, np.from_dlpack(t))
+            return t
+        entry[1][...] = a
+        return entry[0]
+
+
+def _fresh(name: str, a: np.ndarray) -> paddle.Tensor:
+    return _tensor(a)
+
+
+def prompt_rows_tensor(
+    mask: np.ndarray, multi_row_decode: bool = False, stage=_fresh
+) -> paddle.Tensor | None:
     """AttentionMetadata.prompt_rows from a bool [T] mask of the rows holding prompt tokens. None (no
     prompt row) only for a step of one-row decodes: paged attention reads a missing mask as "every row
     a prompt row", so a step verifying drafts (generated rows after each other, `multi_row_decode`)
     keeps its all-zero mask and each of its queries is decoded alone."""
-    return _tensor(mask.astype(np.uint8)) if mask.any() or multi_row_decode else None
+    return stage("prompt_rows", mask.astype(np.uint8)) if mask.any() or multi_row_decode else None
 
 
-def build_inputs(
-    scheduled: list[ScheduledRequest], block_size: int, mark_prompt_rows: bool = False
-) -> ModelInputs:
-    """The step's model inputs. `mark_prompt_rows` fills meta.prompt_rows (the generation runner: bf16
-    prompt rows on AMX CPUs); without it every row is computed on its usual path (the pooling runner)."""
+def _block_tables(scheduled: list[ScheduledRequest]) -> np.ndarray:
+    """int32 [n, max_blocks], unused entries 0."""
+    lists = [s.block_ids for s in scheduled]
+    lens = [len(b) for b in lists]
+    width = max(lens)
+    if min(lens) == width:
+        return np.array(lists, dtype=np.int32).reshape(len(lists), width)
+    table = np.zeros((len(lists), width), dtype=np.int32)
+    for row, ids in zip(table, lists):
+        row[: len(ids)] = ids
+    return table
+
+
+@dataclass
+class _StepArrays:
+    """A step's inputs as host arrays, before they become tensors."""
+
+    input_ids: np.ndarray  # int64 [T]
+    positions: np.ndarray  # int64 [T]
+    slot_mapping: np.ndarray  # int64 [T]
+    query_start_loc: np.ndarray  # int32 [B+1]
+    seq_lens: np.ndarray  # int32 [B]
+    block_tables: np.ndarray  # int32 [B, max_blocks]
+    max_query_len: int
+    prompt_mask: np.ndarray | None  # bool [T]: the rows holding prompt tokens; None: none does
+
+
+def _varlen_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepArrays:
+    """Any step: each request's rows one after another."""
     n = len(scheduled)
-    q_lens = np.fromiter((len(s.token_ids) for s in scheduled), dtype=np.int32, count=n)
-    starts = np.fromiter((s.num_computed_tokens for s in scheduled), dtype=np.int32, count=n)
+    tokens = [s.token_ids for s in scheduled]
+    q_lens = np.array([len(t) for t in tokens], dtype=np.int32)
+    starts = np.array([s.num_computed_tokens for s in scheduled], dtype=np.int32)
     query_start_loc = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(q_lens, out=query_start_loc[1:])
-    seq_lens = starts + q_lens
     total = int(query_start_loc[-1])
-
-    input_ids = np.empty(total, dtype=np.int64)
-    positions = np.empty(total, dtype=np.int64)
-    max_blocks = max(len(s.block_ids) for s in scheduled)
-    block_tables = np.zeros((n, max_blocks), dtype=np.int32)
-    for i, s in enumerate(scheduled):
-        a, b = query_start_loc[i], query_start_loc[i + 1]
-        input_ids[a:b] = s.token_ids
-        positions[a:b] = np.arange(starts[i], seq_lens[i])
-        block_tables[i, : len(s.block_ids)] = s.block_ids
+    input_ids = np.fromiter(chain.from_iterable(tokens), dtype=np.int64, count=total)
     seq_idx = np.repeat(np.arange(n), q_lens)
-    prompt_lens = np.fromiter((len(s.prompt_token_ids) for s in scheduled), dtype=np.int64, count=n)
+    positions = np.arange(total, dtype=np.int64) + (starts - query_start_loc[:-1])[seq_idx]
+    block_tables = _block_tables(scheduled)
     slot_mapping = (
         block_tables[seq_idx, positions // block_size].astype(np.int64) * block_size + positions % block_size
     )
-
-    meta = AttentionMetadata(
-        slot_mapping=_tensor(slot_mapping),
-        query_start_loc=_tensor(query_start_loc),
-        seq_lens=_tensor(seq_lens),
-        block_tables=_tensor(block_tables),
+    prompt_lens = np.array([len(s.prompt_token_ids) for s in scheduled], dtype=np.int64)
+    return _StepArrays(
+        input_ids=input_ids,
+        positions=positions,
+        slot_mapping=slot_mapping,
+        query_start_loc=query_start_loc,
+        seq_lens=starts + q_lens,
+        block_tables=block_tables,
         max_query_len=int(q_lens.max()),
-        max_seq_len=int(seq_lens.max()),
+        prompt_mask=positions < prompt_lens[seq_idx],
+    )
+
+
+def _one_row_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepArrays:
+    """A step of one row per request (decode): row i is request i, computed on Python lists (fewer numpy
+    calls: what a step costs in between two forwards, on cold caches, is mostly their count). The same
+    arrays as `_varlen_arrays` gives for such a step."""
+    pos = [s.num_computed_tokens for s in scheduled]
+    slots = [s.block_ids[p // block_size] * block_size + p % block_size for s, p in zip(scheduled, pos)]
+    in_prompt = [p < len(s.prompt_token_ids) for s, p in zip(scheduled, pos)]
+    query_start_loc = np.arange(len(scheduled) + 1, dtype=np.int32)
+    return _StepArrays(
+        input_ids=np.array([s.token_ids[0] for s in scheduled], dtype=np.int64),
+        positions=np.array(pos, dtype=np.int64),
+        slot_mapping=np.array(slots, dtype=np.int64),
+        query_start_loc=query_start_loc,
+        seq_lens=np.array(pos, dtype=np.int32) + 1,
+        block_tables=_block_tables(scheduled),
+        max_query_len=1,
+        prompt_mask=np.array(in_prompt, dtype=bool) if any(in_prompt) else None,
+    )
+
+
+def build_inputs(
+    scheduled: list[ScheduledRequest],
+    block_size: int,
+    mark_prompt_rows: bool = False,
+    buffers: InputBuffers | None = None,
+) -> ModelInputs:
+    """The step's model inputs. `mark_prompt_rows` fills meta.prompt_rows (the generation runner: bf16
+    prompt rows on AMX CPUs); without it every row is computed on its usual path (the pooling runner).
+    `buffers`: the tensors are refilled buffers (InputBuffers), else new ones."""
+    stage = buffers.stage if buffers is not None else _fresh
+    if all(len(s.token_ids) == 1 for s in scheduled):
+        a = _one_row_arrays(scheduled, block_size)
+    else:
+        a = _varlen_arrays(scheduled, block_size)
+    prompt_rows = None
+    if mark_prompt_rows and a.prompt_mask is not None:
+        prompt_rows = prompt_rows_tensor(a.prompt_mask, a.max_query_len > 1, stage)
+    meta = AttentionMetadata(
+        slot_mapping=stage("slot_mapping", a.slot_mapping),
+        query_start_loc=stage("query_start_loc", a.query_start_loc),
+        seq_lens=stage("seq_lens", a.seq_lens),
+        block_tables=stage("block_tables", a.block_tables),
+        max_query_len=a.max_query_len,
+        max_seq_len=int(a.seq_lens.max()),
         block_size=block_size,
-        query_start_loc_np=query_start_loc,
-        seq_lens_np=seq_lens,
-        prompt_rows=(
-            prompt_rows_tensor(positions < prompt_lens[seq_idx], int(q_lens.max()) > 1)
-            if mark_prompt_rows
-            else None
-        ),
+        query_start_loc_np=a.query_start_loc,
+        seq_lens_np=a.seq_lens,
+        prompt_rows=prompt_rows,
     )
     return ModelInputs(
-        input_ids=_tensor(input_ids),
-        positions=_tensor(positions),
+        input_ids=stage("input_ids", a.input_ids),
+        positions=stage("positions", a.positions),
         meta=meta,
-        last_token_rows=query_start_loc[1:] - 1,
+        last_token_rows=a.query_start_loc[1:] - 1,
     )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import paddle
 
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.grammar_masks import GrammarMasks
-from fdcli_engine.runner.input_batch import build_inputs
+from fdcli_engine.runner.input_batch import InputBuffers, build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_block_views
 from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
@@ -53,6 +54,7 @@ class ModelRunner:
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
         self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
         self.mm = MultiModalInputs(model)
+        self.input_buffers = InputBuffers()  # the step's input tensors, refilled each step
         logger.info(
             "KV cache: %d blocks of %d tokens, %s (%.2f GiB)",
             self.num_blocks,
@@ -76,7 +78,9 @@ class ModelRunner:
             self.proposer.drop(so.finished_req_ids)
         if so.is_empty:
             return ModelRunnerOutput(sampled_token_ids={})
-        inputs = build_inputs(so.scheduled, self.block_size, mark_prompt_rows=True)
+        inputs = build_inputs(
+            so.scheduled, self.block_size, mark_prompt_rows=True, buffers=self.input_buffers
+        )
         reqs = [s for s in so.scheduled if s.do_sample]
         last_rows = inputs.last_token_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
         rows, views, starts = sampling_rows(reqs, last_rows)
@@ -105,7 +109,8 @@ class ModelRunner:
             selected = hidden
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
-        logits = self.model.compute_logits(selected).numpy()
+        # A view, not a copy: the tensor is this step's alone, and the sampler only reads it.
+        logits = np.from_dlpack(self.model.compute_logits(selected))
         states = self.sampler.draw_states(reqs)
         tokens, logprobs = self.sampler.sample(logits, views, masks)
         for sr, start in zip(reqs, starts):

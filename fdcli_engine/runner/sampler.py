@@ -17,6 +17,9 @@ copy: the tokens it disallows are -inf before logit_bias, the bans and everythin
 lifted, so a finished grammar still ends with EOS (the scheduler then stops it only once min_tokens
 tokens are out, the extra tokens being EOS).
 The bans (`banned_token_ids`) are the sampler's share of the stop rules described in step_types.
+A step whose rows are all plain greedy (no penalty, ban, logit_bias or grammar mask: decode's usual
+batch) skips the op and its per-row tables: each row's token is its first argmax, what the op returns
+for such a row.
 """
 
 from __future__ import annotations
@@ -100,6 +103,30 @@ def _bans_leave_nothing(allowed: np.ndarray, banned: list[int]) -> bool:
     return int(allowed.sum()) <= int(allowed[ids].sum())
 
 
+def _is_plain_greedy(sr: ScheduledRequest) -> bool:
+    """A greedy row the sampling op would argmax as it is: no penalty, no ban (min_tokens reached, no
+    bad words), no logit_bias. Its token is the row's first argmax, drawn from no generator."""
+    sp = sr.sampling_params
+    return (
+        sp.is_greedy
+        and sp.repetition_penalty == 1.0
+        and not sp.presence_penalty
+        and not sp.frequency_penalty
+        and not sp.logit_bias
+        and not sp.bad_words_token_ids
+        and len(sr.output_token_ids) >= sp.min_tokens
+    )
+
+
+def _first_argmax(logits: np.ndarray) -> list[int] | None:
+    """Each row's first argmax, as the sampling op gives a plain greedy row; None when a row holds a NaN
+    (numpy's argmax then points at it; the op's own NaN rule decides those rows)."""
+    tokens = logits.argmax(axis=1)
+    if np.isnan(logits[np.arange(logits.shape[0]), tokens]).any():
+        return None
+    return tokens.tolist()
+
+
 class Sampler:
     def __init__(
         self, seed: int = 0, eos_token_ids: set[int] | None = None, sampling_class: str | None = None
@@ -152,6 +179,10 @@ class Sampler:
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
         n = len(reqs)
         logits = np.ascontiguousarray(logits, dtype=np.float32)
+        if not (masks is not None and masks.rows) and all(map(_is_plain_greedy, reqs)):
+            tokens = _first_argmax(logits)
+            if tokens is not None:
+                return tokens, self._all_logprobs(logits, reqs, tokens)
         allowed = {}  # row -> bool [V]: the grammar's allowed tokens
         if masks is not None and masks.rows:
             bits = allowed_rows(masks.bitmask, masks.rows, logits.shape[1])
@@ -185,11 +216,16 @@ class Sampler:
             biased[masks.rows] = np.where(bits, biased[masks.rows], np.float32(-np.inf))
         biased = with_logit_bias(biased, reqs)
         tokens = ops.sample(biased, params, ids, meta, uniforms, self.rejection).tolist()
+        return tokens, self._all_logprobs(logits, reqs, tokens)
+
+    def _all_logprobs(
+        self, logits: np.ndarray, reqs, tokens: list[int]
+    ) -> list[list[tuple[int, float]] | None]:
         all_logprobs: list[list[tuple[int, float]] | None] = []
         for i, sr in enumerate(reqs):
             k = sr.sampling_params.logprobs
             all_logprobs.append(None if k is None else self._logprobs(log_softmax(logits[i]), tokens[i], k))
-        return tokens, all_logprobs
+        return all_logprobs
 
     @staticmethod
     def _logprobs(lp: np.ndarray, tok: int, k: int) -> list[tuple[int, float]]:
