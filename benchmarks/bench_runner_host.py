@@ -71,11 +71,11 @@ def run_block(llm, prompts, steps: int, clock: KernelClock) -> tuple[float, floa
     return float(np.median(host)), float(np.median(total)), [o.outputs[0].token_ids for o in outs]
 
 
-def use_path(llm, name: str, buffers, monkey) -> None:
+def use_path(llm, name: str, buffers, plain_greedy) -> None:
     from fdcli_engine.runner import sampler
 
     llm.engine.runner.input_buffers = buffers if name == "reuse" else None
-    sampler._is_plain_greedy = monkey[0] if name == "reuse" else (lambda sr: False)
+    sampler._is_plain_greedy = plain_greedy if name == "reuse" else (lambda sr, eos_ids: False)
 
 
 def main() -> int:
@@ -90,7 +90,7 @@ def main() -> int:
 
     llm = LLM(None, max_model_len=1024)
     clock = KernelClock(ops, ("decoder_stack", "linear"))
-    buffers, monkey = llm.engine.runner.input_buffers, (sampler._is_plain_greedy,)
+    buffers, plain_greedy = llm.engine.runner.input_buffers, sampler._is_plain_greedy
     print(f"kernels: {ops.describe()}, threads {os.environ['OMP_NUM_THREADS']}")
     for batch in (int(b) for b in args.batch.split(",")):
         prompts = [[100 + (i * 7919 + 13 * r) % 30000 for i in range(32)] for r in range(batch)]
@@ -98,14 +98,14 @@ def main() -> int:
         tokens = None
         for block in range(2 * args.blocks):
             name = ("fresh", "reuse")[block % 2]
-            use_path(llm, name, buffers, monkey)
+            use_path(llm, name, buffers, plain_greedy)
             h, t, toks = run_block(llm, prompts, args.steps, clock)
             if tokens is not None and toks != tokens:
                 print(f"batch {batch}: the {name} path produced other tokens", file=sys.stderr)
                 return 1
             tokens = toks
             results[name].append((h, t))
-        use_path(llm, "reuse", buffers, monkey)
+        use_path(llm, "reuse", buffers, plain_greedy)
         for name, rows in results.items():
             hs, ts = [r[0] * 1e3 for r in rows], [r[1] * 1e3 for r in rows]
             print(

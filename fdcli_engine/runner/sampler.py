@@ -103,18 +103,20 @@ def _bans_leave_nothing(allowed: np.ndarray, banned: list[int]) -> bool:
     return int(allowed.sum()) <= int(allowed[ids].sum())
 
 
-def _is_plain_greedy(sr: ScheduledRequest) -> bool:
-    """A greedy row the sampling op would argmax as it is: no penalty, no ban (min_tokens reached, no
-    bad words), no logit_bias. Its token is the row's first argmax, drawn from no generator."""
+def _penalized(sp: SamplingParams) -> bool:
+    """Whether any penalty (repetition, presence, frequency) applies to the row."""
+    return sp.repetition_penalty != 1.0 or bool(sp.presence_penalty) or bool(sp.frequency_penalty)
+
+
+def _is_plain_greedy(sr: ScheduledRequest, eos_ids: set[int]) -> bool:
+    """A greedy row the sampling op would argmax as it is: no penalty, no ban this step, no logit_bias.
+    Its token is the row's first argmax, drawn from no generator."""
     sp = sr.sampling_params
     return (
         sp.is_greedy
-        and sp.repetition_penalty == 1.0
-        and not sp.presence_penalty
-        and not sp.frequency_penalty
+        and not _penalized(sp)
         and not sp.logit_bias
-        and not sp.bad_words_token_ids
-        and len(sr.output_token_ids) >= sp.min_tokens
+        and not banned_token_ids(sp, sr.output_token_ids, eos_ids)
     )
 
 
@@ -179,7 +181,9 @@ class Sampler:
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
         n = len(reqs)
         logits = np.ascontiguousarray(logits, dtype=np.float32)
-        if not (masks is not None and masks.rows) and all(map(_is_plain_greedy, reqs)):
+        if not (masks is not None and masks.rows) and all(
+            _is_plain_greedy(sr, self.eos_token_ids) for sr in reqs
+        ):
             tokens = _first_argmax(logits)
             if tokens is not None:
                 return tokens, self._all_logprobs(logits, reqs, tokens)
@@ -197,8 +201,7 @@ class Sampler:
             params[i] = _param_row(sp)
             # Only the ids a penalty reads: the prompt's for repetition, the output's for any penalty.
             prompt = sr.prompt_token_ids if sp.repetition_penalty != 1.0 else ()
-            penalized = sp.repetition_penalty != 1.0 or sp.presence_penalty or sp.frequency_penalty
-            output = sr.output_token_ids if penalized else ()
+            output = sr.output_token_ids if _penalized(sp) else ()
             banned = banned_token_ids(sp, sr.output_token_ids, self.eos_token_ids)
             if banned and i in allowed and _bans_leave_nothing(allowed[i], banned):
                 banned = []  # the grammar wins (module docstring)

@@ -7,6 +7,7 @@ from operator import attrgetter
 import numpy as np
 import pytest
 from fd_kernels.sampler_layout import META_COLUMNS, PARAM_COLUMNS
+from test_sampler import backend  # noqa: F401 - autouse: every test on both op implementations
 
 from fdcli_engine import ops
 from fdcli_engine.runner.sampler import Sampler, log_softmax
@@ -14,14 +15,6 @@ from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
 
 EOS = 2
-
-
-@pytest.fixture(autouse=True, params=["native", "reference"])
-def backend(request):
-    before = ops.backend
-    ops.use(request.param)
-    yield request.param
-    ops.use(before)
 
 
 @pytest.fixture
