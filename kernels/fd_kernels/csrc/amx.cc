@@ -24,10 +24,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "amx_tiles.h"
 #include "kernels.h"

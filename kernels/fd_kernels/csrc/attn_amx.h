@@ -139,34 +139,29 @@ static inline void amx_transpose16(vf* m) {
 // attend_amx runs under load_amx_tile_config (amx_tiles.h), set once per thread before its items.
 static void amx_tile_done() { _tile_release(); }
 
-// Accumulators 0-3 += A_t x (B0 + B1), with A_t the 16 x 32 bf16 tile at a + t * a_step (rows `stride`
-// bytes apart) loaded into tile 4, and B0 / B1 the two terms already in those tiles. A macro: the tile
-// intrinsics take their tile numbers as literal tokens.
-#define FD_AMX_ACC4_TWO_TERMS(a, a_step, stride, B0, B1)          \
-  do {                                                             \
-    _tile_loadd(4, (a), (stride));                                 \
-    _tile_dpbf16ps(0, 4, B0);                                      \
-    _tile_dpbf16ps(0, 4, B1);                                      \
-    _tile_loadd(4, (a) + (a_step), (stride));                      \
-    _tile_dpbf16ps(1, 4, B0);                                      \
-    _tile_dpbf16ps(1, 4, B1);                                      \
-    _tile_loadd(4, (a) + 2 * (a_step), (stride));                  \
-    _tile_dpbf16ps(2, 4, B0);                                      \
-    _tile_dpbf16ps(2, 4, B1);                                      \
-    _tile_loadd(4, (a) + 3 * (a_step), (stride));                  \
-    _tile_dpbf16ps(3, 4, B0);                                      \
-    _tile_dpbf16ps(3, 4, B1);                                      \
+// Accumulator T += A_t x (B0 + B1), with A_t the 16 x 32 bf16 tile at a (rows `stride` bytes apart) loaded
+// into tile 4, and B0 / B1 the two terms already in those tiles. Macros: the tile intrinsics take their
+// tile numbers as literal tokens.
+#define FD_AMX_ACC_TWO_TERMS(T, a, stride, B0, B1) \
+  do {                                             \
+    _tile_loadd(4, (a), (stride));                 \
+    _tile_dpbf16ps(T, 4, B0);                      \
+    _tile_dpbf16ps(T, 4, B1);                      \
   } while (0)
 
-// Accumulators 0-1 only: the same for a chunk's first 32 keys (a last chunk with at most 32 keys).
-#define FD_AMX_ACC2_TWO_TERMS(a, a_step, stride, B0, B1)          \
+// Accumulators 0-1 (a chunk's first 32 keys: a last chunk with at most 32 keys), A_t at a + t * a_step.
+#define FD_AMX_ACC2_TWO_TERMS(a, a_step, stride, B0, B1)      \
+  do {                                                         \
+    FD_AMX_ACC_TWO_TERMS(0, (a), stride, B0, B1);              \
+    FD_AMX_ACC_TWO_TERMS(1, (a) + (a_step), stride, B0, B1);   \
+  } while (0)
+
+// Accumulators 0-3, A_t at a + t * a_step.
+#define FD_AMX_ACC4_TWO_TERMS(a, a_step, stride, B0, B1)          \
   do {                                                             \
-    _tile_loadd(4, (a), (stride));                                 \
-    _tile_dpbf16ps(0, 4, B0);                                      \
-    _tile_dpbf16ps(0, 4, B1);                                      \
-    _tile_loadd(4, (a) + (a_step), (stride));                      \
-    _tile_dpbf16ps(1, 4, B0);                                      \
-    _tile_dpbf16ps(1, 4, B1);                                      \
+    FD_AMX_ACC2_TWO_TERMS(a, a_step, stride, B0, B1);              \
+    FD_AMX_ACC_TWO_TERMS(2, (a) + 2 * (a_step), stride, B0, B1);   \
+    FD_AMX_ACC_TWO_TERMS(3, (a) + 3 * (a_step), stride, B0, B1);   \
   } while (0)
 
 // Accumulators 0-3 to [64][16] fp32 (tile t's 16 rows at out + 256 t), then zeroed for the next use.

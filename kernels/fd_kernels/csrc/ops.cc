@@ -203,9 +203,7 @@ std::vector<Tensor> ActiveIsa(const Tensor& x) {
   return {out};
 }
 
-// The OS thread id of each thread of the OpenMP team (index = omp_get_thread_num(); 0 is the caller). The
-// runtime keeps this team for every later region of the same size, so pinning these threads pins the ones
-// the kernels run on (fdcli_engine/threads.py).
+// 2^x elementwise by the prompt softmax's exp (vexp.h vexp2_nonpos), for its tests.
 std::vector<Tensor> Exp2NonPos(const Tensor& x_in) {
   check_f32(x_in, "x");
   const Tensor x = contig(x_in);
@@ -214,6 +212,9 @@ std::vector<Tensor> Exp2NonPos(const Tensor& x_in) {
   return {out};
 }
 
+// The OS thread id of each thread of the OpenMP team (index = omp_get_thread_num(); 0 is the caller). The
+// runtime keeps this team for every later region of the same size, so pinning these threads pins the ones
+// the kernels run on (fdcli_engine/threads.py).
 std::vector<Tensor> OmpThreadIds(const Tensor& x) {
   const int n = omp_get_max_threads();
   Tensor out = paddle::empty({n}, paddle::DataType::INT64, x.place());
