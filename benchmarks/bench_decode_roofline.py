@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -50,22 +49,6 @@ def step_bytes(model_path: str, hf_config, context: float) -> int:
     head_dim = c["hidden_size"] // c["num_attention_heads"]
     kv = context * c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * head_dim * 2  # K and V, bf16
     return int(weights + kv)
-
-
-def start_server(decode_len: int) -> tuple[subprocess.Popen, str]:
-    """`fd serve` on the default model, on a free loopback port, ready (or SystemExit)."""
-    from stream_client import start_fd_serve
-
-    return start_fd_serve(["--max-model-len", "1024"], SERVER_ENV)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def serve_request(url: str, prompt: list[int], n: int) -> float:
@@ -104,6 +87,7 @@ def main() -> int:
 
     import numpy as np
     from fd_kernels import native
+    from stream_client import start_fd_serve, stop_fd_serve
 
     from fdcli_engine import LLM, SamplingParams, ops
     from fdcli_engine.config import default_model_path
@@ -120,7 +104,7 @@ def main() -> int:
     def read_best() -> float:
         return min(_timed(lambda: native.read_bytes(buf)) for _ in range(args.reads))
 
-    server = None if args.no_serve else start_server(args.decode_len)
+    server = None if args.no_serve else start_fd_serve(["--max-model-len", "1024"], SERVER_ENV)
     try:
         generate(4)  # warm-up
         if server:
@@ -142,7 +126,7 @@ def main() -> int:
             )
     finally:
         if server:
-            stop_server(server[0])
+            stop_fd_serve(server[0])
     reads, steps = [r[0] for r in rows], [r[1] for r in rows]
     print(f"kernels: {ops.describe()}, threads {os.environ['OMP_NUM_THREADS']}", file=sys.stderr)
     print(f"bytes per step        {nbytes / 1e6:8.1f} MB (weights + bf16 KV at the mean context)")

@@ -121,3 +121,13 @@ def start_fd_serve(serve_args: list[str], env: dict | None = None) -> tuple[subp
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, "fd serve", 300)
     return proc, url
+
+
+def stop_fd_serve(proc: subprocess.Popen) -> None:
+    """SIGTERM (the server drains and exits), SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
