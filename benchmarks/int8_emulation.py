@@ -7,6 +7,7 @@ measurement (benchmarks/int8_activation_accuracy.py):
   scale per row ("row") or per row and 32-column block ("block"), times the weights' own codes, summed per
   32-column block as integers, then scaled per block by float32(s_x * d_w); Q4_1 adds its min term
   m_w * s_x * sum(q) per block.
+- "block16": the 16-bit fixed point the GGUF decode rows already use (csrc/qgemm_impl.h), per block.
 - `fake_quant`: the same activation rounding as a float operand (q * s_x), for a float forward pass; its
   product with the dequantized weight equals `int8_path` up to the final scaling's rounding.
 
@@ -55,17 +56,19 @@ def bf16(a: np.ndarray) -> np.ndarray:
 
 def quantize_int8(x: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
     """x float32 [m, k] -> (q int32 [m, k] in [-127, 127], s float32 [m, k/32]): symmetric, s = amax / 127
-    over the row ("row") or over each 32-column block of the row ("block"); q = rint(x / s)."""
+    over the row ("row") or over each 32-column block of the row ("block"); q = rint(x / s). "block16":
+    the decode rows' 16-bit fixed point (packing.quantize_activations), s = amax / (127 * 256) per block
+    and q in [-32512, 32512], which AMX-INT8 would multiply as two int8 planes (q = 256 * hi + lo)."""
     x = np.asarray(x, dtype=np.float32)
     rows, k = x.shape
     b = x.reshape(rows, k // QK, QK)
     if mode == "row":
         amax = np.repeat(np.abs(x).max(axis=1, keepdims=True), k // QK, axis=1)
-    elif mode == "block":
+    elif mode in ("block", "block16"):
         amax = np.abs(b).max(axis=2)
     else:
         raise ValueError(mode)
-    s = (amax / np.float32(127)).astype(np.float32)
+    s = (amax / np.float32(127 * 256 if mode == "block16" else 127)).astype(np.float32)
     safe = np.where(s > 0, s, np.float32(1))
     q = np.rint(b / safe[..., None]).astype(np.int32)
     return q.reshape(rows, k), s
@@ -87,7 +90,7 @@ def int8_path(x: np.ndarray, codes: np.ndarray, d: np.ndarray, m: np.ndarray | N
     cb = codes.reshape(-1, nb, QK).astype(np.float64)
     y = np.zeros((rows, codes.shape[0]))
     for b in range(nb):
-        isum = qb[:, b] @ cb[:, b].T  # |isum| <= 32 * 127 * 128 < 2^31: the int32 accumulator holds it
+        isum = qb[:, b] @ cb[:, b].T  # |isum| <= 32 * 32512 * 128 < 2^31: an int32 accumulator holds it
         scale = (s[:, b, None] * d[None, :, b].astype(np.float32)).astype(np.float32)
         y += isum * scale
         if m is not None:

@@ -50,7 +50,7 @@ def test_bf16_path_is_the_amx_prompt_rows(native, rng, qtype, m, k, n):
 
 
 @pytest.mark.parametrize("qtype", [emu.Q4_1, emu.Q8_0])
-@pytest.mark.parametrize("mode", ["row", "block"])
+@pytest.mark.parametrize("mode", ["row", "block", "block16"])
 @pytest.mark.parametrize("m,k,n", SHAPES)
 def test_int8_path_is_the_rounded_activations_product(rng, qtype, mode, m, k, n):
     from gguf import GGMLQuantizationType
@@ -70,5 +70,8 @@ def test_int8_path_is_the_rounded_activations_product(rng, qtype, mode, m, k, n)
     wsum = np.abs(w64).reshape(n, -1, emu.QK).sum(axis=2)
     err = np.abs(y - x.astype(np.float64) @ w64.T)
     np.testing.assert_array_less(err, (s / 2) @ wsum.T * (1 + 1e-3) + 2e-6 * mag + 1e-6)
-    # ... and the rounding is really there: per-row steps are coarser than per-block ones.
-    assert err.max() > 1e-3 * np.abs(y).max()
+    # ... and the rounding is really there (int8 steps), or the codes really take 16 bits ("block16").
+    if mode == "block16":
+        assert np.abs(emu.quantize_int8(x, mode)[0]).max() > 127 * 255
+    else:
+        assert err.max() > 1e-3 * np.abs(y).max()
