@@ -120,7 +120,8 @@ def prompt_ids(tok, question: str) -> torch.Tensor:
 
 
 def layer_errors(x, raw, qtype, rows_cols):
-    """{path: (bound use, share over bound, rel rms, max abs)} of one linear on inputs x [m, k]."""
+    """{path: (bound use, share over bound, rel rms, max abs)} of one linear on inputs x [m, k], and under
+    "x" how far the rows' largest inputs stand out: (median, max) over rows of max|x| / rms(x)."""
     n, k = rows_cols
     codes, d, mins = emu.parse_blocks(raw, qtype, n, k)
     w = emu.dequantize(codes, d, mins).astype(np.float64)
@@ -132,7 +133,8 @@ def layer_errors(x, raw, qtype, rows_cols):
         "int8-block": emu.int8_path(x, codes, d, mins, "block"),
         "int16-block": emu.int8_path(x, codes, d, mins, "block16"),
     }
-    out = {}
+    peak = np.abs(x).max(axis=1) / np.maximum(np.sqrt((x.astype(np.float64) ** 2).mean(axis=1)), 1e-30)
+    out = {"x": (float(np.median(peak)), float(peak.max()))}
     for p, y in got.items():
         err = np.abs(y - ref)
         use = err / np.maximum(bound, 1e-30)
@@ -165,58 +167,78 @@ def part1(tok, model, wraps, reader, n_prompts: int) -> None:
     k, n = (int(v) for v in t.shape)
     cols = np.random.default_rng(0).choice(n, 4096, replace=False)
     raw = np.asarray(t.data).view(np.uint8).reshape(n, -1)[np.sort(cols)]
-    rows["lm_head (Q8_0, 576->4096 of 49152)"] = [layer_errors(np.concatenate(lm_in), raw, emu.Q8_0, (4096, k))]
+    rows["lm_head (Q8_0, 576->4096 of 49152)"] = [
+        layer_errors(np.concatenate(lm_in), raw, emu.Q8_0, (4096, k))
+    ]
     m = sum(len(r) for r in lm_in)
     print(f"\nPart 1: per-linear error against fp32 activations ({m} prompt rows of {n_prompts} chats)")
     print("bound use = max |err| / (2^-8 sum|x||w|); over = share of outputs past the bound")
     print(f"{'linear':38s} {'path':10s} {'bound use':>9s} {'over':>8s} {'rel rms':>9s} {'max |err|':>9s}")
     for label, per_layer in rows.items():
+        peak = np.array([r["x"] for r in per_layer])
+        print(
+            f"{label:38s} inputs' max|x|/rms(x) per row: median {np.median(peak[:, 0]):.1f}, max {peak[:, 1].max():.1f}"
+        )
         for p in PATHS:
             v = np.array([r[p] for r in per_layer])
-            print(f"{label:38s} {p:10s} {v[:, 0].max():9.3f} {v[:, 1].max():8.2%} {v[:, 2].max():9.2e} {v[:, 3].max():9.2e}")
+            print(
+                f"{label:38s} {p:10s} {v[:, 0].max():9.3f} {v[:, 1].max():8.2%} {v[:, 2].max():9.2e} {v[:, 3].max():9.2e}"
+            )
 
 
-def generate(model, wraps, ids, path: str, tokens: int):
+def answer_logits(model, wraps, ids, path: str) -> np.ndarray:
+    """Logits [positions, vocab] of one forward over ids with every row on `path`."""
     for wr in wraps.values():
         wr.path = path
     with torch.no_grad():
-        out = model.generate(
-            ids, max_new_tokens=tokens, do_sample=False, output_logits=True, return_dict_in_generate=True
-        )
-    logits = torch.cat(out.logits).float().numpy()  # [tokens generated, vocab]
-    return out.sequences[0, ids.shape[1] :].tolist(), logits
+        return model(ids).logits[0].float().numpy().astype(np.float64)
 
 
 def part2(tok, model, wraps, n_prompts: int, tokens: int) -> None:
-    runs = {p: [] for p in ("fp32", *PATHS)}
+    """Greedy answers of `tokens` tokens in fp32; then each path scores prompt + answer in one forward
+    with every row on the path (teacher-forced): its greedy answer equals fp32's up to token t exactly
+    when its argmax is fp32's token at every position up to t."""
+    stats = {p: [] for p in ("fp32", *PATHS)}
     for q in PROMPTS[:n_prompts]:
         ids = prompt_ids(tok, q)
-        for p in runs:
-            runs[p].append(generate(model, wraps, ids, p, tokens))
-    print(f"\nPart 2: greedy chat, prompt rows on each path, generated rows fp32 ({n_prompts} prompts)")
-    hdr = "first token = fp32 / = bf16 | max logit err | max logprob err | equal answers | leaving fp32"
-    print(f"{'path':10s} {hdr}")
-    for p in ("fp32", *PATHS):
-        same_f = same_b = equal = 0
-        lerr = lperr = 0.0
-        leaves = []
-        for (seq, lg), (fseq, flg), (bseq, _) in zip(runs[p], runs["fp32"], runs["bf16"], strict=True):
-            same_f += seq[0] == fseq[0]
-            same_b += seq[0] == bseq[0]
-            lerr = max(lerr, np.abs(lg[0] - flg[0]).max())
-            lp, flp = (a - np.logaddexp.reduce(a) for a in (lg[0].astype(np.float64), flg[0].astype(np.float64)))
-            lperr = max(lperr, np.abs(lp - flp).max())
-            first = next((i for i, (a, b) in enumerate(zip(seq, fseq)) if a != b), None)
-            if first is None:
-                equal += 1
-                continue
-            top2 = np.sort(flg[first].astype(np.float64))[-2:]
-            leaves.append(f"t{first}:{top2[1] - top2[0]:.3f}")
-        ties = sum(float(s.split(":")[1]) < NEAR_TIE_NATS for s in leaves)
+        for wr in wraps.values():
+            wr.path = "fp32"
+        with torch.no_grad():
+            seq = model.generate(ids, max_new_tokens=tokens, do_sample=False)
+        n_prompt, answer = ids.shape[1], seq[0, ids.shape[1] :].numpy()
+        scored = {p: answer_logits(model, wraps, seq[:, :-1], p)[n_prompt - 1 :] for p in stats}
+        ref, bf = scored["fp32"], scored["bf16"]
+        ref_lp = ref - np.logaddexp.reduce(ref, axis=1, keepdims=True)
+        for p, lg in scored.items():
+            lp = lg - np.logaddexp.reduce(lg, axis=1, keepdims=True)
+            top = lg.argmax(axis=1)
+            first = next((i for i in range(len(answer)) if top[i] != answer[i]), None)
+            gap = None if first is None else float(np.diff(np.sort(ref[first])[-2:])[0])
+            stats[p].append(
+                (
+                    top[0] == answer[0],
+                    top[0] == bf[0].argmax(),
+                    np.abs(lg[0] - ref[0]).max(),
+                    np.abs(lp[0] - ref_lp[0]).max(),
+                    first,
+                    gap,
+                )
+            )
+    print(
+        f"\nPart 2: {n_prompts} greedy chat answers of {tokens} tokens (fp32), scored with every row on each path"
+    )
+    print("first = fp32/bf16: first answer token equal; errors on the first token's logits / log-probs")
+    print(
+        f"{'path':12s} {'first=fp32':>10s} {'=bf16':>6s} {'logit err':>10s} {'logprob err':>11s} {'equal':>6s}  "
+        "leaving fp32 at (token:fp32 top-2 gap in nats)"
+    )
+    for p, rows in stats.items():
+        leaves = [f"t{r[4]}:{r[5]:.3f}" for r in rows if r[4] is not None]
+        far = sum(r[5] >= NEAR_TIE_NATS for r in rows if r[4] is not None)
         print(
-            f"{p:10s} {same_f:5d}/{n_prompts:<2d} {same_b:8d}/{n_prompts:<2d} {lerr:15.4f} {lperr:16.4f} "
-            f"{equal:8d}/{n_prompts:<2d}   {len(leaves) - ties} not at near-ties; at (token:fp32 gap nats) "
-            + " ".join(leaves)
+            f"{p:12s} {sum(r[0] for r in rows):7d}/{n_prompts:<2d} {sum(r[1] for r in rows):3d}/{n_prompts:<2d} "
+            f"{max(r[2] for r in rows):10.4f} {max(r[3] for r in rows):11.4f} {n_prompts - len(leaves):3d}/{n_prompts:<2d}  "
+            f"{far} not at near-ties: " + " ".join(leaves)
         )
 
 
