@@ -176,8 +176,20 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   _tile_zero(2);
   _tile_zero(3);
   const uint16_t* a = abf + m0 * kp;  // this block's tiles (a_offset of row m0, k 0)
+  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
+  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
+  float* c = g.c + m0 * g.n + n0;
+  // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products.
+  const bool pf = n0 + 2 * kNR <= g.n;
+  int64_t pr = 0;
   for (int64_t k = 0; k < kp; k += kKStep) {
     const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
+    if (pf) {
+      for (int j = 0; j < 4 && pr < rows; ++j, ++pr) {
+        _mm_prefetch((const char*)(c + kNR + pr * g.n), _MM_HINT_ET0);
+        _mm_prefetch((const char*)(c + kNR + 16 + pr * g.n), _MM_HINT_ET0);
+      }
+    }
     _tile_loadd(4, at, 64);
     _tile_loadd(6, bt, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -187,9 +199,6 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
-  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
-  float* c = g.c + m0 * g.n + n0;
   if (rows == kRows && ncols == kNR && !g.bias) {
     _tile_stored(0, c, g.n * 4);
     _tile_stored(1, c + 16, g.n * 4);
