@@ -228,8 +228,9 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   }
 }
 
-// Bytes of bf16 panels worked on at a time: kept in L2 while every row block of A passes over them.
-constexpr int64_t kGroupBytes = 1 << 20;
+// Bytes of bf16 panels worked on at a time: kept in L2 (2 MB a core) while every row block of A passes
+// over them.
+constexpr int64_t kGroupBytes = 3 << 19;
 
 // Prepacked panels, cut into L2-sized chunks. The work items are (chunk, row block) pairs, chunk by chunk,
 // claimed in turn by whichever thread is free: the threads share out the rows of a chunk, each keeping the
@@ -245,6 +246,9 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   while (chunk > 1 && (panels + chunk - 1) / chunk * nrb < 4 * nth) chunk = (chunk + 1) / 2;
+  // As many chunks, of even sizes: a last chunk of a few panels would reload every A block for little work.
+  const int64_t nchunks = (panels + chunk - 1) / chunk;
+  chunk = (panels + nchunks - 1) / nchunks;
   const int64_t items = (panels + chunk - 1) / chunk * nrb;
   std::atomic<int64_t> next{0};
   std::unique_ptr<std::atomic<uint8_t>[]> ready(new std::atomic<uint8_t>[nrb]);
