@@ -5,8 +5,9 @@
 For each shape y[M,N] = x[M,K] @ W^T it times fd's `linear` with every row marked as a prompt row (the
 path a prefill takes: AMX bf16 tiles on CPUs that have them, csrc/amx.cc) for GGUF Q4_1 and Q8_0, wint8
 and wint4 weights, and `torch.nn.functional.linear` on bf16 tensors (oneDNN), alternating the two in
-each pass and keeping each one's best pass. It prints GFLOP/s and fd / torch. The shapes are
-SmolLM2-135M's (fused qkv 576 -> 960, o_proj 576 -> 576, fused gate_up 576 -> 3072, down 1536 -> 576,
+each pass and keeping each one's best pass. Both allocate their output on every call, as a model step
+does (torch bf16, fd fp32: fd's linear takes and returns fp32). It prints GFLOP/s and fd / torch. The
+shapes are SmolLM2-135M's (fused qkv 576 -> 960, o_proj 576 -> 576, fused gate_up 576 -> 3072, down 1536 -> 576,
 LM head 576 -> 49152) and a tiny test model's (64 -> 128).
 """
 
