@@ -5,8 +5,9 @@
 For each shape y[M,N] = x[M,K] @ W^T it times fd's `linear` with every row marked as a prompt row (the
 path a prefill takes: AMX bf16 tiles on CPUs that have them, csrc/amx.cc) for GGUF Q4_1 and Q8_0, wint8
 and wint4 weights, and `torch.nn.functional.linear` on bf16 tensors (oneDNN), alternating the two in
-each pass and keeping each one's best pass. It prints GFLOP/s and fd / torch. The shapes are
-SmolLM2-135M's (fused qkv 576 -> 960, o_proj 576 -> 576, fused gate_up 576 -> 3072, down 1536 -> 576,
+each pass and keeping each one's best pass. Both allocate their output on every call, as a model step
+does (torch bf16, fd fp32: fd's linear takes and returns fp32). It prints GFLOP/s and fd / torch. The
+shapes are SmolLM2-135M's (fused qkv 576 -> 960, o_proj 576 -> 576, fused gate_up 576 -> 3072, down 1536 -> 576,
 LM head 576 -> 49152) and a tiny test model's (64 -> 128).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
@@ -50,6 +52,9 @@ def measure(m: int, k: int, n: int, passes: int, rng) -> dict[str, float]:
     weights = {f: _weight(f, w) for f in FORMATS}
     best = {name: 0.0 for name in ("torch", *FORMATS)}
     for _ in range(passes):
+        # Paddle's OpenMP workers (libiomp5) spin for KMP_BLOCKTIME (200 ms) after fd's last call and
+        # would take the cores from torch's own OpenMP threads: let them go to sleep first.
+        time.sleep(0.25)
         best["torch"] = max(best["torch"], flop / best_time(lambda: torch.nn.functional.linear(tx, tw)) / 1e9)
         for f, lw in weights.items():
             best[f] = max(best[f], flop / best_time(lambda lw=lw: native.linear(px, lw, rows)) / 1e9)

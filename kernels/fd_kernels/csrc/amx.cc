@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,20 @@ namespace {
 
 constexpr int64_t kRows = 32;  // rows per block: two A tiles of 16
 constexpr int64_t kKStep = 32;  // bf16 k's per tile (64 bytes per tile row)
+
+// silu(gate) * up with the formula and instructions of kern_impl.h's silu_and_mul at the AVX-512 width
+// (the AMX level's), so a fused conversion rounds the very value that op would have stored.
+namespace silu16 {
+#define FD_W 16
+#include "simd.h"
+#include "vexp.h"
+#undef FD_W
+inline __m512 silu_mul(__m512 a, __m512 up) {
+  const vf sig = vexp(vsub(vzero(), a));
+  return vmul(vmul(a, up), vset1(1.0f) / vadd(vset1(1.0f), sig));
+}
+inline float silu_mul(float a, float up) { return a / (1.0f + std::exp(-a)) * up; }
+}  // namespace silu16
 
 // fp32 -> bf16 bits (round to nearest even) in the high half of each lane, low half zero: the value the
 // AVX-512 bf16 mode multiplies by. NaN/Inf are not special-cased (activations and weights are finite).
@@ -63,27 +78,32 @@ inline int64_t a_offset(int64_t r, int64_t k, int64_t kp) {
   return ((r / kRows * (kp / kKStep) + k / kKStep) * 2 + r % kRows / 16) * 512 + r % 16 * kKStep + k % kKStep;
 }
 
-// Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles.
-void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out) {
+// Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles. With `silu`, row r of
+// g.a holds [gate | up] (2k values) and A's row is silu(gate) * up.
+void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool silu) {
   const float* a = g.a + r * g.lda;
+  const float* up = a + g.k;
   for (int64_t k = 0; k < kp; k += kKStep) {
     uint16_t* o = out + a_offset(r, k, kp);
     int64_t j = 0;
     if (r < g.m) {
       for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
-        const __m512i hi = _mm512_srli_epi32(round_hi(_mm512_loadu_ps(a + k + j)), 16);
+        __m512 v = _mm512_loadu_ps(a + k + j);
+        if (silu) v = silu16::silu_mul(v, _mm512_loadu_ps(up + k + j));
+        const __m512i hi = _mm512_srli_epi32(round_hi(v), 16);
         _mm256_storeu_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(hi));
       }
-      for (; j < kKStep && k + j < g.k; ++j) o[j] = round_scalar(a[k + j]);
+      for (; j < kKStep && k + j < g.k; ++j)
+        o[j] = round_scalar(silu ? silu16::silu_mul(a[k + j], up[k + j]) : a[k + j]);
     }
     for (; j < kKStep; ++j) o[j] = 0;
   }
 }
 
 // Activations [m, lda] fp32 -> A's bf16 tiles, zero padded.
-void convert_a(const GemmArgs& g, int64_t mp, int64_t kp, uint16_t* out) {
+void convert_a(const GemmArgs& g, int64_t mp, int64_t kp, uint16_t* out, bool silu) {
 #pragma omp parallel for schedule(static) if (g.m * g.k >= (1 << 15))
-  for (int64_t r = 0; r < mp; ++r) convert_row(g, r, kp, out);
+  for (int64_t r = 0; r < mp; ++r) convert_row(g, r, kp, out, silu);
 }
 
 // Where pair row pr (k = 2 pr, 2 pr + 1) of a panel's column half h starts in its tile layout.
@@ -176,8 +196,20 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   _tile_zero(2);
   _tile_zero(3);
   const uint16_t* a = abf + m0 * kp;  // this block's tiles (a_offset of row m0, k 0)
+  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
+  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
+  float* c = g.c + m0 * g.n + n0;
+  // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products.
+  const bool pf = n0 + 2 * kNR <= g.n;
+  int64_t pr = 0;
   for (int64_t k = 0; k < kp; k += kKStep) {
     const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
+    if (pf) {
+      for (int j = 0; j < 4 && pr < rows; ++j, ++pr) {
+        _mm_prefetch((const char*)(c + kNR + pr * g.n), _MM_HINT_ET0);
+        _mm_prefetch((const char*)(c + kNR + 16 + pr * g.n), _MM_HINT_ET0);
+      }
+    }
     _tile_loadd(4, at, 64);
     _tile_loadd(6, bt, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -187,9 +219,6 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
-  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
-  float* c = g.c + m0 * g.n + n0;
   if (rows == kRows && ncols == kNR && !g.bias) {
     _tile_stored(0, c, g.n * 4);
     _tile_stored(1, c + 16, g.n * 4);
@@ -219,8 +248,9 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   }
 }
 
-// Bytes of bf16 panels worked on at a time: kept in L2 while every row block of A passes over them.
-constexpr int64_t kGroupBytes = 1 << 20;
+// Bytes of bf16 panels worked on at a time: kept in L2 (2 MB a core) while every row block of A passes
+// over them.
+constexpr int64_t kGroupBytes = 3 << 19;
 
 // Prepacked panels, cut into L2-sized chunks. The work items are (chunk, row block) pairs, chunk by chunk,
 // claimed in turn by whichever thread is free: the threads share out the rows of a chunk, each keeping the
@@ -232,10 +262,13 @@ constexpr int64_t kGroupBytes = 1 << 20;
 // row block converts that block's rows of A (no separate conversion pass, parallel region or barrier);
 // later chunks' items wait for it, which never deadlocks, since items are claimed in order and the first
 // chunk's never wait. A block's result does not depend on which thread or item computes it.
-void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels) {
+void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   while (chunk > 1 && (panels + chunk - 1) / chunk * nrb < 4 * nth) chunk = (chunk + 1) / 2;
+  // As many chunks, of even sizes: a last chunk of a few panels would reload every A block for little work.
+  const int64_t nchunks = (panels + chunk - 1) / chunk;
+  chunk = (panels + nchunks - 1) / nchunks;
   const int64_t items = (panels + chunk - 1) / chunk * nrb;
   std::atomic<int64_t> next{0};
   std::unique_ptr<std::atomic<uint8_t>[]> ready(new std::atomic<uint8_t>[nrb]);
@@ -247,7 +280,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
          it = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t p0 = it / nrb * chunk, p1 = std::min(panels, p0 + chunk), rb = it % nrb;
       if (p0 == 0) {
-        for (int64_t r = rb * kRows; r < (rb + 1) * kRows; ++r) convert_row(g, r, kp, abf);
+        for (int64_t r = rb * kRows; r < (rb + 1) * kRows; ++r) convert_row(g, r, kp, abf, silu);
         ready[rb].store(1, std::memory_order_release);
       } else {
         while (!ready[rb].load(std::memory_order_acquire)) std::this_thread::yield();
@@ -265,7 +298,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
 // Rows are split between the threads; with few row blocks the group's panels are split too (slices), so
 // every thread has work at any M.
 template <int KIND>
-void gemm_kind(const GemmArgs& g) {
+void gemm_kind(const GemmArgs& g, bool silu) {
   const int64_t kp = (g.k + kKStep - 1) / kKStep * kKStep;
   const int64_t mp = (g.m + kRows - 1) / kRows * kRows;
   const int64_t panels = (g.n + kNR - 1) / kNR, nrb = mp / kRows;
@@ -275,8 +308,8 @@ void gemm_kind(const GemmArgs& g) {
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
   // 64-byte aligned, as the tiles are read in rows of 64 bytes.
   std::unique_ptr<uint16_t[], decltype(&std::free)> abf((uint16_t*)std::aligned_alloc(64, mp * kp * 2), &std::free);
-  if (g.tiles) return gemm_prepacked(g, abf.get(), kp, nrb, panels);
-  convert_a(g, mp, kp, abf.get());
+  if (g.tiles) return gemm_prepacked(g, abf.get(), kp, nrb, panels, silu);
+  convert_a(g, mp, kp, abf.get(), silu);
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
 #pragma omp parallel
   {
@@ -325,20 +358,24 @@ bool usable() {
   return ok;
 }
 
-void gemm_bf16(const GemmArgs& g) {
+static void gemm_any(const GemmArgs& g, bool silu) {
   switch (g.kind) {
     case kS8:
-      return gemm_kind<kS8>(g);
+      return gemm_kind<kS8>(g, silu);
     case kU4:
-      return gemm_kind<kU4>(g);
+      return gemm_kind<kU4>(g, silu);
     case kQ4_0:
-      return gemm_kind<kQ4_0>(g);
+      return gemm_kind<kQ4_0>(g, silu);
     case kQ4_1:
-      return gemm_kind<kQ4_1>(g);
+      return gemm_kind<kQ4_1>(g, silu);
     default:
-      return gemm_kind<kQ8_0>(g);
+      return gemm_kind<kQ8_0>(g, silu);
   }
 }
+
+void gemm_bf16(const GemmArgs& g) { gemm_any(g, false); }
+
+void gemm_bf16_silu_mul(const GemmArgs& g) { gemm_any(g, true); }
 
 template <int KIND>
 void pack_kind(const GemmArgs& g, uint16_t* out) {

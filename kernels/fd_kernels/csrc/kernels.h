@@ -88,6 +88,9 @@ int active_isa();
 namespace amx {
 bool usable();                       // CPU has AMX-BF16 and the OS granted the tile state
 void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 / GGUF block weights, any m
+// gemm_bf16 of A = silu(gate) * up, where row r of g.a (stride g.lda >= 2 g.k) is [gate | up], g.k each:
+// the same numbers as silu_and_mul into a [m, k] buffer and gemm_bf16 on it, without that buffer.
+void gemm_bf16_silu_mul(const GemmArgs& g);
 // The bf16 tiles of a kS8 / kU4 / GGUF block weight (g's w, scales, mins, group, kind, n, k), as
 // gemm_bf16 would dequantize them: tiles_elems(n, k) uint16 values into out.
 int64_t tiles_elems(int64_t n, int64_t k);
