@@ -113,7 +113,8 @@ def test_stack_on_gguf_blocks(qtype, tiny_checkpoint, tmp_path, monkeypatch):
 @pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "int8"])
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
 def test_stack_on_steps_split_over_threads(arch, kv_cache_dtype, tiny_checkpoint, monkeypatch):
-    """Steps long enough (>= 2^16 values) that the stack's fused passes (QKV -> rotary -> cache) split their rows over the threads, with a decode row after them; Qwen3 adds the q/k norms."""
+    """Steps long enough (>= 2^16 values) that the stack's fused passes (QKV -> rotary -> cache, silu in
+    place) split their rows over the threads, with a decode row after them; Qwen3 adds the q/k norms."""
     model = load_fd_model(tiny_checkpoint(arch, max_position_embeddings=1024), quantization="wint8")
     steps = [[("a", 600, 600)], [("a", 600, 1), ("b", 300, 300)]]
     assert_bit_identical(model, kv_cache_dtype, monkeypatch, steps=steps)

@@ -229,19 +229,26 @@ static void fused_add_rms_norm(const float* x, const float* res, const float* w,
   }
 }
 
+// One row: o[i] = silu(gate[i]) * up[i]. o may be gate: each element is read before it is written.
+static inline void silu_row(const float* gate, const float* up, int64_t n, float* o) {
+  int64_t i = 0;
+  for (; i + FD_W <= n; i += FD_W) {
+    const vf a = vload(gate + i);
+    const vf sig = vexp(vsub(vzero(), a));  // silu(a) = a / (1 + exp(-a))
+    vstore(o + i, vmul(vmul(a, vload(up + i)), vset1(1.0f) / vadd(vset1(1.0f), sig)));
+  }
+  for (; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 static void silu_and_mul(const float* x, int64_t t, int64_t n, float* out) {
 #pragma omp parallel for schedule(static) if (t * n >= (1 << 16))
-  for (int64_t r = 0; r < t; ++r) {
-    const float *gate = x + r * 2 * n, *up = gate + n;
-    float* o = out + r * n;
-    int64_t i = 0;
-    for (; i + FD_W <= n; i += FD_W) {
-      const vf a = vload(gate + i);
-      const vf sig = vexp(vsub(vzero(), a));  // silu(a) = a / (1 + exp(-a))
-      vstore(o + i, vmul(vmul(a, vload(up + i)), vset1(1.0f) / vadd(vset1(1.0f), sig)));
-    }
-    for (; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-  }
+  for (int64_t r = 0; r < t; ++r) silu_row(x + r * 2 * n, x + r * 2 * n + n, n, out + r * n);
+}
+
+// In place over the gate halves: no separate output array to bring into cache (decoder_stack.cc).
+static void silu_and_mul_inplace(float* x, int64_t t, int64_t n) {
+#pragma omp parallel for schedule(static) if (t * n >= (1 << 16))
+  for (int64_t r = 0; r < t; ++r) silu_row(x + r * 2 * n, x + r * 2 * n + n, n, x + r * 2 * n);
 }
 
 static void exp2_nonpos(const float* x, int64_t n, float* out) {

@@ -145,6 +145,9 @@ struct QkvToCacheArgs {
   int64_t bs;
 };
 void qkv_rope_to_cache(const QkvToCacheArgs& a);
+// silu_and_mul in place: row r's gate half [r * 2n, r * 2n + n) becomes silu(gate) * up, the up half is
+// left as it was; the result is read as [t, n] rows 2n apart. Same arithmetic as silu_and_mul.
+void silu_and_mul_inplace(float* x, int64_t t, int64_t n);
 // The C8 rule over `rows` contiguous rows of hd values and its inverse (KV offload's int8 tier).
 void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s);
 void kv_s8_dequantize(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out);
