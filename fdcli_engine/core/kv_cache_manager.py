@@ -27,6 +27,10 @@ class KVCacheManager:
         self.prefix_cache_queries = 0  # prompt tokens looked up
         self.prefix_cache_hits = 0  # of which found cached
         self.connector = None
+        # Per request: how many of its leading blocks are registered under their hash. A block a request
+        # holds keeps its hash until its last holder frees it (the pool evicts only free blocks), so
+        # those need no new look every step; `free` forgets the count.
+        self._registered: dict[str, int] = {}
 
     def bind_connector(self, connector) -> None:
         self.connector = connector
@@ -86,14 +90,21 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         hashes = request.update_block_hashes(self.block_size)
-        for i in range(min(num_tokens // self.block_size, len(hashes))):
-            self.pool.cache_block(request.block_ids[i], hashes[i])
+        done = self._registered.get(request.req_id, 0)
+        ids, blocks = request.block_ids, self.pool.blocks
+        for i in range(done, min(num_tokens // self.block_size, len(hashes))):
+            self.pool.cache_block(ids[i], hashes[i])
+            # A block whose hash another block owns stays unregistered and is offered again next time.
+            if done == i and blocks[ids[i]].block_hash is not None:
+                done = i + 1
+        self._registered[request.req_id] = done
 
     def free(self, request: Request) -> None:
         if self.connector is not None:
             self.connector.request_finished(request)
         self.pool.free(list(reversed(request.block_ids)))
         request.block_ids = []
+        self._registered.pop(request.req_id, None)
 
     def reset_prefix_cache(self) -> None:
         self.pool.reset_prefix_cache()

@@ -3,8 +3,10 @@
 The runner passes an `InputBuffers` of its own: each step's tensors are then host tensors made once and
 refilled in place (a write into a numpy view of each) rather than new ones every step, which costs more
 than computing them at decode sizes. The arrays are computed afresh every step from the step alone, so
-nothing stale can reach a tensor: only the memory is reused. Callers without buffers (proposers, the
-pooling runner, tests) get new tensors."""
+nothing stale can reach a tensor: only the memory is reused. A decode step (one generated row per
+request) skips the intermediate arrays: its values go from the requests straight into buffers of its own
+(`InputBuffers.one_row_inputs`), and a block-table row is rewritten only when its request's blocks differ
+from the ones it holds. Callers without buffers (proposers, the pooling runner, tests) get new tensors."""
 
 from __future__ import annotations
 
@@ -47,6 +49,47 @@ class InputBuffers:
 
     def __init__(self):
         self._entries: dict[tuple, tuple[paddle.Tensor, np.ndarray]] = {}
+        self._decode: dict[int, _DecodeBuffers] = {}  # decode steps' own buffers, by batch size
+
+    def one_row_inputs(self, scheduled: list[ScheduledRequest], block_size: int) -> ModelInputs | None:
+        """A decode step's inputs (one generated row per request, no prompt row) written straight into
+        this batch size's buffers from the requests: the values `build_inputs` computes, without the
+        intermediate arrays. None for any other step. A block-table row is rewritten only when its
+        request's block list differs from the one it holds (compared by value every step)."""
+        n = len(scheduled)
+        pos, slots, ids, tables = [], [], [], []
+        for s in scheduled:
+            p = s.num_computed_tokens
+            if len(s.token_ids) != 1 or p < len(s.prompt_token_ids):
+                return None
+            b = s.block_ids
+            pos.append(p)
+            slots.append(b[p // block_size] * block_size + p % block_size)
+            ids.append(s.token_ids[0])
+            tables.append(b)
+        d = self._decode.get(n)
+        if d is None:
+            if len(self._decode) >= self.MAX_ENTRIES:
+                self._decode.clear()
+            d = self._decode[n] = _DecodeBuffers(n)
+        seq_lens = np.array(pos, dtype=np.int32)  # the host copy: never the buffers' memory
+        seq_lens += 1
+        d.ids[...] = ids
+        d.positions[...] = pos
+        d.slots[...] = slots
+        d.seq_lens[...] = seq_lens
+        meta = AttentionMetadata(
+            slot_mapping=d.tensors[2],
+            query_start_loc=d.tensors[3],
+            seq_lens=d.tensors[4],
+            block_tables=d.block_tables(tables),
+            max_query_len=1,
+            max_seq_len=max(pos) + 1,
+            block_size=block_size,
+            query_start_loc_np=d.query_start_loc,
+            seq_lens_np=seq_lens,
+        )
+        return ModelInputs(d.tensors[0], d.tensors[1], meta, d.last_token_rows)
 
     def stage(self, name: str, a: np.ndarray) -> paddle.Tensor:
         """A tensor holding `a`'s values: the buffer for (name, shape, dtype), refilled."""
@@ -60,6 +103,39 @@ class InputBuffers:
             return t
         entry[1][...] = a
         return entry[0]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+class _DecodeBuffers:
+    """The tensors of decode steps of `n` requests (InputBuffers.one_row_inputs) and numpy views of them;
+    the row starts and last rows of such a step never change, so they are made once, read-only."""
+
+    def __init__(self, n: int):
+        arrays = [np.zeros(n, np.int64)] * 3 + [np.arange(n + 1, dtype=np.int32), np.zeros(n, np.int32)]
+        self.tensors = [_tensor(a) for a in arrays]  # input_ids, positions, slot_mapping, starts, seq_lens
+        self.ids, self.positions, self.slots, _, self.seq_lens = (np.from_dlpack(t) for t in self.tensors)
+        self.query_start_loc = _read_only(np.arange(n + 1, dtype=np.int32))
+        self.last_token_rows = _read_only(np.arange(n, dtype=np.int32))
+        self._tables: dict[int, tuple[paddle.Tensor, np.ndarray, list[list[int]]]] = {}  # by width
+
+    def block_tables(self, lists: list[list[int]]) -> paddle.Tensor:
+        """The [n, width] table tensor holding `lists` (unused entries 0)."""
+        width = max(map(len, lists))
+        entry = self._tables.get(width)
+        if entry is None:
+            t = _tensor(np.zeros((len(lists), width), np.int32))
+            entry = self._tables[width] = (t, np.from_dlpack(t), [[] for _ in lists])
+        t, table, held = entry
+        for row, (ids, old) in enumerate(zip(lists, held)):
+            if ids != old:
+                table[row, : len(ids)] = ids
+                table[row, len(ids) :] = 0
+                held[row] = list(ids)
+        return t
 
 
 def _fresh(name: str, a: np.ndarray) -> paddle.Tensor:
@@ -161,6 +237,10 @@ def build_inputs(
     """The step's model inputs. `mark_prompt_rows` fills meta.prompt_rows (the generation runner: bf16
     prompt rows on AMX CPUs); without it every row is computed on its usual path (the pooling runner).
     `buffers`: the tensors are refilled buffers (InputBuffers), else new ones."""
+    if buffers is not None and mark_prompt_rows:
+        inputs = buffers.one_row_inputs(scheduled, block_size)
+        if inputs is not None:
+            return inputs
     stage = buffers.stage if buffers is not None else _fresh
     if all(len(s.token_ids) == 1 for s in scheduled):
         a = _one_row_arrays(scheduled, block_size)

@@ -120,3 +120,44 @@ def test_disabled_caching_never_hits():
     r2 = make_req("b", list(range(10)))
     assert kv.get_computed_blocks(r2) == ([], 0)
     assert kv.pool.cached == {}
+
+
+class _RescanEveryStep(KVCacheManager):
+    """The reference: every full block of a request offered to the pool again on every allocation."""
+
+    def _cache_full_blocks(self, request, num_tokens):
+        self._registered.clear()
+        super()._cache_full_blocks(request, num_tokens)
+
+
+def test_registering_only_new_blocks_matches_a_rescan_every_step():
+    # Requests with equal token streams (their blocks' hashes are owned by whichever registered first,
+    # so the others stay unregistered until that owner's blocks are evicted), preempted and resumed,
+    # finishing while the rest decode: the pool's hash table must end every step as a full rescan's.
+    import random
+
+    rng = random.Random(3)
+    managers = [KVCacheManager(24, 4), _RescanEveryStep(24, 4)]
+    live: list[list[Request]] = [[], []]
+    for step in range(400):
+        if len(live[0]) < 4 and rng.random() < 0.3:
+            prompt = [rng.choice([7, 8]) for _ in range(rng.randint(1, 9))]
+            rid = f"r{step}"
+            for m, reqs in zip(managers, live):
+                r = make_req(rid, prompt)
+                if m.allocate_slots(r, r.num_tokens):
+                    r.num_computed_tokens = r.num_tokens
+                    reqs.append(r)
+        token = rng.choice([7, 8])
+        leave = {r.req_id for r in live[0] if rng.random() < 0.05}
+        for m, reqs in zip(managers, live):
+            for r in list(reqs):
+                r.append_output_token(token)
+                if r.req_id in leave or not m.allocate_slots(r, 1):
+                    m.free(r)
+                    reqs.remove(r)
+                else:
+                    r.num_computed_tokens += 1
+        assert [r.req_id for r in live[0]] == [r.req_id for r in live[1]], f"step {step}"
+        assert [r.block_ids for r in live[0]] == [r.block_ids for r in live[1]], f"step {step}"
+        assert managers[0].pool.cached == managers[1].pool.cached, f"step {step}"

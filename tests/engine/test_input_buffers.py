@@ -137,3 +137,24 @@ def test_engine_answers_as_with_fresh_tensors(tiny_model_dir):
     buffered, preemptions = _generate(model_dir, fresh=False)
     assert buffered == fresh
     assert preemptions > 0
+
+
+def test_decode_steps_written_in_place_hold_what_fresh_tensors_hold():
+    # Decode steps write straight into their own buffers (InputBuffers.one_row_inputs), rewriting a
+    # block-table row only when its request's blocks differ: requests come and go between steps, their
+    # blocks are replaced at the same table width, tables grow and shrink, prompt rows interleave.
+    rng = random.Random(7)
+    buffers = InputBuffers()
+    for trial in range(300):
+        step = []
+        for i in range(rng.randint(1, 4)):
+            position = rng.randrange(0, 24)
+            blocks = rng.sample(range(40), position // BLOCK + 1 + rng.randint(0, 2))
+            prompt_len = position if rng.random() < 0.9 else position + 1
+            step.append(
+                _req(rng.choice("abcdef") + str(i), [rng.randrange(1000)], position, blocks, prompt_len)
+            )
+        decode = buffers.one_row_inputs(step, BLOCK) is not None
+        assert decode == all(s.num_computed_tokens >= len(s.prompt_token_ids) for s in step), f"trial {trial}"
+        got = build_inputs(step, BLOCK, mark_prompt_rows=True, buffers=buffers)
+        _assert_equal(_as_arrays(got), _as_arrays(build_inputs(step, BLOCK, mark_prompt_rows=True)), trial)
