@@ -46,15 +46,16 @@ def reference_ops():
     ops.use(previous)
 
 
-def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = True):
-    """Runs STEPS on fresh caches (shuffled block ids); returns (hidden per step, caches) as numpy."""
+def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = True, steps=STEPS):
+    """Runs `steps` on fresh caches (shuffled block ids); returns (hidden per step, caches) as numpy."""
     model.use_decoder_stack = use_stack
-    caches = allocate_kv_caches(model, 48, BLOCK_SIZE, kv_cache_dtype)
-    free = list(np.random.default_rng(0).permutation(48))
+    num_blocks = max(48, sum(new for step in steps for _, _, new in step) // BLOCK_SIZE + 2 * len(steps))
+    caches = allocate_kv_caches(model, num_blocks, BLOCK_SIZE, kv_cache_dtype)
+    free = list(np.random.default_rng(0).permutation(num_blocks))
     seqs: dict[str, dict] = {}
     rng = np.random.default_rng(1)
     hidden = []
-    for step in STEPS:
+    for step in steps:
         entries, ids, mask = [], [], []
         for seq_id, prompt_len, new in step:
             seq = seqs.setdefault(seq_id, {"len": 0, "blocks": []})
@@ -72,15 +73,15 @@ def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = T
     return hidden, [[t.numpy() for t in layer] for layer in caches]
 
 
-def assert_bit_identical(model, kv_cache_dtype: str, monkeypatch) -> None:
+def assert_bit_identical(model, kv_cache_dtype: str, monkeypatch, steps=STEPS) -> None:
     assert model.decoder_stack is not None, "the stack should apply to this model"
     calls = []
     fused = ops.decoder_stack
     monkeypatch.setattr(ops, "decoder_stack", lambda *a: calls.append(1) or fused(*a))
-    loop_hidden, loop_caches = run_steps(model, False, kv_cache_dtype)
+    loop_hidden, loop_caches = run_steps(model, False, kv_cache_dtype, steps=steps)
     assert not calls
-    stack_hidden, stack_caches = run_steps(model, True, kv_cache_dtype)
-    assert len(calls) == len(STEPS)  # the stack really ran, every step
+    stack_hidden, stack_caches = run_steps(model, True, kv_cache_dtype, steps=steps)
+    assert len(calls) == len(steps)  # the stack really ran, every step
     for i, (a, b) in enumerate(zip(loop_hidden, stack_hidden, strict=True)):
         assert a.shape == b.shape and np.isfinite(a).all()
         assert np.array_equal(a, b), f"step {i}: max |diff| {np.abs(a - b).max()}"
@@ -107,6 +108,16 @@ def test_stack_on_gguf_blocks(qtype, tiny_checkpoint, tmp_path, monkeypatch):
     kinds = {model.layers[0].self_attn.qkv_proj.lw.quantization}
     assert kinds == {f"gguf:{3 if qtype == 'Q4_1' else 8}"}  # really the block kernels
     assert_bit_identical(model, "float32", monkeypatch)
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "int8"])
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3ForCausalLM"])
+def test_stack_on_steps_split_over_threads(arch, kv_cache_dtype, tiny_checkpoint, monkeypatch):
+    """Steps long enough (>= 2^16 values) that the stack's fused passes (QKV -> rotary -> cache, silu in
+    place) split their rows over the threads, with a decode row after them; Qwen3 adds the q/k norms."""
+    model = load_fd_model(tiny_checkpoint(arch, max_position_embeddings=1024), quantization="wint8")
+    steps = [[("a", 600, 600)], [("a", 600, 1), ("b", 300, 300)]]
+    assert_bit_identical(model, kv_cache_dtype, monkeypatch, steps=steps)
 
 
 def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):

@@ -1,8 +1,9 @@
 // The whole Llama-family decoder stack (N x [norm, QKV, q/k norm, rotary, cache write, paged attention,
 // o_proj, add+norm, gate_up, silu_and_mul, down] and the final add+norm) as one call over raw pointers.
-// It calls the kernels of kernels.h in exactly the order, and with exactly the arguments, that the
-// per-op Python path (fdcli_engine/models/decoder.py, layers/attention.py) hands the single ops, so the
-// two paths give bit-identical results; the gain is one Paddle dispatch per step instead of ~12 a layer.
+// It computes every value with the arithmetic, and in the order, of the per-op Python path
+// (fdcli_engine/models/decoder.py, layers/attention.py), fusing only elementwise passes between the
+// GEMMs and attention, so the two paths give bit-identical results; the gain is one Paddle dispatch per
+// step instead of ~12 a layer, and fewer passes over the activations.
 // Nothing here knows about Paddle (decoder_stack_op.cc is the glue).
 #pragma once
 #include <cstdint>

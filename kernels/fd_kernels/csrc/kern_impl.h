@@ -229,19 +229,26 @@ static void fused_add_rms_norm(const float* x, const float* res, const float* w,
   }
 }
 
+// One row: o[i] = silu(gate[i]) * up[i]. o may be gate: each element is read before it is written.
+static inline void silu_row(const float* gate, const float* up, int64_t n, float* o) {
+  int64_t i = 0;
+  for (; i + FD_W <= n; i += FD_W) {
+    const vf a = vload(gate + i);
+    const vf sig = vexp(vsub(vzero(), a));  // silu(a) = a / (1 + exp(-a))
+    vstore(o + i, vmul(vmul(a, vload(up + i)), vset1(1.0f) / vadd(vset1(1.0f), sig)));
+  }
+  for (; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 static void silu_and_mul(const float* x, int64_t t, int64_t n, float* out) {
 #pragma omp parallel for schedule(static) if (t * n >= (1 << 16))
-  for (int64_t r = 0; r < t; ++r) {
-    const float *gate = x + r * 2 * n, *up = gate + n;
-    float* o = out + r * n;
-    int64_t i = 0;
-    for (; i + FD_W <= n; i += FD_W) {
-      const vf a = vload(gate + i);
-      const vf sig = vexp(vsub(vzero(), a));  // silu(a) = a / (1 + exp(-a))
-      vstore(o + i, vmul(vmul(a, vload(up + i)), vset1(1.0f) / vadd(vset1(1.0f), sig)));
-    }
-    for (; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-  }
+  for (int64_t r = 0; r < t; ++r) silu_row(x + r * 2 * n, x + r * 2 * n + n, n, out + r * n);
+}
+
+// In place over the gate halves: no separate output array to bring into cache (decoder_stack.cc).
+static void silu_and_mul_inplace(float* x, int64_t t, int64_t n) {
+#pragma omp parallel for schedule(static) if (t * n >= (1 << 16))
+  for (int64_t r = 0; r < t; ++r) silu_row(x + r * 2 * n, x + r * 2 * n + n, n, x + r * 2 * n);
 }
 
 static void exp2_nonpos(const float* x, int64_t n, float* out) {
@@ -257,22 +264,26 @@ static void exp2_nonpos(const float* x, int64_t n, float* out) {
 #endif
 }
 
-// NeoX rotary on one head: x[:half], x[half:] rotated by the angles of cos[:half], sin[:half].
-static inline void rope_head(float* x, const float* cs, int64_t half) {
-  float *x1 = x, *x2 = x + half;
+// NeoX rotary on one head: x[:half], x[half:] rotated by the angles of cos[:half], sin[:half], read from
+// x and written to out (which may be x: each pair is read before it is written).
+static inline void rope_head_to(const float* x, float* out, const float* cs, int64_t half) {
+  const float *x1 = x, *x2 = x + half;
+  float *o1 = out, *o2 = out + half;
   const float *c = cs, *s = cs + half;
   int64_t i = 0;
   for (; i + FD_W <= half; i += FD_W) {
     const vf a = vload(x1 + i), b = vload(x2 + i), cv = vload(c + i), sv = vload(s + i);
-    vstore(x1 + i, vsub(vmul(a, cv), vmul(b, sv)));
-    vstore(x2 + i, vfma(a, sv, vmul(b, cv)));
+    vstore(o1 + i, vsub(vmul(a, cv), vmul(b, sv)));
+    vstore(o2 + i, vfma(a, sv, vmul(b, cv)));
   }
   for (; i < half; ++i) {
     const float a = x1[i], b = x2[i];
-    x1[i] = a * c[i] - b * s[i];
-    x2[i] = b * c[i] + a * s[i];
+    o1[i] = a * c[i] - b * s[i];
+    o2[i] = b * c[i] + a * s[i];
   }
 }
+
+static inline void rope_head(float* x, const float* cs, int64_t half) { rope_head_to(x, x, cs, half); }
 
 static void rotary_embedding(const int64_t* pos, float* q, float* k, const float* cos_sin, int64_t t,
                              int64_t nh, int64_t nkv, int64_t hd, int64_t q_stride, int64_t k_stride) {
@@ -309,3 +320,56 @@ static void reshape_and_cache(const float* k, const float* v, float* kc, float* 
 }
 
 #include "attn_impl.h"
+
+// ----------------------------------------------------------------------- decoder stack's QKV pass
+// Token r of qkv_rope_to_cache: each head rotated out of the fused row into its destination (or RMS-normed
+// into it, then rotated in place): the values and operations of the separate split, norm and rotary
+// passes. K goes through a per-head buffer into the cache as reshape_and_cache* writes it.
+static inline void qkv_row_to_cache(const QkvToCacheArgs& a, int64_t r, float* kbuf) {
+  const int64_t hd = a.hd, half = hd / 2;
+  const float* row = a.qkv + r * (a.nh + 2 * a.nkv) * hd;
+  const float* cs = a.cos_sin + a.pos[r] * hd;
+  for (int64_t h = 0; h < a.nh; ++h) {
+    float* q = a.q + (r * a.nh + h) * hd;
+    if (a.q_norm) {
+      norm_row(row + h * hd, a.q_norm, a.eps, hd, q);
+      rope_head(q, cs, half);
+    } else {
+      rope_head_to(row + h * hd, q, cs, half);
+    }
+  }
+  const int64_t slot = a.slots[r];
+  if (slot < 0) return;
+  const int64_t blk = slot / a.bs, off = slot % a.bs;
+  for (int64_t h = 0; h < a.nkv; ++h) {
+    const float* k = row + (a.nh + h) * hd;
+    const float* v = row + (a.nh + a.nkv + h) * hd;
+    if (a.k_norm) {
+      norm_row(k, a.k_norm, a.eps, hd, kbuf);
+      rope_head(kbuf, cs, half);
+    } else {
+      rope_head_to(k, kbuf, cs, half);
+    }
+    const int64_t crow = (blk * a.nkv + h) * a.bs + off;
+    if (a.kv_kind == kKvS8) {
+      quantize_row_s8(kbuf, hd, (int8_t*)a.k_cache + crow * hd, a.k_scales + crow);
+      quantize_row_s8(v, hd, (int8_t*)a.v_cache + crow * hd, a.v_scales + crow);
+    } else if (a.kv_kind == kKvBF16) {
+      round_row_bf16(kbuf, hd, (uint16_t*)a.k_cache + crow * hd);
+      round_row_bf16(v, hd, (uint16_t*)a.v_cache + crow * hd);
+    } else {
+      std::memcpy((float*)a.k_cache + crow * hd, kbuf, hd * sizeof(float));
+      std::memcpy((float*)a.v_cache + crow * hd, v, hd * sizeof(float));
+    }
+  }
+}
+
+// Tokens split over the threads for prefill-sized steps: each token has its own q rows and cache slot.
+static void qkv_rope_to_cache(const QkvToCacheArgs& a) {
+#pragma omp parallel if (a.t * (a.nh + 2 * a.nkv) * a.hd >= (1 << 16))
+  {
+    alignas(64) float kbuf[kMaxHeadDim];
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < a.t; ++r) qkv_row_to_cache(a, r, kbuf);
+  }
+}

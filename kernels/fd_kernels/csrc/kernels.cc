@@ -181,6 +181,8 @@ void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16
 }
 
 void paged_attention(const AttnArgs& a) { FD_DISPATCH(paged_attention, a); }
+void qkv_rope_to_cache(const QkvToCacheArgs& a) { FD_DISPATCH(qkv_rope_to_cache, a); }
+void silu_and_mul_inplace(float* x, int64_t t, int64_t n) { FD_DISPATCH(silu_and_mul_inplace, x, t, n); }
 
 void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s) {
   FD_DISPATCH(kv_s8_quantize, x, rows, hd, q, s);

@@ -126,6 +126,31 @@ void reshape_and_cache_s8(const float* k, const float* v, int8_t* kc, int8_t* vc
 void reshape_and_cache_bf16(const float* k, const float* v, uint16_t* kc, uint16_t* vc, const int64_t* slots,
                             int64_t t, int64_t nkv, int64_t bs, int64_t hd);
 void paged_attention(const AttnArgs& a);
+// The decoder stack's attention input pass (decoder_stack.cc): for each token row of the fused QKV
+// projection, q heads [, per-head RMSNorm], rotary -> q; k heads [, norm], rotary, and v heads -> the KV
+// cache at the token's slot (skipped for slot < 0). The same arithmetic, per element, as split + rms_norm
+// + rotary_embedding + reshape_and_cache*, with no dense K / V copies and one pass over the rows.
+struct QkvToCacheArgs {
+  const float* qkv;  // [t, (nh + 2 * nkv) * hd]
+  int64_t t, nh, nkv, hd;
+  const int64_t* pos;     // [t]
+  const float* cos_sin;   // [max_pos, hd]
+  const float* q_norm;    // [hd] or nullptr (then k_norm too): no per-head norm
+  const float* k_norm;
+  float eps;
+  float* q;  // out [t, nh, hd]
+  void* k_cache;  // [nb, nkv, bs, hd] of kv_kind's element type
+  void* v_cache;
+  float* k_scales;  // C8 only
+  float* v_scales;
+  int kv_kind;
+  const int64_t* slots;  // [t]
+  int64_t bs;
+};
+void qkv_rope_to_cache(const QkvToCacheArgs& a);
+// silu_and_mul in place: row r's gate half [r * 2n, r * 2n + n) becomes silu(gate) * up, the up half is
+// left as it was; the result is read as [t, n] rows 2n apart. Same arithmetic as silu_and_mul.
+void silu_and_mul_inplace(float* x, int64_t t, int64_t n);
 // The C8 rule over `rows` contiguous rows of hd values and its inverse (KV offload's int8 tier).
 void kv_s8_quantize(const float* x, int64_t rows, int64_t hd, int8_t* q, float* s);
 void kv_s8_dequantize(const int8_t* q, const float* s, int64_t rows, int64_t hd, float* out);
