@@ -3,8 +3,8 @@
 // Invariant: every value is computed by the same arithmetic, in the same order, as the Python path's op
 // calls (shapes, eps, scale, prompt-row mask); only the buffers and the passes differ. The GEMMs and
 // attention are the same kernel calls; the elementwise ops between them are fused where one pass over
-// the rows can do several (qkv_rope_to_cache: split + q/k norms + rotary + cache write; silu in place,
-// read by down_proj with a row stride), each element still taking the single ops' formula. The kernels
+// the rows can do several (qkv_rope_to_cache: split + q/k norms + rotary + cache write;
+// gemm_silu_mul: silu(gate) * up inside down_proj's input conversion, or in place before it), each element still taking the single ops' formula. The kernels
 // are deterministic functions of their arguments (their OpenMP splits depend on the shapes, never on the
 // addresses), so the output and the KV caches are bit-identical to the per-op path. The buffers are
 // [T, width] scratch arrays allocated once per call.
@@ -31,10 +31,9 @@ std::unique_ptr<float[], FreeDeleter> scratch(int64_t floats) {
   return std::unique_ptr<float[], FreeDeleter>(p);
 }
 
-// fd_linear: x [t, k] (rows lda floats apart) -> c [t, l.n].
-void linear(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c, const uint8_t* prompt_rows,
-            int64_t lda = 0) {
-  GemmArgs g{x, lda ? lda : k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
+// fd_linear: x [t, k] -> c [t, l.n].
+void linear(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c, const uint8_t* prompt_rows) {
+  GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
   g.tiles = l.tiles;
   gemm(g, prompt_rows);
 }
@@ -81,9 +80,11 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
     // Gated MLP (layers/activation.py).
     fused_add_rms_norm(hidden.get(), residual.get(), l.post_norm, a.eps, t, h, normed.get(), residual.get());
     linear(l.gate_up, normed.get(), t, h, gate_up.get(), rows);
-    // silu(gate) * up over the gate halves, read by down_proj as rows 2 * inter apart.
-    silu_and_mul_inplace(gate_up.get(), t, inter);
-    linear(l.down, gate_up.get(), t, inter, hidden.get(), rows, 2 * inter);
+    // down_proj of silu(gate) * up, read from the fused rows (2 * inter apart).
+    GemmArgs down{nullptr, 2 * inter, t, inter, l.down.n, l.down.w, l.down.scales, l.down.mins,
+                  l.down.group, l.down.kind, l.down.bias, hidden.get()};
+    down.tiles = l.down.tiles;
+    gemm_silu_mul(down, gate_up.get(), rows);
   }
   fused_add_rms_norm(hidden.get(), residual.get(), a.final_norm, a.eps, t, h, out, residual.get());
 }

@@ -97,10 +97,12 @@ static void gemm_fp32(const GemmArgs& g) {
 // All rows in bf16: AMX tiles for many rows, the AVX-512 microkernel on bf16-rounded operands for few.
 // GGUF block kinds always take the tiles (the microkernel reads only the kS8 / kU4 panels); a tile row's
 // result does not depend on the other rows, so that is the same numerics for any row count.
+static bool takes_tiles(const GemmArgs& g) { return g.m >= amx_min_rows() || is_qkind(g.kind); }
+
 static void gemm_bf16(const GemmArgs& g) {
   GemmArgs b = g;
   b.bf16 = true;
-  if (g.m >= amx_min_rows() || is_qkind(g.kind)) return amx::gemm_bf16(b);
+  if (takes_tiles(g)) return amx::gemm_bf16(b);
   std::vector<float> a(g.m * g.k);
   amx::round_rows_bf16(g.a, g.m, g.k, g.lda, a.data());
   b.a = a.data();
@@ -138,14 +140,35 @@ static void gemm_rows(const GemmArgs& g, const uint8_t* prompt_rows, bool prompt
   for (int64_t i = 0; i < m; ++i) std::memcpy(g.c + rows[i] * g.n, &c[i * g.n], g.n * sizeof(float));
 }
 
-void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
-  if (active_isa() != 3 || g.kind == kF32 || !prompt_rows || g.m == 0) return gemm_fp32(g);
+// Prompt rows among g's m (0 where the AMX level's bf16 path does not apply at all).
+static int64_t prompt_row_count(const GemmArgs& g, const uint8_t* prompt_rows) {
+  if (active_isa() != 3 || g.kind == kF32 || !prompt_rows) return 0;
   int64_t np = 0;
   for (int64_t r = 0; r < g.m; ++r) np += prompt_rows[r] != 0;
+  return np;
+}
+
+void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
+  if (g.m == 0) return;
+  const int64_t np = prompt_row_count(g, prompt_rows);
   if (np == 0) return gemm_fp32(g);
   if (np == g.m) return gemm_bf16(g);
   gemm_rows(g, prompt_rows, true, gemm_bf16);
   gemm_rows(g, prompt_rows, false, gemm_fp32);
+}
+
+void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows) {
+  if (g.m == 0) return;
+  if (prompt_row_count(g, prompt_rows) == g.m && takes_tiles(g)) {
+    GemmArgs b = g;
+    b.a = gate_up;
+    b.bf16 = true;
+    return amx::gemm_bf16_silu_mul(b);
+  }
+  silu_and_mul_inplace(gate_up, g.m, g.k);
+  GemmArgs b = g;
+  b.a = gate_up;
+  gemm(b, prompt_rows);
 }
 
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {

@@ -104,6 +104,10 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* o
 // kS8 / kU4, qgemm's fixed-point activations for GGUF block kinds), so a token's numerics depend on what
 // it is, never on which requests share its batch. Elsewhere it is ignored.
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
+// gemm of A = silu(gate) * up, where row r of gate_up ([g.m, g.lda], g.lda >= 2 g.k) is [gate | up], g.k
+// each (g.a is ignored). When every row takes the AMX tiles the silu happens in their input conversion;
+// otherwise it is computed in place over the gate halves first. The same numbers either way.
+void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows = nullptr);
 void qgemm(const GemmArgs& g);
 // Rows ids[0..t) of a GGUF block kind's [n, k] weight, dequantized to fp32 [t, k] exactly as gguf does
 // (an embedding lookup in the LM head's packed table). The caller checks every id is in [0, n).
