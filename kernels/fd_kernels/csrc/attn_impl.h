@@ -94,6 +94,44 @@ static inline float kv_at(const void* p, int64_t off) {
   }
 }
 
+// 2 * FD_W consecutive bf16 values at p as fp32: e the even-indexed ones, o the odd-indexed ones. Each
+// 32-bit lane holds a pair, so a shift and a mask widen them: no shuffles (vload_bf16's zero-extension is
+// one per vector). The decode path keeps its bf16 operands in this order (kv_pairs_dims).
+static inline void vload_bf16_eo(const uint16_t* p, vf& e, vf& o) {
+#if FD_W == 16
+  const __m512i x = _mm512_loadu_si512(p);
+  e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
+#elif FD_W == 8
+  const __m256i x = _mm256_loadu_si256((const __m256i*)p);
+  e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000u)));
+#else
+  e = bf16_float(p[0]);
+  o = bf16_float(p[1]);
+#endif
+}
+
+// The decode path's accumulators over a bf16 cache hold dims [0, hdp) in pairs of vectors: the even dims
+// of each 2 * FD_W block, then its odd dims (vload_bf16_eo's order); hdp is what pv_rows' DB-vector passes
+// cover. kv_pairs_dims: hdp (0 for other caches); kv_pairs_natural: one row back into dim order.
+template <int KV>
+static inline int64_t kv_pairs_dims(int64_t hd) {
+  constexpr int64_t db = FD_W == 16 ? 4 : 2;  // pv_rows' DB
+  return KV == kKvBF16 ? hd / (db * FD_W) * (db * FD_W) : 0;
+}
+
+static inline void kv_pairs_natural(float* x, int64_t hdp) {
+  float t[2 * FD_W];
+  for (int64_t d0 = 0; d0 < hdp; d0 += 2 * FD_W) {
+    for (int i = 0; i < FD_W; ++i) {
+      t[2 * i] = x[d0 + i];
+      t[2 * i + 1] = x[d0 + FD_W + i];
+    }
+    std::memcpy(x + d0, t, sizeof(t));
+  }
+}
+
 #if FD_W == 16
 // Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
 // (hd % 16 == 0), into sc rows kDecodeChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
@@ -242,11 +280,13 @@ static inline void softmax_update(float* sc, int64_t n, float scale2, const floa
 // acc[r] = acc[r] * corr[r] + sum_j p[r][j] * v_j for R rows (acc rows kMaxHeadDim apart, p rows
 // kDecodeChunk apart) over a chunk's keys: sub-chunk i is keys off[i] .. off[i + 1] of the chunk, its values
 // at vp[i] (fp32, bf16, or C8 codes whose scales p already holds). Each value vector is loaded (widened /
-// converted) once for all R rows; DB vectors per pass keep R * DB FMA chains going over the whole chunk.
+// converted) once for all R rows; DB vectors per pass keep R * DB FMA chains going over the whole chunk. Over
+// a bf16 cache the passes read even / odd halves, so acc holds [0, kv_pairs_dims) in pairs order.
 template <int R, int KV>
 static inline void pv_rows(float* acc, const float* p, const float* corr, const void* const* vp, const int64_t* off,
                            int64_t nsub, int64_t hd) {
   constexpr int DB = FD_W == 16 ? 4 : 2;  // R * DB accumulators + DB values + R broadcasts in registers
+  static_assert(DB % 2 == 0, "bf16 values come in even / odd pairs of vectors");
   int64_t d = 0;
   for (; d + DB * FD_W <= hd; d += DB * FD_W) {
     vf o[R][DB];
@@ -255,7 +295,12 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
     for (int64_t i = 0; i < nsub; ++i)
       for (int64_t j = off[i]; j < off[i + 1]; ++j) {
         vf v[DB];
-        for (int b = 0; b < DB; ++b) v[b] = load_kv<KV>(vp[i], (j - off[i]) * hd + d + b * FD_W);
+        if constexpr (KV == kKvBF16) {  // pairs order: kv_pairs_dims
+          for (int b = 0; b < DB; b += 2)
+            vload_bf16_eo((const uint16_t*)vp[i] + (j - off[i]) * hd + d + b * FD_W, v[b], v[b + 1]);
+        } else {
+          for (int b = 0; b < DB; ++b) v[b] = load_kv<KV>(vp[i], (j - off[i]) * hd + d + b * FD_W);
+        }
         for (int r = 0; r < R; ++r) {
           const vf pj = vset1(p[r * kDecodeChunk + j]);
           for (int b = 0; b < DB; ++b) o[r][b] = vfma(pj, v[b], o[r][b]);
@@ -412,6 +457,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   }
   for (int64_t r = 0; r < nrows; ++r) {
     const float l = vhsum(vload(lv[r]));
+    kv_pairs_natural(acc[r], kv_pairs_dims<KV>(hd));
     if (part) {
       float* st = part + r * (hd + 2);
       std::memcpy(st, acc[r], hd * sizeof(float));
