@@ -410,16 +410,24 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     off[0] = 0;
     for (; n < kDecodeChunk && kk + n < nk; ++nsub) {
       const int64_t len = std::min(chunk_len(a, kk + n, nk), kDecodeChunk - n), base = key_base(a, bt, g, kk + n);
-      // Prefetch the next sub-chunk's keys and values while this one computes. A block is 1-4 KiB per
-      // head and the next one sits anywhere in the pool (the block table decides), so the hardware
-      // prefetcher cannot run ahead across blocks: without this, decode over caches that do not fit in
-      // L2 (a step's 30 layers) waits on memory at every block. One sub-chunk ahead measured faster than
-      // none, than two or four (docs/kernels-measurements.md).
+      // Prefetch the next sub-chunk's keys and values into L1 and those a chunk ahead into L2. A block is
+      // 1-4 KiB per head and the next one sits anywhere in the pool (the block table decides), so the
+      // hardware prefetcher cannot run ahead across blocks: without this, decode over caches that do not
+      // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
+      // either alone and than longer L1 distances (docs/kernels-measurements.md).
       if (kk + n + len < nk) {
         const int64_t nb = key_base(a, bt, g, kk + n + len) * esize, bytes = chunk_len(a, kk + n + len, nk) * hd * esize;
         for (int64_t o = 0; o < bytes; o += 64) {
           _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T0);
           _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T0);
+        }
+      }
+      if (kk + n + kDecodeChunk < nk) {
+        const int64_t far = kk + n + kDecodeChunk;
+        const int64_t nb = key_base(a, bt, g, far) * esize, bytes = chunk_len(a, far, nk) * hd * esize;
+        for (int64_t o = 0; o < bytes; o += 64) {
+          _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T1);
+          _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T1);
         }
       }
       score_rows<KV>(qr, nrows, (const char*)a.k_cache + base * esize, len, hd, whole16, kbuf, p[0] + n);
