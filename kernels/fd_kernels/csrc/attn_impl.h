@@ -323,7 +323,8 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
     for (int r = 0; r < R; ++r) {
       float o = acc[r * kMaxHeadDim + d] * corr[r];
       for (int64_t i = 0; i < nsub; ++i)
-        for (int64_t j = off[i]; j < off[i + 1]; ++j) o += p[r * kDecodeChunk + j] * kv_at<KV>(vp[i], (j - off[i]) * hd + d);
+        for (int64_t j = off[i]; j < off[i + 1]; ++j)
+          o += p[r * kDecodeChunk + j] * kv_at<KV>(vp[i], (j - off[i]) * hd + d);
       acc[r * kMaxHeadDim + d] = o;
     }
 }
@@ -375,6 +376,24 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
     for (int64_t j = 0; j < n; ++j) p[r * kDecodeChunk + j] = dot(qr[r], kp + j * hd, hd);
 }
 
+// A decode row's result from its state: acc (pairs order, kv_pairs_dims), partial sums lv, running max mx.
+// With st == nullptr the output goes to a.out; else the unnormalized state to st: acc[hd], mx, sum.
+template <int KV>
+static inline void finish_row(const AttnArgs& a, const AttnRow& row, float* acc, const float* lv, float mx,
+                              float* st) {
+  const int64_t hd = a.head_dim;
+  const float l = vhsum(vload(lv));
+  kv_pairs_natural(acc, kv_pairs_dims<KV>(hd));
+  if (st) {
+    std::memcpy(st, acc, hd * sizeof(float));
+    st[hd] = mx;
+    st[hd + 1] = l;
+    return;
+  }
+  float* op = a.out + (row.token * a.num_heads + row.head) * hd;
+  for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
+}
+
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
@@ -416,7 +435,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
       // either alone and than longer L1 distances (docs/kernels-measurements.md).
       if (kk + n + len < nk) {
-        const int64_t nb = key_base(a, bt, g, kk + n + len) * esize, bytes = chunk_len(a, kk + n + len, nk) * hd * esize;
+        const int64_t next = kk + n + len;
+        const int64_t nb = key_base(a, bt, g, next) * esize, bytes = chunk_len(a, next, nk) * hd * esize;
         for (int64_t o = 0; o < bytes; o += 64) {
           _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T0);
           _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T0);
@@ -463,19 +483,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     }
     kk += n;
   }
-  for (int64_t r = 0; r < nrows; ++r) {
-    const float l = vhsum(vload(lv[r]));
-    kv_pairs_natural(acc[r], kv_pairs_dims<KV>(hd));
-    if (part) {
-      float* st = part + r * (hd + 2);
-      std::memcpy(st, acc[r], hd * sizeof(float));
-      st[hd] = mx[r];
-      st[hd + 1] = l;
-      continue;
-    }
-    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
-    for (int64_t d = 0; d < hd; ++d) op[d] = acc[r][d] / l;
-  }
+  for (int64_t r = 0; r < nrows; ++r)
+    finish_row<KV>(a, rows[r], acc[r], lv[r], mx[r], part ? part + r * (hd + 2) : nullptr);
 }
 
 // Decode rows whose context is longer than kKeysPerPart take it in parts of kKeysPerPart keys, each its
