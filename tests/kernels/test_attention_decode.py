@@ -2,11 +2,13 @@
 against the pure-Paddle reference, fp32, bf16 and C8 caches; bf16 also against the fp32 kernel on the
 widened values (test_attention.py), which on AVX-512 checks dots16 / pv_rows widening in registers.
 
-The decode path takes keys in chunks of 16 inside a block: dot products (AVX-512: 16 keys at once, the C8
-codes transposed in registers), a vectorized online softmax, and one P x V pass for all rows of a GQA
-group, in groups of up to 4 rows. The sweep covers what those steps special-case: contexts just before,
-at and after 16-key and block boundaries (partial last chunks), block sizes that are and are not
-multiples of 16, GQA groups 1, 3, 6, 7 and 8 (row groups of 4 plus a remainder), head sizes that are
+The decode path takes keys in chunks of up to 64 made of sub-chunks of up to 16 inside a block: dot
+products per sub-chunk (AVX-512: 16 keys at once, the C8 codes transposed in registers), one vectorized
+base-2 online-softmax update per chunk, and one P x V pass over the chunk for all rows of a GQA group, in
+groups of up to 4 rows (bf16 values widened as even / odd halves, the accumulators put back in dim order
+at the end). The sweep covers what those steps special-case: contexts just before, at and after 16-key,
+64-key and block boundaries (partial last sub-chunks and chunks), block sizes that are and are not
+multiples of 16 (chunks of many short sub-chunks), GQA groups 1, 3, 6, 7 and 8 (row groups of 4 plus a remainder), head sizes that are
 multiples of 64 and not (the transposition's masked tail), batches of 1 and 19, and queries of two
 tokens (rows of one work item with different causal limits). Contexts over 256 keys are split into parts
 of 256 (kKeysPerPart) computed as separate work items and combined: contexts at and around the part
@@ -68,9 +70,10 @@ def test_single_sequence(native, ref, rng, kv, ctx):
 @pytest.mark.parametrize("bs,hd", [(16, 64), (32, 64), (8, 64), (16, 48)])
 def test_two_token_queries(native, ref, rng, kv, bs, hd):
     # 2 queries x group 3 = 6 rows, below the lane path's threshold on AVX-512: one decode work item whose
-    # rows see one key apart. At contexts 17 and 33 the last chunk holds only the second query's key, so
-    # the first query's rows sit that chunk out; at 257 they sit out the whole second 256-key part.
-    _run(native, ref, rng, [2, 2, 2, 2, 2], [17, 33, 2, 257, 300], 9, 3, bs, hd, kv)
+    # rows see one key apart. At contexts 17 and 33 the first query's rows stop one key before the end of
+    # the chunk; at 65 and 129 the last chunk holds only the second query's key, so the first query's rows
+    # sit that chunk out; at 257 they sit out the whole second 256-key part.
+    _run(native, ref, rng, [2, 2, 2, 2, 2, 2, 2], [17, 33, 2, 257, 300, 65, 129], 9, 3, bs, hd, kv)
 
 
 @pytest.mark.parametrize("kv", KV)

@@ -20,7 +20,8 @@
 #include "bf16_impl.h"
 #include "c8_impl.h"
 
-constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update
+constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update (lanes), per sub-chunk (decode)
+constexpr int64_t kDecodeChunk = 64;  // keys per online-softmax update on the decode path
 constexpr int64_t kMaxHeadDim = 512;  // checked by the glue
 constexpr int64_t kMinLaneRows = FD_W >= 8 ? FD_W / 2 : 4;  // below it lanes would idle
 constexpr int64_t kDecodeRows = 16;  // rows per work item on the one-row-at-a-time path
@@ -93,9 +94,47 @@ static inline float kv_at(const void* p, int64_t off) {
   }
 }
 
+// 2 * FD_W consecutive bf16 values at p as fp32: e the even-indexed ones, o the odd-indexed ones. Each
+// 32-bit lane holds a pair, so a shift and a mask widen them: no shuffles (vload_bf16's zero-extension is
+// one per vector). The decode path keeps its bf16 operands in this order (kv_pairs_dims).
+static inline void vload_bf16_eo(const uint16_t* p, vf& e, vf& o) {
+#if FD_W == 16
+  const __m512i x = _mm512_loadu_si512(p);
+  e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
+#elif FD_W == 8
+  const __m256i x = _mm256_loadu_si256((const __m256i*)p);
+  e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xFFFF0000u)));
+#else
+  e = bf16_float(p[0]);
+  o = bf16_float(p[1]);
+#endif
+}
+
+// The decode path's accumulators over a bf16 cache hold dims [0, hdp) in pairs of vectors: the even dims
+// of each 2 * FD_W block, then its odd dims (vload_bf16_eo's order); hdp is what pv_rows' DB-vector passes
+// cover. kv_pairs_dims: hdp (0 for other caches); kv_pairs_natural: one row back into dim order.
+template <int KV>
+static inline int64_t kv_pairs_dims(int64_t hd) {
+  constexpr int64_t db = FD_W == 16 ? 4 : 2;  // pv_rows' DB
+  return KV == kKvBF16 ? hd / (db * FD_W) * (db * FD_W) : 0;
+}
+
+static inline void kv_pairs_natural(float* x, int64_t hdp) {
+  float t[2 * FD_W];
+  for (int64_t d0 = 0; d0 < hdp; d0 += 2 * FD_W) {
+    for (int i = 0; i < FD_W; ++i) {
+      t[2 * i] = x[d0 + i];
+      t[2 * i + 1] = x[d0 + FD_W + i];
+    }
+    std::memcpy(x + d0, t, sizeof(t));
+  }
+}
+
 #if FD_W == 16
 // Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
-// (hd % 16 == 0), into sc rows kKeyChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
+// (hd % 16 == 0), into sc rows kDecodeChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
 // R query vectors and the key vector fit the 32 registers: each key vector is loaded (bf16: widened) once
 // for all R rows rather than once per row (docs/kernels-measurements.md). A shuffle tree folds each row's 8
 // accumulators into its 8 sums, adding in the order the one-row version did (the scores are bit for bit the
@@ -125,13 +164,13 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
       // Lanes 0 / 1 of each quarter: keys (0, 1), (4, 5), (2, 3), (6, 7) once the 64-bit halves are added.
       const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
       const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 4, 5, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-      _mm256_storeu_ps(sc + r * kKeyChunk + half * 8, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w)));
+      _mm256_storeu_ps(sc + r * kDecodeChunk + half * 8, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w)));
     }
   }
 }
 
 // Raw scores of R rows (q pointers qr) against the C8 codes of 16 keys (hd % 16 == 0), into sc rows
-// kKeyChunk apart. The codes are transposed in registers so the keys sit in lanes and each row's 16 scores
+// kDecodeChunk apart. The codes are transposed in registers so the keys sit in lanes and each row's 16 scores
 // are plain FMAs with q[d] broadcast: no horizontal sums, and each code is converted to fp32 once for
 // all R rows. Per 64 dims, each 128-bit lane of the 16 key rows is a 16 x 16 byte matrix that four
 // rounds of unpacks (64 shuffles per KiB of codes) transpose; register i then holds dim bitrev4(i).
@@ -178,217 +217,274 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
     }
   }
   for (int r = 0; r < R; ++r)
-    _mm512_storeu_ps(sc + r * kKeyChunk,
+    _mm512_storeu_ps(sc + r * kDecodeChunk,
                      _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3])));
 }
 #endif
 
-// Online-softmax update of one row from its raw dot products sc[0..n) (n <= kKeyChunk): on return
-// sc[j] holds the probability of key j (times the key's value scale for C8; 0 for j >= n), and corr the
-// factor the row's accumulator must be rescaled by. ks / vs: the chunk's C8 scales, else unused.
-template <bool C8>
-static inline void softmax_update(float* sc, int64_t n, float scale, const float* ks, const float* vs, float& mx,
-                                  float& l, float& corr) {
+// Largest and first lane of a vector.
+static inline float vhmax(vf v) {
 #if FD_W == 16
-  static_assert(kKeyChunk == 16, "one vector of scores per chunk");
-  const __mmask16 valid = (__mmask16)((1u << n) - 1);
-  vf s = vmul(vload(sc), vset1(scale));
-  if constexpr (C8) s = _mm512_maskz_mul_ps(valid, s, _mm512_maskz_loadu_ps(valid, ks));
-  s = _mm512_mask_blend_ps(valid, vset1(-INFINITY), s);
-  const float cmax = std::max(mx, _mm512_reduce_max_ps(s));
-  vf p = _mm512_maskz_mov_ps(valid, vexp(vsub(s, vset1(cmax))));
-  // exp(mx - cmax): 1 while the running max stands (most chunks), 0 on the first chunk (mx = -inf, where
-  // vexp would give ~1e-38), else a vector exp, not a libm call (which would spill every live vector
-  // register around it).
-  corr = cmax == mx ? 1.0f
-         : mx == -INFINITY ? 0.0f
-                           : _mm_cvtss_f32(_mm512_castps512_ps128(vexp(vset1(mx - cmax))));
-  l = l * corr + _mm512_reduce_add_ps(p);
-  mx = cmax;
-  if constexpr (C8) p = _mm512_maskz_mul_ps(valid, p, _mm512_maskz_loadu_ps(valid, vs));
-  vstore(sc, p);
+  return _mm512_reduce_max_ps(v);
+#elif FD_W == 8
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 #else
-  float cmax = mx;
-  for (int64_t j = 0; j < n; ++j) {
-    sc[j] *= C8 ? scale * ks[j] : scale;
-    cmax = std::max(cmax, sc[j]);
-  }
-  int64_t j = 0;
-  for (; j + FD_W <= n; j += FD_W) vstore(sc + j, vexp(vsub(vload(sc + j), vset1(cmax))));
-  for (; j < n; ++j) sc[j] = std::exp(sc[j] - cmax);
-  float psum = 0.0f;
-  for (j = 0; j < n; ++j) psum += sc[j];
-  corr = std::exp(mx - cmax);
-  l = l * corr + psum;
-  mx = cmax;
-  for (j = 0; j < n; ++j) sc[j] *= C8 ? vs[j] : 1.0f;
-  for (; j < kKeyChunk; ++j) sc[j] = 0.0f;
+  return v;
 #endif
 }
 
+static inline float vfirst(vf v) {
+#if FD_W == 16
+  return _mm512_cvtss_f32(v);
+#elif FD_W == 8
+  return _mm256_cvtss_f32(v);
+#else
+  return v;
+#endif
+}
+
+// Online-softmax update of one row over its raw dot products sc[0..n) (n <= kDecodeChunk), in base 2: the
+// scores are t_j = sc_j * scale2 (scale2 = softmax scale * log2 e; C8: times the key's scale ks_j) and
+// probabilities 2^(t_j - mx) (vexp2_nonpos), so mx is the running max of t. One max and one rescale per
+// chunk; the row's sum stays in FD_W partial sums lv (rescaled with the accumulator, added up once at the
+// end). On return sc[j] holds key j's probability (C8: times its value scale vs_j) for j < n, 0 from n to
+// the end of n's last vector, and corr the factor the accumulator must be rescaled by: exactly 1 while
+// the running max stands, 0 on the row's first chunk. ks / vs: the chunk's C8 scales, else unused.
+template <bool C8>
+static inline void softmax_update(float* sc, int64_t n, float scale2, const float* ks, const float* vs, float& mx,
+                                  float* lv, float& corr) {
+  const int64_t nv = (n + FD_W - 1) / FD_W;
+  for (int64_t v = 0; v < nv; ++v) {
+    vf s = vmul(vload(sc + v * FD_W), vset1(scale2));
+    if constexpr (C8) s = vmul(s, vload(ks + v * FD_W));
+    vstore(sc + v * FD_W, s);
+  }
+  for (int64_t j = n; j < nv * FD_W; ++j) sc[j] = -INFINITY;  // after the scales: -inf * 0 would be NaN
+  vf m = vload(sc);
+  for (int64_t v = 1; v < nv; ++v) m = vmax(m, vload(sc + v * FD_W));
+  const float cmax = std::max(mx, vhmax(m));
+  corr = cmax == mx ? 1.0f : mx == -INFINITY ? 0.0f : vfirst(vexp2_nonpos(vset1(mx - cmax)));
+  mx = cmax;
+  vf sum = vzero();
+  for (int64_t v = 0; v < nv; ++v) {
+    vf p = vexp2_nonpos(vsub(vload(sc + v * FD_W), vset1(cmax)));
+    sum = vadd(sum, p);
+    if constexpr (C8) p = vmul(p, vload(vs + v * FD_W));
+    vstore(sc + v * FD_W, p);
+  }
+  vstore(lv, corr == 1.0f ? vadd(vload(lv), sum) : vfma(vload(lv), vset1(corr), sum));
+}
+
 // acc[r] = acc[r] * corr[r] + sum_j p[r][j] * v_j for R rows (acc rows kMaxHeadDim apart, p rows
-// kKeyChunk apart) and the chunk's n values at vp (fp32, bf16, or C8 codes whose scales p already holds).
-// Each value vector is loaded (widened / converted) once for all R rows; DB vectors per pass keep R * DB
-// FMA chains going.
+// kDecodeChunk apart) over a chunk's keys: sub-chunk i is keys off[i] .. off[i + 1] of the chunk, its values
+// at vp[i] (fp32, bf16, or C8 codes whose scales p already holds). Each value vector is loaded (widened /
+// converted) once for all R rows; DB vectors per pass keep R * DB FMA chains going over the whole chunk. Over
+// a bf16 cache the passes read even / odd halves, so acc holds [0, kv_pairs_dims) in pairs order.
 template <int R, int KV>
-static inline void pv_rows(float* acc, const float* p, const float* corr, const void* vp, int64_t n, int64_t hd) {
+static inline void pv_rows(float* acc, const float* p, const float* corr, const void* const* vp, const int64_t* off,
+                           int64_t nsub, int64_t hd) {
   constexpr int DB = FD_W == 16 ? 4 : 2;  // R * DB accumulators + DB values + R broadcasts in registers
+  static_assert(DB % 2 == 0, "bf16 values come in even / odd pairs of vectors");
   int64_t d = 0;
   for (; d + DB * FD_W <= hd; d += DB * FD_W) {
     vf o[R][DB];
     for (int r = 0; r < R; ++r)
       for (int b = 0; b < DB; ++b) o[r][b] = vmul(vload(acc + r * kMaxHeadDim + d + b * FD_W), vset1(corr[r]));
-    for (int64_t j = 0; j < n; ++j) {
-      vf v[DB];
-      for (int b = 0; b < DB; ++b) v[b] = load_kv<KV>(vp, j * hd + d + b * FD_W);
-      for (int r = 0; r < R; ++r) {
-        const vf pj = vset1(p[r * kKeyChunk + j]);
-        for (int b = 0; b < DB; ++b) o[r][b] = vfma(pj, v[b], o[r][b]);
+    for (int64_t i = 0; i < nsub; ++i)
+      for (int64_t j = off[i]; j < off[i + 1]; ++j) {
+        vf v[DB];
+        if constexpr (KV == kKvBF16) {  // pairs order: kv_pairs_dims
+          for (int b = 0; b < DB; b += 2)
+            vload_bf16_eo((const uint16_t*)vp[i] + (j - off[i]) * hd + d + b * FD_W, v[b], v[b + 1]);
+        } else {
+          for (int b = 0; b < DB; ++b) v[b] = load_kv<KV>(vp[i], (j - off[i]) * hd + d + b * FD_W);
+        }
+        for (int r = 0; r < R; ++r) {
+          const vf pj = vset1(p[r * kDecodeChunk + j]);
+          for (int b = 0; b < DB; ++b) o[r][b] = vfma(pj, v[b], o[r][b]);
+        }
       }
-    }
     for (int r = 0; r < R; ++r)
       for (int b = 0; b < DB; ++b) vstore(acc + r * kMaxHeadDim + d + b * FD_W, o[r][b]);
   }
   for (; d + FD_W <= hd; d += FD_W) {
     vf o[R];
     for (int r = 0; r < R; ++r) o[r] = vmul(vload(acc + r * kMaxHeadDim + d), vset1(corr[r]));
-    for (int64_t j = 0; j < n; ++j) {
-      const vf v = load_kv<KV>(vp, j * hd + d);
-      for (int r = 0; r < R; ++r) o[r] = vfma(vset1(p[r * kKeyChunk + j]), v, o[r]);
-    }
+    for (int64_t i = 0; i < nsub; ++i)
+      for (int64_t j = off[i]; j < off[i + 1]; ++j) {
+        const vf v = load_kv<KV>(vp[i], (j - off[i]) * hd + d);
+        for (int r = 0; r < R; ++r) o[r] = vfma(vset1(p[r * kDecodeChunk + j]), v, o[r]);
+      }
     for (int r = 0; r < R; ++r) vstore(acc + r * kMaxHeadDim + d, o[r]);
   }
   for (; d < hd; ++d)
     for (int r = 0; r < R; ++r) {
       float o = acc[r * kMaxHeadDim + d] * corr[r];
-      for (int64_t j = 0; j < n; ++j) {
-        o += p[r * kKeyChunk + j] * kv_at<KV>(vp, j * hd + d);
-      }
+      for (int64_t i = 0; i < nsub; ++i)
+        for (int64_t j = off[i]; j < off[i + 1]; ++j)
+          o += p[r * kDecodeChunk + j] * kv_at<KV>(vp[i], (j - off[i]) * hd + d);
       acc[r * kMaxHeadDim + d] = o;
     }
 }
 
+// Raw scores of the rows against one sub-chunk of n <= kKeyChunk keys (inside one block) whose keys sit
+// at kc as cached, into p rows kDecodeChunk apart. whole16: 16-key sub-chunks on AVX-512 (they may read
+// all 16 rows of a partial last one: rows past the context are in the cache, stale, and the softmax masks
+// their scores out). kbuf: kKeyChunk * hd floats of scratch.
+template <int KV>
+static inline void score_rows(const float* const* qr, int64_t nrows, const void* kc, int64_t n, int64_t hd,
+                              bool whole16, float* kbuf, float* p) {
+#if FD_W == 16
+  if (whole16) {
+    if constexpr (KV == kKvS8) {
+      for (int64_t r = 0; r < nrows; r += 4) {
+        float* pr = p + r * kDecodeChunk;
+        switch (std::min<int64_t>(4, nrows - r)) {
+          case 4: c8_scores16<4>(qr + r, (const int8_t*)kc, hd, pr); break;
+          case 3: c8_scores16<3>(qr + r, (const int8_t*)kc, hd, pr); break;
+          case 2: c8_scores16<2>(qr + r, (const int8_t*)kc, hd, pr); break;
+          default: c8_scores16<1>(qr + r, (const int8_t*)kc, hd, pr);
+        }
+      }
+    } else {
+      for (int64_t r = 0; r < nrows; r += 3) {
+        float* pr = p + r * kDecodeChunk;
+        switch (std::min<int64_t>(3, nrows - r)) {
+          case 3: dots16_rows<3, KV>(qr + r, kc, hd, pr); break;
+          case 2: dots16_rows<2, KV>(qr + r, kc, hd, pr); break;
+          default: dots16_rows<1, KV>(qr + r, kc, hd, pr);
+        }
+      }
+    }
+    return;
+  }
+#endif
+  const float* kp = (const float*)kc;
+  if constexpr (KV == kKvS8) {  // codes to fp32, unscaled
+    const int8_t* kq = (const int8_t*)kc;
+    int64_t e = 0;
+    for (; e + FD_W <= n * hd; e += FD_W) vstore(kbuf + e, vload_s8(kq + e));
+    for (; e < n * hd; ++e) kbuf[e] = (float)kq[e];
+    kp = kbuf;
+  } else if constexpr (KV == kKvBF16) {  // widened once for all rows
+    widen_bf16((const uint16_t*)kc, n * hd, kbuf);
+    kp = kbuf;
+  }
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t j = 0; j < n; ++j) p[r * kDecodeChunk + j] = dot(qr[r], kp + j * hd, hd);
+}
+
+// A decode row's result from its state: acc (pairs order, kv_pairs_dims), partial sums lv, running max mx.
+// With st == nullptr the output goes to a.out; else the unnormalized state to st: acc[hd], mx, sum.
+template <int KV>
+static inline void finish_row(const AttnArgs& a, const AttnRow& row, float* acc, const float* lv, float mx,
+                              float* st) {
+  const int64_t hd = a.head_dim;
+  const float l = vhsum(vload(lv));
+  kv_pairs_natural(acc, kv_pairs_dims<KV>(hd));
+  if (st) {
+    std::memcpy(st, acc, hd * sizeof(float));
+    st[hd] = mx;
+    st[hd + 1] = l;
+    return;
+  }
+  float* op = a.out + (row.token * a.num_heads + row.head) * hd;
+  for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
+}
+
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
-// to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max, sum
-// (max -inf and sum 0 for a row with no keys in the range), for combine_parts.
+// to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
+// as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
+// combine_parts.
 template <int KV>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
                         int64_t k0, int64_t k1, float* part) {
   constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
+  const float scale2 = a.scale * 1.4426950408889634f;
   alignas(64) float acc[kDecodeRows][kMaxHeadDim];
-  alignas(64) float p[kDecodeRows][kKeyChunk];
+  alignas(64) float p[kDecodeRows][kDecodeChunk];
+  alignas(64) float lv[kDecodeRows][FD_W];
   alignas(64) float kbuf[KV != kKvF32 ? kKeyChunk * kMaxHeadDim : 1];
-  float mx[kDecodeRows], l[kDecodeRows], corr[kDecodeRows];
+  alignas(64) float ksb[C8 ? kDecodeChunk : 1], vsb[C8 ? kDecodeChunk : 1];
+  float mx[kDecodeRows], corr[kDecodeRows];
   const float* qr[kDecodeRows];
   int64_t nk = 0;
   for (int64_t r = 0; r < nrows; ++r) {
     qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
+    for (int64_t j = 0; j < FD_W; ++j) lv[r][j] = 0.0f;
     mx[r] = -INFINITY;
-    l[r] = 0.0f;
     nk = std::max(nk, std::min(rows[r].nk, k1));
   }
-  // Whole 16-key chunks lie inside one block, so dots16_rows / c8_scores16 may read all 16 rows of a partial
-  // last chunk: the rows past the context are in the cache (stale; the softmax masks their scores out
-  // and P x V stops at the context).
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
+  const void* vp[kDecodeChunk];
+  int64_t off[kDecodeChunk + 1];
   for (int64_t kk = k0; kk < nk;) {
-    const int64_t n = chunk_len(a, kk, nk);
-    const int64_t base = key_base(a, bt, g, kk);
-    const void* kc = (const char*)a.k_cache + base * esize;  // the chunk's keys as cached
-    const float* kp = (const float*)kc;                      // ... as fp32 (F32; else set below)
-    const float *ks = nullptr, *vs = nullptr;
-    const void* vp = (const char*)a.v_cache + base * esize;
-    // Prefetch the next chunk's keys and values while this one computes. A chunk is 1-4 KiB per head and
-    // the next block sits anywhere in the pool (the block table decides), so the hardware prefetcher
-    // cannot run ahead across blocks: without this, decode over caches that do not fit in L2 (a step's 30
-    // layers) waits on memory at every block.
-    if (kk + n < nk) {
-      const int64_t nb = key_base(a, bt, g, kk + n) * esize, bytes = chunk_len(a, kk + n, nk) * hd * esize;
-      for (int64_t o = 0; o < bytes; o += 64) {
-        _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T0);
-        _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T0);
-      }
-    }
-    // Raw scores of every row first, then the rows' softmax updates: independent chains side by side.
-    bool scored = false;
-    if constexpr (C8) {
-      const int8_t* kq = (const int8_t*)kc;
-      ks = a.k_scales + base / hd;
-      vs = a.v_scales + base / hd;
-#if FD_W == 16
-      if (whole16) {
-        for (int64_t r = 0; r < nrows; r += 4) {
-          switch (std::min<int64_t>(4, nrows - r)) {
-            case 4: c8_scores16<4>(qr + r, kq, hd, p[r]); break;
-            case 3: c8_scores16<3>(qr + r, kq, hd, p[r]); break;
-            case 2: c8_scores16<2>(qr + r, kq, hd, p[r]); break;
-            default: c8_scores16<1>(qr + r, kq, hd, p[r]);
-          }
-        }
-        scored = true;
-      }
-#endif
-      if (!scored) {  // codes to fp32, unscaled
-        int64_t e = 0;
-        for (; e + FD_W <= n * hd; e += FD_W) vstore(kbuf + e, vload_s8(kq + e));
-        for (; e < n * hd; ++e) kbuf[e] = (float)kq[e];
-        kp = kbuf;
-      }
-    } else if constexpr (KV == kKvBF16) {
-      if (!whole16) {  // AVX2 / scalar, or odd shapes: widen the chunk once for all rows
-        widen_bf16((const uint16_t*)kc, n * hd, kbuf);
-        kp = kbuf;
-      }
-    }
-#if FD_W == 16
-    if (whole16 && !scored) {  // F32 / BF16: kc as cached (C8 with whole16 scored above)
-      for (int64_t r = 0; r < nrows; r += 3) {
-        switch (std::min<int64_t>(3, nrows - r)) {
-          case 3: dots16_rows<3, KV>(qr + r, kc, hd, p[r]); break;
-          case 2: dots16_rows<2, KV>(qr + r, kc, hd, p[r]); break;
-          default: dots16_rows<1, KV>(qr + r, kc, hd, p[r]);
+    // The chunk: up to kDecodeChunk keys in sub-chunks of <= kKeyChunk keys inside one block each.
+    int64_t nsub = 0, n = 0;
+    off[0] = 0;
+    for (; n < kDecodeChunk && kk + n < nk; ++nsub) {
+      const int64_t len = std::min(chunk_len(a, kk + n, nk), kDecodeChunk - n), base = key_base(a, bt, g, kk + n);
+      // Prefetch the next sub-chunk's keys and values into L1 and those a chunk ahead into L2. A block is
+      // 1-4 KiB per head and the next one sits anywhere in the pool (the block table decides), so the
+      // hardware prefetcher cannot run ahead across blocks: without this, decode over caches that do not
+      // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
+      // either alone and than longer L1 distances (docs/kernels-measurements.md).
+      if (kk + n + len < nk) {
+        const int64_t next = kk + n + len;
+        const int64_t nb = key_base(a, bt, g, next) * esize, bytes = chunk_len(a, next, nk) * hd * esize;
+        for (int64_t o = 0; o < bytes; o += 64) {
+          _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T0);
+          _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T0);
         }
       }
-      scored = true;
-    }
-#endif
-    for (int64_t r = 0; r < nrows && !scored; ++r) {
-      for (int64_t j = 0; j < std::min(n, rows[r].nk - kk); ++j) p[r][j] = dot(qr[r], kp + j * hd, hd);
+      if (kk + n + kDecodeChunk < nk) {
+        const int64_t far = kk + n + kDecodeChunk;
+        const int64_t nb = key_base(a, bt, g, far) * esize, bytes = chunk_len(a, far, nk) * hd * esize;
+        for (int64_t o = 0; o < bytes; o += 64) {
+          _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T1);
+          _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T1);
+        }
+      }
+      score_rows<KV>(qr, nrows, (const char*)a.k_cache + base * esize, len, hd, whole16, kbuf, p[0] + n);
+      vp[nsub] = (const char*)a.v_cache + base * esize;
+      if constexpr (C8) {
+        for (int64_t j = 0; j < len; ++j) {
+          ksb[n + j] = a.k_scales[base / hd + j];
+          vsb[n + j] = a.v_scales[base / hd + j];
+        }
+      }
+      n += len;
+      off[nsub + 1] = n;
     }
     for (int64_t r = 0; r < nrows; ++r) {
       const int64_t nr = std::min(n, std::min(rows[r].nk, k1) - kk);  // the row's causal limit
+      int64_t j = 0;
       if (nr > 0) {
-        softmax_update<C8>(p[r], nr, a.scale, ks, vs, mx[r], l[r], corr[r]);
+        softmax_update<C8>(p[r], nr, scale2, ksb, vsb, mx[r], lv[r], corr[r]);
+        j = (nr + FD_W - 1) / FD_W * FD_W;
       } else {  // past this row's last key: leave its state as it is
         corr[r] = 1.0f;
-        for (int64_t j = 0; j < kKeyChunk; ++j) p[r][j] = 0.0f;
       }
+      for (; j < n; ++j) p[r][j] = 0.0f;
     }
     for (int64_t r = 0; r < nrows; r += 4) {
       float *ar = acc[r], *pr = p[r], *cr = corr + r;
       switch (std::min<int64_t>(4, nrows - r)) {
-        case 4: pv_rows<4, KV>(ar, pr, cr, vp, n, hd); break;
-        case 3: pv_rows<3, KV>(ar, pr, cr, vp, n, hd); break;
-        case 2: pv_rows<2, KV>(ar, pr, cr, vp, n, hd); break;
-        default: pv_rows<1, KV>(ar, pr, cr, vp, n, hd);
+        case 4: pv_rows<4, KV>(ar, pr, cr, vp, off, nsub, hd); break;
+        case 3: pv_rows<3, KV>(ar, pr, cr, vp, off, nsub, hd); break;
+        case 2: pv_rows<2, KV>(ar, pr, cr, vp, off, nsub, hd); break;
+        default: pv_rows<1, KV>(ar, pr, cr, vp, off, nsub, hd);
       }
     }
     kk += n;
   }
-  for (int64_t r = 0; r < nrows; ++r) {
-    if (part) {
-      float* st = part + r * (hd + 2);
-      std::memcpy(st, acc[r], hd * sizeof(float));
-      st[hd] = mx[r];
-      st[hd + 1] = l[r];
-      continue;
-    }
-    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
-    for (int64_t d = 0; d < hd; ++d) op[d] = acc[r][d] / l[r];
-  }
+  for (int64_t r = 0; r < nrows; ++r)
+    finish_row<KV>(a, rows[r], acc[r], lv[r], mx[r], part ? part + r * (hd + 2) : nullptr);
 }
 
 // Decode rows whose context is longer than kKeysPerPart take it in parts of kKeysPerPart keys, each its
@@ -410,7 +506,7 @@ static void combine_parts(const AttnArgs& a, const AttnRow* rows, int64_t nrows,
     float l = 0.0f;
     for (int64_t p = 0; p < nparts; ++p) {
       const float* st = parts + p * stride + r * (hd + 2);
-      w[p] = st[hd + 1] > 0.0f ? std::exp(st[hd] - m) : 0.0f;
+      w[p] = st[hd + 1] > 0.0f ? std::exp2(st[hd] - m) : 0.0f;  // base-2 maxima
       l += st[hd + 1] * w[p];
     }
     float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;

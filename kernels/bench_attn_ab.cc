@@ -1,0 +1,149 @@
+// A/B timing of decode attention: two copies of kern_impl.h (FD_A_DIR: a saved tree, FD_B_DIR: this one)
+// in separate namespaces, alternated pass by pass on the same caches. Build (from the repo root):
+//   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
+//       -DFD_A_IMPL='"/tmp/old/kern_impl.h"' -DFD_B_IMPL='"kern_impl.h"' kernels/bench_attn_ab.cc \
+//       kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_attn_ab
+// Run: bench_attn_ab ISA(16|8) BATCH CTX LAYERS PASSES THREADS. LAYERS distinct caches (bf16, SmolLM2's
+// 9 / 3 heads, hd 64, block 16, each sequence's blocks consecutive) are read once per timed step, as a
+// decode step's 30 layers stream them; LAYERS 1 keeps one layer's cache hot.
+#include <immintrin.h>
+#include <omp.h>
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "amx_tiles.h"
+#include "dispatch.h"
+#include "kernels.h"
+
+namespace fdk {
+namespace A {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+namespace w16 {
+#define FD_W 16
+#define FD_MR 12
+#include FD_A_IMPL
+#undef FD_W
+#undef FD_MR
+}  // namespace w16
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace w8 {
+#define FD_W 8
+#define FD_MR 2
+#include FD_A_IMPL
+#undef FD_W
+#undef FD_MR
+}  // namespace w8
+#pragma GCC pop_options
+}  // namespace A
+namespace B {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
+namespace w16 {
+#define FD_W 16
+#define FD_MR 12
+#include FD_B_IMPL
+#undef FD_W
+#undef FD_MR
+}  // namespace w16
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace w8 {
+#define FD_W 8
+#define FD_MR 2
+#include FD_B_IMPL
+#undef FD_W
+#undef FD_MR
+}  // namespace w8
+#pragma GCC pop_options
+}  // namespace B
+}  // namespace fdk
+
+extern "C" uint64_t fd_read_bytes(const uint8_t* p, int64_t bytes);  // csrc/qgemm.cc: the roofline probe
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+int main(int argc, char** argv) {
+  const int isa = argc > 1 ? std::atoi(argv[1]) : 16;
+  const int64_t b = argc > 2 ? std::atol(argv[2]) : 16, ctx = argc > 3 ? std::atol(argv[3]) : 512;
+  const int layers = argc > 4 ? std::atoi(argv[4]) : 30, passes = argc > 5 ? std::atoi(argv[5]) : 10;
+  const int threads = argc > 6 ? std::atoi(argv[6]) : 2;
+  omp_set_num_threads(threads);
+  const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, mb = (ctx + bs - 1) / bs, nblocks = b * mb;
+  std::mt19937 rng(0);
+  std::normal_distribution<float> dist;
+  std::vector<int64_t> qsl(b + 1), lens(b, ctx), bt(b * mb);
+  for (int64_t i = 0; i <= b; ++i) qsl[i] = i;
+  for (int64_t i = 0; i < b * mb; ++i) bt[i] = i;
+  std::vector<float> q(b * nh * hd), oa(q.size()), ob(q.size());
+  for (auto& v : q) v = dist(rng);
+  const int64_t per = nblocks * nkv * bs * hd;
+  std::vector<uint16_t> kc(per * layers), vc(per * layers);
+  for (auto& v : kc) v = to_bf16(dist(rng));
+  for (auto& v : vc) v = to_bf16(dist(rng));
+  auto args = [&](int l, float* out) {
+    fdk::AttnArgs a{q.data(), kc.data() + l * per, vc.data() + l * per, qsl.data(), lens.data(), bt.data(), b, mb,
+                    nh, nkv, bs, hd, 0.125f, out};
+    a.kv_kind = fdk::kKvBF16;
+    return a;
+  };
+  auto step = [&](bool use_b) {
+    const unsigned long long t0 = __rdtsc();
+    for (int l = 0; l < layers; ++l) {
+      const fdk::AttnArgs a = args(l, use_b ? ob.data() : oa.data());
+      if (isa == 16) use_b ? fdk::B::w16::paged_attention(a) : fdk::A::w16::paged_attention(a);
+      else use_b ? fdk::B::w8::paged_attention(a) : fdk::A::w8::paged_attention(a);
+    }
+    return __rdtsc() - t0;
+  };
+  step(false);
+  step(true);
+  double maxdiff = 0;
+  for (size_t i = 0; i < oa.size(); ++i) maxdiff = std::max(maxdiff, (double)std::fabs(oa[i] - ob[i]));
+  const double keys = (double)b * nkv * ctx * layers;  // key x group visits per step
+  std::vector<double> ra, rb;
+  for (int p = 0; p < passes; ++p) {
+    unsigned long long ta = ~0ull, tb = ~0ull;
+    for (int r = 0; r < 3; ++r) {
+      ta = std::min(ta, step(false));
+      tb = std::min(tb, step(true));
+    }
+    ra.push_back(ta * threads / keys);
+    rb.push_back(tb * threads / keys);
+  }
+  unsigned long long tr = ~0ull;  // a plain read of the step's K and V bytes, as many threads
+  for (int r = 0; r < 5; ++r) {
+    const unsigned long long t0 = __rdtsc();
+    volatile uint64_t sink = fd_read_bytes((const uint8_t*)kc.data(), (int64_t)(kc.size() * 2)) +
+                             fd_read_bytes((const uint8_t*)vc.data(), (int64_t)(vc.size() * 2));
+    (void)sink;
+    tr = std::min(tr, __rdtsc() - t0);
+  }
+  std::printf("read of %.1f MB: %.1f TSC cycles/key/group (x threads)\n", kc.size() * 4 / 1e6, tr * threads / keys);
+  std::sort(ra.begin(), ra.end());
+  std::sort(rb.begin(), rb.end());
+  auto ms = [&](double c) { return c * keys / threads / 2.1e6; };  // TSC 2.1 GHz
+  std::printf("isa %d B=%ld ctx=%ld layers=%d thr=%d |A-B| %.2e  TSC cycles/key/group (x threads): "
+              "A %.1f-%.1f (med %.1f)  B %.1f-%.1f (med %.1f)  B/A med %.3f  [A ~%.2f ms, B ~%.2f ms by TSC]\n",
+              isa, (long)b, (long)ctx, layers, threads, maxdiff, ra.front(), ra.back(), ra[passes / 2], rb.front(),
+              rb.back(), rb[passes / 2], rb[passes / 2] / ra[passes / 2], ms(ra[passes / 2]), ms(rb[passes / 2]));
+  return 0;
+}
