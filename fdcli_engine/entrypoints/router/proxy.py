@@ -73,26 +73,25 @@ class PDProxy:
             if d is None:
                 break
             try:
-                if await self._local(path, body, headers, d):
-                    answer = await self._decode(path, body, headers, d, None)
-                    self.local_prefills += 1  # counted once D has taken the request
-                    return answer
-            except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
-                logger.warning("decode instance %s unreachable: forgotten", d.url)
-                self.registry.forget(d)
-                failed.add(d.url)
-                continue
-            tid = f"pd-{uuid.uuid4().hex}"
-            refused = await self._prefill(path, body, headers, d, tid)
-            if refused is not None:
-                return refused
-            try:
-                return await self._decode(path, body, headers, d, tid)
+                return await self._through(path, body, headers, d)
             except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
                 logger.warning("decode instance %s unreachable: forgotten", d.url)
                 self.registry.forget(d)
                 failed.add(d.url)
         return error_response(503, "no decode instance is available (none registered with the router)")
+
+    async def _through(self, path, body, headers, d: Instance) -> Response:
+        """The request served by D: prefilled by D itself when the prompt is short enough, else by a
+        prefill instance first. Raises what reaching D raises (_prefill handles its own instances' faults)."""
+        if await self._local(path, body, headers, d):
+            answer = await self._decode(path, body, headers, d, None)
+            self.local_prefills += 1  # counted once D has taken the request
+            return answer
+        tid = f"pd-{uuid.uuid4().hex}"
+        refused = await self._prefill(path, body, headers, d, tid)
+        if refused is not None:
+            return refused
+        return await self._decode(path, body, headers, d, tid)
 
     async def _local(self, path, body, headers, d: Instance) -> bool:
         """Whether D prefills the prompt itself: counted at most max_local_prefill_length tokens."""
