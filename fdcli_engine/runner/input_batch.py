@@ -62,11 +62,10 @@ class InputBuffers:
             p = s.num_computed_tokens
             if len(s.token_ids) != 1 or p < len(s.prompt_token_ids):
                 return None
-            b = s.block_ids
             pos.append(p)
-            slots.append(b[p // block_size] * block_size + p % block_size)
+            slots.append(_slot(s.block_ids, p, block_size))
             ids.append(s.token_ids[0])
-            tables.append(b)
+            tables.append(s.block_ids)
         d = self._decode.get(n)
         if d is None:
             if len(self._decode) >= self.MAX_ENTRIES:
@@ -103,6 +102,11 @@ class InputBuffers:
             return t
         entry[1][...] = a
         return entry[0]
+
+
+def _slot(block_ids: list[int], position: int, block_size: int) -> int:
+    """The KV cache slot of a request's token at `position` (slot_mapping's rule, one row at a time)."""
+    return block_ids[position // block_size] * block_size + position % block_size
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -213,7 +217,7 @@ def _one_row_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _Step
     calls: what a step costs in between two forwards, on cold caches, is mostly their count). The same
     arrays as `_varlen_arrays` gives for such a step."""
     pos = [s.num_computed_tokens for s in scheduled]
-    slots = [s.block_ids[p // block_size] * block_size + p % block_size for s, p in zip(scheduled, pos)]
+    slots = [_slot(s.block_ids, p, block_size) for s, p in zip(scheduled, pos)]
     in_prompt = [p < len(s.prompt_token_ids) for s, p in zip(scheduled, pos)]
     query_start_loc = np.arange(len(scheduled) + 1, dtype=np.int32)
     return _StepArrays(
