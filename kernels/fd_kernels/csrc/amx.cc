@@ -43,18 +43,13 @@ namespace {
 constexpr int64_t kRows = 32;  // rows per block: two A tiles of 16
 constexpr int64_t kKStep = 32;  // bf16 k's per tile (64 bytes per tile row)
 
-// silu(gate) * up with the formula and instructions of kern_impl.h's silu_and_mul at the AVX-512 width
-// (the AMX level's), so a fused conversion rounds the very value that op would have stored.
+// vexp.h's silu(gate) * up at the AVX-512 width (the AMX level's), the function kern_impl.h's
+// silu_and_mul calls, so a fused conversion rounds the very value that op would have stored.
 namespace silu16 {
 #define FD_W 16
 #include "simd.h"
 #include "vexp.h"
 #undef FD_W
-inline __m512 silu_mul(__m512 a, __m512 up) {
-  const vf sig = vexp(vsub(vzero(), a));
-  return vmul(vmul(a, up), vset1(1.0f) / vadd(vset1(1.0f), sig));
-}
-inline float silu_mul(float a, float up) { return a / (1.0f + std::exp(-a)) * up; }
 }  // namespace silu16
 
 // fp32 -> bf16 bits (round to nearest even) in the high half of each lane, low half zero: the value the
@@ -89,12 +84,12 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
     if (r < g.m) {
       for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
         __m512 v = _mm512_loadu_ps(a + k + j);
-        if (silu) v = silu16::silu_mul(v, _mm512_loadu_ps(up + k + j));
+        if (silu) v = silu16::vsilu_mul(v, _mm512_loadu_ps(up + k + j));
         const __m512i hi = _mm512_srli_epi32(round_hi(v), 16);
         _mm256_storeu_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(hi));
       }
       for (; j < kKStep && k + j < g.k; ++j)
-        o[j] = round_scalar(silu ? silu16::silu_mul(a[k + j], up[k + j]) : a[k + j]);
+        o[j] = round_scalar(silu ? silu16::silu_mul_tail(a[k + j], up[k + j]) : a[k + j]);
     }
     for (; j < kKStep; ++j) o[j] = 0;
   }

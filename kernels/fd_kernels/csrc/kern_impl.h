@@ -232,12 +232,8 @@ static void fused_add_rms_norm(const float* x, const float* res, const float* w,
 // One row: o[i] = silu(gate[i]) * up[i]. o may be gate: each element is read before it is written.
 static inline void silu_row(const float* gate, const float* up, int64_t n, float* o) {
   int64_t i = 0;
-  for (; i + FD_W <= n; i += FD_W) {
-    const vf a = vload(gate + i);
-    const vf sig = vexp(vsub(vzero(), a));  // silu(a) = a / (1 + exp(-a))
-    vstore(o + i, vmul(vmul(a, vload(up + i)), vset1(1.0f) / vadd(vset1(1.0f), sig)));
-  }
-  for (; i < n; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (; i + FD_W <= n; i += FD_W) vstore(o + i, vsilu_mul(vload(gate + i), vload(up + i)));
+  for (; i < n; ++i) o[i] = silu_mul_tail(gate[i], up[i]);
 }
 
 static void silu_and_mul(const float* x, int64_t t, int64_t n, float* out) {
@@ -322,34 +318,31 @@ static void reshape_and_cache(const float* k, const float* v, float* kc, float* 
 #include "attn_impl.h"
 
 // ----------------------------------------------------------------------- decoder stack's QKV pass
-// Token r of qkv_rope_to_cache: each head rotated out of the fused row into its destination (or RMS-normed
-// into it, then rotated in place): the values and operations of the separate split, norm and rotary
-// passes. K goes through a per-head buffer into the cache as reshape_and_cache* writes it.
+// One head of the fused row rotated into dst (or RMS-normed into it with `norm`, then rotated in place):
+// the values and operations of the separate split, norm and rotary passes.
+static inline void head_to(const float* src, float* dst, const float* norm, float eps, const float* cs,
+                           int64_t hd) {
+  if (norm) {
+    norm_row(src, norm, eps, hd, dst);
+    rope_head(dst, cs, hd / 2);
+  } else {
+    rope_head_to(src, dst, cs, hd / 2);
+  }
+}
+
+// Token r of qkv_rope_to_cache: q heads into q; K through a per-head buffer into the cache, as
+// reshape_and_cache* writes it, and V straight from the row.
 static inline void qkv_row_to_cache(const QkvToCacheArgs& a, int64_t r, float* kbuf) {
-  const int64_t hd = a.hd, half = hd / 2;
+  const int64_t hd = a.hd;
   const float* row = a.qkv + r * (a.nh + 2 * a.nkv) * hd;
   const float* cs = a.cos_sin + a.pos[r] * hd;
-  for (int64_t h = 0; h < a.nh; ++h) {
-    float* q = a.q + (r * a.nh + h) * hd;
-    if (a.q_norm) {
-      norm_row(row + h * hd, a.q_norm, a.eps, hd, q);
-      rope_head(q, cs, half);
-    } else {
-      rope_head_to(row + h * hd, q, cs, half);
-    }
-  }
+  for (int64_t h = 0; h < a.nh; ++h) head_to(row + h * hd, a.q + (r * a.nh + h) * hd, a.q_norm, a.eps, cs, hd);
   const int64_t slot = a.slots[r];
   if (slot < 0) return;
   const int64_t blk = slot / a.bs, off = slot % a.bs;
   for (int64_t h = 0; h < a.nkv; ++h) {
-    const float* k = row + (a.nh + h) * hd;
     const float* v = row + (a.nh + a.nkv + h) * hd;
-    if (a.k_norm) {
-      norm_row(k, a.k_norm, a.eps, hd, kbuf);
-      rope_head(kbuf, cs, half);
-    } else {
-      rope_head_to(k, kbuf, cs, half);
-    }
+    head_to(row + (a.nh + h) * hd, kbuf, a.k_norm, a.eps, cs, hd);
     const int64_t crow = (blk * a.nkv + h) * a.bs + off;
     if (a.kv_kind == kKvS8) {
       quantize_row_s8(kbuf, hd, (int8_t*)a.k_cache + crow * hd, a.k_scales + crow);

@@ -1,5 +1,6 @@
-// Vectorized exp, shared by kern_impl.h and sampler_impl.h. Included inside an ISA namespace after
-// simd.h (FD_W defined). No include guard on purpose: each ISA namespace gets its own copy.
+// Vectorized exp and the silu built on it, shared by kern_impl.h, sampler_impl.h, encoder_impl.h and
+// amx.cc. Included inside an ISA namespace after simd.h (FD_W defined). No include guard on purpose: each
+// ISA namespace gets its own copy.
 
 #if FD_W == 16 || FD_W == 8
 // exp for x <= 88: Cephes-style range reduction x = n*ln2 + r, degree-6 polynomial, 2^n built in the
@@ -69,3 +70,11 @@ static inline vf vexp2_nonpos(vf t) {
 #else
 static inline vf vexp2_nonpos(vf t) { return std::exp2(t); }
 #endif
+
+// silu(a) * up = a / (1 + exp(-a)) * up, in the one order silu_and_mul (kern_impl.h) and amx.cc's fused
+// down_proj input both use: the fused conversion must round the very value the op would have stored.
+static inline vf vsilu_mul(vf a, vf up) {
+  return vmul(vmul(a, up), vset1(1.0f) / vadd(vset1(1.0f), vexp(vsub(vzero(), a))));
+}
+// The same for a row's last n % FD_W values (the scalar tail's own order).
+static inline float silu_mul_tail(float a, float up) { return a / (1.0f + std::exp(-a)) * up; }
