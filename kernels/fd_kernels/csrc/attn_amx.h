@@ -188,7 +188,7 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
   // q * scale * log2(e)'s two bf16 terms row by row ([16][hd], bf16), then transposed as 32-bit dim pairs
   // into Q^T.
   alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];
-  const vf qscale = vset1(a.scale * 1.44269504088896341f);
+  const vf qscale = vset1(a.scale * kLog2e);
   for (int64_t r = 0; r < 16; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
     const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;

@@ -23,6 +23,7 @@
 constexpr int64_t kKeyChunk = 16;     // keys per online-softmax update (lanes), per sub-chunk (decode)
 constexpr int64_t kDecodeChunk = 64;  // keys per online-softmax update on the decode path
 constexpr int64_t kMaxHeadDim = 512;  // checked by the glue
+constexpr float kLog2e = 1.4426950408889634f;  // softmax scores are scaled by it into base 2 (vexp2_nonpos)
 constexpr int64_t kMinLaneRows = FD_W >= 8 ? FD_W / 2 : 4;  // below it lanes would idle
 constexpr int64_t kDecodeRows = 16;  // rows per work item on the one-row-at-a-time path
 
@@ -222,19 +223,7 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
 }
 #endif
 
-// Largest and first lane of a vector.
-static inline float vhmax(vf v) {
-#if FD_W == 16
-  return _mm512_reduce_max_ps(v);
-#elif FD_W == 8
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-#else
-  return v;
-#endif
-}
-
+// The first lane of a vector.
 static inline float vfirst(vf v) {
 #if FD_W == 16
   return _mm512_cvtss_f32(v);
@@ -403,7 +392,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
                         int64_t k0, int64_t k1, float* part) {
   constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
-  const float scale2 = a.scale * 1.4426950408889634f;
+  const float scale2 = a.scale * kLog2e;
   alignas(64) float acc[kDecodeRows][kMaxHeadDim];
   alignas(64) float p[kDecodeRows][kDecodeChunk];
   alignas(64) float lv[kDecodeRows][FD_W];

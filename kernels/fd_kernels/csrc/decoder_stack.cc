@@ -3,11 +3,11 @@
 // Invariant: every value is computed by the same arithmetic, in the same order, as the Python path's op
 // calls (shapes, eps, scale, prompt-row mask); only the buffers and the passes differ. The GEMMs and
 // attention are the same kernel calls; the elementwise ops between them are fused where one pass over
-// the rows can do several (qkv_rope_to_cache: split + q/k norms + rotary + cache write;
-// gemm_silu_mul: silu(gate) * up inside down_proj's input conversion, or in place before it), each element still taking the single ops' formula. The kernels
-// are deterministic functions of their arguments (their OpenMP splits depend on the shapes, never on the
-// addresses), so the output and the KV caches are bit-identical to the per-op path. The buffers are
-// [T, width] scratch arrays allocated once per call.
+// the rows can do several (qkv_rope_to_cache: split + q/k norms + rotary + cache write; gemm_silu_mul:
+// silu(gate) * up inside down_proj's input conversion, or in place before it), each element still taking
+// the single ops' formula. The kernels are deterministic functions of their arguments (their OpenMP
+// splits depend on the shapes, never on the addresses), so the output and the KV caches are bit-identical
+// to the per-op path. The buffers are [T, width] scratch arrays allocated once per call.
 
 #include "decoder_stack.h"
 

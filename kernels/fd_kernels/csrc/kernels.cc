@@ -159,15 +159,13 @@ void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
 
 void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows) {
   if (g.m == 0) return;
+  GemmArgs b = g;
+  b.a = gate_up;
   if (prompt_row_count(g, prompt_rows) == g.m && takes_tiles(g)) {
-    GemmArgs b = g;
-    b.a = gate_up;
     b.bf16 = true;
     return amx::gemm_bf16_silu_mul(b);
   }
   silu_and_mul_inplace(gate_up, g.m, g.k);
-  GemmArgs b = g;
-  b.a = gate_up;
   gemm(b, prompt_rows);
 }
 

@@ -29,24 +29,16 @@ static inline vf vkeep_ge(vf x, vf t, vf a) {  // a where x >= t, else 0
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ), a);
 }
 static inline int vcount_ge(vf x, vf t) { return __builtin_popcount(_mm512_cmp_ps_mask(x, t, _CMP_GE_OQ)); }
-static inline float vhmax(vf v) { return _mm512_reduce_max_ps(v); }
 #elif FD_W == 8
 static inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 static inline vf vkeep_ge(vf x, vf t, vf a) { return _mm256_and_ps(_mm256_cmp_ps(x, t, _CMP_GE_OQ), a); }
 static inline int vcount_ge(vf x, vf t) {
   return __builtin_popcount(_mm256_movemask_ps(_mm256_cmp_ps(x, t, _CMP_GE_OQ)));
 }
-static inline float vhmax(vf v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
 #else
 static inline vf vdiv(vf a, vf b) { return a / b; }
 static inline vf vkeep_ge(vf x, vf t, vf a) { return x >= t ? a : 0.0f; }
 static inline int vcount_ge(vf x, vf t) { return x >= t; }
-static inline float vhmax(vf v) { return v; }
 #endif
 
 // Order-preserving map between floats and int32 keys (for non-NaN values), so a threshold can be

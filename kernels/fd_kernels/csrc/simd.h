@@ -31,6 +31,7 @@ static inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 static inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 static inline float vhsum(vf v) { return _mm512_reduce_add_ps(v); }
+static inline float vhmax(vf v) { return _mm512_reduce_max_ps(v); }
 // s where key_pos <= limit (lane-wise), else -inf: the causal mask.
 static inline vf vmask_le(vf s, float key_pos, vf limit) {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vset1(key_pos), limit, _CMP_LE_OQ), vset1(-INFINITY), s);
@@ -80,6 +81,12 @@ static inline float vhsum(vf v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+static inline float vhmax(vf v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
 static inline vf vmask_le(vf s, float key_pos, vf limit) {
   return _mm256_blendv_ps(vset1(-INFINITY), s, _mm256_cmp_ps(vset1(key_pos), limit, _CMP_LE_OQ));
 }
@@ -113,6 +120,7 @@ static inline vf vsub(vf a, vf b) { return a - b; }
 static inline vf vmul(vf a, vf b) { return a * b; }
 static inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 static inline float vhsum(vf v) { return v; }
+static inline float vhmax(vf v) { return v; }
 static inline vf vmask_le(vf s, float key_pos, vf limit) { return key_pos <= limit ? s : -INFINITY; }
 static inline vf vload_s8(const int8_t* p) { return (float)*p; }
 static inline vf vload_u4(const uint8_t* p, int shift) { return (float)((*p >> shift) & 15); }
