@@ -7,7 +7,8 @@ are still prefilled, so their TPOT holds part of those prefill steps. This scrip
 to a real `fd serve` (streaming completions; TTFT and TPOT from the times the client saw each chunk)
 and to the in-process engine (the same engine and output processor driven step by step; TTFT and TPOT
 from the times each request's outputs came back), in turns, so the two sides' figures are the same
-quantity and their difference is what the server adds. It also prints CPU milliseconds per output token
+quantity and their difference is what the server adds (a pass's ratio compares two runs seconds apart;
+on a shared machine only those ratios mean anything). It also prints CPU milliseconds per output token
 of the server's front end, its engine core, the client (this process during server runs) and the
 in-process engine (psutil: user + system time), which do not depend on what else the machine runs.
 
@@ -152,6 +153,11 @@ def main() -> None:
             f"{side:>7}: mean TTFT ms {_fmt(f['ttft'])}, mean TPOT ms {_fmt(f['tpot'])}, "
             f"output tok/s {_fmt(f['tok_s'], 1.0)}"
         )
+    ratios = [s / e for s, e in zip(figs["server"]["tok_s"], figs["engine"]["tok_s"])]
+    print(
+        f"tok/s server / in-process per pass: {', '.join(f'{r:.3f}' for r in ratios)} "
+        f"(median {statistics.median(ratios):.3f})"
+    )
     per_tok = {k: 1000 * v / (tokens * args.passes) for k, v in cpu.items()}
     print("CPU ms per output token: " + ", ".join(f"{k} {v:.3f}" for k, v in per_tok.items()))
 
