@@ -16,7 +16,6 @@ after a death every waiting and every new request gets EngineDeadError instead o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -118,14 +117,17 @@ class EngineFrontEnd:
             request_id, prompt_token_ids, pooling_params, OutputCollector(), None, mm_features
         )
 
-    async def _stream(self, request_id, prompt_token_ids, params, collector, prompt=None, mm_features=None):
-        """The request is opened at the first iteration; leaving early aborts it."""
-        self.open_request(request_id, prompt_token_ids, params, collector, prompt, mm_features=mm_features)
-        async with contextlib.aclosing(
-            stream_until_finished(collector, lambda: self.abort(request_id))
-        ) as it:
-            async for item in it:
-                yield item
+    def _stream(self, request_id, prompt_token_ids, params, collector, prompt=None, mm_features=None):
+        """The request is opened at the first iteration; leaving early aborts it. One generator per
+        request between its collector and the serving layer: each level costs the front end CPU on
+        every streamed token."""
+
+        def open_request() -> None:
+            self.open_request(
+                request_id, prompt_token_ids, params, collector, prompt, mm_features=mm_features
+            )
+
+        return stream_until_finished(collector, lambda: self.abort(request_id), open_request)
 
     def open_request(
         self,

@@ -9,11 +9,17 @@ from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind
 
 
-async def stream_until_finished(q: asyncio.Queue, abort: Callable[[], None]) -> AsyncIterator[RequestOutput]:
-    """Yield a request's outputs until one is finished. An exception put on the queue (the engine
-    refused or failed the request, or died) is raised and needs no abort. A consumer that stops early
-    (client disconnect, cancellation) aborts the request, so its KV blocks are freed: close this
-    generator promptly (`contextlib.aclosing`) for the abort to happen at once."""
+async def stream_until_finished(
+    q: asyncio.Queue, abort: Callable[[], None], open_request: Callable[[], None] | None = None
+) -> AsyncIterator[RequestOutput]:
+    """Yield a request's outputs until one is finished. `open_request` (when given) runs at the first
+    iteration, before anything can be aborted: a request that fails to open raises there and aborts
+    nothing (its id may be another live request's). An exception put on the queue (the engine refused
+    or failed the request, or died) is raised and needs no abort. A consumer that stops early (client
+    disconnect, cancellation) aborts the request, so its KV blocks are freed: close this generator
+    promptly (`contextlib.aclosing`) for the abort to happen at once."""
+    if open_request is not None:
+        open_request()
     finished = False
     try:
         while True:

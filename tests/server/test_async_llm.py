@@ -107,3 +107,40 @@ def test_dead_core_fails_waiting_requests_and_new_ones(tokenizer):
             await collect(eng, "r2")
 
     asyncio.run(scenario())
+
+
+def test_duplicate_request_id_fails_alone_and_aborts_nothing(tokenizer):
+    """The second request with a live id is refused at its first iteration; the first one, which
+    holds that id, is neither aborted in the core nor disturbed."""
+    from fdcli_engine.errors import InvalidRequestError
+
+    async def scenario():
+        eng = make_engine(tokenizer)
+        first = asyncio.create_task(collect(eng, "r1"))
+        await asyncio.sleep(0)
+        with pytest.raises(InvalidRequestError, match="already in use"):
+            await collect(eng, "r1")
+        eng._on_event(OutputsMsg([EngineCoreOutput("r1", [40], finish_reason="length")]))
+        return eng, await first
+
+    eng, outs = asyncio.run(scenario())
+    assert outs[-1].finished and outs[-1].outputs[0].token_ids == [40]
+    assert [m.req_id for m in eng.client.sent if isinstance(m, AddRequest)] == ["r1"]
+    assert not [m for m in eng.client.sent if isinstance(m, AbortRequest)]
+
+
+def test_closing_a_stream_early_aborts_in_core_at_once(tokenizer):
+    async def scenario():
+        eng = make_engine(tokenizer)
+        stream = eng.generate([5, 6, 7], SamplingParams(max_tokens=4), "r1")
+        pending = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)
+        eng._on_event(OutputsMsg([EngineCoreOutput("r1", [40])]))
+        first = await pending
+        await stream.aclose()  # no garbage collection needed: the abort is sent by aclose itself
+        return eng, first
+
+    eng, first = asyncio.run(scenario())
+    assert not first.finished
+    assert [m.req_ids for m in eng.client.sent if isinstance(m, AbortRequest)] == [["r1"]]
+    assert eng.num_unfinished == 0

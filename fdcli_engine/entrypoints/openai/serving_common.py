@@ -263,14 +263,17 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def batch_deltas(stream, max_tokens: int | None) -> AsyncIterator[tuple[Job, RequestOutput]]:
+def batch_deltas(stream, max_tokens: int | None) -> AsyncIterator[tuple[Job, RequestOutput]]:
     """FastDeploy's max_streaming_response_tokens over a DELTA stream of (job, output): a choice's
     first output passes at once (its first token is never held back, so time to first token stays
-    what it is); later ones are merged until they hold `max_tokens` tokens or the choice finishes."""
+    what it is); later ones are merged until they hold `max_tokens` tokens or the choice finishes.
+    Without batching the stream itself is returned (no generator level per token)."""
     if max_tokens is None or max_tokens <= 1:
-        async for item in stream:
-            yield item
-        return
+        return stream
+    return _batched_deltas(stream, max_tokens)
+
+
+async def _batched_deltas(stream, max_tokens: int) -> AsyncIterator[tuple[Job, RequestOutput]]:
     started: set[int] = set()
     held: dict[int, RequestOutput] = {}
     async for job, out in stream:
