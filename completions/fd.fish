@@ -83,7 +83,7 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l seed -l served-model-name -l speculative-config -l splitwise-role -l strict \
     -l structured-outputs-config -l summary-json -l swap-space -l tensor-parallel-size -l threads \
     -l tokenizer -l tool-call-parser -l use-cudagraph -o dp -s i -s m -s o -s q -o tp
-complete -c fd -n '__fish_seen_subcommand_from serve' \
+complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcommand_from bench' \
     -l allow-credentials -l allowed-headers -l allowed-local-media-path -l allowed-media-domains \
     -l allowed-methods -l allowed-origins -l api-key -l api-key-file -l block-size \
     -l cache-queue-port -l cache-transfer-protocol -l chat-template -l config -l convert \

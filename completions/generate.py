@@ -133,8 +133,11 @@ def fish_script(tree: dict[str, dict]) -> str:
     for path, node in sorted(tree.items()):
         parts = path.split()
         cond = "; and ".join(f"__fish_seen_subcommand_from {p}" for p in parts) or "__fish_use_subcommand"
-        if parts and node["subcommands"]:
-            cond += "; and not __fish_seen_subcommand_from " + " ".join(node["subcommands"])
+        # __fish_seen_subcommand_from looks for a word anywhere on the line: leave out every longer path
+        # that holds this one's words (`bench latency` from `bench`, `bench serve` from `serve`).
+        longer = sorted({w for q in tree for w in q.split() if set(parts) < set(q.split())} - set(parts))
+        if parts and longer:
+            cond += "; and not __fish_seen_subcommand_from " + " ".join(longer)
         head = f"complete -c fd -n '{cond}'"
         for sub, doc in node["subcommands"].items():
             lines.append(f"{head} -a {sub} -d '{doc}'")

@@ -95,3 +95,16 @@ def test_fish_completes_the_values_of_a_choice_option(tmp_path):
     assert _fish_complete("fd run --mode ", script) == ["eager", "lazy"]
     assert sorted(_fish_complete("fd run -", script)) == ["--fast", "--mode", "-x"]
     assert _fish_complete("fd -", script) == ["--verbose"]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish not installed")
+def test_fish_completes_exactly_each_commands_own_options():
+    # `fd bench serve` must not also be offered `fd serve`'s flags (both paths hold the word "serve").
+    sys.path.insert(0, str(GEN.parent))
+    try:
+        import generate
+    finally:
+        sys.path.pop(0)
+    for path, node in generate.command_tree().items():
+        offered = {w for w in _fish_complete(f"fd {path} -".replace("  ", " ")) if w.startswith("-")}
+        assert offered == set(node["options"]), path
