@@ -67,9 +67,8 @@ def set_engine_process_env(num_threads: int, cpus: list[int] | None, *, bind: bo
     bind: set_omp_defaults's (the engine core binds by default; a tensor-parallel rank always has cpus).
     """
     if cpus:
-        with contextlib.suppress(
-            AttributeError, OSError
-        ):  # no sched_setaffinity: the bind list still applies
+        # No sched_setaffinity (or not allowed): the bind list still applies.
+        with contextlib.suppress(AttributeError, OSError):
             os.sched_setaffinity(0, set(cpus))
         os.environ[BIND_ENV] = ",".join(str(c) for c in cpus)
         os.environ["OMP_NUM_THREADS"] = str(num_threads)
