@@ -29,7 +29,9 @@ SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP d
 # The engine core sets KMP_BLOCKTIME=1: the in-process engine gets the same. It does not bind its threads
 # (FD_CPU_OMP_THREADS_BIND): on a machine other processes share, a thread bound to a CPU one of them holds
 # waits for it, and every parallel region with it (the step ran 3x slower so).
-os.environ.setdefault("KMP_BLOCKTIME", "1")
+from fdcli_engine.threads import set_omp_defaults  # noqa: E402  (after SERVER_ENV: importing sets variables)
+
+set_omp_defaults(bind=False)
 
 PROMPT_LEN = 32
 

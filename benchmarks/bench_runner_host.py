@@ -21,7 +21,10 @@ import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
-os.environ.setdefault("KMP_BLOCKTIME", "1")  # as the engine core sets it
+
+from fdcli_engine.threads import set_omp_defaults  # noqa: E402
+
+set_omp_defaults(bind=False)  # KMP_BLOCKTIME=1 as the engine core sets it; threads left unbound
 
 
 class KernelClock:

@@ -30,8 +30,9 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
-os.environ.setdefault("KMP_BLOCKTIME", "1")
-os.environ.setdefault("FD_CPU_OMP_THREADS_BIND", "auto")
+from fdcli_engine.threads import set_omp_defaults  # noqa: E402  (after SERVER_ENV: importing sets variables)
+
+set_omp_defaults(bind=True)
 
 
 async def _one_stream(url: str, ids: list[int], output_len: int) -> tuple[float, float]:

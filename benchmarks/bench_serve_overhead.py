@@ -52,8 +52,9 @@ os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
 # It sets KMP_BLOCKTIME=1 and binds its OpenMP threads; the in-process engine here gets the same settings,
 # so the two sides differ only by the server.
-os.environ.setdefault("KMP_BLOCKTIME", "1")
-os.environ.setdefault("FD_CPU_OMP_THREADS_BIND", "auto")
+from fdcli_engine.threads import set_omp_defaults  # noqa: E402  (after SERVER_ENV: importing sets variables)
+
+set_omp_defaults(bind=True)
 
 
 MAX_TOKEN_ID = 40000  # below SmolLM2's vocabulary (49152); --max-token-id for smaller models

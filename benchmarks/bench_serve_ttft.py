@@ -27,8 +27,9 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 SERVER_ENV = dict(os.environ)  # the server's engine core picks its own OpenMP defaults (core_proc.py)
 if "--engine-env" not in sys.argv or sys.argv[sys.argv.index("--engine-env") + 1 :][:1] != ["plain"]:
-    os.environ.setdefault("KMP_BLOCKTIME", "1")
-    os.environ.setdefault("FD_CPU_OMP_THREADS_BIND", "auto")
+    from fdcli_engine.threads import set_omp_defaults  # after SERVER_ENV: importing sets variables
+
+    set_omp_defaults(bind=True)
 
 PAUSE_S = 0.3  # longer than any OpenMP block time in play, so the other side's threads sleep
 

@@ -8,435 +8,118 @@ complete -c fd -n '__fish_use_subcommand' -a router -d 'Route OpenAI requests th
 complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine without a server,...'
 complete -c fd -n '__fish_use_subcommand' -a serve -d 'Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on...'
 complete -c fd -n '__fish_use_subcommand' -a tokenizer -d 'Encode, decode and inspect a models tokenizer and chat template (offline).'
-complete -c fd -n '__fish_use_subcommand' -l version
-complete -c fd -n '__fish_use_subcommand' -s V
+complete -c fd -n '__fish_use_subcommand' \
+    -l version -s V
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a compare -d 'Print benchmark runs side by side with ratios against the first.'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a latency -d 'Time one batchs generate() end to end, in-process.'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a serve -d 'Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed...'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a throughput -d 'Offline throughput: all prompts at once through the in-process engine.'
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l batch-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l block-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l cache-queue-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l cache-transfer-protocol
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l convert
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l data-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l distributed-executor-backend
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l dtype
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-custom-all-reduce
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-expert-parallel
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-watchdog-timeout
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l engine-worker-queue-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l gpu-memory-utilization
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l graph-optimization-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l guided-decoding-backend
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l innode-prefill-ports
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l input-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l ips
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-dtype
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-memory-gb
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-cache-ratio
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-offload-compression
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-offload-dir
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-offload-dir-gb
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-transfer-host
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l kv-transfer-token
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l load-choices
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l master-addr
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l master-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-model-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-num-batched-tokens
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l max-num-seqs
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l model
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l nnodes
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l no-enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l no-enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l node-rank
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-gpu-blocks-override
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-iters
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-iters-warmup
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l num-kv-blocks
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l output-json
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l override-pooler-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l pd-comm-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l percentiles
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l pooler-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l quantization
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l ray-address
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l router
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l runner
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l seed
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l served-model-name
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l speculative-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l splitwise-role
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l structured-outputs-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l swap-space
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l tensor-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l threads
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -l use-cudagraph
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -o dp
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s m
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -s q
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' -o tp
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l api-key
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l append-result
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l backend
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l base-url
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l burstiness
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l chart
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l custom-output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l dataset
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l dataset-name
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l dataset-path
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l disable-tqdm
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l endpoint
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l goodput
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l header
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l hf-output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l hf-prompt-column
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l hf-split
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l hf-subset
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l host
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ignore-eos
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l include-usage
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l label
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l max-concurrency
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l max-tokens
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l metadata
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l metric-percentiles
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l model
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l no-chart
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l no-include-usage
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l no-progress
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l num-prompts
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l num-warmups
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l percentile-metrics
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l percentiles
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l prefix-repetition-num-prefixes
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l prefix-repetition-output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l prefix-repetition-prefix-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l prefix-repetition-suffix-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l progress
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-end-rate
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-end-rps
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-start-rate
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-start-rps
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ramp-up-strategy
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-input-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-prefix-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l random-range-ratio
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l ready-timeout
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l request-rate
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l request-timeout
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l result-dir
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l result-filename
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l save-detailed
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l save-result
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l seed
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l served-model-name
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l sharegpt-output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l temperature
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l top-k
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -l top-p
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' -s n
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l block-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l cache-queue-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l cache-transfer-protocol
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l convert
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l data-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l distributed-executor-backend
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l dtype
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-custom-all-reduce
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-expert-parallel
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-watchdog-timeout
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l engine-worker-queue-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l gpu-memory-utilization
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l graph-optimization-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l guided-decoding-backend
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l innode-prefill-ports
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l input-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l ips
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-dtype
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-memory-gb
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-cache-ratio
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-offload-compression
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-offload-dir
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-offload-dir-gb
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-transfer-host
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l kv-transfer-token
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l load-choices
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l master-addr
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l master-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-model-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-num-batched-tokens
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l max-num-seqs
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l model
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l nnodes
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l no-enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l no-enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l node-rank
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-gpu-blocks-override
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-iters
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-iters-warmup
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-kv-blocks
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l num-prompts
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l output-json
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l output-len
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l override-pooler-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l pd-comm-port
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l percentiles
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l pooler-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l quantization
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l ray-address
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l router
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l runner
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l seed
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l served-model-name
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l speculative-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l splitwise-role
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l structured-outputs-config
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l swap-space
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l tensor-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l threads
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -l use-cudagraph
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o dp
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s m
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -s q
-complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' -o tp
-complete -c fd -n '__fish_seen_subcommand_from chat' -l api-key
-complete -c fd -n '__fish_seen_subcommand_from chat' -l image
-complete -c fd -n '__fish_seen_subcommand_from chat' -l json-schema
-complete -c fd -n '__fish_seen_subcommand_from chat' -l max-tokens
-complete -c fd -n '__fish_seen_subcommand_from chat' -l model-name
-complete -c fd -n '__fish_seen_subcommand_from chat' -l quick
-complete -c fd -n '__fish_seen_subcommand_from chat' -l system-prompt
-complete -c fd -n '__fish_seen_subcommand_from chat' -l temperature
-complete -c fd -n '__fish_seen_subcommand_from chat' -l url
-complete -c fd -n '__fish_seen_subcommand_from chat' -s q
-complete -c fd -n '__fish_seen_subcommand_from collect-env' -l json
-complete -c fd -n '__fish_seen_subcommand_from collect-env' -l no-paddle
-complete -c fd -n '__fish_seen_subcommand_from complete' -l api-key
-complete -c fd -n '__fish_seen_subcommand_from complete' -l json
-complete -c fd -n '__fish_seen_subcommand_from complete' -l json-schema
-complete -c fd -n '__fish_seen_subcommand_from complete' -l max-tokens
-complete -c fd -n '__fish_seen_subcommand_from complete' -l model-name
-complete -c fd -n '__fish_seen_subcommand_from complete' -l temperature
-complete -c fd -n '__fish_seen_subcommand_from complete' -l url
-complete -c fd -n '__fish_seen_subcommand_from router' -l host
-complete -c fd -n '__fish_seen_subcommand_from router' -l kv-transfer-token
-complete -c fd -n '__fish_seen_subcommand_from router' -l max-local-prefill-length
-complete -c fd -n '__fish_seen_subcommand_from router' -l port
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l allowed-local-media-path
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l allowed-media-domains
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l block-size
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l cache-queue-port
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l cache-transfer-protocol
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l chat-template
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l config
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l convert
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l data-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l distributed-executor-backend
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l dtype
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-custom-all-reduce
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-expert-parallel
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-watchdog-timeout
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l engine-worker-queue-port
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l gpu-memory-utilization
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l graph-optimization-config
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l guided-decoding-backend
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l innode-prefill-ports
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l input
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l ips
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-dtype
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-memory-gb
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-cache-ratio
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-offload-compression
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-offload-dir
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-offload-dir-gb
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-transfer-host
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l kv-transfer-token
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l limit-mm-per-prompt
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l load-choices
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l master-addr
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l master-port
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-inflight
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-model-len
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-batched-tokens
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l max-num-seqs
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l model
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l nnodes
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l no-progress
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l node-rank
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-gpu-blocks-override
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l num-kv-blocks
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l output
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l override-pooler-config
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pd-comm-port
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l pooler-config
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l progress
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l quantization
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l ray-address
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l reasoning-parser
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l resume
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l router
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l runner
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l seed
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l served-model-name
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l speculative-config
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l splitwise-role
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l strict
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l structured-outputs-config
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l summary-json
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l swap-space
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tensor-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l threads
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l tool-call-parser
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -l use-cudagraph
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -o dp
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -s i
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -s m
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -s o
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -s q
-complete -c fd -n '__fish_seen_subcommand_from run-batch' -o tp
-complete -c fd -n '__fish_seen_subcommand_from serve' -l allow-credentials
-complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-headers
-complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-local-media-path
-complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-media-domains
-complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-methods
-complete -c fd -n '__fish_seen_subcommand_from serve' -l allowed-origins
-complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key
-complete -c fd -n '__fish_seen_subcommand_from serve' -l api-key-file
-complete -c fd -n '__fish_seen_subcommand_from serve' -l block-size
-complete -c fd -n '__fish_seen_subcommand_from serve' -l cache-queue-port
-complete -c fd -n '__fish_seen_subcommand_from serve' -l cache-transfer-protocol
-complete -c fd -n '__fish_seen_subcommand_from serve' -l chat-template
-complete -c fd -n '__fish_seen_subcommand_from serve' -l config
-complete -c fd -n '__fish_seen_subcommand_from serve' -l convert
-complete -c fd -n '__fish_seen_subcommand_from serve' -l data-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from serve' -l distributed-executor-backend
-complete -c fd -n '__fish_seen_subcommand_from serve' -l dtype
-complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-auto-tool-choice
-complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-custom-all-reduce
-complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-expert-parallel
-complete -c fd -n '__fish_seen_subcommand_from serve' -l enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-watchdog-timeout
-complete -c fd -n '__fish_seen_subcommand_from serve' -l engine-worker-queue-port
-complete -c fd -n '__fish_seen_subcommand_from serve' -l gpu-memory-utilization
-complete -c fd -n '__fish_seen_subcommand_from serve' -l graph-optimization-config
-complete -c fd -n '__fish_seen_subcommand_from serve' -l guided-decoding-backend
-complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-header-count
-complete -c fd -n '__fish_seen_subcommand_from serve' -l h11-max-incomplete-event-size
-complete -c fd -n '__fish_seen_subcommand_from serve' -l host
-complete -c fd -n '__fish_seen_subcommand_from serve' -l innode-prefill-ports
-complete -c fd -n '__fish_seen_subcommand_from serve' -l ips
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-dtype
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-memory-gb
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-cache-ratio
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-offload-compression
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-offload-dir
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-offload-dir-gb
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-transfer-host
-complete -c fd -n '__fish_seen_subcommand_from serve' -l kv-transfer-token
-complete -c fd -n '__fish_seen_subcommand_from serve' -l limit-mm-per-prompt
-complete -c fd -n '__fish_seen_subcommand_from serve' -l load-choices
-complete -c fd -n '__fish_seen_subcommand_from serve' -l master-addr
-complete -c fd -n '__fish_seen_subcommand_from serve' -l master-port
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-concurrency
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-connections
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-model-len
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-num-batched-tokens
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-num-seqs
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-queue-size
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-request-body-bytes
-complete -c fd -n '__fish_seen_subcommand_from serve' -l max-waiting-time
-complete -c fd -n '__fish_seen_subcommand_from serve' -l metrics-port
-complete -c fd -n '__fish_seen_subcommand_from serve' -l model
-complete -c fd -n '__fish_seen_subcommand_from serve' -l nnodes
-complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-chunked-prefill
-complete -c fd -n '__fish_seen_subcommand_from serve' -l no-enable-prefix-caching
-complete -c fd -n '__fish_seen_subcommand_from serve' -l node-rank
-complete -c fd -n '__fish_seen_subcommand_from serve' -l num-gpu-blocks-override
-complete -c fd -n '__fish_seen_subcommand_from serve' -l num-kv-blocks
-complete -c fd -n '__fish_seen_subcommand_from serve' -l override-pooler-config
-complete -c fd -n '__fish_seen_subcommand_from serve' -l pd-comm-port
-complete -c fd -n '__fish_seen_subcommand_from serve' -l pooler-config
-complete -c fd -n '__fish_seen_subcommand_from serve' -l port
-complete -c fd -n '__fish_seen_subcommand_from serve' -l quantization
-complete -c fd -n '__fish_seen_subcommand_from serve' -l ray-address
-complete -c fd -n '__fish_seen_subcommand_from serve' -l reasoning-parser
-complete -c fd -n '__fish_seen_subcommand_from serve' -l router
-complete -c fd -n '__fish_seen_subcommand_from serve' -l runner
-complete -c fd -n '__fish_seen_subcommand_from serve' -l seed
-complete -c fd -n '__fish_seen_subcommand_from serve' -l served-model-name
-complete -c fd -n '__fish_seen_subcommand_from serve' -l speculative-config
-complete -c fd -n '__fish_seen_subcommand_from serve' -l splitwise-role
-complete -c fd -n '__fish_seen_subcommand_from serve' -l strict-request-fields
-complete -c fd -n '__fish_seen_subcommand_from serve' -l structured-outputs-config
-complete -c fd -n '__fish_seen_subcommand_from serve' -l swap-space
-complete -c fd -n '__fish_seen_subcommand_from serve' -l tensor-parallel-size
-complete -c fd -n '__fish_seen_subcommand_from serve' -l threads
-complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-graceful-shutdown
-complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-keep-alive
-complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-request-body
-complete -c fd -n '__fish_seen_subcommand_from serve' -l timeout-request-header
-complete -c fd -n '__fish_seen_subcommand_from serve' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from serve' -l tool-call-parser
-complete -c fd -n '__fish_seen_subcommand_from serve' -l trust-request-chat-template
-complete -c fd -n '__fish_seen_subcommand_from serve' -l use-cudagraph
-complete -c fd -n '__fish_seen_subcommand_from serve' -l uvicorn-log-level
-complete -c fd -n '__fish_seen_subcommand_from serve' -o dp
-complete -c fd -n '__fish_seen_subcommand_from serve' -s m
-complete -c fd -n '__fish_seen_subcommand_from serve' -s q
-complete -c fd -n '__fish_seen_subcommand_from serve' -o tp
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' \
+    -l batch-size -l block-size -l cache-queue-port -l cache-transfer-protocol -l config -l convert \
+    -l data-parallel-size -l distributed-executor-backend -l dtype -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-expert-parallel -l enable-prefix-caching \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l gpu-memory-utilization \
+    -l graph-optimization-config -l guided-decoding-backend -l innode-prefill-ports -l input-len \
+    -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l load-choices \
+    -l master-addr -l master-port -l max-model-len -l max-num-batched-tokens -l max-num-seqs \
+    -l model -l nnodes -l no-enable-chunked-prefill -l no-enable-prefix-caching -l node-rank \
+    -l num-gpu-blocks-override -l num-iters -l num-iters-warmup -l num-kv-blocks -l output-json \
+    -l output-len -l override-pooler-config -l pd-comm-port -l percentiles -l pooler-config \
+    -l quantization -l ray-address -l router -l runner -l seed -l served-model-name \
+    -l speculative-config -l splitwise-role -l structured-outputs-config -l swap-space \
+    -l tensor-parallel-size -l threads -l tokenizer -l use-cudagraph -o dp -s m -s q -o tp
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' \
+    -l api-key -l append-result -l backend -l base-url -l burstiness -l chart -l custom-output-len \
+    -l dataset -l dataset-name -l dataset-path -l disable-tqdm -l endpoint -l goodput -l header \
+    -l hf-output-len -l hf-prompt-column -l hf-split -l hf-subset -l host -l ignore-eos \
+    -l include-usage -l label -l max-concurrency -l max-tokens -l metadata -l metric-percentiles \
+    -l model -l no-chart -l no-include-usage -l no-progress -l num-prompts -l num-warmups \
+    -l percentile-metrics -l percentiles -l port -l prefix-repetition-num-prefixes \
+    -l prefix-repetition-output-len -l prefix-repetition-prefix-len -l prefix-repetition-suffix-len \
+    -l progress -l ramp-up -l ramp-up-end-rate -l ramp-up-end-rps -l ramp-up-start-rate \
+    -l ramp-up-start-rps -l ramp-up-strategy -l random-input-len -l random-output-len \
+    -l random-prefix-len -l random-range-ratio -l ready-timeout -l request-rate -l request-timeout \
+    -l result-dir -l result-filename -l save-detailed -l save-result -l seed -l served-model-name \
+    -l sharegpt-output-len -l temperature -l tokenizer -l top-k -l top-p -s n
+complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' \
+    -l block-size -l cache-queue-port -l cache-transfer-protocol -l config -l convert \
+    -l data-parallel-size -l distributed-executor-backend -l dtype -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-expert-parallel -l enable-prefix-caching \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l gpu-memory-utilization \
+    -l graph-optimization-config -l guided-decoding-backend -l innode-prefill-ports -l input-len \
+    -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l load-choices \
+    -l master-addr -l master-port -l max-model-len -l max-num-batched-tokens -l max-num-seqs \
+    -l model -l nnodes -l no-enable-chunked-prefill -l no-enable-prefix-caching -l node-rank \
+    -l num-gpu-blocks-override -l num-iters -l num-iters-warmup -l num-kv-blocks -l num-prompts \
+    -l output-json -l output-len -l override-pooler-config -l pd-comm-port -l percentiles \
+    -l pooler-config -l quantization -l ray-address -l router -l runner -l seed -l served-model-name \
+    -l speculative-config -l splitwise-role -l structured-outputs-config -l swap-space \
+    -l tensor-parallel-size -l threads -l tokenizer -l use-cudagraph -o dp -s m -s q -o tp
+complete -c fd -n '__fish_seen_subcommand_from chat' \
+    -l api-key -l image -l json-schema -l max-tokens -l model-name -l quick -l system-prompt \
+    -l temperature -l url -s q
+complete -c fd -n '__fish_seen_subcommand_from collect-env' \
+    -l json -l no-paddle
+complete -c fd -n '__fish_seen_subcommand_from complete' \
+    -l api-key -l json -l json-schema -l max-tokens -l model-name -l temperature -l url
+complete -c fd -n '__fish_seen_subcommand_from router' \
+    -l host -l kv-transfer-token -l max-local-prefill-length -l port
+complete -c fd -n '__fish_seen_subcommand_from run-batch' \
+    -l allowed-local-media-path -l allowed-media-domains -l block-size -l cache-queue-port \
+    -l cache-transfer-protocol -l chat-template -l config -l convert -l data-parallel-size \
+    -l distributed-executor-backend -l dtype -l enable-chunked-prefill -l enable-custom-all-reduce \
+    -l enable-expert-parallel -l enable-prefix-caching -l engine-watchdog-timeout \
+    -l engine-worker-queue-port -l gpu-memory-utilization -l graph-optimization-config \
+    -l guided-decoding-backend -l innode-prefill-ports -l input -l ips -l kv-cache-dtype \
+    -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir \
+    -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l limit-mm-per-prompt \
+    -l load-choices -l master-addr -l master-port -l max-inflight -l max-model-len \
+    -l max-num-batched-tokens -l max-num-seqs -l model -l nnodes -l no-enable-chunked-prefill \
+    -l no-enable-prefix-caching -l no-progress -l node-rank -l num-gpu-blocks-override \
+    -l num-kv-blocks -l output -l override-pooler-config -l pd-comm-port -l pooler-config \
+    -l progress -l quantization -l ray-address -l reasoning-parser -l resume -l router -l runner \
+    -l seed -l served-model-name -l speculative-config -l splitwise-role -l strict \
+    -l structured-outputs-config -l summary-json -l swap-space -l tensor-parallel-size -l threads \
+    -l tokenizer -l tool-call-parser -l use-cudagraph -o dp -s i -s m -s o -s q -o tp
+complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcommand_from bench' \
+    -l allow-credentials -l allowed-headers -l allowed-local-media-path -l allowed-media-domains \
+    -l allowed-methods -l allowed-origins -l api-key -l api-key-file -l block-size \
+    -l cache-queue-port -l cache-transfer-protocol -l chat-template -l config -l convert \
+    -l data-parallel-size -l distributed-executor-backend -l dtype -l enable-auto-tool-choice \
+    -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-expert-parallel \
+    -l enable-prefix-caching -l engine-watchdog-timeout -l engine-worker-queue-port \
+    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
+    -l h11-max-header-count -l h11-max-incomplete-event-size -l host -l innode-prefill-ports -l ips \
+    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
+    -l limit-mm-per-prompt -l load-choices -l master-addr -l master-port -l max-concurrency \
+    -l max-connections -l max-model-len -l max-num-batched-tokens -l max-num-seqs -l max-queue-size \
+    -l max-request-body-bytes -l max-waiting-time -l metrics-port -l model -l nnodes \
+    -l no-enable-chunked-prefill -l no-enable-prefix-caching -l node-rank -l num-gpu-blocks-override \
+    -l num-kv-blocks -l override-pooler-config -l pd-comm-port -l pooler-config -l port \
+    -l quantization -l ray-address -l reasoning-parser -l router -l runner -l seed \
+    -l served-model-name -l speculative-config -l splitwise-role -l strict-request-fields \
+    -l structured-outputs-config -l swap-space -l tensor-parallel-size -l threads \
+    -l timeout-graceful-shutdown -l timeout-keep-alive -l timeout-request-body \
+    -l timeout-request-header -l tokenizer -l tool-call-parser -l trust-request-chat-template \
+    -l use-cudagraph -l uvicorn-log-level -o dp -s m -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a chat-template -d 'Render messages with the models chat template and print the prompt.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a count -d 'Print the number of tokens in TEXT.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a decode -d 'Decode token IDS into text.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a encode -d 'Encode TEXT into token ids.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a info -d 'Show vocabulary size, special tokens, BOS/EOS, max length and whether a chat...'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a vocab-export -d 'Write the vocabulary as JSON {token: id}, ordered by id.'
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' -l kwargs
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' -l model
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' -l no-generation-prompt
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' -l template
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' -s m
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from count' -l model
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from count' -l no-special
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from count' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from count' -s m
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from decode' -l json
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from decode' -l keep-special
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from decode' -l model
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from decode' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from decode' -s m
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' -l json
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' -l model
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' -l no-special
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' -l show
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' -s m
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from info' -l json
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from info' -l model
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from info' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from info' -s m
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from vocab-export' -l model
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from vocab-export' -l tokenizer
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from vocab-export' -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' \
+    -l kwargs -l model -l no-generation-prompt -l template -l tokenizer -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from count' \
+    -l model -l no-special -l tokenizer -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from decode' \
+    -l json -l keep-special -l model -l tokenizer -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from encode' \
+    -l json -l model -l no-special -l show -l tokenizer -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from info' \
+    -l json -l model -l tokenizer -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from vocab-export' \
+    -l model -l tokenizer -s m

@@ -37,6 +37,49 @@ RANK_SEPARATOR = "|"  # "0-31|32-63": one CPU list per engine rank (vLLM's form;
 _allowed: list[int] | None = None
 
 
+def set_omp_defaults(*, bind: bool) -> None:
+    """The OpenMP settings an fd engine runs with, where the environment does not give them: set before
+    paddle is imported (its OpenMP runtime reads them when it starts). The engine-core process and its
+    tensor-parallel ranks (set_engine_process_env) get them, and so do benchmarks whose in-process engine
+    must run as the server's does.
+
+    KMP_BLOCKTIME=1: OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. In the
+    server they share the cores with the front end, which runs between steps: a thread still spinning
+    then holds a core the front end needs. 1 ms covers the gaps between the kernels of one step and lets
+    the threads sleep between steps; 0 would sleep and wake between every kernel, hundreds per step
+    (docs/engine-measurements.md).
+    bind: also pin the OpenMP threads, one per CPU (FD_CPU_OMP_THREADS_BIND=auto; bind_plan says why).
+    """
+    os.environ.setdefault("KMP_BLOCKTIME", "1")
+    if bind:
+        os.environ.setdefault(BIND_ENV, "auto")
+
+
+def set_engine_process_env(num_threads: int, cpus: list[int] | None, *, bind: bool) -> None:
+    """The environment of a process fd starts to run its engine (the engine core, a tensor-parallel rank),
+    before paddle is imported. The environment wins, except where the process has its own CPU set.
+
+    cpus: a data- or tensor-parallel rank's CPU set (dp_rank.rank_configs, parallel_config.tp_cpu_sets).
+    The whole process is confined to it before paddle starts a thread (every later thread inherits it), and
+    its OpenMP team gets num_threads threads bound in order. This overrides the inherited variables: a
+    front end's FD_CPU_OMP_THREADS_BIND may hold every rank's lists ("0|1") and its OMP_NUM_THREADS the
+    whole machine.
+    bind: set_omp_defaults's (the engine core binds by default; a tensor-parallel rank always has cpus).
+    """
+    if cpus:
+        # No sched_setaffinity (or not allowed): the bind list still applies.
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setaffinity(0, set(cpus))
+        os.environ[BIND_ENV] = ",".join(str(c) for c in cpus)
+        os.environ["OMP_NUM_THREADS"] = str(num_threads)
+    # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1.
+    os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+    set_omp_defaults(bind=bind)
+    # Paddle's C++ INFO lines (the collective group's TCPStore announces its server and each connection)
+    # are not the user's business; warnings and errors still print.
+    os.environ.setdefault("GLOG_minloglevel", "1")
+
+
 def allowed_cpus() -> list[int]:
     """The CPUs this process may run on, as first seen (binding the calling thread later narrows what the
     OS reports for it, not what the process was given)."""

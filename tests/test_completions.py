@@ -55,3 +55,56 @@ def test_bash_completes_commands_and_flags():
     assert "--port" in _bash_complete(["fd", "serve", "--po"])
     assert _bash_complete(["fd", "tokenizer", "enc"]) == ["encode"]
     assert "--max-tokens" in _bash_complete(["fd", "complete", "--max"])
+
+
+def _fish_complete(line: str, script_path: Path = REPO / "completions" / "fd.fish") -> list[str]:
+    script = f"source {script_path}; complete -C '{line}'"
+    out = subprocess.run(
+        ["fish", "--no-config", "-c", script], capture_output=True, text=True, timeout=30
+    ).stdout
+    return [row.split("\t")[0] for row in out.splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish not installed")
+def test_fish_completes_commands_and_flags():
+    assert _fish_complete("fd se") == ["serve"]
+    assert _fish_complete("fd tokenizer enc") == ["encode"]
+    assert "--max-tokens" in _fish_complete("fd complete --max")
+    # The first and last flags of the one call that lists them, continued over lines with backslashes.
+    assert {"--allow-credentials", "--uvicorn-log-level", "-tp", "-m"} <= set(_fish_complete("fd serve -"))
+    assert "--host" not in _fish_complete("fd tokenizer encode --")
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish not installed")
+def test_fish_completes_the_values_of_a_choice_option(tmp_path):
+    sys.path.insert(0, str(GEN.parent))
+    try:
+        import generate
+    finally:
+        sys.path.pop(0)
+    tree = {
+        "": {"options": ["--verbose"], "choices": {}, "subcommands": {"run": "Run it"}},
+        "run": {
+            "options": ["--fast", "--mode", "-x"],
+            "choices": {"--mode": ["eager", "lazy"]},
+            "subcommands": {},
+        },
+    }
+    script = tmp_path / "fd.fish"
+    script.write_text(generate.fish_script(tree))
+    assert _fish_complete("fd run --mode ", script) == ["eager", "lazy"]
+    assert sorted(_fish_complete("fd run -", script)) == ["--fast", "--mode", "-x"]
+    assert _fish_complete("fd -", script) == ["--verbose"]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish not installed")
+def test_fish_completes_exactly_each_commands_own_options():
+    # `fd bench serve` must not also be offered `fd serve`'s flags (both paths hold the word "serve").
+    sys.path.insert(0, str(GEN.parent))
+    try:
+        import generate
+    finally:
+        sys.path.pop(0)
+    for path, node in generate.command_tree().items():
+        offered = {w for w in _fish_complete(f"fd {path} -".replace("  ", " ")) if w.startswith("-")}
+        assert offered == set(node["options"]), path

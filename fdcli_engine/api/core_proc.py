@@ -9,7 +9,6 @@ Every message is msgpack (core_messages); nothing is pickled.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import logging
 import os
@@ -35,7 +34,7 @@ from fdcli_engine.api.core_messages import (
     input_decoder,
 )
 from fdcli_engine.log_files import CORE_LOG, configure_logging
-from fdcli_engine.threads import BIND_ENV
+from fdcli_engine.threads import set_engine_process_env
 
 logger = logging.getLogger("fd.core")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
@@ -49,36 +48,12 @@ def load_core_class(spec: str):
     return getattr(importlib.import_module(module_name), attr or "EngineCore")
 
 
-def pin_to_cpus(cpus: list[int], num_threads: int) -> None:
-    """A data-parallel rank's CPU set (dp_rank.rank_configs): the whole process is confined to it before
-    paddle starts a thread (every later thread inherits it), and its OpenMP team gets one thread per
-    CPU, bound in order. This overrides the inherited variables: a front end's FD_CPU_OMP_THREADS_BIND
-    may hold every rank's lists ("0|1") and its OMP_NUM_THREADS the whole machine."""
-    with contextlib.suppress(AttributeError, OSError):  # no sched_setaffinity: the bind list still applies
-        os.sched_setaffinity(0, set(cpus))
-    os.environ[BIND_ENV] = ",".join(str(c) for c in cpus)
-    os.environ["OMP_NUM_THREADS"] = str(num_threads)
-
-
 def build_core(config_json: str, core_spec: str):
     from fdcli_engine.resolved_config import ResolvedConfig
 
     config = ResolvedConfig.from_json(config_json)  # resolved by the front end: not resolved again
-    if config.cpus:
-        pin_to_cpus(config.cpus, config.num_threads)
-    # Paddle reads OMP_NUM_THREADS once at import and defaults it to 1: set it before the core imports.
-    os.environ.setdefault("OMP_NUM_THREADS", str(config.num_threads))
-    # OpenMP threads that wait spin for KMP_BLOCKTIME (200 ms) before sleeping. Here they share the cores
-    # with the front end, which runs between steps: a thread still spinning then holds a core the front
-    # end needs. 1 ms covers the gaps between the kernels of one step and lets the threads sleep between
-    # steps; 0 would sleep and wake between every kernel, hundreds per step (docs/engine-measurements.md).
-    # The environment wins.
-    os.environ.setdefault("KMP_BLOCKTIME", "1")
-    # Paddle's C++ INFO lines (the collective group's TCPStore announces its server and each connection)
-    # are not the user's business; warnings and errors still print. The environment wins.
-    os.environ.setdefault("GLOG_minloglevel", "1")
-    # This process is fd's: pin its OpenMP threads, one per CPU (threads.bind_plan says why).
-    os.environ.setdefault(BIND_ENV, "auto")
+    # Before the core imports paddle. This process is fd's: its OpenMP threads are bound by default.
+    set_engine_process_env(config.num_threads, config.cpus, bind=True)
     return load_core_class(core_spec)(config), config
 
 

@@ -24,7 +24,7 @@ from fdcli_engine.log_files import configure_logging
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner import tp_messages as m
 from fdcli_engine.runner.tp_remote import connect_to_rank0
-from fdcli_engine.threads import BIND_ENV
+from fdcli_engine.threads import set_engine_process_env
 
 logger = logging.getLogger("fd.tp")
 POLL_MS = 1000
@@ -43,14 +43,9 @@ def _ignore_signals() -> None:
 
 
 def _pin(config: ResolvedConfig) -> None:
-    """This rank's CPUs, before paddle starts a thread (rank 0's core process pins itself the same way)."""
-    if config.cpus:
-        with contextlib.suppress(AttributeError, OSError):
-            os.sched_setaffinity(0, set(config.cpus))
-        os.environ[BIND_ENV] = ",".join(str(c) for c in config.cpus)
-    os.environ["OMP_NUM_THREADS"] = str(config.num_threads)
-    os.environ.setdefault("KMP_BLOCKTIME", "1")
-    os.environ.setdefault("GLOG_minloglevel", "1")  # as the engine core: Paddle's C++ INFO lines off
+    """This rank's CPUs and OpenMP settings, before paddle starts a thread, as rank 0's core process sets
+    its own. No default binding: tp_executor and tp_node give every rank its CPU set, which binds it."""
+    set_engine_process_env(config.num_threads, config.cpus, bind=False)
 
 
 def _inputs(step: m.ForwardStep):
