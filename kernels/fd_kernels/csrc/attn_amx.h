@@ -220,8 +220,14 @@ static inline vf amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* pt_lo, A
     const vf x = vload(s + 16 * j);
     return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
   };
-  vf cmax = st.mx;
-  for (int64_t j = 0; j < n; ++j) cmax = vmax(cmax, score(j));
+  // The row maxima over four independent chains (max is exact, so the order does not matter): one chain
+  // would wait a vmax latency per key.
+  vf m4[4] = {st.mx, st.mx, st.mx, st.mx};
+  int64_t j = 0;
+  for (; j + 4 <= unmasked; j += 4)
+    for (int i = 0; i < 4; ++i) m4[i] = vmax(m4[i], vload(s + 16 * (j + i)));
+  for (; j < n; ++j) m4[j % 4] = vmax(m4[j % 4], score(j));
+  const vf cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
   const vf corr = vexp2_nonpos(vsub(st.mx, cmax));  // 0 on the first chunk (mx = -inf)
   // Two keys at a time, straight into P^T's pair layout.
   vf psum = vzero();
