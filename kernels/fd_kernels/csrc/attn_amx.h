@@ -197,12 +197,16 @@ static void amx_q_terms(const AttnArgs& a, const AttnRow* rows, int64_t nrows, u
     st.nk = std::max(st.nk, row.nk);
     st.min_nk = std::min(st.min_nk, row.nk);
   }
-  // Transposed as 32-bit dim pairs into Q^T.
-  const __m512i rows_idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                              _mm512_set1_epi32((int)(hd / 2)));
-  for (int64_t pr = 0; pr < hd / 2; ++pr) {
-    _mm512_storeu_si512(qt_hi + pr * 32, _mm512_i32gather_epi32(rows_idx, (const int*)qrow[0] + pr, 4));
-    _mm512_storeu_si512(qt_lo + pr * 32, _mm512_i32gather_epi32(rows_idx, (const int*)qrow[1] + pr, 4));
+  // Transposed as 32-bit dim pairs into Q^T, 16 pairs at a time in registers.
+  for (int t = 0; t < 2; ++t) {
+    const float* src = (const float*)qrow[t];  // [16 rows][hd / 2 pairs], 32 bits each
+    float* dst = (float*)(t == 0 ? qt_hi : qt_lo);
+    for (int64_t p0 = 0; p0 < hd / 2; p0 += 16) {
+      vf m[16];
+      for (int r = 0; r < 16; ++r) m[r] = vload(src + r * (hd / 2) + p0);
+      amx_transpose16(m);
+      for (int i = 0; i < 16; ++i) vstore(dst + (p0 + i) * 16, m[i]);
+    }
   }
   st.limit = vload(lim);
   st.mx = vset1(-INFINITY);
