@@ -26,8 +26,7 @@ constexpr int64_t kAmxKeys = 64;  // keys per online-softmax update: four 16-key
 
 struct AmxKv {
   const uint16_t* k;   // [nk_pad][hd]
-  const uint16_t* vt;  // [hd][nk_pad]
-  int64_t nk_pad;
+  const uint16_t* vt;  // [nk_pad / kAmxKeys][hd][kAmxKeys]: V^T chunk by chunk
 };
 
 static inline __m512i amx_round_hi(vf x) {  // fp32 -> bf16 bits in the high half, as amx.cc rounds
@@ -58,11 +57,15 @@ static inline void amx_store_bf16(uint16_t* o, vf x) {
 }
 
 // Keys [k0, k0 + kAmxKeys) of KV head g into K and V^T (zeros past nk). Groups of 16 keys inside one
-// block are transposed with gathers; other layouts take the element loop.
+// block are transposed with gathers; other layouts take the element loop. V^T is kept chunk by chunk
+// ([hd][kAmxKeys] per chunk, rows 128 bytes apart) rather than as one [hd][nk_pad] matrix: the P.V tile
+// loads then read one contiguous 8 KB block per chunk, where rows nk_pad * 2 bytes apart (a power of two
+// for power-of-two prompts) would fall into a few L1 sets and evict each other.
 template <int KV>
 static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t nk, int64_t k0, uint16_t* kb,
-                           uint16_t* vt, int64_t nk_pad) {
+                           uint16_t* vt) {
   const int64_t hd = a.head_dim;
+  uint16_t* vc = vt + k0 * hd - k0;  // key j, dim d at vc[d * kAmxKeys + j]
   for (int64_t j0 = k0; j0 < k0 + kAmxKeys; j0 += 16) {
     const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, nk - j0));
     for (int64_t j = 0; j < n; ++j) {
@@ -84,14 +87,14 @@ static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int6
         const int* src = (const int*)((const uint16_t*)a.v_cache + base);
         for (int64_t d = 0; d < hd; d += 2) {
           const __m512i w = _mm512_i32gather_epi32(idx, src + d / 2, 4);
-          _mm256_storeu_si256((__m256i*)(vt + d * nk_pad + j0), _mm512_cvtepi32_epi16(w));
-          _mm256_storeu_si256((__m256i*)(vt + (d + 1) * nk_pad + j0), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
+          _mm256_storeu_si256((__m256i*)(vc + d * kAmxKeys + j0), _mm512_cvtepi32_epi16(w));
+          _mm256_storeu_si256((__m256i*)(vc + (d + 1) * kAmxKeys + j0), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
         }
       } else {
         const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32((int)hd));
         const float* src = (const float*)a.v_cache + base;
-        for (int64_t d = 0; d < hd; ++d) amx_store_bf16(vt + d * nk_pad + j0, _mm512_i32gather_ps(idx, src + d, 4));
+        for (int64_t d = 0; d < hd; ++d) amx_store_bf16(vc + d * kAmxKeys + j0, _mm512_i32gather_ps(idx, src + d, 4));
       }
       continue;
     }
@@ -102,7 +105,7 @@ static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int6
         uint32_t u;
         std::memcpy(&u, &v, 4);
         u += 0x7FFF + ((u >> 16) & 1);
-        vt[d * nk_pad + j0 + j] = (uint16_t)(u >> 16);
+        vc[d * kAmxKeys + j0 + j] = (uint16_t)(u >> 16);
       }
     }
   }
@@ -139,56 +142,46 @@ static inline void amx_transpose16(vf* m) {
 // attend_amx runs under load_amx_tile_config (amx_tiles.h), set once per thread before its items.
 static void amx_tile_done() { _tile_release(); }
 
-// Accumulator T += A_t x (B0 + B1), with A_t the 16 x 32 bf16 tile at a (rows `stride` bytes apart) loaded
-// into tile 4, and B0 / B1 the two terms already in those tiles. Macros: the tile intrinsics take their
-// tile numbers as literal tokens.
-#define FD_AMX_ACC_TWO_TERMS(T, a, stride, B0, B1) \
-  do {                                             \
-    _tile_loadd(4, (a), (stride));                 \
-    _tile_dpbf16ps(T, 4, B0);                      \
-    _tile_dpbf16ps(T, 4, B1);                      \
+// Accumulators T0 += A_0 x (B_hi + B_lo) and T1 += A_1 x (B_hi + B_lo), with A_0 / A_1 already in tiles 4
+// and 5, and the two 16 x 32 bf16 terms of B (rows 64 bytes apart) loaded into tiles 6 and 7. Each
+// accumulator takes the hi term, then the lo term. Macros: the tile intrinsics take their tile numbers
+// as literal tokens.
+#define FD_AMX_TWO_TERMS(T0, T1, b_hi, b_lo) \
+  do {                                       \
+    _tile_loadd(6, (b_hi), 64);              \
+    _tile_loadd(7, (b_lo), 64);              \
+    _tile_dpbf16ps(T0, 4, 6);                \
+    _tile_dpbf16ps(T1, 5, 6);                \
+    _tile_dpbf16ps(T0, 4, 7);                \
+    _tile_dpbf16ps(T1, 5, 7);                \
   } while (0)
 
-// Accumulators 0-1 (a chunk's first 32 keys: a last chunk with at most 32 keys), A_t at a + t * a_step.
-#define FD_AMX_ACC2_TWO_TERMS(a, a_step, stride, B0, B1)      \
-  do {                                                         \
-    FD_AMX_ACC_TWO_TERMS(0, (a), stride, B0, B1);              \
-    FD_AMX_ACC_TWO_TERMS(1, (a) + (a_step), stride, B0, B1);   \
+// Accumulators T0, T1 to [16][16] fp32 blocks at o0 and o1 (rows 64 bytes apart), then zeroed for their
+// next use.
+#define FD_AMX_STORE_PAIR(T0, T1, o0, o1) \
+  do {                                    \
+    _tile_stored(T0, (o0), 64);           \
+    _tile_stored(T1, (o1), 64);           \
+    _tile_zero(T0);                       \
+    _tile_zero(T1);                       \
   } while (0)
 
-// Accumulators 0-3, A_t at a + t * a_step.
-#define FD_AMX_ACC4_TWO_TERMS(a, a_step, stride, B0, B1)          \
-  do {                                                             \
-    FD_AMX_ACC2_TWO_TERMS(a, a_step, stride, B0, B1);              \
-    FD_AMX_ACC_TWO_TERMS(2, (a) + 2 * (a_step), stride, B0, B1);   \
-    FD_AMX_ACC_TWO_TERMS(3, (a) + 3 * (a_step), stride, B0, B1);   \
-  } while (0)
+// One lane group's online-softmax state: 16 rows in the lanes.
+struct AmxGroup {
+  vf limit, mx, l;
+  int64_t nk, min_nk;  // the most and the fewest keys of its rows
+};
 
-// Accumulators 0-3 to [64][16] fp32 (tile t's 16 rows at out + 256 t), then zeroed for the next use.
-static inline void amx_store4(float* out) {
-  _tile_stored(0, out, 64);
-  _tile_stored(1, out + 256, 64);
-  _tile_stored(2, out + 512, 64);
-  _tile_stored(3, out + 768, 64);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-}
-
-// Up to 16 rows of one KV head's GQA group in the lanes; idle lanes repeat the last row. hd % 64 == 0.
-// The calling thread has run load_amx_tile_config.
-static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
-  const int64_t hd = a.head_dim, ld = kv.nk_pad;
-  alignas(64) uint16_t qt[2][kMaxHeadDim * 16];    // Q^T's hi and lo terms: [hd / 2][16 lanes][2]
-  alignas(64) float s[kAmxKeys * 16], part[kMaxHeadDim * 16];  // scores^T, out^T's update by one chunk
-  alignas(64) uint16_t pt[2][kAmxKeys * 16];        // P^T's hi and lo terms: [keys / 2][16 lanes][2]
-  alignas(64) float ot[kMaxHeadDim * 16], lim[16];
-  int64_t nk = 0, min_nk = INT64_MAX;
-  // q * scale * log2(e)'s two bf16 terms row by row ([16][hd], bf16), then transposed as 32-bit dim pairs
-  // into Q^T.
-  alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];
+// Q^T's two terms for up to 16 rows (idle lanes repeat the last): q * scale * log2(e) split into hi
+// (truncated) and lo, each [hd / 2][16 lanes][2]; and the group's state before its first chunk.
+static void amx_q_terms(const AttnArgs& a, const AttnRow* rows, int64_t nrows, uint16_t* qt_hi, uint16_t* qt_lo,
+                        AmxGroup& st) {
+  const int64_t hd = a.head_dim;
+  alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];  // row by row ([16][hd], bf16)
+  alignas(64) float lim[16];
   const vf qscale = vset1(a.scale * kLog2e);
+  st.nk = 0;
+  st.min_nk = INT64_MAX;
   for (int64_t r = 0; r < 16; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
     const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
@@ -201,96 +194,182 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
                           _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_hi(rest), 16)));
     }
     lim[r] = (float)(row.nk - 1);
-    nk = std::max(nk, row.nk);
-    min_nk = std::min(min_nk, row.nk);
+    st.nk = std::max(st.nk, row.nk);
+    st.min_nk = std::min(st.min_nk, row.nk);
   }
-  const __m512i rows_idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                              _mm512_set1_epi32((int)(hd / 2)));
-  for (int t = 0; t < 2; ++t)
-    for (int64_t pr = 0; pr < hd / 2; ++pr)
-      _mm512_storeu_si512(qt[t] + pr * 32, _mm512_i32gather_epi32(rows_idx, (const int*)qrow[t] + pr, 4));
-  for (int64_t i = 0; i < hd * 16; ++i) ot[i] = 0.0f;
-  const vf limit = vload(lim);
-  vf mx = vset1(-INFINITY), l = vzero();
-  _tile_zero(0);  // amx_store4 leaves them zeroed after each use
+  // Transposed as 32-bit dim pairs into Q^T, 16 pairs at a time in registers.
+  for (int t = 0; t < 2; ++t) {
+    const float* src = (const float*)qrow[t];  // [16 rows][hd / 2 pairs], 32 bits each
+    float* dst = (float*)(t == 0 ? qt_hi : qt_lo);
+    for (int64_t p0 = 0; p0 < hd / 2; p0 += 16) {
+      vf m[16];
+      for (int r = 0; r < 16; ++r) m[r] = vload(src + r * (hd / 2) + p0);
+      amx_transpose16(m);
+      for (int i = 0; i < 16; ++i) vstore(dst + (p0 + i) * 16, m[i]);
+    }
+  }
+  st.limit = vload(lim);
+  st.mx = vset1(-INFINITY);
+  st.l = vzero();
+}
+
+// One chunk's softmax for a lane group: scores^T s ([kAmxKeys][16]) of keys k0 .. k0 + n, masked past each
+// lane's limit, into P^T's two terms (pair layout, keys n .. kend weigh 0); returns the factor by which
+// out^T's previous value is rescaled.
+static inline vf amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* pt_lo, AmxGroup& st, int64_t k0, int64_t n,
+                             int64_t kend) {
+  // Keys from min_nk on lie past some lane's limit (the diagonal chunk): masked to -inf, whose 2^x is 0.
+  const int64_t unmasked = std::max<int64_t>(0, std::min(n, st.min_nk - k0));
+  auto score = [&](int64_t j) {
+    const vf x = vload(s + 16 * j);
+    return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
+  };
+  // The row maxima over four independent chains (max is exact, so the order does not matter): one chain
+  // would wait a vmax latency per key.
+  vf m4[4] = {st.mx, st.mx, st.mx, st.mx};
+  int64_t j = 0;
+  for (; j + 4 <= unmasked; j += 4)
+    for (int i = 0; i < 4; ++i) m4[i] = vmax(m4[i], vload(s + 16 * (j + i)));
+  for (; j < n; ++j) m4[j % 4] = vmax(m4[j % 4], score(j));
+  const vf cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
+  const vf corr = vexp2_nonpos(vsub(st.mx, cmax));  // 0 on the first chunk (mx = -inf)
+  // Two keys at a time, straight into P^T's pair layout.
+  vf psum = vzero();
+  for (int64_t j = 0; j < kend; j += 2) {
+    const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), cmax)) : vzero();
+    const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), cmax)) : vzero();
+    psum = vadd(vadd(psum, p0), p1);
+    __m512i hi, lo;
+    amx_split_pair(p0, p1, hi, lo);
+    _mm512_storeu_si512(pt_hi + j * 16, hi);
+    _mm512_storeu_si512(pt_lo + j * 16, lo);
+  }
+  st.l = vfma(st.l, corr, psum);
+  st.mx = cmax;
+  return corr;
+}
+
+// G groups of up to 16 rows of one KV head's GQA group (rows 16 g .. 16 g + 15 in group g's lanes; idle
+// lanes repeat the group's last row), hd % 64 == 0. Two groups read each K and V^T tile once for 32 rows.
+// The calling thread has run load_amx_tile_config.
+template <int G>
+static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
+  const int64_t hd = a.head_dim;
+  alignas(64) uint16_t qt[G][2][kMaxHeadDim * 16];  // Q^T's hi and lo terms per group
+  alignas(64) float s[2][G][kAmxKeys * 16];          // scores^T: this chunk's, the next chunk's
+  alignas(64) float part[G][kMaxHeadDim * 16];       // out^T's update by one chunk
+  alignas(64) uint16_t pt[G][2][kAmxKeys * 16];      // P^T's hi and lo terms: [keys / 2][16 lanes][2]
+  alignas(64) float ot[G][kMaxHeadDim * 16];
+  AmxGroup st[G];
+  int64_t nk = 0;
+  for (int g = 0; g < G; ++g) {
+    amx_q_terms(a, rows + 16 * g, std::min<int64_t>(16, nrows - 16 * g), qt[g][0], qt[g][1], st[g]);
+    nk = std::max(nk, st[g].nk);
+    for (int64_t i = 0; i < hd * 16; ++i) ot[g][i] = 0.0f;
+  }
+  _tile_zero(0);  // each store leaves its accumulators zeroed
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  // Software-pipelined over the chunks: the tiles compute the next chunk's scores while the vector units
-  // run this chunk's softmax and add the previous chunk's update into out^T. The arithmetic and its order
-  // per lane are those of the plain loop (scores, softmax, P.V, out^T = out^T * corr + update).
-  // A chunk with at most 32 keys (the last) skips the products of its zero-padded upper half: their
-  // scores are never read and their weights are 0, so nothing else changes.
-  auto scores = [&](int64_t k0) {  // into accumulators 0-3
-    const bool half = nk - k0 <= 32;
+  // Scores^T of keys k0 + 32 h .. k0 + 32 h + 31: group g into accumulators 2 g, 2 g + 1 (G == 2), or both
+  // halves of group 0 at once, half h into 2 h, 2 h + 1 (G == 1). Each accumulator takes the dims in
+  // order, each dim step its hi then its lo term.
+  auto scores_issue = [&](int64_t k0, int64_t h) {
+    const uint16_t* kp = kv.k + (k0 + 32 * h) * hd;
     for (int64_t d = 0; d < hd; d += 32) {
-      _tile_loadd(6, qt[0] + d * 16, 64);
-      _tile_loadd(7, qt[1] + d * 16, 64);
-      if (half) {
-        FD_AMX_ACC2_TWO_TERMS(kv.k + k0 * hd + d, 16 * hd, hd * 2, 6, 7);
+      _tile_loadd(4, kp + d, hd * 2);
+      _tile_loadd(5, kp + 16 * hd + d, hd * 2);
+      if (G == 2 || h == 0) {
+        FD_AMX_TWO_TERMS(0, 1, qt[0][0] + d * 16, qt[0][1] + d * 16);
       } else {
-        FD_AMX_ACC4_TWO_TERMS(kv.k + k0 * hd + d, 16 * hd, hd * 2, 6, 7);
+        FD_AMX_TWO_TERMS(2, 3, qt[0][0] + d * 16, qt[0][1] + d * 16);
       }
+      if constexpr (G == 2) FD_AMX_TWO_TERMS(2, 3, qt[G - 1][0] + d * 16, qt[G - 1][1] + d * 16);
     }
   };
-  auto add_update = [&](vf corr) {
-    for (int64_t d = 0; d < hd; ++d) vstore(ot + d * 16, vfma(vload(ot + d * 16), corr, vload(part + d * 16)));
+  auto scores_store = [&](float (*sb)[kAmxKeys * 16], int64_t h) {
+    if (G == 2 || h == 0) {
+      FD_AMX_STORE_PAIR(0, 1, sb[0] + 512 * h, sb[0] + 512 * h + 256);
+    } else {
+      FD_AMX_STORE_PAIR(2, 3, sb[0] + 512, sb[0] + 768);
+    }
+    if constexpr (G == 2) FD_AMX_STORE_PAIR(2, 3, sb[G - 1] + 512 * h, sb[G - 1] + 512 * h + 256);
   };
-  scores(0);
-  amx_store4(s);
-  vf corr_prev = vzero();  // ot is 0: the first update is added as 0 * 0 + update
-  for (int64_t k0 = 0; k0 < nk; k0 += kAmxKeys) {
-    const bool more = k0 + kAmxKeys < nk;
-    if (more) scores(k0 + kAmxKeys);
-    const int64_t n = std::min<int64_t>(kAmxKeys, nk - k0);
-    // Keys from min_nk on lie past some lane's limit (the diagonal chunk): masked to -inf, whose 2^x is 0.
-    const int64_t unmasked = std::max<int64_t>(0, std::min(n, min_nk - k0));
-    auto score = [&](int64_t j) {
-      const vf x = vload(s + 16 * j);
-      return j < unmasked ? x : vmask_le(x, (float)(k0 + j), limit);
-    };
-    vf cmax = mx;
-    for (int64_t j = 0; j < n; ++j) cmax = vmax(cmax, score(j));
-    const vf corr = vexp2_nonpos(vsub(mx, cmax));  // 0 on the first chunk (mx = -inf)
-    // Two keys at a time, straight into P^T's pair layout (keys past n weigh 0).
-    vf psum = vzero();
-    const int64_t kend = n <= 32 ? 32 : kAmxKeys;  // keys the P.V below takes
-    for (int64_t j = 0; j < kend; j += 2) {
-      const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), cmax)) : vzero();
-      const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), cmax)) : vzero();
-      psum = vadd(vadd(psum, p0), p1);
-      __m512i hi, lo;
-      amx_split_pair(p0, p1, hi, lo);
-      _mm512_storeu_si512(pt[0] + j * 16, hi);
-      _mm512_storeu_si512(pt[1] + j * 16, lo);
-    }
-    l = vfma(l, corr, psum);
-    mx = cmax;
-    if (k0 > 0) add_update(corr_prev);
-    if (more) amx_store4(s);  // the next chunk's scores, done by now
-    for (int64_t d0 = 0; d0 < hd; d0 += 64) {
-      for (int64_t kt = 0; kt < kend; kt += 32) {
-        _tile_loadd(5, pt[0] + kt * 16, 64);
-        _tile_loadd(6, pt[1] + kt * 16, 64);
-        FD_AMX_ACC4_TWO_TERMS(kv.vt + d0 * ld + k0 + kt, 16 * ld, ld * 2, 5, 6);
-      }
-      amx_store4(part + d0 * 16);
-    }
-    corr_prev = corr;
+  // The whole chunk at k0: both halves, or only the first if the chunk has at most 32 keys (the last): the
+  // upper half's scores are never read and its weights are 0, so nothing else changes.
+  const auto halves = [&](int64_t k0) { return nk - k0 <= 32 ? 1 : 2; };
+  for (int64_t h = 0; h < halves(0); ++h) {
+    scores_issue(0, h);
+    scores_store(s[0], h);
   }
-  add_update(corr_prev);
+  // Software-pipelined: the tiles compute the next chunk's scores while the vector units run this chunk's
+  // softmax, and one 32-dim block's P.V while they add the block before into out^T. The arithmetic and its
+  // order per lane are those of the plain loop (scores, softmax, P.V, out^T = out^T * corr + update), and
+  // each lane's only depend on its own row: a row's result does not depend on the rows beside it.
+  for (int64_t k0 = 0, cur = 0; k0 < nk; k0 += kAmxKeys, cur ^= 1) {
+    const bool more = k0 + kAmxKeys < nk;
+    const int64_t n = std::min<int64_t>(kAmxKeys, nk - k0), kend = n <= 32 ? 32 : kAmxKeys;
+    const int64_t next_halves = more ? halves(k0 + kAmxKeys) : 0;
+    vf corr[G];
+    if constexpr (G == 2) {
+      if (next_halves > 0) scores_issue(k0 + kAmxKeys, 0);
+      corr[0] = amx_softmax(s[cur][0], pt[0][0], pt[0][1], st[0], k0, n, kend);
+      if (next_halves > 0) scores_store(s[cur ^ 1], 0);
+      if (next_halves > 1) scores_issue(k0 + kAmxKeys, 1);
+      corr[1] = amx_softmax(s[cur][1], pt[1][0], pt[1][1], st[1], k0, n, kend);
+      if (next_halves > 1) scores_store(s[cur ^ 1], 1);
+    } else {
+      for (int64_t h = 0; h < next_halves; ++h) scores_issue(k0 + kAmxKeys, h);
+      corr[0] = amx_softmax(s[cur][0], pt[0][0], pt[0][1], st[0], k0, n, kend);
+      for (int64_t h = 0; h < next_halves; ++h) scores_store(s[cur ^ 1], h);
+    }
+    // out^T's dims d0 .. d0 + 31: group g into accumulators 2 g, 2 g + 1, each taking the keys in order,
+    // each 32-key step its hi then its lo term.
+    const uint16_t* vc = kv.vt + k0 * hd;
+    auto add_update = [&](int64_t d0) {
+      for (int g = 0; g < G; ++g)
+        for (int64_t d = d0; d < d0 + 32; ++d)
+          vstore(ot[g] + d * 16, vfma(vload(ot[g] + d * 16), corr[g], vload(part[g] + d * 16)));
+    };
+    for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+      for (int64_t kt = 0; kt < kend; kt += 32) {
+        _tile_loadd(4, vc + d0 * kAmxKeys + kt, kAmxKeys * 2);
+        _tile_loadd(5, vc + (d0 + 16) * kAmxKeys + kt, kAmxKeys * 2);
+        FD_AMX_TWO_TERMS(0, 1, pt[0][0] + kt * 16, pt[0][1] + kt * 16);
+        if constexpr (G == 2) FD_AMX_TWO_TERMS(2, 3, pt[G - 1][0] + kt * 16, pt[G - 1][1] + kt * 16);
+      }
+      if (d0 > 0) add_update(d0 - 32);
+      FD_AMX_STORE_PAIR(0, 1, part[0] + d0 * 16, part[0] + (d0 + 16) * 16);
+      if constexpr (G == 2) FD_AMX_STORE_PAIR(2, 3, part[G - 1] + d0 * 16, part[G - 1] + (d0 + 16) * 16);
+    }
+    add_update(hd - 32);
+  }
   // out^T / l, transposed back 16 dims at a time: lane r's values go to row r's output.
-  const vf inv = _mm512_div_ps(vset1(1.0f), l);
-  for (int64_t d0 = 0; d0 < hd; d0 += 16) {
-    vf blk[16];
-    for (int i = 0; i < 16; ++i) blk[i] = vmul(vload(ot + (d0 + i) * 16), inv);
-    amx_transpose16(blk);
-    for (int64_t r = 0; r < nrows; ++r)
-      vstore(a.out + (rows[r].token * a.num_heads + rows[r].head) * hd + d0, blk[r]);
+  for (int g = 0; g < G; ++g) {
+    const vf inv = _mm512_div_ps(vset1(1.0f), st[g].l);
+    const int64_t ng = std::min<int64_t>(16, nrows - 16 * g);
+    for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+      vf blk[16];
+      for (int i = 0; i < 16; ++i) blk[i] = vmul(vload(ot[g] + (d0 + i) * 16), inv);
+      amx_transpose16(blk);
+      for (int64_t r = 0; r < ng; ++r) {
+        const AttnRow& row = rows[16 * g + r];
+        vstore(a.out + (row.token * a.num_heads + row.head) * hd + d0, blk[r]);
+      }
+    }
   }
 }
 
-#undef FD_AMX_ACC4_TWO_TERMS
-#undef FD_AMX_ACC2_TWO_TERMS
+// Up to 32 rows of one KV head's GQA group: two lane groups of 16, or one if there are at most 16.
+static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
+  if (nrows > 16) {
+    attend_amx_groups<2>(a, kv, rows, nrows);
+  } else {
+    attend_amx_groups<1>(a, kv, rows, nrows);
+  }
+}
+
+#undef FD_AMX_STORE_PAIR
+#undef FD_AMX_TWO_TERMS
 
 #pragma GCC pop_options

@@ -660,6 +660,14 @@ static void paged_attention_impl(const AttnArgs& a) {
     int64_t item, nparts;  // first of its parts' items (consecutive), how many
   };
   const int64_t group = a.num_heads / a.num_kv_heads, hd = a.head_dim;
+#if FD_W == 16
+  const bool amx = use_amx_attention<KV>(a);
+#else
+  const bool amx = false;
+#endif
+  // A marked prompt run's tiles: 32 rows on the AMX path (two lane groups read each K and V^T tile once),
+  // else one vector's lanes. The size depends on the level alone, never on the batch.
+  const int64_t prompt_tile = amx ? 2 * FD_W : FD_W;
   std::vector<Item> items;
   std::vector<Split> splits;
   int64_t part_floats = 0;
@@ -669,7 +677,7 @@ static void paged_attention_impl(const AttnArgs& a) {
   // kKeysPerPart keys split into parts by the tile's own last key (the rows' context alone).
   auto add_run = [&](int64_t b, int64_t r0, int64_t r1, bool lanes) {
     const int64_t nrows = r1 - r0, nq = a.query_start_loc[b + 1] - a.query_start_loc[b];
-    const int64_t tile = lanes || nrows >= kMinLaneRows ? FD_W : kDecodeRows;
+    const int64_t tile = lanes ? prompt_tile : nrows >= kMinLaneRows ? FD_W : kDecodeRows;
     for (int64_t g = 0; g < a.num_kv_heads; ++g)
       for (int64_t t0 = r0; t0 < r1; t0 += tile) {
         const int64_t t1 = std::min(r1, t0 + tile);
@@ -714,7 +722,6 @@ static void paged_attention_impl(const AttnArgs& a) {
 #if FD_W == 16
   // AMX: K and V^T in bf16 for every (sequence, KV head) that has lane items, up to the keys its last
   // prompt row sees; made in parallel over 64-key chunks before any item reads them.
-  const bool amx = use_amx_attention<KV>(a);
   std::vector<int64_t> amx_nk(amx ? a.num_seqs : 0, 0), amx_off(amx ? a.num_seqs : 0, 0);
   std::unique_ptr<uint16_t[]> amx_buf;
   bool amx_tiles = false;  // some item takes attend_amx: its threads configure the tiles
@@ -741,7 +748,7 @@ static void paged_attention_impl(const AttnArgs& a) {
       const int64_t b = chunks[i][0], g = chunks[i][1];
       const int64_t pad = (amx_nk[b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
       uint16_t* kb = amx_buf.get() + amx_off[b] + 2 * g * pad * hd;
-      amx_kv_prepare<KV>(a, a.block_tables + b * a.max_blocks, g, amx_nk[b], chunks[i][2], kb, kb + pad * hd, pad);
+      amx_kv_prepare<KV>(a, a.block_tables + b * a.max_blocks, g, amx_nk[b], chunks[i][2], kb, kb + pad * hd);
     }
   }
 #endif
@@ -759,14 +766,14 @@ static void paged_attention_impl(const AttnArgs& a) {
       // the threads finish together on short ones. The order changes no item's result.
       const Item& w = items[nitems - 1 - it];
       const int64_t* bt = a.block_tables + w.b * a.max_blocks;
-      AttnRow rows[kDecodeRows > FD_W ? kDecodeRows : FD_W];
+      AttnRow rows[kDecodeRows > 2 * FD_W ? kDecodeRows : 2 * FD_W];
       item_rows(w, rows);
       const int64_t n = w.r1 - w.r0;
 #if FD_W == 16
       if (w.prompt && amx) {
         const int64_t pad = (amx_nk[w.b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
         const uint16_t* kb = amx_buf.get() + amx_off[w.b] + 2 * w.g * pad * hd;
-        attend_amx(a, AmxKv{kb, kb + pad * hd, pad}, rows, n);
+        attend_amx(a, AmxKv{kb, kb + pad * hd}, rows, n);
         continue;
       }
 #endif
