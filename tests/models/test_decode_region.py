@@ -23,14 +23,15 @@ from fdcli_engine import ops
 
 # Steps of (seq id, prompt length, new tokens). Prefill steps (the per-op loop inside the stack) fill a
 # context of 270 keys for a (over the attention's 256-key parts) and short ones for the others; then
-# pure-decode steps of 1, 2, 3 and 8 rows, one query per sequence ("g" and "h": decode rows on empty
-# contexts, prompt length 0).
+# pure-decode steps of 1, 2, 3, 5 and 8 rows, one query per sequence, with and without a (split-K)
+# long context ("g" and "h": decode rows on empty contexts, prompt length 0).
 PREFILL = [[("a", 270, 270)], [("b", 9, 9), ("c", 20, 20), ("d", 5, 5), ("e", 3, 3), ("f", 2, 2)]]
 DECODE = [
     [("a", 270, 1)],
     [("c", 20, 1)],
     [("b", 9, 1), ("a", 270, 1)],
     [("d", 5, 1), ("a", 270, 1), ("e", 3, 1)],
+    [("b", 9, 1), ("c", 20, 1), ("d", 5, 1), ("e", 3, 1), ("f", 2, 1)],
     [
         ("a", 270, 1),
         ("b", 9, 1),

@@ -1,13 +1,14 @@
 // decode_region_stack(): decoder_stack's loop for a pure-decode step, in one parallel region (see
 // decode_region.h for why and for the bit-identity invariant).
 //
-// Per layer the threads run six steps separated by barriers:
+// Per layer the threads run five steps separated by barriers:
 //   1. [every thread] add + input norm into its own buffer, then its share of the QKV GEMM;
-//   2. [rows split] qkv_rope_to_cache;
-//   3. [items claimed] decode attention items, then [splits split] the split-K combines;
-//   4. [every thread] its share of o_proj;
-//   5. [every thread] add + post-attention norm into its own buffer, then its share of gate_up;
-//   6. [every thread] silu(gate) * up into its own buffer, then its share of down_proj.
+//   2. [items claimed] per (sequence, KV head): its part of qkv_rope_to_cache (its K / V rows, its GQA
+//      group's q heads), then its decode attention. Contexts over kKeysPerPart keys take the attention in
+//      parts (split-K): then the rotary pass (rows split), a barrier, the parts, a barrier, the combines;
+//   3. [every thread] its share of o_proj (whose weights it prefetched while waiting for step 2's end);
+//   4. [every thread] add + post-attention norm into its own buffer, then its share of gate_up;
+//   5. [every thread] silu(gate) * up into its own buffer, then its share of down_proj.
 // Every thread computes the norms and the silu of all rows itself (the same values: a few hundred floats a
 // row), so no barrier separates them from the GEMM that reads them; thread 0 alone stores the residual
 // stream. The residual alternates between two buffers, so a step never writes the buffer other threads may
@@ -32,6 +33,8 @@ namespace {
 
 // Rows up to which a decode step takes the region: each thread quantizes and normalizes every row itself.
 constexpr int64_t kRegionMaxRows = 8;
+// Most weight bytes a thread prefetches for its next GEMM while it waits (an L2 holds 1-2 MiB).
+constexpr int64_t kPrefetchBytes = 256 << 10;
 
 // Steps run through the region in this process, for the tests (fd_kernels.native.decode_region_steps).
 std::atomic<int64_t> region_steps{0};
@@ -106,18 +109,21 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
   if (omp_get_thread_num() == 0) s.work[i].reset(region::qgemm_items(g));
 }
 
-void attention_step(Region& s, int64_t i, int tid, int nth) {
-  const StackArgs& a = s.a;
-  const StackCache& c = s.caches[i];
-  AttnArgs at{s.q.get(),  c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
-              a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, a.head_dim,
-              a.scale,    s.attn.get(), c.k_scales,  c.v_scales,        c.kv_kind};
+// The layer's attention items, claimed one at a time (the causal contexts differ in length). With qc,
+// each item first writes its own KV head's rows of the token and its GQA group's q heads (only when no
+// item is split: then each (sequence, KV head) is one item, the only reader of what it writes).
+void attention_items(Region& s, const AttnArgs& at, int64_t i, const QkvToCacheArgs* qc) {
   const int64_t nitems = (int64_t)s.plan.items.size();
-  for (int64_t it; (it = s.next[i].fetch_add(1, std::memory_order_relaxed)) < nitems;)
-    region::attn_item(at, s.plan.items[nitems - 1 - it], s.parts.get());
+  for (int64_t it; (it = s.next[i].fetch_add(1, std::memory_order_relaxed)) < nitems;) {
+    const DecodeItem& w = s.plan.items[nitems - 1 - it];
+    if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
+    region::attn_item(at, w, s.parts.get());
+  }
+}
+
+// The split-K combines, after a barrier that every part's item has passed.
+void attention_combine(Region& s, const AttnArgs& at, int tid, int nth) {
   const int64_t nsplits = (int64_t)s.plan.split_first.size();
-  if (nsplits == 0) return;
-#pragma omp barrier
   std::vector<float> w(s.plan.max_parts);
   for (int64_t j = tid; j < nsplits; j += nth)
     region::attn_combine(at, s.plan.items[s.plan.split_first[j]], s.plan.split_parts[j], s.parts.get(), w.data());
@@ -148,11 +154,24 @@ void layer(Region& s, int64_t i, const float** res, int* nx, int tid, int nth) {
   QkvToCacheArgs qc{s.qkv.get(), t,         a.num_heads, a.num_kv_heads, a.head_dim, a.positions,
                     a.cos_sin,   l.q_norm,  l.k_norm,    a.eps,          s.q.get(),  c.k_cache,
                     c.v_cache,   c.k_scales, c.v_scales, c.kv_kind,      a.slot_mapping, a.block_size};
-  region::qkv_rows(qc, t * tid / nth, t * (tid + 1) / nth);
+  const GemmArgs go = gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get());
+  const AttnArgs at{s.q.get(),  c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
+                    a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, a.head_dim,
+                    a.scale,    s.attn.get(), c.k_scales,  c.v_scales,        c.kv_kind};
+  // o_proj's weights stream into L2 while this thread would wait at the barrier before o_proj.
+  if (s.plan.split_first.empty()) {
+    attention_items(s, at, i, &qc);
+    region::qgemm_prefetch(go, tid, nth, kPrefetchBytes);
+  } else {
+    region::qkv_rows(qc, t * tid / nth, t * (tid + 1) / nth);
 #pragma omp barrier
-  attention_step(s, i, tid, nth);
+    attention_items(s, at, i, nullptr);
+    region::qgemm_prefetch(go, tid, nth, kPrefetchBytes);
 #pragma omp barrier
-  region::qgemm_share(gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get()), s.work[1]);
+    attention_combine(s, at, tid, nth);
+  }
+#pragma omp barrier
+  region::qgemm_share(go, s.work[1]);
   reset_work(s, 0, gemm_args(l.gate_up, normed, t, h, s.gate_up.get()));
 #pragma omp barrier
   add_norm(l.post_norm);

@@ -40,6 +40,8 @@ void add_norm(const float* x, const float* res, const float* w, float eps, int64
 void silu(const float* gate_up, int64_t t, int64_t n, float* out);
 // Rows [r0, r1) of qkv_rope_to_cache.
 void qkv_rows(const QkvToCacheArgs& a, int64_t r0, int64_t r1);
+// Token r's part of qkv_rope_to_cache for KV heads [g0, g1): their K / V rows and their groups' q heads.
+void qkv_heads(const QkvToCacheArgs& a, int64_t r, int64_t g0, int64_t g1);
 // One decode item of paged_attention(a) / the combine of its nparts consecutive parts' states into the
 // rows' outputs (w: nparts floats of scratch).
 void attn_item(const AttnArgs& a, const DecodeItem& w, float* parts);
@@ -47,6 +49,8 @@ void attn_combine(const AttnArgs& a, const DecodeItem& first, int64_t nparts, co
 // qgemm's work items for g, and the calling thread's share of them (qgemm_impl.h qgemm_share).
 int64_t qgemm_items(const GemmArgs& g);
 void qgemm_share(const GemmArgs& g, StealRanges& work);
+// Thread tid's first items' weights of g into L2 (up to max_bytes), where it would wait at a barrier.
+void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes);
 }  // namespace region
 
 }  // namespace fdk

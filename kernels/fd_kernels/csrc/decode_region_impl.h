@@ -29,6 +29,11 @@ static void region_qkv_rows(const QkvToCacheArgs& a, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; ++r) qkv_row_to_cache(a, r, kbuf);
 }
 
+static void region_qkv_heads(const QkvToCacheArgs& a, int64_t r, int64_t g0, int64_t g1) {
+  alignas(64) float kbuf[kMaxHeadDim];
+  qkv_heads_to_cache(a, r, g0, g1, kbuf);
+}
+
 // The rows of a decode item, as paged_attention_impl's item_rows makes them for a one-query sequence.
 static int64_t region_item_rows(const AttnArgs& a, const DecodeItem& w, AttnRow* rows) {
   const int64_t group = a.num_heads / a.num_kv_heads;

@@ -124,6 +124,17 @@ void qgemm_share(const GemmArgs& g, StealRanges& work) {
   }
 }
 
+void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes) {
+  switch (qgemm_path()) {
+    case 2:
+      return isa_qvnni::qgemm_prefetch(g, tid, nth, max_bytes);
+    case 1:
+      return isa_qavx2::qgemm_prefetch(g, tid, nth, max_bytes);
+    default:
+      return isa_qscalar::qgemm_prefetch(g, tid, nth, max_bytes);
+  }
+}
+
 }  // namespace region
 
 // The roofline's "read once" (benchmarks/bench_decode_roofline.py): p[0, bytes) read by the OpenMP threads,
