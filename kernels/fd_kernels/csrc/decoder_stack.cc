@@ -10,6 +10,7 @@
 // to the per-op path. The buffers are [T, width] scratch arrays allocated once per call.
 
 #include "decoder_stack.h"
+#include "decode_region.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,8 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
   const int64_t q_size = a.num_heads * hd, qkv_n = q_size + 2 * a.num_kv_heads * hd;
   if (num_layers == 0) return rms_norm(x, a.final_norm, a.eps, t, h, out);
   if (t == 0) return;
+  // A pure-decode step of a few rows: the same values from one parallel region (decode_region.h).
+  if (decode_region_applies(a, layers, num_layers)) return decode_region_stack(a, layers, caches, num_layers, x, out);
   auto residual = scratch(t * h), hidden = scratch(t * h), normed = scratch(t * h);
   auto qkv = scratch(t * qkv_n), q = scratch(t * q_size);
   auto attn = scratch(t * q_size), gate_up = scratch(t * 2 * inter);

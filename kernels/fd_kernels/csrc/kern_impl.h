@@ -330,17 +330,19 @@ static inline void head_to(const float* src, float* dst, const float* norm, floa
   }
 }
 
-// Token r of qkv_rope_to_cache: q heads into q; K through a per-head buffer into the cache, as
-// reshape_and_cache* writes it, and V straight from the row.
-static inline void qkv_row_to_cache(const QkvToCacheArgs& a, int64_t r, float* kbuf) {
-  const int64_t hd = a.hd;
+// Token r of qkv_rope_to_cache for KV heads [g0, g1) and their GQA groups' q heads: q heads into q; K
+// through a per-head buffer into the cache, as reshape_and_cache* writes it, and V straight from the row.
+// Each head's values depend on that head alone.
+static inline void qkv_heads_to_cache(const QkvToCacheArgs& a, int64_t r, int64_t g0, int64_t g1, float* kbuf) {
+  const int64_t hd = a.hd, group = a.nh / a.nkv;
   const float* row = a.qkv + r * (a.nh + 2 * a.nkv) * hd;
   const float* cs = a.cos_sin + a.pos[r] * hd;
-  for (int64_t h = 0; h < a.nh; ++h) head_to(row + h * hd, a.q + (r * a.nh + h) * hd, a.q_norm, a.eps, cs, hd);
+  for (int64_t h = g0 * group; h < g1 * group; ++h)
+    head_to(row + h * hd, a.q + (r * a.nh + h) * hd, a.q_norm, a.eps, cs, hd);
   const int64_t slot = a.slots[r];
   if (slot < 0) return;
   const int64_t blk = slot / a.bs, off = slot % a.bs;
-  for (int64_t h = 0; h < a.nkv; ++h) {
+  for (int64_t h = g0; h < g1; ++h) {
     const float* v = row + (a.nh + a.nkv + h) * hd;
     head_to(row + (a.nh + h) * hd, kbuf, a.k_norm, a.eps, cs, hd);
     const int64_t crow = (blk * a.nkv + h) * a.bs + off;
@@ -355,6 +357,10 @@ static inline void qkv_row_to_cache(const QkvToCacheArgs& a, int64_t r, float* k
       std::memcpy((float*)a.v_cache + crow * hd, v, hd * sizeof(float));
     }
   }
+}
+
+static inline void qkv_row_to_cache(const QkvToCacheArgs& a, int64_t r, float* kbuf) {
+  qkv_heads_to_cache(a, r, 0, a.nkv, kbuf);
 }
 
 // Tokens split over the threads for prefill-sized steps: each token has its own q rows and cache slot.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "amx_tiles.h"
+#include "decode_region.h"
 #include "dispatch.h"
 #include "kernels.h"
 
@@ -32,6 +33,7 @@ namespace isa_avx512 {
 #define FD_W 16
 #define FD_MR FD_AVX512_MR  // 24 accumulators + 2 weight vectors + 1 broadcast of the 32 zmm registers
 #include "kern_impl.h"
+#include "decode_region_impl.h"
 #undef FD_W
 #undef FD_MR
 }  // namespace isa_avx512
@@ -43,6 +45,7 @@ namespace isa_avx2 {
 #define FD_W 8
 #define FD_MR 2  // 8 accumulators + 4 weight vectors + scales of the 16 ymm registers
 #include "kern_impl.h"
+#include "decode_region_impl.h"
 #undef FD_W
 #undef FD_MR
 }  // namespace isa_avx2
@@ -52,6 +55,7 @@ namespace isa_scalar {
 #define FD_W 1
 #define FD_MR 4
 #include "kern_impl.h"
+#include "decode_region_impl.h"
 #undef FD_W
 #undef FD_MR
 }  // namespace isa_scalar
@@ -220,5 +224,26 @@ void kv_s8_quantize_bf16(const uint16_t* x, int64_t rows, int64_t hd, int8_t* q,
 void kv_s8_dequantize_bf16(const int8_t* q, const float* s, int64_t rows, int64_t hd, uint16_t* out) {
   FD_DISPATCH(kv_s8_dequantize_bf16, q, s, rows, hd, out);
 }
+
+namespace region {
+bool attn_fits(int64_t group) { FD_DISPATCH(region_attn_fits, group); }
+int64_t keys_per_part() { FD_DISPATCH(region_keys_per_part); }
+void norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {
+  FD_DISPATCH(region_norm, x, w, eps, t, h, out);
+}
+void add_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h, float* out,
+              float* res_out) {
+  FD_DISPATCH(region_add_norm, x, res, w, eps, t, h, out, res_out);
+}
+void silu(const float* gate_up, int64_t t, int64_t n, float* out) { FD_DISPATCH(region_silu, gate_up, t, n, out); }
+void qkv_rows(const QkvToCacheArgs& a, int64_t r0, int64_t r1) { FD_DISPATCH(region_qkv_rows, a, r0, r1); }
+void qkv_heads(const QkvToCacheArgs& a, int64_t r, int64_t g0, int64_t g1) {
+  FD_DISPATCH(region_qkv_heads, a, r, g0, g1);
+}
+void attn_item(const AttnArgs& a, const DecodeItem& w, float* parts) { FD_DISPATCH(region_attn_item, a, w, parts); }
+void attn_combine(const AttnArgs& a, const DecodeItem& first, int64_t nparts, const float* parts, float* w) {
+  FD_DISPATCH(region_attn_combine, a, first, nparts, parts, w);
+}
+}  // namespace region
 
 }  // namespace fdk

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "decode_region.h"
 #include "kernels.h"
 #include "ranges.h"
 
@@ -98,6 +99,43 @@ void qgemm(const GemmArgs& g) {
       return isa_qscalar::qgemm(g);
   }
 }
+
+namespace region {
+
+int64_t qgemm_items(const GemmArgs& g) {
+  switch (qgemm_path()) {
+    case 2:
+      return isa_qvnni::qgemm_items(g);
+    case 1:
+      return isa_qavx2::qgemm_items(g);
+    default:
+      return isa_qscalar::qgemm_items(g);
+  }
+}
+
+void qgemm_share(const GemmArgs& g, StealRanges& work) {
+  switch (qgemm_path()) {
+    case 2:
+      return isa_qvnni::qgemm_share(g, work);
+    case 1:
+      return isa_qavx2::qgemm_share(g, work);
+    default:
+      return isa_qscalar::qgemm_share(g, work);
+  }
+}
+
+void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes) {
+  switch (qgemm_path()) {
+    case 2:
+      return isa_qvnni::qgemm_prefetch(g, tid, nth, max_bytes);
+    case 1:
+      return isa_qavx2::qgemm_prefetch(g, tid, nth, max_bytes);
+    default:
+      return isa_qscalar::qgemm_prefetch(g, tid, nth, max_bytes);
+  }
+}
+
+}  // namespace region
 
 // The roofline's "read once" (benchmarks/bench_decode_roofline.py): p[0, bytes) read by the OpenMP threads,
 // each its own contiguous share, as the decode step's GEMMs split their weights; four independent OR chains

@@ -332,8 +332,10 @@ constexpr int kQMaxRows = kQMaxRowsPortable;
 constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
 #endif
 
-// One row's QAct in the calling thread's own scratch (grown on demand, kept for the thread's next call).
-static QAct quantize_one_row(const GemmArgs& g) {
+// Rows [0, g.m) of g.a as a QAct in the calling thread's own scratch (grown on demand, kept for the
+// thread's next call). quantize_row is a function of the row alone, so every thread that quantizes the
+// same rows holds the same integers and factors.
+static QAct quantize_rows_local(const GemmArgs& g) {
   struct Scratch {
     std::vector<int8_t> hi, lo;
     std::vector<int16_t> q16;
@@ -341,19 +343,19 @@ static QAct quantize_one_row(const GemmArgs& g) {
     std::vector<int32_t> sq;
   };
   thread_local Scratch t;
-  const int64_t k = g.k, nb = k / kQBlock;
+  const int64_t k = g.k, nb = k / kQBlock, m = g.m;
   const bool planes = !FD_QAVX2;
-  if ((int64_t)t.d.size() < nb) {
-    t.hi.resize(planes ? k : 0);
-    t.lo.resize(planes ? k : 0);
-    t.q16.resize(planes ? 0 : k);
-    t.d.resize(nb);
-    t.s.resize(nb);
-    t.sq.resize(nb);
+  if ((int64_t)t.d.size() < m * nb) {
+    t.hi.resize(planes ? m * k : 0);
+    t.lo.resize(planes ? m * k : 0);
+    t.q16.resize(planes ? 0 : m * k);
+    t.d.resize(m * nb);
+    t.s.resize(m * nb);
+    t.sq.resize(m * nb);
   }
   int8_t *hi = planes ? t.hi.data() : nullptr, *lo = planes ? t.lo.data() : nullptr;
   int16_t* q16 = planes ? nullptr : t.q16.data();
-  quantize_row(g.a, g.lda, 0, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
+  for (int64_t r = 0; r < m; ++r) quantize_row(g.a, g.lda, r, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
   return QAct{hi, lo, q16, t.d.data(), t.s.data(), t.sq.data(), k, nb};
 }
 
@@ -367,6 +369,19 @@ static void run_items(const GemmArgs& g, const QAct& x, StealRanges& work, int n
   }
 }
 
+// How qgemm splits g: work items are groups of np panels, each against every block of `rows` rows.
+struct QSplit {
+  int np;
+  int64_t groups, rows;
+};
+
+static QSplit q_split(const GemmArgs& g) {
+  const int64_t panels = (g.n + kQNR - 1) / kQNR;
+  const int np = g.m == 1 ? kQPanelsOneRow : kQPanelsRows;
+  const int64_t nrb = (g.m + kQMaxRows - 1) / kQMaxRows;
+  return QSplit{np, (panels + np - 1) / np, (g.m + nrb - 1) / nrb};  // balanced row blocks
+}
+
 // Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
 // from memory once and reuses them from L1 for the other row blocks. Each thread walks its own contiguous
 // run of groups and then steals from the others' (ranges.h), so it reads the weights as long sequential
@@ -374,19 +389,14 @@ static void run_items(const GemmArgs& g, const QAct& x, StealRanges& work, int n
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
-  const int64_t panels = (g.n + kQNR - 1) / kQNR;
-  const int np = m == 1 ? kQPanelsOneRow : kQPanelsRows;
-  const int64_t groups = (panels + np - 1) / np;
-  const int64_t nrb = (m + kQMaxRows - 1) / kQMaxRows;
-  const int64_t rows = (m + nrb - 1) / nrb;  // balanced blocks
-  const bool threaded = groups > 1 && m * g.n * k >= (1 << 16);
-  StealRanges work(groups);
+  const QSplit sp = q_split(g);
+  const bool threaded = sp.groups > 1 && m * g.n * k >= (1 << 16);
+  StealRanges work(sp.groups);
   if (m == 1) {
     // Decode's one row: every thread quantizes it itself, inside the parallel region and into its own
-    // scratch, so the work overlaps the other threads' wake-up and no call allocates. quantize_row is a
-    // function of the row alone, so every thread holds the same integers and factors.
+    // scratch, so the work overlaps the other threads' wake-up and no call allocates.
 #pragma omp parallel if (threaded)
-    run_items<KIND>(g, quantize_one_row(g), work, np, rows);
+    run_items<KIND>(g, quantize_rows_local(g), work, sp.np, sp.rows);
     return;
   }
   // Uninitialized: quantize_row writes every element (zeroing them first was a serial pass over 2.6 bytes
@@ -403,7 +413,7 @@ static void qgemm_kind(const GemmArgs& g) {
     quantize_row(g.a, g.lda, r, k, hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get());
   const QAct x{hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get(), k, nb};
 #pragma omp parallel if (threaded)
-  run_items<KIND>(g, x, work, np, rows);
+  run_items<KIND>(g, x, work, sp.np, sp.rows);
 }
 
 static void qgemm(const GemmArgs& g) {
@@ -411,3 +421,30 @@ static void qgemm(const GemmArgs& g) {
   if (g.kind == kQ4_1) return qgemm_kind<kQ4_1>(g);
   qgemm_kind<kQ8_0>(g);
 }
+
+// Inside a parallel region (decode_region.cc): the calling thread's share of qgemm(g), items from `work`
+// (reset to q_split(g).groups), its rows quantized into its own scratch. The items and their arithmetic
+// are qgemm's, so the results are its bits whichever thread takes which item.
+static void qgemm_share(const GemmArgs& g, StealRanges& work) {
+  const QSplit sp = q_split(g);
+  const QAct x = quantize_rows_local(g);
+  if (g.kind == kQ4_0) return run_items<kQ4_0>(g, x, work, sp.np, sp.rows);
+  if (g.kind == kQ4_1) return run_items<kQ4_1>(g, x, work, sp.np, sp.rows);
+  run_items<kQ8_0>(g, x, work, sp.np, sp.rows);
+}
+
+static int64_t qgemm_items(const GemmArgs& g) { return q_split(g).groups; }
+
+// The weights of the items qgemm_share gives thread tid of nth first (its own StealRanges range), up to
+// max_bytes, into L2: for a thread that would otherwise wait at a barrier before the GEMM. Only a hint;
+// it changes no result.
+static void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes) {
+  const QSplit sp = q_split(g);
+  const int64_t panels = (g.n + kQNR - 1) / kQNR, panel_bytes = g.k / kQBlock * q_record_bytes(g.kind);
+  const int64_t p0 = std::min(panels, sp.groups * tid / nth * sp.np);
+  const int64_t p1 = std::min(panels, sp.groups * (tid + 1) / nth * sp.np);
+  const char* base = (const char*)g.w + p0 * panel_bytes;
+  const int64_t bytes = std::min((p1 - p0) * panel_bytes, max_bytes);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T1);
+}
+

@@ -15,7 +15,10 @@ namespace fdk {
 class StealRanges {
  public:
   // Created outside the parallel region, for up to omp_get_max_threads() threads.
-  explicit StealRanges(int64_t n) : nr_(std::max(1, omp_get_max_threads())), r_(new Range[nr_]) {
+  explicit StealRanges(int64_t n) : nr_(std::max(1, omp_get_max_threads())), r_(new Range[nr_]) { reset(n); }
+  // Items 0..n afresh. While no thread calls next(): inside a region, between two barriers that every
+  // user of the previous items has passed and every user of the new ones will pass.
+  void reset(int64_t n) {
     for (int i = 0; i < nr_; ++i) {
       const uint64_t lo = (uint64_t)(n * i / nr_), hi = (uint64_t)(n * (i + 1) / nr_);
       r_[i].fb.store(lo | hi << 32, std::memory_order_relaxed);

@@ -78,6 +78,14 @@ def qgemm_path() -> str:
     return QGEMM_PATHS[int(fn())]
 
 
+def decode_region_steps() -> int:
+    """Decoder-stack steps this process ran in one parallel region (csrc/decode_region.cc): pure-decode
+    steps of a few rows on GGUF block weights."""
+    fn = ctypes.CDLL(_library_path()).fd_decode_region_steps
+    fn.restype = ctypes.c_int64
+    return int(fn())
+
+
 def read_bytes(buf: np.ndarray) -> int:
     """Reads every byte of the C-contiguous `buf` once, each OpenMP thread its own contiguous share with
     the widest vector loads the active ISA has (csrc/qgemm.cc's fd_read_bytes): the "read once" that the
