@@ -264,10 +264,16 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   // As many chunks, of even sizes: a last chunk of a few panels would reload every A block for little work.
   const int64_t nchunks = (panels + chunk - 1) / chunk;
   chunk = (panels + nchunks - 1) / nchunks;
-  const int64_t items = (panels + chunk - 1) / chunk * nrb;
+  const int64_t row_items = (panels + chunk - 1) / chunk, items = row_items * nrb;  // row_items: per row block
   std::atomic<int64_t> next{0};
+  // Per row block: converted (ready), and how many of its chunks' items are done (the one that completes
+  // the last runs the epilogue; its acquire sees the other items' stores of C).
   std::unique_ptr<std::atomic<uint8_t>[]> ready(new std::atomic<uint8_t>[nrb]);
-  for (int64_t rb = 0; rb < nrb; ++rb) ready[rb].store(0, std::memory_order_relaxed);
+  std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[nrb]);
+  for (int64_t rb = 0; rb < nrb; ++rb) {
+    ready[rb].store(0, std::memory_order_relaxed);
+    done[rb].store(0, std::memory_order_relaxed);
+  }
 #pragma omp parallel if (items > 1)
   {
     load_amx_tile_config();
@@ -281,6 +287,8 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         while (!ready[rb].load(std::memory_order_acquire)) std::this_thread::yield();
       }
       for (int64_t p = p0; p < p1; ++p) block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+      if (g.epilogue && done[rb].fetch_add(1, std::memory_order_acq_rel) + 1 == row_items)
+        g.epilogue(g.epilogue_ctx, rb * kRows, std::min(g.m, (rb + 1) * kRows));
     }
     _tile_release();
   }
@@ -331,6 +339,7 @@ void gemm_kind(const GemmArgs& g, bool silu) {
     _tile_release();
   }
   std::free(bbuf);
+  if (g.epilogue) g.epilogue(g.epilogue_ctx, 0, g.m);
 }
 
 }  // namespace
