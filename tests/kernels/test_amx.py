@@ -137,8 +137,8 @@ def test_prepacked_tiles_give_the_per_call_dequantized_bits(native, rng, kind, m
     # The tiles a linear keeps (made once, on its first prompt rows) hold exactly what the kernel
     # dequantizes per call without them, so both give the same bits, and only the quantized weights
     # pay the memory. The prepacked call splits its work by panel regions where A's tiles are small (up
-    # to ~900 rows at K = 576, ~340 at 1536) and by rows past that; the per-call path splits it its own
-    # way: the same bits regardless.
+    # to ~900 rows at K = 576, ~340 at 1536, and fewer bytes than the weight's) and by rows otherwise; the
+    # per-call path splits it its own way: the same bits regardless.
     lw, _ = _weight(native, rng, kind, k, n)
     x, rows = to_pd(rng.standard_normal((m, k), dtype=np.float32)), to_rows(np.ones(m, dtype=bool))
     kept = native.linear(x, lw, rows).numpy()
