@@ -120,6 +120,19 @@ def test_stack_on_steps_split_over_threads(arch, kv_cache_dtype, tiny_checkpoint
     assert_bit_identical(model, kv_cache_dtype, monkeypatch, steps=steps)
 
 
+@pytest.mark.parametrize("quantization", ["wint4", "gguf"])
+def test_stack_on_wider_layers(quantization, tiny_checkpoint, tmp_path, monkeypatch):
+    """Layers wide enough (hidden 256) that a prompt of a few row blocks has fewer bytes of activations
+    than its weights: the AMX prompt GEMM then gives each thread its own panels, and the add + norm after
+    o_proj and down_proj runs on each row block as the thread completing it finishes it."""
+    path = tiny_checkpoint("LlamaForCausalLM", hidden_size=256, intermediate_size=512)
+    if quantization == "gguf":
+        path = make_tiny_gguf(path, tmp_path / "wide-Q4_1.gguf", "Q4_1")
+    model = load_fd_model(path, quantization=quantization)
+    steps = [[("a", 100, 100)], [("a", 100, 1), ("b", 70, 70)]]
+    assert_bit_identical(model, "bfloat16", monkeypatch, steps=steps)
+
+
 def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
     """ERNIE-4.5 dense is the same layer structure (its interleaved rotary is a load-time permutation);
     ERNIE MoE layers are not, so that model keeps the per-op loop."""

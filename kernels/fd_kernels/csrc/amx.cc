@@ -247,40 +247,84 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
 // over them.
 constexpr int64_t kGroupBytes = 3 << 19;
 
-// Prepacked panels, cut into L2-sized chunks. The work items are (chunk, row block) pairs, chunk by chunk,
-// claimed in turn by whichever thread is free: the threads share out the rows of a chunk, each keeping the
-// chunk in its own L2 while its row blocks pass, and an A block stays in L1 across the chunk's panels, its
-// rows of C written left to right. Where all the panels fit in one chunk (most shapes) each thread reads
-// only its own rows of A; a static split of the panels had every thread read all of A, from memory once A
-// outgrows L2. Claiming in turn keeps the threads even when one of them loses its core for a while. With
-// few row blocks the chunks are cut smaller, so that every thread has items. The first chunk's item for a
-// row block converts that block's rows of A (no separate conversion pass, parallel region or barrier);
-// later chunks' items wait for it, which never deadlocks, since items are claimed in order and the first
-// chunk's never wait. A block's result does not depend on which thread or item computes it.
+// Bytes of A's bf16 tiles up to which each thread keeps all of A in its L2 (see gemm_prepacked).
+constexpr int64_t kSharedABytes = 1 << 20;
+
+// How gemm_prepacked shares out its work: the panels are cut into `regions` (one per thread where A is
+// small, else one), each region into L2-sized chunks of `chunk` panels; a region's items are (chunk, row
+// block) pairs, chunk by chunk, its row blocks starting at `rb_offset(region)`.
+struct Plan {
+  int64_t panels, nrb, regions, region_panels, chunk;
+  int64_t first(int64_t r) const { return std::min(panels, r * region_panels); }
+  int64_t chunks(int64_t r) const { return (first(r + 1) - first(r) + chunk - 1) / chunk; }
+  int64_t rb_offset(int64_t r) const { return r * nrb / regions; }
+};
+
+Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
+  const int64_t panel_bytes = kp * kNR * 2;
+  Plan pl{panels, nrb, 1, panels, std::clamp<int64_t>(kGroupBytes / panel_bytes, 1, panels)};
+  // Per thread, regions read A + W / nth bytes and shared rows W + A / nth: regions read less where A < W.
+  const int64_t a_bytes = nrb * kRows * kp * 2;
+  if (nth > 1 && panels >= nth && a_bytes <= kSharedABytes && a_bytes < panels * panel_bytes) {
+    pl.regions = nth;
+    pl.region_panels = (panels + nth - 1) / nth;
+    pl.chunk = std::min(pl.chunk, pl.region_panels);
+  }
+  // With few row blocks the chunks are cut smaller, so that every thread has items.
+  while (pl.chunk > 1 && pl.regions * ((pl.region_panels + pl.chunk - 1) / pl.chunk) * nrb < 4 * nth)
+    pl.chunk = (pl.chunk + 1) / 2;
+  // As many chunks, of even sizes: a last chunk of a few panels would reload every A block for little work.
+  const int64_t n = (pl.region_panels + pl.chunk - 1) / pl.chunk;
+  pl.chunk = (pl.region_panels + n - 1) / n;
+  return pl;
+}
+
+// Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
+// chunk, claimed in turn by whichever thread is free, so the threads stay even when one of them loses its
+// core for a while. An A block stays in L1 across a chunk's panels, its rows of C written left to right.
+// Where A's tiles are small (a prompt of a few hundred rows) and smaller than the weight's, each thread
+// has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from memory once per call, and a
+// thread that runs out of items takes the next ones of another region. Where A is larger there is one
+// region: the threads share out each chunk's rows, each reading only its own rows of A. Whichever item
+// first needs a row block converts its rows of A (no separate conversion pass, parallel region or
+// barrier); another item needing it meanwhile waits, which never deadlocks, since a conversion waits for
+// nothing. The item that completes a row block's last chunk runs g.epilogue on its rows (acquiring the
+// other items' stores of C). A block's result does not depend on which thread or item computes it.
 void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
-  int64_t chunk = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
-  while (chunk > 1 && (panels + chunk - 1) / chunk * nrb < 4 * nth) chunk = (chunk + 1) / 2;
-  // As many chunks, of even sizes: a last chunk of a few panels would reload every A block for little work.
-  const int64_t nchunks = (panels + chunk - 1) / chunk;
-  chunk = (panels + nchunks - 1) / nchunks;
-  const int64_t items = (panels + chunk - 1) / chunk * nrb;
-  std::atomic<int64_t> next{0};
-  std::unique_ptr<std::atomic<uint8_t>[]> ready(new std::atomic<uint8_t>[nrb]);
-  for (int64_t rb = 0; rb < nrb; ++rb) ready[rb].store(0, std::memory_order_relaxed);
-#pragma omp parallel if (items > 1)
+  const Plan pl = plan(kp, nrb, panels, nth);
+  int64_t row_items = 0;  // items per row block
+  for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
+  std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
+  for (int64_t r = 0; r < pl.regions; ++r) next[r].store(0, std::memory_order_relaxed);
+  // Per row block: A's state (0 not converted, 1 converting, 2 converted) and its items done.
+  std::unique_ptr<std::atomic<uint8_t>[]> state(new std::atomic<uint8_t>[nrb]);
+  std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[nrb]);
+  for (int64_t rb = 0; rb < nrb; ++rb) {
+    state[rb].store(0, std::memory_order_relaxed);
+    done[rb].store(0, std::memory_order_relaxed);
+  }
+#pragma omp parallel if (row_items * nrb > 1)
   {
     load_amx_tile_config();
-    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < items;
-         it = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t p0 = it / nrb * chunk, p1 = std::min(panels, p0 + chunk), rb = it % nrb;
-      if (p0 == 0) {
-        for (int64_t r = rb * kRows; r < (rb + 1) * kRows; ++r) convert_row(g, r, kp, abf, silu);
-        ready[rb].store(1, std::memory_order_release);
-      } else {
-        while (!ready[rb].load(std::memory_order_acquire)) std::this_thread::yield();
+    const int64_t t = omp_get_thread_num();
+    for (int64_t k = 0; k < pl.regions; ++k) {
+      const int64_t r = (t + k) % pl.regions, items = pl.chunks(r) * nrb;
+      for (int64_t it = next[r].fetch_add(1, std::memory_order_relaxed); it < items;
+           it = next[r].fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t p0 = pl.first(r) + it / nrb * pl.chunk, p1 = std::min(pl.first(r + 1), p0 + pl.chunk);
+        const int64_t rb = (it % nrb + pl.rb_offset(r)) % nrb;
+        uint8_t st = state[rb].load(std::memory_order_acquire);
+        if (st == 0 && state[rb].compare_exchange_strong(st, 1, std::memory_order_acquire)) {
+          for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row) convert_row(g, row, kp, abf, silu);
+          state[rb].store(2, std::memory_order_release);
+        } else {
+          while (state[rb].load(std::memory_order_acquire) != 2) std::this_thread::yield();
+        }
+        for (int64_t p = p0; p < p1; ++p) block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+        if (g.epilogue && done[rb].fetch_add(1, std::memory_order_acq_rel) + 1 == row_items)
+          g.epilogue(g.epilogue_ctx, rb * kRows, std::min(g.m, (rb + 1) * kRows));
       }
-      for (int64_t p = p0; p < p1; ++p) block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
     }
     _tile_release();
   }
@@ -331,6 +375,7 @@ void gemm_kind(const GemmArgs& g, bool silu) {
     _tile_release();
   }
   std::free(bbuf);
+  if (g.epilogue) g.epilogue(g.epilogue_ctx, 0, g.m);
 }
 
 }  // namespace

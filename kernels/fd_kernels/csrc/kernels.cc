@@ -152,13 +152,22 @@ static int64_t prompt_row_count(const GemmArgs& g, const uint8_t* prompt_rows) {
   return np;
 }
 
+// The AMX tile entries run g.epilogue themselves (amx.cc); every other path leaves it to gemm().
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
   if (g.m == 0) return;
   const int64_t np = prompt_row_count(g, prompt_rows);
-  if (np == 0) return gemm_fp32(g);
-  if (np == g.m) return gemm_bf16(g);
-  gemm_rows(g, prompt_rows, true, gemm_bf16);
-  gemm_rows(g, prompt_rows, false, gemm_fp32);
+  if (np == g.m && takes_tiles(g)) return gemm_bf16(g);
+  GemmArgs b = g;
+  b.epilogue = nullptr;
+  if (np == 0)
+    gemm_fp32(b);
+  else if (np == g.m)
+    gemm_bf16(b);
+  else {
+    gemm_rows(b, prompt_rows, true, gemm_bf16);
+    gemm_rows(b, prompt_rows, false, gemm_fp32);
+  }
+  if (g.epilogue) g.epilogue(g.epilogue_ctx, 0, g.m);
 }
 
 void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows) {

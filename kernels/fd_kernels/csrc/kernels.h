@@ -55,6 +55,13 @@ struct GemmArgs {
   // The weight's bf16 tiles for the AMX level (amx::pack_tiles, made once at load), or nullptr: the
   // tiles are then dequantized per call. Either way the same numbers.
   const uint16_t* tiles = nullptr;
+  // Optional, run once on every range [r0, r1) of c's rows after all their columns are written (the
+  // decoder stack's residual add + RMSNorm on a projection's output). Where the AMX tiles take every row
+  // it runs inside the product's parallel region, each 32-row block by the thread that completes it, while
+  // those rows are still in its cache; elsewhere gemm() runs it over all rows after the product. The
+  // ranges never overlap, so it may run on several at once; it must compute each row from that row alone.
+  void (*epilogue)(void* ctx, int64_t r0, int64_t r1) = nullptr;
+  void* epilogue_ctx = nullptr;
 };
 
 // What a KV cache stores per element: fp32; bf16 (uint16 bits, bf16_impl.h); int8 codes with per-row fp32
