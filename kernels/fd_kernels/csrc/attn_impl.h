@@ -383,6 +383,24 @@ static inline void finish_row(const AttnArgs& a, const AttnRow& row, float* acc,
   for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
 }
 
+// Prefetches the keys and values [k0, k1) of KV head g into L2, block by block (the block table decides
+// where each block sits, so the hardware prefetcher cannot follow). attend_rows' own prefetches run a chunk
+// ahead of its reads, so the first chunk of an item would wait on memory without this.
+template <int KV>
+static inline void prefetch_keys_l2(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t k0, int64_t k1) {
+  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
+  for (int64_t kk = k0; kk < k1;) {
+    const int64_t len = std::min(a.block_size - kk % a.block_size, k1 - kk);
+    const int64_t nb = key_base(a, bt, g, kk) * esize, bytes = len * a.head_dim * esize;
+    // asm volatile: GCC 12 deleted this loop of _mm_prefetch calls as a loop without side effects.
+    for (int64_t o = 0; o < bytes; o += 64) {
+      asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.k_cache + nb + o)));
+      asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.v_cache + nb + o)));
+    }
+    kk += len;
+  }
+}
+
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
@@ -412,6 +430,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
+  prefetch_keys_l2<KV>(a, bt, g, k0, std::min(nk, k0 + kDecodeChunk));
   for (int64_t kk = k0; kk < nk;) {
     // The chunk: up to kDecodeChunk keys in sub-chunks of <= kKeyChunk keys inside one block each.
     int64_t nsub = 0, n = 0;
