@@ -3,9 +3,10 @@
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
 //       -DFD_A_IMPL='"/tmp/old/kern_impl.h"' -DFD_B_IMPL='"kern_impl.h"' kernels/bench_attn_ab.cc \
 //       kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_attn_ab
-// Run: bench_attn_ab ISA(16|8) BATCH CTX LAYERS PASSES THREADS. LAYERS distinct caches (bf16, SmolLM2's
-// 9 / 3 heads, hd 64, block 16, each sequence's blocks consecutive) are read once per timed step, as a
-// decode step's 30 layers stream them; LAYERS 1 keeps one layer's cache hot.
+// Run: bench_attn_ab ISA(16|8) BATCH CTX LAYERS PASSES THREADS [SCATTER]. LAYERS distinct caches (bf16,
+// SmolLM2's 9 / 3 heads, hd 64, block 16, each sequence's blocks consecutive) are read once per timed step,
+// as a decode step's 30 layers stream them; LAYERS 1 keeps one layer's cache hot (in L3 at batch 16; batch 2
+// fits L2). SCATTER 1 permutes the block table over the pool, as a serving pool's free list leaves it.
 #include <immintrin.h>
 #include <omp.h>
 #include <x86intrin.h>
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   const int64_t b = argc > 2 ? std::atol(argv[2]) : 16, ctx = argc > 3 ? std::atol(argv[3]) : 512;
   const int layers = argc > 4 ? std::atoi(argv[4]) : 30, passes = argc > 5 ? std::atoi(argv[5]) : 10;
   const int threads = argc > 6 ? std::atoi(argv[6]) : 2;
+  const bool scatter = argc > 7 && std::atoi(argv[7]) != 0;
   omp_set_num_threads(threads);
   const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, mb = (ctx + bs - 1) / bs, nblocks = b * mb;
   std::mt19937 rng(0);
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> qsl(b + 1), lens(b, ctx), bt(b * mb);
   for (int64_t i = 0; i <= b; ++i) qsl[i] = i;
   for (int64_t i = 0; i < b * mb; ++i) bt[i] = i;
+  if (scatter) std::shuffle(bt.begin(), bt.end(), rng);
   std::vector<float> q(b * nh * hd), oa(q.size()), ob(q.size());
   for (auto& v : q) v = dist(rng);
   const int64_t per = nblocks * nkv * bs * hd;
@@ -141,9 +144,9 @@ int main(int argc, char** argv) {
   std::sort(ra.begin(), ra.end());
   std::sort(rb.begin(), rb.end());
   auto ms = [&](double c) { return c * keys / threads / 2.1e6; };  // TSC 2.1 GHz
-  std::printf("isa %d B=%ld ctx=%ld layers=%d thr=%d |A-B| %.2e  TSC cycles/key/group (x threads): "
+  std::printf("isa %d B=%ld ctx=%ld layers=%d thr=%d scatter=%d |A-B| %.2e  TSC cycles/key/group (x threads): "
               "A %.1f-%.1f (med %.1f)  B %.1f-%.1f (med %.1f)  B/A med %.3f  [A ~%.2f ms, B ~%.2f ms by TSC]\n",
-              isa, (long)b, (long)ctx, layers, threads, maxdiff, ra.front(), ra.back(), ra[passes / 2], rb.front(),
+              isa, (long)b, (long)ctx, layers, threads, (int)scatter, maxdiff, ra.front(), ra.back(), ra[passes / 2], rb.front(),
               rb.back(), rb[passes / 2], rb[passes / 2] / ra[passes / 2], ms(ra[passes / 2]), ms(rb[passes / 2]));
   return 0;
 }

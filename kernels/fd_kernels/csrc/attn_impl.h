@@ -64,12 +64,13 @@ static inline int64_t chunk_len(const AttnArgs& a, int64_t kk, int64_t nk) {
 // ------------------------------------------------------------------------------------------- decode
 // A few rows (decode: the GQA group's heads of one query) that share every key and value they read.
 // Per chunk of keys: every row's raw scores (fp32 / bf16 on AVX-512: dots16_rows, each key vector loaded
-// once for up to three rows, bf16 widened in registers as it loads; elsewhere dot products row by row,
-// bf16 widened once per chunk into kbuf; C8 on AVX-512: the codes transposed so the keys sit in lanes,
-// c8_scores16), then each row's online-softmax update (one vector of 16 scores on AVX-512), then one
-// P x V pass for all rows, which loads (bf16: widens, C8: converts) each value vector once and feeds
-// every row's accumulators from it. C8 folds the per-row scales into the scores (k scale) and the
-// probabilities (v scale): the codes are only converted to fp32, never multiplied per element.
+// once for up to three rows, bf16 widened in registers as it loads; AVX2: dots8_rows, the same, four keys
+// at a time; elsewhere dot products row by row, bf16 widened once per chunk into kbuf; C8 on AVX-512:
+// the codes transposed so the keys sit in lanes, c8_scores16), then each row's online-softmax update (one
+// vector of 16 scores on AVX-512), then one P x V pass for all rows, which loads (bf16: widens, C8:
+// converts) each value vector once and feeds every row's accumulators from it. C8 folds the per-row scales
+// into the scores (k scale) and the probabilities (v scale): the codes are only converted to fp32, never
+// multiplied per element.
 
 // FD_W cached values at element offset off of an fp32 or bf16 cache (or C8 codes, unscaled) as fp32;
 // kv_at: one of them.
@@ -223,6 +224,40 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
 }
 #endif
 
+#if FD_W == 8
+// Raw scores of R <= 3 rows (q pointers qr) against n keys of an fp32 or bf16 cache at kp (hd % 8 == 0),
+// into sc rows kDecodeChunk apart: four keys at a time, each key vector loaded (bf16: widened) once for
+// all R rows, 4R accumulators folded into four sums per row by one hadd tree. A last key or three take
+// the same chains one key at a time. The fp32 and bf16 caches share it, so the bf16 path sums in the fp32
+// kernel's order (the bf16-vs-fp32 oracle in tests/kernels/test_attention.py).
+template <int R, int KV>
+static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc) {
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8)
+      for (int i = 0; i < 4; ++i) {
+        const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
+        for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
+      }
+    for (int r = 0; r < R; ++r) {
+      // hadd(hadd(a0, a1), hadd(a2, a3)): each 128-bit half holds the four keys' partial sums.
+      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[r][0], acc[r][1]), _mm256_hadd_ps(acc[r][2], acc[r][3]));
+      _mm_storeu_ps(sc + r * kDecodeChunk + j, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
+  }
+  for (; j < n; ++j)
+    for (int r = 0; r < R; ++r) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t d = 0; d < hd; d += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), load_kv<KV>(kp, j * hd + d), acc);
+      sc[r * kDecodeChunk + j] = vhsum(acc);
+    }
+}
+#endif
+
 // The first lane of a vector.
 static inline float vfirst(vf v) {
 #if FD_W == 16
@@ -350,6 +385,21 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
     return;
   }
 #endif
+#if FD_W == 8
+  if constexpr (KV != kKvS8) {
+    if (hd % 8 == 0) {
+      for (int64_t r = 0; r < nrows; r += 3) {
+        float* pr = p + r * kDecodeChunk;
+        switch (std::min<int64_t>(3, nrows - r)) {
+          case 3: dots8_rows<3, KV>(qr + r, kc, n, hd, pr); break;
+          case 2: dots8_rows<2, KV>(qr + r, kc, n, hd, pr); break;
+          default: dots8_rows<1, KV>(qr + r, kc, n, hd, pr);
+        }
+      }
+      return;
+    }
+  }
+#endif
   const float* kp = (const float*)kc;
   if constexpr (KV == kKvS8) {  // codes to fp32, unscaled
     const int8_t* kq = (const int8_t*)kc;
@@ -383,6 +433,24 @@ static inline void finish_row(const AttnArgs& a, const AttnRow& row, float* acc,
   for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
 }
 
+// Prefetches the keys and values [k0, k1) of KV head g into L2, block by block (the block table decides
+// where each block sits, so the hardware prefetcher cannot follow). attend_rows' own prefetches run a chunk
+// ahead of its reads, so the first chunk of an item would wait on memory without this.
+template <int KV>
+static inline void prefetch_keys_l2(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t k0, int64_t k1) {
+  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
+  for (int64_t kk = k0; kk < k1;) {
+    const int64_t len = std::min(a.block_size - kk % a.block_size, k1 - kk);
+    const int64_t nb = key_base(a, bt, g, kk) * esize, bytes = len * a.head_dim * esize;
+    // asm volatile: GCC 12 deleted this loop of _mm_prefetch calls as a loop without side effects.
+    for (int64_t o = 0; o < bytes; o += 64) {
+      asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.k_cache + nb + o)));
+      asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.v_cache + nb + o)));
+    }
+    kk += len;
+  }
+}
+
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
@@ -412,6 +480,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
+  prefetch_keys_l2<KV>(a, bt, g, k0, std::min(nk, k0 + kDecodeChunk));
   for (int64_t kk = k0; kk < nk;) {
     // The chunk: up to kDecodeChunk keys in sub-chunks of <= kKeyChunk keys inside one block each.
     int64_t nsub = 0, n = 0;
