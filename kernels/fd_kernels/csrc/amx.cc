@@ -263,9 +263,11 @@ struct Plan {
 Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
   const int64_t panel_bytes = kp * kNR * 2;
   Plan pl{panels, nrb, 1, panels, std::clamp<int64_t>(kGroupBytes / panel_bytes, 1, panels)};
-  // Per thread, regions read A + W / nth bytes and shared rows W + A / nth: regions read less where A < W.
+  // Per thread, regions read A + W / nth bytes and shared rows W + A / nth. Regions read the rows of A
+  // another thread converted from that thread's cache, which costs more a byte than the weight's own
+  // stream, so they pay only where A is well under the weight: at most 2/3 of it.
   const int64_t a_bytes = nrb * kRows * kp * 2;
-  if (nth > 1 && panels >= nth && a_bytes <= kSharedABytes && a_bytes < panels * panel_bytes) {
+  if (nth > 1 && panels >= nth && a_bytes <= kSharedABytes && 3 * a_bytes <= 2 * panels * panel_bytes) {
     pl.regions = nth;
     pl.region_panels = (panels + nth - 1) / nth;
     pl.chunk = std::min(pl.chunk, pl.region_panels);
@@ -282,7 +284,7 @@ Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
 // chunk, claimed in turn by whichever thread is free, so the threads stay even when one of them loses its
 // core for a while. An A block stays in L1 across a chunk's panels, its rows of C written left to right.
-// Where A's tiles are small (a prompt of a few hundred rows) and smaller than the weight's, each thread
+// Where A's tiles are small (a prompt of a few hundred rows) and at most 2/3 of the weight's, each thread
 // has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from memory once per call, and a
 // thread that runs out of items takes the next ones of another region. Where A is larger there is one
 // region: the threads share out each chunk's rows, each reading only its own rows of A. Whichever item

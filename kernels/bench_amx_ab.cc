@@ -1,0 +1,134 @@
+// A/B timing of the AMX prompt-row GEMM: a saved copy of amx.cc (FD_A_SRC, compiled into namespace
+// fdk_old) against this tree's, alternated pass by pass on the same prepacked tiles, results compared
+// bit for bit. Build (from the repo root, LIBS = Paddle's libs directory, for its libiomp5):
+//   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc -Dfdk=fdk_old -c /tmp/old/amx.cc \
+//       -o /tmp/amx_old.o
+//   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc kernels/bench_amx_ab.cc \
+//       kernels/fd_kernels/csrc/amx.cc /tmp/amx_old.o -o /tmp/bench_amx_ab -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS
+// Run: bench_amx_ab M K N WEIGHTS PASSES. WEIGHTS 1 repeats one weight (hot in L2/L3, as
+// bench_prefill_gemm.py); WEIGHTS 30 cycles through 30 distinct weights, as a step's 30 layers read them.
+// Prints per pass old and new GFLOP/s (best call) and new / old. `stack M PASSES`: see stack().
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+// The saved amx.cc, compiled separately with -Dfdk=fdk_old (same GemmArgs layout).
+namespace fdk_old {
+struct GemmArgs;
+namespace amx {
+void gemm_bf16(const GemmArgs& g);
+}
+}  // namespace fdk_old
+
+namespace fdk_old_wrap {
+void gemm(const fdk::GemmArgs& g) { fdk_old::amx::gemm_bf16(*(const fdk_old::GemmArgs*)&g); }
+}  // namespace fdk_old_wrap
+
+static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// SmolLM2-135M's four prompt GEMMs (qkv, o_proj, gate_up, down) over 30 layers of distinct weights in a
+// step's order, ~212 MB of bf16 tiles: per pass the best of 3 steps (alternated) in ms, and old / new per shape.
+static int stack(int64_t m, int passes) {
+  if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
+  const int64_t shapes[4][2] = {{576, 960}, {576, 576}, {576, 3072}, {1536, 576}};
+  constexpr int kLayers = 30;
+  std::mt19937 rng(1);
+  std::vector<float> a(m * 1536);
+  for (auto& x : a) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
+  std::vector<std::vector<uint16_t>> tiles(kLayers * 4);
+  std::vector<std::vector<float>> c(4);
+  for (int l = 0; l < kLayers; ++l)
+    for (int i = 0; i < 4; ++i) {
+      auto& t = tiles[l * 4 + i];
+      t.resize(fdk::amx::tiles_elems(shapes[i][1], shapes[i][0]));
+      for (auto& x : t) x = (uint16_t)(0x3c00 + rng() % 0x200 + (rng() & 1) * 0x8000);  // |x| in [2^-7, 2^-6)
+      c[i].resize(m * shapes[i][1]);
+    }
+  // One step; sec[i] += shape i's time over the 30 layers.
+  auto step = [&](bool neu, double* sec) {
+    for (int l = 0; l < kLayers; ++l)
+      for (int i = 0; i < 4; ++i) {
+        fdk::GemmArgs g{};
+        g.a = a.data(), g.lda = shapes[i][0], g.m = m, g.k = shapes[i][0], g.n = shapes[i][1];
+        g.kind = fdk::kS8, g.group = g.k, g.c = c[i].data(), g.tiles = tiles[l * 4 + i].data();
+        const double t0 = now();
+        if (neu) fdk::amx::gemm_bf16(g); else fdk_old_wrap::gemm(g);
+        sec[i] += now() - t0;
+      }
+  };
+  double warm[4] = {};
+  step(false, warm), step(true, warm);
+  for (int p = 0; p < passes; ++p) {
+    double best[2][5];
+    for (auto& b : best) std::fill(b, b + 5, 1e30);
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < 2; ++j) {
+        const bool neu = (j + p) % 2;  // old first on even passes, new first on odd ones
+        double sec[4] = {};
+        step(neu, sec);
+        for (int i = 0; i < 4; ++i) best[neu][i] = std::min(best[neu][i], sec[i]);
+        best[neu][4] = std::min(best[neu][4], sec[0] + sec[1] + sec[2] + sec[3]);
+      }
+    std::printf("stack m %ld pass %d: old %.2f new %.2f ms, old/new %.3f; qkv %.3f o %.3f gate_up %.3f down %.3f\n",
+                (long)m, p, best[0][4] * 1e3, best[1][4] * 1e3, best[0][4] / best[1][4], best[0][0] / best[1][0],
+                best[0][1] / best[1][1], best[0][2] / best[1][2], best[0][3] / best[1][3]);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "stack") return stack(atol(argv[2]), atoi(argv[3]));
+  if (argc < 6) return std::fprintf(stderr, "usage: M K N WEIGHTS PASSES | stack M PASSES\n"), 2;
+  const int64_t m = atol(argv[1]), k = atol(argv[2]), n = atol(argv[3]);
+  const int nw = atoi(argv[4]), passes = atoi(argv[5]);
+  if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> a(m * k);
+  for (auto& x : a) x = u(rng);
+  const int64_t panels = (n + fdk::kNR - 1) / fdk::kNR, te = fdk::amx::tiles_elems(n, k);
+  std::vector<std::vector<uint16_t>> tiles(nw, std::vector<uint16_t>(te));
+  std::vector<int8_t> q(panels * k * fdk::kNR);
+  std::vector<float> s(panels * fdk::kNR, 0.01f);
+  for (int w = 0; w < nw; ++w) {
+    for (auto& x : q) x = (int8_t)(rng() % 255 - 127);
+    fdk::GemmArgs g{};
+    g.k = k, g.n = n, g.w = q.data(), g.scales = s.data(), g.group = k, g.kind = fdk::kS8;
+    fdk::amx::pack_tiles(g, tiles[w].data());
+  }
+  std::vector<float> c0(m * n), c1(m * n);
+  auto args = [&](int w, float* c) {
+    fdk::GemmArgs g{};
+    g.a = a.data(), g.lda = k, g.m = m, g.k = k, g.n = n, g.kind = fdk::kS8, g.group = k, g.c = c;
+    g.tiles = tiles[w].data();
+    return g;
+  };
+  const double flop = 2.0 * m * n * k;
+  // Best single call: with 30 weights every call's weight was last read 29 calls (~20 MB of tiles) ago.
+  auto run = [&](bool neu, float* c) {
+    double best = 1e30;
+    const int sweeps = nw == 1 ? 30 : 4;
+    for (int r = 0; r < sweeps; ++r) {
+      for (int w = 0; w < nw; ++w) {
+        const auto g = args(w, c);
+        const double t0 = now();
+        if (neu) fdk::amx::gemm_bf16(g); else fdk_old_wrap::gemm(g);
+        best = std::min(best, now() - t0);
+      }
+    }
+    return flop / best / 1e9;
+  };
+  run(false, c0.data()), run(true, c1.data());
+  if (std::memcmp(c0.data(), c1.data(), c0.size() * 4)) return std::fprintf(stderr, "MISMATCH\n"), 1;
+  for (int p = 0; p < passes; ++p) {
+    const double o = run(false, c0.data()), nn = run(true, c1.data());
+    std::printf("%ld %ld %ld w%d pass %d: old %6.0f new %6.0f ratio %.3f\n", (long)m, (long)k, (long)n, nw, p, o, nn, nn / o);
+  }
+  return 0;
+}
