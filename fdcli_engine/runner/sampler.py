@@ -25,6 +25,7 @@ for such a row.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from operator import attrgetter
 
@@ -123,10 +124,13 @@ def _is_plain_greedy(sr: ScheduledRequest, eos_ids: set[int]) -> bool:
 def _first_argmax(logits: np.ndarray) -> list[int] | None:
     """Each row's first argmax, as the sampling op gives a plain greedy row; None when a row holds a NaN
     (numpy's argmax then points at it; the op's own NaN rule decides those rows)."""
-    tokens = logits.argmax(axis=1)
-    if np.isnan(logits[np.arange(logits.shape[0]), tokens]).any():
-        return None
-    return tokens.tolist()
+    tokens = logits.argmax(axis=1).tolist()
+    # Row by row: one scalar read a row costs less than the vectorised gather and test at decode's
+    # batch sizes, where each numpy call runs with cold caches after the step's weights went by.
+    for row, token in enumerate(tokens):
+        if math.isnan(logits[row, token]):
+            return None
+    return tokens
 
 
 class Sampler:
