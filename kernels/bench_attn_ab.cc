@@ -27,52 +27,16 @@
 #include "dispatch.h"
 #include "kernels.h"
 
-namespace fdk {
-namespace A {
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
-namespace w16 {
-#define FD_W 16
-#define FD_MR 12
-#include FD_A_IMPL
-#undef FD_W
-#undef FD_MR
-}  // namespace w16
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-namespace w8 {
-#define FD_W 8
-#define FD_MR 2
-#include FD_A_IMPL
-#undef FD_W
-#undef FD_MR
-}  // namespace w8
-#pragma GCC pop_options
-}  // namespace A
-namespace B {
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2")
-namespace w16 {
-#define FD_W 16
-#define FD_MR 12
-#include FD_B_IMPL
-#undef FD_W
-#undef FD_MR
-}  // namespace w16
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-namespace w8 {
-#define FD_W 8
-#define FD_MR 2
-#include FD_B_IMPL
-#undef FD_W
-#undef FD_MR
-}  // namespace w8
-#pragma GCC pop_options
-}  // namespace B
-}  // namespace fdk
+#define FD_TREE_NS A
+#define FD_TREE_IMPL FD_A_IMPL
+#include "bench_ab_tree.h"
+#undef FD_TREE_NS
+#undef FD_TREE_IMPL
+#define FD_TREE_NS B
+#define FD_TREE_IMPL FD_B_IMPL
+#include "bench_ab_tree.h"
+#undef FD_TREE_NS
+#undef FD_TREE_IMPL
 
 extern "C" uint64_t fd_read_bytes(const uint8_t* p, int64_t bytes);  // csrc/qgemm.cc: the roofline probe
 
