@@ -170,3 +170,20 @@ def test_hostile_field_names_give_a_safe_header(tokenizer):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "The answer is 42"
     header = r.headers["fd-ignored-fields"]
     assert len(header) == 1024 and header.startswith("field_0000,field_0001,") and header.endswith("...")
+
+
+def test_unknown_fields_in_lists_of_scalars_and_of_models():
+    """Token-id prompts (lists of ints, and lists of them) hold no fields; a list of models is walked
+    item by item, so an unknown key in its second item is named with its index."""
+    ids = list(range(100, 612))
+    assert unknown_fields(CompletionRequest.model_validate({"prompt": ids, "max_tokens": 1})) == []
+    batch = CompletionRequest.model_validate({"prompt": [ids, ids[:3]], "stop": ["a", "b"], "x": 1})
+    assert unknown_fields(batch) == ["x"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    chat = ChatCompletionRequest.model_validate(
+        {
+            "messages": [*MSG, {"role": "user", "content": "again", "mood": "?"}],
+            "tools": [tool, {**tool, "w": 2}],
+        }
+    )
+    assert unknown_fields(chat) == ["messages[1].mood", "tools[1].w"]

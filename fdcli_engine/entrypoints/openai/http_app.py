@@ -17,6 +17,7 @@ from fdcli_engine.entrypoints.openai.app_state import ServerArgs, key_matches, s
 from fdcli_engine.entrypoints.openai.errors import APIError, from_exception, status_phrase
 from fdcli_engine.entrypoints.openai.json_depth import DEEP, too_deep_field
 from fdcli_engine.entrypoints.openai.metrics import ServerMetrics
+from fdcli_engine.entrypoints.openai.primed_stream import PrimedStream
 from fdcli_engine.entrypoints.openai.protocol import ErrorResponse, ModelCard, ModelList
 from fdcli_engine.entrypoints.openai.request_fields import HEADER as IGNORED_HEADER
 from fdcli_engine.entrypoints.openai.request_fields import (
@@ -190,6 +191,7 @@ class _Ctx:
         if not hasattr(result, "__aiter__"):
             admission.release()
             return result
+        result = PrimedStream(result)
 
         async def close() -> None:
             try:

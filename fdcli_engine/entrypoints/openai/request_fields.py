@@ -41,8 +41,15 @@ def _nested(value, path: str) -> list[str]:
     if isinstance(value, BaseModel):
         return unknown_fields(value, path + ".")
     if isinstance(value, list):
+        # Most lists are scalars (a prompt's token ids): their element types are read in one C pass,
+        # and only a list holding models or lists is walked item by item.
+        if not any(issubclass(t, _CONTAINERS) for t in set(map(type, value))):
+            return []
         return [f for i, v in enumerate(value) for f in _nested(v, f"{path}[{i}]")]
     return []
+
+
+_CONTAINERS = (BaseModel, list)
 
 
 def header_value(fields: list[str]) -> str:
