@@ -32,7 +32,7 @@ namespace fdk {
 namespace {
 
 // Rows up to which a decode step takes the region: each thread quantizes and normalizes every row itself.
-constexpr int64_t kRegionMaxRows = 8;
+constexpr int64_t kRegionMaxRows = 64;
 // Most weight bytes a thread prefetches for its next GEMM while it waits (an L2 holds 1-2 MiB).
 constexpr int64_t kPrefetchBytes = 256 << 10;
 
