@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_decoder_stack import assert_bit_identical
-from tiny_models import load_fd_model, make_tiny_gguf
 
-from fdcli_engine import ops
+# reference_ops: test_decoder_stack's override of the directory's fixture (native ops), used here too.
+from test_decoder_stack import assert_bit_identical, reference_ops  # noqa: F401
+from tiny_models import load_fd_model, make_tiny_gguf
 
 # Steps of (seq id, prompt length, new tokens). Prefill steps (the per-op loop inside the stack) fill a
 # context of 270 keys for a and 600 for l (over the attention's 256-key parts: two and three parts) and
@@ -56,18 +56,6 @@ DECODE = [
 ]
 # The 8-row step with "i" carries a 2-token prompt: not pure decode, so the per-op loop. Then 16 rows
 # with two split-K contexts first, 16 short ones, and 33 rows with the split contexts among them.
-
-
-@pytest.fixture(autouse=True)
-def reference_ops():
-    """Overrides the directory's fixture: this module tests the native ops."""
-    previous = ops.backend
-    try:
-        ops.use("native")
-    except RuntimeError as exc:
-        pytest.skip(f"C++ kernels unavailable: {exc}")
-    yield
-    ops.use(previous)
 
 
 def gguf_model(tiny_checkpoint, tmp_path, arch: str, qtype: str):

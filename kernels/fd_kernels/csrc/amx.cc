@@ -285,13 +285,14 @@ Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
 // chunk, claimed in turn by whichever thread is free, so the threads stay even when one of them loses its
 // core for a while. An A block stays in L1 across a chunk's panels, its rows of C written left to right.
 // Where A's tiles are small (a prompt of a few hundred rows) and at most 2/3 of the weight's, each thread
-// has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from memory once per call, and a
-// thread that runs out of items takes the next ones of another region. Where A is larger there is one
-// region: the threads share out each chunk's rows, each reading only its own rows of A. Whichever item
-// first needs a row block converts its rows of A (no separate conversion pass, parallel region or
-// barrier); another item needing it meanwhile waits, which never deadlocks, since a conversion waits for
-// nothing. The item that completes a row block's last chunk runs g.epilogue on its rows (acquiring the
-// other items' stores of C). A block's result does not depend on which thread or item computes it.
+// has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from
+// memory once per call, and a thread that runs out of items takes the next ones of another region. Where A
+// is larger there is one region: the threads share out each chunk's rows, each reading only its own rows
+// of A. Whichever item first needs a row block converts its rows of A (no separate conversion pass,
+// parallel region or barrier); another item needing it meanwhile waits, which never deadlocks, since a
+// conversion waits for nothing. The item that completes a row block's last chunk runs g.epilogue on its
+// rows (acquiring the other items' stores of C). A block's result does not depend on which thread or item
+// computes it.
 void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);

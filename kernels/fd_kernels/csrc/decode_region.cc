@@ -16,6 +16,7 @@
 // barrier after their last use.
 
 #include "decode_region.h"
+#include "scratch.h"
 
 #include <omp.h>
 
@@ -38,17 +39,6 @@ constexpr int64_t kPrefetchBytes = 256 << 10;
 
 // Steps run through the region in this process, for the tests (fd_kernels.native.decode_region_steps).
 std::atomic<int64_t> region_steps{0};
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
-std::unique_ptr<float[], FreeDeleter> floats(int64_t n) {
-  const size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) / 64 * 64;
-  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!p) throw std::bad_alloc();
-  return std::unique_ptr<float[], FreeDeleter>(p);
-}
 
 GemmArgs gemm_args(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c) {
   GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
@@ -96,7 +86,7 @@ struct Region {
   float* out;
   int64_t q_size, qkv_n;
   AttnPlan plan;
-  std::unique_ptr<float[], FreeDeleter> res[2], hidden, qkv, q, attn, gate_up, parts, own;
+  Scratch res[2], hidden, qkv, q, attn, gate_up, parts, own;
   int64_t own_stride;  // per thread: normed [t, h], sum [t, h], act [t, inter]
   std::unique_ptr<std::atomic<int64_t>[]> next;  // per layer: the attention items claimed
   StealRanges work[2];
@@ -214,16 +204,16 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   s.q_size = a.num_heads * a.head_dim;
   s.qkv_n = s.q_size + 2 * a.num_kv_heads * a.head_dim;
   s.plan = attn_plan(a);
-  for (auto& r : s.res) r = floats(t * h);
-  s.hidden = floats(t * h);
-  s.qkv = floats(t * s.qkv_n);
-  s.q = floats(t * s.q_size);
-  s.attn = floats(t * s.q_size);
-  s.gate_up = floats(t * 2 * inter);
-  s.parts = floats(s.plan.part_floats);
+  for (auto& r : s.res) r = scratch(t * h);
+  s.hidden = scratch(t * h);
+  s.qkv = scratch(t * s.qkv_n);
+  s.q = scratch(t * s.q_size);
+  s.attn = scratch(t * s.q_size);
+  s.gate_up = scratch(t * 2 * inter);
+  s.parts = scratch(s.plan.part_floats);
   const int max_threads = omp_get_max_threads();
   s.own_stride = (2 * t * h + t * inter + 15) / 16 * 16;
-  s.own = floats(max_threads * s.own_stride);
+  s.own = scratch(max_threads * s.own_stride);
   s.next.reset(new std::atomic<int64_t>[num_layers]);
   for (int64_t i = 0; i < num_layers; ++i) s.next[i].store(0, std::memory_order_relaxed);
   // work[0] starts on layer 0's QKV; work[1] is reset inside, before its first use (o_proj).

@@ -1,6 +1,6 @@
 // The decoder stack's decode step in one OpenMP parallel region (decode_region.cc).
 //
-// A pure-decode step (one query per sequence, a few rows, no prompt rows, GGUF block weights) is made of
+// A pure-decode step (one query per sequence, up to 64 rows, no prompt rows, GGUF block weights) is made of
 // GEMMs of a few rows, one short attention and elementwise passes over a few hundred floats each; run op by
 // op, every GEMM and the attention open their own parallel region, and the fork / join of ~5 regions per
 // layer costs more than the elementwise work. Here the threads enter one region for the whole stack and

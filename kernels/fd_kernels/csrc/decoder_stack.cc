@@ -12,6 +12,7 @@
 
 #include "decoder_stack.h"
 #include "decode_region.h"
+#include "scratch.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -20,18 +21,6 @@
 namespace fdk {
 
 namespace {
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
-// Uninitialized, 64-byte aligned: a 512-token prefill needs ~18 MB of scratch, not worth zeroing.
-std::unique_ptr<float[], FreeDeleter> scratch(int64_t floats) {
-  const size_t bytes = ((size_t)(floats > 0 ? floats : 1) * sizeof(float) + 63) / 64 * 64;
-  float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!p) throw std::bad_alloc();
-  return std::unique_ptr<float[], FreeDeleter>(p);
-}
 
 // The residual add + RMSNorm that follows o_proj and down_proj, as a GEMM epilogue over rows of its
 // output: fused_add_rms_norm on those rows (in place on the residual), the same per-row arithmetic.
@@ -68,7 +57,7 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
   const int64_t q_size = a.num_heads * hd, qkv_n = q_size + 2 * a.num_kv_heads * hd;
   if (num_layers == 0) return rms_norm(x, a.final_norm, a.eps, t, h, out);
   if (t == 0) return;
-  // A pure-decode step of a few rows: the same values from one parallel region (decode_region.h).
+  // A pure-decode step (up to 64 rows): the same values from one parallel region (decode_region.h).
   if (decode_region_applies(a, layers, num_layers)) return decode_region_stack(a, layers, caches, num_layers, x, out);
   auto residual = scratch(t * h), hidden = scratch(t * h), normed = scratch(t * h);
   auto qkv = scratch(t * qkv_n), q = scratch(t * q_size);
