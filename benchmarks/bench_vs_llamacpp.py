@@ -99,17 +99,22 @@ def fd_cmd(args, port: int) -> list[str]:
 
 
 def tree_env(tree: str) -> dict:
-    """The environment that makes `python -m fdcli.main` run the checkout at `tree`."""
+    """The environment that makes `python -m fdcli.main` run the checkout at `tree`, started in `tree`
+    (start's cwd): `python -m` puts the working directory ahead of PYTHONPATH, so a server started from
+    another checkout would import that checkout's Python packages beside this tree's kernels."""
     root = str(Path(tree).resolve())
     return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "kernels")])}
 
 
-def start(make_cmd, log: Path, name: str, ready_path: str, env=None) -> tuple[subprocess.Popen, str]:
-    """Starts make_cmd(port) on a free port, output to `log`; returns once `ready_path` answers 200."""
+def start(
+    make_cmd, log: Path, name: str, ready_path: str, env=None, cwd=None
+) -> tuple[subprocess.Popen, str]:
+    """Starts make_cmd(port) on a free port (in cwd), output to `log`; returns once `ready_path` answers
+    200."""
     from stream_client import free_port, wait_ready
 
     port = free_port()
-    proc = subprocess.Popen(make_cmd(port), stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(make_cmd(port), stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, name, 600, ready_path)
@@ -187,7 +192,12 @@ def main() -> int:
         servers["fd"] = start(lambda port: fd_cmd(args, port), tmp / "fd.log", "fd serve", "/ready")
         if args.fd_tree:
             servers[peer] = start(
-                lambda port: fd_cmd(args, port), tmp / "base.log", peer, "/ready", tree_env(args.fd_tree)
+                lambda port: fd_cmd(args, port),
+                tmp / "base.log",
+                peer,
+                "/ready",
+                tree_env(args.fd_tree),
+                cwd=str(Path(args.fd_tree).resolve()),
             )
         elif args.vllm:
             servers[peer] = start(
