@@ -433,19 +433,24 @@ static inline void finish_row(const AttnArgs& a, const AttnRow& row, float* acc,
   for (int64_t d = 0; d < hd; ++d) op[d] = acc[d] / l;
 }
 
-// Prefetches the keys and values [k0, k1) of KV head g into L2, block by block (the block table decides
-// where each block sits, so the hardware prefetcher cannot follow). attend_rows' own prefetches run a chunk
-// ahead of its reads, so the first chunk of an item would wait on memory without this.
-template <int KV>
-static inline void prefetch_keys_l2(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t k0, int64_t k1) {
+// Prefetches the keys and values [k0, k1) of KV head g, block by block (the block table decides where each
+// block sits, so the hardware prefetcher cannot follow), into L1 (L1 true) or L2.
+template <int KV, bool L1>
+static inline void prefetch_keys(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t k0, int64_t k1) {
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
   for (int64_t kk = k0; kk < k1;) {
     const int64_t len = std::min(a.block_size - kk % a.block_size, k1 - kk);
     const int64_t nb = key_base(a, bt, g, kk) * esize, bytes = len * a.head_dim * esize;
-    // asm volatile: GCC 12 deleted this loop of _mm_prefetch calls as a loop without side effects.
+    // asm volatile: GCC 12 deleted a loop of _mm_prefetch calls in such a helper as a loop without side
+    // effects.
     for (int64_t o = 0; o < bytes; o += 64) {
-      asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.k_cache + nb + o)));
-      asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.v_cache + nb + o)));
+      if constexpr (L1) {
+        asm volatile("prefetcht0 %0" : : "m"(*((const char*)a.k_cache + nb + o)));
+        asm volatile("prefetcht0 %0" : : "m"(*((const char*)a.v_cache + nb + o)));
+      } else {
+        asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.k_cache + nb + o)));
+        asm volatile("prefetcht1 %0" : : "m"(*((const char*)a.v_cache + nb + o)));
+      }
     }
     kk += len;
   }
@@ -480,7 +485,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
-  prefetch_keys_l2<KV>(a, bt, g, k0, std::min(nk, k0 + kDecodeChunk));
+  // The loop's own prefetches run a chunk ahead of its reads: without this the first chunk would wait on
+  // memory.
+  prefetch_keys<KV, false>(a, bt, g, k0, std::min(nk, k0 + kDecodeChunk));
   for (int64_t kk = k0; kk < nk;) {
     // The chunk: up to kDecodeChunk keys in sub-chunks of <= kKeyChunk keys inside one block each.
     int64_t nsub = 0, n = 0;
@@ -492,22 +499,10 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       // hardware prefetcher cannot run ahead across blocks: without this, decode over caches that do not
       // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
       // either alone and than longer L1 distances (docs/kernels-measurements.md).
-      if (kk + n + len < nk) {
-        const int64_t next = kk + n + len;
-        const int64_t nb = key_base(a, bt, g, next) * esize, bytes = chunk_len(a, next, nk) * hd * esize;
-        for (int64_t o = 0; o < bytes; o += 64) {
-          _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T0);
-          _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T0);
-        }
-      }
-      if (kk + n + kDecodeChunk < nk) {
-        const int64_t far = kk + n + kDecodeChunk;
-        const int64_t nb = key_base(a, bt, g, far) * esize, bytes = chunk_len(a, far, nk) * hd * esize;
-        for (int64_t o = 0; o < bytes; o += 64) {
-          _mm_prefetch((const char*)a.k_cache + nb + o, _MM_HINT_T1);
-          _mm_prefetch((const char*)a.v_cache + nb + o, _MM_HINT_T1);
-        }
-      }
+      if (const int64_t next = kk + n + len; next < nk)
+        prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
+      if (const int64_t far = kk + n + kDecodeChunk; far < nk)
+        prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
       score_rows<KV>(qr, nrows, (const char*)a.k_cache + base * esize, len, hd, whole16, kbuf, p[0] + n);
       vp[nsub] = (const char*)a.v_cache + base * esize;
       if constexpr (C8) {
