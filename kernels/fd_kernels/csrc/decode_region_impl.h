@@ -9,15 +9,9 @@ static void region_norm(const float* x, const float* w, float eps, int64_t t, in
   for (int64_t r = 0; r < t; ++r) norm_row(x + r * h, w, eps, h, out + r * h);
 }
 
-// fused_add_rms_norm's rows: the sum (one fp32 add per element, however it is vectorized), then its norm.
 static void region_add_norm(const float* x, const float* res, const float* w, float eps, int64_t t, int64_t h,
                             float* out, float* res_out) {
-  for (int64_t r = 0; r < t; ++r) {
-    const float *xr = x + r * h, *rr = res + r * h;
-    float* sr = res_out + r * h;
-    for (int64_t i = 0; i < h; ++i) sr[i] = xr[i] + rr[i];
-    norm_row(sr, w, eps, h, out + r * h);
-  }
+  for (int64_t r = 0; r < t; ++r) add_norm_row(x + r * h, res + r * h, w, eps, h, out + r * h, res_out + r * h);
 }
 
 static void region_silu(const float* x, int64_t t, int64_t n, float* out) {

@@ -216,17 +216,20 @@ static void rms_norm(const float* x, const float* w, float eps, int64_t t, int64
   for (int64_t r = 0; r < t; ++r) norm_row(x + r * h, w, eps, h, out + r * h);
 }
 
+// One row of fused_add_rms_norm: sr = x + res, out = its norm. sr may be res (each element is read before
+// it is written).
+static inline void add_norm_row(const float* xr, const float* rr, const float* w, float eps, int64_t h, float* out,
+                                float* sr) {
+  int64_t i = 0;
+  for (; i + FD_W <= h; i += FD_W) vstore(sr + i, vadd(vload(xr + i), vload(rr + i)));
+  for (; i < h; ++i) sr[i] = xr[i] + rr[i];
+  norm_row(sr, w, eps, h, out);
+}
+
 static void fused_add_rms_norm(const float* x, const float* res, const float* w, float eps, int64_t t,
                                int64_t h, float* out, float* res_out) {
 #pragma omp parallel for schedule(static) if (t * h >= (1 << 16))
-  for (int64_t r = 0; r < t; ++r) {
-    const float *xr = x + r * h, *rr = res + r * h;
-    float* sr = res_out + r * h;
-    int64_t i = 0;
-    for (; i + FD_W <= h; i += FD_W) vstore(sr + i, vadd(vload(xr + i), vload(rr + i)));
-    for (; i < h; ++i) sr[i] = xr[i] + rr[i];
-    norm_row(sr, w, eps, h, out + r * h);
-  }
+  for (int64_t r = 0; r < t; ++r) add_norm_row(x + r * h, res + r * h, w, eps, h, out + r * h, res_out + r * h);
 }
 
 // One row: o[i] = silu(gate[i]) * up[i]. o may be gate: each element is read before it is written.
