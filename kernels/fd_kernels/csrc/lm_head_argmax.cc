@@ -1,0 +1,175 @@
+// fd_linear_argmax: each row's first argmax of x @ W^T (+ b), the LM head and a plain greedy sampler in one
+// op. The logits are fd_linear's, bit for bit: the same fdk::gemm call (no prompt rows, as the LM head
+// passes none) writes them into a scratch buffer this op keeps, so no output tensor is allocated and nothing
+// on the host reads them. Each thread then scans its contiguous share of every row's columns (the share the
+// GEMM's work split gave it first, still in its cache) for (max, first index, any NaN), and the shares are
+// combined in column order: the result is numpy's argmax of the row (ties to the lowest index) whatever the
+// thread count. A row holding a NaN gives -1: the greedy fast path leaves such rows to the sampling op's own
+// NaN rule, so the caller must take the full path for them.
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "glue.h"
+#include "kernels.h"
+#include "paddle/extension.h"
+
+namespace {
+
+using paddle::Tensor;
+
+// The first index of the largest value of p[0, n) (n >= 1), and whether any value is NaN (the index and
+// value mean nothing then: the row's answer is -1 whatever they are).
+struct ArgMax {
+  float best;
+  int64_t index;
+  bool nan;
+};
+
+ArgMax argmax_scalar(const float* p, int64_t n) {
+  ArgMax r{p[0], 0, std::isnan(p[0])};
+  for (int64_t i = 1; i < n; ++i) {
+    if (p[i] > r.best) r.best = p[i], r.index = i;
+    r.nan |= std::isnan(p[i]);
+  }
+  return r;
+}
+
+// Lane j holds the first index of its lane's largest value (strictly greater replaces), so among the lanes
+// whose value is the row's max, the smallest index is the row's first argmax.
+__attribute__((target("avx512f,avx512dq"))) ArgMax argmax_avx512(const float* p, int64_t n) {
+  if (n < 16) return argmax_scalar(p, n);
+  __m512 best = _mm512_loadu_ps(p);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), cur = idx;
+  const __m512i step = _mm512_set1_epi32(16);
+  __mmask16 nan = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
+  int64_t i = 16;
+  for (; i + 16 <= n; i += 16) {
+    cur = _mm512_add_epi32(cur, step);
+    const __m512 v = _mm512_loadu_ps(p + i);
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
+    best = _mm512_mask_mov_ps(best, gt, v);
+    idx = _mm512_mask_mov_epi32(idx, gt, cur);
+  }
+  alignas(64) float bv[16];
+  alignas(64) int32_t bi[16];
+  _mm512_store_ps(bv, best);
+  _mm512_store_si512(bi, idx);
+  ArgMax r{bv[0], bi[0], nan != 0};
+  for (int j = 1; j < 16; ++j)
+    if (bv[j] > r.best || (bv[j] == r.best && bi[j] < r.index)) r.best = bv[j], r.index = bi[j];
+  for (; i < n; ++i) {
+    if (p[i] > r.best) r.best = p[i], r.index = i;
+    r.nan |= std::isnan(p[i]);
+  }
+  return r;
+}
+
+__attribute__((target("avx2"))) ArgMax argmax_avx2(const float* p, int64_t n) {
+  if (n < 8) return argmax_scalar(p, n);
+  __m256 best = _mm256_loadu_ps(p);
+  __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), cur = idx;
+  const __m256i step = _mm256_set1_epi32(8);
+  __m256 nan = _mm256_cmp_ps(best, best, _CMP_UNORD_Q);
+  int64_t i = 8;
+  for (; i + 8 <= n; i += 8) {
+    cur = _mm256_add_epi32(cur, step);
+    const __m256 v = _mm256_loadu_ps(p + i);
+    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256 gt = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+    best = _mm256_blendv_ps(best, v, gt);
+    idx = _mm256_blendv_epi8(idx, cur, _mm256_castps_si256(gt));
+  }
+  alignas(32) float bv[8];
+  alignas(32) int32_t bi[8];
+  _mm256_store_ps(bv, best);
+  _mm256_store_si256((__m256i*)bi, idx);
+  ArgMax r{bv[0], bi[0], _mm256_movemask_ps(nan) != 0};
+  for (int j = 1; j < 8; ++j)
+    if (bv[j] > r.best || (bv[j] == r.best && bi[j] < r.index)) r.best = bv[j], r.index = bi[j];
+  for (; i < n; ++i) {
+    if (p[i] > r.best) r.best = p[i], r.index = i;
+    r.nan |= std::isnan(p[i]);
+  }
+  return r;
+}
+
+ArgMax argmax(const float* p, int64_t n, int isa) {
+  return isa >= 2 ? argmax_avx512(p, n) : isa == 1 ? argmax_avx2(p, n) : argmax_scalar(p, n);
+}
+
+// The logits of the last call, kept so a decode step writes into memory that is already mapped and cached.
+std::vector<float>& logits_scratch(int64_t floats) {
+  thread_local std::vector<float> buf;
+  if ((int64_t)buf.size() < floats) buf.resize(floats);
+  return buf;
+}
+
+// out[r] = first argmax of row r of c [m, n], or -1 where the row holds a NaN.
+void rows_argmax(const float* c, int64_t m, int64_t n, int64_t* out) {
+  const int isa = fdk::active_isa();
+  const int nth = std::max(1, std::min<int>(omp_get_max_threads(), (int)(n / 4096)));
+  std::vector<ArgMax> part(m * nth);
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    for (int64_t r = 0; r < m && hi > lo; ++r) {
+      ArgMax a = argmax(c + r * n + lo, hi - lo, isa);
+      a.index += lo;
+      part[r * nth + t] = a;
+    }
+    // Fewer threads than asked: their parts are marked empty for the combine.
+    if (t == 0)
+      for (int u = nt; u < nth; ++u)
+        for (int64_t r = 0; r < m; ++r) part[r * nth + u] = ArgMax{0.0f, -1, false};
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    ArgMax best{0.0f, -1, false};
+    bool nan = false;
+    for (int u = 0; u < nth; ++u) {  // shares in column order: a tie keeps the earlier share's index
+      const ArgMax& a = part[r * nth + u];
+      if (a.index < 0) continue;
+      nan |= a.nan;
+      if (best.index < 0 || a.best > best.best) best = a;
+    }
+    out[r] = nan ? -1 : best.index;
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> LinearArgmax(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
+                                 const Tensor& bias, int64_t n, int64_t kind, int64_t group, bool has_bias) {
+  fdglue::check_f32(x_in, "x");
+  const Tensor x = fdglue::contig(x_in);
+  const int64_t k = x.shape().empty() ? 1 : x.shape().back();
+  PD_CHECK(x.shape().size() == 2 && k > 0, "linear_argmax: x must be [rows, features]");
+  PD_CHECK(n > 0, "linear_argmax: the weight has no outputs");
+  const int64_t m = x.shape()[0];
+  PD_CHECK(kind >= fdk::kF32 && kind <= fdk::kQ8_0, "linear_argmax: unknown weight kind ", kind);
+  PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous(),
+           "linear_argmax: packed weight has the wrong dtype for its kind");
+  PD_CHECK(w.numel() == fdk::packed_elems((int)kind, n, k), "linear_argmax: x has ", k,
+           " features but the packed weight does not match");
+  Tensor out = paddle::empty({m}, paddle::DataType::INT64, x.place());
+  if (m == 0) return {out};
+  float* c = logits_scratch(m * n).data();
+  fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
+                  group, (int)kind, has_bias ? bias.data<float>() : nullptr, c};
+  fdk::gemm(g, nullptr);
+  rows_argmax(c, m, n, out.data<int64_t>());
+  return {out};
+}
+
+PD_BUILD_OP(fd_linear_argmax)
+    .Inputs({"X", "W", "Scales", "Mins", "Bias"})
+    .Outputs({"Out"})
+    .Attrs({"n: int64_t", "kind: int64_t", "group: int64_t", "has_bias: bool"})
+    .SetKernelFn(PD_KERNEL(LinearArgmax));
