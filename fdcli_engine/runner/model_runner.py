@@ -86,7 +86,9 @@ class ModelRunner:
             so.scheduled, self.block_size, mark_prompt_rows=True, buffers=self.input_buffers
         )
         reqs = [s for s in so.scheduled if s.do_sample]
-        last_rows = inputs.last_token_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
+        last_rows = inputs.last_token_rows  # decode: every request samples, no gather needed
+        if len(reqs) != len(so.scheduled):
+            last_rows = last_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
         rows, views, starts = sampling_rows(reqs, last_rows)
         positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}

@@ -1,9 +1,10 @@
 """The LM head with greedy argmax in one op (csrc/lm_head_argmax.cc): each row's token must be numpy's
 argmax (first index among equal maxima) of the logits `linear` produces for the same input, for every
 weight format a linear can hold, row counts around the GEMM's row blocks, vocabularies split over one or
-several threads, ties inside a lane, across lanes and across the threads' shares, and NaN logits (None,
-as the greedy fast path leaves such rows to the sampling op). The reference op is held to the same rule
-against the reference linear. test_isa.py re-runs this file on every lower ISA path."""
+several threads, GGUF weights in one parallel region (up to 64 rows) or two, ties inside a lane, across
+lanes and across the threads' shares, and NaN logits (None, as the greedy fast path leaves such rows to
+the sampling op). The reference op is held to the same rule against the reference linear. test_isa.py
+re-runs this file on every lower ISA path."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ GGUF = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
 FORMATS = ["f32", "wint8", "wint4", *GGUF]
 # (k, vocab): one block / panel up to a SmolLM2-sized head; 12000 and 49152 split over two threads.
 SHAPES = [(32, 17), (64, 300), (96, 4100), (64, 12000), (576, 49152)]
-ROWS = [1, 2, 3, 5, 8]
+ROWS = [1, 2, 3, 5, 8, 70]  # GGUF weights over more than 64 rows take the two-region path
 
 
 def _weights(rng, fmt: str, n: int, k: int, copies=()):

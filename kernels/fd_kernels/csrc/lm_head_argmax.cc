@@ -1,11 +1,13 @@
 // fd_linear_argmax: each row's first argmax of x @ W^T (+ b), the LM head and a plain greedy sampler in one
-// op. The logits are fd_linear's, bit for bit: the same fdk::gemm call (no prompt rows, as the LM head
-// passes none) writes them into a scratch buffer this op keeps, so no output tensor is allocated and nothing
-// on the host reads them. Each thread then scans its contiguous share of every row's columns (the share the
-// GEMM's work split gave it first, still in its cache) for (max, first index, any NaN), and the shares are
-// combined in column order: the result is numpy's argmax of the row (ties to the lowest index) whatever the
-// thread count. A row holding a NaN gives -1: the greedy fast path leaves such rows to the sampling op's own
-// NaN rule, so the caller must take the full path for them.
+// op. The logits are fd_linear's, bit for bit: GGUF block weights over a decode step's few rows run qgemm's
+// own work items (region::qgemm_share) in one parallel region, any other weight the same fdk::gemm call as
+// fd_linear (no prompt rows, as the LM head passes none). They go to a scratch buffer this op keeps, so no
+// output tensor is allocated and nothing on the host reads them. Each thread then scans its contiguous
+// share of every row's columns (the share the GEMM's work split gave it first, still in its cache) for
+// (max, first index, any NaN), and the shares are combined in column order: the result is numpy's argmax
+// of the row (ties to the lowest index) whatever the thread count. A row holding a NaN gives -1: the
+// greedy fast path leaves such rows to the sampling op's own NaN rule, so the caller must take the full
+// path for them.
 
 #include <immintrin.h>
 #include <omp.h>
@@ -15,8 +17,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "decode_region.h"
 #include "glue.h"
 #include "kernels.h"
+#include "ranges.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -111,30 +115,27 @@ std::vector<float>& logits_scratch(int64_t floats) {
   return buf;
 }
 
-// out[r] = first argmax of row r of c [m, n], or -1 where the row holds a NaN.
-void rows_argmax(const float* c, int64_t m, int64_t n, int64_t* out) {
-  const int isa = fdk::active_isa();
-  const int nth = std::max(1, std::min<int>(omp_get_max_threads(), (int)(n / 4096)));
-  std::vector<ArgMax> part(m * nth);
-#pragma omp parallel num_threads(nth) if (nth > 1)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
-    for (int64_t r = 0; r < m && hi > lo; ++r) {
-      ArgMax a = argmax(c + r * n + lo, hi - lo, isa);
+// Thread t of nt's share of every row of c [m, n]: columns [n t / nt, n (t + 1) / nt), into part[r * nt + t]
+// (index -1: an empty share).
+void scan_share(const float* c, int64_t m, int64_t n, int t, int nt, int isa, ArgMax* part) {
+  const int64_t lo = n * t / nt, hi = n * (t + 1) / nt;
+  for (int64_t r = 0; r < m; ++r) {
+    ArgMax a{0.0f, -1, false};
+    if (hi > lo) {
+      a = argmax(c + r * n + lo, hi - lo, isa);
       a.index += lo;
-      part[r * nth + t] = a;
     }
-    // Fewer threads than asked: their parts are marked empty for the combine.
-    if (t == 0)
-      for (int u = nt; u < nth; ++u)
-        for (int64_t r = 0; r < m; ++r) part[r * nth + u] = ArgMax{0.0f, -1, false};
+    part[r * nt + t] = a;
   }
+}
+
+// out[r] from the nt shares of row r, in column order: a tie keeps the earlier share's (lower) index.
+void combine(const ArgMax* part, int64_t m, int nt, int64_t* out) {
   for (int64_t r = 0; r < m; ++r) {
     ArgMax best{0.0f, -1, false};
     bool nan = false;
-    for (int u = 0; u < nth; ++u) {  // shares in column order: a tie keeps the earlier share's index
-      const ArgMax& a = part[r * nth + u];
+    for (int u = 0; u < nt; ++u) {
+      const ArgMax& a = part[r * nt + u];
       if (a.index < 0) continue;
       nan |= a.nan;
       if (best.index < 0 || a.best > best.best) best = a;
@@ -142,6 +143,46 @@ void rows_argmax(const float* c, int64_t m, int64_t n, int64_t* out) {
     out[r] = nan ? -1 : best.index;
   }
 }
+
+// Any weight kind: fdk::gemm (its own parallel region), then a region that scans the shares.
+void gemm_then_argmax(const fdk::GemmArgs& g, int64_t* out) {
+  fdk::gemm(g, nullptr);
+  const int isa = fdk::active_isa();
+  const int nth = std::max(1, std::min<int>(omp_get_max_threads(), (int)(g.n / 4096)));
+  std::vector<ArgMax> part(g.m * nth);
+  int used = 1;
+#pragma omp parallel num_threads(nth) if (nth > 1)
+  {
+    const int nt = omp_get_num_threads();
+#pragma omp single
+    used = nt;
+    scan_share(g.c, g.m, g.n, omp_get_thread_num(), nt, isa, part.data());
+  }
+  combine(part.data(), g.m, used, out);
+}
+
+// GGUF block weights, the few rows of a decode step: one parallel region. Each thread takes qgemm's work
+// items (region::qgemm_share: qgemm's items and arithmetic, so its bits), and after a barrier scans its
+// share of the columns, which the work split gave it first and which are still in its cache.
+void qgemm_argmax(const fdk::GemmArgs& g, int64_t* out) {
+  const int isa = fdk::active_isa();
+  fdk::StealRanges work(fdk::region::qgemm_items(g));
+  std::vector<ArgMax> part(g.m * std::max(1, omp_get_max_threads()));
+  int used = 1;
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads();
+    fdk::region::qgemm_share(g, work);
+#pragma omp barrier
+#pragma omp single nowait
+    used = nt;
+    scan_share(g.c, g.m, g.n, omp_get_thread_num(), nt, isa, part.data());
+  }
+  combine(part.data(), g.m, used, out);
+}
+
+// Rows up to which the GGUF path runs in one region (every thread quantizes every row itself there).
+constexpr int64_t kRegionMaxRows = 64;
 
 }  // namespace
 
@@ -163,8 +204,10 @@ std::vector<Tensor> LinearArgmax(const Tensor& x_in, const Tensor& w, const Tens
   float* c = logits_scratch(m * n).data();
   fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
                   group, (int)kind, has_bias ? bias.data<float>() : nullptr, c};
-  fdk::gemm(g, nullptr);
-  rows_argmax(c, m, n, out.data<int64_t>());
+  if (fdk::is_qkind((int)kind) && m <= kRegionMaxRows)
+    qgemm_argmax(g, out.data<int64_t>());
+  else
+    gemm_then_argmax(g, out.data<int64_t>());
   return {out};
 }
 

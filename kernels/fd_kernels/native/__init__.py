@@ -287,8 +287,9 @@ def linear_argmax(x: paddle.Tensor, lw: LinearWeight) -> list[int] | None:
     """Each row's first argmax of linear(x, lw) (no prompt rows) without a logits tensor: csrc/
     lm_head_argmax.cc computes the same logits into its own scratch and scans them where they were
     written. None when a row holds a NaN."""
-    if len(x.shape) != 2 or x.shape[-1] != lw.in_features:
-        raise ValueError(f"linear_argmax: x must be [rows, {lw.in_features}], got {list(x.shape)}")
+    shape = x.shape
+    if len(shape) != 2 or shape[1] != lw.in_features:
+        raise ValueError(f"linear_argmax: x must be [rows, {lw.in_features}], got {shape}")
     try:
         out = _run(
             "fd_linear_argmax",
@@ -304,7 +305,8 @@ def linear_argmax(x: paddle.Tensor, lw: LinearWeight) -> list[int] | None:
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
-    tokens = np.from_dlpack(out).tolist()
+    # One row (batch-1 decode): item() reads the scalar without the numpy view's cost.
+    tokens = [out.item()] if shape[0] == 1 else np.from_dlpack(out).tolist()
     return None if -1 in tokens else tokens
 
 
