@@ -118,3 +118,26 @@ def test_smollm2_greedy_tokens_equal_the_full_path():
     calls = spy(llm)
     assert tokens(llm, params, prompts) == want
     assert calls["argmax"] > 0 and calls["logits"] == 0
+
+
+def test_argmax_suffices_is_the_fast_paths_rule_without_logprobs():
+    from fdcli_engine.runner.grammar_masks import StepMasks
+    from fdcli_engine.runner.sampler import Sampler
+    from fdcli_engine.step_types import ScheduledRequest
+
+    def sreq(output=(), **kw):
+        return ScheduledRequest(
+            "r", [0], 0, [0], SamplingParams(**kw), True, output_token_ids=list(output), prompt_token_ids=[1]
+        )
+
+    sampler = Sampler(eos_token_ids={2})
+    greedy = sreq(temperature=0)
+    assert sampler.argmax_suffices([greedy, sreq(temperature=0.5, top_k=1)])
+    assert not sampler.argmax_suffices([greedy, sreq(temperature=0, logprobs=0)])
+    assert sampler.plain_greedy([greedy, sreq(temperature=0, logprobs=0)])
+    assert not sampler.argmax_suffices([greedy, sreq(temperature=0, min_tokens=3)])
+    assert sampler.argmax_suffices([greedy, sreq(output=[7, 7, 7], temperature=0, min_tokens=3)])
+    assert not sampler.argmax_suffices([greedy, sreq(temperature=0, bad_words_token_ids=[[9]])])
+    assert not sampler.argmax_suffices([greedy, sreq(temperature=0.7)])
+    masks = StepMasks(bitmask=None, rows=[1])
+    assert not sampler.argmax_suffices([greedy, greedy], masks)
