@@ -1,10 +1,10 @@
 """The LM head with greedy argmax in one op (csrc/lm_head_argmax.cc): each row's token must be numpy's
 argmax (first index among equal maxima) of the logits `linear` produces for the same input, for every
 weight format a linear can hold, row counts around the GEMM's row blocks, vocabularies split over one or
-several threads, GGUF weights in one parallel region (up to 64 rows) or two, ties inside a lane, across
-lanes and across the threads' shares, and NaN logits (None, as the greedy fast path leaves such rows to
-the sampling op). The reference op is held to the same rule against the reference linear. test_isa.py
-re-runs this file on every lower ISA path."""
+several threads (many rows' logits are scanned in the threads' column shares, a few rows' by one
+thread), ties inside a lane, across lanes and across the threads' shares, and NaN logits (None, as the
+greedy fast path leaves such rows to the sampling op). The reference op is held to the same rule
+against the reference linear. test_isa.py re-runs this file on every lower ISA path."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ GGUF = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
 FORMATS = ["f32", "wint8", "wint4", *GGUF]
 # (k, vocab): one block / panel up to a SmolLM2-sized head; 12000 and 49152 split over two threads.
 SHAPES = [(32, 17), (64, 300), (96, 4100), (64, 12000), (576, 49152)]
-ROWS = [1, 2, 3, 5, 8, 70]  # GGUF weights over more than 64 rows take the two-region path
+ROWS = [1, 2, 3, 5, 8, 70]  # from 6 rows of 49152 logits the threads scan their shares
 
 
 def _weights(rng, fmt: str, n: int, k: int, copies=()):
@@ -55,11 +55,12 @@ def test_matches_argmax_of_linear(native, rng, fmt, k, n):
         assert native.linear_argmax(x, lw) == _expected(logits)
 
 
+# 30 rows of 12000 logits: the threads scan their column shares (3 rows: one thread scans).
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("n", [300, 12000])
-def test_ties_go_to_the_lowest_index(native, rng, fmt, n):
+@pytest.mark.parametrize("n,m", [(300, 3), (12000, 3), (12000, 30)])
+def test_ties_go_to_the_lowest_index(native, rng, fmt, n, m):
     k = 64
-    x = to_pd(rng.standard_normal((3, k), dtype=np.float32))
+    x = to_pd(rng.standard_normal((m, k), dtype=np.float32))
     top = int(native.linear(x, _weights(np.random.default_rng(7), fmt, n, k)).numpy()[0].argmax())
     # Row 0's winner copied to an earlier column (another lane, another share when n splits), to the next
     # column (same lane group) and to the last column: the earliest copy must win.
@@ -71,15 +72,15 @@ def test_ties_go_to_the_lowest_index(native, rng, fmt, n):
         assert native.linear_argmax(x, lw) == _expected(logits)
 
 
-@pytest.mark.parametrize("n", [300, 12000])
-def test_a_nan_row_gives_none(native, rng, n):
+@pytest.mark.parametrize("n,m", [(300, 3), (12000, 3), (12000, 30)])
+def test_a_nan_row_gives_none(native, rng, n, m):
     k = 64
     lw = _weights(rng, "f32", n, k)
-    x = rng.standard_normal((3, k), dtype=np.float32)
+    x = rng.standard_normal((m, k), dtype=np.float32)
     assert native.linear_argmax(to_pd(x), lw) is not None
     x[1, 5] = np.nan  # row 1's logits are all NaN, the others finite
     logits = native.linear(to_pd(x), lw).numpy()
-    assert np.isnan(logits[1]).all() and not np.isnan(logits[[0, 2]]).any()
+    assert np.isnan(logits[1]).all() and not np.isnan(np.delete(logits, 1, axis=0)).any()
     assert native.linear_argmax(to_pd(x), lw) is None
     # A single NaN logit in a share's tail (after the vector loop) and one in its body.
     for col in (n - 1, n // 2 - 3, 40):
@@ -88,17 +89,19 @@ def test_a_nan_row_gives_none(native, rng, n):
         w = rng.standard_normal((n, k), dtype=np.float32)
         lw = native.prepare_linear(w, b, None)
         assert native.linear_argmax(to_pd(x[[0]]), lw) is None
+        assert native.linear_argmax(to_pd(np.delete(x, 1, axis=0)), lw) is None
 
 
 def test_all_equal_and_infinite_logits(native):
     k, n = 32, 9000
     lw = native.prepare_linear(np.zeros((n, k), dtype=np.float32), None, None)
-    x = to_pd(np.ones((2, k), dtype=np.float32))
-    assert native.linear_argmax(x, lw) == [0, 0]
+    for m in (2, 40):  # one thread's scan; the threads' shares (columns 0-4499, 4500-8999)
+        x = to_pd(np.ones((m, k), dtype=np.float32))
+        assert native.linear_argmax(x, lw) == [0] * m
     b = np.full(n, -np.inf, dtype=np.float32)
     b[[4600, 8000]] = np.inf
     lw = native.prepare_linear(np.zeros((n, k), dtype=np.float32), b, None)
-    assert native.linear_argmax(x, lw) == [4600, 4600]
+    assert native.linear_argmax(x, lw) == [4600] * 40
 
 
 def test_bad_input_is_a_value_error(native, rng):

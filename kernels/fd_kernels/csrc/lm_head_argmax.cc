@@ -1,12 +1,10 @@
 // fd_linear_argmax: each row's first argmax of x @ W^T (+ b), the LM head and a plain greedy sampler in one
-// op. The logits are fd_linear's, bit for bit: GGUF block weights over a decode step's few rows run qgemm's
-// own work items (region::qgemm_share) in one parallel region, any other weight the same fdk::gemm call as
-// fd_linear (no prompt rows, as the LM head passes none). They go to a scratch buffer this op keeps, so no
-// output tensor is allocated and nothing on the host reads them. Each thread then scans its contiguous
-// share of every row's columns (the share the GEMM's work split gave it first, still in its cache) for
-// (max, first index, any NaN), and the shares are combined in column order: the result is numpy's argmax
-// of the row (ties to the lowest index) whatever the thread count. A row holding a NaN gives -1: the
-// greedy fast path leaves such rows to the sampling op's own NaN rule, so the caller must take the full
+// op. The logits are fd_linear's, bit for bit: the same fdk::gemm call (no prompt rows, as the LM head
+// passes none), into a scratch buffer this op keeps, so no output tensor is allocated and nothing on the
+// host reads them. The rows are then scanned for (max, first index, any NaN), over many rows by each
+// thread on its contiguous share of the columns, the shares combined in column order: the result is numpy's
+// argmax of the row (ties to the lowest index) whatever the thread count. A row holding a NaN gives -1:
+// the greedy fast path leaves such rows to the sampling op's own NaN rule, so the caller must take the full
 // path for them.
 
 #include <immintrin.h>
@@ -17,10 +15,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "decode_region.h"
 #include "glue.h"
 #include "kernels.h"
-#include "ranges.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -44,27 +40,48 @@ ArgMax argmax_scalar(const float* p, int64_t n) {
   return r;
 }
 
-// Lane j holds the first index of its lane's largest value (strictly greater replaces), so among the lanes
-// whose value is the row's max, the smallest index is the row's first argmax.
+// Lane j of an accumulator holds the first index of the largest value it saw in that lane (strictly
+// greater replaces), so among the lanes whose value is the row's max, the smallest index is the row's first
+// argmax. Four accumulators over consecutive 16-value blocks keep four compare chains in flight; they are
+// merged lane by lane with the same rule (larger value, or equal value and smaller index).
 __attribute__((target("avx512f,avx512dq"))) ArgMax argmax_avx512(const float* p, int64_t n) {
-  if (n < 16) return argmax_scalar(p, n);
-  __m512 best = _mm512_loadu_ps(p);
-  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), cur = idx;
-  const __m512i step = _mm512_set1_epi32(16);
-  __mmask16 nan = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
-  int64_t i = 16;
-  for (; i + 16 <= n; i += 16) {
-    cur = _mm512_add_epi32(cur, step);
+  if (n < 64) return argmax_scalar(p, n);
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __m512 best[4];
+  __m512i idx[4];
+  __mmask16 nan = 0;
+  for (int j = 0; j < 4; ++j) {
+    best[j] = _mm512_loadu_ps(p + 16 * j);
+    idx[j] = _mm512_add_epi32(lanes, _mm512_set1_epi32(16 * j));
+    nan |= _mm512_cmp_ps_mask(best[j], best[j], _CMP_UNORD_Q);
+  }
+  int64_t i = 64;
+  for (; i + 64 <= n; i += 64)
+    for (int j = 0; j < 4; ++j) {
+      const __m512 v = _mm512_loadu_ps(p + i + 16 * j);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      const __mmask16 gt = _mm512_cmp_ps_mask(v, best[j], _CMP_GT_OQ);
+      best[j] = _mm512_mask_mov_ps(best[j], gt, v);
+      idx[j] = _mm512_mask_mov_epi32(idx[j], gt, _mm512_add_epi32(lanes, _mm512_set1_epi32((int32_t)(i + 16 * j))));
+    }
+  for (int j = 1; j < 4; ++j) {
+    const __mmask16 take = _mm512_cmp_ps_mask(best[j], best[0], _CMP_GT_OQ) |
+                           (_mm512_cmp_ps_mask(best[j], best[0], _CMP_EQ_OQ) &
+                            _mm512_cmplt_epi32_mask(idx[j], idx[0]));
+    best[0] = _mm512_mask_mov_ps(best[0], take, best[j]);
+    idx[0] = _mm512_mask_mov_epi32(idx[0], take, idx[j]);
+  }
+  for (; i + 16 <= n; i += 16) {  // later indices than any above: strictly greater keeps the earlier
     const __m512 v = _mm512_loadu_ps(p + i);
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __mmask16 gt = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ);
-    best = _mm512_mask_mov_ps(best, gt, v);
-    idx = _mm512_mask_mov_epi32(idx, gt, cur);
+    const __mmask16 gt = _mm512_cmp_ps_mask(v, best[0], _CMP_GT_OQ);
+    best[0] = _mm512_mask_mov_ps(best[0], gt, v);
+    idx[0] = _mm512_mask_mov_epi32(idx[0], gt, _mm512_add_epi32(lanes, _mm512_set1_epi32((int32_t)i)));
   }
   alignas(64) float bv[16];
   alignas(64) int32_t bi[16];
-  _mm512_store_ps(bv, best);
-  _mm512_store_si512(bi, idx);
+  _mm512_store_ps(bv, best[0]);
+  _mm512_store_si512(bi, idx[0]);
   ArgMax r{bv[0], bi[0], nan != 0};
   for (int j = 1; j < 16; ++j)
     if (bv[j] > r.best || (bv[j] == r.best && bi[j] < r.index)) r.best = bv[j], r.index = bi[j];
@@ -144,45 +161,28 @@ void combine(const ArgMax* part, int64_t m, int nt, int64_t* out) {
   }
 }
 
-// Any weight kind: fdk::gemm (its own parallel region), then a region that scans the shares.
-void gemm_then_argmax(const fdk::GemmArgs& g, int64_t* out) {
+// Logits below which the calling thread scans them alone (a decode step's few rows): a second parallel
+// region, or a barrier inside the GEMM's, costs more than the scan, and much more when a thread of the team
+// is descheduled on a busy machine.
+constexpr int64_t kParallelScan = int64_t{1} << 18;
+
+// fd_linear's gemm into c, then every row's argmax: by the calling thread alone, or over many rows by the
+// team, each thread its share of the columns.
+void gemm_argmax(const fdk::GemmArgs& g, int64_t* out) {
   fdk::gemm(g, nullptr);
   const int isa = fdk::active_isa();
-  const int nth = std::max(1, std::min<int>(omp_get_max_threads(), (int)(g.n / 4096)));
+  const int nth = g.m * g.n < kParallelScan ? 1 : std::max(1, std::min<int>(omp_get_max_threads(), (int)(g.n / 4096)));
   std::vector<ArgMax> part(g.m * nth);
   int used = 1;
 #pragma omp parallel num_threads(nth) if (nth > 1)
   {
     const int nt = omp_get_num_threads();
-#pragma omp single
-    used = nt;
-    scan_share(g.c, g.m, g.n, omp_get_thread_num(), nt, isa, part.data());
-  }
-  combine(part.data(), g.m, used, out);
-}
-
-// GGUF block weights, the few rows of a decode step: one parallel region. Each thread takes qgemm's work
-// items (region::qgemm_share: qgemm's items and arithmetic, so its bits), and after a barrier scans its
-// share of the columns, which the work split gave it first and which are still in its cache.
-void qgemm_argmax(const fdk::GemmArgs& g, int64_t* out) {
-  const int isa = fdk::active_isa();
-  fdk::StealRanges work(fdk::region::qgemm_items(g));
-  std::vector<ArgMax> part(g.m * std::max(1, omp_get_max_threads()));
-  int used = 1;
-#pragma omp parallel
-  {
-    const int nt = omp_get_num_threads();
-    fdk::region::qgemm_share(g, work);
-#pragma omp barrier
 #pragma omp single nowait
     used = nt;
     scan_share(g.c, g.m, g.n, omp_get_thread_num(), nt, isa, part.data());
   }
   combine(part.data(), g.m, used, out);
 }
-
-// Rows up to which the GGUF path runs in one region (every thread quantizes every row itself there).
-constexpr int64_t kRegionMaxRows = 64;
 
 }  // namespace
 
@@ -204,10 +204,7 @@ std::vector<Tensor> LinearArgmax(const Tensor& x_in, const Tensor& w, const Tens
   float* c = logits_scratch(m * n).data();
   fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
                   group, (int)kind, has_bias ? bias.data<float>() : nullptr, c};
-  if (fdk::is_qkind((int)kind) && m <= kRegionMaxRows)
-    qgemm_argmax(g, out.data<int64_t>());
-  else
-    gemm_then_argmax(g, out.data<int64_t>());
+  gemm_argmax(g, out.data<int64_t>());
   return {out};
 }
 
