@@ -56,6 +56,16 @@ def test_matches_argmax_of_linear(native, rng, fmt, k, n):
 
 
 # 30 rows of 12000 logits: the threads scan their column shares (3 rows: one thread scans).
+@pytest.mark.parametrize("fmt", ["f32", "Q8_0"])
+def test_logits_past_the_kept_scratch(native, rng, fmt):
+    """90 x 49152 logits (over 2^22 floats) go to a buffer freed after the call; then a small call again."""
+    k, n = 64, 49152
+    lw = _weights(rng, fmt, n, k)
+    for m in (90, 2, 91):
+        x = to_pd(rng.standard_normal((m, k), dtype=np.float32))
+        assert native.linear_argmax(x, lw) == _expected(native.linear(x, lw).numpy())
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("n,m", [(300, 3), (12000, 3), (12000, 30)])
 def test_ties_go_to_the_lowest_index(native, rng, fmt, n, m):

@@ -125,11 +125,16 @@ ArgMax argmax(const float* p, int64_t n, int isa) {
   return isa >= 2 ? argmax_avx512(p, n) : isa == 1 ? argmax_avx2(p, n) : argmax_scalar(p, n);
 }
 
-// The logits of the last call, kept so a decode step writes into memory that is already mapped and cached.
-std::vector<float>& logits_scratch(int64_t floats) {
-  thread_local std::vector<float> buf;
+// Logits up to this many floats (16 MB: 85 rows of a 49152-token vocabulary) go to a buffer the calling
+// thread keeps, so a decode step writes into memory that is already mapped and cached; more (a large batch
+// over a large vocabulary) to one freed after the call, so the process does not hold it.
+constexpr int64_t kKeptScratch = int64_t{1} << 22;
+
+float* logits_scratch(int64_t floats, std::vector<float>& once) {
+  thread_local std::vector<float> kept;
+  std::vector<float>& buf = floats <= kKeptScratch ? kept : once;
   if ((int64_t)buf.size() < floats) buf.resize(floats);
-  return buf;
+  return buf.data();
 }
 
 // Thread t of nt's share of every row of c [m, n]: columns [n t / nt, n (t + 1) / nt), into part[r * nt + t]
@@ -201,7 +206,8 @@ std::vector<Tensor> LinearArgmax(const Tensor& x_in, const Tensor& w, const Tens
            " features but the packed weight does not match");
   Tensor out = paddle::empty({m}, paddle::DataType::INT64, x.place());
   if (m == 0) return {out};
-  float* c = logits_scratch(m * n).data();
+  std::vector<float> once;
+  float* c = logits_scratch(m * n, once);
   fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
                   group, (int)kind, has_bias ? bias.data<float>() : nullptr, c};
   gemm_argmax(g, out.data<int64_t>());
