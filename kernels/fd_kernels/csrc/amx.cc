@@ -200,6 +200,7 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   float* c = g.c + m0 * g.n + n0;
   // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products.
   const bool pf = n0 + 2 * kNR <= g.n;
+  const int64_t pf_rows = std::max<int64_t>(4, (kRows * kKStep + kp - 1) / kp);  // all 32 rows within the k-steps
   int64_t pr = 0;
   if (!loaded) {
     _tile_loadd(4, a, 64);
@@ -209,7 +210,7 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
     const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
     const bool more = k + kKStep < kp;
     if (pf) {
-      for (int j = 0; j < 4 && pr < rows; ++j, ++pr) {
+      for (int64_t j = 0; j < pf_rows && pr < rows; ++j, ++pr) {
         _mm_prefetch((const char*)(c + kNR + pr * g.n), _MM_HINT_ET0);
         _mm_prefetch((const char*)(c + kNR + 16 + pr * g.n), _MM_HINT_ET0);
       }
