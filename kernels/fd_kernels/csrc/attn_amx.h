@@ -231,6 +231,39 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
     const vf x = vload(s + 16 * j);
     return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
   };
+  // Two keys at a time, straight into P^T's pair layout; returns their sum. score - mx <= kAmxLazyMax:
+  // vexp2_nonpos's reduction 2^n * 2^f and its bound on 2^f hold for positive exponents too. With Track,
+  // also the chunk's row maxima (from mx on) into cmax, over two chains.
+  auto weights = [&](auto track, vf mx, vf& cmax) {
+    vf psum = vzero(), m2[2] = {mx, mx};
+    for (int64_t j = 0; j < kend; j += 2) {
+      if constexpr (decltype(track)::value) {  // on full unmasked chunks only: every score is loaded
+        m2[0] = vmax(m2[0], vload(s + 16 * j));
+        m2[1] = vmax(m2[1], vload(s + 16 * (j + 1)));
+      }
+      const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), mx)) : vzero();
+      const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), mx)) : vzero();
+      psum = vadd(vadd(psum, p0), p1);
+      __m512i hi, lo;
+      amx_split_pair(p0, p1, hi, lo);
+      _mm512_storeu_si512(pt_hi + j * 16, hi);
+      _mm512_storeu_si512(pt_lo + j * 16, lo);
+    }
+    cmax = vmax(m2[0], m2[1]);
+    return psum;
+  };
+  vf cmax;
+  // A full unmasked chunk after the first: the weights against the current max, tracking the chunk's
+  // maxima on the way; if no lane's max moves (the usual case) they are the weights the two-pass form
+  // below would make, bit for bit, with corr exactly 1, and the separate max pass is saved.
+  if (k0 > 0 && unmasked == n && n == kend) {
+    const vf psum = weights(std::true_type{}, st.mx, cmax);
+    if (!_mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ)) {
+      corr = vset1(1.0f);
+      st.l = vfma(st.l, corr, psum);
+      return 0;
+    }
+  }
   // The row maxima over four independent chains (max is exact, so the order does not matter): one chain
   // would wait a vmax latency per key.
   vf m4[4] = {st.mx, st.mx, st.mx, st.mx};
@@ -238,23 +271,13 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
   for (; j + 4 <= unmasked; j += 4)
     for (int i = 0; i < 4; ++i) m4[i] = vmax(m4[i], vload(s + 16 * (j + i)));
   for (; j < n; ++j) m4[j % 4] = vmax(m4[j % 4], score(j));
-  const vf cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
+  cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
   // On the first chunk mx = -inf: every lane takes its chunk maximum and corr is 0.
   const __mmask16 moved = _mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ);
   const vf mx = _mm512_mask_blend_ps(moved, st.mx, cmax);
   corr = vexp2_nonpos(vsub(st.mx, mx));
-  // Two keys at a time, straight into P^T's pair layout. score - mx <= kAmxLazyMax: vexp2_nonpos's
-  // reduction 2^n * 2^f and its bound on 2^f hold for positive exponents too.
-  vf psum = vzero();
-  for (int64_t j = 0; j < kend; j += 2) {
-    const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), mx)) : vzero();
-    const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), mx)) : vzero();
-    psum = vadd(vadd(psum, p0), p1);
-    __m512i hi, lo;
-    amx_split_pair(p0, p1, hi, lo);
-    _mm512_storeu_si512(pt_hi + j * 16, hi);
-    _mm512_storeu_si512(pt_lo + j * 16, lo);
-  }
+  vf unused;
+  const vf psum = weights(std::false_type{}, mx, unused);
   st.l = vfma(st.l, corr, psum);
   st.mx = mx;
   return moved;
