@@ -55,6 +55,8 @@ namespace isa_qscalar {
 void q_rows(const void* w, int kind, int64_t k, const int64_t* ids, int64_t t, float* out) {
   const int64_t nb = k / kQBlock, rec = q_record_bytes(kind), codes = q_codes_offset(kind);
   const int32_t z = q_zero(kind);
+  // Rows split over the threads for a prompt's ids: each row is scattered reads of the table.
+#pragma omp parallel for schedule(static) if (t * k >= (1 << 16))
   for (int64_t i = 0; i < t; ++i) {
     const int64_t v = ids[i], p = v / kQNR, c = v % kQNR;
     for (int64_t b = 0; b < nb; ++b) {
