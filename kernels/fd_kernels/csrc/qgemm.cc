@@ -126,14 +126,14 @@ void qgemm_share(const GemmArgs& g, StealRanges& work) {
   }
 }
 
-void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes) {
+Bytes qgemm_own_weights(const GemmArgs& g, int tid, int nth) {
   switch (qgemm_path()) {
     case 2:
-      return isa_qvnni::qgemm_prefetch(g, tid, nth, max_bytes);
+      return isa_qvnni::qgemm_own_weights(g, tid, nth);
     case 1:
-      return isa_qavx2::qgemm_prefetch(g, tid, nth, max_bytes);
+      return isa_qavx2::qgemm_own_weights(g, tid, nth);
     default:
-      return isa_qscalar::qgemm_prefetch(g, tid, nth, max_bytes);
+      return isa_qscalar::qgemm_own_weights(g, tid, nth);
   }
 }
 
