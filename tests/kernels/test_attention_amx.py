@@ -5,7 +5,11 @@ Oracle: dense causal attention in float64 on q and on the cache's bf16 keys and 
 keeps q and the probabilities as two bf16 terms each (about 16 bits), so an output may move by about
 2^-16 of the largest |v| it averages, plus fp32 rounding; the bound is 1e-4 of it plus 1e-5. The check
 also asserts that the bits are not the lane path's (else the test would not show the tiles ran), and
-that a prompt row's bits do not depend on its batch, its tile or where a prefill chunk boundary fell."""
+that a prompt row's bits do not depend on its batch, its tile or where a prefill chunk boundary fell.
+
+A lane's running max moves only when a chunk's maximum passes it by more than 8 (base 2); the rising
+cases make some rows' scores climb far past that over later chunks while the rows beside them fall, so
+both the rescale pass and its skipping run in one tile."""
 
 from __future__ import annotations
 
@@ -91,6 +95,39 @@ def test_prompt_rows_are_bf16_attention(native, rng, nh, nkv, bs, hd, kv="bfloat
         to_pd(q), kc, vc, _meta(bt, q_lens, ctx_lens, bs, marked=False), scale
     ).numpy()
     assert (got != lane).any()
+
+
+def _rising_keys(rng, kc, bt, n, bs):
+    """The keys pushed along one unit direction u in proportion to their position, and u: a query with a
+    large +u part sees its scores climb by ~40-80 nats over the prompt (its max moves in many chunks), one
+    with a -u part sees them fall (its max stays where the first chunk put it)."""
+    u = rng.standard_normal(kc.shape[-1]).astype(np.float32)
+    u /= np.linalg.norm(u)
+    k = kc.astype("float32").numpy()
+    pos = np.arange(n)
+    k[bt[0][pos // bs], :, pos % bs] += (80.0 * pos / n)[:, None, None] * u
+    return to_pd(k).astype("bfloat16"), u
+
+
+@pytest.mark.parametrize("nh,nkv,hd", [(9, 3, 64), (8, 2, 128)])
+def test_rising_scores_rescale_only_their_rows(native, rng, nh, nkv, hd, bs=16, n=300):
+    bt, kc, vc = _pool(rng, [n], nkv, hd, bs, "bfloat16")
+    kc, u = _rising_keys(rng, kc, bt, n, bs)
+    q0 = rng.standard_normal((n, nh, hd), dtype=np.float32)
+    falling = np.arange(n) % 3 == 0  # every third row, so every tile holds both kinds
+
+    def run(signs):
+        q = (q0 + 6.0 * signs[:, None, None] * u).astype(np.float32)
+        return q, native.paged_attention(to_pd(q), kc, vc, _meta(bt, [n], [n], bs), hd**-0.5).numpy()
+
+    q, got = run(np.where(falling, -1.0, 1.0).astype(np.float32))
+    want, bound = _dense(q, kc, vc, bt, [n], [n], bs, hd**-0.5)
+    err = np.abs(got - want) - (1e-4 * bound[..., None] + 1e-5)
+    assert err.max() <= 0, err.max()
+    # The rising rows again with their falling neighbours rising too: a row's bits do not depend on
+    # whether the other lanes of its tile moved their max.
+    _, all_up = run(np.ones(n, np.float32))
+    np.testing.assert_array_equal(all_up[~falling], got[~falling])
 
 
 def test_an_fp32_cache_keeps_fp32_attention(native, ref, rng):

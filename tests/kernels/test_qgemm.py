@@ -134,6 +134,10 @@ def test_embedding_rows_equal_gguf_dequantize(native, ref, rng, name):
     np.testing.assert_array_equal(got, deq[ids])
     want = ref.embedding(paddle.to_tensor(ids), ref.prepare_linear_gguf(raw, TYPES[name], k)).numpy()
     np.testing.assert_array_equal(want, deq[ids])
+    # A prompt's worth of ids (>= 2^16 values): the rows are split over the threads.
+    many = rng.integers(0, n, size=700)
+    got = native.embedding(paddle.to_tensor(many), native.prepare_linear_gguf(raw, TYPES[name], k)).numpy()
+    np.testing.assert_array_equal(got, deq[many])
     with pytest.raises(ValueError, match="outside the vocabulary"):
         native.embedding(paddle.to_tensor(np.array([70])), native.prepare_linear_gguf(raw, TYPES[name], k))
 

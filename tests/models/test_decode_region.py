@@ -88,6 +88,13 @@ def test_region_with_qkv_bias_and_qk_norm(arch, tiny_checkpoint, tmp_path, monke
     assert_region_is_bit_identical(model, "bfloat16", monkeypatch, PREFILL + DECODE)
 
 
+def test_region_with_omp_barriers(tiny_checkpoint, tmp_path, monkeypatch):
+    """FD_DECODE_REGION_PREFETCH=0 (an A/B switch): omp barriers instead of the prefetching spin barrier."""
+    monkeypatch.setenv("FD_DECODE_REGION_PREFETCH", "0")
+    model = gguf_model(tiny_checkpoint, tmp_path, "LlamaForCausalLM", "Q8_0")
+    assert_region_is_bit_identical(model, "bfloat16", monkeypatch, PREFILL + DECODE)
+
+
 def test_region_steps_count_only_pure_decode(tiny_checkpoint, tmp_path, monkeypatch):
     """Prefill and mixed steps and non-GGUF weights keep the per-op loop (the counter stays put)."""
     from fd_kernels import native

@@ -183,9 +183,13 @@ void pack_panel_q(const GemmArgs& g, int64_t p, uint16_t* out) {
   }
 }
 
-// One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. The loads are
-// interleaved with the multiplies so that each multiply waits for at most one load.
-void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p) {
+// One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
+// is issued one product ahead of the product that first reads it, so a product waits for at most one load.
+// With `loaded`, the caller's previous block already loaded this block's first A and B tiles (tiles 4 and
+// 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
+// the same rows before storing C, since a tile load issued after the C stores waits for them.
+void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
+           bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -194,25 +198,41 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
   const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
   float* c = g.c + m0 * g.n + n0;
-  // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products.
+  // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products; with
+  // own_pf (a block no previous block prefetched for) this block's own C too.
   const bool pf = n0 + 2 * kNR <= g.n;
+  float* const pf_c = own_pf ? c : c + kNR;
+  const int64_t pf_rows = std::max<int64_t>(4, (kRows * kKStep + kp - 1) / kp);  // all 32 rows within the k-steps
   int64_t pr = 0;
+  if (!loaded) {
+    _tile_loadd(4, a, 64);
+    _tile_loadd(6, bp, 64);
+  }
   for (int64_t k = 0; k < kp; k += kKStep) {
     const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
-    if (pf) {
-      for (int j = 0; j < 4 && pr < rows; ++j, ++pr) {
-        _mm_prefetch((const char*)(c + kNR + pr * g.n), _MM_HINT_ET0);
-        _mm_prefetch((const char*)(c + kNR + 16 + pr * g.n), _MM_HINT_ET0);
+    const bool more = k + kKStep < kp;
+    if (pf || own_pf) {
+      for (int64_t j = 0; j < pf_rows && pr < rows; ++j, ++pr) {
+        _mm_prefetch((const char*)(pf_c + pr * g.n), _MM_HINT_ET0);
+        _mm_prefetch((const char*)(pf_c + 16 + pr * g.n), _MM_HINT_ET0);
+        if (own_pf && pf) {
+          _mm_prefetch((const char*)(c + kNR + pr * g.n), _MM_HINT_ET0);
+          _mm_prefetch((const char*)(c + kNR + 16 + pr * g.n), _MM_HINT_ET0);
+        }
       }
     }
-    _tile_loadd(4, at, 64);
-    _tile_loadd(6, bt, 64);
-    _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(7, bt + 512, 64);
-    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(5, at + 512, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    if (more) _tile_loadd(4, at + kKStep * kRows, 64);
     _tile_dpbf16ps(2, 5, 6);
+    if (more) _tile_loadd(6, bt + kKStep * kNR, 64);
     _tile_dpbf16ps(3, 5, 7);
+  }
+  if (next_b) {
+    _tile_loadd(4, a, 64);
+    _tile_loadd(6, next_b, 64);
   }
   if (rows == kRows && ncols == kNR && !g.bias) {
     _tile_stored(0, c, g.n * 4);
@@ -324,7 +344,10 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         } else {
           while (state[rb].load(std::memory_order_acquire) != 2) std::this_thread::yield();
         }
-        for (int64_t p = p0; p < p1; ++p) block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p);
+        for (int64_t p = p0; p < p1; ++p) {
+          const uint16_t* next_b = p + 1 < p1 ? g.tiles + (p + 1) * panel_elems : nullptr;
+          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0);
+        }
         if (g.epilogue && done[rb].fetch_add(1, std::memory_order_acq_rel) + 1 == row_items)
           g.epilogue(g.epilogue_ctx, rb * kRows, std::min(g.m, (rb + 1) * kRows));
       }

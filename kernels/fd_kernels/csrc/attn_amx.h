@@ -213,17 +213,57 @@ static void amx_q_terms(const AttnArgs& a, const AttnRow* rows, int64_t nrows, u
   st.l = vzero();
 }
 
+// A lane's running max moves only when a chunk's maximum exceeds it by more than kAmxLazyMax (base-2
+// units): the weights 2^(s - mx) are then at most 2^kAmxLazyMax, far from fp32's range, and a chunk that
+// leaves every lane's max in place rescales by exactly 1 (vexp2_nonpos(0) == 1), so out^T's accumulators
+// take its P.V without a vector pass. Which max a lane uses changes only roundings: the softmax is the same
+// function of the scores for any reference value.
+constexpr float kAmxLazyMax = 8.0f;
+
 // One chunk's softmax for a lane group: scores^T s ([kAmxKeys][16]) of keys k0 .. k0 + n, masked past each
-// lane's limit, into P^T's two terms (pair layout, keys n .. kend weigh 0); returns the factor by which
-// out^T's previous value is rescaled.
-static inline vf amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* pt_lo, AmxGroup& st, int64_t k0, int64_t n,
-                             int64_t kend) {
+// lane's limit, into P^T's two terms (pair layout, keys n .. kend weigh 0). corr is the factor by which
+// out^T's previous value is rescaled; returns the lanes whose max moved (corr != 1 only there).
+static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* pt_lo, AmxGroup& st, int64_t k0,
+                                    int64_t n, int64_t kend, vf& corr) {
   // Keys from min_nk on lie past some lane's limit (the diagonal chunk): masked to -inf, whose 2^x is 0.
   const int64_t unmasked = std::max<int64_t>(0, std::min(n, st.min_nk - k0));
   auto score = [&](int64_t j) {
     const vf x = vload(s + 16 * j);
     return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
   };
+  // Two keys at a time, straight into P^T's pair layout; returns their sum. score - mx <= kAmxLazyMax:
+  // vexp2_nonpos's reduction 2^n * 2^f and its bound on 2^f hold for positive exponents too. With Track,
+  // also the chunk's row maxima (from mx on) into cmax, over two chains.
+  auto weights = [&](auto track, vf mx, vf& cmax) {
+    vf psum = vzero(), m2[2] = {mx, mx};
+    for (int64_t j = 0; j < kend; j += 2) {
+      if constexpr (decltype(track)::value) {  // on full unmasked chunks only: every score is loaded
+        m2[0] = vmax(m2[0], vload(s + 16 * j));
+        m2[1] = vmax(m2[1], vload(s + 16 * (j + 1)));
+      }
+      const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), mx)) : vzero();
+      const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), mx)) : vzero();
+      psum = vadd(vadd(psum, p0), p1);
+      __m512i hi, lo;
+      amx_split_pair(p0, p1, hi, lo);
+      _mm512_storeu_si512(pt_hi + j * 16, hi);
+      _mm512_storeu_si512(pt_lo + j * 16, lo);
+    }
+    cmax = vmax(m2[0], m2[1]);
+    return psum;
+  };
+  vf cmax;
+  // A full unmasked chunk after the first: the weights against the current max, tracking the chunk's
+  // maxima on the way; if no lane's max moves (the usual case) they are the weights the two-pass form
+  // below would make, bit for bit, with corr exactly 1, and the separate max pass is saved.
+  if (k0 > 0 && unmasked == n && n == kend) {
+    const vf psum = weights(std::true_type{}, st.mx, cmax);
+    if (!_mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ)) {
+      corr = vset1(1.0f);
+      st.l = vfma(st.l, corr, psum);
+      return 0;
+    }
+  }
   // The row maxima over four independent chains (max is exact, so the order does not matter): one chain
   // would wait a vmax latency per key.
   vf m4[4] = {st.mx, st.mx, st.mx, st.mx};
@@ -231,22 +271,16 @@ static inline vf amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* pt_lo, A
   for (; j + 4 <= unmasked; j += 4)
     for (int i = 0; i < 4; ++i) m4[i] = vmax(m4[i], vload(s + 16 * (j + i)));
   for (; j < n; ++j) m4[j % 4] = vmax(m4[j % 4], score(j));
-  const vf cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
-  const vf corr = vexp2_nonpos(vsub(st.mx, cmax));  // 0 on the first chunk (mx = -inf)
-  // Two keys at a time, straight into P^T's pair layout.
-  vf psum = vzero();
-  for (int64_t j = 0; j < kend; j += 2) {
-    const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), cmax)) : vzero();
-    const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), cmax)) : vzero();
-    psum = vadd(vadd(psum, p0), p1);
-    __m512i hi, lo;
-    amx_split_pair(p0, p1, hi, lo);
-    _mm512_storeu_si512(pt_hi + j * 16, hi);
-    _mm512_storeu_si512(pt_lo + j * 16, lo);
-  }
+  cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
+  // On the first chunk mx = -inf: every lane takes its chunk maximum and corr is 0.
+  const __mmask16 moved = _mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ);
+  const vf mx = _mm512_mask_blend_ps(moved, st.mx, cmax);
+  corr = vexp2_nonpos(vsub(st.mx, mx));
+  vf unused;
+  const vf psum = weights(std::false_type{}, mx, unused);
   st.l = vfma(st.l, corr, psum);
-  st.mx = cmax;
-  return corr;
+  st.mx = mx;
+  return moved;
 }
 
 // G groups of up to 16 rows of one KV head's GQA group (rows 16 g .. 16 g + 15 in group g's lanes; idle
@@ -257,7 +291,6 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   const int64_t hd = a.head_dim;
   alignas(64) uint16_t qt[G][2][kMaxHeadDim * 16];  // Q^T's hi and lo terms per group
   alignas(64) float s[2][G][kAmxKeys * 16];          // scores^T: this chunk's, the next chunk's
-  alignas(64) float part[G][kMaxHeadDim * 16];       // out^T's update by one chunk
   alignas(64) uint16_t pt[G][2][kAmxKeys * 16];      // P^T's hi and lo terms: [keys / 2][16 lanes][2]
   alignas(64) float ot[G][kMaxHeadDim * 16];
   AmxGroup st[G];
@@ -265,7 +298,6 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   for (int g = 0; g < G; ++g) {
     amx_q_terms(a, rows + 16 * g, std::min<int64_t>(16, nrows - 16 * g), qt[g][0], qt[g][1], st[g]);
     nk = std::max(nk, st[g].nk);
-    for (int64_t i = 0; i < hd * 16; ++i) ot[g][i] = 0.0f;
   }
   _tile_zero(0);  // each store leaves its accumulators zeroed
   _tile_zero(1);
@@ -303,46 +335,53 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
     scores_store(s[0], h);
   }
   // Software-pipelined: the tiles compute the next chunk's scores while the vector units run this chunk's
-  // softmax, and one 32-dim block's P.V while they add the block before into out^T. The arithmetic and its
-  // order per lane are those of the plain loop (scores, softmax, P.V, out^T = out^T * corr + update), and
-  // each lane's only depend on its own row: a row's result does not depend on the rows beside it.
+  // softmax. Per lane the arithmetic and its order are those of the plain loop (scores, softmax, out^T *=
+  // corr where the lane's max moved, out^T += P.V in the tiles), and each lane's only depend on its own
+  // row: whether another lane of the tile moved its max only decides whether the rescale pass runs, which
+  // multiplies the unmoved lanes by exactly 1. A row's result does not depend on the rows beside it.
   for (int64_t k0 = 0, cur = 0; k0 < nk; k0 += kAmxKeys, cur ^= 1) {
     const bool more = k0 + kAmxKeys < nk;
     const int64_t n = std::min<int64_t>(kAmxKeys, nk - k0), kend = n <= 32 ? 32 : kAmxKeys;
     const int64_t next_halves = more ? halves(k0 + kAmxKeys) : 0;
     vf corr[G];
+    __mmask16 moved[G];
     if constexpr (G == 2) {
       if (next_halves > 0) scores_issue(k0 + kAmxKeys, 0);
-      corr[0] = amx_softmax(s[cur][0], pt[0][0], pt[0][1], st[0], k0, n, kend);
+      moved[0] = amx_softmax(s[cur][0], pt[0][0], pt[0][1], st[0], k0, n, kend, corr[0]);
       if (next_halves > 0) scores_store(s[cur ^ 1], 0);
       if (next_halves > 1) scores_issue(k0 + kAmxKeys, 1);
-      corr[1] = amx_softmax(s[cur][1], pt[1][0], pt[1][1], st[1], k0, n, kend);
+      moved[1] = amx_softmax(s[cur][1], pt[1][0], pt[1][1], st[1], k0, n, kend, corr[1]);
       if (next_halves > 1) scores_store(s[cur ^ 1], 1);
     } else {
       for (int64_t h = 0; h < next_halves; ++h) scores_issue(k0 + kAmxKeys, h);
-      corr[0] = amx_softmax(s[cur][0], pt[0][0], pt[0][1], st[0], k0, n, kend);
+      moved[0] = amx_softmax(s[cur][0], pt[0][0], pt[0][1], st[0], k0, n, kend, corr[0]);
       for (int64_t h = 0; h < next_halves; ++h) scores_store(s[cur ^ 1], h);
     }
-    // out^T's dims d0 .. d0 + 31: group g into accumulators 2 g, 2 g + 1, each taking the keys in order,
+    // out^T is all zeros before the first chunk: its accumulators start from the zeroed tiles.
+    for (int g = 0; g < G && k0 > 0; ++g)
+      if (moved[g])
+        for (int64_t d = 0; d < hd; ++d) vstore(ot[g] + d * 16, vmul(vload(ot[g] + d * 16), corr[g]));
+    // out^T's dims d0 .. d0 + 31: group g's in accumulators 2 g, 2 g + 1, each taking the keys in order,
     // each 32-key step its hi then its lo term.
     const uint16_t* vc = kv.vt + k0 * hd;
-    auto add_update = [&](int64_t d0) {
-      for (int g = 0; g < G; ++g)
-        for (int64_t d = d0; d < d0 + 32; ++d)
-          vstore(ot[g] + d * 16, vfma(vload(ot[g] + d * 16), corr[g], vload(part[g] + d * 16)));
-    };
     for (int64_t d0 = 0; d0 < hd; d0 += 32) {
+      if (k0 > 0) {
+        _tile_loadd(0, ot[0] + d0 * 16, 64);
+        _tile_loadd(1, ot[0] + (d0 + 16) * 16, 64);
+        if constexpr (G == 2) {
+          _tile_loadd(2, ot[G - 1] + d0 * 16, 64);
+          _tile_loadd(3, ot[G - 1] + (d0 + 16) * 16, 64);
+        }
+      }
       for (int64_t kt = 0; kt < kend; kt += 32) {
         _tile_loadd(4, vc + d0 * kAmxKeys + kt, kAmxKeys * 2);
         _tile_loadd(5, vc + (d0 + 16) * kAmxKeys + kt, kAmxKeys * 2);
         FD_AMX_TWO_TERMS(0, 1, pt[0][0] + kt * 16, pt[0][1] + kt * 16);
         if constexpr (G == 2) FD_AMX_TWO_TERMS(2, 3, pt[G - 1][0] + kt * 16, pt[G - 1][1] + kt * 16);
       }
-      if (d0 > 0) add_update(d0 - 32);
-      FD_AMX_STORE_PAIR(0, 1, part[0] + d0 * 16, part[0] + (d0 + 16) * 16);
-      if constexpr (G == 2) FD_AMX_STORE_PAIR(2, 3, part[G - 1] + d0 * 16, part[G - 1] + (d0 + 16) * 16);
+      FD_AMX_STORE_PAIR(0, 1, ot[0] + d0 * 16, ot[0] + (d0 + 16) * 16);
+      if constexpr (G == 2) FD_AMX_STORE_PAIR(2, 3, ot[G - 1] + d0 * 16, ot[G - 1] + (d0 + 16) * 16);
     }
-    add_update(hd - 32);
   }
   // out^T / l, transposed back 16 dims at a time: lane r's values go to row r's output.
   for (int g = 0; g < G; ++g) {

@@ -1,7 +1,8 @@
 // decode_region_stack(): decoder_stack's loop for a pure-decode step, in one parallel region (see
 // decode_region.h for why and for the bit-identity invariant).
 //
-// Per layer the threads run five steps separated by barriers:
+// Per layer the threads run five steps separated by barriers (region_barrier.h's, at each of which a
+// thread that waits prefetches its share of the next GEMM's weights):
 //   1. [every thread] add + input norm into its own buffer, then its share of the QKV GEMM;
 //   2. [items claimed] per (sequence, KV head): its part of qkv_rope_to_cache (its K / V rows, its GQA
 //      group's q heads), then its decode attention. Contexts over kKeysPerPart keys take the attention in
@@ -16,6 +17,7 @@
 // barrier after their last use.
 
 #include "decode_region.h"
+#include "region_barrier.h"
 #include "scratch.h"
 
 #include <omp.h>
@@ -90,9 +92,33 @@ struct Region {
   int64_t own_stride;  // per thread: normed [t, h], sum [t, h], act [t, inter]
   std::unique_ptr<std::atomic<int64_t>[]> next;  // per layer: the attention items claimed
   StealRanges work[2];
+  SpinBarrier bar;
+  bool prefetch = true;  // SpinBarrier with prefetches while waiting, else omp barriers and none
   Region(const StackArgs& a_, const StackLayer* l, const StackCache* c, int64_t n, const float* x_, float* o)
       : a(a_), layers(l), caches(c), num_layers(n), x(x_), out(o), work{StealRanges(0), StealRanges(0)} {}
 };
+
+// A thread's own state in the region.
+struct Thread {
+  int tid, nth, sense = 0;
+  Prefetcher pf;
+};
+
+// The barrier between dependent steps. While it waits, the thread prefetches the first kPrefetchBytes of
+// its own share of *next's weights (if next) (the GEMM after the barrier or one further on): a GEMM of a few rows
+// streams its weights from memory, and a thread that starts it with them already in L2 neither waits for
+// the first lines nor for the hardware prefetcher to ramp up. Prefetching before an omp barrier instead
+// delays the thread's arrival by the prefetches' own memory time.
+void sync(Region& s, Thread& th, const GemmArgs* next) {
+  if (!s.prefetch) {
+#pragma omp barrier
+    return;
+  }
+  if (!next) return s.bar.wait(th.sense, [] { return false; });
+  const region::Bytes w = region::qgemm_own_weights(*next, th.tid, th.nth);
+  th.pf.set(w.p, std::min(w.n, kPrefetchBytes));
+  s.bar.wait(th.sense, [&] { return th.pf.step(); });
+}
 
 // Thread 0 sets work[i] up for g, between barriers (see the top of this file).
 void reset_work(Region& s, int i, const GemmArgs& g) {
@@ -120,10 +146,11 @@ void attention_combine(Region& s, const AttnArgs& at, int tid, int nth) {
 }
 
 // Layer i; *res is the residual stream's buffer (x for layer 0), *nx the one its next add writes.
-void layer(Region& s, int64_t i, const float** res, int* nx, int tid, int nth) {
+void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
   const StackArgs& a = s.a;
   const StackLayer& l = s.layers[i];
   const int64_t t = a.num_tokens, h = a.hidden, inter = a.intermediate;
+  const int tid = th.tid, nth = th.nth;
   float* own = s.own.get() + tid * s.own_stride;
   float *normed = own, *sum = own + t * h, *act = own + 2 * t * h;
   auto add_norm = [&](const float* w) {
@@ -132,46 +159,50 @@ void layer(Region& s, int64_t i, const float** res, int* nx, int tid, int nth) {
     *res = s.res[*nx].get();
     *nx ^= 1;
   };
+  const GemmArgs go = gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get());
+  const GemmArgs gu = gemm_args(l.gate_up, normed, t, h, s.gate_up.get());
+  const GemmArgs gd = gemm_args(l.down, act, t, inter, s.hidden.get());
   if (i == 0) {
     region::norm(s.x, l.input_norm, a.eps, t, h, normed);
   } else {
     add_norm(l.input_norm);
   }
   region::qgemm_share(gemm_args(l.qkv, normed, t, h, s.qkv.get()), s.work[0]);
-  reset_work(s, 1, gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get()));
-#pragma omp barrier
+  reset_work(s, 1, go);
+  sync(s, th, &go);
   const StackCache& c = s.caches[i];
   QkvToCacheArgs qc{s.qkv.get(), t,         a.num_heads, a.num_kv_heads, a.head_dim, a.positions,
                     a.cos_sin,   l.q_norm,  l.k_norm,    a.eps,          s.q.get(),  c.k_cache,
                     c.v_cache,   c.k_scales, c.v_scales, c.kv_kind,      a.slot_mapping, a.block_size};
-  const GemmArgs go = gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get());
   const AttnArgs at{s.q.get(),  c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
                     a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, a.head_dim,
                     a.scale,    s.attn.get(), c.k_scales,  c.v_scales,        c.kv_kind};
-  // o_proj's weights stream into L2 while this thread would wait at the barrier before o_proj.
   if (s.plan.split_first.empty()) {
     attention_items(s, at, i, &qc);
-    region::qgemm_prefetch(go, tid, nth, kPrefetchBytes);
   } else {
     region::qkv_rows(qc, t * tid / nth, t * (tid + 1) / nth);
-#pragma omp barrier
+    sync(s, th, &go);
     attention_items(s, at, i, nullptr);
-    region::qgemm_prefetch(go, tid, nth, kPrefetchBytes);
-#pragma omp barrier
+    sync(s, th, &go);
     attention_combine(s, at, tid, nth);
   }
-#pragma omp barrier
+  sync(s, th, &go);
   region::qgemm_share(go, s.work[1]);
-  reset_work(s, 0, gemm_args(l.gate_up, normed, t, h, s.gate_up.get()));
-#pragma omp barrier
+  reset_work(s, 0, gu);
+  sync(s, th, &gu);
   add_norm(l.post_norm);
-  region::qgemm_share(gemm_args(l.gate_up, normed, t, h, s.gate_up.get()), s.work[0]);
-  reset_work(s, 1, gemm_args(l.down, act, t, inter, s.hidden.get()));
-#pragma omp barrier
+  region::qgemm_share(gu, s.work[0]);
+  reset_work(s, 1, gd);
+  sync(s, th, &gd);
   region::silu(s.gate_up.get(), t, inter, act);
-  region::qgemm_share(gemm_args(l.down, act, t, inter, s.hidden.get()), s.work[1]);
-  if (i + 1 < s.num_layers) reset_work(s, 0, gemm_args(s.layers[i + 1].qkv, normed, t, h, s.qkv.get()));
-#pragma omp barrier
+  region::qgemm_share(gd, s.work[1]);
+  if (i + 1 < s.num_layers) {
+    const GemmArgs gq = gemm_args(s.layers[i + 1].qkv, normed, t, h, s.qkv.get());
+    reset_work(s, 0, gq);
+    sync(s, th, &gq);
+  } else {
+    sync(s, th, nullptr);
+  }
 }
 
 }  // namespace
@@ -204,6 +235,9 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   s.q_size = a.num_heads * a.head_dim;
   s.qkv_n = s.q_size + 2 * a.num_kv_heads * a.head_dim;
   s.plan = attn_plan(a);
+  // FD_DECODE_REGION_PREFETCH=0: omp barriers and no prefetches (same results; read per step, for A/B).
+  const char* pf_env = std::getenv("FD_DECODE_REGION_PREFETCH");
+  s.prefetch = !(pf_env && pf_env[0] == '0');
   for (auto& r : s.res) r = scratch(t * h);
   s.hidden = scratch(t * h);
   s.qkv = scratch(t * s.qkv_n);
@@ -221,9 +255,12 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
 #pragma omp parallel
   {
     const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+    if (tid == 0) s.bar.init(nth);
+#pragma omp barrier
+    Thread th{tid, nth};
     const float* res = x;
     int nx = 0;
-    for (int64_t i = 0; i < num_layers; ++i) layer(s, i, &res, &nx, tid, nth);
+    for (int64_t i = 0; i < num_layers; ++i) layer(s, i, &res, &nx, th);
     const int64_t r0 = t * tid / nth, r1 = t * (tid + 1) / nth;
     region::add_norm(s.hidden.get() + r0 * h, res + r0 * h, a.final_norm, a.eps, r1 - r0, h, out + r0 * h,
                      s.res[nx].get() + r0 * h);

@@ -49,8 +49,12 @@ void attn_combine(const AttnArgs& a, const DecodeItem& first, int64_t nparts, co
 // qgemm's work items for g, and the calling thread's share of them (qgemm_impl.h qgemm_share).
 int64_t qgemm_items(const GemmArgs& g);
 void qgemm_share(const GemmArgs& g, StealRanges& work);
-// Thread tid's first items' weights of g into L2 (up to max_bytes), where it would wait at a barrier.
-void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes);
+// The weights of thread tid's own range of g's items (qgemm_share), in the order it reads them.
+struct Bytes {
+  const char* p;
+  int64_t n;
+};
+Bytes qgemm_own_weights(const GemmArgs& g, int tid, int nth);
 }  // namespace region
 
 }  // namespace fdk

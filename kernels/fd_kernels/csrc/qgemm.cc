@@ -55,6 +55,8 @@ namespace isa_qscalar {
 void q_rows(const void* w, int kind, int64_t k, const int64_t* ids, int64_t t, float* out) {
   const int64_t nb = k / kQBlock, rec = q_record_bytes(kind), codes = q_codes_offset(kind);
   const int32_t z = q_zero(kind);
+  // Rows split over the threads for a prompt's ids: each row is scattered reads of the table.
+#pragma omp parallel for schedule(static) if (t * k >= (1 << 16))
   for (int64_t i = 0; i < t; ++i) {
     const int64_t v = ids[i], p = v / kQNR, c = v % kQNR;
     for (int64_t b = 0; b < nb; ++b) {
@@ -124,14 +126,14 @@ void qgemm_share(const GemmArgs& g, StealRanges& work) {
   }
 }
 
-void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes) {
+Bytes qgemm_own_weights(const GemmArgs& g, int tid, int nth) {
   switch (qgemm_path()) {
     case 2:
-      return isa_qvnni::qgemm_prefetch(g, tid, nth, max_bytes);
+      return isa_qvnni::qgemm_own_weights(g, tid, nth);
     case 1:
-      return isa_qavx2::qgemm_prefetch(g, tid, nth, max_bytes);
+      return isa_qavx2::qgemm_own_weights(g, tid, nth);
     default:
-      return isa_qscalar::qgemm_prefetch(g, tid, nth, max_bytes);
+      return isa_qscalar::qgemm_own_weights(g, tid, nth);
   }
 }
 

@@ -435,16 +435,14 @@ static void qgemm_share(const GemmArgs& g, StealRanges& work) {
 
 static int64_t qgemm_items(const GemmArgs& g) { return q_split(g).groups; }
 
-// The weights of the items qgemm_share gives thread tid of nth first (its own StealRanges range), up to
-// max_bytes, into L2: for a thread that would otherwise wait at a barrier before the GEMM. Only a hint;
-// it changes no result.
-static void qgemm_prefetch(const GemmArgs& g, int tid, int nth, int64_t max_bytes) {
+// The weights of the items qgemm_share gives thread tid of nth first (its own StealRanges range, walked
+// front to back; others steal from its back): what the region prefetches for the thread while it waits at
+// a barrier before the GEMM.
+static region::Bytes qgemm_own_weights(const GemmArgs& g, int tid, int nth) {
   const QSplit sp = q_split(g);
   const int64_t panels = (g.n + kQNR - 1) / kQNR, panel_bytes = g.k / kQBlock * q_record_bytes(g.kind);
   const int64_t p0 = std::min(panels, sp.groups * tid / nth * sp.np);
   const int64_t p1 = std::min(panels, sp.groups * (tid + 1) / nth * sp.np);
-  const char* base = (const char*)g.w + p0 * panel_bytes;
-  const int64_t bytes = std::min((p1 - p0) * panel_bytes, max_bytes);
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(base + off, _MM_HINT_T1);
+  return {(const char*)g.w + p0 * panel_bytes, (p1 - p0) * panel_bytes};
 }
 

@@ -34,8 +34,9 @@ static inline vf vexp(vf x) {
 static inline vf vexp(vf x) { return std::exp(x); }
 #endif
 
-// 2^t for the online softmax, where t <= 0 (t = -inf gives 0): t = n + f with n = round(t), |f| <= 1/2,
-// and 2^f by a degree-5 polynomial with constant term 1, fitted for relative error over [-1/2, 1/2] (its
+// 2^t for the online softmax, where t <= 8 (a lazy running max lags the scores by up to 8; t = -inf
+// gives 0): t = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5 polynomial with constant term
+// 1, fitted for relative error over [-1/2, 1/2] (its
 // fp32 Horner evaluation stays within 1.7e-7 of 2^f), scaled by 2^n in the exponent. 2^0 is exactly 1, so
 // an online softmax whose running max did not move rescales by exactly 1. t is clamped at -1000 first:
 // 2^n then rounds to exactly 0 and -inf never reaches f = t - n. Relative error <= 3e-7 for t >= -126;
