@@ -61,6 +61,8 @@ def instrument():
     wrap(ops, "decoder_stack", "op.decoder_stack")
     wrap(runner, "_sample", "runner._sample")
     wrap(runner.model, "compute_logits", "compute_logits (LM head)")
+    if runner._greedy_tokens is not None:  # plain greedy steps: LM head + argmax in one op
+        wrap(runner, "_greedy_tokens", "greedy_tokens (LM head + argmax)")
     wrap(runner.sampler, "sample", "sampler.sample")
     wrap(native, "_run", "custom ops dispatched")
     return runner
@@ -72,8 +74,9 @@ def _find(pred):
     return next(o for o in gc.get_objects() if pred(o))
 
 
-def lm_head_vs_read(runner, reads: int = 30) -> tuple[float, float, int]:
-    """Best ms of the LM head alone on one row and of reading its packed bytes once."""
+def lm_head_vs_read(runner, reads: int = 30) -> tuple[float, float, float, int]:
+    """Best ms of the LM head alone on one row, of the LM head + argmax op, and of reading its packed
+    bytes once."""
     import numpy as np
     import paddle
     from fd_kernels import native
@@ -91,7 +94,9 @@ def lm_head_vs_read(runner, reads: int = 30) -> tuple[float, float, int]:
             ts.append(time.perf_counter() - t0)
         return min(ts) * 1e3
 
-    return best(lambda: runner.model.compute_logits(x)), best(lambda: native.read_bytes(buf)), nbytes
+    head = best(lambda: runner.model.compute_logits(x))
+    fused = best(lambda: runner.model.compute_greedy_tokens(x))
+    return head, fused, best(lambda: native.read_bytes(buf)), nbytes
 
 
 def main() -> int:
@@ -137,13 +142,16 @@ def main() -> int:
             - per["model.forward"]
             - per["runner._sample"],
             "host: forward - stack op": per["model.forward"] - per["op.decoder_stack"],
-            "host: _sample - LM head": per["runner._sample"] - per["compute_logits (LM head)"],
+            "host: _sample - LM head": per["runner._sample"]
+            - per.get("compute_logits (LM head)", 0.0)
+            - per.get("greedy_tokens (LM head + argmax)", 0.0),
         }
         for k, v in host.items():
             print(f"  {k:40s} {v * 1e3:8.4f}")
-        head, read, nbytes = lm_head_vs_read(runner)
+        head, fused, read, nbytes = lm_head_vs_read(runner)
         print(
-            f"  LM head alone {head:.3f} ms, read of its {nbytes / 1e6:.1f} MB {read:.3f} ms: {head / read:.2f}x"
+            f"  LM head alone {head:.3f} ms (+ argmax op {fused:.3f} ms), read of its {nbytes / 1e6:.1f} MB"
+            f" {read:.3f} ms: {head / read:.2f}x"
         )
     return 0
 

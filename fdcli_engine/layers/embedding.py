@@ -82,3 +82,8 @@ class LMHead:
 
     def __call__(self, hidden):
         return ops.linear(hidden, self.lw)
+
+    def argmax(self, hidden) -> list[int] | None:
+        """Each row's first argmax of self(hidden) (ties to the lowest id), the logits never leaving the
+        op; None when a row's logits hold a NaN."""
+        return ops.linear_argmax(hidden, self.lw)

@@ -69,6 +69,10 @@ class ParallelLMHead(LMHead):
         else:
             self.load(weight)
 
+    def argmax(self, hidden) -> None:
+        """Never: a rank holds only its run's logits, and the ranks must join the all-gather."""
+        return None
+
     def __call__(self, hidden):
         logits = self.group.all_gather(super().__call__(hidden), axis=-1)
         if logits.shape[-1] != self.vocab_size:

@@ -60,6 +60,7 @@ class _PoolingDecoderMixin:
 
     is_pooling_model = True
     pooler_head = None
+    compute_greedy_tokens = None  # no token logits (compute_logits says so)
 
     def _build_targets(self, qkv_bias: bool):
         targets = super()._build_targets(qkv_bias)

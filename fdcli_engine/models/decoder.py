@@ -193,6 +193,12 @@ class DecoderForCausalLM:
         with paddle.no_grad():
             return self.lm_head(hidden)
 
+    def compute_greedy_tokens(self, hidden: paddle.Tensor) -> list[int] | None:
+        """Each row's first argmax of compute_logits(hidden), without the logits; None where the caller
+        must look at the logits: a row holds a NaN, or the head cannot (layers/embedding.py). Token ids
+        carry no gradient, so no no_grad scope."""
+        return self.lm_head.argmax(hidden)
+
 
 def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     """`model.layers` then `model.norm` on the input hidden states (the embeddings, or the MTP head's

@@ -1,5 +1,7 @@
 """Runs one scheduled step on the model: inputs → forward → logits of the sampling rows → sampler →
-(speculative decoding) acceptance and the next drafts.
+(speculative decoding) acceptance and the next drafts. A step that needs only each row's first argmax
+(Sampler.argmax_suffices) takes the tokens from the model's fused LM head + argmax instead of the
+logits and the sampler: the same tokens.
 
 With constrained requests in the step, their grammar masks are filled on a worker thread while the
 forward runs (runner/grammar_masks.py); a step without any submits nothing. With drafts in the step,
@@ -52,6 +54,8 @@ class ModelRunner:
         if self.proposer is not None:
             self.proposer.allocate_kv(self.num_blocks, self.block_size, config.kv_cache_dtype)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
+        # Each row's first argmax without the logits (models/decoder.py), for plain greedy steps.
+        self._greedy_tokens = getattr(model, "compute_greedy_tokens", None)
         self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
         self.mm = MultiModalInputs(model)
         self.input_buffers = InputBuffers()  # the step's input tensors, refilled each step
@@ -71,18 +75,21 @@ class ModelRunner:
 
     @paddle.no_grad()
     def execute(self, so: SchedulerOutput) -> ModelRunnerOutput:
-        self.sampler.drop(so.finished_req_ids)
-        self.grammar.drop(so.finished_req_ids)
-        self.mm.drop(so.finished_req_ids)
-        if self.proposer is not None:
-            self.proposer.drop(so.finished_req_ids)
+        if so.finished_req_ids:  # most steps finish nothing: four calls saved
+            self.sampler.drop(so.finished_req_ids)
+            self.grammar.drop(so.finished_req_ids)
+            self.mm.drop(so.finished_req_ids)
+            if self.proposer is not None:
+                self.proposer.drop(so.finished_req_ids)
         if so.is_empty:
             return ModelRunnerOutput(sampled_token_ids={})
         inputs = build_inputs(
             so.scheduled, self.block_size, mark_prompt_rows=True, buffers=self.input_buffers
         )
         reqs = [s for s in so.scheduled if s.do_sample]
-        last_rows = inputs.last_token_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
+        last_rows = inputs.last_token_rows  # decode: every request samples, no gather needed
+        if len(reqs) != len(so.scheduled):
+            last_rows = last_rows[[i for i, s in enumerate(so.scheduled) if s.do_sample]]
         rows, views, starts = sampling_rows(reqs, last_rows)
         positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
@@ -109,10 +116,14 @@ class ModelRunner:
             selected = hidden
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
-        # A view, not a copy: the tensor is this step's alone, and the sampler only reads it.
-        logits = np.from_dlpack(self.model.compute_logits(selected))
         states = self.sampler.draw_states(reqs)
-        tokens, logprobs = self.sampler.sample(logits, views, masks)
+        tokens = logprobs = None  # no logprobs on the argmax path: no row asks for them
+        if self._greedy_tokens is not None and self.sampler.argmax_suffices(views, masks):
+            tokens = self._greedy_tokens(selected)  # None: a NaN logit, or a head without the fused op
+        if tokens is None:
+            # A view, not a copy: the tensor is this step's alone, and the sampler only reads it.
+            logits = np.from_dlpack(self.model.compute_logits(selected))
+            tokens, logprobs = self.sampler.sample(logits, views, masks)
         for sr, start in zip(reqs, starts):
             if sr.req_id in out.failed:
                 continue

@@ -19,7 +19,9 @@ tokens are out, the extra tokens being EOS).
 The bans (`banned_token_ids`) are the sampler's share of the stop rules described in step_types.
 A step whose rows are all plain greedy (no penalty, ban, logit_bias or grammar mask: decode's usual
 batch) skips the op and its per-row tables: each row's token is its first argmax, what the op returns
-for such a row.
+for such a row. When such a step also wants no logprobs (`argmax_suffices`), the runner asks the model
+for the argmax alone (ops.linear_argmax: the LM head's logits never leave the op) and skips this class;
+a row whose logits hold a NaN sends the step back here.
 """
 
 from __future__ import annotations
@@ -180,14 +182,25 @@ class Sampler:
         for _ in range(num_rows):
             self._draw(rng)
 
+    def plain_greedy(self, reqs: list[ScheduledRequest], masks: StepMasks | None = None) -> bool:
+        """Whether every row's token is its logits' first argmax (module docstring): no grammar mask in
+        the step and every row plain greedy. The fast path's one rule, here and in the runner."""
+        return not (masks is not None and masks.rows) and all(
+            _is_plain_greedy(sr, self.eos_token_ids) for sr in reqs
+        )
+
+    def argmax_suffices(self, reqs: list[ScheduledRequest], masks: StepMasks | None = None) -> bool:
+        """Whether the step needs nothing from its logits but each row's first argmax: plain greedy and
+        no row asks for logprobs. The runner may then take the tokens from the LM head's fused argmax
+        (ops.linear_argmax), which is what `sample` returns for such a step."""
+        return self.plain_greedy(reqs, masks) and all(sr.sampling_params.logprobs is None for sr in reqs)
+
     def sample(
         self, logits: np.ndarray, reqs: list[ScheduledRequest], masks: StepMasks | None = None
     ) -> tuple[list[int], list[list[tuple[int, float]] | None]]:
         n = len(reqs)
         logits = np.ascontiguousarray(logits, dtype=np.float32)
-        if not (masks is not None and masks.rows) and all(
-            _is_plain_greedy(sr, self.eos_token_ids) for sr in reqs
-        ):
+        if self.plain_greedy(reqs, masks):
             tokens = _first_argmax(logits)
             if tokens is not None:
                 return tokens, self._all_logprobs(logits, reqs, tokens)

@@ -20,6 +20,10 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         -> LinearWeight   (row_scale: wint8's per-row scales where given, else max|row| / 127)
     prepare_linear_gguf(raw uint8[out, bytes_per_row], ggml_type, in_features, bias) -> LinearWeight
         GGUF Q4_0/Q4_1/Q8_0 blocks kept as they are (the reference dequantizes: the oracle)
+    linear_argmax(x[T,in], lw: LinearWeight) -> list[int] | None
+        each row's first argmax (ties to the lowest index) of linear(x, lw)'s logits, the same bits, or
+        None when a row holds a NaN (the greedy fast path leaves those rows to `sample`); the native op
+        writes no logits tensor (csrc/lm_head_argmax.cc)
     linear(x[T,in], lw: LinearWeight, prompt_rows=None) -> [T,out]
         prompt_rows uint8[T] | None: 1 on the step's prompt-token rows (AttentionMetadata.prompt_rows,
         None when the step has none); on AMX CPUs the native linear computes those rows of quantized
@@ -69,6 +73,7 @@ OP_NAMES = (
     "prepare_linear",
     "prepare_linear_gguf",
     "linear",
+    "linear_argmax",
     "embedding",
     "reshape_and_cache",
     "paged_attention",

@@ -283,6 +283,33 @@ def linear(x: paddle.Tensor, lw: LinearWeight, prompt_rows: paddle.Tensor | None
         raise _bad_input(exc) from None
 
 
+def linear_argmax(x: paddle.Tensor, lw: LinearWeight) -> list[int] | None:
+    """Each row's first argmax of linear(x, lw) (no prompt rows) without a logits tensor: csrc/
+    lm_head_argmax.cc computes the same logits into its own scratch and scans them where they were
+    written. None when a row holds a NaN."""
+    shape = x.shape
+    if len(shape) != 2 or shape[1] != lw.in_features:
+        raise ValueError(f"linear_argmax: x must be [rows, {lw.in_features}], got {shape}")
+    try:
+        out = _run(
+            "fd_linear_argmax",
+            x,
+            lw.packed,
+            lw.scales,
+            lw.mins,
+            lw.bias,
+            lw.out_features,
+            lw.kind,
+            lw.group,
+            lw.has_bias,
+        )[0]
+    except OSError as exc:
+        raise _bad_input(exc) from None
+    # One row (batch-1 decode): item() reads the scalar without the numpy view's cost.
+    tokens = [out.item()] if shape[0] == 1 else np.from_dlpack(out).tolist()
+    return None if -1 in tokens else tokens
+
+
 def embedding(ids: paddle.Tensor, lw: LinearWeight) -> paddle.Tensor:
     """Rows `ids` (output features) of a GGUF block weight as fp32 [*ids.shape, in_features], the values
     gguf's dequantizer gives: an embedding lookup straight from the (tied) LM head's blocks."""

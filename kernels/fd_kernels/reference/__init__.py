@@ -186,6 +186,16 @@ def linear(x: paddle.Tensor, lw: RefLinear, prompt_rows: paddle.Tensor | None = 
     return F.linear(x, lw.weight, lw.bias)
 
 
+def linear_argmax(x: paddle.Tensor, lw: RefLinear) -> list[int] | None:
+    """Each row's first argmax of linear(x, lw) (numpy's, ties to the lowest index); None when a row
+    holds a NaN."""
+    logits = linear(x, lw).numpy()
+    tokens = logits.argmax(axis=1)
+    if np.isnan(logits[np.arange(len(tokens)), tokens]).any():
+        return None
+    return tokens.tolist()
+
+
 def embedding(ids: paddle.Tensor, lw: RefLinear) -> paddle.Tensor:
     """Rows `ids` of the [out, in] weight (stored here as [in, out])."""
     rows = paddle.index_select(lw.weight, ids.flatten(), axis=1).T
