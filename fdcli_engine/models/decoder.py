@@ -200,7 +200,7 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position.
     With `meta.out` (runner/read_rows.py) the last layer computes only those rows past its cache write
     and they are what is returned, unless the model cannot (tensor parallel, MoE layers)."""
-    out = meta.out if _computes_row_subsets(model) else None
+    out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
     if (
         model.decoder_stack is not None
         and model.use_decoder_stack
@@ -234,4 +234,5 @@ def _computes_row_subsets(model) -> bool:
     """Whether the last layer may run on a subset of the rows: not across tensor-parallel ranks (the
     others compute every row and all-reduce them), nor with MoE layers (an expert's routed share of the
     kept rows could take another GEMM path than its share of all rows)."""
-    return model.group.world_size == 1 and not getattr(model, "moe_layer_ids", ())
+    group = getattr(model, "group", None)
+    return (group is None or group.world_size == 1) and not getattr(model, "moe_layer_ids", ())
