@@ -62,15 +62,15 @@ def kept_rows(qsl: np.ndarray, prompt_mask: np.ndarray, read: np.ndarray, min_pr
 
 def out_metadata(meta: AttentionMetadata, read: np.ndarray | None) -> AttentionMetadata:
     """`meta`, with `out` set to the metadata of the rows to compute when they are not every row."""
-    if read is None or meta.prompt_rows is None:
-        return meta  # no mask: attention tiles each sequence's queries by count, a subset would differ
     qsl = meta.query_start_loc_np.astype(np.int64)
     total = int(qsl[-1])
+    if read is None or len(read) == total or meta.prompt_rows is None:
+        return meta  # (no mask: attention tiles each sequence's queries by count, a subset would differ)
     mask = meta.prompt_rows.numpy().astype(bool)
     kept = kept_rows(qsl, mask, read, ops.prompt_tile_min_rows())
     if len(kept) == total:
         return meta
-    counts = np.array([np.count_nonzero((kept >= qsl[b]) & (kept < qsl[b + 1])) for b in range(len(qsl) - 1)])
+    counts = np.diff(np.searchsorted(kept, qsl))  # kept rows per sequence
     seqs = np.flatnonzero(counts)
     out_qsl = np.concatenate([[0], np.cumsum(counts[seqs])]).astype(np.int32)
     seq_lens = meta.seq_lens_np[seqs].astype(np.int32)
