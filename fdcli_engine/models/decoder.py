@@ -9,6 +9,9 @@ With the native kernels, loading ends by packing the layers for `ops.decoder_sta
 which runs them all in one C++ op, bit-identical to the per-op loop in `forward`; models whose layers
 differ (MoE) keep the loop.
 
+A step's `meta.out` (runner/read_rows.py) names the rows whose output is read: the last layer writes
+every row's K/V, computes the rest for those rows alone, and the model returns them (both paths).
+
 Under tensor parallelism (`distributed.tp_group()` of several ranks, set before the model is built)
 every layer is built sharded (layers/tp_*.py): each rank loads only its piece of each tensor and holds
 `num_kv_heads` = its share of the KV heads, which is what its KV cache is sized by. The packed stack

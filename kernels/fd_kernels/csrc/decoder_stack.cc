@@ -9,6 +9,9 @@
 // the single ops' formula. The kernels are deterministic functions of their arguments (their OpenMP
 // splits depend on the shapes, never on the addresses), so the output and the KV caches are bit-identical
 // to the per-op path. The buffers are [T, width] scratch arrays allocated once per call.
+//
+// With StackArgs::out_* (the rows that are read), the last layer runs past its cache write on those rows
+// alone, as the per-op path's last layer does with meta.out: the same calls on fewer rows.
 
 #include "decoder_stack.h"
 #include "decode_region.h"
