@@ -124,6 +124,11 @@ class AttentionMetadata:
     # uint8 [T]: 1 on rows holding a prompt token; None when the step has none. The linears take it
     # (ops.linear: bf16 prompt rows on AMX CPUs).
     prompt_rows: paddle.Tensor | None = None
+    # The rows whose final hidden state is read (runner/read_rows.py), described alone by a metadata of
+    # their own whose `rows` holds their indices in this step (int64 [K]). None: every row may be read.
+    # A model that honours it returns those K rows only (models/decoder.py decode_layers).
+    out: AttentionMetadata | None = None
+    rows: paddle.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:

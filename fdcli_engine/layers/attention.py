@@ -50,7 +50,9 @@ class Attention:
         self.q_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
         self.k_norm = RMSNorm(head_dim, qk_norm_eps) if qk_norm_eps is not None else None
 
-    def __call__(self, positions, hidden, kv_cache, meta):
+    def __call__(self, positions, hidden, kv_cache, meta, rows_meta=None):
+        """Every row's QKV and cache write; then attention and o_proj over every row, or with `rows_meta`
+        (meta.out, runner/read_rows.py) over those rows alone, which are returned."""
         num_tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden, meta.prompt_rows)
         q, k, v = paddle.split(qkv, [self.q_size, self.kv_size, self.kv_size], axis=-1)  # one op, not three
@@ -64,5 +66,11 @@ class Attention:
         v = v.reshape([num_tokens, self.num_kv_heads, self.head_dim])
         ops.reshape_and_cache(k, v, k_cache, v_cache, meta.slot_mapping, *scales)
         q = q.reshape([num_tokens, self.num_heads, self.head_dim])
+        if rows_meta is not None and rows_meta is not meta:
+            meta = rows_meta
+            num_tokens = meta.rows.shape[0]
+            if num_tokens == 0:
+                return paddle.zeros([0, hidden.shape[1]], dtype=hidden.dtype)
+            q = paddle.gather(q, meta.rows)
         out = ops.paged_attention(q, k_cache, v_cache, meta, self.scale, *scales)
         return self.o_proj(out.reshape([num_tokens, self.q_size]), meta.prompt_rows)

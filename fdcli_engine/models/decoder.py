@@ -9,6 +9,9 @@ With the native kernels, loading ends by packing the layers for `ops.decoder_sta
 which runs them all in one C++ op, bit-identical to the per-op loop in `forward`; models whose layers
 differ (MoE) keep the loop.
 
+A step's `meta.out` (runner/read_rows.py) names the rows whose output is read: the last layer writes
+every row's K/V, computes the rest for those rows alone, and the model returns them (both paths).
+
 Under tensor parallelism (`distributed.tp_group()` of several ranks, set before the model is built)
 every layer is built sharded (layers/tp_*.py): each rank loads only its piece of each tensor and holds
 `num_kv_heads` = its share of the KV heads, which is what its KV cache is sized by. The packed stack
@@ -203,23 +206,42 @@ class DecoderForCausalLM:
 def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     """`model.layers` then `model.norm` on the input hidden states (the embeddings, or the MTP head's
     projection): the packed stack where `model.decoder_stack` is set, else the per-op loop. Positions
-    int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position."""
+    int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position.
+    With `meta.out` (runner/read_rows.py) the last layer computes only those rows past its cache write
+    and they are what is returned, unless the model cannot (tensor parallel, MoE layers)."""
+    out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
     if (
         model.decoder_stack is not None
         and model.use_decoder_stack
         and ops.decoder_stack is not None
         and positions.ndim == 1
     ):
-        return ops.decoder_stack(hidden, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows)
+        return ops.decoder_stack(
+            hidden, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows, out
+        )
     residual = None
-    for layer, kv_cache in zip(model.layers, kv_caches, strict=True):
+    last = len(model.layers) - 1
+    for i, (layer, kv_cache) in enumerate(zip(model.layers, kv_caches, strict=True)):
         if residual is None:
             residual = hidden
             x = layer.input_layernorm(hidden)
         else:
             x, residual = layer.input_layernorm(hidden, residual)
-        hidden = layer.self_attn(positions, x, kv_cache, meta)
+        rows_meta = out if i == last and out is not None else meta
+        hidden = layer.self_attn(positions, x, kv_cache, meta, rows_meta)
+        if rows_meta is not meta:
+            if out.rows.shape[0] == 0:
+                return hidden  # no row is read: [0, hidden]
+            residual = paddle.gather(residual, out.rows)
         x, residual = layer.post_attention_layernorm(hidden, residual)
-        hidden = layer.mlp(x, meta.prompt_rows)
-    out, _ = model.norm(hidden, residual)
-    return out
+        hidden = layer.mlp(x, rows_meta.prompt_rows)
+    out_hidden, _ = model.norm(hidden, residual)
+    return out_hidden
+
+
+def _computes_row_subsets(model) -> bool:
+    """Whether the last layer may run on a subset of the rows: not across tensor-parallel ranks (the
+    others compute every row and all-reduce them), nor with MoE layers (an expert's routed share of the
+    kept rows could take another GEMM path than its share of all rows)."""
+    group = getattr(model, "group", None)
+    return (group is None or group.world_size == 1) and not getattr(model, "moe_layer_ids", ())

@@ -34,7 +34,9 @@ class ProposeInputs:
 
     scheduled: list[ScheduledRequest]  # in input order (row spans: inputs.meta.query_start_loc_np)
     inputs: ModelInputs  # the target's inputs: tokens, positions, slot mapping, block tables
-    hidden: paddle.Tensor  # the target's final hidden states (after its last norm), one row per input
+    # The target's final hidden states (after its last norm), one row per input; for a proposer that does
+    # not feed on them (feeds_hidden False) possibly only the read rows (runner/read_rows.py).
+    hidden: paddle.Tensor
     # req_id -> the tokens the step produced (ModelRunnerOutput.sampled_token_ids): the accepted drafts
     # then the target's own token. A request absent here sampled nothing (a prompt chunk mid-prefill).
     sampled: dict[str, list[int]]

@@ -58,11 +58,15 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         (post-norm: the sum itself is not returned)
     prepare_decoder_stack(layers: list[dict], final_norm, cos_sin_cache, num_heads, num_kv_heads,
                           head_dim, eps, scale) -> DecoderStack
-    decoder_stack(x[T,H], positions, kv_caches, meta, stack, prompt_rows=None) -> [T,H]
+    decoder_stack(x[T,H], positions, kv_caches, meta, stack, prompt_rows=None, out=None) -> [T,H]
+        (or [K,H]: with `out`, the metadata of K rows that are read, the last layer computes only them)
         native only (None under the reference, whose oracle is the per-op loop itself): every layer of a
         Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
         models/decoder.py (prompt_rows as in linear); see native.prepare_decoder_stack for
         the layer dicts.
+    prompt_tile_min_rows() -> int
+        native only: the prompt-row count from which kS8 / kU4 linears change path (kernels.h); a
+        subset of a step's prompt rows keeps at least min(this, all) of them to keep their bits
 """
 
 OP_NAMES = (
@@ -83,4 +87,5 @@ OP_NAMES = (
     "add_layer_norm",
     "prepare_decoder_stack",
     "decoder_stack",
+    "prompt_tile_min_rows",
 )

@@ -54,9 +54,23 @@ struct StackArgs {
   int64_t num_seqs, max_blocks, block_size;
   const uint8_t* prompt_rows;  // [T] or nullptr: passed to every gemm, as fd_linear gets it
   const float* final_norm;     // [hidden]
+  // The rows whose output is read (fdcli_engine/runner/read_rows.py), or out_query_start_loc == nullptr:
+  // every row.
+  // With them, the last layer still writes every row's K/V, but attends, projects and normalizes only
+  // these rows (sorted, each sequence's a suffix of its rows), as the attention metadata out_* of these
+  // rows alone describes them (their own query_start_loc and prompt-row mask; the sequences that have
+  // such rows, with their seq_lens and block tables), and `out` holds only them.
+  const int64_t* out_rows;  // [num_out]
+  int64_t num_out;
+  const int64_t* out_query_start_loc;  // [out_num_seqs + 1]
+  const int64_t* out_seq_lens;         // [out_num_seqs]
+  const int64_t* out_block_tables;     // [out_num_seqs, max_blocks]
+  int64_t out_num_seqs;
+  const uint8_t* out_prompt_rows;  // [num_out] or nullptr
 };
 
-// x: the embedded tokens [T, hidden]; out: the final norm's output [T, hidden]. Writes the KV caches.
+// x: the embedded tokens [T, hidden]; out: the final norm's output [T, hidden] (or [num_out, hidden], the
+// out_rows). Writes the KV caches of every row.
 void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
                    const float* x, float* out);
 

@@ -9,7 +9,8 @@
 //     has_bias.
 //   fd_decoder_stack_bind(Plan, KVCaches[]) -> cache plan, once per set of caches. KVCaches holds per
 //     layer (k_cache, v_cache) fp32 or bf16, or (k_cache, v_cache, k_scales, v_scales) for the C8 cache.
-//   fd_decoder_stack(X, metadata, PromptRows, Plan, CachePlan) -> Out, every step.
+//   fd_decoder_stack(X, metadata, PromptRows, Plan, CachePlan, out-rows metadata) -> Out, every step. The
+//     out-rows metadata (StackArgs::out_*), all empty for every row, limits the last layer to the rows read.
 //
 // A plan is an int64 tensor whose bytes are a header and one record per layer, holding raw pointers
 // into the tensors it was built from: everything is checked when it is built (as fd_linear, fd_rms_norm
@@ -135,6 +136,22 @@ fdk::StackCache stack_cache(const Tensor* c, bool c8, paddle::DataType dt, const
   return out;
 }
 
+// Sequences of t query rows (query_start_loc, seq_lens, block tables) against the cache, as ops.cc checks them.
+void check_seqs(const fdk::StackArgs& a, int64_t t, int64_t num_blocks, const std::vector<int64_t>& qsl,
+                const std::vector<int64_t>& lens, const std::vector<int64_t>& bt) {
+  const int64_t nseq = (int64_t)lens.size();
+  PD_CHECK((int64_t)qsl.size() == nseq + 1 && qsl[0] == 0 && qsl[nseq] == t && (int64_t)bt.size() == nseq * a.max_blocks,
+           "decoder_stack: query_start_loc / block_tables mismatch");
+  for (int64_t b = 0; b < nseq; ++b) {
+    const int64_t nq = qsl[b + 1] - qsl[b];
+    PD_CHECK(nq >= 0 && nq <= lens[b], "decoder_stack: sequence ", b, " has more queries than context");
+    PD_CHECK(lens[b] <= a.max_blocks * a.block_size, "decoder_stack: block table too short for sequence ", b);
+    for (int64_t j = 0; j < (lens[b] + a.block_size - 1) / a.block_size; ++j)
+      PD_CHECK(bt[b * a.max_blocks + j] >= 0 && bt[b * a.max_blocks + j] < num_blocks,
+               "decoder_stack: bad block id");
+  }
+}
+
 // Positions, slots and block tables against the cache and rotary table sizes, as ops.cc checks them.
 void check_metadata(const fdk::StackArgs& a, int64_t t, int64_t max_pos, int64_t num_blocks,
                     const std::vector<int64_t>& pos, const std::vector<int64_t>& slots,
@@ -144,16 +161,29 @@ void check_metadata(const fdk::StackArgs& a, int64_t t, int64_t max_pos, int64_t
            "decoder_stack: positions and slot_mapping must have one entry per token");
   for (int64_t p : pos) PD_CHECK(p >= 0 && p < max_pos, "decoder_stack: position ", p, " out of range");
   for (int64_t s : slots) PD_CHECK(s < num_blocks * a.block_size, "decoder_stack: slot ", s, " beyond the cache");
-  const int64_t nseq = (int64_t)lens.size();
-  PD_CHECK((int64_t)qsl.size() == nseq + 1 && qsl[nseq] == t, "decoder_stack: query_start_loc mismatch");
-  for (int64_t b = 0; b < nseq; ++b) {
-    const int64_t nq = qsl[b + 1] - qsl[b];
-    PD_CHECK(nq >= 0 && nq <= lens[b], "decoder_stack: sequence ", b, " has more queries than context");
-    PD_CHECK(lens[b] <= a.max_blocks * a.block_size, "decoder_stack: block table too short for sequence ", b);
-    for (int64_t j = 0; j < (lens[b] + a.block_size - 1) / a.block_size; ++j)
-      PD_CHECK(bt[b * a.max_blocks + j] >= 0 && bt[b * a.max_blocks + j] < num_blocks,
-               "decoder_stack: bad block id");
+  check_seqs(a, t, num_blocks, qsl, lens, bt);
+}
+
+// The read rows' own metadata (StackArgs::out_*), checked like the step's; `held` keeps the arrays alive.
+struct OutRows {
+  std::vector<int64_t> rows, qsl, lens, bt;
+};
+
+void set_out_rows(fdk::StackArgs& a, int64_t t, int64_t num_blocks, OutRows& o, const Tensor& prompt_rows) {
+  int64_t prev = -1;
+  for (int64_t r : o.rows) {
+    PD_CHECK(r > prev && r < t, "decoder_stack: out_rows must be increasing rows of the step");
+    prev = r;
   }
+  const int64_t k = (int64_t)o.rows.size();
+  check_seqs(a, k, num_blocks, o.qsl, o.lens, o.bt);
+  a.out_rows = o.rows.data();
+  a.num_out = k;
+  a.out_query_start_loc = o.qsl.data();
+  a.out_seq_lens = o.lens.data();
+  a.out_block_tables = o.bt.data();
+  a.out_num_seqs = (int64_t)o.lens.size();
+  a.out_prompt_rows = fdglue::prompt_rows_of(prompt_rows, k, "decoder_stack");
 }
 
 }  // namespace
@@ -223,7 +253,9 @@ std::vector<Tensor> DecoderStackBind(const Tensor& plan_in, const std::vector<Te
 
 std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, const Tensor& slots_in,
                                  const Tensor& qsl_in, const Tensor& seq_lens_in, const Tensor& bt_in,
-                                 const Tensor& prompt_rows, const Tensor& plan, const Tensor& cache_plan) {
+                                 const Tensor& prompt_rows, const Tensor& plan, const Tensor& cache_plan,
+                                 const Tensor& out_rows, const Tensor& out_qsl, const Tensor& out_seq_lens,
+                                 const Tensor& out_bt, const Tensor& out_prompt_rows) {
   const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan, kWeightMagic, "plan");
   const CachePlan* c = read_plan<CachePlan, fdk::StackCache>(cache_plan, kCacheMagic, "cache plan");
   PD_CHECK(c->num_layers == p->num_layers && c->num_kv_heads == p->num_kv_heads && c->head_dim == p->head_dim,
@@ -265,7 +297,15 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
     a.prompt_rows = prompt_rows.data<uint8_t>();
   }
 
-  Tensor out = paddle::empty({t, p->hidden}, paddle::DataType::FLOAT32, x.place());
+  OutRows o;
+  if (out_rows.numel() > 0 || out_qsl.numel() > 0) {
+    o = {as_i64(out_rows, "out_rows"), as_i64(out_qsl, "out query_start_loc"), as_i64(out_seq_lens, "out seq_lens"),
+         as_i64(out_bt, "out block_tables")};
+    set_out_rows(a, t, c->num_blocks, o, out_prompt_rows);
+  }
+
+  const int64_t out_rows_n = a.out_query_start_loc ? a.num_out : t;
+  Tensor out = paddle::empty({out_rows_n, p->hidden}, paddle::DataType::FLOAT32, x.place());
   fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>());
   return {out};
 }
@@ -284,6 +324,6 @@ PD_BUILD_OP(fd_decoder_stack_bind)
 
 PD_BUILD_OP(fd_decoder_stack)
     .Inputs({"X", "Positions", "Slots", "QueryStartLoc", "SeqLens", "BlockTables", "PromptRows", "Plan",
-             "CachePlan"})
+             "CachePlan", "OutRows", "OutQueryStartLoc", "OutSeqLens", "OutBlockTables", "OutPromptRows"})
     .Outputs({"Out"})
     .SetKernelFn(PD_KERNEL(DecoderStack));

@@ -98,6 +98,8 @@ static void gemm_fp32(const GemmArgs& g) {
   FD_DISPATCH(gemm, g);
 }
 
+int64_t prompt_tile_min_rows() { return active_isa() == 3 ? amx_min_rows() : 0; }
+
 // All rows in bf16: AMX tiles for many rows, the AVX-512 microkernel on bf16-rounded operands for few.
 // GGUF block kinds always take the tiles (the microkernel reads only the kS8 / kU4 panels); a tile row's
 // result does not depend on the other rows, so that is the same numerics for any row count.

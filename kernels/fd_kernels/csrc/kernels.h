@@ -111,6 +111,11 @@ void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* o
 // kS8 / kU4, qgemm's fixed-point activations for GGUF block kinds), so a token's numerics depend on what
 // it is, never on which requests share its batch. Elsewhere it is ignored.
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
+// The prompt-row count from which a kS8 / kU4 linear computes its prompt rows on the AMX tiles rather than
+// the bf16 microkernel (different sums); 0 where no row count changes a row's numbers (not the AMX level).
+// A caller that computes a subset of a step's prompt rows keeps at least min(this, all of them) to get
+// the same bits (fdcli_engine/runner/read_rows.py).
+int64_t prompt_tile_min_rows();
 // gemm of A = silu(gate) * up, where row r of gate_up ([g.m, g.lda], g.lda >= 2 g.k) is [gate | up], g.k
 // each (g.a is ignored). When every row takes the AMX tiles the silu happens in their input conversion;
 // otherwise it is computed in place over the gate halves first. The same numbers either way.

@@ -217,6 +217,12 @@ std::vector<Tensor> ActiveIsa(const Tensor& x) {
   return {out};
 }
 
+std::vector<Tensor> PromptTileMinRows(const Tensor& x) {
+  Tensor out = paddle::empty({1}, paddle::DataType::INT64, x.place());
+  out.data<int64_t>()[0] = fdk::prompt_tile_min_rows();
+  return {out};
+}
+
 // 2^x elementwise by the prompt softmax's exp (vexp.h vexp2_nonpos), for its tests.
 std::vector<Tensor> Exp2NonPos(const Tensor& x_in) {
   check_f32(x_in, "x");
@@ -291,6 +297,8 @@ PD_BUILD_OP(fd_linear_rows)
     .SetKernelFn(PD_KERNEL(LinearRows));
 
 PD_BUILD_OP(fd_active_isa).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(ActiveIsa));
+
+PD_BUILD_OP(fd_prompt_tile_min_rows).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(PromptTileMinRows));
 
 PD_BUILD_OP(fd_exp2_nonpos).Inputs({"X"}).Outputs({"Out"}).SetKernelFn(PD_KERNEL(Exp2NonPos));
 

@@ -513,11 +513,35 @@ def prepare_decoder_stack(
     return DecoderStack(plan=plan, tensors=[final_norm, cos_sin_cache, *weights])
 
 
-def decoder_stack(x, positions, kv_caches, meta, stack: DecoderStack, prompt_rows=None) -> paddle.Tensor:
+def prompt_tile_min_rows() -> int:
+    """The prompt-row count from which kS8 / kU4 linears take the AMX tiles (other sums than below it);
+    0 where no row count changes a row's numbers. See kernels.h."""
+    global _TILE_ROWS
+    if _TILE_ROWS is None:
+        load()
+        _TILE_ROWS = int(_run("fd_prompt_tile_min_rows", paddle.zeros([1]))[0].numpy()[0])
+    return _TILE_ROWS
+
+
+_TILE_ROWS: int | None = None
+
+
+def decoder_stack(
+    x, positions, kv_caches, meta, stack: DecoderStack, prompt_rows=None, out=None
+) -> paddle.Tensor:
     """Every decoder layer and the final norm in one op: what the per-op loop of
     fdcli_engine/models/decoder.py computes from the embeddings x [T, hidden], bit for bit, writing the
-    KV caches the same way. `prompt_rows` reaches every linear as in `linear`."""
+    KV caches the same way. `prompt_rows` reaches every linear as in `linear`. `out`: None, or the
+    metadata of the rows that are read (fdcli_engine/runner/read_rows.py: `rows`, query_start_loc,
+    seq_lens, block_tables, prompt_rows of those rows alone); the last layer then computes only them
+    (every row's K/V still written) and the result is [len(rows), hidden]."""
     rows = _rows_for(prompt_rows, x)
+    if out is None:
+        i64 = _empty("int64")
+        out_args = (i64, i64, i64, i64, _empty("uint8"))
+    else:
+        out_rows = out.prompt_rows if out.prompt_rows is not None else _empty("uint8")
+        out_args = (out.rows, out.query_start_loc, out.seq_lens, out.block_tables, out_rows)
     cache_plan = stack.cache_plan(kv_caches)
     try:
         return _run(
@@ -531,6 +555,7 @@ def decoder_stack(x, positions, kv_caches, meta, stack: DecoderStack, prompt_row
             rows,
             stack.plan,
             cache_plan,
+            *out_args,
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
