@@ -72,10 +72,53 @@ static inline vf vexp2_nonpos(vf t) {
 static inline vf vexp2_nonpos(vf t) { return std::exp2(t); }
 #endif
 
-// silu(a) * up = a / (1 + exp(-a)) * up, in the one order silu_and_mul (kern_impl.h) and amx.cc's fused
-// down_proj input both use: the fused conversion must round the very value the op would have stored.
-static inline vf vsilu_mul(vf a, vf up) {
-  return vmul(vmul(a, up), vset1(1.0f) / vadd(vset1(1.0f), vexp(vsub(vzero(), a))));
+// silu(a) * up, in the one order silu_and_mul (kern_impl.h), the decode region and amx.cc's fused
+// down_proj input all use: the fused conversion must round the very value the op would have stored.
+// With e = exp(-|a|) in (0, 1]: silu(a) = a / (1 + e) for a >= 0 and a e / (1 + e) for a < 0, so the
+// exponential never overflows and the divisor stays in [1, 2] (no inf / inf, no clamp). e is 2^t with
+// t = -|a| log2(e) rounded to fp32, which costs a relative error of |a| (2^-24 + 1.3e-8) in e; the
+// polynomial adds <= 3e-7. Relative error of the result: <= 5e-7 + 7.3e-8 |a| for -87 <= a < 0 (where
+// |silu(a)| <= 0.28, and below a = -25 the value is under 4e-10 |up|; below -87 it is a denormal or 0,
+// off by under 2^-126 |a up|), <= 5e-7 for a >= 0, where the error of e is damped by e / (1 + e) <= 1/2.
+// -0 gives -0 * up, NaN gives NaN, +inf gives inf * up, -inf gives NaN (-inf * 0, as x * sigmoid(x)).
+#if FD_W == 16 || FD_W == 8
+// 2^f for f in [0, 1]: a degree-5 polynomial fitted for relative error (7.5e-8; ~1.5e-7 in fp32 Horner).
+static inline vf vexp2_unit(vf f) {
+  vf p = vset1(1.877572271041572e-3f);
+  p = vfma(p, f, vset1(8.98935180157423e-3f));
+  p = vfma(p, f, vset1(5.582630634307861e-2f));
+  p = vfma(p, f, vset1(2.4015362560749054e-1f));
+  p = vfma(p, f, vset1(6.931530833244324e-1f));
+  return vfma(p, f, vset1(9.999999403953552e-1f));
 }
-// The same for a row's last n % FD_W values (the scalar tail's own order).
+// exp(-|a|) = 2^t, t = -|a| log2(e) = floor(t) + f, f in [0, 1). AVX-512: f in one vreduceps, 2^floor(t)
+// in vscalefps, which rounds to a denormal or 0 below 2^-126 (t = NaN or below -1000 is taken as -1000).
+// AVX2: 2^floor(t) in the exponent bits, t clamped at -127 first, whose exponent field 0 makes it 0.
+static inline vf vexp_neg_abs(vf a) {
+#if FD_W == 16
+  const vf t = vmax(vmul(_mm512_or_ps(a, vset1(-0.0f)), vset1(1.44269504f)), vset1(-1000.0f));
+  return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
+#else
+  const vf t = vmax(vmul(_mm256_or_ps(a, vset1(-0.0f)), vset1(1.44269504f)), vset1(-127.0f));
+  const vf n = _mm256_floor_ps(t);
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return vmul(vexp2_unit(vsub(t, n)), _mm256_castsi256_ps(e));
+#endif
+}
+// a e where a's sign bit is set (-0 included), else a; times up, over 1 + e.
+static inline vf vsilu_mul(vf a, vf up) {
+  const vf e = vexp_neg_abs(a);
+#if FD_W == 16
+  const vf num = _mm512_mask_mul_ps(a, _mm512_movepi32_mask(_mm512_castps_si512(a)), a, e);
+#else
+  const vf num = _mm256_blendv_ps(a, vmul(a, e), a);
+#endif
+  return vmul(num, up) / vadd(vset1(1.0f), e);
+}
+#endif
+// The same for a row's last n % FD_W values, and for every value at the scalar ISA level: std::exp and
+// the divide, a divided before the product with up (a * up first would overflow for a = -3e38).
 static inline float silu_mul_tail(float a, float up) { return a / (1.0f + std::exp(-a)) * up; }
+#if FD_W == 1
+static inline vf vsilu_mul(vf a, vf up) { return silu_mul_tail(a, up); }
+#endif
