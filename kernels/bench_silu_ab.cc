@@ -3,7 +3,7 @@
 // kept in cache (the compute cost of silu(gate) * up, as amx.cc's convert_row pays it per row block).
 // Build (A = before, B = after; each a csrc directory):
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fno-math-errno -DCSRC_A=/work/wt/base/kernels/fd_kernels/csrc \
-//       -DCSRC_B=$PWD/kernels/fd_kernels/csrc benchmarks/silu_ab.cc -o /tmp/silu_ab && /tmp/silu_ab 3
+//       -DCSRC_B=$PWD/kernels/fd_kernels/csrc kernels/bench_silu_ab.cc -o /tmp/silu_ab && /tmp/silu_ab 3
 // Timings under `flock /work/wt/bench.lock` on a shared machine; the error figures are exact.
 #include <immintrin.h>
 
