@@ -59,6 +59,9 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
         models/decoder.py (prompt_rows as in linear); see native.prepare_decoder_stack for
         the layer dicts.
+    huge_pages(tensors: list) -> int: back the tensors' memory with 2 MB transparent huge pages in place
+        (weights after load, the KV cache); returns the bytes on huge pages. Advice only, never fails: 0
+        under the reference, with FD_HUGEPAGES=0, or where the kernel refuses (native/huge_pages.py)
 """
 
 OP_NAMES = (
@@ -78,4 +81,5 @@ OP_NAMES = (
     "add_layer_norm",
     "prepare_decoder_stack",
     "decoder_stack",
+    "huge_pages",
 )
