@@ -1,8 +1,9 @@
-"""Weights and KV caches on 2 MB pages, once, after the model is loaded and its caches allocated.
+"""Weights on 2 MB pages, once, after the model is loaded (the KV caches are allocated on them:
+runner/kv_cache.py).
 
 Every decode step streams all the weights the kernels read (packed linears, the LM head, the AMX tiles
-of prompt rows) and the KV cache; `ops.huge_pages` moves their memory onto transparent huge pages in
-place (fd_kernels/native/huge_pages.py). The tensors are found by walking the model's objects, so every
+of prompt rows); `ops.huge_pages` moves their memory onto transparent huge pages in place
+(fd_kernels/native/huge_pages.py). The tensors are found by walking the model's objects, so every
 architecture and every packing is covered without a list to keep in step with them.
 """
 
@@ -46,5 +47,5 @@ def place_on_huge_pages(*roots) -> int:
     tensors = resident_tensors(*roots)
     done = ops.huge_pages(tensors)
     total = sum(int(t.numel()) * t.element_size() for t in tensors)
-    logger.info("huge pages: %.1f MiB of %.1f MiB of weights and KV cache", done / 2**20, total / 2**20)
+    logger.info("huge pages: %.1f MiB for %.1f MiB of weights", done / 2**20, total / 2**20)
     return done

@@ -52,8 +52,9 @@ class ModelRunner:
         self.kv_caches = allocate_kv_caches(model, self.num_blocks, self.block_size, config.kv_cache_dtype)
         if self.proposer is not None:
             self.proposer.allocate_kv(self.num_blocks, self.block_size, config.kv_cache_dtype)
-        # Weights and caches are final now: the one point where they move onto 2 MB pages.
-        self.huge_page_bytes = place_on_huge_pages(model, self.kv_caches, self.proposer)
+        # The weights are final now: the one point where they move onto 2 MB pages (the KV caches were
+        # allocated on them).
+        self.huge_page_bytes = place_on_huge_pages(model, self.proposer)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
         self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
         self.mm = MultiModalInputs(model)

@@ -59,8 +59,9 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
         models/decoder.py (prompt_rows as in linear); see native.prepare_decoder_stack for
         the layer dicts.
-    huge_pages(tensors: list) -> int: back the tensors' memory with 2 MB transparent huge pages in place
-        (weights after load, the KV cache); returns the bytes on huge pages. Advice only, never fails: 0
+    huge_pages(tensors: list, touched=True) -> int: back the tensors' memory with 2 MB transparent huge
+        pages in place (weights after load); touched=False for memory not written yet (a KV cache before
+        its zero fill): advice that its first touch takes huge pages. Returns the bytes. Never fails: 0
         under the reference, with FD_HUGEPAGES=0, or where the kernel refuses (native/huge_pages.py)
 """
 

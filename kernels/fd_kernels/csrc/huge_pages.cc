@@ -18,13 +18,13 @@ void fdk::advise_huge_pages(void* p, int64_t bytes, int64_t min_bytes) {
   if (e > b) madvise((void*)b, e - b, MADV_HUGEPAGE);
 }
 
-extern "C" int64_t fd_collapse_huge_pages(uintptr_t begin, uintptr_t end) {
+extern "C" int64_t fd_huge_pages(uintptr_t begin, uintptr_t end, int32_t collapse) {
   int64_t done = 0;
   // Page by page: one that fails (it crosses into another mapping, or the kernel has no huge page to
   // give) must not stop the others.
   for (uintptr_t a = begin & ~(kHuge - 1); a < end; a += kHuge) {
     if (madvise((void*)a, kHuge, MADV_HUGEPAGE) != 0) continue;
-    if (madvise((void*)a, kHuge, MADV_COLLAPSE) == 0) done += (int64_t)kHuge;
+    if (!collapse || madvise((void*)a, kHuge, MADV_COLLAPSE) == 0) done += (int64_t)kHuge;
   }
   return done;
 }

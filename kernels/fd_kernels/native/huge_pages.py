@@ -3,7 +3,9 @@
 A decode step streams every weight and the KV cache: on 4 KB pages that is one TLB entry (and a page
 walk) per 4 KB, and the L2 streamer stops at each 4 KB boundary. `huge_pages` backs the buffers it is
 given with 2 MB pages in place (MADV_HUGEPAGE + MADV_COLLAPSE): the addresses and the bytes stay as
-they are. The buffers of a small model lie side by side in the heap, most under 2 MB each, so ranges
+they are. A buffer not written yet (`touched=False`: a KV cache between `paddle.empty` and its zero
+fill) only gets the advice, and its first touch faults huge pages in, which is cheaper than filling 4 KB
+pages and copying them. The buffers of a small model lie side by side in the heap, most under 2 MB each, so ranges
 closer than 2 MB are joined and every 2 MB page they touch is collapsed.
 
 Advice only: where the kernel refuses (THP "never", a kernel before 6.1, no free huge page) the buffers
@@ -19,7 +21,7 @@ import sys
 from fd_kernels.build import library_path as _library_path
 
 HUGE = 2 << 20
-_collapse = None  # the library's fd_collapse_huge_pages, bound on first use
+_fn = None  # the library's fd_huge_pages, bound on first use
 
 
 def enabled() -> bool:
@@ -37,16 +39,16 @@ def joined_ranges(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(b, e) for b, e in out]
 
 
-def huge_pages(tensors) -> int:
+def huge_pages(tensors, touched: bool = True) -> int:
     """Back the memory of `tensors` (Paddle CPU tensors) with 2 MB pages; returns the bytes now on huge
-    pages (0 when turned off or refused)."""
-    global _collapse
+    pages, or advised to be when not `touched` (0 when turned off or refused)."""
+    global _fn
     if not enabled():
         return 0
-    if _collapse is None:
-        fn = ctypes.CDLL(_library_path()).fd_collapse_huge_pages
-        fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
+    if _fn is None:
+        fn = ctypes.CDLL(_library_path()).fd_huge_pages
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
         fn.restype = ctypes.c_int64
-        _collapse = fn
+        _fn = fn
     spans = [(t.data_ptr(), t.data_ptr() + int(t.numel()) * t.element_size()) for t in tensors]
-    return sum(int(_collapse(b, e)) for b, e in joined_ranges(spans))
+    return sum(int(_fn(b, e, int(touched))) for b, e in joined_ranges(spans))

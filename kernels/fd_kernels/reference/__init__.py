@@ -349,6 +349,6 @@ def _causal_bias(q_len: int, seq_len: int, group: int) -> paddle.Tensor:
     return paddle.to_tensor(np.tile(bias, (group, 1)))
 
 
-def huge_pages(tensors) -> int:
+def huge_pages(tensors, touched: bool = True) -> int:
     """Memory advice has no reference: Paddle's own allocation stands, nothing is on huge pages."""
     return 0
