@@ -3,7 +3,7 @@ runner/kv_cache.py).
 
 Every decode step streams all the weights the kernels read (packed linears, the LM head, the AMX tiles
 of prompt rows); `ops.huge_pages` moves their memory onto transparent huge pages in place
-(fd_kernels/native/huge_pages.py). The tensors are found by walking the model's objects, so every
+(fd_kernels/native/thp.py). The tensors are found by walking the model's objects, so every
 architecture and every packing is covered without a list to keep in step with them.
 """
 

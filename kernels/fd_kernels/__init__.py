@@ -62,7 +62,7 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     huge_pages(tensors: list, touched=True) -> int: back the tensors' memory with 2 MB transparent huge
         pages in place (weights after load); touched=False for memory not written yet (a KV cache before
         its zero fill): advice that its first touch takes huge pages. Returns the bytes. Never fails: 0
-        under the reference, with FD_HUGEPAGES=0, or where the kernel refuses (native/huge_pages.py)
+        under the reference, with FD_HUGEPAGES=0, or where the kernel refuses (native/thp.py)
 """
 
 OP_NAMES = (

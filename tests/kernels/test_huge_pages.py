@@ -1,4 +1,4 @@
-"""fd_kernels' huge_pages op (csrc/huge_pages.cc through native/huge_pages.py): a buffer it is given ends
+"""fd_kernels' huge_pages op (csrc/huge_pages.cc through native/thp.py): a buffer it is given ends
 up on 2 MB transparent huge pages, as /proc/self/smaps reports, with its contents unchanged; turned off
 it does nothing; the reference does nothing."""
 
@@ -69,7 +69,7 @@ def test_the_reference_does_nothing(ref):
 
 
 def test_ranges_closer_than_a_huge_page_are_joined():
-    from fd_kernels.native.huge_pages import HUGE, joined_ranges
+    from fd_kernels.native.thp import HUGE, joined_ranges
 
     spans = [(5 * HUGE, 6 * HUGE), (0, 100), (100 + HUGE - 1, 2 * HUGE), (3 * HUGE + 1, 3 * HUGE + 1)]
     assert joined_ranges(spans) == [(0, 2 * HUGE), (5 * HUGE, 6 * HUGE)]
