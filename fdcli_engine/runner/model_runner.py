@@ -17,6 +17,7 @@ import paddle
 
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.grammar_masks import GrammarMasks
+from fdcli_engine.runner.huge_pages import place_on_huge_pages
 from fdcli_engine.runner.input_batch import InputBuffers, build_inputs
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_block_views
 from fdcli_engine.runner.mm_inputs import MultiModalInputs
@@ -54,6 +55,9 @@ class ModelRunner:
         self.kv_caches = allocate_kv_caches(model, self.num_blocks, self.block_size, config.kv_cache_dtype)
         if self.proposer is not None:
             self.proposer.allocate_kv(self.num_blocks, self.block_size, config.kv_cache_dtype)
+        # The weights are final now: the one point where they move onto 2 MB pages (the KV caches were
+        # allocated on them).
+        self.huge_page_bytes = place_on_huge_pages(model, self.proposer)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
         # Each row's first argmax without the logits (models/decoder.py), for plain greedy steps.
         self._greedy_tokens = getattr(model, "compute_greedy_tokens", None)

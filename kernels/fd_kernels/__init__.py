@@ -67,6 +67,10 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     prompt_tile_min_rows() -> int
         native only: the prompt-row count from which kS8 / kU4 linears change path (kernels.h); a
         subset of a step's prompt rows keeps at least min(this, all) of them to keep their bits
+    huge_pages(tensors: list, touched=True) -> int: back the tensors' memory with 2 MB transparent huge
+        pages in place (weights after load); touched=False for memory not written yet (a KV cache before
+        its zero fill): advice that its first touch takes huge pages. Returns the bytes. Never fails: 0
+        under the reference, with FD_HUGEPAGES=0, or where the kernel refuses (native/thp.py)
 """
 
 OP_NAMES = (
@@ -88,4 +92,5 @@ OP_NAMES = (
     "prepare_decoder_stack",
     "decoder_stack",
     "prompt_tile_min_rows",
+    "huge_pages",
 )

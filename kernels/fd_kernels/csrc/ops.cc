@@ -3,7 +3,6 @@
 // may be int32 or int64.
 
 #include <omp.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "glue.h"
+#include "huge_pages.h"
 #include "kernels.h"
 #include "paddle/extension.h"
 
@@ -22,18 +22,6 @@ using fdglue::check_f32;
 using fdglue::contig;
 
 int64_t last_dim(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().back(); }
-
-// An output this large (an LM head over many prompt rows) is a fresh mapping from the allocator on every
-// call (glibc maps anything over 32 MB by itself), so each of its 4 KB pages would fault and be cleared
-// once while the kernel writes it. Asking for transparent huge pages on its 2 MB-aligned interior makes
-// that one fault per 2 MB. Advice only: the contents and the numbers do not change, and a mapping the
-// kernel cannot back with huge pages keeps small ones.
-void advise_huge_pages(void* p, int64_t bytes) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  if (bytes < (int64_t{32} << 20)) return;
-  const uintptr_t b = ((uintptr_t)p + kHuge - 1) & ~(kHuge - 1), e = ((uintptr_t)p + bytes) & ~(kHuge - 1);
-  if (e > b) madvise((void*)b, e - b, MADV_HUGEPAGE);
-}
 
 }  // namespace
 
@@ -49,7 +37,10 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   PD_CHECK(!shape.empty() && k > 0, "linear: x must have at least one dimension and one feature");
   shape.back() = n;
   Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
-  advise_huge_pages(out.data<float>(), out.numel() * (int64_t)sizeof(float));
+  // An output this large (an LM head over many prompt rows) is a fresh mapping on every call (glibc maps
+  // anything over its mmap threshold by itself), so each 4 KB page would fault once while the kernel
+  // writes it; huge pages make that one fault per 2 MB.
+  fdk::advise_huge_pages(out.data<float>(), out.numel() * (int64_t)sizeof(float), int64_t{32} << 20);
   PD_CHECK(kind >= fdk::kF32 && kind <= fdk::kQ8_0, "linear: unknown weight kind ", kind);
   PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous(),
            "linear: packed weight has the wrong dtype for its kind");

@@ -21,6 +21,7 @@ from fd_kernels import packing
 from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
 from fd_kernels.native.sampler import sample  # noqa: F401 - the `sample` op works on numpy, via ctypes
+from fd_kernels.native.thp import huge_pages  # noqa: F401 - memory advice, via ctypes
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
