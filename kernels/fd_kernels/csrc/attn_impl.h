@@ -818,14 +818,28 @@ static void paged_attention_impl(const AttnArgs& a) {
 #endif
   // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
   // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
-  // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item.
-  std::atomic<int64_t> next{0};
+  // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item. A thread
+  // takes a run of items at a time, a share of those left that shrinks to one near the end (guided): each
+  // take is a locked add on a line the other threads write, which also waits for the thread's own
+  // pending stores, so taking items one by one cost a measurable part of a prompt's attention. The counter
+  // has its own cache line.
+  struct alignas(64) Counter {
+    std::atomic<int64_t> v{0};
+  } next;
 #pragma omp parallel if (nitems > 1)
   {
 #if FD_W == 16
     if (amx_tiles) load_amx_tile_config();
 #endif
-    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
+    const int64_t nth = omp_get_num_threads();
+    for (int64_t it = 0, end = 0;; ++it) {
+      if (it == end) {
+        const int64_t left = nitems - next.v.load(std::memory_order_relaxed);
+        const int64_t take = std::max<int64_t>(1, left / (4 * nth));
+        it = next.v.fetch_add(take, std::memory_order_relaxed);
+        if (it >= nitems) break;
+        end = std::min(nitems, it + take);
+      }
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
       // the threads finish together on short ones. The order changes no item's result.
       const Item& w = items[nitems - 1 - it];
