@@ -134,6 +134,14 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
   }
 }
 
+// Where the decode path's 16-key sub-chunk prefetches go when the scores issue them (AVX-512, fp32 / bf16
+// cache): the next sub-chunk's keys and values into L1 (k0, v0) and those a chunk ahead into L2 (k1, v1),
+// each the same byte layout as the sub-chunk being scored. A target with nothing to fetch points at that
+// sub-chunk itself.
+struct SubPrefetch {
+  const char *k0, *v0, *k1, *v1;
+};
+
 #if FD_W == 16
 // Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
 // (hd % 16 == 0), into sc rows kDecodeChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
@@ -141,8 +149,12 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
 // for all R rows rather than once per row (docs/kernels-measurements.md). A shuffle tree folds each row's 8
 // accumulators into its 8 sums, adding in the order the one-row version did (the scores are bit for bit the
 // same).
+// pf (optional): a line of each prefetch target at every line of the sub-chunk as the keys are read, so the
+// prefetches spread over the scores instead of leaving in a burst that fills the line fill buffers.
 template <int R, int KV>
-static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc) {
+static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc,
+                               const SubPrefetch* pf) {
+  constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
   for (int half = 0; half < 2; ++half) {
     __m512 acc[R][8];
     for (int r = 0; r < R; ++r)
@@ -151,6 +163,12 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
       __m512 qv[R];
       for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
       for (int j = 0; j < 8; ++j) {
+        if (const int64_t e = ((half * 8 + j) * hd + d) * esize; pf && e % 64 == 0) {
+          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+        }
         const __m512 kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(qv[r], kv, acc[r][j]);
       }
@@ -359,7 +377,7 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
 // their scores out). kbuf: kKeyChunk * hd floats of scratch.
 template <int KV>
 static inline void score_rows(const float* const* qr, int64_t nrows, const void* kc, int64_t n, int64_t hd,
-                              bool whole16, float* kbuf, float* p) {
+                              bool whole16, float* kbuf, float* p, const SubPrefetch* pf) {
 #if FD_W == 16
   if (whole16) {
     if constexpr (KV == kKvS8) {
@@ -376,9 +394,9 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
       for (int64_t r = 0; r < nrows; r += 3) {
         float* pr = p + r * kDecodeChunk;
         switch (std::min<int64_t>(3, nrows - r)) {
-          case 3: dots16_rows<3, KV>(qr + r, kc, hd, pr); break;
-          case 2: dots16_rows<2, KV>(qr + r, kc, hd, pr); break;
-          default: dots16_rows<1, KV>(qr + r, kc, hd, pr);
+          case 3: dots16_rows<3, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
+          case 2: dots16_rows<2, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
+          default: dots16_rows<1, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr);
         }
       }
     }
@@ -482,6 +500,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     nk = std::max(nk, std::min(rows[r].nk, k1));
   }
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
+  const bool spread = whole16 && KV != kKvS8;  // dots16_rows issues the sub-chunk prefetches
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
@@ -499,11 +518,25 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       // hardware prefetcher cannot run ahead across blocks: without this, decode over caches that do not
       // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
       // either alone and than longer L1 distances (docs/kernels-measurements.md).
-      if (const int64_t next = kk + n + len; next < nk)
-        prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
-      if (const int64_t far = kk + n + kDecodeChunk; far < nk)
-        prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
-      score_rows<KV>(qr, nrows, (const char*)a.k_cache + base * esize, len, hd, whole16, kbuf, p[0] + n);
+      const int64_t next = kk + n + len, far = kk + n + kDecodeChunk;
+      const char* kc = (const char*)a.k_cache + base * esize;
+      SubPrefetch pf{kc, (const char*)a.v_cache + base * esize, kc, (const char*)a.v_cache + base * esize};
+      if (spread) {  // the scores issue them (dots16_rows)
+        if (next < nk) {
+          const int64_t nb = key_base(a, bt, g, next) * esize;
+          pf.k0 = (const char*)a.k_cache + nb;
+          pf.v0 = (const char*)a.v_cache + nb;
+        }
+        if (far < nk) {
+          const int64_t nb = key_base(a, bt, g, far) * esize;
+          pf.k1 = (const char*)a.k_cache + nb;
+          pf.v1 = (const char*)a.v_cache + nb;
+        }
+      } else {
+        if (next < nk) prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
+        if (far < nk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
+      }
+      score_rows<KV>(qr, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
       if constexpr (C8) {
         for (int64_t j = 0; j < len; ++j) {
