@@ -248,8 +248,11 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
 // all R rows, 4R accumulators folded into four sums per row by one hadd tree. A last key or three take
 // the same chains one key at a time. The fp32 and bf16 caches share it, so the bf16 path sums in the fp32
 // kernel's order (the bf16-vs-fp32 oracle in tests/kernels/test_attention.py).
+// pf (optional): as dots16_rows' (n == kKeyChunk then).
 template <int R, int KV>
-static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc) {
+static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc,
+                              const SubPrefetch* pf) {
+  constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
     __m256 acc[R][4];
@@ -257,6 +260,12 @@ static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n,
       for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < hd; d += 8)
       for (int i = 0; i < 4; ++i) {
+        if (const int64_t e = ((j + i) * hd + d) * esize; pf && e % 64 == 0) {
+          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+        }
         const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
       }
@@ -409,9 +418,9 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
       for (int64_t r = 0; r < nrows; r += 3) {
         float* pr = p + r * kDecodeChunk;
         switch (std::min<int64_t>(3, nrows - r)) {
-          case 3: dots8_rows<3, KV>(qr + r, kc, n, hd, pr); break;
-          case 2: dots8_rows<2, KV>(qr + r, kc, n, hd, pr); break;
-          default: dots8_rows<1, KV>(qr + r, kc, n, hd, pr);
+          case 3: dots8_rows<3, KV>(qr + r, kc, n, hd, pr, r == 0 ? pf : nullptr); break;
+          case 2: dots8_rows<2, KV>(qr + r, kc, n, hd, pr, r == 0 ? pf : nullptr); break;
+          default: dots8_rows<1, KV>(qr + r, kc, n, hd, pr, r == 0 ? pf : nullptr);
         }
       }
       return;
@@ -500,7 +509,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     nk = std::max(nk, std::min(rows[r].nk, k1));
   }
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
-  const bool spread = whole16 && KV != kKvS8;  // dots16_rows issues the sub-chunk prefetches
+  // dots16_rows / dots8_rows issue the sub-chunk prefetches: 16-key sub-chunks, each as long as the next.
+  const bool spread = (whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0)) && KV != kKvS8;
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
