@@ -3,10 +3,12 @@
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
 //       -DFD_A_IMPL='"/tmp/old/kern_impl.h"' -DFD_B_IMPL='"kern_impl.h"' kernels/bench_attn_ab.cc \
 //       kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_attn_ab
-// Run: bench_attn_ab ISA(16|8) BATCH CTX LAYERS PASSES THREADS [SCATTER]. LAYERS distinct caches (bf16,
+// Run: bench_attn_ab ISA(16|8) BATCH CTX LAYERS PASSES THREADS [SCATTER] [PREFILL]. LAYERS distinct caches (bf16,
 // SmolLM2's 9 / 3 heads, hd 64, block 16, each sequence's blocks consecutive) are read once per timed step,
 // as a decode step's 30 layers stream them; LAYERS 1 keeps one layer's cache hot (in L3 at batch 16; batch 2
 // fits L2). SCATTER 1 permutes the block table over the pool, as a serving pool's free list leaves it.
+// PREFILL 1: each sequence's queries are its whole context, marked as prompt rows (the AMX level's prompt
+// attention at ISA 16 on an AMX CPU); the figures are then cycles per key per group over the step's queries.
 #include <immintrin.h>
 #include <omp.h>
 #include <x86intrin.h>
@@ -52,15 +54,18 @@ int main(int argc, char** argv) {
   const int layers = argc > 4 ? std::atoi(argv[4]) : 30, passes = argc > 5 ? std::atoi(argv[5]) : 10;
   const int threads = argc > 6 ? std::atoi(argv[6]) : 2;
   const bool scatter = argc > 7 && std::atoi(argv[7]) != 0;
+  const bool prefill = argc > 8 && std::atoi(argv[8]) != 0;
   omp_set_num_threads(threads);
   const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, mb = (ctx + bs - 1) / bs, nblocks = b * mb;
   std::mt19937 rng(0);
   std::normal_distribution<float> dist;
   std::vector<int64_t> qsl(b + 1), lens(b, ctx), bt(b * mb);
-  for (int64_t i = 0; i <= b; ++i) qsl[i] = i;
+  const int64_t nq = prefill ? ctx : 1;  // queries per sequence
+  for (int64_t i = 0; i <= b; ++i) qsl[i] = i * nq;
+  std::vector<uint8_t> prompt(b * nq, 1);
   for (int64_t i = 0; i < b * mb; ++i) bt[i] = i;
   if (scatter) std::shuffle(bt.begin(), bt.end(), rng);
-  std::vector<float> q(b * nh * hd), oa(q.size()), ob(q.size());
+  std::vector<float> q(b * nq * nh * hd), oa(q.size()), ob(q.size());
   for (auto& v : q) v = dist(rng);
   const int64_t per = nblocks * nkv * bs * hd;
   std::vector<uint16_t> kc(per * layers), vc(per * layers);
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
     fdk::AttnArgs a{q.data(), kc.data() + l * per, vc.data() + l * per, qsl.data(), lens.data(), bt.data(), b, mb,
                     nh, nkv, bs, hd, 0.125f, out};
     a.kv_kind = fdk::kKvBF16;
+    if (prefill) a.prompt_rows = prompt.data();
     return a;
   };
   auto step = [&](bool use_b) {
@@ -85,7 +91,7 @@ int main(int argc, char** argv) {
   step(true);
   double maxdiff = 0;
   for (size_t i = 0; i < oa.size(); ++i) maxdiff = std::max(maxdiff, (double)std::fabs(oa[i] - ob[i]));
-  const double keys = (double)b * nkv * ctx * layers;  // key x group visits per step
+  const double keys = (double)b * nkv * ctx * layers * (prefill ? (ctx + 1) / 2.0 : 1.0);  // key x group visits
   std::vector<double> ra, rb;
   for (int p = 0; p < passes; ++p) {
     unsigned long long ta = ~0ull, tb = ~0ull;
@@ -108,9 +114,9 @@ int main(int argc, char** argv) {
   std::sort(ra.begin(), ra.end());
   std::sort(rb.begin(), rb.end());
   auto ms = [&](double c) { return c * keys / threads / 2.1e6; };  // TSC 2.1 GHz
-  std::printf("isa %d B=%ld ctx=%ld layers=%d thr=%d scatter=%d |A-B| %.2e  TSC cycles/key/group (x threads): "
+  std::printf("isa %d B=%ld ctx=%ld layers=%d thr=%d scatter=%d prefill=%d |A-B| %.2e  TSC cycles/key/group (x threads): "
               "A %.1f-%.1f (med %.1f)  B %.1f-%.1f (med %.1f)  B/A med %.3f  [A ~%.2f ms, B ~%.2f ms by TSC]\n",
-              isa, (long)b, (long)ctx, layers, threads, (int)scatter, maxdiff, ra.front(), ra.back(), ra[passes / 2], rb.front(),
+              isa, (long)b, (long)ctx, layers, threads, (int)scatter, (int)prefill, maxdiff, ra.front(), ra.back(), ra[passes / 2], rb.front(),
               rb.back(), rb[passes / 2], rb[passes / 2] / ra[passes / 2], ms(ra[passes / 2]), ms(rb[passes / 2]));
   return 0;
 }

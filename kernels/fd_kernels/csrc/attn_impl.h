@@ -134,6 +134,14 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
   }
 }
 
+// Where the decode path's 16-key sub-chunk prefetches go when the scores issue them (AVX-512, fp32 / bf16
+// cache): the next sub-chunk's keys and values into L1 (k0, v0) and those a chunk ahead into L2 (k1, v1),
+// each the same byte layout as the sub-chunk being scored. A target with nothing to fetch points at that
+// sub-chunk itself.
+struct SubPrefetch {
+  const char *k0, *v0, *k1, *v1;
+};
+
 #if FD_W == 16
 // Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
 // (hd % 16 == 0), into sc rows kDecodeChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
@@ -141,8 +149,12 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
 // for all R rows rather than once per row (docs/kernels-measurements.md). A shuffle tree folds each row's 8
 // accumulators into its 8 sums, adding in the order the one-row version did (the scores are bit for bit the
 // same).
+// pf (optional): a line of each prefetch target at every line of the sub-chunk as the keys are read, so the
+// prefetches spread over the scores instead of leaving in a burst that fills the line fill buffers.
 template <int R, int KV>
-static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc) {
+static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc,
+                               const SubPrefetch* pf) {
+  constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
   for (int half = 0; half < 2; ++half) {
     __m512 acc[R][8];
     for (int r = 0; r < R; ++r)
@@ -151,6 +163,12 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
       __m512 qv[R];
       for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
       for (int j = 0; j < 8; ++j) {
+        if (const int64_t e = ((half * 8 + j) * hd + d) * esize; pf && e % 64 == 0) {
+          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+        }
         const __m512 kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(qv[r], kv, acc[r][j]);
       }
@@ -230,8 +248,11 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
 // all R rows, 4R accumulators folded into four sums per row by one hadd tree. A last key or three take
 // the same chains one key at a time. The fp32 and bf16 caches share it, so the bf16 path sums in the fp32
 // kernel's order (the bf16-vs-fp32 oracle in tests/kernels/test_attention.py).
+// pf (optional): as dots16_rows' (n == kKeyChunk then).
 template <int R, int KV>
-static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc) {
+static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc,
+                              const SubPrefetch* pf) {
+  constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
     __m256 acc[R][4];
@@ -239,6 +260,12 @@ static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n,
       for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < hd; d += 8)
       for (int i = 0; i < 4; ++i) {
+        if (const int64_t e = ((j + i) * hd + d) * esize; pf && e % 64 == 0) {
+          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+        }
         const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
       }
@@ -359,7 +386,7 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
 // their scores out). kbuf: kKeyChunk * hd floats of scratch.
 template <int KV>
 static inline void score_rows(const float* const* qr, int64_t nrows, const void* kc, int64_t n, int64_t hd,
-                              bool whole16, float* kbuf, float* p) {
+                              bool whole16, float* kbuf, float* p, const SubPrefetch* pf) {
 #if FD_W == 16
   if (whole16) {
     if constexpr (KV == kKvS8) {
@@ -376,9 +403,9 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
       for (int64_t r = 0; r < nrows; r += 3) {
         float* pr = p + r * kDecodeChunk;
         switch (std::min<int64_t>(3, nrows - r)) {
-          case 3: dots16_rows<3, KV>(qr + r, kc, hd, pr); break;
-          case 2: dots16_rows<2, KV>(qr + r, kc, hd, pr); break;
-          default: dots16_rows<1, KV>(qr + r, kc, hd, pr);
+          case 3: dots16_rows<3, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
+          case 2: dots16_rows<2, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
+          default: dots16_rows<1, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr);
         }
       }
     }
@@ -391,9 +418,9 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
       for (int64_t r = 0; r < nrows; r += 3) {
         float* pr = p + r * kDecodeChunk;
         switch (std::min<int64_t>(3, nrows - r)) {
-          case 3: dots8_rows<3, KV>(qr + r, kc, n, hd, pr); break;
-          case 2: dots8_rows<2, KV>(qr + r, kc, n, hd, pr); break;
-          default: dots8_rows<1, KV>(qr + r, kc, n, hd, pr);
+          case 3: dots8_rows<3, KV>(qr + r, kc, n, hd, pr, r == 0 ? pf : nullptr); break;
+          case 2: dots8_rows<2, KV>(qr + r, kc, n, hd, pr, r == 0 ? pf : nullptr); break;
+          default: dots8_rows<1, KV>(qr + r, kc, n, hd, pr, r == 0 ? pf : nullptr);
         }
       }
       return;
@@ -482,6 +509,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     nk = std::max(nk, std::min(rows[r].nk, k1));
   }
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
+  // dots16_rows / dots8_rows issue the sub-chunk prefetches: 16-key sub-chunks, each as long as the next.
+  const bool spread = (whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0)) && KV != kKvS8;
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
@@ -499,11 +528,25 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       // hardware prefetcher cannot run ahead across blocks: without this, decode over caches that do not
       // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
       // either alone and than longer L1 distances (docs/kernels-measurements.md).
-      if (const int64_t next = kk + n + len; next < nk)
-        prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
-      if (const int64_t far = kk + n + kDecodeChunk; far < nk)
-        prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
-      score_rows<KV>(qr, nrows, (const char*)a.k_cache + base * esize, len, hd, whole16, kbuf, p[0] + n);
+      const int64_t next = kk + n + len, far = kk + n + kDecodeChunk;
+      const char* kc = (const char*)a.k_cache + base * esize;
+      SubPrefetch pf{kc, (const char*)a.v_cache + base * esize, kc, (const char*)a.v_cache + base * esize};
+      if (spread) {  // the scores issue them (dots16_rows)
+        if (next < nk) {
+          const int64_t nb = key_base(a, bt, g, next) * esize;
+          pf.k0 = (const char*)a.k_cache + nb;
+          pf.v0 = (const char*)a.v_cache + nb;
+        }
+        if (far < nk) {
+          const int64_t nb = key_base(a, bt, g, far) * esize;
+          pf.k1 = (const char*)a.k_cache + nb;
+          pf.v1 = (const char*)a.v_cache + nb;
+        }
+      } else {
+        if (next < nk) prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
+        if (far < nk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
+      }
+      score_rows<KV>(qr, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
       if constexpr (C8) {
         for (int64_t j = 0; j < len; ++j) {
@@ -818,14 +861,28 @@ static void paged_attention_impl(const AttnArgs& a) {
 #endif
   // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
   // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
-  // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item.
-  std::atomic<int64_t> next{0};
+  // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item. A thread
+  // takes a run of items at a time, a share of those left that shrinks to one near the end (guided): each
+  // take is a locked add on a line the other threads write, which also waits for the thread's own
+  // pending stores, so taking items one by one cost a measurable part of a prompt's attention. The counter
+  // has its own cache line.
+  struct alignas(64) Counter {
+    std::atomic<int64_t> v{0};
+  } next;
 #pragma omp parallel if (nitems > 1)
   {
 #if FD_W == 16
     if (amx_tiles) load_amx_tile_config();
 #endif
-    for (int64_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < nitems;) {
+    const int64_t nth = omp_get_num_threads();
+    for (int64_t it = 0, end = 0;; ++it) {
+      if (it == end) {
+        const int64_t left = nitems - next.v.load(std::memory_order_relaxed);
+        const int64_t take = std::max<int64_t>(1, left / (4 * nth));
+        it = next.v.fetch_add(take, std::memory_order_relaxed);
+        if (it >= nitems) break;
+        end = std::min(nitems, it + take);
+      }
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
       // the threads finish together on short ones. The order changes no item's result.
       const Item& w = items[nitems - 1 - it];
