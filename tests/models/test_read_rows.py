@@ -12,6 +12,9 @@ import dataclasses
 import numpy as np
 import paddle
 import pytest
+
+# reference_ops: test_decoder_stack's override of the directory's fixture (native ops), used here too.
+from test_decoder_stack import reference_ops  # noqa: F401
 from tiny_models import load_fd_model, make_attention_metadata, make_tiny_gguf
 
 from fdcli_engine import ops
@@ -28,18 +31,6 @@ STEPS = [
     [("d", 20, 8, True), ("a", 40, 1, True)],
     [("a", 40, 1, True), ("b", 7, 1, True)],  # decode only: every row is read
 ]
-
-
-@pytest.fixture(autouse=True)
-def reference_ops():
-    """Overrides the directory's fixture: this module tests the native ops."""
-    previous = ops.backend
-    try:
-        ops.use("native")
-    except RuntimeError as exc:
-        pytest.skip(f"C++ kernels unavailable: {exc}")
-    yield
-    ops.use(previous)
 
 
 def run_steps(model, use_stack: bool, kv_cache_dtype: str, reduce: bool):
