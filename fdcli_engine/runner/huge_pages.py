@@ -47,5 +47,7 @@ def place_on_huge_pages(*roots) -> int:
     tensors = resident_tensors(*roots)
     done = ops.huge_pages(tensors)
     total = sum(int(t.numel()) * t.element_size() for t in tensors)
-    logger.info("huge pages: %.1f MiB now on 2 MB pages, around %.1f MiB of weights", done / 2**20, total / 2**20)
+    logger.info(
+        "huge pages: %.1f MiB now on 2 MB pages, around %.1f MiB of weights", done / 2**20, total / 2**20
+    )
     return done
