@@ -50,5 +50,7 @@ def huge_pages(tensors, touched: bool = True) -> int:
         fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
         fn.restype = ctypes.c_int64
         _fn = fn
-    spans = [(t.data_ptr(), t.data_ptr() + int(t.numel()) * t.element_size()) for t in tensors]
+    # Host memory only: a GPU build's device tensors have no pages for madvise to act on.
+    host = [t for t in tensors if t.place.is_cpu_place()]
+    spans = [(t.data_ptr(), t.data_ptr() + int(t.numel()) * t.element_size()) for t in host]
     return sum(int(_fn(b, e, int(touched))) for b, e in joined_ranges(spans))
