@@ -36,12 +36,12 @@ static inline vf vexp(vf x) { return std::exp(x); }
 
 // 2^t for the online softmax, where t <= 8 (a lazy running max lags the scores by up to 8; t = -inf
 // gives 0): t = n + f with n = round(t), |f| <= 1/2, and 2^f by a degree-5 polynomial with constant term
-// 1, fitted for relative error over [-1/2, 1/2] (its
-// fp32 Horner evaluation stays within 1.7e-7 of 2^f), scaled by 2^n in the exponent. 2^0 is exactly 1, so
-// an online softmax whose running max did not move rescales by exactly 1. t is clamped at -1000 first:
-// 2^n then rounds to exactly 0 and -inf never reaches f = t - n. Relative error <= 3e-7 for t >= -126;
-// below that the result is a denormal or 0 (an absolute error under 2^-126). Nine vector operations
-// against vexp's fifteen, whose range reduction for x up to +88 the softmax does not need.
+// 1, fitted for relative error over [-1/2, 1/2] (its fp32 Horner evaluation stays within 1.7e-7 of 2^f),
+// scaled by 2^n in the exponent. 2^0 is exactly 1, so an online softmax whose running max did not move
+// rescales by exactly 1. t is clamped at -1000 first: 2^n then rounds to exactly 0 and -inf never reaches
+// f = t - n. Relative error <= 3e-7 for t >= -126; below that the result is a denormal or 0 (an absolute
+// error under 2^-126). Nine vector operations against vexp's fifteen, whose range reduction for x up to
+// +88 the softmax does not need.
 #if FD_W == 16 || FD_W == 8
 static inline vf vexp2_nonpos(vf t) {
   t = vmax(t, vset1(-1000.0f));
