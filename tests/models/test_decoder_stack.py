@@ -46,6 +46,21 @@ def reference_ops():
     ops.use(previous)
 
 
+def step_batch(step, seqs: dict, free: list, rng) -> tuple[list, list, list]:
+    """One step's (attention entries, token ids, prompt-row mask) from its (seq_id, prompt_len, new, ...)
+    tuples: each sequence grows by `new` rows, taking blocks from `free` as it needs them."""
+    entries, ids, mask = [], [], []
+    for seq_id, prompt_len, new, *_ in step:
+        seq = seqs.setdefault(seq_id, {"len": 0, "blocks": []})
+        while len(seq["blocks"]) * BLOCK_SIZE < seq["len"] + new:
+            seq["blocks"].append(int(free.pop()))
+        entries.append((seq["len"], new, list(seq["blocks"])))
+        mask += [p < prompt_len for p in range(seq["len"], seq["len"] + new)]
+        ids += rng.integers(0, 512, new).tolist()
+        seq["len"] += new
+    return entries, ids, mask
+
+
 def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = True, steps=STEPS):
     """Runs `steps` on fresh caches (shuffled block ids); returns (hidden per step, caches) as numpy."""
     model.use_decoder_stack = use_stack
@@ -56,15 +71,7 @@ def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = T
     rng = np.random.default_rng(1)
     hidden = []
     for step in steps:
-        entries, ids, mask = [], [], []
-        for seq_id, prompt_len, new in step:
-            seq = seqs.setdefault(seq_id, {"len": 0, "blocks": []})
-            while len(seq["blocks"]) * BLOCK_SIZE < seq["len"] + new:
-                seq["blocks"].append(int(free.pop()))
-            entries.append((seq["len"], new, list(seq["blocks"])))
-            mask += [p < prompt_len for p in range(seq["len"], seq["len"] + new)]
-            ids += rng.integers(0, 512, new).tolist()
-            seq["len"] += new
+        entries, ids, mask = step_batch(step, seqs, free, rng)
         meta, positions = make_attention_metadata(entries, BLOCK_SIZE)
         if prompt_rows:
             meta = dataclasses.replace(meta, prompt_rows=prompt_rows_tensor(np.asarray(mask)))

@@ -14,7 +14,7 @@ import paddle
 import pytest
 
 # reference_ops: test_decoder_stack's override of the directory's fixture (native ops), used here too.
-from test_decoder_stack import reference_ops  # noqa: F401
+from test_decoder_stack import reference_ops, step_batch  # noqa: F401
 from tiny_models import load_fd_model, make_attention_metadata, make_tiny_gguf
 
 from fdcli_engine import ops
@@ -42,17 +42,9 @@ def run_steps(model, use_stack: bool, kv_cache_dtype: str, reduce: bool):
     rng = np.random.default_rng(1)
     results = []
     for step in STEPS:
-        entries, ids, mask, read = [], [], [], []
-        for seq_id, prompt_len, new, sampled in step:
-            seq = seqs.setdefault(seq_id, {"len": 0, "blocks": []})
-            while len(seq["blocks"]) * BLOCK_SIZE < seq["len"] + new:
-                seq["blocks"].append(int(free.pop()))
-            entries.append((seq["len"], new, list(seq["blocks"])))
-            mask += [p < prompt_len for p in range(seq["len"], seq["len"] + new)]
-            ids += rng.integers(0, 512, new).tolist()
-            seq["len"] += new
-            if sampled:
-                read.append(len(ids) - 1)
+        entries, ids, mask = step_batch(step, seqs, free, rng)
+        ends = np.cumsum([new for _, new, _ in entries])
+        read = [int(end) - 1 for end, (*_, sampled) in zip(ends, step, strict=True) if sampled]
         meta, positions = make_attention_metadata(entries, BLOCK_SIZE)
         meta = dataclasses.replace(meta, prompt_rows=prompt_rows_tensor(np.asarray(mask), True))
         if reduce:
