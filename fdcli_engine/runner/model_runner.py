@@ -23,7 +23,7 @@ from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_
 from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
 from fdcli_engine.runner.proposer import ProposeInputs, make_proposer
-from fdcli_engine.runner.read_rows import out_metadata, rows_read
+from fdcli_engine.runner.read_rows import step_metadata
 from fdcli_engine.runner.sampler import Sampler
 from fdcli_engine.runner.spec_decode import accept, sampling_rows
 from fdcli_engine.step_types import ModelRunnerOutput, SchedulerOutput
@@ -98,7 +98,7 @@ class ModelRunner:
         rows, views, starts = sampling_rows(reqs, last_rows)
         positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
-        meta = out_metadata(inputs.meta, rows_read(so.scheduled, rows, self.proposer))
+        meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer)
         pending = self.grammar.begin(so.scheduled, views)
         try:
             hidden = self.model.forward(inputs.input_ids, positions, self.kv_caches, meta, **extra)

@@ -60,6 +60,17 @@ def kept_rows(qsl: np.ndarray, prompt_mask: np.ndarray, read: np.ndarray, min_pr
     return np.concatenate([np.arange(start[b], qsl[b + 1], dtype=np.int64) for b in range(nseq)])
 
 
+def step_metadata(
+    meta: AttentionMetadata, scheduled: list[ScheduledRequest], sample_rows: np.ndarray, proposer
+) -> AttentionMetadata:
+    """The step's metadata for the model: `meta`, with `out` where rows go unread. A step without prompt
+    rows (one-row decodes) samples every row, so it returns before any per-row work: this runs on every
+    decode step."""
+    if meta.prompt_rows is None:
+        return meta
+    return out_metadata(meta, rows_read(scheduled, sample_rows, proposer))
+
+
 def out_metadata(meta: AttentionMetadata, read: np.ndarray | None) -> AttentionMetadata:
     """`meta`, with `out` set to the metadata of the rows to compute when they are not every row."""
     qsl = meta.query_start_loc_np.astype(np.int64)

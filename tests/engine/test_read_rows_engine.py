@@ -9,7 +9,7 @@ import pytest
 from test_engine_e2e import prompts_of
 
 from fdcli_engine import LLM, SamplingParams, ops
-from fdcli_engine.runner import model_runner, read_rows
+from fdcli_engine.runner import read_rows
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,7 @@ def reduced_steps(monkeypatch):
         seen.append(out.out is not None)
         return out
 
-    monkeypatch.setattr(model_runner, "out_metadata", spy)
+    monkeypatch.setattr(read_rows, "out_metadata", spy)
     return seen
 
 
@@ -70,7 +70,7 @@ def test_read_rows_give_the_tokens_and_logprobs_of_every_row(
     reduced = run(llm, prompts, params)
     assert any(reduced_steps), "no step ran on the read rows alone"
     alone = [run(llm, [p], params)[0] for p in prompts]
-    monkeypatch.setattr(model_runner, "rows_read", lambda *a: None)
+    monkeypatch.setattr(read_rows, "rows_read", lambda *a: None)
     reduced_steps.clear()
     full = run(llm, prompts, params)
     assert not any(reduced_steps)
