@@ -31,13 +31,25 @@ struct ArgMax {
   bool nan;
 };
 
-ArgMax argmax_scalar(const float* p, int64_t n) {
-  ArgMax r{p[0], 0, std::isnan(p[0])};
-  for (int64_t i = 1; i < n; ++i) {
+// r continued over p[i, n), one value at a time (strictly greater replaces: the first index stays).
+ArgMax scan_from(ArgMax r, const float* p, int64_t i, int64_t n) {
+  for (; i < n; ++i) {
     if (p[i] > r.best) r.best = p[i], r.index = i;
     r.nan |= std::isnan(p[i]);
   }
   return r;
+}
+
+ArgMax argmax_scalar(const float* p, int64_t n) { return scan_from(ArgMax{p[0], 0, std::isnan(p[0])}, p, 1, n); }
+
+// The vector paths' end: L lanes' (value, first index) merged (larger value, or equal value and smaller
+// index), then the values from i on, which come after every lane's.
+template <int L>
+ArgMax merge_lanes(const float* bv, const int32_t* bi, bool nan, const float* p, int64_t i, int64_t n) {
+  ArgMax r{bv[0], bi[0], nan};
+  for (int j = 1; j < L; ++j)
+    if (bv[j] > r.best || (bv[j] == r.best && bi[j] < r.index)) r.best = bv[j], r.index = bi[j];
+  return scan_from(r, p, i, n);
 }
 
 // Lane j of an accumulator holds the first index of the largest value it saw in that lane (strictly
@@ -82,14 +94,7 @@ __attribute__((target("avx512f,avx512dq"))) ArgMax argmax_avx512(const float* p,
   alignas(64) int32_t bi[16];
   _mm512_store_ps(bv, best[0]);
   _mm512_store_si512(bi, idx[0]);
-  ArgMax r{bv[0], bi[0], nan != 0};
-  for (int j = 1; j < 16; ++j)
-    if (bv[j] > r.best || (bv[j] == r.best && bi[j] < r.index)) r.best = bv[j], r.index = bi[j];
-  for (; i < n; ++i) {
-    if (p[i] > r.best) r.best = p[i], r.index = i;
-    r.nan |= std::isnan(p[i]);
-  }
-  return r;
+  return merge_lanes<16>(bv, bi, nan != 0, p, i, n);
 }
 
 __attribute__((target("avx2"))) ArgMax argmax_avx2(const float* p, int64_t n) {
@@ -111,14 +116,7 @@ __attribute__((target("avx2"))) ArgMax argmax_avx2(const float* p, int64_t n) {
   alignas(32) int32_t bi[8];
   _mm256_store_ps(bv, best);
   _mm256_store_si256((__m256i*)bi, idx);
-  ArgMax r{bv[0], bi[0], _mm256_movemask_ps(nan) != 0};
-  for (int j = 1; j < 8; ++j)
-    if (bv[j] > r.best || (bv[j] == r.best && bi[j] < r.index)) r.best = bv[j], r.index = bi[j];
-  for (; i < n; ++i) {
-    if (p[i] > r.best) r.best = p[i], r.index = i;
-    r.nan |= std::isnan(p[i]);
-  }
-  return r;
+  return merge_lanes<8>(bv, bi, _mm256_movemask_ps(nan) != 0, p, i, n);
 }
 
 ArgMax argmax(const float* p, int64_t n, int isa) {
