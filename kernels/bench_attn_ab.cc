@@ -29,24 +29,9 @@
 #include "dispatch.h"
 #include "kernels.h"
 
-#define FD_TREE_NS A
-#define FD_TREE_IMPL FD_A_IMPL
-#include "bench_ab_tree.h"
-#undef FD_TREE_NS
-#undef FD_TREE_IMPL
-#define FD_TREE_NS B
-#define FD_TREE_IMPL FD_B_IMPL
-#include "bench_ab_tree.h"
-#undef FD_TREE_NS
-#undef FD_TREE_IMPL
+#include "bench_ab_trees.h"
 
 extern "C" uint64_t fd_read_bytes(const uint8_t* p, int64_t bytes);  // csrc/qgemm.cc: the roofline probe
-
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
 
 int main(int argc, char** argv) {
   const int isa = argc > 1 ? std::atoi(argv[1]) : 16;

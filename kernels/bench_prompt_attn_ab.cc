@@ -26,23 +26,7 @@
 #include "dispatch.h"
 #include "kernels.h"
 
-#define FD_TREE_NS A
-#define FD_TREE_IMPL FD_A_IMPL
-#include "bench_ab_tree.h"
-#undef FD_TREE_NS
-#undef FD_TREE_IMPL
-#define FD_TREE_NS B
-#define FD_TREE_IMPL FD_B_IMPL
-#include "bench_ab_tree.h"
-#undef FD_TREE_NS
-#undef FD_TREE_IMPL
-
-
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
+#include "bench_ab_trees.h"
 
 int main(int argc, char** argv) {
   const int64_t ctx = argc > 1 ? std::atol(argv[1]) : 512;
