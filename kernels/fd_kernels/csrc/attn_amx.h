@@ -20,7 +20,7 @@
 // that reads them (amx_kv_prepare), since a prompt's items read the same keys many times.
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,avx512bf16,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,avx512bf16,amx-tile,amx-bf16,prfchw")
 
 constexpr int64_t kAmxKeys = 64;  // keys per online-softmax update: four 16-key score tiles
 
@@ -295,6 +295,11 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   alignas(64) float ot[G][kMaxHeadDim * 16];
   AmxGroup st[G];
   int64_t nk = 0;
+  // The rows' output lines are written only at the end, in one burst of hd / 16 lines a row: asked for
+  // in writable state now, their misses overlap the chunks instead of filling the store buffer there.
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t d = 0; d < hd; d += 16)
+      _mm_prefetch((const char*)(a.out + (rows[r].token * a.num_heads + rows[r].head) * hd + d), _MM_HINT_ET0);
   for (int g = 0; g < G; ++g) {
     amx_q_terms(a, rows + 16 * g, std::min<int64_t>(16, nrows - 16 * g), qt[g][0], qt[g][1], st[g]);
     nk = std::max(nk, st[g].nk);
