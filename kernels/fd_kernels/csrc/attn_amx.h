@@ -173,39 +173,32 @@ struct AmxGroup {
 };
 
 // Q^T's two terms for up to 16 rows (idle lanes repeat the last): q * scale * log2(e) split into hi
-// (truncated) and lo, each [hd / 2][16 lanes][2]; and the group's state before its first chunk.
+// (truncated) and lo, each [hd / 2][16 lanes][2]; and the group's state before its first chunk. 16 dims
+// at a time are transposed in registers (lane r: row r), then split pair by pair as P^T is.
 static void amx_q_terms(const AttnArgs& a, const AttnRow* rows, int64_t nrows, uint16_t* qt_hi, uint16_t* qt_lo,
                         AmxGroup& st) {
   const int64_t hd = a.head_dim;
-  alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];  // row by row ([16][hd], bf16)
+  const float* qp[16];
   alignas(64) float lim[16];
-  const vf qscale = vset1(a.scale * kLog2e);
   st.nk = 0;
   st.min_nk = INT64_MAX;
   for (int64_t r = 0; r < 16; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
-    const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
-    for (int64_t d = 0; d < hd; d += 16) {
-      const vf x = vmul(vload(qp + d), qscale);
-      const __m512i u = _mm512_castps_si512(x);
-      const vf rest = vsub(x, _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u))));
-      _mm256_storeu_si256((__m256i*)(qrow[0] + r * hd + d), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
-      _mm256_storeu_si256((__m256i*)(qrow[1] + r * hd + d),
-                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_hi(rest), 16)));
-    }
+    qp[r] = a.q + (row.token * a.num_heads + row.head) * hd;
     lim[r] = (float)(row.nk - 1);
     st.nk = std::max(st.nk, row.nk);
     st.min_nk = std::min(st.min_nk, row.nk);
   }
-  // Transposed as 32-bit dim pairs into Q^T, 16 pairs at a time in registers.
-  for (int t = 0; t < 2; ++t) {
-    const float* src = (const float*)qrow[t];  // [16 rows][hd / 2 pairs], 32 bits each
-    float* dst = (float*)(t == 0 ? qt_hi : qt_lo);
-    for (int64_t p0 = 0; p0 < hd / 2; p0 += 16) {
-      vf m[16];
-      for (int r = 0; r < 16; ++r) m[r] = vload(src + r * (hd / 2) + p0);
-      amx_transpose16(m);
-      for (int i = 0; i < 16; ++i) vstore(dst + (p0 + i) * 16, m[i]);
+  const vf qscale = vset1(a.scale * kLog2e);
+  for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+    vf m[16];
+    for (int r = 0; r < 16; ++r) m[r] = vmul(vload(qp[r] + d0), qscale);
+    amx_transpose16(m);
+    for (int i = 0; i < 16; i += 2) {
+      __m512i hi, lo;
+      amx_split_pair(m[i], m[i + 1], hi, lo);
+      _mm512_store_si512(qt_hi + (d0 + i) * 16, hi);
+      _mm512_store_si512(qt_lo + (d0 + i) * 16, lo);
     }
   }
   st.limit = vload(lim);
