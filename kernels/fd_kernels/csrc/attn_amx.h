@@ -224,9 +224,17 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
     const vf x = vload(s + 16 * j);
     return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
   };
-  // Two keys at a time, straight into P^T's pair layout; returns their sum. score - mx <= kAmxLazyMax:
-  // vexp2_nonpos's reduction 2^n * 2^f and its bound on 2^f hold for positive exponents too. With Track,
-  // also the chunk's row maxima (from mx on) into cmax, over two chains.
+  // Key j's weight 2^t, t = score - mx <= kAmxLazyMax: t = floor(t) + f with f in [0, 1) from one
+  // vreduceps, 2^f from vexp2_unit (vexp.h, relative error ~1.5e-7), 2^floor(t) by vscalefps, exact for
+  // any sign. A masked key's t = -inf (whose f would be NaN) is clamped at -1000 first: its weight is 0.
+  // (corr keeps vexp2_nonpos: its value at 0 is exactly 1, which the unmoved lanes need.)
+  auto weight = [&](int64_t j, vf mx) {
+    vf t = vsub(score(j), mx);
+    if (j >= unmasked) t = vmax(t, vset1(-1000.0f));
+    return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
+  };
+  // Two keys at a time, straight into P^T's pair layout; returns their sum. With Track, also the chunk's
+  // row maxima (from mx on) into cmax, over two chains.
   auto weights = [&](auto track, vf mx, vf& cmax) {
     vf psum = vzero(), m2[2] = {mx, mx};
     for (int64_t j = 0; j < kend; j += 2) {
@@ -234,8 +242,8 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
         m2[0] = vmax(m2[0], vload(s + 16 * j));
         m2[1] = vmax(m2[1], vload(s + 16 * (j + 1)));
       }
-      const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), mx)) : vzero();
-      const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), mx)) : vzero();
+      const vf p0 = j < n ? weight(j, mx) : vzero();
+      const vf p1 = j + 1 < n ? weight(j + 1, mx) : vzero();
       psum = vadd(vadd(psum, p0), p1);
       __m512i hi, lo;
       amx_split_pair(p0, p1, hi, lo);
