@@ -6,9 +6,9 @@
 // bf16 terms, x = hi + lo with hi = x truncated to bf16 (exact: x - hi is an fp32 value) and lo =
 // bf16(x - hi) rounded to nearest, so they keep ~16 bits instead of 8 (relative error <= 2^-16) and the
 // tiles' exact products and fp32 sums give nearly the lane path's fp32 attention over the same cache.
-// q is scaled by scale * log2(e) before it is split, so the scores are in base 2 and the softmax takes
-// vexp2_nonpos (vexp.h, relative error <= 3e-7); scores are masked and soft-maxed in fp32, online per
-// chunk of kAmxKeys keys at absolute key positions, as the lane path does per chunk. A row's
+// q is scaled by scale * log2(e) before it is split, so the scores are in base 2 and the weights are 2^t
+// by vexp2_unit (vexp.h, relative error ~1.5e-7) and vscalefps; scores are masked and soft-maxed in fp32,
+// online per chunk of kAmxKeys keys at absolute key positions, as the lane path does per chunk. A row's
 // result therefore depends on its own query and keys only, never on the other rows of its tile or on
 // where a prefill chunk boundary fell.
 //
