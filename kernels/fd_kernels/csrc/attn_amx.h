@@ -233,15 +233,10 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
     if (j >= unmasked) t = vmax(t, vset1(-1000.0f));
     return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
   };
-  // Two keys at a time, straight into P^T's pair layout; returns their sum. With Track, also the chunk's
-  // row maxima (from mx on) into cmax, over two chains.
-  auto weights = [&](auto track, vf mx, vf& cmax) {
-    vf psum = vzero(), m2[2] = {mx, mx};
+  // Two keys at a time, straight into P^T's pair layout; returns their sum.
+  auto weights = [&](vf mx) {
+    vf psum = vzero();
     for (int64_t j = 0; j < kend; j += 2) {
-      if constexpr (decltype(track)::value) {  // on full unmasked chunks only: every score is loaded
-        m2[0] = vmax(m2[0], vload(s + 16 * j));
-        m2[1] = vmax(m2[1], vload(s + 16 * (j + 1)));
-      }
       const vf p0 = j < n ? weight(j, mx) : vzero();
       const vf p1 = j + 1 < n ? weight(j + 1, mx) : vzero();
       psum = vadd(vadd(psum, p0), p1);
@@ -250,16 +245,17 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
       _mm512_storeu_si512(pt_hi + j * 16, hi);
       _mm512_storeu_si512(pt_lo + j * 16, lo);
     }
-    cmax = vmax(m2[0], m2[1]);
     return psum;
   };
-  vf cmax;
-  // A full unmasked chunk after the first: the weights against the current max, tracking the chunk's
-  // maxima on the way; if no lane's max moves (the usual case) they are the weights the two-pass form
-  // below would make, bit for bit, with corr exactly 1, and the separate max pass is saved.
+  // A full unmasked chunk after the first: the weights against the current max first. A lane whose max
+  // would move has a score s > fl(mx + kAmxLazyMax), so s - mx >= 8 (rounded: still >= 8), a weight
+  // >= 2^8 (1 - 1.5e-7) > 255, and a chunk sum (of weights >= 0) at least that. So where no lane's sum
+  // passes 255 (the usual case) no max moves: these are the weights the two-pass form below would make,
+  // bit for bit, with corr exactly 1, and its max pass is saved. Otherwise the two-pass form decides
+  // (and may find that no lane moved).
   if (k0 > 0 && unmasked == n && n == kend) {
-    const vf psum = weights(std::true_type{}, st.mx, cmax);
-    if (!_mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ)) {
+    const vf psum = weights(st.mx);
+    if (!_mm512_cmp_ps_mask(psum, vset1(255.0f), _CMP_GT_OQ)) {
       corr = vset1(1.0f);
       st.l = vfma(st.l, corr, psum);
       return 0;
@@ -272,13 +268,12 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
   for (; j + 4 <= unmasked; j += 4)
     for (int i = 0; i < 4; ++i) m4[i] = vmax(m4[i], vload(s + 16 * (j + i)));
   for (; j < n; ++j) m4[j % 4] = vmax(m4[j % 4], score(j));
-  cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
+  const vf cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
   // On the first chunk mx = -inf: every lane takes its chunk maximum and corr is 0.
   const __mmask16 moved = _mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ);
   const vf mx = _mm512_mask_blend_ps(moved, st.mx, cmax);
   corr = vexp2_nonpos(vsub(st.mx, mx));
-  vf unused;
-  const vf psum = weights(std::false_type{}, mx, unused);
+  const vf psum = weights(mx);
   st.l = vfma(st.l, corr, psum);
   st.mx = mx;
   return moved;
