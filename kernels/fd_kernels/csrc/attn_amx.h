@@ -247,13 +247,13 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
     }
     return psum;
   };
-  // A full unmasked chunk after the first: the weights against the current max first. A lane whose max
-  // would move has a score s > fl(mx + kAmxLazyMax), so s - mx >= 8 (rounded: still >= 8), a weight
-  // >= 2^8 (1 - 1.5e-7) > 255, and a chunk sum (of weights >= 0) at least that. So where no lane's sum
-  // passes 255 (the usual case) no max moves: these are the weights the two-pass form below would make,
-  // bit for bit, with corr exactly 1, and its max pass is saved. Otherwise the two-pass form decides
-  // (and may find that no lane moved).
-  if (k0 > 0 && unmasked == n && n == kend) {
+  // A chunk after the first (masked keys and keys past n weigh 0 in both forms): the weights against the
+  // current max first. A lane whose max would move has a score s > fl(mx + kAmxLazyMax), so s - mx >= 8
+  // (rounded: still >= 8), a weight >= 2^8 (1 - 1.5e-7) > 255, and a chunk sum (of weights >= 0) at
+  // least that. So where no lane's sum passes 255 (the usual case) no max moves: these are the weights
+  // the two-pass form below would make, bit for bit, with corr exactly 1, and its max pass is saved.
+  // Otherwise the two-pass form decides (and may find that no lane moved).
+  if (k0 > 0) {
     const vf psum = weights(st.mx);
     if (!_mm512_cmp_ps_mask(psum, vset1(255.0f), _CMP_GT_OQ)) {
       corr = vset1(1.0f);
