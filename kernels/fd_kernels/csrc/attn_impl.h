@@ -155,6 +155,8 @@ template <int R, int KV>
 static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc,
                                const SubPrefetch* pf) {
   constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
+  const __m512i widen = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0,
+                                         3, 0, 2, 0, 1, 0, 0, 0);  // word 2i + 1 <- word i
   for (int half = 0; half < 2; ++half) {
     __m512 acc[R][8];
     for (int r = 0; r < R; ++r)
@@ -169,7 +171,13 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
           asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
           asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
         }
-        const __m512 kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
+        __m512 kv;
+        if constexpr (KV == kKvBF16) {  // one permute into the odd words: the high halves of the fp32 lanes
+          const __m256i x = _mm256_loadu_si256((const __m256i*)((const uint16_t*)kp + (half * 8 + j) * hd + d));
+          kv = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, widen, _mm512_castsi256_si512(x)));
+        } else {
+          kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
+        }
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(qv[r], kv, acc[r][j]);
       }
     }
