@@ -157,6 +157,7 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
   constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
   const __m512i widen = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0,
                                          3, 0, 2, 0, 1, 0, 0, 0);  // word 2i + 1 <- word i
+  const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers: the asm operands made GCC reload *pf
   for (int half = 0; half < 2; ++half) {
     __m512 acc[R][8];
     for (int r = 0; r < R; ++r)
@@ -166,10 +167,10 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
       for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
       for (int j = 0; j < 8; ++j) {
         if (const int64_t e = ((half * 8 + j) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
         }
         __m512 kv;
         if constexpr (KV == kKvBF16) {  // one permute into the odd words: the high halves of the fp32 lanes
@@ -208,6 +209,7 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
                                const SubPrefetch* pf) {
   static constexpr int kBitrev4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
   alignas(64) int8_t t[16 * 64];
+  const SubPrefetch pt = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   const float* q[R];
   for (int r = 0; r < R; ++r) q[r] = qr[r];
   __m512 acc[R][4];  // 4 FMA chains per row
@@ -219,10 +221,10 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
     __m512i x[16], y[16];
     for (int j = 0; j < 16; ++j) {
       for (int64_t e = (j * hd + d0 + 63) / 64 * 64; pf && e < j * hd + d0 + w; e += 64) {  // lines it starts
-        asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
-        asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
-        asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
-        asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+        asm volatile("prefetcht0 %0" : : "m"(pt.k0[e]));
+        asm volatile("prefetcht0 %0" : : "m"(pt.v0[e]));
+        asm volatile("prefetcht1 %0" : : "m"(pt.k1[e]));
+        asm volatile("prefetcht1 %0" : : "m"(pt.v1[e]));
       }
       x[j] = _mm512_maskz_loadu_epi8(m, kq + j * hd + d0);
     }
@@ -271,6 +273,7 @@ template <int R, int KV>
 static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc,
                               const SubPrefetch* pf) {
   constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
+  const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
     __m256 acc[R][4];
@@ -279,10 +282,10 @@ static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n,
     for (int64_t d = 0; d < hd; d += 8)
       for (int i = 0; i < 4; ++i) {
         if (const int64_t e = ((j + i) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
         }
         const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
