@@ -36,7 +36,7 @@
 namespace fdk {
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512bf16,amx-tile,amx-bf16")
 
 namespace {
 
@@ -81,6 +81,25 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
   for (int64_t k = 0; k < kp; k += kKStep) {
     uint16_t* o = out + a_offset(r, k, kp);
     int64_t j = 0;
+    if (r < g.m && k + kKStep <= g.k) {
+      // A whole k-step in one vcvtne2ps2bf16, which rounds to nearest even as round_hi does for every
+      // value but denormals (it flushes them) and NaNs (its quiet NaN): those k-steps take round_hi.
+      __m512 v0 = _mm512_loadu_ps(a + k), v1 = _mm512_loadu_ps(a + k + 16);
+      if (silu) {
+        v0 = silu16::vsilu_mul(v0, _mm512_loadu_ps(up + k));
+        v1 = silu16::vsilu_mul(v1, _mm512_loadu_ps(up + k + 16));
+      }
+      constexpr int kOdd = 0x01 | 0x20 | 0x80;  // quiet NaN, denormal, signalling NaN
+      if (!(_mm512_fpclass_ps_mask(v0, kOdd) | _mm512_fpclass_ps_mask(v1, kOdd))) {
+        _mm512_store_si512(o, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        continue;
+      }
+      for (const __m512 v : {v0, v1}) {
+        _mm256_store_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(v), 16)));
+        j += 16;
+      }
+      continue;
+    }
     if (r < g.m) {
       for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
         __m512 v = _mm512_loadu_ps(a + k + j);
@@ -417,7 +436,7 @@ bool usable() {
     unsigned eax, ebx, ecx, edx;
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
     const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
-    if (!amx_bf16 || !amx_tile) return false;
+    if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512bf16")) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
