@@ -157,3 +157,23 @@ def test_tiles_of_another_weight_are_refused(native, rng):
         native.linear(
             to_pd(rng.standard_normal((16, 64), dtype=np.float32)), a, to_rows(np.ones(16, dtype=bool))
         )
+
+
+@pytest.mark.parametrize("m", [5, 300])
+def test_activations_round_to_nearest_even_into_the_tiles(native, rng, m):
+    # A diagonal weight makes each output one product of two bf16 values, exact in fp32, so the output
+    # shows how every activation was rounded: ties (low half 0x8000) to even, either side of them, and
+    # values that round up into the next binade, against the integer formula of bf16(). Whole 32-value
+    # k-steps and a partial one (k = 80) both convert.
+    k = n = 80
+    w = np.diag(rng.uniform(0.5, 2.0, n).astype(np.float32))
+    lw = native.prepare_linear(w, None, "wint8")
+    wd = bf16(np.diag(lw.dequantize()))
+    x = rng.standard_normal((m, k), dtype=np.float32).view(np.uint32)
+    low = rng.choice(np.array([0x8000, 0x7FFF, 0x8001, 0xFFFF, 0x0000], dtype=np.uint32), size=x.shape)
+    x = ((x & np.uint32(0xFFFF0000)) | low).view(np.float32)
+    x[:, 7] = np.float32(np.uint32(0x3F7FFFFF).view(np.float32))  # rounds up to 1.0
+    y = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
+    np.testing.assert_array_equal(y, bf16(x) * wd)
+    truncated = (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    assert not np.array_equal(y, truncated * wd)  # the rounding is really tested
