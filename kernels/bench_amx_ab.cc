@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "huge_pages.h"
 #include "kernels.h"
 
 // The saved amx.cc, compiled separately with -Dfdk=fdk_old (same GemmArgs layout).
@@ -38,7 +39,12 @@ struct PageAllocator {
   PageAllocator() = default;
   template <class U>
   PageAllocator(const PageAllocator<U>&) {}
-  T* allocate(size_t n) { return (T*)std::aligned_alloc(4096, (n * sizeof(T) + 4095) / 4096 * 4096); }
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
+    T* p = (T*)std::aligned_alloc(4096, bytes);
+    fdk::advise_huge_pages(p, (int64_t)bytes, int64_t{32} << 20);  // as ops.cc does for linear's output
+    return p;
+  }
   void deallocate(T* p, size_t) { std::free(p); }
   template <class U>
   bool operator==(const PageAllocator<U>&) const { return true; }

@@ -177,3 +177,23 @@ def test_activations_round_to_nearest_even_into_the_tiles(native, rng, m):
     np.testing.assert_array_equal(y, bf16(x) * wd)
     truncated = (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
     assert not np.array_equal(y, truncated * wd)  # the rounding is really tested
+
+
+def test_an_output_past_32_mb_streams_the_same_bits(native, rng):
+    # 200 x 49,152 fp32 outputs (39 MB, an LM head over a prompt) are written with non-temporal stores
+    # where a 32 x 32 block is whole; the last 8 rows are a partial block, written as usual. Every row
+    # must hold the bits it has alone (196 KB of output, ordinary stores) and the bf16 products.
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    k, n, m = 64, 49152, 200
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    raw = np.ascontiguousarray(quantize(w, GGMLQuantizationType.Q8_0)).view(np.uint8).reshape(n, -1)
+    lw = native.prepare_linear_gguf(raw, int(GGMLQuantizationType.Q8_0), k)  # no bias, as an LM head
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    y = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
+    for r in (0, 31, 100, 191, 192, m - 1):
+        alone = native.linear(to_pd(x[r : r + 1]), lw, to_rows(np.ones(1, dtype=bool))).numpy()
+        np.testing.assert_array_equal(alone[0], y[r])
+    xb, wb = bf16(x[::37]), bf16(lw.dequantize())
+    _check(y[::37], xb.astype(np.float64) @ wb.astype(np.float64).T, xb, wb)
