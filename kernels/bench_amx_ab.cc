@@ -4,7 +4,8 @@
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc -Dfdk=fdk_old -c /tmp/old/amx.cc \
 //       -o /tmp/amx_old.o
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc kernels/bench_amx_ab.cc \
-//       kernels/fd_kernels/csrc/amx.cc /tmp/amx_old.o -o /tmp/bench_amx_ab -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS
+//       kernels/fd_kernels/csrc/amx.cc kernels/fd_kernels/csrc/huge_pages.cc /tmp/amx_old.o -o /tmp/bench_amx_ab \
+//       -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS
 // Run: bench_amx_ab M K N WEIGHTS PASSES. WEIGHTS 1 repeats one weight (hot in L2/L3, as
 // bench_prefill_gemm.py); WEIGHTS 30 cycles through 30 distinct weights, as a step's 30 layers read them.
 // Prints per pass old and new GFLOP/s (best call) and new / old. `stack M PASSES`: see stack().
