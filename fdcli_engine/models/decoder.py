@@ -190,6 +190,9 @@ class DecoderForCausalLM:
 
     def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
         with paddle.no_grad():
+            if _runs_stack(self, positions) and self.decoder_stack.embeds_tokens:
+                # The stack holds the embedding's table: it looks the rows up itself, one op a step.
+                return _run_stack(self, input_ids, positions, kv_caches, meta)
             return decode_layers(self, self.embed_tokens(input_ids), positions, kv_caches, meta)
 
     def compute_logits(self, hidden: paddle.Tensor) -> paddle.Tensor:
@@ -209,16 +212,9 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position.
     With `meta.out` (runner/read_rows.py) the last layer computes only those rows past its cache write
     and they are what is returned, unless the model cannot (tensor parallel, MoE layers)."""
+    if _runs_stack(model, positions):
+        return _run_stack(model, hidden, positions, kv_caches, meta)
     out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
-    if (
-        model.decoder_stack is not None
-        and model.use_decoder_stack
-        and ops.decoder_stack is not None
-        and positions.ndim == 1
-    ):
-        return ops.decoder_stack(
-            hidden, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows, out
-        )
     residual = None
     last = len(model.layers) - 1
     for i, (layer, kv_cache) in enumerate(zip(model.layers, kv_caches, strict=True)):
@@ -237,6 +233,22 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
         hidden = layer.mlp(x, rows_meta.prompt_rows)
     out_hidden, _ = model.norm(hidden, residual)
     return out_hidden
+
+
+def _runs_stack(model, positions) -> bool:
+    """Whether the packed stack runs this step's layers: packed, enabled, bound, one position a token."""
+    return (
+        model.decoder_stack is not None
+        and model.use_decoder_stack
+        and ops.decoder_stack is not None
+        and positions.ndim == 1
+    )
+
+
+def _run_stack(model, x, positions, kv_caches, meta) -> paddle.Tensor:
+    """The packed stack on x: the embedded tokens, or their ids where the stack holds the table."""
+    out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
+    return ops.decoder_stack(x, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows, out)
 
 
 def _computes_row_subsets(model) -> bool:

@@ -16,6 +16,7 @@ import os
 
 from fdcli_engine import ops
 from fdcli_engine.layers import Attention, GatedMLP, RMSNorm
+from fdcli_engine.layers.embedding import VocabEmbedding
 
 
 def stack_enabled() -> bool:
@@ -81,4 +82,13 @@ def build_decoder_stack(model):
         attn0.head_dim,
         eps.pop(),
         scales.pop(),
+        embedding=_token_table(model.embed_tokens),
     )
+
+
+def _token_table(embed):
+    """The embedding's table for the stack to look token rows up in (so a step is one op), or None
+    where the lookup is not the plain one (another embedding class: the model keeps its own call)."""
+    if type(embed) is not VocabEmbedding:
+        return None
+    return embed.lw if embed.lw is not None else embed.weight

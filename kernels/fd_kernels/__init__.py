@@ -57,9 +57,10 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     add_layer_norm(x[T,H], residual[T,H], weight[H], bias[H], eps) -> layer_norm(x + residual)
         (post-norm: the sum itself is not returned)
     prepare_decoder_stack(layers: list[dict], final_norm, cos_sin_cache, num_heads, num_kv_heads,
-                          head_dim, eps, scale) -> DecoderStack
+                          head_dim, eps, scale, embedding=None) -> DecoderStack
     decoder_stack(x[T,H], positions, kv_caches, meta, stack, prompt_rows=None, out=None) -> [T,H]
-        (or [K,H]: with `out`, the metadata of K rows that are read, the last layer computes only them)
+        (or [K,H]: with `out`, the metadata of K rows that are read, the last layer computes only them;
+        x may be int64 token ids [T] where the stack was given the embedding's table)
         native only (None under the reference, whose oracle is the per-op loop itself): every layer of a
         Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
         models/decoder.py (prompt_rows as in linear); see native.prepare_decoder_stack for

@@ -447,6 +447,7 @@ class DecoderStack:
 
     plan: paddle.Tensor
     tensors: list[paddle.Tensor]  # every tensor the plan points into: never let them go before it
+    embeds_tokens: bool = False  # the plan holds the token table: `decoder_stack` takes ids for x
     _kv_tensors: list | None = None
     _kv_plan: paddle.Tensor | None = None
 
@@ -473,10 +474,13 @@ def prepare_decoder_stack(
     head_dim: int,
     eps: float,
     scale: float,
+    embedding=None,
 ) -> DecoderStack:
     """Pack a decoder for `decoder_stack`. Each layer is a dict of input_norm, qkv, o_proj, post_norm,
     gate_up, down (LinearWeight for the four linears, fp32 [hidden] tensors for the norms) and q_norm /
-    k_norm (fp32 [head_dim] tensors, or None for models without per-head q/k norms)."""
+    k_norm (fp32 [head_dim] tensors, or None for models without per-head q/k norms). `embedding`: None,
+    the token table as `embedding` reads it (a GGUF block LinearWeight [vocab, hidden]) or an fp32
+    [vocab, hidden] tensor (F.embedding's table); with it, `decoder_stack` also takes token ids."""
     load()
     qk_norm = bool(layers) and layers[0]["q_norm"] is not None
     weights: list[paddle.Tensor] = []
@@ -494,11 +498,13 @@ def prepare_decoder_stack(
         if qk_norm:
             weights += [layer["q_norm"], layer["k_norm"]]
     hidden = int(final_norm.shape[0])
+    table, rows, kind = _stack_embedding(embedding)
     try:
         plan = _run(
             "fd_decoder_stack_plan",
             final_norm,
             cos_sin_cache,
+            table,
             weights,
             meta,
             hidden,
@@ -508,10 +514,24 @@ def prepare_decoder_stack(
             qk_norm,
             float(eps),
             float(scale),
+            rows,
+            kind,
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
-    return DecoderStack(plan=plan, tensors=[final_norm, cos_sin_cache, *weights])
+    return DecoderStack(
+        plan=plan, tensors=[final_norm, cos_sin_cache, table, *weights], embeds_tokens=kind >= 0
+    )
+
+
+def _stack_embedding(embedding) -> tuple[paddle.Tensor, int, int]:
+    """(table, rows, kind) of fd_decoder_stack_plan's Embedding (csrc/decoder_stack_op.cc): GGUF blocks
+    as `embedding` reads them, fp32 rows (kind KIND_F32), or none (an empty tensor, kind -1)."""
+    if embedding is None:
+        return _empty("uint8"), 0, -1
+    if isinstance(embedding, paddle.Tensor):
+        return embedding, int(embedding.shape[0]), packing.KIND_F32
+    return embedding.packed, int(embedding.out_features), int(embedding.kind)
 
 
 def prompt_tile_min_rows() -> int:
@@ -532,11 +552,13 @@ def decoder_stack(
 ) -> paddle.Tensor:
     """Every decoder layer and the final norm in one op: what the per-op loop of
     fdcli_engine/models/decoder.py computes from the embeddings x [T, hidden], bit for bit, writing the
-    KV caches the same way. `prompt_rows` reaches every linear as in `linear`. `out`: None, or the
+    KV caches the same way. Where the stack holds the token table (`stack.embeds_tokens`), x may be the
+    token ids int64 [T]: the op looks their rows up first, as `embedding` / F.embedding would. `prompt_rows` reaches every linear as in `linear`. `out`: None, or the
     metadata of the rows that are read (fdcli_engine/runner/read_rows.py: `rows`, query_start_loc,
     seq_lens, block_tables, prompt_rows of those rows alone); the last layer then computes only them
     (every row's K/V still written) and the result is [len(rows), hidden]."""
-    rows = _rows_for(prompt_rows, x)
+    # Token ids [T] are the step's rows, as the step's mask describes them.
+    rows = _rows_for(prompt_rows, x) if len(x.shape) == 2 or prompt_rows is None else prompt_rows
     if out is None:
         i64 = _empty("int64")
         out_args = (i64, i64, i64, i64, _empty("uint8"))
