@@ -260,3 +260,28 @@ def test_bad_token_ids_are_a_clear_error(tiny_checkpoint, monkeypatch):
     with pytest.raises(ValueError, match="holds no embedding"):
         ops.decoder_stack(ids, positions, caches, meta, model.decoder_stack)
     assert np.array_equal(model.forward(ids, positions, caches, meta).numpy(), expected)
+
+
+def test_cache_plan_binds_again_only_for_other_tensors(tiny_checkpoint, monkeypatch):
+    """The cache plan is bound once for the runner's caches; a replaced layer, or a tensor swapped
+    inside a mutable container, binds again."""
+    from fd_kernels import native
+
+    model = load_fd_model(tiny_checkpoint("LlamaForCausalLM"))
+    stack = model.decoder_stack
+    binds = []
+    run = native._run
+    monkeypatch.setattr(native, "_run", lambda name, *a: binds.append(name) or run(name, *a))
+    caches = allocate_kv_caches(model, 4, BLOCK_SIZE)
+    other = allocate_kv_caches(model, 4, BLOCK_SIZE)
+    plan = stack.cache_plan(caches)
+    assert stack.cache_plan(caches) is plan and stack.cache_plan(list(caches)) is plan
+    caches[1] = other[1]
+    replaced = stack.cache_plan(caches)
+    assert replaced is not plan
+    lists = [list(layer) for layer in caches]  # the same tensors in mutable containers
+    assert stack.cache_plan(lists) is replaced
+    lists[0][1] = other[0][1]
+    assert stack.cache_plan(lists) is not replaced
+    assert stack.cache_plan(lists) is stack.cache_plan(lists)
+    assert binds == ["fd_decoder_stack_bind"] * 3

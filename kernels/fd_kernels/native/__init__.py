@@ -9,9 +9,11 @@ on a path called ~10 times per layer (docs/kernels-measurements.md has the cost)
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import sys
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import paddle
@@ -450,18 +452,25 @@ class DecoderStack:
     embeds_tokens: bool = False  # the plan holds the token table: `decoder_stack` takes ids for x
     _kv_tensors: list | None = None
     _kv_plan: paddle.Tensor | None = None
+    _kv_layers: list | None = None  # the per-layer tuples last bound, where every layer's was a tuple
 
     def cache_plan(self, kv_caches: list) -> paddle.Tensor:
         """The cache plan for these caches: bound again whenever a cache tensor is not the one bound last
-        (the runner passes the same tensors every step, so that is the first step only)."""
-        flat = [t for layer in kv_caches for t in layer]
+        (the runner passes the same tensors every step, so that is the first step only). A layer's
+        caches in a tuple (runner/kv_cache.py) cannot change, so the same tuples are the same tensors
+        and a step compares one identity a layer; other containers are compared tensor by tensor."""
+        layers = self._kv_layers
+        if layers is not None and len(kv_caches) == len(layers) and all(map(operator.is_, kv_caches, layers)):
+            return self._kv_plan
+        flat = list(chain.from_iterable(kv_caches))
         bound = self._kv_tensors
-        if bound is None or len(flat) != len(bound) or any(a is not b for a, b in zip(flat, bound)):
+        if bound is None or len(flat) != len(bound) or not all(map(operator.is_, flat, bound)):
             try:
                 self._kv_plan = _run("fd_decoder_stack_bind", self.plan, flat)[0]
             except OSError as exc:
                 raise _bad_input(exc) from None
             self._kv_tensors = flat  # the plan points into these: keep them alive with it
+        self._kv_layers = list(kv_caches) if all(type(layer) is tuple for layer in kv_caches) else None
         return self._kv_plan
 
 
