@@ -450,6 +450,7 @@ class DecoderStack:
     plan: paddle.Tensor
     tensors: list[paddle.Tensor]  # every tensor the plan points into: never let them go before it
     embeds_tokens: bool = False  # the plan holds the token table: `decoder_stack` takes ids for x
+    has_head: bool = False  # the plan holds the LM head: `decoder_stack_greedy` applies
     _kv_tensors: list | None = None
     _kv_plan: paddle.Tensor | None = None
     _kv_layers: list | None = None  # the per-layer tuples last bound, where every layer's was a tuple
@@ -484,12 +485,15 @@ def prepare_decoder_stack(
     eps: float,
     scale: float,
     embedding=None,
+    head: LinearWeight | None = None,
 ) -> DecoderStack:
     """Pack a decoder for `decoder_stack`. Each layer is a dict of input_norm, qkv, o_proj, post_norm,
     gate_up, down (LinearWeight for the four linears, fp32 [hidden] tensors for the norms) and q_norm /
     k_norm (fp32 [head_dim] tensors, or None for models without per-head q/k norms). `embedding`: None,
     the token table as `embedding` reads it (a GGUF block LinearWeight [vocab, hidden]) or an fp32
-    [vocab, hidden] tensor (F.embedding's table); with it, `decoder_stack` also takes token ids."""
+    [vocab, hidden] tensor (F.embedding's table); with it, `decoder_stack` also takes token ids.
+    `head`: None, or the LM head's LinearWeight [vocab, hidden] as `linear_argmax` takes it; with it,
+    `decoder_stack_greedy` applies."""
     load()
     qk_norm = bool(layers) and layers[0]["q_norm"] is not None
     weights: list[paddle.Tensor] = []
@@ -508,6 +512,9 @@ def prepare_decoder_stack(
             weights += [layer["q_norm"], layer["k_norm"]]
     hidden = int(final_norm.shape[0])
     table, rows, kind = _stack_embedding(embedding)
+    if head is not None:  # as a layer's linear; no tiles: the head never gets prompt rows
+        weights += [head.packed, head.scales, head.mins, head.bias, _empty("int16")]
+        meta += [head.out_features, head.kind, head.group, int(head.has_bias)]
     try:
         plan = _run(
             "fd_decoder_stack_plan",
@@ -525,12 +532,12 @@ def prepare_decoder_stack(
             float(scale),
             rows,
             kind,
+            head is not None,
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
-    return DecoderStack(
-        plan=plan, tensors=[final_norm, cos_sin_cache, table, *weights], embeds_tokens=kind >= 0
-    )
+    tensors = [final_norm, cos_sin_cache, table, *weights]
+    return DecoderStack(plan=plan, tensors=tensors, embeds_tokens=kind >= 0, has_head=head is not None)
 
 
 def _stack_embedding(embedding) -> tuple[paddle.Tensor, int, int]:
@@ -562,10 +569,27 @@ def decoder_stack(
     """Every decoder layer and the final norm in one op: what the per-op loop of
     fdcli_engine/models/decoder.py computes from the embeddings x [T, hidden], bit for bit, writing the
     KV caches the same way. Where the stack holds the token table (`stack.embeds_tokens`), x may be the
-    token ids int64 [T]: the op looks their rows up first, as `embedding` / F.embedding would. `prompt_rows` reaches every linear as in `linear`. `out`: None, or the
-    metadata of the rows that are read (fdcli_engine/runner/read_rows.py: `rows`, query_start_loc,
-    seq_lens, block_tables, prompt_rows of those rows alone); the last layer then computes only them
-    (every row's K/V still written) and the result is [len(rows), hidden]."""
+    token ids int64 [T]: the op looks their rows up first, as `embedding` / F.embedding would.
+    `prompt_rows` reaches every linear as in `linear`. `out`: None, or the metadata of the rows that are
+    read (fdcli_engine/runner/read_rows.py: `rows`, query_start_loc, seq_lens, block_tables,
+    prompt_rows of those rows alone); the last layer then computes only them (every row's K/V still
+    written) and the result is [len(rows), hidden]."""
+    return _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, False)[0]
+
+
+def decoder_stack_greedy(
+    x, positions, kv_caches, meta, stack: DecoderStack, prompt_rows=None, out=None
+) -> tuple[paddle.Tensor, list[int] | None]:
+    """`decoder_stack` and, in the same op, each output row's first argmax of the LM head's logits
+    (`stack.has_head`): (hidden, tokens) with the tokens `linear_argmax(hidden, head)` gives, or None
+    where a row's logits hold a NaN."""
+    hidden, tokens = _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, True)
+    # One row (batch-1 decode): item() reads the scalar without the numpy view's cost.
+    ids = [tokens.item()] if tokens.shape[0] == 1 else np.from_dlpack(tokens).tolist()
+    return hidden, None if -1 in ids else ids
+
+
+def _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, greedy: bool) -> list:
     # Token ids [T] are the step's rows, as the step's mask describes them.
     rows = _rows_for(prompt_rows, x) if len(x.shape) == 2 or prompt_rows is None else prompt_rows
     if out is None:
@@ -588,6 +612,7 @@ def decoder_stack(
             stack.plan,
             cache_plan,
             *out_args,
-        )[0]
+            greedy,
+        )
     except OSError as exc:
         raise _bad_input(exc) from None
