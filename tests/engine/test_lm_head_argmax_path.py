@@ -8,6 +8,7 @@ and so must a step whose fused argmax reports a NaN row."""
 from __future__ import annotations
 
 import pytest
+from ops_backend import switched_ops
 
 from fdcli_engine import LLM, SamplingParams, ops
 
@@ -16,10 +17,7 @@ PROMPTS = [[5, 17, 42, 99, 3], [250, 7], [11] * 9, [300, 301, 302, 303]]
 
 @pytest.fixture(params=["native", "reference"])
 def backend(request):
-    before = ops.backend
-    ops.use(request.param)
-    yield request.param
-    ops.use(before)
+    yield from switched_ops(request.param)
 
 
 def spy(llm):

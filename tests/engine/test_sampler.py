@@ -3,6 +3,7 @@ op (the fused C++ kernel and its numpy reference) and, where the draw matters, b
 
 import numpy as np
 import pytest
+from ops_backend import switched_ops
 
 from fdcli_engine import ops
 from fdcli_engine.errors import ConfigError
@@ -13,10 +14,7 @@ from fdcli_engine.step_types import ScheduledRequest
 
 @pytest.fixture(autouse=True, params=["native", "reference"])
 def backend(request):
-    before = ops.backend
-    ops.use(request.param)
-    yield request.param
-    ops.use(before)
+    yield from switched_ops(request.param)
 
 
 @pytest.fixture(params=["base", "rejection"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
+from ops_backend import switched_ops
 from tp_threads import build_ranks, run_ranks
 
 from fdcli_engine.distributed import tp_group
@@ -47,12 +48,7 @@ def _quant(fmt):
 
 @pytest.fixture(params=["native", "reference"])
 def backend(request):
-    from fdcli_engine import ops
-
-    previous = ops.backend
-    ops.use(request.param)
-    yield request.param
-    ops.use(previous)
+    yield from switched_ops(request.param)
 
 
 @pytest.mark.parametrize("fmt", ["fp32", "wint8", "wint4", "Q8_0", "Q4_0", "Q4_1"])

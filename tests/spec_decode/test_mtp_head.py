@@ -14,6 +14,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from ops_backend import switched_ops
 from proposer_loop import SpecLoop
 from tiny_models import (
     load_hf_model,
@@ -23,7 +24,6 @@ from tiny_models import (
     tiny_mtp_tensors,
 )
 
-from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.errors import ConfigError
@@ -92,10 +92,7 @@ def reference_mtp(hf, head: dict, tokens: list[int], extra: list[int]) -> tuple[
 
 @pytest.fixture(params=["reference", "auto"])
 def backend(request):
-    previous = ops.backend
-    ops.use(request.param)
-    yield ops.backend
-    ops.use(previous)
+    yield from switched_ops(request.param)
 
 
 def test_mtp_head_matches_fastdeploy_structure(folders, backend):
