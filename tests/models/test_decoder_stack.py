@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 import paddle
 import pytest
+from ops_backend import switched_ops
 from tiny_models import ARCHITECTURES, load_fd_model, make_attention_metadata, make_tiny_gguf
 
 from fdcli_engine import ops
@@ -37,13 +38,7 @@ STEPS = [
 @pytest.fixture(autouse=True)
 def reference_ops():
     """Overrides the directory's fixture: this module tests the native ops."""
-    previous = ops.backend
-    try:
-        ops.use("native")
-    except RuntimeError as exc:
-        pytest.skip(f"C++ kernels unavailable: {exc}")
-    yield
-    ops.use(previous)
+    yield from switched_ops("native")
 
 
 def step_batch(step, seqs: dict, free: list, rng) -> tuple[list, list, list]:

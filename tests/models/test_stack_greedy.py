@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import pytest
+from ops_backend import switched_ops
 from tiny_models import load_fd_model, make_attention_metadata, make_tiny_gguf
 
 from fdcli_engine import ops
@@ -22,15 +23,9 @@ DECODE = [(6, 1, [3, 0]), (3, 1, [5])]
 
 
 @pytest.fixture(autouse=True)
-def native_ops():
+def reference_ops():
     """Overrides the directory's fixture: this module tests the native ops."""
-    previous = ops.backend
-    try:
-        ops.use("native")
-    except RuntimeError as exc:
-        pytest.skip(f"C++ kernels unavailable: {exc}")
-    yield
-    ops.use(previous)
+    yield from switched_ops("native")
 
 
 def load(kind: str, tiny_checkpoint, tmp_path):
