@@ -59,10 +59,14 @@ def instrument():
     wrap(runner.model, "forward", "model.forward")
     wrap(ops, "embedding", "op.embedding")
     wrap(ops, "decoder_stack", "op.decoder_stack")
+    if ops.decoder_stack_greedy is not None:  # the same op, ending with the LM head's argmax
+        wrap(ops, "decoder_stack_greedy", "op.decoder_stack")
     wrap(runner, "_sample", "runner._sample")
     wrap(runner.model, "compute_logits", "compute_logits (LM head)")
     if runner._greedy_tokens is not None:  # plain greedy steps: LM head + argmax in one op
         wrap(runner, "_greedy_tokens", "greedy_tokens (LM head + argmax)")
+    if runner._forward_greedy is not None:  # or with the forward: stack + LM head + argmax in one op
+        wrap(runner, "_forward_greedy", "model.forward")
     wrap(runner.sampler, "sample", "sampler.sample")
     wrap(native, "_run", "custom ops dispatched")
     return runner
@@ -141,7 +145,7 @@ def main() -> int:
             "host: execute - forward - _sample": per["runner.execute"]
             - per["model.forward"]
             - per["runner._sample"],
-            "host: forward - stack op": per["model.forward"] - per["op.decoder_stack"],
+            "host: forward - stack op": per["model.forward"] - per.get("op.decoder_stack", 0.0),
             "host: _sample - LM head": per["runner._sample"]
             - per.get("compute_logits (LM head)", 0.0)
             - per.get("greedy_tokens (LM head + argmax)", 0.0),

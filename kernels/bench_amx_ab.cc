@@ -4,7 +4,8 @@
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc -Dfdk=fdk_old -c /tmp/old/amx.cc \
 //       -o /tmp/amx_old.o
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc kernels/bench_amx_ab.cc \
-//       kernels/fd_kernels/csrc/amx.cc /tmp/amx_old.o -o /tmp/bench_amx_ab -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS
+//       kernels/fd_kernels/csrc/amx.cc kernels/fd_kernels/csrc/huge_pages.cc /tmp/amx_old.o -o /tmp/bench_amx_ab \
+//       -L$LIBS -l:libiomp5.so -Wl,-rpath,$LIBS
 // Run: bench_amx_ab M K N WEIGHTS PASSES. WEIGHTS 1 repeats one weight (hot in L2/L3, as
 // bench_prefill_gemm.py); WEIGHTS 30 cycles through 30 distinct weights, as a step's 30 layers read them.
 // Prints per pass old and new GFLOP/s (best call) and new / old. `stack M PASSES`: see stack().
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "huge_pages.h"
 #include "kernels.h"
 
 // The saved amx.cc, compiled separately with -Dfdk=fdk_old (same GemmArgs layout).
@@ -30,6 +32,29 @@ namespace fdk_old_wrap {
 void gemm(const fdk::GemmArgs& g) { fdk_old::amx::gemm_bf16(*(const fdk_old::GemmArgs*)&g); }
 }  // namespace fdk_old_wrap
 
+// Page-aligned storage, as Paddle allocates tensors: a std::vector's data sits 16 bytes into its block, so
+// every 64-byte tile row of C or of the weight would straddle two cache lines.
+template <class T>
+struct PageAllocator {
+  using value_type = T;
+  PageAllocator() = default;
+  template <class U>
+  PageAllocator(const PageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
+    T* p = (T*)std::aligned_alloc(4096, bytes);
+    fdk::advise_huge_pages(p, (int64_t)bytes, int64_t{32} << 20);  // as ops.cc does for linear's output
+    return p;
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const PageAllocator<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const PageAllocator<U>&) const { return false; }
+};
+template <class T>
+using Buf = std::vector<T, PageAllocator<T>>;
+
 static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // SmolLM2-135M's four prompt GEMMs (qkv, o_proj, gate_up, down) over 30 layers of distinct weights in a
@@ -39,10 +64,10 @@ static int stack(int64_t m, int passes) {
   const int64_t shapes[4][2] = {{576, 960}, {576, 576}, {576, 3072}, {1536, 576}};
   constexpr int kLayers = 30;
   std::mt19937 rng(1);
-  std::vector<float> a(m * 1536);
+  Buf<float> a(m * 1536);
   for (auto& x : a) x = (float)(rng() % 2001) / 1000.0f - 1.0f;
-  std::vector<std::vector<uint16_t>> tiles(kLayers * 4);
-  std::vector<std::vector<float>> c(4);
+  std::vector<Buf<uint16_t>> tiles(kLayers * 4);
+  std::vector<Buf<float>> c(4);
   for (int l = 0; l < kLayers; ++l)
     for (int i = 0; i < 4; ++i) {
       auto& t = tiles[l * 4 + i];
@@ -90,10 +115,10 @@ int main(int argc, char** argv) {
   if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(m * k);
+  Buf<float> a(m * k);
   for (auto& x : a) x = u(rng);
   const int64_t panels = (n + fdk::kNR - 1) / fdk::kNR, te = fdk::amx::tiles_elems(n, k);
-  std::vector<std::vector<uint16_t>> tiles(nw, std::vector<uint16_t>(te));
+  std::vector<Buf<uint16_t>> tiles(nw, Buf<uint16_t>(te));
   std::vector<int8_t> q(panels * k * fdk::kNR);
   std::vector<float> s(panels * fdk::kNR, 0.01f);
   for (int w = 0; w < nw; ++w) {
@@ -102,7 +127,7 @@ int main(int argc, char** argv) {
     g.k = k, g.n = n, g.w = q.data(), g.scales = s.data(), g.group = k, g.kind = fdk::kS8;
     fdk::amx::pack_tiles(g, tiles[w].data());
   }
-  std::vector<float> c0(m * n), c1(m * n);
+  Buf<float> c0(m * n), c1(m * n);
   auto args = [&](int w, float* c) {
     fdk::GemmArgs g{};
     g.a = a.data(), g.lda = k, g.m = m, g.k = k, g.n = n, g.kind = fdk::kS8, g.group = k, g.c = c;

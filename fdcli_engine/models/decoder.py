@@ -7,7 +7,8 @@ table built at construction, so a missing tensor is found by set difference, not
 
 With the native kernels, loading ends by packing the layers for `ops.decoder_stack` (models/decoder_stack.py),
 which runs them all in one C++ op, bit-identical to the per-op loop in `forward`; models whose layers
-differ (MoE) keep the loop.
+differ (MoE) keep the loop. The packed stack also holds the embedding's table (it takes the token ids)
+and the LM head (`forward_greedy`: the step's greedy tokens from the same op).
 
 A step's `meta.out` (runner/read_rows.py) names the rows whose output is read: the last layer writes
 every row's K/V, computes the rest for those rows alone, and the model returns them (both paths).
@@ -190,7 +191,21 @@ class DecoderForCausalLM:
 
     def forward(self, input_ids, positions, kv_caches, meta) -> paddle.Tensor:
         with paddle.no_grad():
+            if _runs_stack(self, positions) and self.decoder_stack.embeds_tokens:
+                # The stack holds the embedding's table: it looks the rows up itself, one op a step.
+                return _run_stack(self, input_ids, positions, kv_caches, meta)
             return decode_layers(self, self.embed_tokens(input_ids), positions, kv_caches, meta)
+
+    def forward_greedy(self, input_ids, positions, kv_caches, meta) -> tuple[paddle.Tensor, list[int] | None]:
+        """`forward` and each returned row's `compute_greedy_tokens`, in one op where the packed stack
+        holds the LM head: (hidden, tokens). tokens None: the caller asks compute_greedy_tokens or the
+        logits itself (no fused path for this step, or a row's logits hold a NaN)."""
+        own_forward = type(self).forward is DecoderForCausalLM.forward  # a subclass's may do more
+        if not (own_forward and _runs_stack(self, positions) and self.decoder_stack.has_head):
+            return self.forward(input_ids, positions, kv_caches, meta), None
+        with paddle.no_grad():
+            x = input_ids if self.decoder_stack.embeds_tokens else self.embed_tokens(input_ids)
+            return _run_stack(self, x, positions, kv_caches, meta, greedy=True)
 
     def compute_logits(self, hidden: paddle.Tensor) -> paddle.Tensor:
         with paddle.no_grad():
@@ -209,16 +224,9 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position.
     With `meta.out` (runner/read_rows.py) the last layer computes only those rows past its cache write
     and they are what is returned, unless the model cannot (tensor parallel, MoE layers)."""
+    if _runs_stack(model, positions):
+        return _run_stack(model, hidden, positions, kv_caches, meta)
     out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
-    if (
-        model.decoder_stack is not None
-        and model.use_decoder_stack
-        and ops.decoder_stack is not None
-        and positions.ndim == 1
-    ):
-        return ops.decoder_stack(
-            hidden, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows, out
-        )
     residual = None
     last = len(model.layers) - 1
     for i, (layer, kv_cache) in enumerate(zip(model.layers, kv_caches, strict=True)):
@@ -237,6 +245,24 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
         hidden = layer.mlp(x, rows_meta.prompt_rows)
     out_hidden, _ = model.norm(hidden, residual)
     return out_hidden
+
+
+def _runs_stack(model, positions) -> bool:
+    """Whether the packed stack runs this step's layers: packed, enabled, bound, one position a token."""
+    return (
+        model.decoder_stack is not None
+        and model.use_decoder_stack
+        and ops.decoder_stack is not None
+        and positions.ndim == 1
+    )
+
+
+def _run_stack(model, x, positions, kv_caches, meta, greedy: bool = False):
+    """The packed stack on x: the embedded tokens, or their ids where the stack holds the table. With
+    `greedy`, (hidden, tokens) from ops.decoder_stack_greedy."""
+    out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
+    op = ops.decoder_stack_greedy if greedy else ops.decoder_stack
+    return op(x, positions, kv_caches, meta, model.decoder_stack, meta.prompt_rows, out)
 
 
 def _computes_row_subsets(model) -> bool:

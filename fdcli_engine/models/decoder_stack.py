@@ -5,7 +5,9 @@ runs the same kernels in the same order from C++ (kernels/fd_kernels/csrc/decode
 output is bit-identical. It applies only where that is guaranteed by construction: the native kernels
 are bound, every layer is the plain structure (Attention + GatedMLP between two RMSNorms, one shared
 rotary table, one eps), and every linear is a native packed weight. Anything else (MoE layers, the
-reference ops) returns None here and keeps the per-op loop, which stays the oracle.
+reference ops) returns None here and keeps the per-op loop, which stays the oracle. The plan also holds
+the token table (the op then takes token ids) and the LM head (the op can end with each row's greedy
+token, `ops.decoder_stack_greedy`), each where it is the plain lookup / linear those ops compute.
 
 FD_DECODER_STACK=0 turns the stack off (debugging; the tests compare the two paths).
 """
@@ -16,6 +18,7 @@ import os
 
 from fdcli_engine import ops
 from fdcli_engine.layers import Attention, GatedMLP, RMSNorm
+from fdcli_engine.layers.embedding import LMHead, VocabEmbedding
 
 
 def stack_enabled() -> bool:
@@ -81,4 +84,22 @@ def build_decoder_stack(model):
         attn0.head_dim,
         eps.pop(),
         scales.pop(),
+        embedding=_token_table(model.embed_tokens),
+        head=_head_weight(model.lm_head),
     )
+
+
+def _token_table(embed):
+    """The embedding's table for the stack to look token rows up in (so a step is one op), or None
+    where the lookup is not the plain one (another embedding class: the model keeps its own call)."""
+    if type(embed) is not VocabEmbedding:
+        return None
+    return embed.lw if embed.lw is not None else embed.weight
+
+
+def _head_weight(head):
+    """The LM head's native weight for the stack's greedy tokens (`ops.decoder_stack_greedy`), or None
+    where the head is not the plain linear its fused argmax takes."""
+    if type(head) is not LMHead or head.lw is None or not hasattr(head.lw, "packed"):
+        return None
+    return head.lw

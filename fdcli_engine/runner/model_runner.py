@@ -1,7 +1,8 @@
 """Runs one scheduled step on the model: inputs → forward → logits of the sampling rows → sampler →
 (speculative decoding) acceptance and the next drafts. A step that needs only each row's first argmax
 (Sampler.argmax_suffices) takes the tokens from the model's fused LM head + argmax instead of the
-logits and the sampler: the same tokens.
+logits and the sampler: the same tokens. Where every row of such a step samples and nothing else reads
+its hidden states, the forward gives them (model.forward_greedy: one op a batch-1 decode step).
 
 With constrained requests in the step, their grammar masks are filled on a worker thread while the
 forward runs (runner/grammar_masks.py); a step without any submits nothing. With drafts in the step,
@@ -59,8 +60,10 @@ class ModelRunner:
         # allocated on them).
         self.huge_page_bytes = place_on_huge_pages(model, self.proposer)
         self.sampler = Sampler(seed=config.seed, eos_token_ids=eos_token_ids)
-        # Each row's first argmax without the logits (models/decoder.py), for plain greedy steps.
+        # Each row's first argmax without the logits (models/decoder.py), for plain greedy steps; with
+        # the forward itself where the model can (one op a step).
         self._greedy_tokens = getattr(model, "compute_greedy_tokens", None)
+        self._forward_greedy = getattr(model, "forward_greedy", None)
         self.grammar = GrammarMasks(None, eos_token_ids, make_backend=make_grammar_backend)
         self.mm = MultiModalInputs(model)
         self.input_buffers = InputBuffers()  # the step's input tensors, refilled each step
@@ -100,8 +103,14 @@ class ModelRunner:
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
         meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer)
         pending = self.grammar.begin(so.scheduled, views)
+        tokens = None
         try:
-            hidden = self.model.forward(inputs.input_ids, positions, self.kv_caches, meta, **extra)
+            if self._forward_greedy is not None and self._greedy_forward(
+                so, reqs, views, rows, inputs, extra, pending
+            ):
+                hidden, tokens = self._forward_greedy(inputs.input_ids, positions, self.kv_caches, meta)
+            else:
+                hidden = self.model.forward(inputs.input_ids, positions, self.kv_caches, meta, **extra)
         finally:
             masks = self.grammar.wait(pending)  # the worker never outlives the step
         if meta.out is not None and hidden.shape[0] != inputs.input_ids.shape[0]:
@@ -113,21 +122,37 @@ class ModelRunner:
                 self.model, hidden, so.scheduled, inputs.meta.query_start_loc_np
             )
         if reqs:
-            self._sample(hidden, rows, reqs, views, starts, masks, out)
+            self._sample(hidden, rows, reqs, views, starts, masks, out, tokens)
         if self.proposer is not None:
             step = ProposeInputs(so.scheduled, inputs, hidden, out.sampled_token_ids)
             out.spec_token_ids = self.proposer.propose(step)
         return out
 
-    def _sample(self, hidden, rows, reqs, views, starts, masks, out: ModelRunnerOutput) -> None:
-        """Sample every row, keep what each request emits (spec_decode.accept), into `out`."""
+    def _greedy_forward(self, so, reqs, views, rows, inputs, extra, pending) -> bool:
+        """Whether the forward may also give the step's tokens (model.forward_greedy): every row of the
+        step samples (so the tokens are the hidden rows' in order), by its first argmax alone
+        (Sampler.argmax_suffices, no grammar mask), and nothing else reads this step's hidden states
+        or logits (no proposer, prompt logprobs or multimodal inputs)."""
+        return (
+            pending is None
+            and self.proposer is None
+            and not extra
+            and len(reqs) == len(so.scheduled)
+            and len(rows) == inputs.input_ids.shape[0]
+            and not any(s.needs_prompt_logprobs for s in so.scheduled)
+            and self.sampler.argmax_suffices(views)
+        )
+
+    def _sample(self, hidden, rows, reqs, views, starts, masks, out: ModelRunnerOutput, tokens=None) -> None:
+        """Sample every row, keep what each request emits (spec_decode.accept), into `out`. `tokens`:
+        every row's token already taken with the forward (model.forward_greedy), or None."""
         if len(rows) == hidden.shape[0]:
             selected = hidden
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
         states = self.sampler.draw_states(reqs)
-        tokens = logprobs = None  # no logprobs on the argmax path: no row asks for them
-        if self._greedy_tokens is not None and self.sampler.argmax_suffices(views, masks):
+        logprobs = None  # no logprobs on the argmax path: no row asks for them
+        if tokens is None and self._greedy_tokens is not None and self.sampler.argmax_suffices(views, masks):
             tokens = self._greedy_tokens(selected)  # None: a NaN logit, or a head without the fused op
         if tokens is None:
             # A view, not a copy: the tensor is this step's alone, and the sampler only reads it.

@@ -57,13 +57,16 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
     add_layer_norm(x[T,H], residual[T,H], weight[H], bias[H], eps) -> layer_norm(x + residual)
         (post-norm: the sum itself is not returned)
     prepare_decoder_stack(layers: list[dict], final_norm, cos_sin_cache, num_heads, num_kv_heads,
-                          head_dim, eps, scale) -> DecoderStack
+                          head_dim, eps, scale, embedding=None, head=None) -> DecoderStack
     decoder_stack(x[T,H], positions, kv_caches, meta, stack, prompt_rows=None, out=None) -> [T,H]
-        (or [K,H]: with `out`, the metadata of K rows that are read, the last layer computes only them)
+        (or [K,H]: with `out`, the metadata of K rows that are read, the last layer computes only them;
+        x may be int64 token ids [T] where the stack was given the embedding's table)
         native only (None under the reference, whose oracle is the per-op loop itself): every layer of a
         Llama-family decoder and its final norm in one C++ call, bit-identical to the per-op loop of
         models/decoder.py (prompt_rows as in linear); see native.prepare_decoder_stack for
         the layer dicts.
+    decoder_stack_greedy(same arguments) -> (hidden, tokens: list[int] | None): native only, a stack
+        packed with head=: decoder_stack and each output row's linear_argmax over the LM head in one op
     prompt_tile_min_rows() -> int
         native only: the prompt-row count from which kS8 / kU4 linears change path (kernels.h); a
         subset of a step's prompt rows keeps at least min(this, all) of them to keep their bits
@@ -91,6 +94,7 @@ OP_NAMES = (
     "add_layer_norm",
     "prepare_decoder_stack",
     "decoder_stack",
+    "decoder_stack_greedy",
     "prompt_tile_min_rows",
     "huge_pages",
 )

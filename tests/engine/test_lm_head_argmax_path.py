@@ -1,4 +1,5 @@
-"""Plain greedy steps without logprobs take the LM head's fused argmax (ops.linear_argmax) instead of the
+"""Plain greedy steps without logprobs take the LM head's fused argmax (ops.linear_argmax, or with the
+native stack the same argmax at the end of the forward's op: model.forward_greedy) instead of the
 logits and the sampler: the generated tokens must be those of the full path, token for token, on both op
 implementations, tied and untied heads, and the default SmolLM2 GGUF model; any request that needs the
 logits (logprobs, a penalty, logit_bias, min_tokens, sampling) must send its steps through the full path,
@@ -20,14 +21,21 @@ def backend(request):
 
 
 def spy(llm):
-    """Counts of the runner's fused-argmax and logits calls, from now on."""
+    """Counts of the runner's fused-argmax steps (by the LM head op or with the forward) and logits
+    calls, from now on."""
     runner = llm.engine.runner
-    calls = {"argmax": 0, "logits": 0}
-    fused, logits = runner._greedy_tokens, runner.model.compute_logits
+    calls = {"argmax": 0, "logits": 0, "forward": 0}
+    fused, logits, forward = runner._greedy_tokens, runner.model.compute_logits, runner._forward_greedy
 
     def counted_fused(hidden):
         calls["argmax"] += 1
         return fused(hidden)
+
+    def counted_forward(*args):
+        hidden, tokens = forward(*args)
+        calls["argmax"] += tokens is not None
+        calls["forward"] += tokens is not None
+        return hidden, tokens
 
     def counted_logits(hidden):
         calls["logits"] += 1
@@ -35,6 +43,7 @@ def spy(llm):
 
     runner._greedy_tokens = counted_fused
     runner.model.compute_logits = counted_logits
+    runner._forward_greedy = counted_forward
     return calls
 
 
@@ -45,10 +54,11 @@ def tokens(llm, params, prompts=PROMPTS) -> list[list[int]]:
 def full_path_tokens(llm, params, prompts=PROMPTS) -> list[list[int]]:
     runner = llm.engine.runner
     fused, runner._greedy_tokens = runner._greedy_tokens, None
+    forward, runner._forward_greedy = runner._forward_greedy, None
     try:
         return tokens(llm, params, prompts)
     finally:
-        runner._greedy_tokens = fused
+        runner._greedy_tokens, runner._forward_greedy = fused, forward
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -66,6 +76,8 @@ def test_greedy_tokens_equal_the_full_path(backend, tiny_model_dir, tmp_path, ti
     got = tokens(llm, params)
     assert got == want
     assert calls["argmax"] > 0 and calls["logits"] == 0
+    # Native: the decode steps (every row samples) take their tokens with the forward's one op.
+    assert (calls["forward"] > 0) == (backend == "native")
     # top_k=1 is greedy too (SamplingParams.is_greedy): the same rule
     assert tokens(llm, SamplingParams(temperature=0.8, top_k=1, max_tokens=12, ignore_eos=True)) == want
 
@@ -103,8 +115,10 @@ def test_a_nan_row_sends_the_step_to_the_full_path(tiny_model_dir, monkeypatch):
     want = full_path_tokens(llm, params)
     calls = spy(llm)
     monkeypatch.setattr(ops, "linear_argmax", lambda x, lw: None)  # what the op says for a NaN row
+    if ops.decoder_stack_greedy is not None:  # and the forward's argmax, the hidden states unchanged
+        monkeypatch.setattr(ops, "decoder_stack_greedy", lambda *a: (ops.decoder_stack(*a), None))
     assert tokens(llm, params) == want
-    assert calls["argmax"] > 0 and calls["logits"] == calls["argmax"]
+    assert calls["argmax"] > 0 and calls["logits"] == calls["argmax"] and calls["forward"] == 0
 
 
 @pytest.mark.slow

@@ -6,21 +6,16 @@ tokens; a step with prompt logprobs computes every row and gives the prompt logp
 from __future__ import annotations
 
 import pytest
+from ops_backend import switched_ops
 from test_engine_e2e import prompts_of
 
-from fdcli_engine import LLM, SamplingParams, ops
+from fdcli_engine import LLM, SamplingParams
 from fdcli_engine.runner import read_rows
 
 
 @pytest.fixture(autouse=True)
 def native_ops():
-    previous = ops.backend
-    try:
-        ops.use("native")
-    except RuntimeError:
-        pytest.skip("native kernels unavailable")
-    yield
-    ops.use(previous)
+    yield from switched_ops("native")
 
 
 @pytest.fixture

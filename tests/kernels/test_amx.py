@@ -157,3 +157,43 @@ def test_tiles_of_another_weight_are_refused(native, rng):
         native.linear(
             to_pd(rng.standard_normal((16, 64), dtype=np.float32)), a, to_rows(np.ones(16, dtype=bool))
         )
+
+
+@pytest.mark.parametrize("m", [5, 300])
+def test_activations_round_to_nearest_even_into_the_tiles(native, rng, m):
+    # A diagonal weight makes each output one product of two bf16 values, exact in fp32, so the output
+    # shows how every activation was rounded: ties (low half 0x8000) to even, either side of them, and
+    # values that round up into the next binade, against the integer formula of bf16(). Whole 32-value
+    # k-steps and a partial one (k = 80) both convert.
+    k = n = 80
+    w = np.diag(rng.uniform(0.5, 2.0, n).astype(np.float32))
+    lw = native.prepare_linear(w, None, "wint8")
+    wd = bf16(np.diag(lw.dequantize()))
+    x = rng.standard_normal((m, k), dtype=np.float32).view(np.uint32)
+    low = rng.choice(np.array([0x8000, 0x7FFF, 0x8001, 0xFFFF, 0x0000], dtype=np.uint32), size=x.shape)
+    x = ((x & np.uint32(0xFFFF0000)) | low).view(np.float32)
+    x[:, 7] = np.float32(np.uint32(0x3F7FFFFF).view(np.float32))  # rounds up to 1.0
+    y = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
+    np.testing.assert_array_equal(y, bf16(x) * wd)
+    truncated = (x.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    assert not np.array_equal(y, truncated * wd)  # the rounding is really tested
+
+
+def test_an_output_past_32_mb_streams_the_same_bits(native, rng):
+    # 200 x 49,152 fp32 outputs (39 MB, an LM head over a prompt) are written with non-temporal stores
+    # where a 32 x 32 block is whole; the last 8 rows are a partial block, written as usual. Every row
+    # must hold the bits it has alone (196 KB of output, ordinary stores) and the bf16 products.
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    k, n, m = 64, 49152, 200
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    raw = np.ascontiguousarray(quantize(w, GGMLQuantizationType.Q8_0)).view(np.uint8).reshape(n, -1)
+    lw = native.prepare_linear_gguf(raw, int(GGMLQuantizationType.Q8_0), k)  # no bias, as an LM head
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    y = native.linear(to_pd(x), lw, to_rows(np.ones(m, dtype=bool))).numpy()
+    for r in (0, 31, 100, 191, 192, m - 1):
+        alone = native.linear(to_pd(x[r : r + 1]), lw, to_rows(np.ones(1, dtype=bool))).numpy()
+        np.testing.assert_array_equal(alone[0], y[r])
+    xb, wb = bf16(x[::37]), bf16(lw.dequantize())
+    _check(y[::37], xb.astype(np.float64) @ wb.astype(np.float64).T, xb, wb)

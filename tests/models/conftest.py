@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pytest  # noqa: E402
 import tiny_models  # noqa: E402
+from ops_backend import switched_ops  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -32,9 +33,4 @@ def tiny_checkpoint(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def reference_ops():
     """Model tests check the reference ops against transformers; native kernels have their own tests."""
-    from fdcli_engine import ops
-
-    previous = ops.backend
-    ops.use("reference")
-    yield
-    ops.use(previous)
+    yield from switched_ops("reference")

@@ -16,6 +16,7 @@ import dataclasses
 import numpy as np
 import paddle
 import pytest
+from ops_backend import switched_ops
 from tiny_models import ARCHITECTURES, load_fd_model, make_attention_metadata, make_tiny_gguf
 
 from fdcli_engine import ops
@@ -37,13 +38,7 @@ STEPS = [
 @pytest.fixture(autouse=True)
 def reference_ops():
     """Overrides the directory's fixture: this module tests the native ops."""
-    previous = ops.backend
-    try:
-        ops.use("native")
-    except RuntimeError as exc:
-        pytest.skip(f"C++ kernels unavailable: {exc}")
-    yield
-    ops.use(previous)
+    yield from switched_ops("native")
 
 
 def step_batch(step, seqs: dict, free: list, rng) -> tuple[list, list, list]:
@@ -82,6 +77,7 @@ def run_steps(model, use_stack: bool, kv_cache_dtype: str, prompt_rows: bool = T
 
 def assert_bit_identical(model, kv_cache_dtype: str, monkeypatch, steps=STEPS) -> None:
     assert model.decoder_stack is not None, "the stack should apply to this model"
+    assert model.decoder_stack.embeds_tokens  # the stack path looks the tokens up itself
     calls = []
     fused = ops.decoder_stack
     monkeypatch.setattr(ops, "decoder_stack", lambda *a: calls.append(1) or fused(*a))
@@ -206,3 +202,81 @@ def test_bad_metadata_is_a_clear_error(tiny_checkpoint):
     fake = DecoderStack(plan=paddle.zeros([64], dtype="int64"), tensors=[])
     with pytest.raises(ValueError, match="not a plan"):
         ops.decoder_stack(x, positions, caches, meta, fake)
+
+
+@pytest.mark.parametrize("gguf", [False, True])
+def test_stack_takes_token_ids(gguf, tiny_checkpoint, tmp_path, monkeypatch):
+    """With the embedding's table in its plan (fp32 rows, or GGUF blocks as ops.embedding reads them),
+    the stack takes token ids: the same bits as given the embedded rows, and a decode step's forward is
+    one custom op."""
+    from fd_kernels import native
+
+    path = tiny_checkpoint("LlamaForCausalLM")
+    if gguf:
+        path = make_tiny_gguf(path, tmp_path / "tiny-Q8_0.gguf", "Q8_0")
+    model = load_fd_model(path, quantization="gguf" if gguf else None)
+    assert (model.embed_tokens.lw is not None) == gguf
+    stack = model.decoder_stack
+    ids = paddle.to_tensor(np.array([5, 511, 0, 77], dtype=np.int64))
+    results = []
+    for x in (ids, model.embed_tokens(ids)):
+        caches = allocate_kv_caches(model, 8, BLOCK_SIZE, "bfloat16")
+        meta, positions = make_attention_metadata([(0, 4, [1, 0])], BLOCK_SIZE)
+        results.append((ops.decoder_stack(x, positions, caches, meta, stack).numpy(), caches[0][0].numpy()))
+    assert np.isfinite(results[0][0]).all()
+    assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
+
+    caches = allocate_kv_caches(model, 8, BLOCK_SIZE, "bfloat16")
+    stack.cache_plan(caches)  # bound once, outside the step
+    names = []
+    run = native._run
+    monkeypatch.setattr(native, "_run", lambda name, *a: names.append(name) or run(name, *a))
+    meta, positions = make_attention_metadata([(6, 1, [1, 0])], BLOCK_SIZE)
+    model.forward(paddle.to_tensor(np.array([9], dtype=np.int64)), positions, caches, meta)
+    assert names == ["fd_decoder_stack"]
+
+
+def test_bad_token_ids_are_a_clear_error(tiny_checkpoint, monkeypatch):
+    """An id outside the table is refused as ops.embedding refuses it; a stack packed without the table
+    refuses ids, and the model then embeds the tokens itself (the same bits)."""
+    from fdcli_engine.models import decoder_stack
+
+    model = load_fd_model(tiny_checkpoint("LlamaForCausalLM"))
+    caches = allocate_kv_caches(model, 4, BLOCK_SIZE)
+    meta, positions = make_attention_metadata([(0, 2, [0])], BLOCK_SIZE)
+    ids = paddle.to_tensor(np.array([3, 512], dtype=np.int64))  # the tiny vocab is 512
+    with pytest.raises(ValueError, match="token id 512 is outside the vocabulary"):
+        ops.decoder_stack(ids, positions, caches, meta, model.decoder_stack)
+    ids = paddle.to_tensor(np.array([3, 7], dtype=np.int64))
+    expected = model.forward(ids, positions, caches, meta).numpy()
+    monkeypatch.setattr(decoder_stack, "_token_table", lambda embed: None)
+    model.decoder_stack = build_decoder_stack(model)
+    assert not model.decoder_stack.embeds_tokens
+    with pytest.raises(ValueError, match="holds no embedding"):
+        ops.decoder_stack(ids, positions, caches, meta, model.decoder_stack)
+    assert np.array_equal(model.forward(ids, positions, caches, meta).numpy(), expected)
+
+
+def test_cache_plan_binds_again_only_for_other_tensors(tiny_checkpoint, monkeypatch):
+    """The cache plan is bound once for the runner's caches; a replaced layer, or a tensor swapped
+    inside a mutable container, binds again."""
+    from fd_kernels import native
+
+    model = load_fd_model(tiny_checkpoint("LlamaForCausalLM"))
+    stack = model.decoder_stack
+    binds = []
+    run = native._run
+    monkeypatch.setattr(native, "_run", lambda name, *a: binds.append(name) or run(name, *a))
+    caches = allocate_kv_caches(model, 4, BLOCK_SIZE)
+    other = allocate_kv_caches(model, 4, BLOCK_SIZE)
+    plan = stack.cache_plan(caches)
+    assert stack.cache_plan(caches) is plan and stack.cache_plan(list(caches)) is plan
+    caches[1] = other[1]
+    replaced = stack.cache_plan(caches)
+    assert replaced is not plan
+    lists = [list(layer) for layer in caches]  # the same tensors in mutable containers
+    assert stack.cache_plan(lists) is replaced
+    lists[0][1] = other[0][1]
+    assert stack.cache_plan(lists) is not replaced
+    assert stack.cache_plan(lists) is stack.cache_plan(lists)
+    assert binds == ["fd_decoder_stack_bind"] * 3

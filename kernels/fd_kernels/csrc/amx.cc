@@ -36,7 +36,7 @@
 namespace fdk {
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,avx512bf16,amx-tile,amx-bf16")
 
 namespace {
 
@@ -81,6 +81,25 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
   for (int64_t k = 0; k < kp; k += kKStep) {
     uint16_t* o = out + a_offset(r, k, kp);
     int64_t j = 0;
+    if (r < g.m && k + kKStep <= g.k) {
+      // A whole k-step in one vcvtne2ps2bf16, which rounds to nearest even as round_hi does for every
+      // value but denormals (it flushes them) and NaNs (its quiet NaN): those k-steps take round_hi.
+      __m512 v0 = _mm512_loadu_ps(a + k), v1 = _mm512_loadu_ps(a + k + 16);
+      if (silu) {
+        v0 = silu16::vsilu_mul(v0, _mm512_loadu_ps(up + k));
+        v1 = silu16::vsilu_mul(v1, _mm512_loadu_ps(up + k + 16));
+      }
+      constexpr int kOdd = 0x01 | 0x20 | 0x80;  // quiet NaN, denormal, signalling NaN
+      if (!(_mm512_fpclass_ps_mask(v0, kOdd) | _mm512_fpclass_ps_mask(v1, kOdd))) {
+        _mm512_store_si512(o, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+        continue;
+      }
+      for (const __m512 v : {v0, v1}) {
+        _mm256_store_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(v), 16)));
+        j += 16;
+      }
+      continue;
+    }
     if (r < g.m) {
       for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
         __m512 v = _mm512_loadu_ps(a + k + j);
@@ -189,7 +208,7 @@ void pack_panel_q(const GemmArgs& g, int64_t p, uint16_t* out) {
 // 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
 // the same rows before storing C, since a tile load issued after the C stores waits for them.
 void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
-           bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false) {
+           bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
@@ -200,7 +219,8 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   float* c = g.c + m0 * g.n + n0;
   // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products; with
   // own_pf (a block no previous block prefetched for) this block's own C too.
-  const bool pf = n0 + 2 * kNR <= g.n;
+  const bool pf = !nt && n0 + 2 * kNR <= g.n;
+  own_pf = own_pf && !nt;
   float* const pf_c = own_pf ? c : c + kNR;
   const int64_t pf_rows = std::max<int64_t>(4, (kRows * kKStep + kp - 1) / kp);  // all 32 rows within the k-steps
   int64_t pr = 0;
@@ -233,6 +253,18 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   if (next_b) {
     _tile_loadd(4, a, 64);
     _tile_loadd(6, next_b, 64);
+  }
+  if (nt && rows == kRows && ncols == kNR && !g.bias) {
+    alignas(64) float tmp[kRows * kNR];
+    _tile_stored(0, tmp, kNR * 4);
+    _tile_stored(1, tmp + 16, kNR * 4);
+    _tile_stored(2, tmp + 16 * kNR, kNR * 4);
+    _tile_stored(3, tmp + 16 * kNR + 16, kNR * 4);
+    for (int64_t r = 0; r < kRows; ++r) {
+      _mm512_stream_ps(c + r * g.n, _mm512_load_ps(tmp + r * kNR));
+      _mm512_stream_ps(c + r * g.n + 16, _mm512_load_ps(tmp + r * kNR + 16));
+    }
+    return;
   }
   if (rows == kRows && ncols == kNR && !g.bias) {
     _tile_stored(0, c, g.n * 4);
@@ -301,6 +333,15 @@ Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
   return pl;
 }
 
+// Bytes of C from which full blocks are written with non-temporal stores: C this large (an LM head over
+// hundreds of rows) goes to memory anyway, and ordinary stores would first read every line of it.
+constexpr int64_t kStreamBytes = int64_t{32} << 20;
+
+// Whether full blocks of C are streamed: only where every full block's rows are whole 64-byte lines.
+bool streams_c(const GemmArgs& g) {
+  return g.m * g.n * (int64_t)sizeof(float) >= kStreamBytes && g.n % 16 == 0 && (uintptr_t)g.c % 64 == 0;
+}
+
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
 // chunk, claimed in turn by whichever thread is free, so the threads stay even when one of them loses its
 // core for a while. An A block stays in L1 across a chunk's panels, its rows of C written left to right.
@@ -316,6 +357,7 @@ Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
 void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);
+  const bool nt = streams_c(g);
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
   std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
@@ -346,8 +388,9 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         }
         for (int64_t p = p0; p < p1; ++p) {
           const uint16_t* next_b = p + 1 < p1 ? g.tiles + (p + 1) * panel_elems : nullptr;
-          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0);
+          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0, nt);
         }
+        if (nt) _mm_sfence();  // the streamed stores are ordered by no atomic: publish them first
         if (g.epilogue && done[rb].fetch_add(1, std::memory_order_acq_rel) + 1 == row_items)
           g.epilogue(g.epilogue_ctx, rb * kRows, std::min(g.m, (rb + 1) * kRows));
       }
@@ -417,7 +460,7 @@ bool usable() {
     unsigned eax, ebx, ecx, edx;
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
     const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
-    if (!amx_bf16 || !amx_tile) return false;
+    if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512bf16")) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();

@@ -134,8 +134,8 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
   }
 }
 
-// Where the decode path's 16-key sub-chunk prefetches go when the scores issue them (AVX-512, fp32 / bf16
-// cache): the next sub-chunk's keys and values into L1 (k0, v0) and those a chunk ahead into L2 (k1, v1),
+// Where the decode path's 16-key sub-chunk prefetches go when the scores issue them (AVX-512: fp32, bf16
+// or C8 cache; AVX2: fp32 or bf16): the next sub-chunk's keys and values into L1 (k0, v0) and those a chunk ahead into L2 (k1, v1),
 // each the same byte layout as the sub-chunk being scored. A target with nothing to fetch points at that
 // sub-chunk itself.
 struct SubPrefetch {
@@ -155,6 +155,9 @@ template <int R, int KV>
 static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc,
                                const SubPrefetch* pf) {
   constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
+  const __m512i widen = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0,
+                                         3, 0, 2, 0, 1, 0, 0, 0);  // word 2i + 1 <- word i
+  const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers: the asm operands made GCC reload *pf
   for (int half = 0; half < 2; ++half) {
     __m512 acc[R][8];
     for (int r = 0; r < R; ++r)
@@ -164,12 +167,18 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
       for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
       for (int j = 0; j < 8; ++j) {
         if (const int64_t e = ((half * 8 + j) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
         }
-        const __m512 kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
+        __m512 kv;
+        if constexpr (KV == kKvBF16) {  // one permute into the odd words: the high halves of the fp32 lanes
+          const __m256i x = _mm256_loadu_si256((const __m256i*)((const uint16_t*)kp + (half * 8 + j) * hd + d));
+          kv = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, widen, _mm512_castsi256_si512(x)));
+        } else {
+          kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
+        }
         for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(qv[r], kv, acc[r][j]);
       }
     }
@@ -194,10 +203,13 @@ static inline void dots16_rows(const float* const* qr, const void* kp, int64_t h
 // are plain FMAs with q[d] broadcast: no horizontal sums, and each code is converted to fp32 once for
 // all R rows. Per 64 dims, each 128-bit lane of the 16 key rows is a 16 x 16 byte matrix that four
 // rounds of unpacks (64 shuffles per KiB of codes) transpose; register i then holds dim bitrev4(i).
+// pf (optional): as dots16_rows', a line of each prefetch target at every line of codes the loads start.
 template <int R>
-static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t hd, float* sc) {
+static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t hd, float* sc,
+                               const SubPrefetch* pf) {
   static constexpr int kBitrev4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
   alignas(64) int8_t t[16 * 64];
+  const SubPrefetch pt = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   const float* q[R];
   for (int r = 0; r < R; ++r) q[r] = qr[r];
   __m512 acc[R][4];  // 4 FMA chains per row
@@ -207,7 +219,15 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
     const int64_t w = std::min<int64_t>(64, hd - d0);  // 16, 32, 48 or 64 dims
     const __mmask64 m = w == 64 ? ~0ull : (1ull << w) - 1;
     __m512i x[16], y[16];
-    for (int j = 0; j < 16; ++j) x[j] = _mm512_maskz_loadu_epi8(m, kq + j * hd + d0);
+    for (int j = 0; j < 16; ++j) {
+      for (int64_t e = (j * hd + d0 + 63) / 64 * 64; pf && e < j * hd + d0 + w; e += 64) {  // lines it starts
+        asm volatile("prefetcht0 %0" : : "m"(pt.k0[e]));
+        asm volatile("prefetcht0 %0" : : "m"(pt.v0[e]));
+        asm volatile("prefetcht1 %0" : : "m"(pt.k1[e]));
+        asm volatile("prefetcht1 %0" : : "m"(pt.v1[e]));
+      }
+      x[j] = _mm512_maskz_loadu_epi8(m, kq + j * hd + d0);
+    }
     for (int i = 0; i < 8; ++i) {
       y[i] = _mm512_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
       y[i + 8] = _mm512_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
@@ -253,6 +273,7 @@ template <int R, int KV>
 static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc,
                               const SubPrefetch* pf) {
   constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
+  const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
     __m256 acc[R][4];
@@ -261,10 +282,10 @@ static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n,
     for (int64_t d = 0; d < hd; d += 8)
       for (int i = 0; i < 4; ++i) {
         if (const int64_t e = ((j + i) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(pf->k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(pf->v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->k1[e]));
-          asm volatile("prefetcht1 %0" : : "m"(pf->v1[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+          asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
         }
         const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
@@ -393,10 +414,10 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
       for (int64_t r = 0; r < nrows; r += 4) {
         float* pr = p + r * kDecodeChunk;
         switch (std::min<int64_t>(4, nrows - r)) {
-          case 4: c8_scores16<4>(qr + r, (const int8_t*)kc, hd, pr); break;
-          case 3: c8_scores16<3>(qr + r, (const int8_t*)kc, hd, pr); break;
-          case 2: c8_scores16<2>(qr + r, (const int8_t*)kc, hd, pr); break;
-          default: c8_scores16<1>(qr + r, (const int8_t*)kc, hd, pr);
+          case 4: c8_scores16<4>(qr + r, (const int8_t*)kc, hd, pr, r == 0 ? pf : nullptr); break;
+          case 3: c8_scores16<3>(qr + r, (const int8_t*)kc, hd, pr, r == 0 ? pf : nullptr); break;
+          case 2: c8_scores16<2>(qr + r, (const int8_t*)kc, hd, pr, r == 0 ? pf : nullptr); break;
+          default: c8_scores16<1>(qr + r, (const int8_t*)kc, hd, pr, r == 0 ? pf : nullptr);
         }
       }
     } else {
@@ -509,8 +530,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     nk = std::max(nk, std::min(rows[r].nk, k1));
   }
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
-  // dots16_rows / dots8_rows issue the sub-chunk prefetches: 16-key sub-chunks, each as long as the next.
-  const bool spread = (whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0)) && KV != kKvS8;
+  // dots16_rows / c8_scores16 / dots8_rows issue the sub-chunk prefetches: 16-key sub-chunks, each as long
+  // as the next.
+  const bool spread = whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0 && KV != kKvS8);
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
   int64_t off[kDecodeChunk + 1];
@@ -531,7 +553,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       const int64_t next = kk + n + len, far = kk + n + kDecodeChunk;
       const char* kc = (const char*)a.k_cache + base * esize;
       SubPrefetch pf{kc, (const char*)a.v_cache + base * esize, kc, (const char*)a.v_cache + base * esize};
-      if (spread) {  // the scores issue them (dots16_rows)
+      if (spread) {  // the scores issue them (dots16_rows, c8_scores16, dots8_rows)
         if (next < nk) {
           const int64_t nb = key_base(a, bt, g, next) * esize;
           pf.k0 = (const char*)a.k_cache + nb;

@@ -125,12 +125,19 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
   if (omp_get_thread_num() == 0) s.work[i].reset(region::qgemm_items(g));
 }
 
-// The layer's attention items, claimed one at a time (the causal contexts differ in length). With qc,
-// each item first writes its own KV head's rows of the token and its GQA group's q heads (only when no
-// item is split: then each (sequence, KV head) is one item, the only reader of what it writes).
-void attention_items(Region& s, const AttnArgs& at, int64_t i, const QkvToCacheArgs* qc) {
+// The layer's attention items, claimed in runs (the causal contexts differ in length): a share of those
+// left, left / (4 x threads), at least one, as paged_attention takes them; each claim is a locked add that
+// also waits for the thread's pending stores. With qc, each item first writes its own KV head's rows of
+// the token and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one
+// item, the only reader of what it writes).
+void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const QkvToCacheArgs* qc) {
   const int64_t nitems = (int64_t)s.plan.items.size();
-  for (int64_t it; (it = s.next[i].fetch_add(1, std::memory_order_relaxed)) < nitems;) {
+  for (int64_t it = 0, end = 0;; ++it) {
+    if (it == end) {
+      const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (4 * nth));
+      if ((it = s.next[i].fetch_add(take, std::memory_order_relaxed)) >= nitems) break;
+      end = std::min(nitems, it + take);
+    }
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
     if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
     region::attn_item(at, w, s.parts.get());
@@ -178,11 +185,11 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
                     a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, a.head_dim,
                     a.scale,    s.attn.get(), c.k_scales,  c.v_scales,        c.kv_kind};
   if (s.plan.split_first.empty()) {
-    attention_items(s, at, i, &qc);
+    attention_items(s, at, i, nth, &qc);
   } else {
     region::qkv_rows(qc, t * tid / nth, t * (tid + 1) / nth);
     sync(s, th, &go);
-    attention_items(s, at, i, nullptr);
+    attention_items(s, at, i, nth, nullptr);
     sync(s, th, &go);
     attention_combine(s, at, tid, nth);
   }

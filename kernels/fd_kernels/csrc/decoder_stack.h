@@ -74,4 +74,8 @@ struct StackArgs {
 void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
                    const float* x, float* out);
 
+// out[r]: the first argmax of row r of gemm(g) (ties to the lowest column), or -1 where the row holds a
+// NaN; the logits go to a scratch buffer of the calling thread, not g.c (csrc/lm_head_argmax.cc).
+void linear_argmax(GemmArgs g, int64_t* out);
+
 }  // namespace fdk

@@ -2,14 +2,22 @@
 // own few tensors: Paddle's cost of handing a custom op every weight tensor (hundreds) would be a large
 // part of the decode step the stack is for (docs/kernels-measurements.md).
 //
-//   fd_decoder_stack_plan(FinalNorm, CosSin, Weights[]) -> weight plan, once after loading. Weights holds
+//   fd_decoder_stack_plan(FinalNorm, CosSin, Embedding, Weights[]) -> weight plan, once after loading.
+//     Embedding: the token table the step op may look rows up in (embed_kind a GGUF block kind: the packed
+//     blocks fd_linear_rows reads; kF32: float32 [embed_rows, hidden] as F.embedding reads it; -1: none,
+//     an empty tensor). With has_head, Weights ends with the LM head's five tensors (as a layer's linear,
+//     its linear_meta last): the step op can then also give each row's greedy token. Weights holds
 //     per layer kPerLayer tensors (kPerLayerQkNorm with per-head q/k norms), in this order:
 //     input_norm, qkv{packed, scales, mins, bias, tiles}, o_proj{..}, post_norm, gate_up{..}, down{..},
 //     [q_norm, k_norm]; linear_meta per layer and linear (qkv, o_proj, gate_up, down): n, kind, group,
 //     has_bias.
 //   fd_decoder_stack_bind(Plan, KVCaches[]) -> cache plan, once per set of caches. KVCaches holds per
 //     layer (k_cache, v_cache) fp32 or bf16, or (k_cache, v_cache, k_scales, v_scales) for the C8 cache.
-//   fd_decoder_stack(X, metadata, PromptRows, Plan, CachePlan, out-rows metadata) -> Out, every step. The
+//   fd_decoder_stack(X, metadata, PromptRows, Plan, CachePlan, out-rows metadata) -> Out, every step. X:
+//     the embedded tokens float32 [T, hidden], or token ids int64 [T] whose rows the op takes from the
+//     plan's embedding (the values fd_linear_rows / F.embedding give, so one op a step). greedy (a plan
+//     with the head): Tokens holds each output row's first argmax of the head's logits, as
+//     fd_linear_argmax gives it (-1 for a row with a NaN logit); else Tokens is empty. The
 //     out-rows metadata (StackArgs::out_*), all empty for every row, limits the last layer to the rows read.
 //
 // A plan is an int64 tensor whose bytes are a header and one record per layer, holding raw pointers
@@ -85,6 +93,9 @@ struct WeightPlan {  // followed by num_layers StackLayer
   float eps, scale;
   const float* final_norm;
   const float* cos_sin;
+  const void* embed;  // the token table, or nullptr (see fd_decoder_stack_plan above)
+  int64_t embed_rows, embed_kind;
+  fdk::StackLinear head;  // the LM head (fd_linear_argmax's weight), or head.w == nullptr
   const fdk::StackLayer* layers() const { return reinterpret_cast<const fdk::StackLayer*>(this + 1); }
 };
 
@@ -186,16 +197,45 @@ void set_out_rows(fdk::StackArgs& a, int64_t t, int64_t num_blocks, OutRows& o, 
   a.out_prompt_rows = fdglue::prompt_rows_of(prompt_rows, k, "decoder_stack");
 }
 
+// The plan's token table, checked as fd_linear_rows (GGUF blocks) or F.embedding (float32 rows) take it.
+void set_embedding(WeightPlan& p, const Tensor& table, int64_t rows, int64_t kind) {
+  if (kind < 0) return;
+  const bool blocks = fdk::is_qkind((int)kind);
+  PD_CHECK(rows > 0 && (blocks || kind == fdk::kF32), "decoder_stack: bad embedding metadata");
+  const paddle::DataType dt = blocks ? paddle::DataType::UINT8 : paddle::DataType::FLOAT32;
+  const int64_t elems = blocks ? fdk::packed_elems((int)kind, rows, p.hidden) : rows * p.hidden;
+  p.embed = weight_ptr(table, dt, elems, "embedding", p.num_layers);
+  PD_CHECK(table.numel() == elems, "decoder_stack: the embedding does not match its rows and hidden_size");
+  p.embed_rows = rows;
+  p.embed_kind = kind;
+}
+
+// Rows `ids` of the plan's token table into out [ids.size(), hidden], each id checked.
+void embed_tokens(const WeightPlan& p, const std::vector<int64_t>& ids, float* out) {
+  PD_CHECK(p.embed != nullptr, "decoder_stack: token ids given, but the plan holds no embedding");
+  for (int64_t v : ids)
+    PD_CHECK(v >= 0 && v < p.embed_rows, "token id ", v, " is outside the vocabulary [0, ", p.embed_rows, ")");
+  const int64_t t = (int64_t)ids.size(), h = p.hidden;
+  if (p.embed_kind != fdk::kF32) {
+    fdk::q_rows(p.embed, (int)p.embed_kind, h, ids.data(), t, out);
+    return;
+  }
+  const float* table = static_cast<const float*>(p.embed);
+  for (int64_t i = 0; i < t; ++i) std::memcpy(out + i * h, table + ids[i] * h, h * sizeof(float));
+}
+
 }  // namespace
 
-std::vector<Tensor> DecoderStackPlan(const Tensor& final_norm, const Tensor& cos_sin,
+std::vector<Tensor> DecoderStackPlan(const Tensor& final_norm, const Tensor& cos_sin, const Tensor& embedding,
                                      const std::vector<Tensor>& weights, const std::vector<int64_t>& linear_meta,
                                      int64_t hidden, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                                     bool qk_norm, float eps, float scale) {
+                                     bool qk_norm, float eps, float scale, int64_t embed_rows, int64_t embed_kind,
+                                     bool has_head) {
   const int64_t per_layer = qk_norm ? kPerLayerQkNorm : kPerLayer;
-  const int64_t num_layers = (int64_t)weights.size() / per_layer;
-  PD_CHECK(num_layers > 0 && (int64_t)weights.size() == num_layers * per_layer &&
-               (int64_t)linear_meta.size() == num_layers * kMetaPerLayer,
+  const int64_t layer_weights = (int64_t)weights.size() - (has_head ? kPerLinear : 0);
+  const int64_t num_layers = layer_weights / per_layer;
+  PD_CHECK(num_layers > 0 && layer_weights == num_layers * per_layer &&
+               (int64_t)linear_meta.size() == num_layers * kMetaPerLayer + (has_head ? 4 : 0),
            "decoder_stack: weights / linear_meta do not describe whole layers");
   PD_CHECK(hidden > 0 && num_heads > 0 && num_kv_heads > 0 && num_heads % num_kv_heads == 0 && head_dim > 0 &&
                head_dim % 2 == 0 && head_dim <= 512,
@@ -207,9 +247,13 @@ std::vector<Tensor> DecoderStackPlan(const Tensor& final_norm, const Tensor& cos
   Tensor plan = plan_tensor(sizeof(WeightPlan) + num_layers * sizeof(fdk::StackLayer), cos_sin.place());
   WeightPlan* p = reinterpret_cast<WeightPlan*>(plan.data<int64_t>());
   *p = WeightPlan{kWeightMagic, num_layers, hidden, num_heads, num_kv_heads, head_dim, linear_meta[8] / 2,
-                  cos_sin.shape()[0], eps, scale, nullptr, cos_sin.data<float>()};
+                  cos_sin.shape()[0], eps, scale, nullptr, cos_sin.data<float>(), nullptr, 0, -1, {}};
   PD_CHECK(final_norm.numel() == hidden, "decoder_stack: final norm must have hidden_size elements");
   p->final_norm = f32_ptr(final_norm, hidden, "final norm", num_layers);
+  set_embedding(*p, embedding, embed_rows, embed_kind);
+  if (has_head)
+    p->head = stack_linear(weights.data() + layer_weights, linear_meta.data() + num_layers * kMetaPerLayer, hidden,
+                           "lm_head", num_layers);
   const int64_t q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
   fdk::StackLayer* layers = reinterpret_cast<fdk::StackLayer*>(p + 1);
   for (int64_t i = 0; i < num_layers; ++i) {
@@ -255,15 +299,23 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
                                  const Tensor& qsl_in, const Tensor& seq_lens_in, const Tensor& bt_in,
                                  const Tensor& prompt_rows, const Tensor& plan, const Tensor& cache_plan,
                                  const Tensor& out_rows, const Tensor& out_qsl, const Tensor& out_seq_lens,
-                                 const Tensor& out_bt, const Tensor& out_prompt_rows) {
+                                 const Tensor& out_bt, const Tensor& out_prompt_rows, bool greedy) {
   const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan, kWeightMagic, "plan");
   const CachePlan* c = read_plan<CachePlan, fdk::StackCache>(cache_plan, kCacheMagic, "cache plan");
   PD_CHECK(c->num_layers == p->num_layers && c->num_kv_heads == p->num_kv_heads && c->head_dim == p->head_dim,
            "decoder_stack: the caches were bound for another model");
-  PD_CHECK(x_in.is_cpu() && x_in.dtype() == paddle::DataType::FLOAT32 && x_in.shape().size() == 2 &&
-               x_in.shape()[1] == p->hidden,
-           "decoder_stack: x must be a float32 [T, hidden_size] CPU tensor");
-  const Tensor x = contig(x_in);
+  PD_CHECK(!greedy || p->head.w != nullptr, "decoder_stack: greedy tokens asked of a plan without the LM head");
+  Tensor x;
+  if (x_in.dtype() == paddle::DataType::INT64 && x_in.shape().size() == 1) {
+    const std::vector<int64_t> ids = as_i64(x_in, "token ids");
+    x = paddle::empty({(int64_t)ids.size(), p->hidden}, paddle::DataType::FLOAT32, plan.place());
+    embed_tokens(*p, ids, x.data<float>());
+  } else {
+    PD_CHECK(x_in.is_cpu() && x_in.dtype() == paddle::DataType::FLOAT32 && x_in.shape().size() == 2 &&
+                 x_in.shape()[1] == p->hidden,
+             "decoder_stack: x must be a float32 [T, hidden_size] CPU tensor or int64 [T] token ids");
+    x = contig(x_in);
+  }
   const int64_t t = x.shape()[0];
 
   fdk::StackArgs a{};
@@ -307,14 +359,22 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
   const int64_t out_rows_n = a.out_query_start_loc ? a.num_out : t;
   Tensor out = paddle::empty({out_rows_n, p->hidden}, paddle::DataType::FLOAT32, x.place());
   fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>());
-  return {out};
+  Tensor tokens = paddle::empty({greedy ? out_rows_n : 0}, paddle::DataType::INT64, x.place());
+  if (greedy && out_rows_n > 0) {
+    const fdk::StackLinear& h = p->head;
+    fdk::GemmArgs g{out.data<float>(), p->hidden, out_rows_n, p->hidden, h.n, h.w, h.scales, h.mins,
+                    h.group, h.kind, h.bias, nullptr};
+    fdk::linear_argmax(g, tokens.data<int64_t>());
+  }
+  return {out, tokens};
 }
 
 PD_BUILD_OP(fd_decoder_stack_plan)
-    .Inputs({"FinalNorm", "CosSin", paddle::Vec("Weights")})
+    .Inputs({"FinalNorm", "CosSin", "Embedding", paddle::Vec("Weights")})
     .Outputs({"Plan"})
     .Attrs({"linear_meta: std::vector<int64_t>", "hidden: int64_t", "num_heads: int64_t", "num_kv_heads: int64_t",
-            "head_dim: int64_t", "qk_norm: bool", "eps: float", "scale: float"})
+            "head_dim: int64_t", "qk_norm: bool", "eps: float", "scale: float", "embed_rows: int64_t",
+            "embed_kind: int64_t", "has_head: bool"})
     .SetKernelFn(PD_KERNEL(DecoderStackPlan));
 
 PD_BUILD_OP(fd_decoder_stack_bind)
@@ -325,5 +385,6 @@ PD_BUILD_OP(fd_decoder_stack_bind)
 PD_BUILD_OP(fd_decoder_stack)
     .Inputs({"X", "Positions", "Slots", "QueryStartLoc", "SeqLens", "BlockTables", "PromptRows", "Plan",
              "CachePlan", "OutRows", "OutQueryStartLoc", "OutSeqLens", "OutBlockTables", "OutPromptRows"})
-    .Outputs({"Out"})
+    .Outputs({"Out", "Tokens"})
+    .Attrs({"greedy: bool"})
     .SetKernelFn(PD_KERNEL(DecoderStack));

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "decoder_stack.h"
 #include "glue.h"
 #include "kernels.h"
 #include "paddle/extension.h"
@@ -189,6 +190,12 @@ void gemm_argmax(const fdk::GemmArgs& g, int64_t* out) {
 
 }  // namespace
 
+void fdk::linear_argmax(fdk::GemmArgs g, int64_t* out) {
+  std::vector<float> once;
+  g.c = logits_scratch(g.m * g.n, once);
+  gemm_argmax(g, out);
+}
+
 std::vector<Tensor> LinearArgmax(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
                                  const Tensor& bias, int64_t n, int64_t kind, int64_t group, bool has_bias) {
   fdglue::check_f32(x_in, "x");
@@ -204,11 +211,9 @@ std::vector<Tensor> LinearArgmax(const Tensor& x_in, const Tensor& w, const Tens
            " features but the packed weight does not match");
   Tensor out = paddle::empty({m}, paddle::DataType::INT64, x.place());
   if (m == 0) return {out};
-  std::vector<float> once;
-  float* c = logits_scratch(m * n, once);
   fdk::GemmArgs g{x.data<float>(), k, m, k, n, w.data(), scales.data<float>(), mins.data<float>(),
-                  group, (int)kind, has_bias ? bias.data<float>() : nullptr, c};
-  gemm_argmax(g, out.data<int64_t>());
+                  group, (int)kind, has_bias ? bias.data<float>() : nullptr, nullptr};
+  fdk::linear_argmax(g, out.data<int64_t>());
   return {out};
 }
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "glue.h"
-#include "huge_pages.h"
 #include "kernels.h"
+#include "output_blocks.h"
 #include "paddle/extension.h"
 
 namespace {
@@ -36,11 +36,14 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   std::vector<int64_t> shape = x.shape();
   PD_CHECK(!shape.empty() && k > 0, "linear: x must have at least one dimension and one feature");
   shape.back() = n;
-  Tensor out = paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
-  // An output this large (an LM head over many prompt rows) is a fresh mapping on every call (glibc maps
-  // anything over its mmap threshold by itself), so each 4 KB page would fault once while the kernel
-  // writes it; huge pages make that one fault per 2 MB.
-  fdk::advise_huge_pages(out.data<float>(), out.numel() * (int64_t)sizeof(float), int64_t{32} << 20);
+  // An output this large (an LM head over many prompt rows) would be a fresh mapping on every call
+  // (glibc maps anything over its mmap threshold by itself), every page faulted and cleared while the
+  // kernel writes it: output_block reuses the last one freed.
+  int64_t out_elems = 1;
+  for (int64_t d : shape) out_elems *= d;
+  Tensor out = out_elems * (int64_t)sizeof(float) >= fdk::kOutputBlockMinBytes
+                   ? fdk::output_block(shape)
+                   : paddle::empty(shape, paddle::DataType::FLOAT32, x.place());
   PD_CHECK(kind >= fdk::kF32 && kind <= fdk::kQ8_0, "linear: unknown weight kind ", kind);
   PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous(),
            "linear: packed weight has the wrong dtype for its kind");

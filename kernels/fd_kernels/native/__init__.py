@@ -9,9 +9,11 @@ on a path called ~10 times per layer (docs/kernels-measurements.md has the cost)
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import sys
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import paddle
@@ -447,20 +449,29 @@ class DecoderStack:
 
     plan: paddle.Tensor
     tensors: list[paddle.Tensor]  # every tensor the plan points into: never let them go before it
+    embeds_tokens: bool = False  # the plan holds the token table: `decoder_stack` takes ids for x
+    has_head: bool = False  # the plan holds the LM head: `decoder_stack_greedy` applies
     _kv_tensors: list | None = None
     _kv_plan: paddle.Tensor | None = None
+    _kv_layers: list | None = None  # the per-layer tuples last bound, where every layer's was a tuple
 
     def cache_plan(self, kv_caches: list) -> paddle.Tensor:
         """The cache plan for these caches: bound again whenever a cache tensor is not the one bound last
-        (the runner passes the same tensors every step, so that is the first step only)."""
-        flat = [t for layer in kv_caches for t in layer]
+        (the runner passes the same tensors every step, so that is the first step only). A layer's
+        caches in a tuple (runner/kv_cache.py) cannot change, so the same tuples are the same tensors
+        and a step compares one identity a layer; other containers are compared tensor by tensor."""
+        layers = self._kv_layers
+        if layers is not None and len(kv_caches) == len(layers) and all(map(operator.is_, kv_caches, layers)):
+            return self._kv_plan
+        flat = list(chain.from_iterable(kv_caches))
         bound = self._kv_tensors
-        if bound is None or len(flat) != len(bound) or any(a is not b for a, b in zip(flat, bound)):
+        if bound is None or len(flat) != len(bound) or not all(map(operator.is_, flat, bound)):
             try:
                 self._kv_plan = _run("fd_decoder_stack_bind", self.plan, flat)[0]
             except OSError as exc:
                 raise _bad_input(exc) from None
             self._kv_tensors = flat  # the plan points into these: keep them alive with it
+        self._kv_layers = list(kv_caches) if all(type(layer) is tuple for layer in kv_caches) else None
         return self._kv_plan
 
 
@@ -473,10 +484,16 @@ def prepare_decoder_stack(
     head_dim: int,
     eps: float,
     scale: float,
+    embedding=None,
+    head: LinearWeight | None = None,
 ) -> DecoderStack:
     """Pack a decoder for `decoder_stack`. Each layer is a dict of input_norm, qkv, o_proj, post_norm,
     gate_up, down (LinearWeight for the four linears, fp32 [hidden] tensors for the norms) and q_norm /
-    k_norm (fp32 [head_dim] tensors, or None for models without per-head q/k norms)."""
+    k_norm (fp32 [head_dim] tensors, or None for models without per-head q/k norms). `embedding`: None,
+    the token table as `embedding` reads it (a GGUF block LinearWeight [vocab, hidden]) or an fp32
+    [vocab, hidden] tensor (F.embedding's table); with it, `decoder_stack` also takes token ids.
+    `head`: None, or the LM head's LinearWeight [vocab, hidden] as `linear_argmax` takes it; with it,
+    `decoder_stack_greedy` applies."""
     load()
     qk_norm = bool(layers) and layers[0]["q_norm"] is not None
     weights: list[paddle.Tensor] = []
@@ -494,11 +511,16 @@ def prepare_decoder_stack(
         if qk_norm:
             weights += [layer["q_norm"], layer["k_norm"]]
     hidden = int(final_norm.shape[0])
+    table, rows, kind = _stack_embedding(embedding)
+    if head is not None:  # as a layer's linear; no tiles: the head never gets prompt rows
+        weights += [head.packed, head.scales, head.mins, head.bias, _empty("int16")]
+        meta += [head.out_features, head.kind, head.group, int(head.has_bias)]
     try:
         plan = _run(
             "fd_decoder_stack_plan",
             final_norm,
             cos_sin_cache,
+            table,
             weights,
             meta,
             hidden,
@@ -508,10 +530,24 @@ def prepare_decoder_stack(
             qk_norm,
             float(eps),
             float(scale),
+            rows,
+            kind,
+            head is not None,
         )[0]
     except OSError as exc:
         raise _bad_input(exc) from None
-    return DecoderStack(plan=plan, tensors=[final_norm, cos_sin_cache, *weights])
+    tensors = [final_norm, cos_sin_cache, table, *weights]
+    return DecoderStack(plan=plan, tensors=tensors, embeds_tokens=kind >= 0, has_head=head is not None)
+
+
+def _stack_embedding(embedding) -> tuple[paddle.Tensor, int, int]:
+    """(table, rows, kind) of fd_decoder_stack_plan's Embedding (csrc/decoder_stack_op.cc): GGUF blocks
+    as `embedding` reads them, fp32 rows (kind KIND_F32), or none (an empty tensor, kind -1)."""
+    if embedding is None:
+        return _empty("uint8"), 0, -1
+    if isinstance(embedding, paddle.Tensor):
+        return embedding, int(embedding.shape[0]), packing.KIND_F32
+    return embedding.packed, int(embedding.out_features), int(embedding.kind)
 
 
 def prompt_tile_min_rows() -> int:
@@ -532,11 +568,30 @@ def decoder_stack(
 ) -> paddle.Tensor:
     """Every decoder layer and the final norm in one op: what the per-op loop of
     fdcli_engine/models/decoder.py computes from the embeddings x [T, hidden], bit for bit, writing the
-    KV caches the same way. `prompt_rows` reaches every linear as in `linear`. `out`: None, or the
-    metadata of the rows that are read (fdcli_engine/runner/read_rows.py: `rows`, query_start_loc,
-    seq_lens, block_tables, prompt_rows of those rows alone); the last layer then computes only them
-    (every row's K/V still written) and the result is [len(rows), hidden]."""
-    rows = _rows_for(prompt_rows, x)
+    KV caches the same way. Where the stack holds the token table (`stack.embeds_tokens`), x may be the
+    token ids int64 [T]: the op looks their rows up first, as `embedding` / F.embedding would.
+    `prompt_rows` reaches every linear as in `linear`. `out`: None, or the metadata of the rows that are
+    read (fdcli_engine/runner/read_rows.py: `rows`, query_start_loc, seq_lens, block_tables,
+    prompt_rows of those rows alone); the last layer then computes only them (every row's K/V still
+    written) and the result is [len(rows), hidden]."""
+    return _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, False)[0]
+
+
+def decoder_stack_greedy(
+    x, positions, kv_caches, meta, stack: DecoderStack, prompt_rows=None, out=None
+) -> tuple[paddle.Tensor, list[int] | None]:
+    """`decoder_stack` and, in the same op, each output row's first argmax of the LM head's logits
+    (`stack.has_head`): (hidden, tokens) with the tokens `linear_argmax(hidden, head)` gives, or None
+    where a row's logits hold a NaN."""
+    hidden, tokens = _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, True)
+    # One row (batch-1 decode): item() reads the scalar without the numpy view's cost.
+    ids = [tokens.item()] if tokens.shape[0] == 1 else np.from_dlpack(tokens).tolist()
+    return hidden, None if -1 in ids else ids
+
+
+def _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, greedy: bool) -> list:
+    # Token ids [T] are the step's rows, as the step's mask describes them.
+    rows = _rows_for(prompt_rows, x) if len(x.shape) == 2 or prompt_rows is None else prompt_rows
     if out is None:
         i64 = _empty("int64")
         out_args = (i64, i64, i64, i64, _empty("uint8"))
@@ -557,6 +612,7 @@ def decoder_stack(
             stack.plan,
             cache_plan,
             *out_args,
-        )[0]
+            greedy,
+        )
     except OSError as exc:
         raise _bad_input(exc) from None

@@ -1,0 +1,75 @@
+"""A batch-1 greedy decode step as one custom op against three, alternated in one process (`LLM.generate`,
+the default model, one request, ignore_eos):
+- 3op: the embedding op (`fd_linear_rows`), the decoder stack, the LM head's argmax (`fd_linear_argmax`);
+- 2op: the stack looks the token rows up itself, then the LM head's argmax op;
+- 1op: the stack's op also ends with the LM head's argmax (`model.forward_greedy`).
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_decode_one_op.py [--decode-len 128] [--rounds 12]
+
+Per round and configuration: (a DECODE_LEN-token run - a 1-token run) / (DECODE_LEN - 1), the
+configurations' order reversed every other round; the tokens must be the same in all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+from fdcli_engine.threads import set_omp_defaults  # noqa: E402
+
+set_omp_defaults(bind=False)  # as bench_decode_roofline.py: KMP_BLOCKTIME=1, threads unbound
+
+CONFIGS = ("3op", "2op", "1op")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--decode-len", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=12)
+    args = ap.parse_args()
+
+    from fdcli_engine import LLM, SamplingParams
+
+    llm = LLM(None, max_model_len=1024)
+    runner = llm.engine.runner
+    stack, forward_greedy = runner.model.decoder_stack, runner._forward_greedy
+    if stack is None or forward_greedy is None or not (stack.embeds_tokens and stack.has_head):
+        raise SystemExit("the default model does not run the packed stack with its table and head here")
+    prompt = [100 + (i * 7919) % 30000 for i in range(32)]
+
+    def generate(n: int) -> tuple[float, list[int]]:
+        t0 = time.perf_counter()
+        out = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+        return time.perf_counter() - t0, list(out[0].outputs[0].token_ids)
+
+    def use(name: str) -> None:
+        runner._forward_greedy = forward_greedy if name == "1op" else None
+        stack.embeds_tokens = name != "3op"
+
+    steps: dict[str, list[float]] = {name: [] for name in CONFIGS}
+    tokens: dict[str, list[int]] = {}
+    generate(4)  # warm-up
+    for r in range(args.rounds):
+        for name in CONFIGS if r % 2 == 0 else reversed(CONFIGS):
+            use(name)
+            one, _ = generate(1)
+            long, toks = generate(args.decode_len)
+            if tokens.setdefault(name, toks) != toks or toks != next(iter(tokens.values())):
+                raise SystemExit(f"{name}: the tokens differ")
+            steps[name].append((long - one) / (args.decode_len - 1) * 1e3)
+    use("1op")
+    for name, v in steps.items():
+        print(f"{name}: step {min(v):.3f}-{max(v):.3f} ms, median {statistics.median(v):.3f}")
+    diff = [a - b for a, b in zip(steps["1op"], steps["3op"])]
+    print(
+        f"1op - 3op per round: median {statistics.median(diff):+.3f} ms ({min(diff):+.3f} to {max(diff):+.3f})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
