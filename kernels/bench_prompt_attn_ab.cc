@@ -1,11 +1,12 @@
 // A/B timing of prompt (prefill) attention: two copies of kern_impl.h (FD_A_IMPL: a saved tree, FD_B_IMPL:
 // this one) in separate namespaces, alternated pass by pass on the same cache. One sequence of CTX prompt
-// tokens, every row marked in prompt_rows, SmolLM2's 9 / 3 heads, hd 64, block 16, bf16 cache. Build (from
-// the repo root):
+// tokens, every row marked in prompt_rows, block 16, bf16 cache; by default SmolLM2's 9 / 3 heads, hd 64.
+// Build (from the repo root):
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
 //       -DFD_A_IMPL='"/tmp/old/kern_impl.h"' -DFD_B_IMPL='"kern_impl.h"' kernels/bench_prompt_attn_ab.cc \
 //       kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_prompt_attn_ab
-// Run: bench_prompt_attn_ab CTX LAYERS PASSES THREADS. Prints per-layer milliseconds (TSC at 2.1 GHz).
+// Run: bench_prompt_attn_ab CTX LAYERS PASSES THREADS [HD NH NKV] (default 64 9 3). Prints per-layer
+// milliseconds (TSC at 2.1 GHz).
 #include <immintrin.h>
 #include <omp.h>
 #include <x86intrin.h>
@@ -33,7 +34,8 @@ int main(int argc, char** argv) {
   const int layers = argc > 2 ? std::atoi(argv[2]) : 4, passes = argc > 3 ? std::atoi(argv[3]) : 10;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
   omp_set_num_threads(threads);
-  const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, mb = (ctx + bs - 1) / bs;
+  const int64_t hd = argc > 5 ? std::atol(argv[5]) : 64, nh = argc > 6 ? std::atol(argv[6]) : 9;
+  const int64_t nkv = argc > 7 ? std::atol(argv[7]) : 3, bs = 16, mb = (ctx + bs - 1) / bs;
   std::mt19937 rng(0);
   std::normal_distribution<float> dist;
   std::vector<int64_t> qsl{0, ctx}, lens{ctx}, bt(mb);
@@ -47,7 +49,7 @@ int main(int argc, char** argv) {
   for (auto& v : vc) v = to_bf16(dist(rng));
   auto args = [&](int l, float* out) {
     fdk::AttnArgs a{q.data(), kc.data() + l * per, vc.data() + l * per, qsl.data(), lens.data(), bt.data(), 1, mb,
-                    nh, nkv, bs, hd, 0.125f, out};
+                    nh, nkv, bs, hd, 1.0f / std::sqrt((float)hd), out};
     a.kv_kind = fdk::kKvBF16;
     a.prompt_rows = marks.data();
     return a;
@@ -79,9 +81,9 @@ int main(int argc, char** argv) {
   }
   std::sort(ra.begin(), ra.end());
   std::sort(rb.begin(), rb.end());
-  std::printf("ctx=%ld layers=%d thr=%d |A-B| %.2e (max|A| %.2f)  ms/layer: A %.3f-%.3f (med %.3f)  "
+  std::printf("hd=%ld heads=%ld/%ld ctx=%ld layers=%d thr=%d |A-B| %.2e (max|A| %.2f)  ms/layer: A %.3f-%.3f (med %.3f)  "
               "B %.3f-%.3f (med %.3f)  B/A med %.3f\n",
-              (long)ctx, layers, threads, maxdiff, maxabs, ra.front(), ra.back(), ra[passes / 2], rb.front(),
+              (long)hd, (long)nh, (long)nkv, (long)ctx, layers, threads, maxdiff, maxabs, ra.front(), ra.back(), ra[passes / 2], rb.front(),
               rb.back(), rb[passes / 2], rb[passes / 2] / ra[passes / 2]);
   return 0;
 }

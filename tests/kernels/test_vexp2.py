@@ -34,8 +34,8 @@ def test_zero_is_exactly_one_and_the_underflow_is_zero(native):
 
 
 def test_the_bound_holds_up_to_the_lazy_max_threshold(native, rng):
-    # The prompt attention's running max lags a lane's scores by up to 8 (attn_amx.h, kAmxLazyMax), so it
-    # takes 2^x for 0 < x <= 8 too: the same reduction, the same bound.
+    # 2^x for 0 < x <= 8 too (a running max that lags the scores by up to 8, as attn_amx.h's kAmxLazyMax
+    # allows): the same reduction, the same bound.
     x = np.concatenate([rng.uniform(0, 8, 100_003), np.arange(0, 17) / 2]).astype(np.float32)
     got = native.exp2_nonpos(to_pd(x)).numpy().astype(np.float64)
     rel = np.abs(got / np.exp2(x.astype(np.float64)) - 1)

@@ -6,9 +6,9 @@
 // bf16 terms, x = hi + lo with hi = x truncated to bf16 (exact: x - hi is an fp32 value) and lo =
 // bf16(x - hi) rounded to nearest, so they keep ~16 bits instead of 8 (relative error <= 2^-16) and the
 // tiles' exact products and fp32 sums give nearly the lane path's fp32 attention over the same cache.
-// q is scaled by scale * log2(e) before it is split, so the scores are in base 2 and the softmax takes
-// vexp2_nonpos (vexp.h, relative error <= 3e-7); scores are masked and soft-maxed in fp32, online per
-// chunk of kAmxKeys keys at absolute key positions, as the lane path does per chunk. A row's
+// q is scaled by scale * log2(e) before it is split, so the scores are in base 2 and the weights are 2^t
+// by vexp2_unit (vexp.h, relative error ~1.5e-7) and vscalefps; scores are masked and soft-maxed in fp32,
+// online per chunk of kAmxKeys keys at absolute key positions, as the lane path does per chunk. A row's
 // result therefore depends on its own query and keys only, never on the other rows of its tile or on
 // where a prefill chunk boundary fell.
 //
@@ -20,7 +20,7 @@
 // that reads them (amx_kv_prepare), since a prompt's items read the same keys many times.
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,avx512bf16,amx-tile,amx-bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,avx512bf16,amx-tile,amx-bf16,prfchw")
 
 constexpr int64_t kAmxKeys = 64;  // keys per online-softmax update: four 16-key score tiles
 
@@ -173,39 +173,32 @@ struct AmxGroup {
 };
 
 // Q^T's two terms for up to 16 rows (idle lanes repeat the last): q * scale * log2(e) split into hi
-// (truncated) and lo, each [hd / 2][16 lanes][2]; and the group's state before its first chunk.
+// (truncated) and lo, each [hd / 2][16 lanes][2]; and the group's state before its first chunk. 16 dims
+// at a time are transposed in registers (lane r: row r), then split pair by pair as P^T is.
 static void amx_q_terms(const AttnArgs& a, const AttnRow* rows, int64_t nrows, uint16_t* qt_hi, uint16_t* qt_lo,
                         AmxGroup& st) {
   const int64_t hd = a.head_dim;
-  alignas(64) uint16_t qrow[2][16 * kMaxHeadDim];  // row by row ([16][hd], bf16)
+  const float* qp[16];
   alignas(64) float lim[16];
-  const vf qscale = vset1(a.scale * kLog2e);
   st.nk = 0;
   st.min_nk = INT64_MAX;
   for (int64_t r = 0; r < 16; ++r) {
     const AttnRow& row = rows[std::min(r, nrows - 1)];
-    const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
-    for (int64_t d = 0; d < hd; d += 16) {
-      const vf x = vmul(vload(qp + d), qscale);
-      const __m512i u = _mm512_castps_si512(x);
-      const vf rest = vsub(x, _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u))));
-      _mm256_storeu_si256((__m256i*)(qrow[0] + r * hd + d), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
-      _mm256_storeu_si256((__m256i*)(qrow[1] + r * hd + d),
-                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_hi(rest), 16)));
-    }
+    qp[r] = a.q + (row.token * a.num_heads + row.head) * hd;
     lim[r] = (float)(row.nk - 1);
     st.nk = std::max(st.nk, row.nk);
     st.min_nk = std::min(st.min_nk, row.nk);
   }
-  // Transposed as 32-bit dim pairs into Q^T, 16 pairs at a time in registers.
-  for (int t = 0; t < 2; ++t) {
-    const float* src = (const float*)qrow[t];  // [16 rows][hd / 2 pairs], 32 bits each
-    float* dst = (float*)(t == 0 ? qt_hi : qt_lo);
-    for (int64_t p0 = 0; p0 < hd / 2; p0 += 16) {
-      vf m[16];
-      for (int r = 0; r < 16; ++r) m[r] = vload(src + r * (hd / 2) + p0);
-      amx_transpose16(m);
-      for (int i = 0; i < 16; ++i) vstore(dst + (p0 + i) * 16, m[i]);
+  const vf qscale = vset1(a.scale * kLog2e);
+  for (int64_t d0 = 0; d0 < hd; d0 += 16) {
+    vf m[16];
+    for (int r = 0; r < 16; ++r) m[r] = vmul(vload(qp[r] + d0), qscale);
+    amx_transpose16(m);
+    for (int i = 0; i < 16; i += 2) {
+      __m512i hi, lo;
+      amx_split_pair(m[i], m[i + 1], hi, lo);
+      _mm512_store_si512(qt_hi + (d0 + i) * 16, hi);
+      _mm512_store_si512(qt_lo + (d0 + i) * 16, lo);
     }
   }
   st.limit = vload(lim);
@@ -231,34 +224,38 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
     const vf x = vload(s + 16 * j);
     return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
   };
-  // Two keys at a time, straight into P^T's pair layout; returns their sum. score - mx <= kAmxLazyMax:
-  // vexp2_nonpos's reduction 2^n * 2^f and its bound on 2^f hold for positive exponents too. With Track,
-  // also the chunk's row maxima (from mx on) into cmax, over two chains.
-  auto weights = [&](auto track, vf mx, vf& cmax) {
-    vf psum = vzero(), m2[2] = {mx, mx};
+  // Key j's weight 2^t, t = score - mx <= kAmxLazyMax: t = floor(t) + f with f in [0, 1) from one
+  // vreduceps, 2^f from vexp2_unit (vexp.h, relative error ~1.5e-7), 2^floor(t) by vscalefps, exact for
+  // any sign. A masked key's t = -inf (whose f would be NaN) is clamped at -1000 first: its weight is 0.
+  // (corr keeps vexp2_nonpos: its value at 0 is exactly 1, which the unmoved lanes need.)
+  auto weight = [&](int64_t j, vf mx) {
+    vf t = vsub(score(j), mx);
+    if (j >= unmasked) t = vmax(t, vset1(-1000.0f));
+    return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
+  };
+  // Two keys at a time, straight into P^T's pair layout; returns their sum.
+  auto weights = [&](vf mx) {
+    vf psum = vzero();
     for (int64_t j = 0; j < kend; j += 2) {
-      if constexpr (decltype(track)::value) {  // on full unmasked chunks only: every score is loaded
-        m2[0] = vmax(m2[0], vload(s + 16 * j));
-        m2[1] = vmax(m2[1], vload(s + 16 * (j + 1)));
-      }
-      const vf p0 = j < n ? vexp2_nonpos(vsub(score(j), mx)) : vzero();
-      const vf p1 = j + 1 < n ? vexp2_nonpos(vsub(score(j + 1), mx)) : vzero();
+      const vf p0 = j < n ? weight(j, mx) : vzero();
+      const vf p1 = j + 1 < n ? weight(j + 1, mx) : vzero();
       psum = vadd(vadd(psum, p0), p1);
       __m512i hi, lo;
       amx_split_pair(p0, p1, hi, lo);
       _mm512_storeu_si512(pt_hi + j * 16, hi);
       _mm512_storeu_si512(pt_lo + j * 16, lo);
     }
-    cmax = vmax(m2[0], m2[1]);
     return psum;
   };
-  vf cmax;
-  // A full unmasked chunk after the first: the weights against the current max, tracking the chunk's
-  // maxima on the way; if no lane's max moves (the usual case) they are the weights the two-pass form
-  // below would make, bit for bit, with corr exactly 1, and the separate max pass is saved.
-  if (k0 > 0 && unmasked == n && n == kend) {
-    const vf psum = weights(std::true_type{}, st.mx, cmax);
-    if (!_mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ)) {
+  // A chunk after the first (masked keys and keys past n weigh 0 in both forms): the weights against the
+  // current max first. A lane whose max would move has a score s > fl(mx + kAmxLazyMax), so s - mx >= 8
+  // (rounded: still >= 8), a weight >= 2^8 (1 - 1.5e-7) > 255, and a chunk sum (of weights >= 0) at
+  // least that. So where no lane's sum passes 255 (the usual case) no max moves: these are the weights
+  // the two-pass form below would make, bit for bit, with corr exactly 1, and its max pass is saved.
+  // Otherwise the two-pass form decides (and may find that no lane moved).
+  if (k0 > 0) {
+    const vf psum = weights(st.mx);
+    if (!_mm512_cmp_ps_mask(psum, vset1(255.0f), _CMP_GT_OQ)) {
       corr = vset1(1.0f);
       st.l = vfma(st.l, corr, psum);
       return 0;
@@ -271,13 +268,12 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
   for (; j + 4 <= unmasked; j += 4)
     for (int i = 0; i < 4; ++i) m4[i] = vmax(m4[i], vload(s + 16 * (j + i)));
   for (; j < n; ++j) m4[j % 4] = vmax(m4[j % 4], score(j));
-  cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
+  const vf cmax = vmax(vmax(m4[0], m4[1]), vmax(m4[2], m4[3]));
   // On the first chunk mx = -inf: every lane takes its chunk maximum and corr is 0.
   const __mmask16 moved = _mm512_cmp_ps_mask(cmax, vadd(st.mx, vset1(kAmxLazyMax)), _CMP_GT_OQ);
   const vf mx = _mm512_mask_blend_ps(moved, st.mx, cmax);
   corr = vexp2_nonpos(vsub(st.mx, mx));
-  vf unused;
-  const vf psum = weights(std::false_type{}, mx, unused);
+  const vf psum = weights(mx);
   st.l = vfma(st.l, corr, psum);
   st.mx = mx;
   return moved;
@@ -295,6 +291,11 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   alignas(64) float ot[G][kMaxHeadDim * 16];
   AmxGroup st[G];
   int64_t nk = 0;
+  // The rows' output lines are written only at the end, in one burst of hd / 16 lines a row: asked for
+  // in writable state now, their misses overlap the chunks instead of filling the store buffer there.
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t d = 0; d < hd; d += 16)
+      _mm_prefetch((const char*)(a.out + (rows[r].token * a.num_heads + rows[r].head) * hd + d), _MM_HINT_ET0);
   for (int g = 0; g < G; ++g) {
     amx_q_terms(a, rows + 16 * g, std::min<int64_t>(16, nrows - 16 * g), qt[g][0], qt[g][1], st[g]);
     nk = std::max(nk, st[g].nk);
