@@ -16,6 +16,7 @@
 // still be reading. A GEMM's work ranges are reset by thread 0 one barrier before they are used and one
 // barrier after their last use.
 
+#include "argmax_rows.h"
 #include "decode_region.h"
 #include "region_barrier.h"
 #include "scratch.h"
@@ -41,6 +42,8 @@ constexpr int64_t kPrefetchBytes = 256 << 10;
 
 // Steps run through the region in this process, for the tests (fd_kernels.native.decode_region_steps).
 std::atomic<int64_t> region_steps{0};
+// Of those, the steps that ran the LM head inside (fd_kernels.native.decode_region_head_steps).
+std::atomic<int64_t> head_steps{0};
 
 GemmArgs gemm_args(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c) {
   GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
@@ -93,6 +96,11 @@ struct Region {
   std::unique_ptr<std::atomic<int64_t>[]> next;  // per layer: the attention items claimed
   StealRanges work[2];
   SpinBarrier bar;
+  // The LM head (decode_region_stack's head): its GEMM (g.a set per thread) into `logits`, each thread's
+  // share of every row's scan into argmax[r * nth + tid].
+  const GemmArgs* head = nullptr;
+  std::vector<ArgMax> argmax;
+  int nth = 1;
   bool prefetch = true;  // SpinBarrier with prefetches while waiting, else omp barriers and none
   Region(const StackArgs& a_, const StackLayer* l, const StackCache* c, int64_t n, const float* x_, float* o)
       : a(a_), layers(l), caches(c), num_layers(n), x(x_), out(o), work{StealRanges(0), StealRanges(0)} {}
@@ -207,9 +215,30 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
     const GemmArgs gq = gemm_args(s.layers[i + 1].qkv, normed, t, h, s.qkv.get());
     reset_work(s, 0, gq);
     sync(s, th, &gq);
+  } else if (s.head) {
+    reset_work(s, 0, *s.head);
+    sync(s, th, s.head);
   } else {
     sync(s, th, nullptr);
   }
+}
+
+// After the last layer, with the head: every thread normalizes all rows into its own buffer (the values
+// the split norm stores in out, which it still stores, its own rows), takes its share of the head's GEMM
+// on them (its rows quantized by itself, as every GEMM of the region) and after a barrier its share of
+// each row's argmax scan; the caller combines the shares after the region.
+void head_and_scan(Region& s, const float* res, Thread& th) {
+  const StackArgs& a = s.a;
+  const int64_t t = a.num_tokens, h = a.hidden, n = s.head->n;
+  float* own = s.own.get() + th.tid * s.own_stride;
+  region::add_norm(s.hidden.get(), res, a.final_norm, a.eps, t, h, own, own + t * h);
+  const int64_t r0 = t * th.tid / th.nth, r1 = t * (th.tid + 1) / th.nth;
+  std::memcpy(s.out + r0 * h, own + r0 * h, (r1 - r0) * h * sizeof(float));
+  GemmArgs g = *s.head;
+  g.a = own;
+  region::qgemm_share(g, s.work[0]);
+  sync(s, th, nullptr);
+  argmax_share(g.c, t, n, th.tid, th.nth, s.argmax.data());
 }
 
 }  // namespace
@@ -235,7 +264,7 @@ bool decode_region_applies(const StackArgs& a, const StackLayer* layers, int64_t
 }
 
 void decode_region_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
-                         const float* x, float* out) {
+                         const float* x, float* out, const StackLinear* head, int64_t* tokens) {
   const int64_t t = a.num_tokens, h = a.hidden, inter = a.intermediate;
   region_steps.fetch_add(1, std::memory_order_relaxed);
   Region s(a, layers, caches, num_layers, x, out);
@@ -259,21 +288,36 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   for (int64_t i = 0; i < num_layers; ++i) s.next[i].store(0, std::memory_order_relaxed);
   // work[0] starts on layer 0's QKV; work[1] is reset inside, before its first use (o_proj).
   s.work[0].reset(region::qgemm_items(gemm_args(layers[0].qkv, x, t, h, s.qkv.get())));
+  std::vector<float> logits_once;
+  GemmArgs head_g{};
+  if (head) {
+    head_g = gemm_args(*head, nullptr, t, h, logits_scratch(t * head->n, logits_once));
+    head_g.tiles = nullptr;  // as linear_argmax's GemmArgs (the q kinds' GEMM reads no tiles)
+    s.head = &head_g;
+    s.argmax.resize(t * max_threads);
+    head_steps.fetch_add(1, std::memory_order_relaxed);
+  }
 #pragma omp parallel
   {
     const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-    if (tid == 0) s.bar.init(nth);
+    if (tid == 0) s.bar.init(nth), s.nth = nth;
 #pragma omp barrier
     Thread th{tid, nth};
     const float* res = x;
     int nx = 0;
     for (int64_t i = 0; i < num_layers; ++i) layer(s, i, &res, &nx, th);
-    const int64_t r0 = t * tid / nth, r1 = t * (tid + 1) / nth;
-    region::add_norm(s.hidden.get() + r0 * h, res + r0 * h, a.final_norm, a.eps, r1 - r0, h, out + r0 * h,
-                     s.res[nx].get() + r0 * h);
+    if (s.head) {
+      head_and_scan(s, res, th);
+    } else {
+      const int64_t r0 = t * tid / nth, r1 = t * (tid + 1) / nth;
+      region::add_norm(s.hidden.get() + r0 * h, res + r0 * h, a.final_norm, a.eps, r1 - r0, h, out + r0 * h,
+                       s.res[nx].get() + r0 * h);
+    }
   }
+  if (head) argmax_combine(s.argmax.data(), t, s.nth, tokens);
 }
 
 }  // namespace fdk
 
 extern "C" int64_t fd_decode_region_steps() { return fdk::region_steps.load(std::memory_order_relaxed); }
+extern "C" int64_t fd_decode_region_head_steps() { return fdk::head_steps.load(std::memory_order_relaxed); }

@@ -19,8 +19,9 @@ namespace fdk {
 
 // Whether decode_region_stack can run this step (otherwise decoder_stack's per-op loop does).
 bool decode_region_applies(const StackArgs& a, const StackLayer* layers, int64_t num_layers);
+// With head (GGUF blocks): also tokens[r], linear_argmax's token of row r of out, from inside the region.
 void decode_region_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
-                         const float* x, float* out);
+                         const float* x, float* out, const StackLinear* head = nullptr, int64_t* tokens = nullptr);
 
 // One decode attention work item: the GQA group of KV head g of sequence b (whose single query is token b),
 // keys [k0, k1); part >= 0: its unnormalized state goes to parts + part (split-K), else the outputs.

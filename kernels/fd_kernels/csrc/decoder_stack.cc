@@ -150,4 +150,19 @@ void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCach
   }
 }
 
+// FD_DECODE_REGION_HEAD=0 keeps the head after the region (same tokens; read per step, for A/B timing).
+void decoder_stack_greedy(const StackArgs& a, const StackLayer* layers, const StackCache* caches,
+                          int64_t num_layers, const float* x, float* out, const StackLinear& head, int64_t* tokens) {
+  const int64_t rows = a.out_query_start_loc ? a.num_out : a.num_tokens;
+  const char* env = std::getenv("FD_DECODE_REGION_HEAD");
+  if (num_layers > 0 && rows > 0 && !a.out_query_start_loc && is_qkind(head.kind) && !(env && env[0] == '0') &&
+      decode_region_applies(a, layers, num_layers))
+    return decode_region_stack(a, layers, caches, num_layers, x, out, &head, tokens);
+  decoder_stack(a, layers, caches, num_layers, x, out);
+  if (rows == 0) return;
+  GemmArgs g{out, a.hidden, rows, a.hidden, head.n, head.w, head.scales, head.mins,
+             head.group, head.kind, head.bias, nullptr};
+  linear_argmax(g, tokens);
+}
+
 }  // namespace fdk

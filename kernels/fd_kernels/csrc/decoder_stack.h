@@ -74,6 +74,12 @@ struct StackArgs {
 void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
                    const float* x, float* out);
 
+// decoder_stack, then tokens[r]: linear_argmax of the LM head `head` on row r of out. A pure-decode step
+// whose head is GGUF blocks runs the head's GEMM and scan inside the decode region (decode_region.h), with
+// the same bits and tokens.
+void decoder_stack_greedy(const StackArgs& a, const StackLayer* layers, const StackCache* caches,
+                          int64_t num_layers, const float* x, float* out, const StackLinear& head, int64_t* tokens);
+
 // out[r]: the first argmax of row r of gemm(g) (ties to the lowest column), or -1 where the row holds a
 // NaN; the logits go to a scratch buffer of the calling thread, not g.c (csrc/lm_head_argmax.cc).
 void linear_argmax(GemmArgs g, int64_t* out);

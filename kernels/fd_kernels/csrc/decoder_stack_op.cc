@@ -358,14 +358,12 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
 
   const int64_t out_rows_n = a.out_query_start_loc ? a.num_out : t;
   Tensor out = paddle::empty({out_rows_n, p->hidden}, paddle::DataType::FLOAT32, x.place());
-  fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>());
   Tensor tokens = paddle::empty({greedy ? out_rows_n : 0}, paddle::DataType::INT64, x.place());
-  if (greedy && out_rows_n > 0) {
-    const fdk::StackLinear& h = p->head;
-    fdk::GemmArgs g{out.data<float>(), p->hidden, out_rows_n, p->hidden, h.n, h.w, h.scales, h.mins,
-                    h.group, h.kind, h.bias, nullptr};
-    fdk::linear_argmax(g, tokens.data<int64_t>());
-  }
+  if (greedy)
+    fdk::decoder_stack_greedy(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>(),
+                              p->head, tokens.data<int64_t>());
+  else
+    fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>());
   return {out, tokens};
 }
 

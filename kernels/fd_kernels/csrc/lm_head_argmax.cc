@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "argmax_rows.h"
 #include "decoder_stack.h"
 #include "glue.h"
 #include "kernels.h"
@@ -24,13 +25,7 @@ namespace {
 
 using paddle::Tensor;
 
-// The first index of the largest value of p[0, n) (n >= 1), and whether any value is NaN (the index and
-// value mean nothing then: the row's answer is -1 whatever they are).
-struct ArgMax {
-  float best;
-  int64_t index;
-  bool nan;
-};
+using fdk::ArgMax;
 
 // r continued over p[i, n), one value at a time (strictly greater replaces: the first index stays).
 ArgMax scan_from(ArgMax r, const float* p, int64_t i, int64_t n) {
@@ -129,12 +124,16 @@ ArgMax argmax(const float* p, int64_t n, int isa) {
 // over a large vocabulary) to one freed after the call, so the process does not hold it.
 constexpr int64_t kKeptScratch = int64_t{1} << 22;
 
-float* logits_scratch(int64_t floats, std::vector<float>& once) {
+}  // namespace
+
+float* fdk::logits_scratch(int64_t floats, std::vector<float>& once) {
   thread_local std::vector<float> kept;
   std::vector<float>& buf = floats <= kKeptScratch ? kept : once;
   if ((int64_t)buf.size() < floats) buf.resize(floats);
   return buf.data();
 }
+
+namespace {
 
 // Thread t of nt's share of every row of c [m, n]: columns [n t / nt, n (t + 1) / nt), into part[r * nt + t]
 // (index -1: an empty share).
@@ -150,8 +149,10 @@ void scan_share(const float* c, int64_t m, int64_t n, int t, int nt, int isa, Ar
   }
 }
 
+}  // namespace
+
 // out[r] from the nt shares of row r, in column order: a tie keeps the earlier share's (lower) index.
-void combine(const ArgMax* part, int64_t m, int nt, int64_t* out) {
+void fdk::argmax_combine(const ArgMax* part, int64_t m, int nt, int64_t* out) {
   for (int64_t r = 0; r < m; ++r) {
     ArgMax best{0.0f, -1, false};
     bool nan = false;
@@ -164,6 +165,12 @@ void combine(const ArgMax* part, int64_t m, int nt, int64_t* out) {
     out[r] = nan ? -1 : best.index;
   }
 }
+
+void fdk::argmax_share(const float* c, int64_t m, int64_t n, int t, int nt, ArgMax* part) {
+  scan_share(c, m, n, t, nt, fdk::active_isa(), part);
+}
+
+namespace {
 
 // Logits below which the calling thread scans them alone (a decode step's few rows): a second parallel
 // region, or a barrier inside the GEMM's, costs more than the scan, and much more when a thread of the team
@@ -185,14 +192,14 @@ void gemm_argmax(const fdk::GemmArgs& g, int64_t* out) {
     used = nt;
     scan_share(g.c, g.m, g.n, omp_get_thread_num(), nt, isa, part.data());
   }
-  combine(part.data(), g.m, used, out);
+  fdk::argmax_combine(part.data(), g.m, used, out);
 }
 
 }  // namespace
 
 void fdk::linear_argmax(fdk::GemmArgs g, int64_t* out) {
   std::vector<float> once;
-  g.c = logits_scratch(g.m * g.n, once);
+  g.c = fdk::logits_scratch(g.m * g.n, once);
   gemm_argmax(g, out);
 }
 

@@ -89,6 +89,14 @@ def decode_region_steps() -> int:
     return int(fn())
 
 
+def decode_region_head_steps() -> int:
+    """Of decode_region_steps, those that also ran the LM head's GEMM and argmax inside the region (greedy
+    steps whose head is GGUF blocks; FD_DECODE_REGION_HEAD=0 runs it after the region instead)."""
+    fn = ctypes.CDLL(_library_path()).fd_decode_region_head_steps
+    fn.restype = ctypes.c_int64
+    return int(fn())
+
+
 def read_bytes(buf: np.ndarray) -> int:
     """Reads every byte of the C-contiguous `buf` once, each OpenMP thread its own contiguous share with
     the widest vector loads the active ISA has (csrc/qgemm.cc's fd_read_bytes): the "read once" that the
