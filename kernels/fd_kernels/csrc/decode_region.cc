@@ -49,21 +49,35 @@ GemmArgs gemm_args(const StackLinear& l, const float* x, int64_t t, int64_t k, f
 }
 
 // paged_attention's decode items for the step (the same for every layer): per sequence and KV head one
-// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head).
+// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head). Unsplit items may
+// take their GQA group's rows in subsets of `rows` (attn_item_rows): the bits stay those of the whole
+// group, and a step of few (sequence, KV head) pairs gives the threads even shares.
 struct AttnPlan {
   std::vector<DecodeItem> items;
   std::vector<int64_t> split_first, split_parts;
   int64_t part_floats = 0, max_parts = 0;
+  bool row_subsets = false;  // some item holds part of its group (then every item's q and K / V come first)
 };
 
-AttnPlan attn_plan(const StackArgs& a) {
+// Rows per unsplit attention item. FD_DECODE_REGION_ROWS=n forces n (read per step, for A/B timing).
+int64_t attn_item_rows(const StackArgs& a, int nth) {
+  const int64_t group = a.num_heads / a.num_kv_heads;
+  const char* env = std::getenv("FD_DECODE_REGION_ROWS");
+  if (env && std::atoi(env) > 0) return std::min<int64_t>(group, std::atoi(env));
+  (void)nth;
+  return group;
+}
+
+AttnPlan attn_plan(const StackArgs& a, int nth) {
   AttnPlan p;
   const int64_t kpp = region::keys_per_part(), group = a.num_heads / a.num_kv_heads;
+  const int64_t rows = attn_item_rows(a, nth);
   for (int64_t b = 0; b < a.num_seqs; ++b) {
     const int64_t nparts = (a.seq_lens[b] + kpp - 1) / kpp;
     for (int64_t g = 0; g < a.num_kv_heads; ++g) {
       if (nparts <= 1) {
-        p.items.push_back({b, g, 0, INT64_MAX, -1});
+        for (int64_t r = 0; r < group; r += rows) p.items.push_back({b, g, 0, INT64_MAX, -1, r, r + rows});
+        p.row_subsets |= rows < group;
         continue;
       }
       p.split_first.push_back((int64_t)p.items.size());
@@ -184,14 +198,16 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
   const AttnArgs at{s.q.get(),  c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
                     a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, a.head_dim,
                     a.scale,    s.attn.get(), c.k_scales,  c.v_scales,        c.kv_kind};
-  if (s.plan.split_first.empty()) {
+  if (s.plan.split_first.empty() && !s.plan.row_subsets) {
     attention_items(s, at, i, nth, &qc);
   } else {
     region::qkv_rows(qc, t * tid / nth, t * (tid + 1) / nth);
     sync(s, th, &go);
     attention_items(s, at, i, nth, nullptr);
-    sync(s, th, &go);
-    attention_combine(s, at, tid, nth);
+    if (!s.plan.split_first.empty()) {
+      sync(s, th, &go);
+      attention_combine(s, at, tid, nth);
+    }
   }
   sync(s, th, &go);
   region::qgemm_share(go, s.work[1]);
@@ -241,7 +257,7 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   Region s(a, layers, caches, num_layers, x, out);
   s.q_size = a.num_heads * a.head_dim;
   s.qkv_n = s.q_size + 2 * a.num_kv_heads * a.head_dim;
-  s.plan = attn_plan(a);
+  s.plan = attn_plan(a, omp_get_max_threads());
   // FD_DECODE_REGION_PREFETCH=0: omp barriers and no prefetches (same results; read per step, for A/B).
   const char* pf_env = std::getenv("FD_DECODE_REGION_PREFETCH");
   s.prefetch = !(pf_env && pf_env[0] == '0');
