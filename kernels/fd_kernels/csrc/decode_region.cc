@@ -20,6 +20,7 @@
 #include "region_barrier.h"
 #include "scratch.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -56,7 +57,7 @@ struct AttnPlan {
   std::vector<DecodeItem> items;
   std::vector<int64_t> split_first, split_parts;
   int64_t part_floats = 0, max_parts = 0;
-  bool row_subsets = false;  // some item holds part of its group (then every item's q and K / V come first)
+  bool row_subsets = false;  // some unsplit item holds part of its group
 };
 
 // Rows per unsplit attention item. FD_DECODE_REGION_ROWS=n forces n (read per step, for A/B timing).
@@ -89,6 +90,11 @@ AttnPlan attn_plan(const StackArgs& a, int nth) {
       }
     }
   }
+  // Without split-K the items write their own q and K / V (attention_items): a group's last rows' item
+  // writes them for the whole group, and the other items of the group wait for it. Those writers come last
+  // here, so they are claimed first, and a writer never waits.
+  if (p.row_subsets && p.split_first.empty())
+    std::stable_partition(p.items.begin(), p.items.end(), [&](const DecodeItem& w) { return w.r1 < group; });
   return p;
 }
 
@@ -105,6 +111,7 @@ struct Region {
   Scratch res[2], hidden, qkv, q, attn, gate_up, parts, own;
   int64_t own_stride;  // per thread: normed [t, h], sum [t, h], act [t, inter]
   std::unique_ptr<std::atomic<int64_t>[]> next;  // per layer: the attention items claimed
+  std::unique_ptr<std::atomic<uint8_t>[]> ready;  // per layer and (sequence, KV head): its q, K / V written
   StealRanges work[2];
   SpinBarrier bar;
   bool prefetch = true;  // SpinBarrier with prefetches while waiting, else omp barriers and none
@@ -141,11 +148,12 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
 
 // The layer's attention items, claimed in runs (the causal contexts differ in length): a share of those
 // left, left / (4 x threads), at least one, as paged_attention takes them; each claim is a locked add that
-// also waits for the thread's pending stores. With qc, each item first writes its own KV head's rows of
-// the token and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one
-// item, the only reader of what it writes).
+// also waits for the thread's pending stores. With qc (only when no item is split), the item holding the
+// last rows of its (sequence, KV head) first writes that KV head's rows of the token and its GQA group's q
+// heads, and marks them ready for the group's other items (attn_plan has them claimed after it).
 void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const QkvToCacheArgs* qc) {
-  const int64_t nitems = (int64_t)s.plan.items.size();
+  const int64_t nitems = (int64_t)s.plan.items.size(), group = s.a.num_heads / s.a.num_kv_heads;
+  std::atomic<uint8_t>* ready = s.ready.get() + i * s.a.num_seqs * s.a.num_kv_heads;
   for (int64_t it = 0, end = 0;; ++it) {
     if (it == end) {
       const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (4 * nth));
@@ -153,7 +161,12 @@ void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const Qk
       end = std::min(nitems, it + take);
     }
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
-    if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
+    if (qc && w.r1 >= group) {
+      region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
+      if (s.plan.row_subsets) ready[w.b * s.a.num_kv_heads + w.g].store(1, std::memory_order_release);
+    } else if (qc) {
+      while (!ready[w.b * s.a.num_kv_heads + w.g].load(std::memory_order_acquire)) _mm_pause();
+    }
     region::attn_item(at, w, s.parts.get());
   }
 }
@@ -198,16 +211,14 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
   const AttnArgs at{s.q.get(),  c.k_cache,    c.v_cache,   a.query_start_loc, a.seq_lens,   a.block_tables,
                     a.num_seqs, a.max_blocks, a.num_heads, a.num_kv_heads,    a.block_size, a.head_dim,
                     a.scale,    s.attn.get(), c.k_scales,  c.v_scales,        c.kv_kind};
-  if (s.plan.split_first.empty() && !s.plan.row_subsets) {
+  if (s.plan.split_first.empty()) {
     attention_items(s, at, i, nth, &qc);
   } else {
     region::qkv_rows(qc, t * tid / nth, t * (tid + 1) / nth);
     sync(s, th, &go);
     attention_items(s, at, i, nth, nullptr);
-    if (!s.plan.split_first.empty()) {
-      sync(s, th, &go);
-      attention_combine(s, at, tid, nth);
-    }
+    sync(s, th, &go);
+    attention_combine(s, at, tid, nth);
   }
   sync(s, th, &go);
   region::qgemm_share(go, s.work[1]);
@@ -273,6 +284,9 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   s.own = scratch(max_threads * s.own_stride);
   s.next.reset(new std::atomic<int64_t>[num_layers]);
   for (int64_t i = 0; i < num_layers; ++i) s.next[i].store(0, std::memory_order_relaxed);
+  const int64_t nready = num_layers * a.num_seqs * a.num_kv_heads;
+  s.ready.reset(new std::atomic<uint8_t>[nready]);
+  for (int64_t j = 0; j < nready; ++j) s.ready[j].store(0, std::memory_order_relaxed);
   // work[0] starts on layer 0's QKV; work[1] is reset inside, before its first use (o_proj).
   s.work[0].reset(region::qgemm_items(gemm_args(layers[0].qkv, x, t, h, s.qkv.get())));
 #pragma omp parallel
