@@ -2,14 +2,12 @@
 loop, alternated in one process: FD_DECODE_REGION=0 turns the region off between runs.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_decode_region.py [--rounds 8] [--decode-len 64]
-        [--batch 1] [--prompt-len 32] [--env NAME=A,B]
+        [--batch 1] [--prompt-len 32]
 
 Step time: (a run of DECODE_LEN tokens - a 1-token run) / (DECODE_LEN - 1), greedy, BATCH requests of
 PROMPT_LEN tokens each (so contexts PROMPT_LEN..PROMPT_LEN + DECODE_LEN), on the default model
 (`LLM.generate`); e.g. issue #29's c16 load is `--batch 16 --prompt-len 512 --decode-len 128`. Each round times both paths, in alternating order; the machine is shared,
-so the minimum and the median over rounds are printed for each. With --env NAME=A,B both sides run the
-region and alternate the environment variable NAME (read per step, e.g. FD_DECODE_REGION_ROWS=0,1)
-between A and B instead.
+so the minimum and the median over rounds are printed for each.
 """
 
 from __future__ import annotations
@@ -30,16 +28,7 @@ def main() -> int:
     ap.add_argument("--decode-len", type=int, default=64)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--env", default="", help="NAME=A,B: alternate NAME between A and B, region on")
     args = ap.parse_args()
-    if args.env:
-        name, _, values = args.env.partition("=")
-        a, b = values.split(",")
-        sides = {False: {"FD_DECODE_REGION": "1", name: a}, True: {"FD_DECODE_REGION": "1", name: b}}
-        labels = (f"{name}={a}".ljust(12), f"{name}={b}".ljust(12), f"{b} / {a}")
-    else:
-        sides = {False: {"FD_DECODE_REGION": "0"}, True: {"FD_DECODE_REGION": "1"}}
-        labels = ("per-op loop", "one region ", "region / per-op")
 
     from fd_kernels import native
 
@@ -56,22 +45,24 @@ def main() -> int:
         llm.generate(prompts, params)
         return time.perf_counter() - t0
 
-    def step(side: bool) -> float:
-        os.environ.update(sides[side])
+    def step(region: bool) -> float:
+        os.environ["FD_DECODE_REGION"] = "1" if region else "0"
         return (run(args.decode_len) - run(1)) / (args.decode_len - 1)
 
     step(True), step(False)  # warm-up
     before = native.decode_region_steps()
     times: dict[bool, list[float]] = {True: [], False: []}
     for r in range(args.rounds):
-        for side in (r % 2 == 0, r % 2 != 0):
-            times[side].append(step(side))
+        for region in (r % 2 == 0, r % 2 != 0):
+            times[region].append(step(region))
     assert native.decode_region_steps() > before, "the region never ran: not a GGUF model?"
-    for side in (False, True):
-        xs = times[side]
-        print(f"{labels[side]}  step min {min(xs) * 1e3:.3f} ms  median {statistics.median(xs) * 1e3:.3f} ms")
+    for region, name in ((False, "per-op loop"), (True, "one region ")):
+        xs = times[region]
+        print(f"{name}  step min {min(xs) * 1e3:.3f} ms  median {statistics.median(xs) * 1e3:.3f} ms")
     ratio = [a / b for a, b in zip(times[True], times[False], strict=True)]
-    print(f"{labels[2]} per round: {min(ratio):.3f}-{max(ratio):.3f}, median {statistics.median(ratio):.3f}")
+    print(
+        f"region / per-op per round: {min(ratio):.3f}-{max(ratio):.3f}, median {statistics.median(ratio):.3f}"
+    )
     return 0
 
 

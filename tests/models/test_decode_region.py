@@ -95,22 +95,6 @@ def test_region_with_omp_barriers(tiny_checkpoint, tmp_path, monkeypatch):
     assert_region_is_bit_identical(model, "bfloat16", monkeypatch, PREFILL + DECODE)
 
 
-@pytest.mark.parametrize(
-    ("rows", "kv_cache_dtype"), [(2, "float32"), (1, "bfloat16"), (2, "bfloat16"), (2, "int8")]
-)
-def test_region_with_row_subset_items(rows, kv_cache_dtype, tiny_checkpoint, tmp_path, monkeypatch):
-    """FD_DECODE_REGION_ROWS=rows: unsplit attention items hold `rows` of their GQA group of 3 ({0, 1} and
-    {2}, or one each), the per-op path the whole group: a row's bits do not depend on which rows share its
-    item (at every ISA level: this module re-runs under each)."""
-    monkeypatch.setenv("FD_DECODE_REGION_ROWS", str(rows))
-    folder = tiny_checkpoint(
-        "LlamaForCausalLM", max_position_embeddings=1024, hidden_size=384, num_attention_heads=6
-    )
-    model = load_fd_model(make_tiny_gguf(folder, tmp_path / "tiny-q8.gguf", "Q8_0"), quantization="gguf")
-    assert model.num_heads // model.num_kv_heads == 3
-    assert_region_is_bit_identical(model, kv_cache_dtype, monkeypatch, PREFILL + DECODE)
-
-
 def test_region_steps_count_only_pure_decode(tiny_checkpoint, tmp_path, monkeypatch):
     """Prefill and mixed steps and non-GGUF weights keep the per-op loop (the counter stays put)."""
     from fd_kernels import native

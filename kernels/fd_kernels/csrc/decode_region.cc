@@ -20,7 +20,6 @@
 #include "region_barrier.h"
 #include "scratch.h"
 
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -50,35 +49,21 @@ GemmArgs gemm_args(const StackLinear& l, const float* x, int64_t t, int64_t k, f
 }
 
 // paged_attention's decode items for the step (the same for every layer): per sequence and KV head one
-// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head). Unsplit items may
-// take their GQA group's rows in subsets of `rows` (attn_item_rows): the bits stay those of the whole
-// group, and a step of few (sequence, KV head) pairs gives the threads even shares.
+// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head).
 struct AttnPlan {
   std::vector<DecodeItem> items;
   std::vector<int64_t> split_first, split_parts;
   int64_t part_floats = 0, max_parts = 0;
-  bool row_subsets = false;  // some unsplit item holds part of its group
 };
 
-// Rows per unsplit attention item. FD_DECODE_REGION_ROWS=n forces n (read per step, for A/B timing).
-int64_t attn_item_rows(const StackArgs& a, int nth) {
-  const int64_t group = a.num_heads / a.num_kv_heads;
-  const char* env = std::getenv("FD_DECODE_REGION_ROWS");
-  if (env && std::atoi(env) > 0) return std::min<int64_t>(group, std::atoi(env));
-  (void)nth;
-  return group;
-}
-
-AttnPlan attn_plan(const StackArgs& a, int nth) {
+AttnPlan attn_plan(const StackArgs& a) {
   AttnPlan p;
   const int64_t kpp = region::keys_per_part(), group = a.num_heads / a.num_kv_heads;
-  const int64_t rows = attn_item_rows(a, nth);
   for (int64_t b = 0; b < a.num_seqs; ++b) {
     const int64_t nparts = (a.seq_lens[b] + kpp - 1) / kpp;
     for (int64_t g = 0; g < a.num_kv_heads; ++g) {
       if (nparts <= 1) {
-        for (int64_t r = 0; r < group; r += rows) p.items.push_back({b, g, 0, INT64_MAX, -1, r, r + rows});
-        p.row_subsets |= rows < group;
+        p.items.push_back({b, g, 0, INT64_MAX, -1});
         continue;
       }
       p.split_first.push_back((int64_t)p.items.size());
@@ -90,11 +75,6 @@ AttnPlan attn_plan(const StackArgs& a, int nth) {
       }
     }
   }
-  // Without split-K the items write their own q and K / V (attention_items): a group's last rows' item
-  // writes them for the whole group, and the other items of the group wait for it. Those writers come last
-  // here, so they are claimed first, and a writer never waits.
-  if (p.row_subsets && p.split_first.empty())
-    std::stable_partition(p.items.begin(), p.items.end(), [&](const DecodeItem& w) { return w.r1 < group; });
   return p;
 }
 
@@ -111,7 +91,6 @@ struct Region {
   Scratch res[2], hidden, qkv, q, attn, gate_up, parts, own;
   int64_t own_stride;  // per thread: normed [t, h], sum [t, h], act [t, inter]
   std::unique_ptr<std::atomic<int64_t>[]> next;  // per layer: the attention items claimed
-  std::unique_ptr<std::atomic<uint8_t>[]> ready;  // per layer and (sequence, KV head): its q, K / V written
   StealRanges work[2];
   SpinBarrier bar;
   bool prefetch = true;  // SpinBarrier with prefetches while waiting, else omp barriers and none
@@ -148,12 +127,11 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
 
 // The layer's attention items, claimed in runs (the causal contexts differ in length): a share of those
 // left, left / (4 x threads), at least one, as paged_attention takes them; each claim is a locked add that
-// also waits for the thread's pending stores. With qc (only when no item is split), the item holding the
-// last rows of its (sequence, KV head) first writes that KV head's rows of the token and its GQA group's q
-// heads, and marks them ready for the group's other items (attn_plan has them claimed after it).
+// also waits for the thread's pending stores. With qc, each item first writes its own KV head's rows of
+// the token and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one
+// item, the only reader of what it writes).
 void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const QkvToCacheArgs* qc) {
-  const int64_t nitems = (int64_t)s.plan.items.size(), group = s.a.num_heads / s.a.num_kv_heads;
-  std::atomic<uint8_t>* ready = s.ready.get() + i * s.a.num_seqs * s.a.num_kv_heads;
+  const int64_t nitems = (int64_t)s.plan.items.size();
   for (int64_t it = 0, end = 0;; ++it) {
     if (it == end) {
       const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (4 * nth));
@@ -161,12 +139,7 @@ void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const Qk
       end = std::min(nitems, it + take);
     }
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
-    if (qc && w.r1 >= group) {
-      region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
-      if (s.plan.row_subsets) ready[w.b * s.a.num_kv_heads + w.g].store(1, std::memory_order_release);
-    } else if (qc) {
-      while (!ready[w.b * s.a.num_kv_heads + w.g].load(std::memory_order_acquire)) _mm_pause();
-    }
+    if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
     region::attn_item(at, w, s.parts.get());
   }
 }
@@ -268,7 +241,7 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   Region s(a, layers, caches, num_layers, x, out);
   s.q_size = a.num_heads * a.head_dim;
   s.qkv_n = s.q_size + 2 * a.num_kv_heads * a.head_dim;
-  s.plan = attn_plan(a, omp_get_max_threads());
+  s.plan = attn_plan(a);
   // FD_DECODE_REGION_PREFETCH=0: omp barriers and no prefetches (same results; read per step, for A/B).
   const char* pf_env = std::getenv("FD_DECODE_REGION_PREFETCH");
   s.prefetch = !(pf_env && pf_env[0] == '0');
@@ -284,9 +257,6 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   s.own = scratch(max_threads * s.own_stride);
   s.next.reset(new std::atomic<int64_t>[num_layers]);
   for (int64_t i = 0; i < num_layers; ++i) s.next[i].store(0, std::memory_order_relaxed);
-  const int64_t nready = num_layers * a.num_seqs * a.num_kv_heads;
-  s.ready.reset(new std::atomic<uint8_t>[nready]);
-  for (int64_t j = 0; j < nready; ++j) s.ready[j].store(0, std::memory_order_relaxed);
   // work[0] starts on layer 0's QKV; work[1] is reset inside, before its first use (o_proj).
   s.work[0].reset(region::qgemm_items(gemm_args(layers[0].qkv, x, t, h, s.qkv.get())));
 #pragma omp parallel

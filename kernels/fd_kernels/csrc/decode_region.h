@@ -23,12 +23,9 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
                          const float* x, float* out);
 
 // One decode attention work item: the GQA group of KV head g of sequence b (whose single query is token b),
-// keys [k0, k1); part >= 0: its unnormalized state goes to parts + part (split-K), else the outputs. Rows
-// [r0, r1) of the group only (a row's arithmetic does not depend on which rows share its item, so a subset
-// gives the bits the whole group gives); split-K items take the whole group.
+// keys [k0, k1); part >= 0: its unnormalized state goes to parts + part (split-K), else the outputs.
 struct DecodeItem {
   int64_t b, g, k0, k1, part;
-  int64_t r0 = 0, r1 = INT64_MAX;
 };
 
 // The steps the region's threads call; each runs on the calling thread alone (no parallel region).

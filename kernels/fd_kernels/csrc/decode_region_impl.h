@@ -28,13 +28,11 @@ static void region_qkv_heads(const QkvToCacheArgs& a, int64_t r, int64_t g0, int
   qkv_heads_to_cache(a, r, g0, g1, kbuf);
 }
 
-// The rows of a decode item, as paged_attention_impl's item_rows makes them for a one-query sequence (its
-// rows [r0, r1) of the group).
+// The rows of a decode item, as paged_attention_impl's item_rows makes them for a one-query sequence.
 static int64_t region_item_rows(const AttnArgs& a, const DecodeItem& w, AttnRow* rows) {
-  const int64_t group = a.num_heads / a.num_kv_heads, r1 = std::min(w.r1, group);
-  for (int64_t r = w.r0; r < r1; ++r)
-    rows[r - w.r0] = {a.query_start_loc[w.b], w.g * group + r, a.seq_lens[w.b]};
-  return r1 - w.r0;
+  const int64_t group = a.num_heads / a.num_kv_heads;
+  for (int64_t r = 0; r < group; ++r) rows[r] = {a.query_start_loc[w.b], w.g * group + r, a.seq_lens[w.b]};
+  return group;
 }
 
 template <int KV>
