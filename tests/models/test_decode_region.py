@@ -10,12 +10,8 @@ The whole module re-runs in a subprocess under each lower ISA level the CPU has 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from isa_levels import ISA_LEVELS, rerun_at_isa
 
 # reference_ops: test_decoder_stack's override of the directory's fixture (native ops), used here too.
 from test_decoder_stack import assert_bit_identical, reference_ops  # noqa: F401
@@ -107,17 +103,7 @@ def test_region_steps_count_only_pure_decode(tiny_checkpoint, tmp_path, monkeypa
     assert native.decode_region_steps() == before
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@pytest.mark.parametrize("isa", ISA_LEVELS)
 def test_region_on_lower_isa_levels(isa):
     """This module again with FD_KERNELS_ISA forced lower (the default run covers the best level)."""
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if os.environ.get("FD_KERNELS_ISA"):
-        pytest.skip("already running under a forced ISA")
-    if isa == "avx512" and "amx_bf16" not in flags:
-        pytest.skip("without AMX the default run already is the AVX-512 path")
-    if isa == "avx2" and " avx2" not in flags:
-        pytest.skip("CPU has no AVX2")
-    env = dict(os.environ, FD_KERNELS_ISA=isa)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", "not lower_isa"]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    rerun_at_isa(isa, [__file__, "-k", "not lower_isa"])

@@ -9,14 +9,10 @@ linear_argmax's -1 does. The module re-runs in a subprocess under each lower ISA
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import paddle
 import pytest
+from isa_levels import ISA_LEVELS, rerun_at_isa
 from ops_backend import switched_ops
 from tiny_models import load_fd_model, make_attention_metadata, make_tiny_gguf
 
@@ -102,17 +98,7 @@ def test_a_nan_logit_in_the_region_gives_no_tokens(tiny_checkpoint, tmp_path, mo
     assert tokens is None and model.compute_greedy_tokens(hidden) is None
 
 
-@pytest.mark.parametrize("isa", ["avx512", "avx2", "scalar"])
+@pytest.mark.parametrize("isa", ISA_LEVELS)
 def test_head_in_region_on_lower_isa_levels(isa):
     """This module again with FD_KERNELS_ISA forced lower (the default run covers the best level)."""
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if os.environ.get("FD_KERNELS_ISA"):
-        pytest.skip("already running under a forced ISA")
-    if isa == "avx512" and "amx_bf16" not in flags:
-        pytest.skip("without AMX the default run already is the AVX-512 path")
-    if isa == "avx2" and " avx2" not in flags:
-        pytest.skip("CPU has no AVX2")
-    env = dict(os.environ, FD_KERNELS_ISA=isa)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k", "not lower_isa"]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    rerun_at_isa(isa, [__file__, "-k", "not lower_isa"])
