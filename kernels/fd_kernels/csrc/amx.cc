@@ -202,6 +202,14 @@ void pack_panel_q(const GemmArgs& g, int64_t p, uint16_t* out) {
   }
 }
 
+// The block's 32 x 32 fp32 result (tiles 0-3, 2 x 2 of 16 x 16) to c, rows ld floats apart.
+inline __attribute__((always_inline)) void store_c_tiles(float* c, int64_t ld) {
+  _tile_stored(0, c, ld * 4);
+  _tile_stored(1, c + 16, ld * 4);
+  _tile_stored(2, c + 16 * ld, ld * 4);
+  _tile_stored(3, c + 16 * ld + 16, ld * 4);
+}
+
 // One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
 // is issued one product ahead of the product that first reads it, so a product waits for at most one load.
 // With `loaded`, the caller's previous block already loaded this block's first A and B tiles (tiles 4 and
@@ -256,10 +264,7 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
   }
   if (nt && rows == kRows && ncols == kNR && !g.bias) {
     alignas(64) float tmp[kRows * kNR];
-    _tile_stored(0, tmp, kNR * 4);
-    _tile_stored(1, tmp + 16, kNR * 4);
-    _tile_stored(2, tmp + 16 * kNR, kNR * 4);
-    _tile_stored(3, tmp + 16 * kNR + 16, kNR * 4);
+    store_c_tiles(tmp, kNR);
     for (int64_t r = 0; r < kRows; ++r) {
       _mm512_stream_ps(c + r * g.n, _mm512_load_ps(tmp + r * kNR));
       _mm512_stream_ps(c + r * g.n + 16, _mm512_load_ps(tmp + r * kNR + 16));
@@ -267,17 +272,11 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
     return;
   }
   if (rows == kRows && ncols == kNR && !g.bias) {
-    _tile_stored(0, c, g.n * 4);
-    _tile_stored(1, c + 16, g.n * 4);
-    _tile_stored(2, c + 16 * g.n, g.n * 4);
-    _tile_stored(3, c + 16 * g.n + 16, g.n * 4);
+    store_c_tiles(c, g.n);
     return;
   }
   alignas(64) float tmp[kRows * kNR];
-  _tile_stored(0, tmp, kNR * 4);
-  _tile_stored(1, tmp + 16, kNR * 4);
-  _tile_stored(2, tmp + 16 * kNR, kNR * 4);
-  _tile_stored(3, tmp + 16 * kNR + 16, kNR * 4);
+  store_c_tiles(tmp, kNR);
   for (int64_t r = 0; r < rows; ++r) {
     float* cr = c + r * g.n;
     const float* t = tmp + r * kNR;
