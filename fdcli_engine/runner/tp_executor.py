@@ -250,6 +250,10 @@ class TPModel:
     """Rank 0's model shard, seen by the runner as the model: forward and compute_logits first send
     the workers the same call. Every other attribute is the shard's."""
 
+    # The shard's one-op greedy step (models/decoder.forward_greedy) would run its layers without
+    # sending the workers the forward their all-reduces wait for: the runner takes `forward` instead.
+    forward_greedy = None
+
     def __init__(self, model, workers: TPWorkers):
         self._model = model
         self._workers = workers
