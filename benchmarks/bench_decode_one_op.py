@@ -2,12 +2,16 @@
 the default model, one request, ignore_eos):
 - 3op: the embedding op (`fd_linear_rows`), the decoder stack, the LM head's argmax (`fd_linear_argmax`);
 - 2op: the stack looks the token rows up itself, then the LM head's argmax op;
-- 1op: the stack's op also ends with the LM head's argmax (`model.forward_greedy`).
+- 1op-after: the stack's op also ends with the LM head's argmax (`model.forward_greedy`), run after the
+  decode region returns (FD_DECODE_REGION_HEAD=0: `fdk::linear_argmax`);
+- 1op: the same with the head's GEMM and argmax inside the decode region (the default).
 
     OMP_NUM_THREADS=2 python benchmarks/bench_decode_one_op.py [--decode-len 128] [--rounds 12]
+        [--configs 3op,2op,1op-after,1op]
 
 Per round and configuration: (a DECODE_LEN-token run - a 1-token run) / (DECODE_LEN - 1), the
-configurations' order reversed every other round; the tokens must be the same in all three.
+configurations' order reversed every other round; the tokens must be the same in all of them, and the
+region's head-step counter must say the head ran inside the region in `1op` only.
 """
 
 from __future__ import annotations
@@ -23,14 +27,22 @@ from fdcli_engine.threads import set_omp_defaults  # noqa: E402
 
 set_omp_defaults(bind=False)  # as bench_decode_roofline.py: KMP_BLOCKTIME=1, threads unbound
 
-CONFIGS = ("3op", "2op", "1op")
+CONFIGS = ("3op", "2op", "1op-after", "1op")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decode-len", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument(
+        "--configs", default=",".join(CONFIGS), help="comma-separated, from " + ", ".join(CONFIGS)
+    )
     args = ap.parse_args()
+    configs = args.configs.split(",")
+    if len(configs) < 2 or not set(configs) <= set(CONFIGS):
+        raise SystemExit(f"--configs: two or more of {', '.join(CONFIGS)}")
+
+    from fd_kernels import native
 
     from fdcli_engine import LLM, SamplingParams
 
@@ -47,27 +59,37 @@ def main() -> int:
         return time.perf_counter() - t0, list(out[0].outputs[0].token_ids)
 
     def use(name: str) -> None:
-        runner._forward_greedy = forward_greedy if name == "1op" else None
+        runner._forward_greedy = forward_greedy if name.startswith("1op") else None
         stack.embeds_tokens = name != "3op"
+        os.environ["FD_DECODE_REGION_HEAD"] = "0" if name == "1op-after" else "1"
 
-    steps: dict[str, list[float]] = {name: [] for name in CONFIGS}
-    tokens: dict[str, list[int]] = {}
+    steps: dict[str, list[float]] = {name: [] for name in configs}
+    tokens: list[int] = []
     generate(4)  # warm-up
     for r in range(args.rounds):
-        for name in CONFIGS if r % 2 == 0 else reversed(CONFIGS):
+        for name in configs if r % 2 == 0 else reversed(configs):
             use(name)
+            before = native.decode_region_head_steps()
             one, _ = generate(1)
             long, toks = generate(args.decode_len)
-            if tokens.setdefault(name, toks) != toks or toks != next(iter(tokens.values())):
+            if (native.decode_region_head_steps() > before) != (name == "1op"):
+                raise SystemExit(
+                    f"{name}: the head ran {'outside' if name == '1op' else 'inside'} the region"
+                )
+            if tokens and toks != tokens:
                 raise SystemExit(f"{name}: the tokens differ")
+            tokens = toks
             steps[name].append((long - one) / (args.decode_len - 1) * 1e3)
     use("1op")
+    os.environ.pop("FD_DECODE_REGION_HEAD")
     for name, v in steps.items():
         print(f"{name}: step {min(v):.3f}-{max(v):.3f} ms, median {statistics.median(v):.3f}")
-    diff = [a - b for a, b in zip(steps["1op"], steps["3op"])]
-    print(
-        f"1op - 3op per round: median {statistics.median(diff):+.3f} ms ({min(diff):+.3f} to {max(diff):+.3f})"
-    )
+    last = configs[-1]
+    for name in configs[:-1]:
+        diff = [a - b for a, b in zip(steps[last], steps[name], strict=True)]
+        print(
+            f"{last} - {name} per round: median {statistics.median(diff):+.3f} ms ({min(diff):+.3f} to {max(diff):+.3f})"
+        )
     return 0
 
 
