@@ -45,12 +45,6 @@ std::atomic<int64_t> region_steps{0};
 // Of those, the steps that ran the LM head inside (fd_kernels.native.decode_region_head_steps).
 std::atomic<int64_t> head_steps{0};
 
-GemmArgs gemm_args(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c) {
-  GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
-  g.tiles = l.tiles;
-  return g;
-}
-
 // paged_attention's decode items for the step (the same for every layer): per sequence and KV head one
 // item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head).
 struct AttnPlan {
@@ -174,15 +168,15 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
     *res = s.res[*nx].get();
     *nx ^= 1;
   };
-  const GemmArgs go = gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get());
-  const GemmArgs gu = gemm_args(l.gate_up, normed, t, h, s.gate_up.get());
-  const GemmArgs gd = gemm_args(l.down, act, t, inter, s.hidden.get());
+  const GemmArgs go = stack_gemm_args(l.o_proj, s.attn.get(), t, s.q_size, s.hidden.get());
+  const GemmArgs gu = stack_gemm_args(l.gate_up, normed, t, h, s.gate_up.get());
+  const GemmArgs gd = stack_gemm_args(l.down, act, t, inter, s.hidden.get());
   if (i == 0) {
     region::norm(s.x, l.input_norm, a.eps, t, h, normed);
   } else {
     add_norm(l.input_norm);
   }
-  region::qgemm_share(gemm_args(l.qkv, normed, t, h, s.qkv.get()), s.work[0]);
+  region::qgemm_share(stack_gemm_args(l.qkv, normed, t, h, s.qkv.get()), s.work[0]);
   reset_work(s, 1, go);
   sync(s, th, &go);
   const StackCache& c = s.caches[i];
@@ -212,7 +206,7 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
   region::silu(s.gate_up.get(), t, inter, act);
   region::qgemm_share(gd, s.work[1]);
   if (i + 1 < s.num_layers) {
-    const GemmArgs gq = gemm_args(s.layers[i + 1].qkv, normed, t, h, s.qkv.get());
+    const GemmArgs gq = stack_gemm_args(s.layers[i + 1].qkv, normed, t, h, s.qkv.get());
     reset_work(s, 0, gq);
     sync(s, th, &gq);
   } else if (s.head) {
@@ -287,12 +281,12 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   s.next.reset(new std::atomic<int64_t>[num_layers]);
   for (int64_t i = 0; i < num_layers; ++i) s.next[i].store(0, std::memory_order_relaxed);
   // work[0] starts on layer 0's QKV; work[1] is reset inside, before its first use (o_proj).
-  s.work[0].reset(region::qgemm_items(gemm_args(layers[0].qkv, x, t, h, s.qkv.get())));
+  s.work[0].reset(region::qgemm_items(stack_gemm_args(layers[0].qkv, x, t, h, s.qkv.get())));
   std::vector<float> logits_once;
   GemmArgs head_g{};
   if (head) {
-    head_g = gemm_args(*head, nullptr, t, h, logits_scratch(t * head->n, logits_once));
-    head_g.tiles = nullptr;  // as linear_argmax's GemmArgs (the q kinds' GEMM reads no tiles)
+    // The plan gives the head no tiles (it never takes prompt rows): these are linear_argmax's GemmArgs.
+    head_g = stack_gemm_args(*head, nullptr, t, h, logits_scratch(t * head->n, logits_once));
     s.head = &head_g;
     s.argmax.resize(t * max_threads);
     head_steps.fetch_add(1, std::memory_order_relaxed);

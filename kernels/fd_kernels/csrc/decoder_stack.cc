@@ -45,8 +45,7 @@ void add_norm_rows(void* ctx, int64_t r0, int64_t r1) {
 // fd_linear: x [t, k] -> c [t, l.n], then `norm` (if any) on c's rows.
 void linear(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c, const uint8_t* prompt_rows,
             AddNorm* norm = nullptr) {
-  GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
-  g.tiles = l.tiles;
+  GemmArgs g = stack_gemm_args(l, x, t, k, c);
   g.epilogue = norm ? add_norm_rows : nullptr;
   g.epilogue_ctx = norm;
   gemm(g, prompt_rows);
@@ -160,9 +159,7 @@ void decoder_stack_greedy(const StackArgs& a, const StackLayer* layers, const St
     return decode_region_stack(a, layers, caches, num_layers, x, out, &head, tokens);
   decoder_stack(a, layers, caches, num_layers, x, out);
   if (rows == 0) return;
-  GemmArgs g{out, a.hidden, rows, a.hidden, head.n, head.w, head.scales, head.mins,
-             head.group, head.kind, head.bias, nullptr};
-  linear_argmax(g, tokens);
+  linear_argmax(stack_gemm_args(head, out, rows, a.hidden, nullptr), tokens);
 }
 
 }  // namespace fdk

@@ -71,6 +71,14 @@ struct StackArgs {
 
 // x: the embedded tokens [T, hidden]; out: the final norm's output [T, hidden] (or [num_out, hidden], the
 // out_rows). Writes the KV caches of every row.
+// The GemmArgs of linear l on x [t, k] into c [t, l.n] (with its AMX tiles, no epilogue): one place that
+// reads a StackLinear for the per-op loop, the decode region and the LM head.
+inline GemmArgs stack_gemm_args(const StackLinear& l, const float* x, int64_t t, int64_t k, float* c) {
+  GemmArgs g{x, k, t, k, l.n, l.w, l.scales, l.mins, l.group, l.kind, l.bias, c};
+  g.tiles = l.tiles;
+  return g;
+}
+
 void decoder_stack(const StackArgs& a, const StackLayer* layers, const StackCache* caches, int64_t num_layers,
                    const float* x, float* out);
 
