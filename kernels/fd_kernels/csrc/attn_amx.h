@@ -224,14 +224,14 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
     const vf x = vload(s + 16 * j);
     return j < unmasked ? x : vmask_le(x, (float)(k0 + j), st.limit);
   };
-  // Key j's weight 2^t, t = score - mx <= kAmxLazyMax: t = floor(t) + f with f in [0, 1) from one
-  // vreduceps, 2^f from vexp2_unit (vexp.h, relative error ~1.5e-7), 2^floor(t) by vscalefps, exact for
-  // any sign. A masked key's t = -inf (whose f would be NaN) is clamped at -1000 first: its weight is 0.
-  // (corr keeps vexp2_nonpos: its value at 0 is exactly 1, which the unmoved lanes need.)
+  // Key j's weight 2^t, t = score - mx <= kAmxLazyMax, by vexp2_scalef (vexp.h: vexp2_unit's relative
+  // error ~1.5e-7, 2^floor(t) exact for any sign). A masked key's t = -inf (whose f would be NaN) is
+  // clamped at -1000 first: its weight is 0. (corr keeps vexp2_nonpos: its value at 0 is exactly 1, which
+  // the unmoved lanes need.)
   auto weight = [&](int64_t j, vf mx) {
     vf t = vsub(score(j), mx);
     if (j >= unmasked) t = vmax(t, vset1(-1000.0f));
-    return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
+    return vexp2_scalef(t);
   };
   // Two keys at a time, straight into P^T's pair layout; returns their sum.
   auto weights = [&](vf mx) {

@@ -91,13 +91,20 @@ static inline vf vexp2_unit(vf f) {
   p = vfma(p, f, vset1(6.931530833244324e-1f));
   return vfma(p, f, vset1(9.999999403953552e-1f));
 }
-// exp(-|a|) = 2^t, t = -|a| log2(e) = floor(t) + f, f in [0, 1). AVX-512: f in one vreduceps, 2^floor(t)
-// in vscalefps, which rounds to a denormal or 0 below 2^-126 (t = NaN or below -1000 is taken as -1000).
-// AVX2: 2^floor(t) in the exponent bits, t clamped at -127 first, whose exponent field 0 makes it 0.
+#if FD_W == 16
+// 2^t for finite t (a caller clamps -inf and NaN first): t = floor(t) + f, f in [0, 1) from one
+// vreduceps, 2^f from vexp2_unit, times 2^floor(t) by vscalefps, exact for any sign (a denormal or 0
+// below 2^-126). The silu below and the AMX prompt softmax's weights (attn_amx.h) both take it.
+static inline vf vexp2_scalef(vf t) {
+  return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
+}
+#endif
+// exp(-|a|) = 2^t, t = -|a| log2(e) = floor(t) + f, f in [0, 1). AVX-512: vexp2_scalef (t = NaN or below
+// -1000 is taken as -1000). AVX2: 2^floor(t) in the exponent bits, t clamped at -127 first, whose exponent
+// field 0 makes it 0.
 static inline vf vexp_neg_abs(vf a) {
 #if FD_W == 16
-  const vf t = vmax(vmul(_mm512_or_ps(a, vset1(-0.0f)), vset1(1.44269504f)), vset1(-1000.0f));
-  return _mm512_scalef_ps(vexp2_unit(_mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)), t);
+  return vexp2_scalef(vmax(vmul(_mm512_or_ps(a, vset1(-0.0f)), vset1(1.44269504f)), vset1(-1000.0f)));
 #else
   const vf t = vmax(vmul(_mm256_or_ps(a, vset1(-0.0f)), vset1(1.44269504f)), vset1(-127.0f));
   const vf n = _mm256_floor_ps(t);
