@@ -43,7 +43,8 @@ struct PageAllocator {
   T* allocate(size_t n) {
     const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
     T* p = (T*)std::aligned_alloc(4096, bytes);
-    fdk::advise_huge_pages(p, (int64_t)bytes, int64_t{32} << 20);  // as ops.cc does for linear's output
+    // As an op's output from output_blocks.h's kOutputBlockMinBytes (32 MB) up, which needs Paddle's headers.
+    if (bytes >= (size_t{32} << 20)) fdk::advise_huge_pages(p, (int64_t)bytes);
     return p;
   }
   void deallocate(T* p, size_t) { std::free(p); }

@@ -12,8 +12,7 @@ namespace {
 constexpr uintptr_t kHuge = uintptr_t{2} << 20;
 }  // namespace
 
-void fdk::advise_huge_pages(void* p, int64_t bytes, int64_t min_bytes) {
-  if (bytes < min_bytes) return;
+void fdk::advise_huge_pages(void* p, int64_t bytes) {
   const uintptr_t b = ((uintptr_t)p + kHuge - 1) & ~(kHuge - 1), e = ((uintptr_t)p + bytes) & ~(kHuge - 1);
   if (e > b) madvise((void*)b, e - b, MADV_HUGEPAGE);
 }

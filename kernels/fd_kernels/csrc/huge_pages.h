@@ -4,10 +4,10 @@
 
 namespace fdk {
 
-// Ask for huge pages on the 2 MB-aligned interior of a fresh buffer of at least `min_bytes`, before its
-// pages are first touched (a large op output). Advice only: contents never change, and a mapping the
-// kernel cannot back with huge pages keeps small ones.
-void advise_huge_pages(void* p, int64_t bytes, int64_t min_bytes);
+// Ask for huge pages on the 2 MB-aligned interior of a fresh buffer, before its pages are first touched
+// (a large op output: output_blocks.cc). Advice only: contents never change, and a mapping the kernel
+// cannot back with huge pages keeps small ones.
+void advise_huge_pages(void* p, int64_t bytes);
 
 }  // namespace fdk
 

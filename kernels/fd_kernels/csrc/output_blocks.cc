@@ -39,7 +39,7 @@ std::pair<void*, int64_t> acquire(int64_t bytes) {
   }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   PD_CHECK(p != MAP_FAILED, "out of memory for a ", bytes, "-byte output");
-  fdk::advise_huge_pages(p, bytes, 0);
+  fdk::advise_huge_pages(p, bytes);
   return {p, bytes};
 }
 
