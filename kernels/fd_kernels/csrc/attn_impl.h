@@ -135,9 +135,9 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
 }
 
 // Where the decode path's 16-key sub-chunk prefetches go when the scores issue them (AVX-512: fp32, bf16
-// or C8 cache; AVX2: fp32 or bf16): the next sub-chunk's keys and values into L1 (k0, v0) and those a chunk ahead into L2 (k1, v1),
-// each the same byte layout as the sub-chunk being scored. A target with nothing to fetch points at that
-// sub-chunk itself.
+// or C8 cache; AVX2: fp32 or bf16): the next sub-chunk's keys and values into L1 (k0, v0) and those a
+// chunk ahead into L2 (k1, v1), each the same byte layout as the sub-chunk being scored. A target with
+// nothing to fetch points at that sub-chunk itself.
 struct SubPrefetch {
   const char *k0, *v0, *k1, *v1;
 };
