@@ -87,9 +87,8 @@ def main() -> int:
     last = configs[-1]
     for name in configs[:-1]:
         diff = [a - b for a, b in zip(steps[last], steps[name], strict=True)]
-        print(
-            f"{last} - {name} per round: median {statistics.median(diff):+.3f} ms ({min(diff):+.3f} to {max(diff):+.3f})"
-        )
+        spread = f"({min(diff):+.3f} to {max(diff):+.3f})"
+        print(f"{last} - {name} per round: median {statistics.median(diff):+.3f} ms {spread}")
     return 0
 
 
