@@ -210,11 +210,33 @@ inline __attribute__((always_inline)) void store_c_tiles(float* c, int64_t ld) {
   _tile_stored(3, c + 16 * ld + 16, ld * 4);
 }
 
+// Bytes of an A block (32 rows of A's bf16 tiles) up to which its tiles stay in L1 (48 KB) across the
+// panels of an item, provided the panels' tiles do not pass through L1.
+constexpr int64_t kL1ABlockBytes = 40 << 10;
+
+// Whether block() loads the weight's tiles with tileloaddt1, which does not keep them in L1: where an A
+// block fits there, so it is read from L1 for every panel after the first, with only B read from L2. A
+// block and a panel of 36 KB each (K = 576) would otherwise evict each other and both come from L2 for
+// every product. Where the A block is larger than L1 anyway, B's tiles are loaded as usual.
+inline bool streams_b(int64_t kp) { return kp * kRows * 2 <= kL1ABlockBytes; }
+
+// A weight tile into tile register t (a literal: GCC's tile intrinsics spell it into the instruction),
+// with tileloaddt1 where kStream.
+#define FD_LOAD_B(kStream, t, src)    \
+  do {                                \
+    if constexpr (kStream)            \
+      _tile_stream_loadd(t, src, 64); \
+    else                              \
+      _tile_loadd(t, src, 64);        \
+  } while (0)
+
 // One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
 // is issued one product ahead of the product that first reads it, so a product waits for at most one load.
 // With `loaded`, the caller's previous block already loaded this block's first A and B tiles (tiles 4 and
 // 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
-// the same rows before storing C, since a tile load issued after the C stores waits for them.
+// the same rows before storing C, since a tile load issued after the C stores waits for them. kStreamB:
+// see streams_b.
+template <bool kStreamB>
 void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
            bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false) {
   _tile_zero(0);
@@ -249,13 +271,13 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
         }
       }
     }
-    _tile_loadd(7, bt + 512, 64);
+    FD_LOAD_B(kStreamB, 7, bt + 512);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(5, at + 512, 64);
     _tile_dpbf16ps(1, 4, 7);
     if (more) _tile_loadd(4, at + kKStep * kRows, 64);
     _tile_dpbf16ps(2, 5, 6);
-    if (more) _tile_loadd(6, bt + kKStep * kNR, 64);
+    if (more) FD_LOAD_B(kStreamB, 6, bt + kKStep * kNR);
     _tile_dpbf16ps(3, 5, 7);
   }
   if (next_b) {
@@ -357,6 +379,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);
   const bool nt = streams_c(g);
+  const bool sb = streams_b(kp);
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
   std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
@@ -387,7 +410,10 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         }
         for (int64_t p = p0; p < p1; ++p) {
           const uint16_t* next_b = p + 1 < p1 ? g.tiles + (p + 1) * panel_elems : nullptr;
-          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0, nt);
+          if (sb)
+            block<true>(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0, nt);
+          else
+            block<false>(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0, nt);
         }
         if (nt) _mm_sfence();  // the streamed stores are ordered by no atomic: publish them first
         if (g.epilogue && done[rb].fetch_add(1, std::memory_order_acq_rel) + 1 == row_items)
@@ -411,6 +437,7 @@ void gemm_kind(const GemmArgs& g, bool silu) {
   const int64_t panels = (g.n + kNR - 1) / kNR, nrb = mp / kRows;
   const int64_t panel_elems = kp * kNR;
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
+  const bool sb = streams_b(kp);
   // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
   // 64-byte aligned, as the tiles are read in rows of 64 bytes.
@@ -436,8 +463,12 @@ void gemm_kind(const GemmArgs& g, bool silu) {
 #pragma omp for schedule(static)
       for (int64_t it = 0; it < nrb * slices; ++it) {
         const int64_t rb = it / slices, i1 = std::min(np, (it % slices + 1) * per);
-        for (int64_t i = it % slices * per; i < i1; ++i)
-          block(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+        for (int64_t i = it % slices * per; i < i1; ++i) {
+          if (sb)
+            block<true>(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+          else
+            block<false>(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+        }
       }  // the loop's barrier: the next group's packing overwrites bbuf
     }
     _tile_release();
