@@ -245,8 +245,8 @@ inline int64_t k_slab(int64_t kp) {
 // 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
 // the same rows before storing C, since a tile load issued after the C stores waits for them. kStreamB:
 // see streams_b. [k0, k1) (default all of kp) are the k's of this pass (k_slab): a pass after the first
-// starts from the partial sums in acc (a 32 x 32 fp32 block), a pass before the last leaves them there
-// instead of writing C.
+// starts from the partial sums in acc (a 32 x 32 fp32 block; read with tileloaddt1, as the A slab is what
+// L1 should keep), a pass before the last leaves them there instead of writing C.
 template <bool kStreamB>
 void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
            bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false,
@@ -259,10 +259,10 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
     _tile_zero(2);
     _tile_zero(3);
   } else {
-    _tile_loadd(0, acc, kNR * 4);
-    _tile_loadd(1, acc + 16, kNR * 4);
-    _tile_loadd(2, acc + 16 * kNR, kNR * 4);
-    _tile_loadd(3, acc + 16 * kNR + 16, kNR * 4);
+    _tile_stream_loadd(0, acc, kNR * 4);
+    _tile_stream_loadd(1, acc + 16, kNR * 4);
+    _tile_stream_loadd(2, acc + 16 * kNR, kNR * 4);
+    _tile_stream_loadd(3, acc + 16 * kNR + 16, kNR * 4);
   }
   const uint16_t* a = abf + m0 * kp + k0 * kRows;  // this block's tiles from k0 (a_offset of row m0, k k0)
   bp += k0 * kNR;
