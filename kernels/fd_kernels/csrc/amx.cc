@@ -407,8 +407,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);
   const bool nt = streams_c(g);
-  const int64_t slab = k_slab(kp);
-  const bool sb = streams_b(slab);
+  const int64_t slab = k_slab(kp);  // A's tiles of a slab fit L1, so B is streamed (streams_b)
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
   std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
@@ -445,10 +444,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
           for (int64_t p = p0; p < p1; ++p) {
             const uint16_t *bp = g.tiles + p * panel_elems, *next_b = p + 1 < p1 ? bp + panel_elems : nullptr;
             float* const pacc = acc.get() ? acc.get() + (p - p0) * kRows * kNR : nullptr;
-            if (sb)
-              block<true>(g, abf, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
-            else
-              block<false>(g, abf, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
+            block<true>(g, abf, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
           }
         }
         if (nt) _mm_sfence();  // the streamed stores are ordered by no atomic: publish them first
