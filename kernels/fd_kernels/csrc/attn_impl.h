@@ -157,8 +157,8 @@ static inline void q_pairs16(const float* q, int64_t hd, float* qx) {
 // 2R query vectors fit the registers, and the 16 keys go in two halves of 8. A 3-level tree of shuffle
 // pairs folds each row's 8 accumulators straight into its 16 scores: half the folding of one key per
 // vector. Half h's accumulator j pairs keys 2h + (j & 1) + 8 (j >> 1) and that + 4, which makes the tree's
-// output come out in key order. Each lane sums its 8 dims in the same order for either cache, so the bf16
-// scores equal the fp32 kernel's on the widened keys.
+// output come out in key order. Each lane sums its hd / 8 dims in the same order for either cache, so the
+// bf16 scores equal the fp32 kernel's on the widened keys.
 // pf (optional): a line of each prefetch target at every line of the sub-chunk as the keys are read, so the
 // prefetches spread over the scores instead of leaving in a burst that fills the line fill buffers.
 template <int R, int KV, int HD>
@@ -200,8 +200,9 @@ static inline void dots16_rows(const float* const* qx, const void* kp, int64_t h
         __m512 ke, ko;
         if constexpr (KV == kKvBF16) {  // each 32-bit lane a pair of dims: the high half is the odd one
           const uint16_t* k = (const uint16_t*)kp + d;
-          const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(k + ka * hd))),
-                                               _mm256_loadu_si256((const __m256i*)(k + kb * hd)), 1);
+          const __m256i xa = _mm256_loadu_si256((const __m256i*)(k + ka * hd));
+          const __m256i xb = _mm256_loadu_si256((const __m256i*)(k + kb * hd));
+          const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1);
           ke = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
           ko = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
         } else {
@@ -227,11 +228,12 @@ static inline void dots16_rows(const float* const* qx, const void* kp, int64_t h
     }
   }
   for (int r = 0; r < R; ++r) {  // quarter q: keys 4q .. 4q + 3 (half 0's two, then half 1's)
-    const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u[0][r], u[1][r], 0x88), _mm512_shuffle_ps(u[0][r], u[1][r], 0xDD));
-    _mm512_storeu_ps(sc + r * kDecodeChunk, w);
+    const __m512 a = _mm512_shuffle_ps(u[0][r], u[1][r], 0x88), b = _mm512_shuffle_ps(u[0][r], u[1][r], 0xDD);
+    _mm512_storeu_ps(sc + r * kDecodeChunk, _mm512_add_ps(a, b));
   }
 }
 
+// hd 64 as a constant: the loops unroll fully and every key's offset is an immediate.
 template <int R, int KV>
 static inline void dots16_rows(const float* const* qx, const void* kp, int64_t hd, float* sc,
                                const SubPrefetch* pf) {
