@@ -178,6 +178,8 @@ static inline void dots16_rows(const float* const* qx, const void* kp, int64_t h
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
     for (int64_t d = 0; d < hd; d += 16) {
+      int64_t hs = hd;  // a runtime hd opaque at each step: no per-key pointers strength-reduced (spills)
+      if constexpr (HD == 0) asm("" : "+r"(hs));
       __m512 qe[R], qo[R];  // the even / odd dims of d .. d + 15 in both 256-bit halves
       for (int r = 0; r < R; ++r) {
         qe[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(qx[r] + d));
@@ -189,7 +191,7 @@ static inline void dots16_rows(const float* const* qx, const void* kp, int64_t h
         if (pf) {
 #pragma GCC unroll 2
           for (int64_t k = ka; k <= kb; k += 4) {
-            if (const int64_t e = (k * hd + d) * esize; e % 64 == 0) {
+            if (const int64_t e = (k * hs + d) * esize; e % 64 == 0) {
               asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
               asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
               asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
@@ -200,14 +202,14 @@ static inline void dots16_rows(const float* const* qx, const void* kp, int64_t h
         __m512 ke, ko;
         if constexpr (KV == kKvBF16) {  // each 32-bit lane a pair of dims: the high half is the odd one
           const uint16_t* k = (const uint16_t*)kp + d;
-          const __m256i xa = _mm256_loadu_si256((const __m256i*)(k + ka * hd));
-          const __m256i xb = _mm256_loadu_si256((const __m256i*)(k + kb * hd));
+          const __m256i xa = _mm256_loadu_si256((const __m256i*)(k + ka * hs));
+          const __m256i xb = _mm256_loadu_si256((const __m256i*)(k + kb * hs));
           const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1);
           ke = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
           ko = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
         } else {
           const float* k = (const float*)kp + d;
-          const __m512 xa = _mm512_loadu_ps(k + ka * hd), xb = _mm512_loadu_ps(k + kb * hd);
+          const __m512 xa = _mm512_loadu_ps(k + ka * hs), xb = _mm512_loadu_ps(k + kb * hs);
           ke = _mm512_permutex2var_ps(xa, even, xb);
           ko = _mm512_permutex2var_ps(xa, odd, xb);
         }
@@ -233,12 +235,14 @@ static inline void dots16_rows(const float* const* qx, const void* kp, int64_t h
   }
 }
 
-// hd 64 as a constant: the loops unroll fully and every key's offset is an immediate.
+// hd 64 and 128 as constants: every key's offset is an immediate (hd 64: the loops unroll fully).
 template <int R, int KV>
 static inline void dots16_rows(const float* const* qx, const void* kp, int64_t hd, float* sc,
                                const SubPrefetch* pf) {
   if (hd == 64) {
     dots16_rows<R, KV, 64>(qx, kp, hd, sc, pf);
+  } else if (hd == 128) {
+    dots16_rows<R, KV, 128>(qx, kp, hd, sc, pf);
   } else {
     dots16_rows<R, KV, 0>(qx, kp, hd, sc, pf);
   }
