@@ -91,14 +91,6 @@ def test_region_with_omp_barriers(tiny_checkpoint, tmp_path, monkeypatch):
     assert_region_is_bit_identical(model, "bfloat16", monkeypatch, PREFILL + DECODE)
 
 
-def test_region_with_each_thread_quantizing_o_proj_rows(tiny_checkpoint, tmp_path, monkeypatch):
-    """FD_DECODE_REGION_SHARED_Q=0 (an A/B switch): o_proj's rows quantized by every thread, not by the
-    attention items into shared buffers."""
-    monkeypatch.setenv("FD_DECODE_REGION_SHARED_Q", "0")
-    model = gguf_model(tiny_checkpoint, tmp_path, "LlamaForCausalLM", "Q8_0")
-    assert_region_is_bit_identical(model, "bfloat16", monkeypatch, PREFILL + DECODE)
-
-
 def test_region_steps_count_only_pure_decode(tiny_checkpoint, tmp_path, monkeypatch):
     """Prefill and mixed steps and non-GGUF weights keep the per-op loop (the counter stays put)."""
     from fd_kernels import native

@@ -5,11 +5,9 @@
 // thread that waits prefetches its share of the next GEMM's weights):
 //   1. [every thread] add + input norm into its own buffer, then its share of the QKV GEMM;
 //   2. [items claimed] per (sequence, KV head): its part of qkv_rope_to_cache (its K / V rows, its GQA
-//      group's q heads), then its decode attention, then the quantization of its output columns for
-//      o_proj (into buffers all threads read). Contexts over kKeysPerPart keys take the attention in
+//      group's q heads), then its decode attention. Contexts over kKeysPerPart keys take the attention in
 //      parts (split-K): then the rotary pass (rows split), a barrier, the parts, a barrier, the combines;
-//   3. [every thread] its share of o_proj (whose weights it prefetched while waiting for step 2's end), on
-//      the rows step 2 quantized (with split-K parts: each thread quantizes them all itself);
+//   3. [every thread] its share of o_proj (whose weights it prefetched while waiting for step 2's end);
 //   4. [every thread] add + post-attention norm into its own buffer, then its share of gate_up;
 //   5. [every thread] silu(gate) * up into its own buffer, then its share of down_proj.
 // Every thread computes the norms and the silu of all rows itself (the same values: a few hundred floats a
@@ -87,11 +85,7 @@ struct Region {
   float* out;
   int64_t q_size, qkv_n;
   AttnPlan plan;
-  Scratch res[2], hidden, qkv, q, attn, gate_up, parts, own, attn_q_mem;
-  // o_proj's rows as the attention items quantize them (when attn_q_on); see step 2 at the top.
-  region::QBuffers attn_q{};
-  bool attn_q_on = false;
-  int64_t group_blocks = 0;  // quantization blocks of one GQA group's output columns
+  Scratch res[2], hidden, qkv, q, attn, gate_up, parts, own;
   int64_t own_stride;  // per thread: normed [t, h], sum [t, h], act [t, inter]
   std::unique_ptr<std::atomic<int64_t>[]> next;  // per layer: the attention items claimed
   StealRanges work[2];
@@ -149,8 +143,6 @@ void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const Qk
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
     if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
     region::attn_item(at, w, s.parts.get());
-    if (s.attn_q_on)
-      region::quantize_blocks(s.attn.get(), w.b, s.q_size, w.g * s.group_blocks, (w.g + 1) * s.group_blocks, s.attn_q);
   }
 }
 
@@ -204,11 +196,7 @@ void layer(Region& s, int64_t i, const float** res, int* nx, Thread& th) {
     attention_combine(s, at, tid, nth);
   }
   sync(s, th, &go);
-  if (s.attn_q_on) {
-    region::qgemm_share_q(go, s.attn_q, s.work[1]);
-  } else {
-    region::qgemm_share(go, s.work[1]);
-  }
+  region::qgemm_share(go, s.work[1]);
   reset_work(s, 0, gu);
   sync(s, th, &gu);
   add_norm(l.post_norm);
@@ -245,25 +233,6 @@ void head_and_scan(Region& s, const float* res, Thread& th) {
   region::qgemm_share(g, s.work[0]);
   sync(s, th, nullptr);
   argmax_share(g.c, t, n, th.tid, th.nth, s.argmax.data());
-}
-
-// Whether the attention items quantize o_proj's rows (step 2 at the top), and their buffers. Only without
-// split-K items (a combine, not an item, writes a split group's output) and where a GQA group's output
-// columns are whole quantization blocks. FD_DECODE_REGION_SHARED_Q=0 (read per step, for A/B) keeps the
-// quantization in each thread's o_proj share (the same bits).
-void attn_q_setup(Region& s) {
-  const StackArgs& a = s.a;
-  const int64_t t = a.num_tokens, cols = a.num_heads / a.num_kv_heads * a.head_dim;
-  const char* env = std::getenv("FD_DECODE_REGION_SHARED_Q");
-  s.attn_q_on = s.plan.split_first.empty() && cols % kQBlock == 0 && !(env && env[0] == '0');
-  if (!s.attn_q_on) return;
-  s.group_blocks = cols / kQBlock;
-  const int64_t n = t * s.q_size, nb = n / kQBlock;
-  // d, s, sq (4 bytes each), then hi, lo (1 byte) and q16 (2 bytes): 4 n / 4 + 3 nb floats.
-  s.attn_q_mem = scratch(3 * nb + n);
-  float* f = s.attn_q_mem.get();
-  int8_t* b = reinterpret_cast<int8_t*>(f + 3 * nb);
-  s.attn_q = {b, b + n, reinterpret_cast<int16_t*>(b + 2 * n), f, f + nb, reinterpret_cast<int32_t*>(f + 2 * nb)};
 }
 
 }  // namespace
@@ -306,7 +275,6 @@ void decode_region_stack(const StackArgs& a, const StackLayer* layers, const Sta
   s.attn = scratch(t * s.q_size);
   s.gate_up = scratch(t * 2 * inter);
   s.parts = scratch(s.plan.part_floats);
-  attn_q_setup(s);
   const int max_threads = omp_get_max_threads();
   s.own_stride = (2 * t * h + t * inter + 15) / 16 * 16;
   s.own = scratch(max_threads * s.own_stride);

@@ -50,18 +50,6 @@ void attn_combine(const AttnArgs& a, const DecodeItem& first, int64_t nparts, co
 // qgemm's work items for g, and the calling thread's share of them (qgemm_impl.h qgemm_share).
 int64_t qgemm_items(const GemmArgs& g);
 void qgemm_share(const GemmArgs& g, StealRanges& work);
-// Activation rows of a GEMM quantized as qgemm_share quantizes them, in buffers every thread reads: [m, k]
-// int8 planes hi / lo (or int16 q16 on the AVX2 path; all three are allocated), [m, k / 32] d, s, sq.
-struct QBuffers {
-  int8_t *hi, *lo;
-  int16_t* q16;
-  float *d, *s;
-  int32_t* sq;
-};
-// Blocks [b0, b1) of row r of a [m, k] activation into q (per block the same values whatever the range).
-void quantize_blocks(const float* a, int64_t r, int64_t k, int64_t b0, int64_t b1, const QBuffers& q);
-// qgemm_share with every row of g.a already quantized into q: the same items, integers and bits.
-void qgemm_share_q(const GemmArgs& g, const QBuffers& q, StealRanges& work);
 // The weights of thread tid's own range of g's items (qgemm_share), in the order it reads them.
 struct Bytes {
   const char* p;

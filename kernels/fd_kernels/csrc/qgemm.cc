@@ -126,28 +126,6 @@ void qgemm_share(const GemmArgs& g, StealRanges& work) {
   }
 }
 
-void quantize_blocks(const float* a, int64_t r, int64_t k, int64_t b0, int64_t b1, const QBuffers& q) {
-  switch (qgemm_path()) {
-    case 2:
-      return isa_qvnni::region_quantize_blocks(a, r, k, b0, b1, q);
-    case 1:
-      return isa_qavx2::region_quantize_blocks(a, r, k, b0, b1, q);
-    default:
-      return isa_qscalar::region_quantize_blocks(a, r, k, b0, b1, q);
-  }
-}
-
-void qgemm_share_q(const GemmArgs& g, const QBuffers& q, StealRanges& work) {
-  switch (qgemm_path()) {
-    case 2:
-      return isa_qvnni::qgemm_share_q(g, q, work);
-    case 1:
-      return isa_qavx2::qgemm_share_q(g, q, work);
-    default:
-      return isa_qscalar::qgemm_share_q(g, q, work);
-  }
-}
-
 Bytes qgemm_own_weights(const GemmArgs& g, int tid, int nth) {
   switch (qgemm_path()) {
     case 2:

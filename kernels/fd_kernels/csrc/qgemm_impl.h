@@ -183,28 +183,22 @@ static void quantize_block16(const float* x, int8_t* hi, int8_t* lo, float* d_ou
 }
 #endif
 
-// Blocks [b0, b1) of row r (at a_row) of a [m, k] activation into the QAct buffers (k % kQBlock == 0).
-static void quantize_blocks(const float* a_row, int64_t r, int64_t k, int64_t b0, int64_t b1, int8_t* hi, int8_t* lo,
-                            int16_t* q16, float* d, float* s, int32_t* sq) {
-  const int64_t nb = k / kQBlock;
-  int64_t b = b0;
-#if FD_QVNNI
-  for (; b + 16 <= b1; b += 16) {  // quantize_block's results, 16 blocks at a time
-    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
-    quantize_block16(a_row + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
-  }
-#endif
-  for (; b < b1; ++b) {
-    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
-    quantize_block(a_row + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo, q16 ? q16 + off : q16, d + i, s + i,
-                   sq + i);
-  }
-}
-
 // Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0).
 static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8_t* hi, int8_t* lo, int16_t* q16,
                          float* d, float* s, int32_t* sq) {
-  quantize_blocks(a + r * lda, r, k, 0, k / kQBlock, hi, lo, q16, d, s, sq);
+  const int64_t nb = k / kQBlock;
+  int64_t b = 0;
+#if FD_QVNNI
+  for (; b + 16 <= nb; b += 16) {  // quantize_block's results, 16 blocks at a time
+    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
+    quantize_block16(a + r * lda + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
+  }
+#endif
+  for (; b < nb; ++b) {
+    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
+    quantize_block(a + r * lda + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo, q16 ? q16 + off : q16, d + i,
+                   s + i, sq + i);
+  }
 }
 
 #if FD_QVNNI
@@ -500,24 +494,6 @@ static void qgemm_share(const GemmArgs& g, StealRanges& work) {
   if (g.kind == kQ4_0) return run_items<kQ4_0>(g, x, work, sp.np, sp.rows);
   if (g.kind == kQ4_1) return run_items<kQ4_1>(g, x, work, sp.np, sp.rows);
   run_items<kQ8_0>(g, x, work, sp.np, sp.rows);
-}
-
-// qgemm_share on rows g.a that are already in q (all of them, every block: region_quantize_blocks).
-static void qgemm_share_q(const GemmArgs& g, const region::QBuffers& q, StealRanges& work) {
-  const QSplit sp = q_split(g);
-  const QAct x{q.hi, q.lo, q.q16, q.d, q.s, q.sq, g.k, g.k / kQBlock};
-  if (g.kind == kQ4_0) return run_items<kQ4_0>(g, x, work, sp.np, sp.rows);
-  if (g.kind == kQ4_1) return run_items<kQ4_1>(g, x, work, sp.np, sp.rows);
-  run_items<kQ8_0>(g, x, work, sp.np, sp.rows);
-}
-
-// Blocks [b0, b1) of row r of a [m, k] activation a into q, as qgemm's own quantization writes them (the
-// planes this path reads).
-static void region_quantize_blocks(const float* a, int64_t r, int64_t k, int64_t b0, int64_t b1,
-                                   const region::QBuffers& q) {
-  const bool planes = !FD_QAVX2;
-  quantize_blocks(a + r * k, r, k, b0, b1, planes ? q.hi : nullptr, planes ? q.lo : nullptr, planes ? nullptr : q.q16,
-                  q.d, q.s, q.sq);
 }
 
 static int64_t qgemm_items(const GemmArgs& g) { return q_split(g).groups; }
