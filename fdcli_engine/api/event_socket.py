@@ -13,11 +13,13 @@ reporting a dead rank) connects its own socket, so frames of different senders n
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 
 _HEADER = struct.Struct("<I")
 SEND_TIMEOUT_S = 30.0  # a front end that stops reading fails the core's send after this long
+SEND_BUFFER_BYTES = 4 << 20  # events a busy front end has not read yet (the OS may allow less)
 RECV_BYTES = 1 << 18
 
 
@@ -35,6 +37,10 @@ class EventSender:
 
     def __init__(self, path: str, timeout: float = SEND_TIMEOUT_S):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A front end that falls behind for a while (a burst of work on its event loop) holds the core
+        # back only once this much is unread: the send then waits, up to `timeout`.
+        with contextlib.suppress(OSError):
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
 
