@@ -1,12 +1,11 @@
-"""Front-end side of the engine-core process: spawn it, talk to it, watch that it lives.
+"""Front-end side of the engine-core process: spawn it, talk to it over ZMQ, watch that it lives.
 
-The front end binds both sockets (so a core that dies and is never restarted leaves nothing behind
-but a temp dir that `shutdown()` removes) and the core connects. Requests go over ZMQ: sends are
-non-blocking PUSHes with no high-water mark, so `send()` is safe to call from sync code on the event
-loop (e.g. a `finally` that aborts a cancelled request). Events come back over a Unix stream socket
-(event_socket.py: no ZMQ I/O thread on either side of the one message per engine step); a reader
-callback on each accepted connection hands every whole frame to `on_event`: no future or task per
-message.
+The front end binds both IPC sockets (so a core that dies and is never restarted leaves nothing behind
+but a temp dir that `shutdown()` removes) and the core connects. Sends are non-blocking PUSHes with no
+high-water mark, so `send()` is safe to call from sync code on the event loop (e.g. a `finally` that
+aborts a cancelled request). Receiving is a reader callback on the output socket's file descriptor that
+drains every queued event and hands each to `on_event`: no future or task per message (pyzmq's asyncio
+sockets cost the front end CPU per message, one message per engine step: docs/engine-measurements.md).
 
 Watchdog (`--engine-watchdog-timeout`): a core that exits is noticed at once, but a frozen one (stopped,
 deadlocked, stuck in one step) sends nothing. While the front end has work in the core, every event
@@ -34,7 +33,6 @@ from pathlib import Path
 import zmq
 
 from fdcli_engine.api.core_messages import Shutdown, event_decoder, input_encoder
-from fdcli_engine.api.event_socket import RECV_BYTES, FrameReader, listen
 from fdcli_engine.resolved_config import ResolvedConfig
 
 logger = logging.getLogger("fd.serve")
@@ -65,8 +63,7 @@ class CoreClient:
         self._tmpdir = Path(tempfile.mkdtemp(prefix="fd-ipc-"))
         self._sync_ctx = zmq.Context()
         self._tasks: list[asyncio.Task] = []
-        self._listener = None  # the events' listening socket
-        self._conns: dict[int, object] = {}  # descriptor -> accepted connection of a sender
+        self._reader_fd: int | None = None
         self._pidfd: int | None = None
         self._closing = False
         self.busy = busy
@@ -76,17 +73,21 @@ class CoreClient:
 
     def start(self) -> None:
         in_addr = f"ipc://{self._tmpdir}/input"
-        out_path = str(self._tmpdir / "events")
+        out_addr = f"ipc://{self._tmpdir}/output"
         self._input = self._sync_ctx.socket(zmq.PUSH)
         self._input.setsockopt(zmq.SNDHWM, 0)
         self._input.setsockopt(zmq.LINGER, 0)
         self._input.bind(in_addr)
-        self._listener = listen(out_path)
-        loop = asyncio.get_running_loop()
-        loop.add_reader(self._listener.fileno(), self._accept)
-        cmd = [sys.executable, "-m", "fdcli_engine.api.core_proc", "--input", in_addr, "--output", out_path]
+        self._output = self._sync_ctx.socket(zmq.PULL)
+        self._output.setsockopt(zmq.RCVHWM, 0)
+        self._output.bind(out_addr)
+        cmd = [sys.executable, "-m", "fdcli_engine.api.core_proc", "--input", in_addr, "--output", out_addr]
         cmd += ["--config", self.config.to_json(), "--core", self.core_spec]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.core_stdout)
+        loop = asyncio.get_running_loop()
+        self._reader_fd = self._output.getsockopt(zmq.FD)
+        loop.add_reader(self._reader_fd, self._drain_output)
+        loop.call_soon(self._drain_output)  # anything queued before the reader existed raises no new edge
         self._watch(loop)
         if self.watchdog_timeout > 0 and self.busy is not None:
             self._watchdog = loop.call_later(self.watchdog_timeout / WATCHDOG_CHECKS, self._check_progress)
@@ -138,31 +139,20 @@ class CoreClient:
     def send(self, msg) -> None:
         self._input.send(input_encoder.encode(msg), zmq.NOBLOCK, copy=False)
 
-    def _accept(self) -> None:
-        """A sender connected (the core's loop; a tensor-parallel watchdog reporting a dead rank)."""
-        try:
-            conn, _ = self._listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        conn.setblocking(False)
-        self._conns[conn.fileno()] = conn
-        asyncio.get_running_loop().add_reader(conn.fileno(), self._read_events, conn, FrameReader())
-
-    def _read_events(self, conn, frames: FrameReader) -> None:
-        """Reader callback (level-triggered: one receive a call; what is left calls again)."""
+    def _drain_output(self) -> None:
+        """Reader callback. ZMQ's descriptor signals edges, not levels: it is re-armed only once the
+        socket's ZMQ_EVENTS reads without POLLIN, so this reads until it does. Asking ZMQ_EVENTS
+        costs less than the zmq.Again a receive on an empty socket raises (once per engine step).
+        Events are small: copied bytes cost less than a zero-copy Frame."""
         self._last_progress = time.monotonic()
-        try:
-            data = conn.recv(RECV_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:  # the sender closed its end (or exited): its death is noticed by _watch
-            self._close_conn(conn)
-            return
-        for frame in frames.feed(data):
+        sock = self._output
+        while not sock.closed and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             try:
-                event = event_decoder.decode(frame)
+                msg = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:  # not expected after POLLIN (one reader); the next edge retries
+                return
+            try:
+                event = event_decoder.decode(msg)
             except Exception as e:
                 logger.error("undecodable message from the engine core: %s", e)
                 continue
@@ -170,13 +160,6 @@ class CoreClient:
                 self.on_event(event)
             except Exception:
                 logger.exception("error while handling an engine-core event")
-
-    def _close_conn(self, conn) -> None:
-        fd = conn.fileno()
-        if self._conns.pop(fd, None) is not None:
-            with contextlib.suppress(RuntimeError):  # no running loop: nothing registered to remove
-                asyncio.get_running_loop().remove_reader(fd)
-        conn.close()
 
     async def _watch_loop(self) -> None:
         while not self._check_exit():
@@ -205,12 +188,10 @@ class CoreClient:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for conn in list(self._conns.values()):
-            self._close_conn(conn)
-        if self._listener is not None:
-            asyncio.get_running_loop().remove_reader(self._listener.fileno())
-            self._listener.close()
-            self._listener = None
+        if self._reader_fd is not None:
+            asyncio.get_running_loop().remove_reader(self._reader_fd)
+            self._reader_fd = None
         self._input.close(0)
+        self._output.close(0)
         self._sync_ctx.term()
         shutil.rmtree(self._tmpdir, ignore_errors=True)

@@ -1,7 +1,6 @@
 """The engine-core process: builds an EngineCore and steps it continuously.
 
-Run as `python -m fdcli_engine.api.core_proc --input ADDR --output PATH --config JSON [--core MOD:ATTR]`
-(ADDR: the front end's ZMQ socket of requests; PATH: its Unix socket of events, event_socket.py).
+Run as `python -m fdcli_engine.api.core_proc --input ADDR --output ADDR --config JSON [--core MOD:ATTR]`.
 Loop invariant: while the core has unfinished requests it never blocks on the input socket (it drains
 whatever arrived, then steps); when idle it blocks on the input socket, so an idle server costs no CPU.
 Every message is msgpack (core_messages); nothing is pickled.
@@ -34,7 +33,6 @@ from fdcli_engine.api.core_messages import (
     event_encoder,
     input_decoder,
 )
-from fdcli_engine.api.event_socket import EventSender
 from fdcli_engine.log_files import CORE_LOG, configure_logging
 from fdcli_engine.threads import set_engine_process_env
 
@@ -62,7 +60,7 @@ def build_core(config_json: str, core_spec: str):
 class CoreLoop:
     """Owns the sockets and the core; `run()` returns when told to shut down."""
 
-    def __init__(self, core, input_sock: zmq.Socket, output_sock: EventSender):
+    def __init__(self, core, input_sock: zmq.Socket, output_sock: zmq.Socket):
         self.core = core
         self.input = input_sock
         self.output = output_sock
@@ -73,7 +71,7 @@ class CoreLoop:
         self.last_sent = time.monotonic()
 
     def send(self, msg) -> None:
-        self.output.send(event_encoder.encode(msg))
+        self.output.send(event_encoder.encode(msg), copy=False)
         self.last_sent = time.monotonic()
 
     def handle(self, msg) -> None:
@@ -172,12 +170,13 @@ def fail_fast_on_rank_death(core, output_addr: str) -> None:
         return
 
     def on_dead(reason: str) -> None:
-        try:
-            sock = EventSender(output_addr, timeout=2.0)
-            sock.send(event_encoder.encode(FatalMsg(reason)))
-            sock.close()
-        except OSError:  # the front end is gone too
-            pass
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(output_addr)
+        sock.send(event_encoder.encode(FatalMsg(reason)))
+        sock.close()
+        ctx.term()
         os._exit(1)
 
     workers.on_dead = on_dead
@@ -202,8 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("%(asctime)s fd-core %(levelname)s %(message)s", CORE_LOG)  # + FD_LOG_DIR/workerlog.0
 
     ctx = zmq.Context()
-    # A front end that stops reading must not wedge the core forever: a send blocked 30 s fails.
-    out = EventSender(args.output)
+    out = ctx.socket(zmq.PUSH)
+    out.setsockopt(zmq.LINGER, 2000)
+    # A front end that stops reading must not wedge the core forever: a send blocked this long fails.
+    out.setsockopt(zmq.SNDTIMEO, 30_000)
+    out.connect(args.output)
     inp = ctx.socket(zmq.PULL)
     inp.connect(args.input)
     try:
@@ -221,10 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:
         CoreLoop(core, inp, out).run()
-    except TimeoutError:
+    except zmq.Again:
         logger.error("the front end stopped reading outputs for 30 s; engine core exits")
-    except OSError as e:  # its end of the events' socket closed: the front end is gone
-        logger.error("front end is gone (%s); engine core exits", e)
+        out.setsockopt(zmq.LINGER, 0)
     if hasattr(core, "shutdown"):
         core.shutdown()
     inp.close(0)

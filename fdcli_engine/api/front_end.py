@@ -5,8 +5,7 @@ core's outputs, routes them to the collectors, turns stop-string matches into ab
 whose detokenization failed one output at a time (so only the faulty request fails), and fails every
 request when the core dies. A transport subclass says how requests reach the core:
 
-- AsyncLLM: the core in its own process (core_client.py / core_proc.py; requests over ZMQ, events back on
-  a Unix socket, event_socket.py);
+- AsyncLLM: the core in its own process, over ZMQ (core_client.py / core_proc.py);
 - InProcessEngineClient: the core in this process, stepped by a driver coroutine on a worker thread.
 
 Invariants: every request id has at most one collector; a request that ends without a finished output
