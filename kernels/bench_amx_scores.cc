@@ -1,7 +1,7 @@
 // A probe, not a kernel: the decode scores of one GQA group (3 rows, hd 64) against 16-key bf16 sub-chunks,
-// as dots16_rows computes them (FMAs on widened keys, a shuffle tree per key) and on the AMX tiles (the keys
-// straight from the cache as A, q's exact three bf16 parts as resident B tiles, the parts summed in the
-// fp32 accumulator). Keys in L2 (512 keys), TSC cycles per key per group, and each way's largest error
+// as dots16_rows computed them before it paired keys (FMAs on widened keys, a shuffle tree per key) and on
+// the AMX tiles (the keys straight from the cache as A, q's exact three bf16 parts as resident B tiles, the
+// parts summed in the fp32 accumulator). Keys in L2 (512 keys), TSC cycles per key per group, and each way's largest error
 // against a float64 dot product. Build and run (from the repo root, on an AMX CPU):
 //   g++ -O3 -std=c++17 kernels/bench_amx_scores.cc -o /tmp/bench_amx_scores && /tmp/bench_amx_scores
 #include <immintrin.h>
@@ -36,7 +36,7 @@ static float widen(uint16_t h) {
   return f;
 }
 
-// dots16_rows<3, bf16> of attn_impl.h without the prefetches: scores into sc rows 64 apart.
+// dots16_rows<3, bf16> of attn_impl.h before it paired keys, without the prefetches: scores into sc rows 64 apart.
 __attribute__((target("avx512f,avx512bw"))) static void fma_scores(const float* const* qr, const uint16_t* kp,
                                                                     float* sc) {
   const __m512i odd = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0, 3,

@@ -11,7 +11,7 @@
 // attention at ISA 16 on an AMX CPU); the figures are then cycles per key per group over the step's queries.
 // C8 1: the C8 cache (int8 codes, one fp32 scale a row) instead of bf16. HUGE 1: the caches on 2 MB pages
 // (MADV_HUGEPAGE, as the engine's KV cache: csrc/huge_pages.cc), else whatever malloc gives (4 KiB pages
-// where THP is `madvise`).
+// where THP is `madvise`). Environment HD: the head size instead of 64.
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
   const bool c8 = argc > 9 && std::atoi(argv[9]) != 0;
   g_huge = argc > 10 && std::atoi(argv[10]) != 0;
   omp_set_num_threads(threads);
-  const int64_t nh = 9, nkv = 3, hd = 64, bs = 16, mb = (ctx + bs - 1) / bs, nblocks = b * mb;
+  const int64_t hd = std::getenv("HD") ? std::atol(std::getenv("HD")) : 64;  // a multiple of 16
+  const int64_t nh = 9, nkv = 3, bs = 16, mb = (ctx + bs - 1) / bs, nblocks = b * mb;
   std::mt19937 rng(0);
   std::normal_distribution<float> dist;
   std::vector<int64_t> qsl(b + 1), lens(b, ctx), bt(b * mb);

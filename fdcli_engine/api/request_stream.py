@@ -51,7 +51,9 @@ class OutputCollector:
         self._merge = _merge_delta if output_kind is RequestOutputKind.DELTA else _merge_cumulative
         self._output: RequestOutput | None = None
         self._error: BaseException | None = None
-        self._ready = asyncio.Event()
+        # The consumer's pending wait, if any: one future per wait, woken directly (an asyncio.Event
+        # would add its waiter list and a coroutine per streamed token).
+        self._waiter: asyncio.Future | None = None
 
     def put_nowait(self, item: RequestOutput | BaseException) -> None:
         if self._error is not None:
@@ -62,12 +64,18 @@ class OutputCollector:
             self._output = item
         else:
             self._output = self._merge(self._output, item)
-        self._ready.set()
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def get(self) -> RequestOutput | BaseException:
         while self._output is None and self._error is None:
-            self._ready.clear()
-            await self._ready.wait()
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:  # cancelled: a later put must not wake a stale future
+                    self._waiter = None
         if self._output is not None:
             out, self._output = self._output, None
             return out

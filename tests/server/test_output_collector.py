@@ -125,3 +125,23 @@ def test_delta_outputs_that_pile_up_are_joined(tokenizer):
     assert [o.outputs[0].delta_token_ids for o in got] == [IDS[:3], IDS[3:]]
     assert [[next(iter(d)) for d in o.outputs[0].logprobs] for o in got] == [IDS[:3], IDS[3:]]
     assert got[1].finished
+
+
+def test_a_cancelled_wait_loses_nothing(tokenizer):
+    """A consumer cancelled while it waits (client gone, timeout) leaves the collector usable: the next
+    output goes to the next wait, not to the cancelled one."""
+    outs = _outputs(tokenizer)
+
+    async def consume():
+        q = OutputCollector()
+        waiting = asyncio.ensure_future(q.get())
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        q.put_nowait(outs[0])
+        return await asyncio.wait_for(q.get(), 5)
+
+    got = asyncio.run(consume())
+    assert got.outputs[0].token_ids == outs[0].outputs[0].token_ids
+    assert got.outputs[0].text == outs[0].outputs[0].text

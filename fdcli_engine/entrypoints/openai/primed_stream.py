@@ -24,11 +24,14 @@ class PrimedStream:
     def __aiter__(self) -> PrimedStream:
         return self
 
-    async def __anext__(self):
+    def __anext__(self):
+        """An awaitable of the next item: the first iteration's task, then the generator's own
+        `__anext__()` (no coroutine of ours around each later item, which the stream pays per token).
+        Cancelling the await of the task cancels the task (and so the generator)."""
         first, self._first = self._first, None
         if first is not None:
-            return await first  # cancelling this await cancels the task (and so the generator)
-        return await self._gen.__anext__()
+            return first
+        return self._gen.__anext__()
 
     async def aclose(self) -> None:
         first, self._first = self._first, None

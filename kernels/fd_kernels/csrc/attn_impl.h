@@ -143,58 +143,108 @@ struct SubPrefetch {
 };
 
 #if FD_W == 16
-// Raw scores of R <= 3 rows (q pointers qr: a GQA group's heads) against 16 keys of an fp32 or bf16 cache
-// (hd % 16 == 0), into sc rows kDecodeChunk apart. The keys go in two halves of 8 so that R * 8 accumulators,
-// R query vectors and the key vector fit the 32 registers: each key vector is loaded (bf16: widened) once
-// for all R rows rather than once per row (docs/kernels-measurements.md). A shuffle tree folds each row's 8
-// accumulators into its 8 sums, adding in the order the one-row version did (the scores are bit for bit the
-// same).
+// q of one row in the order dots16_rows reads it: per 16 dims the 8 even ones, then the 8 odd ones.
+static inline void q_pairs16(const float* q, int64_t hd, float* qx) {
+  const __m512i eo = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(qx + d, _mm512_permutexvar_ps(eo, _mm512_loadu_ps(q + d)));
+}
+
+// Raw scores of R <= 3 rows (qx: a GQA group's heads, each in q_pairs16's order) against 16 keys of an fp32
+// or bf16 cache (hd % 16 == 0; HD: hd as a constant, 0 for any), into sc rows kDecodeChunk apart. Each key
+// vector holds two keys, 8 dims of each: per 16 dims, the even ones, then the odd ones (bf16: one 256-bit
+// insert puts 16 dims of each key in one register, a shift and a mask widen the even and the odd ones;
+// fp32: two two-source permutes). So a row's 4 accumulators hold 8 keys, 8 lanes a key, R * 4 of them and
+// 2R query vectors fit the registers, and the 16 keys go in two halves of 8. A 3-level tree of shuffle
+// pairs folds each row's 8 accumulators straight into its 16 scores: half the folding of one key per
+// vector. Half h's accumulator j pairs keys 2h + (j & 1) + 8 (j >> 1) and that + 4, which makes the tree's
+// output come out in key order. Each lane sums its hd / 8 dims in the same order for either cache, so the
+// bf16 scores equal the fp32 kernel's on the widened keys.
 // pf (optional): a line of each prefetch target at every line of the sub-chunk as the keys are read, so the
 // prefetches spread over the scores instead of leaving in a burst that fills the line fill buffers.
-template <int R, int KV>
-static inline void dots16_rows(const float* const* qr, const void* kp, int64_t hd, float* sc,
+template <int R, int KV, int HD>
+static inline void dots16_rows(const float* const* qx, const void* kp, int64_t hd_arg, float* sc,
                                const SubPrefetch* pf) {
   constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
-  const __m512i widen = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0,
-                                         3, 0, 2, 0, 1, 0, 0, 0);  // word 2i + 1 <- word i
+  const int64_t hd = HD ? HD : hd_arg;
+  const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers: the asm operands made GCC reload *pf
-  for (int half = 0; half < 2; ++half) {
-    __m512 acc[R][8];
+  __m512 u[2][R];  // each half's sums after two levels of the tree
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m512 acc[R][4];
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 8; ++j) acc[r][j] = _mm512_setzero_ps();
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
     for (int64_t d = 0; d < hd; d += 16) {
-      __m512 qv[R];
-      for (int r = 0; r < R; ++r) qv[r] = _mm512_loadu_ps(qr[r] + d);
-      for (int j = 0; j < 8; ++j) {
-        if (const int64_t e = ((half * 8 + j) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
-          asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
+      int64_t hs = hd;  // a runtime hd opaque at each step: no per-key pointers strength-reduced (spills)
+      if constexpr (HD == 0) asm("" : "+r"(hs));
+      __m512 qe[R], qo[R];  // the even / odd dims of d .. d + 15 in both 256-bit halves
+      for (int r = 0; r < R; ++r) {
+        qe[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(qx[r] + d));
+        qo[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(qx[r] + d + 8));
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const int64_t ka = 2 * h + (j & 1) + 8 * (j >> 1), kb = ka + 4;
+        if (pf) {
+#pragma GCC unroll 2
+          for (int64_t k = ka; k <= kb; k += 4) {
+            if (const int64_t e = (k * hs + d) * esize; e % 64 == 0) {
+              asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+              asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+              asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+              asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
+            }
+          }
         }
-        __m512 kv;
-        if constexpr (KV == kKvBF16) {  // one permute into the odd words: the high halves of the fp32 lanes
-          const __m256i x = _mm256_loadu_si256((const __m256i*)((const uint16_t*)kp + (half * 8 + j) * hd + d));
-          kv = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, widen, _mm512_castsi256_si512(x)));
+        __m512 ke, ko;
+        if constexpr (KV == kKvBF16) {  // each 32-bit lane a pair of dims: the high half is the odd one
+          const uint16_t* k = (const uint16_t*)kp + d;
+          const __m256i xa = _mm256_loadu_si256((const __m256i*)(k + ka * hs));
+          const __m256i xb = _mm256_loadu_si256((const __m256i*)(k + kb * hs));
+          const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(xa), xb, 1);
+          ke = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+          ko = _mm512_castsi512_ps(_mm512_and_si512(x, hi));
         } else {
-          kv = load_kv<KV>(kp, (half * 8 + j) * hd + d);
+          const float* k = (const float*)kp + d;
+          const __m512 xa = _mm512_loadu_ps(k + ka * hs), xb = _mm512_loadu_ps(k + kb * hs);
+          ke = _mm512_permutex2var_ps(xa, even, xb);
+          ko = _mm512_permutex2var_ps(xa, odd, xb);
         }
-        for (int r = 0; r < R; ++r) acc[r][j] = _mm512_fmadd_ps(qv[r], kv, acc[r][j]);
+        for (int r = 0; r < R; ++r) {
+          acc[r][j] = _mm512_fmadd_ps(qe[r], ke, acc[r][j]);
+          acc[r][j] = _mm512_fmadd_ps(qo[r], ko, acc[r][j]);
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
-      __m512 t[4], s2[2];
-      for (int i = 0; i < 4; ++i)  // lanes 0-7: key i, 8-15: key i+4 (256-bit halves added)
-        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[r][i], acc[r][i + 4], 0x44),
-                             _mm512_shuffle_f32x4(acc[r][i], acc[r][i + 4], 0xEE));
-      for (int i = 0; i < 2; ++i)  // 128-bit quarters: keys i, i+4, i+2, i+6
-        s2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 2], 0x88), _mm512_shuffle_f32x4(t[i], t[i + 2], 0xDD));
-      const __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(s2[0], s2[1]), _mm512_unpackhi_ps(s2[0], s2[1]));
-      // Lanes 0 / 1 of each quarter: keys (0, 1), (4, 5), (2, 3), (6, 7) once the 64-bit halves are added.
-      const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0x4E));
-      const __m512i order = _mm512_setr_epi32(0, 1, 8, 9, 4, 5, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-      _mm256_storeu_ps(sc + r * kDecodeChunk + half * 8, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w)));
+      __m512 t2[2];
+      for (int i = 0; i < 2; ++i)  // 128-bit quarters: the keys of acc i, acc i + 2, 4 partial sums each
+        t2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[r][i], acc[r][i + 2], 0x88),
+                              _mm512_shuffle_f32x4(acc[r][i], acc[r][i + 2], 0xDD));
+      // each quarter: 2 partial sums of t2[0]'s key there, then 2 of t2[1]'s
+      u[h][r] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t2[0]), _mm512_castps_pd(t2[1]))),
+                              _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t2[0]), _mm512_castps_pd(t2[1]))));
     }
+  }
+  for (int r = 0; r < R; ++r) {  // quarter q: keys 4q .. 4q + 3 (half 0's two, then half 1's)
+    const __m512 a = _mm512_shuffle_ps(u[0][r], u[1][r], 0x88), b = _mm512_shuffle_ps(u[0][r], u[1][r], 0xDD);
+    _mm512_storeu_ps(sc + r * kDecodeChunk, _mm512_add_ps(a, b));
+  }
+}
+
+// hd 64 and 128 as constants: every key's offset is an immediate (hd 64: the loops unroll fully).
+template <int R, int KV>
+static inline void dots16_rows(const float* const* qx, const void* kp, int64_t hd, float* sc,
+                               const SubPrefetch* pf) {
+  if (hd == 64) {
+    dots16_rows<R, KV, 64>(qx, kp, hd, sc, pf);
+  } else if (hd == 128) {
+    dots16_rows<R, KV, 128>(qx, kp, hd, sc, pf);
+  } else {
+    dots16_rows<R, KV, 0>(qx, kp, hd, sc, pf);
   }
 }
 
@@ -404,10 +454,11 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
 // Raw scores of the rows against one sub-chunk of n <= kKeyChunk keys (inside one block) whose keys sit
 // at kc as cached, into p rows kDecodeChunk apart. whole16: 16-key sub-chunks on AVX-512 (they may read
 // all 16 rows of a partial last one: rows past the context are in the cache, stale, and the softmax masks
-// their scores out). kbuf: kKeyChunk * hd floats of scratch.
+// their scores out). kbuf: kKeyChunk * hd floats of scratch. qx: the rows' q in q_pairs16's order where
+// dots16_rows reads them (fp32 / bf16 cache, whole16), else qr.
 template <int KV>
-static inline void score_rows(const float* const* qr, int64_t nrows, const void* kc, int64_t n, int64_t hd,
-                              bool whole16, float* kbuf, float* p, const SubPrefetch* pf) {
+static inline void score_rows(const float* const* qr, const float* const* qx, int64_t nrows, const void* kc,
+                              int64_t n, int64_t hd, bool whole16, float* kbuf, float* p, const SubPrefetch* pf) {
 #if FD_W == 16
   if (whole16) {
     if constexpr (KV == kKvS8) {
@@ -424,9 +475,9 @@ static inline void score_rows(const float* const* qr, int64_t nrows, const void*
       for (int64_t r = 0; r < nrows; r += 3) {
         float* pr = p + r * kDecodeChunk;
         switch (std::min<int64_t>(3, nrows - r)) {
-          case 3: dots16_rows<3, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
-          case 2: dots16_rows<2, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
-          default: dots16_rows<1, KV>(qr + r, kc, hd, pr, r == 0 ? pf : nullptr);
+          case 3: dots16_rows<3, KV>(qx + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
+          case 2: dots16_rows<2, KV>(qx + r, kc, hd, pr, r == 0 ? pf : nullptr); break;
+          default: dots16_rows<1, KV>(qx + r, kc, hd, pr, r == 0 ? pf : nullptr);
         }
       }
     }
@@ -521,6 +572,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   alignas(64) float ksb[C8 ? kDecodeChunk : 1], vsb[C8 ? kDecodeChunk : 1];
   float mx[kDecodeRows], corr[kDecodeRows];
   const float* qr[kDecodeRows];
+  constexpr bool kQx = FD_W == 16 && KV != kKvS8;  // dots16_rows reads q in q_pairs16's order
+  alignas(64) float qxb[kQx ? kDecodeRows : 1][kQx ? kMaxHeadDim : 1];
+  const float* qx[kDecodeRows];  // score_rows' q for dots16_rows
   int64_t nk = 0;
   for (int64_t r = 0; r < nrows; ++r) {
     qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
@@ -530,6 +584,15 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
     nk = std::max(nk, std::min(rows[r].nk, k1));
   }
   const bool whole16 = FD_W == 16 && a.block_size % kKeyChunk == 0 && hd % 16 == 0;
+  for (int64_t r = 0; r < nrows; ++r) {
+    qx[r] = qr[r];
+#if FD_W == 16
+    if (kQx && whole16) {
+      q_pairs16(qr[r], hd, qxb[r]);
+      qx[r] = qxb[r];
+    }
+#endif
+  }
   // dots16_rows / c8_scores16 / dots8_rows issue the sub-chunk prefetches: 16-key sub-chunks, each as long
   // as the next.
   const bool spread = whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0 && KV != kKvS8);
@@ -568,7 +631,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
         if (next < nk) prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
         if (far < nk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
       }
-      score_rows<KV>(qr, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
+      score_rows<KV>(qr, qx, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
       if constexpr (C8) {
         for (int64_t j = 0; j < len; ++j) {

@@ -127,11 +127,74 @@ static void quantize_block(const float* x, int8_t* hi, int8_t* lo, int16_t* q16,
   *s_out = da * (float)sq;
 }
 
+#if FD_QVNNI
+// Lane j of the result: v[j]'s 16 lanes combined by op, in an order quantize_block16 undoes: a transposing
+// tree of 15 ops, where 16 separate reductions take 16 dependent chains of 4 shuffles and ops each.
+template <class Op>
+static inline __m512 reduce16(__m512* v, Op op) {
+  for (int j = 0; j < 8; ++j)
+    v[j] = op(_mm512_shuffle_f32x4(v[j], v[j + 8], 0x44), _mm512_shuffle_f32x4(v[j], v[j + 8], 0xEE));
+  for (int j = 0; j < 4; ++j)
+    v[j] = op(_mm512_shuffle_f32x4(v[j], v[j + 4], 0x88), _mm512_shuffle_f32x4(v[j], v[j + 4], 0xDD));
+  for (int j = 0; j < 2; ++j)
+    v[j] = op(_mm512_shuffle_ps(v[j], v[j + 2], 0x44), _mm512_shuffle_ps(v[j], v[j + 2], 0xEE));
+  return op(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+}
+
+// quantize_block of 16 consecutive blocks, with the same integers and factors: the per-block maxima and
+// sums by reduce16 (a maximum of absolute values and an int32 sum are the same in any order; only a NaN
+// input, whose row is NaN anyway, could tell), the divisions and scale products in vector lanes (each
+// lane's IEEE operation is the scalar one).
+static void quantize_block16(const float* x, int8_t* hi, int8_t* lo, float* d_out, float* s_out, int32_t* sq_out) {
+  // Lane j: the lane of reduce16's result that holds block j.
+  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  const auto vmax = [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); };
+  const auto vadd_i32 = [](__m512 a, __m512 b) {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  };
+  __m512 v[16];
+  for (int j = 0; j < 16; ++j)
+    v[j] = vmax(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * j)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * j + 16)));
+  const __m512 amax = _mm512_permutexvar_ps(order, reduce16(v, vmax));
+  const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+  const __mmask16 nz = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+  alignas(64) float ids[16];
+  _mm512_store_ps(ids, _mm512_maskz_div_ps(nz, _mm512_set1_ps(1.0f), d));
+  const __m512 v256 = _mm512_set1_ps(256.0f);
+  for (int j = 0; j < 16; ++j) {
+    const __m512 vid = _mm512_set1_ps(ids[j]);
+    __m512i qsum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(x + 32 * j + 16 * h), vid);
+      const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(t, v256));
+      const __m512i l = _mm512_srai_epi32(_mm512_slli_epi32(q, 24), 24);
+      _mm_storeu_si128((__m128i*)(lo + 32 * j + 16 * h), _mm512_cvtepi32_epi8(l));
+      _mm_storeu_si128((__m128i*)(hi + 32 * j + 16 * h),
+                       _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_sub_epi32(q, l), 8)));
+      qsum = _mm512_add_epi32(qsum, q);
+    }
+    v[j] = _mm512_castsi512_ps(qsum);
+  }
+  const __m512i sq = _mm512_permutexvar_epi32(order, _mm512_castps_si512(reduce16(v, vadd_i32)));
+  const __m512 da = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 256.0f));
+  _mm512_storeu_ps(d_out, da);
+  _mm512_storeu_si512(sq_out, sq);
+  _mm512_storeu_ps(s_out, _mm512_mul_ps(da, _mm512_cvtepi32_ps(sq)));
+}
+#endif
+
 // Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0).
 static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8_t* hi, int8_t* lo, int16_t* q16,
                          float* d, float* s, int32_t* sq) {
   const int64_t nb = k / kQBlock;
-  for (int64_t b = 0; b < nb; ++b) {
+  int64_t b = 0;
+#if FD_QVNNI
+  for (; b + 16 <= nb; b += 16) {  // quantize_block's results, 16 blocks at a time
+    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
+    quantize_block16(a + r * lda + b * kQBlock, hi + off, lo + off, d + i, s + i, sq + i);
+  }
+#endif
+  for (; b < nb; ++b) {
     const int64_t i = r * nb + b, off = r * k + b * kQBlock;
     quantize_block(a + r * lda + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo, q16 ? q16 + off : q16, d + i,
                    s + i, sq + i);
