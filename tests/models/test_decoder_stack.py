@@ -127,8 +127,9 @@ def test_stack_on_steps_split_over_threads(arch, kv_cache_dtype, tiny_checkpoint
 def test_stack_on_wider_layers(quantization, tiny_checkpoint, tmp_path, monkeypatch):
     """Layers wide enough (hidden 256) that a prompt of a few row blocks has fewer bytes of activations
     than its weights: the AMX prompt GEMM then gives each thread its own panels, and the add + norm after
-    o_proj and down_proj runs on each row block as the thread completing it finishes it."""
-    path = tiny_checkpoint("LlamaForCausalLM", hidden_size=256, intermediate_size=512)
+    o_proj and down_proj runs on each row block as the thread completing it finishes it. down_proj's K
+    (768) is past what one pass keeps in L1, so it also runs in k-slabs with partial sums between them."""
+    path = tiny_checkpoint("LlamaForCausalLM", hidden_size=256, intermediate_size=768)
     if quantization == "gguf":
         path = make_tiny_gguf(path, tmp_path / "wide-Q4_1.gguf", "Q4_1")
     model = load_fd_model(path, quantization=quantization)

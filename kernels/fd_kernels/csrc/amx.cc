@@ -210,35 +210,80 @@ inline __attribute__((always_inline)) void store_c_tiles(float* c, int64_t ld) {
   _tile_stored(3, c + 16 * ld + 16, ld * 4);
 }
 
+// Bytes of an A block (32 rows of A's bf16 tiles) up to which its tiles stay in L1 (48 KB) across the
+// panels of an item, provided the panels' tiles do not pass through L1.
+constexpr int64_t kL1ABlockBytes = 40 << 10;
+
+// Whether block() loads the weight's tiles with tileloaddt1, which does not keep them in L1: where an A
+// block fits there, so it is read from L1 for every panel after the first, with only B read from L2. A
+// block and a panel of 36 KB each (K = 576) would otherwise evict each other and both come from L2 for
+// every product. Where the A block is larger than L1 anyway, B's tiles are loaded as usual.
+inline bool streams_b(int64_t kp) { return kp * kRows * 2 <= kL1ABlockBytes; }
+
+// The k's of an item's pass over its panels: all of kp where an A block fits L1, else kp cut into the
+// fewest equal slabs (whole k-steps) whose A tiles do, each slab's partial sums kept between passes in a
+// scratch of the item's C blocks. Storing and reloading the fp32 accumulators is exact and every element
+// still sums its k-steps in order, so the result is the same bit for bit.
+inline int64_t k_slab(int64_t kp) {
+  const int64_t slabs = (kp * kRows * 2 + kL1ABlockBytes - 1) / kL1ABlockBytes;
+  return ((kp + slabs - 1) / slabs + kKStep - 1) / kKStep * kKStep;
+}
+
+// A weight tile into tile register t (a literal: GCC's tile intrinsics spell it into the instruction),
+// with tileloaddt1 where kStream.
+#define FD_LOAD_B(kStream, t, src)    \
+  do {                                \
+    if constexpr (kStream)            \
+      _tile_stream_loadd(t, src, 64); \
+    else                              \
+      _tile_loadd(t, src, 64);        \
+  } while (0)
+
 // One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
 // is issued one product ahead of the product that first reads it, so a product waits for at most one load.
 // With `loaded`, the caller's previous block already loaded this block's first A and B tiles (tiles 4 and
 // 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
-// the same rows before storing C, since a tile load issued after the C stores waits for them.
+// the same rows before storing C, since a tile load issued after the C stores waits for them. kStreamB:
+// see streams_b. [k0, k1) (default all of kp) are the k's of this pass (k_slab): a pass after the first
+// starts from the partial sums in acc (a 32 x 32 fp32 block; read with tileloaddt1, as the A slab is what
+// L1 should keep), a pass before the last leaves them there instead of writing C.
+template <bool kStreamB>
 void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
-           bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  const uint16_t* a = abf + m0 * kp;  // this block's tiles (a_offset of row m0, k 0)
+           bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false,
+           int64_t k0 = 0, int64_t k1 = -1, float* acc = nullptr) {
+  if (k1 < 0) k1 = kp;
+  const bool last = k1 == kp;
+  if (k0 == 0) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  } else {
+    _tile_stream_loadd(0, acc, kNR * 4);
+    _tile_stream_loadd(1, acc + 16, kNR * 4);
+    _tile_stream_loadd(2, acc + 16 * kNR, kNR * 4);
+    _tile_stream_loadd(3, acc + 16 * kNR + 16, kNR * 4);
+  }
+  const uint16_t* a = abf + m0 * kp + k0 * kRows;  // this block's tiles from k0 (a_offset of row m0, k k0)
+  bp += k0 * kNR;
   const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
   const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
   float* c = g.c + m0 * g.n + n0;
   // The next panel's 32 x 32 block of C, two lines a row, made writable in this block's products; with
   // own_pf (a block no previous block prefetched for) this block's own C too.
-  const bool pf = !nt && n0 + 2 * kNR <= g.n;
-  own_pf = own_pf && !nt;
+  const bool pf = last && !nt && n0 + 2 * kNR <= g.n;
+  own_pf = last && own_pf && !nt;
   float* const pf_c = own_pf ? c : c + kNR;
-  const int64_t pf_rows = std::max<int64_t>(4, (kRows * kKStep + kp - 1) / kp);  // all 32 rows within the k-steps
+  // All 32 rows within this pass's k-steps.
+  const int64_t pf_rows = std::max<int64_t>(4, (kRows * kKStep + (k1 - k0) - 1) / (k1 - k0));
   int64_t pr = 0;
   if (!loaded) {
     _tile_loadd(4, a, 64);
-    _tile_loadd(6, bp, 64);
+    FD_LOAD_B(kStreamB, 6, bp);
   }
-  for (int64_t k = 0; k < kp; k += kKStep) {
+  for (int64_t k = 0; k < k1 - k0; k += kKStep) {
     const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
-    const bool more = k + kKStep < kp;
+    const bool more = k + kKStep < k1 - k0;
     if (pf || own_pf) {
       for (int64_t j = 0; j < pf_rows && pr < rows; ++j, ++pr) {
         _mm_prefetch((const char*)(pf_c + pr * g.n), _MM_HINT_ET0);
@@ -249,18 +294,22 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
         }
       }
     }
-    _tile_loadd(7, bt + 512, 64);
+    FD_LOAD_B(kStreamB, 7, bt + 512);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(5, at + 512, 64);
     _tile_dpbf16ps(1, 4, 7);
     if (more) _tile_loadd(4, at + kKStep * kRows, 64);
     _tile_dpbf16ps(2, 5, 6);
-    if (more) _tile_loadd(6, bt + kKStep * kNR, 64);
+    if (more) FD_LOAD_B(kStreamB, 6, bt + kKStep * kNR);
     _tile_dpbf16ps(3, 5, 7);
   }
   if (next_b) {
     _tile_loadd(4, a, 64);
-    _tile_loadd(6, next_b, 64);
+    FD_LOAD_B(kStreamB, 6, next_b + k0 * kNR);
+  }
+  if (!last) {
+    store_c_tiles(acc, kNR);
+    return;
   }
   if (nt && rows == kRows && ncols == kNR && !g.bias) {
     alignas(64) float tmp[kRows * kNR];
@@ -343,7 +392,8 @@ bool streams_c(const GemmArgs& g) {
 
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
 // chunk, claimed in turn by whichever thread is free, so the threads stay even when one of them loses its
-// core for a while. An A block stays in L1 across a chunk's panels, its rows of C written left to right.
+// core for a while. An A block (or, at large K, a k-slab of it: k_slab) stays in L1 across a chunk's
+// panels, its rows of C written left to right.
 // Where A's tiles are small (a prompt of a few hundred rows) and at most 2/3 of the weight's, each thread
 // has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from
 // memory once per call, and a thread that runs out of items takes the next ones of another region. Where A
@@ -357,6 +407,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);
   const bool nt = streams_c(g);
+  const int64_t slab = k_slab(kp);  // A's tiles of a slab fit L1, so B is streamed (streams_b)
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
   std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
@@ -372,6 +423,9 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   {
     load_amx_tile_config();
     const int64_t t = omp_get_thread_num();
+    // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab).
+    std::unique_ptr<float[], decltype(&std::free)> acc(
+        slab < kp ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
     for (int64_t k = 0; k < pl.regions; ++k) {
       const int64_t r = (t + k) % pl.regions, items = pl.chunks(r) * nrb;
       for (int64_t it = next[r].fetch_add(1, std::memory_order_relaxed); it < items;
@@ -385,9 +439,13 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         } else {
           while (state[rb].load(std::memory_order_acquire) != 2) std::this_thread::yield();
         }
-        for (int64_t p = p0; p < p1; ++p) {
-          const uint16_t* next_b = p + 1 < p1 ? g.tiles + (p + 1) * panel_elems : nullptr;
-          block(g, abf, kp, g.tiles + p * panel_elems, rb * kRows, p, p > p0, next_b, p == p0, nt);
+        for (int64_t k0 = 0; k0 < kp; k0 += slab) {
+          const int64_t k1 = std::min(kp, k0 + slab);
+          for (int64_t p = p0; p < p1; ++p) {
+            const uint16_t *bp = g.tiles + p * panel_elems, *next_b = p + 1 < p1 ? bp + panel_elems : nullptr;
+            float* const pacc = acc.get() ? acc.get() + (p - p0) * kRows * kNR : nullptr;
+            block<true>(g, abf, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
+          }
         }
         if (nt) _mm_sfence();  // the streamed stores are ordered by no atomic: publish them first
         if (g.epilogue && done[rb].fetch_add(1, std::memory_order_acq_rel) + 1 == row_items)
@@ -411,6 +469,7 @@ void gemm_kind(const GemmArgs& g, bool silu) {
   const int64_t panels = (g.n + kNR - 1) / kNR, nrb = mp / kRows;
   const int64_t panel_elems = kp * kNR;
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
+  const bool sb = streams_b(kp);
   // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
   // 64-byte aligned, as the tiles are read in rows of 64 bytes.
@@ -436,8 +495,12 @@ void gemm_kind(const GemmArgs& g, bool silu) {
 #pragma omp for schedule(static)
       for (int64_t it = 0; it < nrb * slices; ++it) {
         const int64_t rb = it / slices, i1 = std::min(np, (it % slices + 1) * per);
-        for (int64_t i = it % slices * per; i < i1; ++i)
-          block(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+        for (int64_t i = it % slices * per; i < i1; ++i) {
+          if (sb)
+            block<true>(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+          else
+            block<false>(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+        }
       }  // the loop's barrier: the next group's packing overwrites bbuf
     }
     _tile_release();
