@@ -59,6 +59,9 @@ class OutputProcessor:
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.states: dict[str, _RequestState] = {}
+        # One-id decodes, per skip_special_tokens, shared by every request's detokenizer (at most one
+        # entry per id of the vocabulary).
+        self._single_decodes: dict[bool, dict[int, str]] = {True: {}, False: {}}
 
     def add_request(
         self,
@@ -70,7 +73,8 @@ class OutputProcessor:
     ) -> None:
         from fdcli_engine.tokenizer import IncrementalDetokenizer
 
-        detok = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, params.skip_special_tokens)
+        skip = bool(params.skip_special_tokens)
+        detok = IncrementalDetokenizer(self.tokenizer, prompt_token_ids, skip, self._single_decodes[skip])
         self.states[req_id] = _RequestState(
             req_id,
             prompt,

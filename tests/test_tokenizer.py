@@ -160,11 +160,33 @@ def test_no_chat_template_is_a_clear_error(tmp_path):
 
 
 # --- incremental detokenizer ----------------------------------------------------------------------------
+# One-id decodes shared across every stream of a tokenizer, as the output processor shares them; the key
+# holds the tokenizer, so its id is never reused by another one while its cache lives.
+_SINGLE_DECODES: dict = {}
+
+
 def _stream(tok, prompt_ids, output_ids, skip=True, step=1):
-    detok = IncrementalDetokenizer(tok, prompt_ids, skip_special_tokens=skip)
-    deltas = [detok.add_tokens(output_ids[i : i + step]) for i in range(0, len(output_ids), step)]
-    deltas.append(detok.flush())
-    return deltas
+    """The deltas of one stream; the same with and without the shared one-id decodes."""
+    runs = []
+    for cache in (None, _SINGLE_DECODES.setdefault((tok, skip), {})):
+        detok = IncrementalDetokenizer(tok, prompt_ids, skip_special_tokens=skip, single_decodes=cache)
+        deltas = [detok.add_tokens(output_ids[i : i + step]) for i in range(0, len(output_ids), step)]
+        deltas.append(detok.flush())
+        runs.append(deltas)
+    assert runs[0] == runs[1]
+    return runs[1]
+
+
+def test_single_decodes_hold_each_emitted_id_decoded_alone(smol):
+    # The cache is filled by the step-by-step stream and holds exactly the decoder's one-id texts; a
+    # stale entry would change every later stream's text, so check the entries themselves.
+    cache: dict[int, str] = {}
+    ids = smol.encode("héllo 世界 🤗 the world", add_special_tokens=False)
+    detok = IncrementalDetokenizer(smol, smol.encode("Say:"), single_decodes=cache)
+    text = "".join(detok.add_tokens([t]) for t in ids) + detok.flush()
+    assert text == smol.decode(ids)
+    assert cache and set(cache) <= set(ids)
+    assert all(cache[t] == smol.decode([t]) for t in cache)
 
 
 def test_incremental_equals_full_decode_on_text(smol):

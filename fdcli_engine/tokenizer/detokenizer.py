@@ -21,8 +21,17 @@ _PROMPT_CONTEXT = 5  # prompt tokens kept as left context of the first window
 
 
 class IncrementalDetokenizer:
+    """`single_decodes` (optional, shared by the detokenizers of one tokenizer and one
+    skip_special_tokens setting): the decode of each one-id window, which is a pure function of that id.
+    While a stream emits a token a step, the window diffed against is the one token emitted last, so
+    each step then calls the decoder once instead of twice."""
+
     def __init__(
-        self, tokenizer: Any, prompt_token_ids: list[int] | None = None, skip_special_tokens: bool = True
+        self,
+        tokenizer: Any,
+        prompt_token_ids: list[int] | None = None,
+        skip_special_tokens: bool = True,
+        single_decodes: dict[int, str] | None = None,
     ):
         self.tokenizer = tokenizer
         self._backend = getattr(tokenizer, "backend", tokenizer)
@@ -32,6 +41,7 @@ class IncrementalDetokenizer:
         self.prefix_offset = max(len(self.token_ids) - _PROMPT_CONTEXT, 0)
         self.read_offset = len(self.token_ids)
         self.output_text = ""
+        self._single_decodes = single_decodes
         # SentencePiece byte-fallback ids: a run of them decodes as a unit (an invalid run becomes U+FFFD
         # for every byte, valid ASCII included), so text is committed only once a run has ended.
         # Skipped special tokens vanish before the decoder runs, so they do not end a run.
@@ -47,12 +57,22 @@ class IncrementalDetokenizer:
         # vocabulary (models pad their embedding table) decodes to nothing instead of failing a stream.
         return self._backend.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
+    def _decode_prefix(self) -> str:
+        ids = self.token_ids[self.prefix_offset : self.read_offset]
+        cache = self._single_decodes
+        if cache is None or len(ids) != 1:
+            return self._decode(ids)
+        text = cache.get(ids[0])
+        if text is None:
+            text = cache[ids[0]] = self._decode(ids)
+        return text
+
     def add_tokens(self, new_token_ids: list[int]) -> str:
         """Append generated ids; return the newly completed text (possibly "")."""
         self.token_ids.extend(new_token_ids)
         if self._byte_run_ids and self._in_byte_run():
             return ""
-        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        prefix_text = self._decode_prefix()
         new_text = self._decode(self.token_ids[self.prefix_offset :])
         # Hold back while the window ends inside a character, or nothing visible was added.
         if len(new_text) <= len(prefix_text) or new_text.endswith(_REPLACEMENT):
@@ -71,7 +91,7 @@ class IncrementalDetokenizer:
 
     def flush(self) -> str:
         """At the end of a sequence: emit held-back text (an incomplete character decodes to U+FFFD)."""
-        prefix_text = self._decode(self.token_ids[self.prefix_offset : self.read_offset])
+        prefix_text = self._decode_prefix()
         new_text = self._decode(self.token_ids[self.prefix_offset :])
         delta = new_text[len(prefix_text) :] if len(new_text) > len(prefix_text) else ""
         self.prefix_offset = self.read_offset = len(self.token_ids)

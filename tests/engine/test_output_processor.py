@@ -109,3 +109,25 @@ def test_finished_output_carries_metrics(tok):
     assert m is not None and m.arrival_time <= m.first_token_time <= m.finished_time
     assert m.num_generation_tokens == len(outs[-1].outputs[0].token_ids)
     assert all(o.metrics is None for o in outs[:-1])
+
+
+def test_requests_share_one_id_decodes_per_skip_setting(tok):
+    # One processor, two interleaved requests over the same ids (a special token among them), one
+    # skipping special tokens and one keeping them: with the one-id decodes the processor shares across
+    # its requests, each request's streamed text is still its own full decode.
+    ids = tok.encode("Hi<|im_end|> there, wörld 😀 again", add_special_tokens=False)
+    special = tok.encode("<|im_end|>", add_special_tokens=False)
+    assert len(special) == 1 and special[0] in ids
+    op = OutputProcessor(tok)
+    op.add_request("skip", None, [1, 2, 3], SamplingParams(skip_special_tokens=True))
+    op.add_request("keep", None, [1, 2, 3], SamplingParams(skip_special_tokens=False))
+    deltas = {"skip": [], "keep": []}
+    for i, t in enumerate(ids):
+        finish = "length" if i == len(ids) - 1 else None
+        for rid in ("skip", "keep") if i % 2 else ("keep", "skip"):
+            res, aborts = op.process_outputs([EngineCoreOutput(rid, [t], finish_reason=finish)])
+            assert not aborts and [r.request_id for r in res] == [rid]
+            deltas[rid].append(res[0].outputs[0].delta_text)
+    assert "".join(deltas["skip"]) == tok.decode(ids, skip_special_tokens=True)
+    assert "".join(deltas["keep"]) == tok.decode(ids, skip_special_tokens=False)
+    assert "<|im_end|>" in "".join(deltas["keep"]) and "<|im_end|>" not in "".join(deltas["skip"])
