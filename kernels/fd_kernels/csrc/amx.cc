@@ -73,13 +73,14 @@ inline int64_t a_offset(int64_t r, int64_t k, int64_t kp) {
   return ((r / kRows * (kp / kKStep) + k / kKStep) * 2 + r % kRows / 16) * 512 + r % 16 * kKStep + k % kKStep;
 }
 
-// Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles. With `silu`, row r of
-// g.a holds [gate | up] (2k values) and A's row is silu(gate) * up.
-void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool silu) {
+// Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles, out holding A's tiles from
+// row `first` (a multiple of kRows). With `silu`, row r of g.a holds [gate | up] (2k values) and A's row
+// is silu(gate) * up.
+void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool silu, int64_t first = 0) {
   const float* a = g.a + r * g.lda;
   const float* up = a + g.k;
   for (int64_t k = 0; k < kp; k += kKStep) {
-    uint16_t* o = out + a_offset(r, k, kp);
+    uint16_t* o = out + a_offset(r - first, k, kp);
     int64_t j = 0;
     if (r < g.m && k + kKStep <= g.k) {
       // A whole k-step in one vcvtne2ps2bf16, which rounds to nearest even as round_hi does for every
@@ -239,7 +240,7 @@ inline int64_t k_slab(int64_t kp) {
       _tile_loadd(t, src, 64);        \
   } while (0)
 
-// One 32-row block of A against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
+// One 32-row block of A (its tiles at ablk) against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
 // is issued one product ahead of the product that first reads it, so a product waits for at most one load.
 // With `loaded`, the caller's previous block already loaded this block's first A and B tiles (tiles 4 and
 // 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
@@ -248,7 +249,7 @@ inline int64_t k_slab(int64_t kp) {
 // starts from the partial sums in acc (a 32 x 32 fp32 block; read with tileloaddt1, as the A slab is what
 // L1 should keep), a pass before the last leaves them there instead of writing C.
 template <bool kStreamB>
-void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
+void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
            bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false,
            int64_t k0 = 0, int64_t k1 = -1, float* acc = nullptr) {
   if (k1 < 0) k1 = kp;
@@ -264,7 +265,7 @@ void block(const GemmArgs& g, const uint16_t* abf, int64_t kp, const uint16_t* b
     _tile_stream_loadd(2, acc + 16 * kNR, kNR * 4);
     _tile_stream_loadd(3, acc + 16 * kNR + 16, kNR * 4);
   }
-  const uint16_t* a = abf + m0 * kp + k0 * kRows;  // this block's tiles from k0 (a_offset of row m0, k k0)
+  const uint16_t* a = ablk + k0 * kRows;  // this block's tiles from k0
   bp += k0 * kNR;
   const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
   const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
@@ -410,6 +411,10 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
   const int64_t slab = k_slab(kp);  // A's tiles of a slab fit L1, so B is streamed (streams_b)
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
+  // With one item per row block no other item reads its A tiles, so each thread converts its items' rows
+  // into one private A block, which stays in L1/L2 from item to item: the conversion's stores then need
+  // no lines from L3, and its A tiles pollute no shared buffer. abf goes unused.
+  const bool own_a = row_items == 1;
   std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
   for (int64_t r = 0; r < pl.regions; ++r) next[r].store(0, std::memory_order_relaxed);
   // Per row block: A's state (0 not converted, 1 converting, 2 converted) and its items done.
@@ -426,14 +431,19 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
     // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab).
     std::unique_ptr<float[], decltype(&std::free)> acc(
         slab < kp ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
+    // Where each row block has one item: this thread's A block, converted into the same lines every item.
+    std::unique_ptr<uint16_t[], decltype(&std::free)> own(
+        own_a ? (uint16_t*)std::aligned_alloc(64, kRows * kp * 2) : nullptr, &std::free);
     for (int64_t k = 0; k < pl.regions; ++k) {
       const int64_t r = (t + k) % pl.regions, items = pl.chunks(r) * nrb;
       for (int64_t it = next[r].fetch_add(1, std::memory_order_relaxed); it < items;
            it = next[r].fetch_add(1, std::memory_order_relaxed)) {
         const int64_t p0 = pl.first(r) + it / nrb * pl.chunk, p1 = std::min(pl.first(r + 1), p0 + pl.chunk);
         const int64_t rb = (it % nrb + pl.rb_offset(r)) % nrb;
-        uint8_t st = state[rb].load(std::memory_order_acquire);
-        if (st == 0 && state[rb].compare_exchange_strong(st, 1, std::memory_order_acquire)) {
+        const uint16_t* ablk = own ? own.get() : abf + rb * kRows * kp;
+        if (own) {
+          for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row) convert_row(g, row, kp, own.get(), silu, rb * kRows);
+        } else if (uint8_t st = state[rb].load(std::memory_order_acquire); st == 0 && state[rb].compare_exchange_strong(st, 1, std::memory_order_acquire)) {
           for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row) convert_row(g, row, kp, abf, silu);
           state[rb].store(2, std::memory_order_release);
         } else {
@@ -444,7 +454,7 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
           for (int64_t p = p0; p < p1; ++p) {
             const uint16_t *bp = g.tiles + p * panel_elems, *next_b = p + 1 < p1 ? bp + panel_elems : nullptr;
             float* const pacc = acc.get() ? acc.get() + (p - p0) * kRows * kNR : nullptr;
-            block<true>(g, abf, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
+            block<true>(g, ablk, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
           }
         }
         if (nt) _mm_sfence();  // the streamed stores are ordered by no atomic: publish them first
@@ -497,9 +507,9 @@ void gemm_kind(const GemmArgs& g, bool silu) {
         const int64_t rb = it / slices, i1 = std::min(np, (it % slices + 1) * per);
         for (int64_t i = it % slices * per; i < i1; ++i) {
           if (sb)
-            block<true>(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+            block<true>(g, abf.get() + rb * kRows * kp, kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
           else
-            block<false>(g, abf.get(), kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+            block<false>(g, abf.get() + rb * kRows * kp, kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
         }
       }  // the loop's barrier: the next group's packing overwrites bbuf
     }
