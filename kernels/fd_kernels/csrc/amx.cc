@@ -240,8 +240,9 @@ inline int64_t k_slab(int64_t kp) {
       _tile_loadd(t, src, 64);        \
   } while (0)
 
-// One 32-row block of A (its tiles at ablk) against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of C. Each tile load
-// is issued one product ahead of the product that first reads it, so a product waits for at most one load.
+// One 32-row block of A (its tiles at ablk) against one panel's tiles; writes rows [m0, min(m0 + 32, m)) of
+// C. Each tile load is issued one product ahead of the product that first reads it, so a product waits for
+// at most one load.
 // With `loaded`, the caller's previous block already loaded this block's first A and B tiles (tiles 4 and
 // 6); with `next_b`, this block loads its own first A tile and next_b's first B tile for the next block of
 // the same rows before storing C, since a tile load issued after the C stores waits for them. kStreamB:
@@ -442,8 +443,10 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         const int64_t rb = (it % nrb + pl.rb_offset(r)) % nrb;
         const uint16_t* ablk = own ? own.get() : abf + rb * kRows * kp;
         if (own) {
-          for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row) convert_row(g, row, kp, own.get(), silu, rb * kRows);
-        } else if (uint8_t st = state[rb].load(std::memory_order_acquire); st == 0 && state[rb].compare_exchange_strong(st, 1, std::memory_order_acquire)) {
+          for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row)
+            convert_row(g, row, kp, own.get(), silu, rb * kRows);
+        } else if (uint8_t st = state[rb].load(std::memory_order_acquire);
+                   st == 0 && state[rb].compare_exchange_strong(st, 1, std::memory_order_acquire)) {
           for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row) convert_row(g, row, kp, abf, silu);
           state[rb].store(2, std::memory_order_release);
         } else {
