@@ -33,6 +33,7 @@
 #include "decoder_stack.h"
 #include "glue.h"
 #include "paddle/extension.h"
+#include "scratch.h"
 
 namespace {
 
@@ -305,18 +306,26 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
   PD_CHECK(c->num_layers == p->num_layers && c->num_kv_heads == p->num_kv_heads && c->head_dim == p->head_dim,
            "decoder_stack: the caches were bound for another model");
   PD_CHECK(!greedy || p->head.w != nullptr, "decoder_stack: greedy tokens asked of a plan without the LM head");
+  // Token ids: their rows go to the op's own scratch, which only the stack reads (not a Paddle tensor: one
+  // allocation less through Paddle's allocator a step, on the serial path before the region).
   Tensor x;
+  fdk::Scratch embedded;
+  const float* xp = nullptr;
+  int64_t t = 0;
   if (x_in.dtype() == paddle::DataType::INT64 && x_in.shape().size() == 1) {
     const std::vector<int64_t> ids = as_i64(x_in, "token ids");
-    x = paddle::empty({(int64_t)ids.size(), p->hidden}, paddle::DataType::FLOAT32, plan.place());
-    embed_tokens(*p, ids, x.data<float>());
+    t = (int64_t)ids.size();
+    embedded = fdk::scratch(t * p->hidden);
+    embed_tokens(*p, ids, embedded.get());
+    xp = embedded.get();
   } else {
     PD_CHECK(x_in.is_cpu() && x_in.dtype() == paddle::DataType::FLOAT32 && x_in.shape().size() == 2 &&
                  x_in.shape()[1] == p->hidden,
              "decoder_stack: x must be a float32 [T, hidden_size] CPU tensor or int64 [T] token ids");
     x = contig(x_in);
+    t = x.shape()[0];
+    xp = x.data<float>();
   }
-  const int64_t t = x.shape()[0];
 
   fdk::StackArgs a{};
   a.num_tokens = t;
@@ -357,13 +366,13 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
   }
 
   const int64_t out_rows_n = a.out_query_start_loc ? a.num_out : t;
-  Tensor out = paddle::empty({out_rows_n, p->hidden}, paddle::DataType::FLOAT32, x.place());
-  Tensor tokens = paddle::empty({greedy ? out_rows_n : 0}, paddle::DataType::INT64, x.place());
+  Tensor out = paddle::empty({out_rows_n, p->hidden}, paddle::DataType::FLOAT32, plan.place());
+  Tensor tokens = paddle::empty({greedy ? out_rows_n : 0}, paddle::DataType::INT64, plan.place());
   if (greedy)
-    fdk::decoder_stack_greedy(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>(),
+    fdk::decoder_stack_greedy(a, p->layers(), c->caches(), p->num_layers, xp, out.data<float>(),
                               p->head, tokens.data<int64_t>());
   else
-    fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, x.data<float>(), out.data<float>());
+    fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, xp, out.data<float>());
   return {out, tokens};
 }
 
