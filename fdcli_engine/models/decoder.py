@@ -199,7 +199,9 @@ class DecoderForCausalLM:
     def forward_greedy(self, input_ids, positions, kv_caches, meta) -> tuple[paddle.Tensor, list[int] | None]:
         """`forward` and each returned row's `compute_greedy_tokens`, in one op where the packed stack
         holds the LM head: (hidden, tokens). tokens None: the caller asks compute_greedy_tokens or the
-        logits itself (no fused path for this step, or a row's logits hold a NaN)."""
+        logits itself (no fused path for this step, or a row's logits hold a NaN). A decode step's hidden
+        may be the stack's buffer (ops.decoder_stack_greedy through ctypes), written again by the next
+        step: read it within the step, keep none of it."""
         own_forward = type(self).forward is DecoderForCausalLM.forward  # a subclass's may do more
         if not (own_forward and _runs_stack(self, positions) and self.decoder_stack.has_head):
             return self.forward(input_ids, positions, kv_caches, meta), None

@@ -66,7 +66,9 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         models/decoder.py (prompt_rows as in linear); see native.prepare_decoder_stack for
         the layer dicts.
     decoder_stack_greedy(same arguments) -> (hidden, tokens: list[int] | None): native only, a stack
-        packed with head=: decoder_stack and each output row's linear_argmax over the LM head in one op
+        packed with head=: decoder_stack and each output row's linear_argmax over the LM head in one op;
+        a step of token ids without prompt_rows / out runs through ctypes (native/stack_step.py), its
+        hidden states then the stack's buffer, written again by its next such step
     prompt_tile_min_rows() -> int
         native only: the prompt-row count from which kS8 / kU4 linears change path (kernels.h); a
         subset of a step's prompt rows keeps at least min(this, all) of them to keep their bits

@@ -69,8 +69,11 @@ def test_forward_greedy_equals_forward_then_the_head(kind, tiny_checkpoint, tmp_
         assert all(np.array_equal(a, b) for a, b in zip(la, lb, strict=True))
 
 
-def test_a_decode_step_is_one_op(tiny_checkpoint, tmp_path, monkeypatch):
+def test_a_decode_step_is_one_call(tiny_checkpoint, tmp_path, monkeypatch):
+    """A decode step is one C call: through ctypes (native/stack_step.py, no Paddle op), or, where the
+    library lacks that entry, the one `fd_decoder_stack` op."""
     from fd_kernels import native
+    from fd_kernels.native import stack_step
 
     model = load("gguf", tiny_checkpoint, tmp_path)
     caches = allocate_kv_caches(model, 8, BLOCK_SIZE, "bfloat16")
@@ -79,8 +82,13 @@ def test_a_decode_step_is_one_op(tiny_checkpoint, tmp_path, monkeypatch):
     run_op = native._run
     monkeypatch.setattr(native, "_run", lambda name, *a: names.append(name) or run_op(name, *a))
     meta, positions = make_attention_metadata(DECODE[:1], BLOCK_SIZE)
-    _, tokens = model.forward_greedy(paddle.to_tensor(np.array([9], dtype=np.int64)), positions, caches, meta)
-    assert names == ["fd_decoder_stack"] and len(tokens) == 1
+    ids = paddle.to_tensor(np.array([9], dtype=np.int64))
+    before = stack_step.steps
+    _, tokens = model.forward_greedy(ids, positions, caches, meta)
+    assert names == [] and stack_step.steps == before + 1 and len(tokens) == 1
+    monkeypatch.setattr(stack_step, "_entry", False)
+    _, again = model.forward_greedy(ids, positions, caches, meta)
+    assert names == ["fd_decoder_stack"] and stack_step.steps == before + 1 and again == tokens
 
 
 def test_a_nan_logit_gives_no_tokens(tiny_checkpoint, tmp_path):

@@ -27,7 +27,9 @@
 // pointers, in place (Paddle does not see them: no autograd, which the engine never records anyway).
 // The step's metadata is checked every step, as paged_attention checks it.
 
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "decoder_stack.h"
@@ -113,17 +115,24 @@ Tensor plan_tensor(int64_t bytes, const paddle::Place& place) {
   return t;
 }
 
-// The plan a tensor holds, checked for its kind and size (a stray tensor must not be read as pointers).
+// The plan `words` int64 words at `data` hold, checked for its kind and size (a stray buffer must not be
+// read as pointers).
 template <typename Plan, typename Record>
-const Plan* read_plan(const Tensor& t, uint64_t magic, const char* what) {
-  PD_CHECK(t.is_cpu() && t.dtype() == paddle::DataType::INT64 && t.is_contiguous() &&
-               t.numel() * 8 >= (int64_t)sizeof(Plan),
-           "decoder_stack: ", what, " is not a plan built by fd_kernels.native");
-  const Plan* p = reinterpret_cast<const Plan*>(t.data<int64_t>());
+const Plan* read_plan(const int64_t* data, int64_t words, uint64_t magic, const char* what) {
+  PD_CHECK(data != nullptr && words * 8 >= (int64_t)sizeof(Plan), "decoder_stack: ", what,
+           " is not a plan built by fd_kernels.native");
+  const Plan* p = reinterpret_cast<const Plan*>(data);
   const int64_t bytes = (int64_t)(sizeof(Plan) + p->num_layers * sizeof(Record));
-  PD_CHECK(p->magic == magic && p->num_layers >= 0 && t.numel() == (bytes + 7) / 8, "decoder_stack: ", what,
+  PD_CHECK(p->magic == magic && p->num_layers >= 0 && words == (bytes + 7) / 8, "decoder_stack: ", what,
            " is not a plan built by fd_kernels.native");
   return p;
+}
+
+template <typename Plan, typename Record>
+const Plan* read_plan(const Tensor& t, uint64_t magic, const char* what) {
+  PD_CHECK(t.is_cpu() && t.dtype() == paddle::DataType::INT64 && t.is_contiguous(), "decoder_stack: ", what,
+           " is not a plan built by fd_kernels.native");
+  return read_plan<Plan, Record>(t.data<int64_t>(), t.numel(), magic, what);
 }
 
 // Layer i's caches, shaped like layer 0's, of layer 0's dtype dt: [nb, nkv, bs, hd] fp32 or bf16, or int8
@@ -225,6 +234,53 @@ void embed_tokens(const WeightPlan& p, const std::vector<int64_t>& ids, float* o
   for (int64_t i = 0; i < t; ++i) std::memcpy(out + i * h, table + ids[i] * h, h * sizeof(float));
 }
 
+// A step's metadata as the stack reads it, int64: the op converts its tensors, the ctypes entry its arrays,
+// and both build the step's StackArgs from it with step_args (one set of checks for both).
+struct StepRows {
+  std::vector<int64_t> pos, slots, qsl, lens, bt;
+};
+
+void check_plans(const WeightPlan& p, const CachePlan& c, bool greedy) {
+  PD_CHECK(c.num_layers == p.num_layers && c.num_kv_heads == p.num_kv_heads && c.head_dim == p.head_dim,
+           "decoder_stack: the caches were bound for another model");
+  PD_CHECK(!greedy || p.head.w != nullptr, "decoder_stack: greedy tokens asked of a plan without the LM head");
+}
+
+// The StackArgs of a step of t rows, its metadata checked; they point into `m`, which must outlive them.
+// No prompt rows and no out rows: the caller sets those.
+fdk::StackArgs step_args(const WeightPlan& p, const CachePlan& c, int64_t t, const StepRows& m) {
+  fdk::StackArgs a{};
+  a.num_tokens = t;
+  a.hidden = p.hidden;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.head_dim = p.head_dim;
+  a.intermediate = p.intermediate;
+  a.eps = p.eps;
+  a.scale = p.scale;
+  a.cos_sin = p.cos_sin;
+  a.final_norm = p.final_norm;
+  a.block_size = c.block_size;
+  a.num_seqs = (int64_t)m.lens.size();
+  a.max_blocks = a.num_seqs ? (int64_t)m.bt.size() / a.num_seqs : 0;
+  check_metadata(a, t, p.max_position, c.num_blocks, m.pos, m.slots, m.qsl, m.lens, m.bt);
+  a.positions = m.pos.data();
+  a.slot_mapping = m.slots.data();
+  a.query_start_loc = m.qsl.data();
+  a.seq_lens = m.lens.data();
+  a.block_tables = m.bt.data();
+  a.prompt_rows = nullptr;
+  return a;
+}
+
+// The rows of token ids, looked up in the plan's table into `s` (the op's own scratch, which only the stack
+// reads: not a Paddle tensor, one allocation less through Paddle's allocator a step).
+const float* embed_ids(const WeightPlan& p, const std::vector<int64_t>& ids, fdk::Scratch& s) {
+  s = fdk::scratch((int64_t)ids.size() * p.hidden);
+  embed_tokens(p, ids, s.get());
+  return s.get();
+}
+
 }  // namespace
 
 std::vector<Tensor> DecoderStackPlan(const Tensor& final_norm, const Tensor& cos_sin, const Tensor& embedding,
@@ -303,11 +359,7 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
                                  const Tensor& out_bt, const Tensor& out_prompt_rows, bool greedy) {
   const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan, kWeightMagic, "plan");
   const CachePlan* c = read_plan<CachePlan, fdk::StackCache>(cache_plan, kCacheMagic, "cache plan");
-  PD_CHECK(c->num_layers == p->num_layers && c->num_kv_heads == p->num_kv_heads && c->head_dim == p->head_dim,
-           "decoder_stack: the caches were bound for another model");
-  PD_CHECK(!greedy || p->head.w != nullptr, "decoder_stack: greedy tokens asked of a plan without the LM head");
-  // Token ids: their rows go to the op's own scratch, which only the stack reads (not a Paddle tensor: one
-  // allocation less through Paddle's allocator a step, on the serial path before the region).
+  check_plans(*p, *c, greedy);
   Tensor x;
   fdk::Scratch embedded;
   const float* xp = nullptr;
@@ -315,9 +367,7 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
   if (x_in.dtype() == paddle::DataType::INT64 && x_in.shape().size() == 1) {
     const std::vector<int64_t> ids = as_i64(x_in, "token ids");
     t = (int64_t)ids.size();
-    embedded = fdk::scratch(t * p->hidden);
-    embed_tokens(*p, ids, embedded.get());
-    xp = embedded.get();
+    xp = embed_ids(*p, ids, embedded);
   } else {
     PD_CHECK(x_in.is_cpu() && x_in.dtype() == paddle::DataType::FLOAT32 && x_in.shape().size() == 2 &&
                  x_in.shape()[1] == p->hidden,
@@ -327,30 +377,9 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
     xp = x.data<float>();
   }
 
-  fdk::StackArgs a{};
-  a.num_tokens = t;
-  a.hidden = p->hidden;
-  a.num_heads = p->num_heads;
-  a.num_kv_heads = p->num_kv_heads;
-  a.head_dim = p->head_dim;
-  a.intermediate = p->intermediate;
-  a.eps = p->eps;
-  a.scale = p->scale;
-  a.cos_sin = p->cos_sin;
-  a.final_norm = p->final_norm;
-  a.block_size = c->block_size;
-  const std::vector<int64_t> pos = as_i64(positions, "positions"), slots = as_i64(slots_in, "slot_mapping"),
-                             qsl = as_i64(qsl_in, "query_start_loc"), lens = as_i64(seq_lens_in, "seq_lens"),
-                             bt = as_i64(bt_in, "block_tables");
-  a.num_seqs = (int64_t)lens.size();
-  a.max_blocks = a.num_seqs ? (int64_t)bt.size() / a.num_seqs : 0;
-  check_metadata(a, t, p->max_position, c->num_blocks, pos, slots, qsl, lens, bt);
-  a.positions = pos.data();
-  a.slot_mapping = slots.data();
-  a.query_start_loc = qsl.data();
-  a.seq_lens = lens.data();
-  a.block_tables = bt.data();
-  a.prompt_rows = nullptr;
+  const StepRows m{as_i64(positions, "positions"), as_i64(slots_in, "slot_mapping"),
+                   as_i64(qsl_in, "query_start_loc"), as_i64(seq_lens_in, "seq_lens"), as_i64(bt_in, "block_tables")};
+  fdk::StackArgs a = step_args(*p, *c, t, m);
   if (prompt_rows.numel() > 0) {
     PD_CHECK(prompt_rows.dtype() == paddle::DataType::UINT8 && prompt_rows.is_contiguous() &&
                  prompt_rows.numel() == t,
@@ -374,6 +403,42 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
   else
     fdk::decoder_stack(a, p->layers(), c->caches(), p->num_layers, xp, out.data<float>());
   return {out, tokens};
+}
+
+// The greedy step of fd_decoder_stack on token ids through ctypes (fd_kernels.native.decoder_stack_greedy_step):
+// a decode step then skips Paddle's op dispatch both ways. The same checks and kernel as the op with greedy,
+// token ids, no prompt rows and no out rows. The plans are the int64 words of the plan tensors; the metadata
+// as the engine keeps it: int64 ids, positions, slot_mapping [t]; int32 query_start_loc [num_seqs + 1],
+// seq_lens [num_seqs], block_tables [num_seqs, max_blocks]. Writes hidden [t, hidden] and tokens [t] (-1 for a
+// row with a NaN logit). Returns 0, or 1 with the error's message in `error`: no exception crosses the C ABI.
+extern "C" int32_t fd_decoder_stack_greedy_host(const int64_t* plan, int64_t plan_words, const int64_t* cache_plan,
+                                               int64_t cache_words, const int64_t* ids, const int64_t* positions,
+                                               const int64_t* slots, int64_t t, const int32_t* qsl,
+                                               const int32_t* seq_lens, int64_t num_seqs, const int32_t* block_tables,
+                                               int64_t max_blocks, float* hidden, int64_t* tokens, char* error,
+                                               int64_t error_size) {
+  try {
+    PD_CHECK(t >= 0 && num_seqs >= 0 && max_blocks >= 0 && (t == 0 || (ids && positions && slots && hidden && tokens)),
+             "decoder_stack: bad step arrays");
+    const WeightPlan* p = read_plan<WeightPlan, fdk::StackLayer>(plan, plan_words, kWeightMagic, "plan");
+    const CachePlan* c = read_plan<CachePlan, fdk::StackCache>(cache_plan, cache_words, kCacheMagic, "cache plan");
+    check_plans(*p, *c, true);
+    fdk::Scratch embedded;
+    const float* xp = embed_ids(*p, std::vector<int64_t>(ids, ids + t), embedded);
+    const StepRows m{{positions, positions + t},
+                     {slots, slots + t},
+                     {qsl, qsl + num_seqs + 1},
+                     {seq_lens, seq_lens + num_seqs},
+                     {block_tables, block_tables + num_seqs * max_blocks}};
+    const fdk::StackArgs a = step_args(*p, *c, t, m);
+    fdk::decoder_stack_greedy(a, p->layers(), c->caches(), p->num_layers, xp, hidden, p->head, tokens);
+    return 0;
+  } catch (const std::exception& e) {
+    std::snprintf(error, (size_t)error_size, "%s", e.what());
+  } catch (...) {
+    std::snprintf(error, (size_t)error_size, "decoder_stack: unknown error");
+  }
+  return 1;
 }
 
 PD_BUILD_OP(fd_decoder_stack_plan)

@@ -23,6 +23,7 @@ from fd_kernels import packing
 from fd_kernels.build import library_path as _library_path
 from fd_kernels.build import load as _build_load
 from fd_kernels.native.sampler import sample  # noqa: F401 - the `sample` op works on numpy, via ctypes
+from fd_kernels.native.stack_step import StepBuffers, greedy_step
 from fd_kernels.native.thp import huge_pages  # noqa: F401 - memory advice, via ctypes
 
 _ext = None  # names of the registered ops once loaded
@@ -462,6 +463,13 @@ class DecoderStack:
     _kv_tensors: list | None = None
     _kv_plan: paddle.Tensor | None = None
     _kv_layers: list | None = None  # the per-layer tuples last bound, where every layer's was a tuple
+    hidden_size: int = 0
+    _step: StepBuffers | None = None  # the greedy step's ctypes state (native/stack_step.py)
+
+    def step_buffers(self) -> StepBuffers:
+        if self._step is None:
+            self._step = StepBuffers(self.hidden_size)
+        return self._step
 
     def cache_plan(self, kv_caches: list) -> paddle.Tensor:
         """The cache plan for these caches: bound again whenever a cache tensor is not the one bound last
@@ -545,7 +553,9 @@ def prepare_decoder_stack(
     except OSError as exc:
         raise _bad_input(exc) from None
     tensors = [final_norm, cos_sin_cache, table, *weights]
-    return DecoderStack(plan=plan, tensors=tensors, embeds_tokens=kind >= 0, has_head=head is not None)
+    return DecoderStack(
+        plan=plan, tensors=tensors, embeds_tokens=kind >= 0, has_head=head is not None, hidden_size=hidden
+    )
 
 
 def _stack_embedding(embedding) -> tuple[paddle.Tensor, int, int]:
@@ -590,7 +600,13 @@ def decoder_stack_greedy(
 ) -> tuple[paddle.Tensor, list[int] | None]:
     """`decoder_stack` and, in the same op, each output row's first argmax of the LM head's logits
     (`stack.has_head`): (hidden, tokens) with the tokens `linear_argmax(hidden, head)` gives, or None
-    where a row's logits hold a NaN."""
+    where a row's logits hold a NaN. A step of token ids with no prompt-row mask and no out rows (a
+    decode step) runs through ctypes (native/stack_step.py): its hidden states are then the stack's
+    buffer, written again by its next such step, so a caller reads them within the step and keeps none."""
+    if prompt_rows is None and out is None and stack.embeds_tokens and stack.has_head and len(x.shape) == 1:
+        got = greedy_step(x, positions, meta, stack.plan, stack.cache_plan(kv_caches), stack.step_buffers())
+        if got is not None:
+            return got
     hidden, tokens = _stack_call(x, positions, kv_caches, meta, stack, prompt_rows, out, True)
     # One row (batch-1 decode): item() reads the scalar without the numpy view's cost.
     ids = [tokens.item()] if tokens.shape[0] == 1 else np.from_dlpack(tokens).tolist()
