@@ -107,8 +107,9 @@ class StepBuffers:
 
 def greedy_step(ids, positions, meta, plan, cache_plan, buffers: StepBuffers):
     """(hidden, tokens) of the greedy stack step through ctypes, or None where it does not apply (the
-    caller runs the op). The caller has checked that the step has no prompt-row mask and no out rows. tokens: None where a row's logits hold a NaN, as the op path says. Raises
-    ValueError with the op's message on bad input."""
+    caller runs the op). The caller has checked that the step has no prompt-row mask and no out rows.
+    tokens: None where a row's logits hold a NaN, as the op path says. Raises ValueError with the op's
+    message on bad input."""
     fn = _entry if _entry is not None else _bind()
     if not fn:
         return None
