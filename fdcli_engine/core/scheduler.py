@@ -114,8 +114,11 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            drafts = self._drafts_for(req, num_new, budget)
-            slots = num_new + len(drafts) + self._lookahead(req, num_new + len(drafts))
+            # The guards skip two calls that return [] and 0 on a plain decode step.
+            drafts = self._drafts_for(req, num_new, budget) if req.spec_token_ids else []
+            slots = num_new + len(drafts)
+            if self.num_lookahead_slots:
+                slots += self._lookahead(req, slots)
             while not self.kv.allocate_slots(req, slots):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -220,11 +223,16 @@ class Scheduler:
     def _scheduled(self, req: Request, num_new: int, drafts: list[int] = ()) -> ScheduledRequest:
         start = req.num_computed_tokens
         do_sample = start + num_new == req.num_tokens and req.pooling_params is None
+        token_ids = req.all_token_ids[start : start + num_new]
+        if drafts:
+            token_ids += drafts
         return ScheduledRequest(
             req_id=req.req_id,
-            token_ids=req.all_token_ids[start : start + num_new] + list(drafts),
+            token_ids=token_ids,
             spec_token_ids=list(drafts),
-            num_drafts_wanted=self.drafts.wanted(req, len(self.running)) if do_sample else 0,
+            num_drafts_wanted=self.drafts.wanted(req, len(self.running))
+            if do_sample and self.drafts.k
+            else 0,
             num_computed_tokens=start,
             block_ids=list(req.block_ids),
             sampling_params=req.sampling_params,
