@@ -132,7 +132,7 @@ class Scheduler:
             i += 1
 
         self.num_deferred = 0
-        if not preempted:
+        if not preempted and self.waiting:
             budget = self._admit_waiting(budget, scheduled)
 
         finished, self._finished_ids = self._finished_ids, set()
@@ -299,25 +299,27 @@ class Scheduler:
             core_out = self._core_output(
                 req, tokens[:emitted], logprobs[:emitted] if logprobs is not None else None
             )
-            core_out.prompt_logprobs = req.take_prompt_logprobs()
+            if req.wants_prompt_logprobs:
+                core_out.prompt_logprobs = req.take_prompt_logprobs()
             results.append(core_out)
         return results
 
     def _check_stop(self, req: Request, token: int) -> RequestStatus | None:
         params = req.sampling_params
+        num_output = len(req.output_token_ids)
         # Like the sampler's mask: a stop token counts only after min_tokens other tokens.
-        if req.num_output_tokens > params.min_tokens:
+        if num_output > params.min_tokens:
             if not params.ignore_eos and token in self.eos_token_ids:
                 return RequestStatus.FINISHED_STOPPED
             if token in params.stop_token_ids:
                 req.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED
-        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
+        if num_output >= req.max_tokens or len(req.all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         return None
 
     def _core_output(self, req: Request, new_ids: list[int], logprobs=None, pooled=None) -> EngineCoreOutput:
-        finished = req.status.is_finished
+        finished = req.status is not RequestStatus.RUNNING and req.status.is_finished
         return EngineCoreOutput(
             req_id=req.req_id,
             new_token_ids=new_ids,
