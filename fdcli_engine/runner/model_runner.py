@@ -151,7 +151,8 @@ class ModelRunner:
             selected = hidden
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
-        states = self.sampler.draw_states(reqs)
+        # One row per request: no drafts in the step, so no generator state to keep.
+        states = self.sampler.draw_states(reqs) if len(rows) != len(reqs) else {}
         logprobs = None  # no logprobs on the argmax path: no row asks for them
         if tokens is None and self._greedy_tokens is not None and self.sampler.argmax_suffices(views, masks):
             tokens = self._greedy_tokens(selected)  # None: a NaN logit, or a head without the fused op
