@@ -102,18 +102,19 @@ class OutputProcessor:
                 continue
             st.num_cached_tokens = out.num_cached_tokens
             new_ids = list(out.new_token_ids)
-            new_lps = self._new_logprobs(st, out)
+            new_lps = self._new_logprobs(st, out) if st.logprobs is not None else None
             new_prompt_lps = None
             if out.prompt_logprobs is not None:
                 new_prompt_lps = [None] + [self._prompt_logprob_dict(e) for e in out.prompt_logprobs]
                 st.prompt_logprobs = new_prompt_lps
+            keeps_all = st.keeps_all
             if new_ids:
                 if st.first_token_time is None:
                     st.first_token_time = time.monotonic()
                 st.num_generation_tokens += len(new_ids)
-                if st.keeps_all:
+                if keeps_all:
                     st.token_ids.extend(new_ids)
-            if new_lps and st.keeps_all:
+            if new_lps and keeps_all:
                 st.logprobs.extend(new_lps)
             searched = len(st.text)
             # Ids past the tokenizer's vocabulary (models pad their embedding) decode to nothing.

@@ -114,8 +114,11 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
-            drafts = self._drafts_for(req, num_new, budget)
-            slots = num_new + len(drafts) + self._lookahead(req, num_new + len(drafts))
+            # The guards skip two calls that return [] and 0 on a plain decode step.
+            drafts = self._drafts_for(req, num_new, budget) if req.spec_token_ids else []
+            slots = num_new + len(drafts)
+            if self.num_lookahead_slots:
+                slots += self._lookahead(req, slots)
             while not self.kv.allocate_slots(req, slots):
                 victim = self.running.pop()
                 self._preempt(victim)
@@ -129,7 +132,7 @@ class Scheduler:
             i += 1
 
         self.num_deferred = 0
-        if not preempted:
+        if not preempted and self.waiting:
             budget = self._admit_waiting(budget, scheduled)
 
         finished, self._finished_ids = self._finished_ids, set()
@@ -220,11 +223,16 @@ class Scheduler:
     def _scheduled(self, req: Request, num_new: int, drafts: list[int] = ()) -> ScheduledRequest:
         start = req.num_computed_tokens
         do_sample = start + num_new == req.num_tokens and req.pooling_params is None
+        token_ids = req.all_token_ids[start : start + num_new]
+        if drafts:
+            token_ids += drafts
         return ScheduledRequest(
             req_id=req.req_id,
-            token_ids=req.all_token_ids[start : start + num_new] + list(drafts),
+            token_ids=token_ids,
             spec_token_ids=list(drafts),
-            num_drafts_wanted=self.drafts.wanted(req, len(self.running)) if do_sample else 0,
+            num_drafts_wanted=self.drafts.wanted(req, len(self.running))
+            if do_sample and self.drafts.k
+            else 0,
             num_computed_tokens=start,
             block_ids=list(req.block_ids),
             sampling_params=req.sampling_params,
@@ -291,25 +299,27 @@ class Scheduler:
             core_out = self._core_output(
                 req, tokens[:emitted], logprobs[:emitted] if logprobs is not None else None
             )
-            core_out.prompt_logprobs = req.take_prompt_logprobs()
+            if req.wants_prompt_logprobs:
+                core_out.prompt_logprobs = req.take_prompt_logprobs()
             results.append(core_out)
         return results
 
     def _check_stop(self, req: Request, token: int) -> RequestStatus | None:
         params = req.sampling_params
+        num_output = len(req.output_token_ids)
         # Like the sampler's mask: a stop token counts only after min_tokens other tokens.
-        if req.num_output_tokens > params.min_tokens:
+        if num_output > params.min_tokens:
             if not params.ignore_eos and token in self.eos_token_ids:
                 return RequestStatus.FINISHED_STOPPED
             if token in params.stop_token_ids:
                 req.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED
-        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
+        if num_output >= req.max_tokens or len(req.all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         return None
 
     def _core_output(self, req: Request, new_ids: list[int], logprobs=None, pooled=None) -> EngineCoreOutput:
-        finished = req.status.is_finished
+        finished = req.status is not RequestStatus.RUNNING and req.status.is_finished
         return EngineCoreOutput(
             req_id=req.req_id,
             new_token_ids=new_ids,

@@ -71,12 +71,15 @@ class InputBuffers:
             if len(self._decode) >= self.MAX_ENTRIES:
                 self._decode.clear()
             d = self._decode[n] = _DecodeBuffers(n)
-        seq_lens = np.array(pos, dtype=np.int32)  # the host copy: never the buffers' memory
-        seq_lens += 1
-        d.ids[...] = ids
-        d.positions[...] = pos
-        d.slots[...] = slots
-        d.seq_lens[...] = seq_lens
+        # The host copy, never the buffers' memory; +1 on the list (a numpy in-place add costs more).
+        seq_lens = np.array([p + 1 for p in pos], dtype=np.int32)
+        if n == 1:  # scalar stores: a list store converts the list to an array first
+            d.ids[0], d.positions[0], d.slots[0], d.seq_lens[0] = ids[0], pos[0], slots[0], pos[0] + 1
+        else:
+            d.ids[...] = ids
+            d.positions[...] = pos
+            d.slots[...] = slots
+            d.seq_lens[...] = seq_lens
         meta = AttentionMetadata(
             slot_mapping=d.tensors[2],
             query_start_loc=d.tensors[3],

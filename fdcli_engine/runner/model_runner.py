@@ -103,10 +103,11 @@ class ModelRunner:
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
         meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer)
         pending = self.grammar.begin(so.scheduled, views)
+        prompt_logprobs = any(s.needs_prompt_logprobs for s in so.scheduled)
         tokens = None
         try:
             if self._forward_greedy is not None and self._greedy_forward(
-                so, reqs, views, rows, inputs, extra, pending
+                so, reqs, views, rows, inputs, extra, pending, prompt_logprobs
             ):
                 hidden, tokens = self._forward_greedy(inputs.input_ids, positions, self.kv_caches, meta)
             else:
@@ -117,7 +118,7 @@ class ModelRunner:
             # The model returned the kept rows alone (a model returns those or every row).
             rows = np.searchsorted(meta.out.rows.numpy(), rows)
         out = ModelRunnerOutput(sampled_token_ids={}, failed=masks.failed if masks is not None else {})
-        if any(s.needs_prompt_logprobs for s in so.scheduled):
+        if prompt_logprobs:
             out.prompt_logprobs = compute_prompt_logprobs(
                 self.model, hidden, so.scheduled, inputs.meta.query_start_loc_np
             )
@@ -128,7 +129,7 @@ class ModelRunner:
             out.spec_token_ids = self.proposer.propose(step)
         return out
 
-    def _greedy_forward(self, so, reqs, views, rows, inputs, extra, pending) -> bool:
+    def _greedy_forward(self, so, reqs, views, rows, inputs, extra, pending, prompt_logprobs) -> bool:
         """Whether the forward may also give the step's tokens (model.forward_greedy): every row of the
         step samples (so the tokens are the hidden rows' in order), by its first argmax alone
         (Sampler.argmax_suffices, no grammar mask), and nothing else reads this step's hidden states
@@ -139,7 +140,7 @@ class ModelRunner:
             and not extra
             and len(reqs) == len(so.scheduled)
             and len(rows) == inputs.input_ids.shape[0]
-            and not any(s.needs_prompt_logprobs for s in so.scheduled)
+            and not prompt_logprobs
             and self.sampler.argmax_suffices(views)
         )
 
@@ -150,7 +151,8 @@ class ModelRunner:
             selected = hidden
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
-        states = self.sampler.draw_states(reqs)
+        # One row per request: no drafts in the step, so no generator state to keep.
+        states = self.sampler.draw_states(reqs) if len(rows) != len(reqs) else {}
         logprobs = None  # no logprobs on the argmax path: no row asks for them
         if tokens is None and self._greedy_tokens is not None and self.sampler.argmax_suffices(views, masks):
             tokens = self._greedy_tokens(selected)  # None: a NaN logit, or a head without the fused op
