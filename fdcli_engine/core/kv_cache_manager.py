@@ -70,15 +70,7 @@ class KVCacheManager:
         """Make room for `num_new_tokens` more tokens after the computed ones (plus any prefix-cache hit
         in `computed_block_ids`, which must start the table of a request that has no blocks yet).
         Returns False, changing nothing, if the pool cannot supply the blocks."""
-        if not computed_block_ids:  # every running request's step: no hit to count or touch
-            total = request.num_computed_tokens + num_new_tokens
-            num_needed = -(-total // self.block_size) - len(request.block_ids)
-            if num_needed > 0 and num_needed > self.pool.num_free_blocks:
-                return False
-            if num_needed > 0:
-                request.block_ids.extend(self.pool.allocate(num_needed))
-            self._cache_full_blocks(request, total)
-            return True
+        computed_block_ids = computed_block_ids or []
         num_hit_tokens = len(computed_block_ids) * self.block_size
         total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
         num_needed = cdiv(total, self.block_size) - len(request.block_ids) - len(computed_block_ids)
