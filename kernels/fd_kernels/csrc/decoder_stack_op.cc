@@ -405,8 +405,8 @@ std::vector<Tensor> DecoderStack(const Tensor& x_in, const Tensor& positions, co
   return {out, tokens};
 }
 
-// The greedy step of fd_decoder_stack on token ids through ctypes (fd_kernels.native.decoder_stack_greedy_step):
-// a decode step then skips Paddle's op dispatch both ways. The same checks and kernel as the op with greedy,
+// The greedy step of fd_decoder_stack on token ids through ctypes (fd_kernels/native/stack_step.py): a
+// decode step then skips Paddle's op dispatch both ways. The same checks and kernel as the op with greedy,
 // token ids, no prompt rows and no out rows. The plans are the int64 words of the plan tensors; the metadata
 // as the engine keeps it: int64 ids, positions, slot_mapping [t]; int32 query_start_loc [num_seqs + 1],
 // seq_lens [num_seqs], block_tables [num_seqs, max_blocks]. Writes hidden [t, hidden] and tokens [t] (-1 for a
