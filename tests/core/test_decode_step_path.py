@@ -1,5 +1,5 @@
-"""A running request's step through the scheduler and the KV cache manager (no prefix hit: the short
-branch of allocate_slots, no drafts, no lookahead): block tables grow exactly at block boundaries, a
+"""A running request's step through the scheduler and the KV cache manager (no prefix hit, no drafts, no
+lookahead): block tables grow exactly at block boundaries, a
 pool too small refuses without changing anything, full blocks register in the prefix cache when it is
 on, and each step's ScheduledRequest holds the request's own last token in a list of its own."""
 
