@@ -4,14 +4,17 @@ the default model, one request, ignore_eos):
 - 2op: the stack looks the token rows up itself, then the LM head's argmax op;
 - 1op-after: the stack's op also ends with the LM head's argmax (`model.forward_greedy`), run after the
   decode region returns (FD_DECODE_REGION_HEAD=0: `fdk::linear_argmax`);
-- 1op: the same with the head's GEMM and argmax inside the decode region (the default).
+- 1op-dispatch: the same with the head's GEMM and argmax inside the decode region, the stack called
+  through Paddle's custom-op dispatch (the ctypes entry of fd_kernels/native/stack_step.py read as absent);
+- 1op: the same called through ctypes (the default).
 
     OMP_NUM_THREADS=2 python benchmarks/bench_decode_one_op.py [--decode-len 128] [--rounds 12]
-        [--configs 3op,2op,1op-after,1op]
+        [--configs 3op,2op,1op-after,1op-dispatch,1op]
 
 Per round and configuration: (a DECODE_LEN-token run - a 1-token run) / (DECODE_LEN - 1), the
 configurations' order reversed every other round; the tokens must be the same in all of them, and the
-region's head-step counter must say the head ran inside the region in `1op` only.
+region's head-step counter must say the head ran inside the region in `1op-dispatch` and `1op` only, and
+the ctypes step counter that the step went through ctypes in `1op-after` and `1op` only.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from fdcli_engine.threads import set_omp_defaults  # noqa: E402
 
 set_omp_defaults(bind=False)  # as bench_decode_roofline.py: KMP_BLOCKTIME=1, threads unbound
 
-CONFIGS = ("3op", "2op", "1op-after", "1op")
+CONFIGS = ("3op", "2op", "1op-after", "1op-dispatch", "1op")
+IN_REGION = ("1op-dispatch", "1op")  # the LM head inside the decode region
+THROUGH_CTYPES = ("1op-after", "1op")
 
 
 def main() -> int:
@@ -43,6 +48,7 @@ def main() -> int:
         raise SystemExit(f"--configs: two or more of {', '.join(CONFIGS)}")
 
     from fd_kernels import native
+    from fd_kernels.native import stack_step
 
     from fdcli_engine import LLM, SamplingParams
 
@@ -51,6 +57,9 @@ def main() -> int:
     stack, forward_greedy = runner.model.decoder_stack, runner._forward_greedy
     if stack is None or forward_greedy is None or not (stack.embeds_tokens and stack.has_head):
         raise SystemExit("the default model does not run the packed stack with its table and head here")
+    entry = stack_step._bind()
+    if not entry:
+        raise SystemExit("the kernel library has no fd_decoder_stack_greedy_host")
     prompt = [100 + (i * 7919) % 30000 for i in range(32)]
 
     def generate(n: int) -> tuple[float, list[int]]:
@@ -62,6 +71,7 @@ def main() -> int:
         runner._forward_greedy = forward_greedy if name.startswith("1op") else None
         stack.embeds_tokens = name != "3op"
         os.environ["FD_DECODE_REGION_HEAD"] = "0" if name == "1op-after" else "1"
+        stack_step._entry = False if name == "1op-dispatch" else entry
 
     steps: dict[str, list[float]] = {name: [] for name in configs}
     tokens: list[int] = []
@@ -69,12 +79,16 @@ def main() -> int:
     for r in range(args.rounds):
         for name in configs if r % 2 == 0 else reversed(configs):
             use(name)
-            before = native.decode_region_head_steps()
+            before, ctypes_before = native.decode_region_head_steps(), stack_step.steps
             one, _ = generate(1)
             long, toks = generate(args.decode_len)
-            if (native.decode_region_head_steps() > before) != (name == "1op"):
+            if (native.decode_region_head_steps() > before) != (name in IN_REGION):
                 raise SystemExit(
-                    f"{name}: the head ran {'outside' if name == '1op' else 'inside'} the region"
+                    f"{name}: the head ran {'outside' if name in IN_REGION else 'inside'} the region"
+                )
+            if (stack_step.steps > ctypes_before) != (name in THROUGH_CTYPES):
+                raise SystemExit(
+                    f"{name}: the step {'did not go' if name in THROUGH_CTYPES else 'went'} through ctypes"
                 )
             if tokens and toks != tokens:
                 raise SystemExit(f"{name}: the tokens differ")
