@@ -230,9 +230,7 @@ class Scheduler:
             req_id=req.req_id,
             token_ids=token_ids,
             spec_token_ids=list(drafts),
-            num_drafts_wanted=self.drafts.wanted(req, len(self.running))
-            if do_sample and self.drafts.k
-            else 0,
+            num_drafts_wanted=self.drafts.wanted(req, len(self.running)) if do_sample else 0,
             num_computed_tokens=start,
             block_ids=list(req.block_ids),
             sampling_params=req.sampling_params,
@@ -299,27 +297,25 @@ class Scheduler:
             core_out = self._core_output(
                 req, tokens[:emitted], logprobs[:emitted] if logprobs is not None else None
             )
-            if req.wants_prompt_logprobs:
-                core_out.prompt_logprobs = req.take_prompt_logprobs()
+            core_out.prompt_logprobs = req.take_prompt_logprobs()
             results.append(core_out)
         return results
 
     def _check_stop(self, req: Request, token: int) -> RequestStatus | None:
         params = req.sampling_params
-        num_output = len(req.output_token_ids)
         # Like the sampler's mask: a stop token counts only after min_tokens other tokens.
-        if num_output > params.min_tokens:
+        if req.num_output_tokens > params.min_tokens:
             if not params.ignore_eos and token in self.eos_token_ids:
                 return RequestStatus.FINISHED_STOPPED
             if token in params.stop_token_ids:
                 req.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED
-        if num_output >= req.max_tokens or len(req.all_token_ids) >= self.max_model_len:
+        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         return None
 
     def _core_output(self, req: Request, new_ids: list[int], logprobs=None, pooled=None) -> EngineCoreOutput:
-        finished = req.status is not RequestStatus.RUNNING and req.status.is_finished
+        finished = req.status.is_finished
         return EngineCoreOutput(
             req_id=req.req_id,
             new_token_ids=new_ids,
