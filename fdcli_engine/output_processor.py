@@ -102,7 +102,7 @@ class OutputProcessor:
                 continue
             st.num_cached_tokens = out.num_cached_tokens
             new_ids = list(out.new_token_ids)
-            new_lps = self._new_logprobs(st, out) if st.logprobs is not None else None
+            new_lps = self._new_logprobs(st, out)
             new_prompt_lps = None
             if out.prompt_logprobs is not None:
                 new_prompt_lps = [None] + [self._prompt_logprob_dict(e) for e in out.prompt_logprobs]
