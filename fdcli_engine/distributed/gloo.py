@@ -39,7 +39,10 @@ class GlooGroup:
         self.rank, self.world_size = rank, world_size
         self._rv = rendezvous or join(rank, world_size, master_addr, master_port, ranks_per_node, timeout_s)
         self._address = self._rv.address
-        self._pg = core.ProcessGroupGloo.create(self._rv.store, rank, world_size, 0)
+        try:
+            self._pg = core.ProcessGroupGloo.create(self._rv.store, rank, world_size, 0)
+        except RuntimeError as exc:  # a peer that died while the pairs connect: gloo's TIMEOUT
+            raise self._error("set-up", exc) from None
 
     def _gather(self, x: paddle.Tensor, op: str) -> paddle.Tensor:
         """[world_size, *x.shape]: every rank's x, in rank order."""
@@ -63,11 +66,14 @@ class GlooGroup:
             call(self._pg).wait()
         except RuntimeError as exc:
             self._pg = None
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CollectiveError(
-                f"tensor-parallel {op} over gloo failed (a rank died or left; this is rank {self.rank} of "
-                f"{self.world_size}, group at {self._address}): {first}"
-            ) from None
+            raise self._error(op, exc) from None
+
+    def _error(self, op: str, exc: RuntimeError) -> CollectiveError:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return CollectiveError(
+            f"tensor-parallel {op} over gloo failed (a rank died or left; this is rank {self.rank} of "
+            f"{self.world_size}, group at {self._address}): {first}"
+        )
 
     def all_reduce(self, x: paddle.Tensor) -> paddle.Tensor:
         return rank_order_sum(self._gather(x, "all_reduce"))

@@ -74,6 +74,7 @@ def worker(mode: str, backend: str, rank: int, world: int, port: int, out: str, 
     try:
         group = make_group(backend, rank, world, port, timeout_s)
         if mode == "die":  # the last rank dies once the group is up; the others are in an all_reduce
+            group.barrier()  # up on every rank: gloo's set-up may still be connecting pairs on the others
             if rank == world - 1:
                 os.kill(os.getpid(), signal.SIGKILL)
             group.all_reduce(paddle.ones([4]))
