@@ -342,10 +342,10 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 }
 #undef FD_QMICRO_CASE
 
-// Rows per micro-kernel: 4 x 2 panels keeps its 16 int32 and 8 fp32 accumulators in registers, and a batch
-// of 16 decode rows is four such blocks (3 x 2 left a 1-row block whose 4 vpdpbusd chains are latency-bound
-// and which unpacked the panels' codes once more for a single row). (4, 3) would not fit the registers:
-// with more than one row an item holds kQPanelsRows = 2 panels.
+// Rows per micro-kernel. A batch of 16 decode rows is four 4 x 2 blocks (16 vpdpbusd chains; the 8 fp32
+// accumulators, touched once a block, may live on the stack); 3-row blocks left a 1-row block whose 4 chains
+// are latency-bound and which unpacked the panels' codes once more for a single row. Items of more than one
+// row hold kQPanelsRows = 2 panels, so (4, 3) is never asked for.
 constexpr int kQMaxRows = 4;
 // Panels per work item for 1 row and for more. One row takes one panel per item (qrow1): a thread's run is
 // then one linear stream, and the last item, which one thread finishes while the other waits, is small.
