@@ -19,9 +19,18 @@ import pytest
 from kernel_helpers import to_pd
 
 TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
-# Row counts around the kernel's row blocks (3 rows; 1 row takes 3-panel items), N around its 16-column
-# panels, K from one block up.
-SHAPES = [(1, 32, 1), (1, 576, 100), (2, 64, 33), (3, 96, 16), (7, 64, 47), (16, 576, 200), (50, 800, 40)]
+# Row counts around the kernel's row blocks (4 rows on every path; 1 row takes its own items), N around its
+# 16-column panels, K from one block up.
+SHAPES = [
+    (1, 32, 1),
+    (1, 576, 100),
+    (2, 64, 33),
+    (3, 96, 16),
+    (4, 64, 40),
+    (7, 64, 47),
+    (16, 576, 200),
+    (50, 800, 40),
+]
 
 
 def _gguf_weight(native, rng, name, n, k, with_bias=True):
@@ -166,10 +175,11 @@ def test_the_expected_path_runs(native):
 
 
 @pytest.mark.parametrize("name", list(TYPES))
-@pytest.mark.parametrize("m", [5, 17])
+@pytest.mark.parametrize("m", [5, 16, 17])
 def test_rows_of_a_verify_call_equal_decode_rows(native, rng, name, m):
     """Speculative decoding verifies k + 1 rows per request in one call: each row must get exactly the bits
-    its own one-row decode call gets, wherever it sits (m = 5, 17 cover the row blocks of every path)."""
+    its own one-row decode call gets, wherever it sits (m = 5, 16, 17 cover the row blocks of every path;
+    16 is a batch-16 decode step's)."""
     lw, _, _ = _gguf_weight(native, rng, name, 100, 576)
     x = rng.standard_normal((m, 576), dtype=np.float32)
     batch = native.linear(to_pd(x), lw).numpy()

@@ -337,11 +337,16 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
     FD_QMICRO_CASE(1, 2) FD_QMICRO_CASE(1, 3)
     FD_QMICRO_CASE(2, 1) FD_QMICRO_CASE(2, 2) FD_QMICRO_CASE(2, 3)
     FD_QMICRO_CASE(3, 1) FD_QMICRO_CASE(3, 2) FD_QMICRO_CASE(3, 3)
+    FD_QMICRO_CASE(4, 1) FD_QMICRO_CASE(4, 2)
   }
 }
 #undef FD_QMICRO_CASE
 
-constexpr int kQMaxRows = 3;
+// Rows per micro-kernel. A batch of 16 decode rows is four 4 x 2 blocks (16 vpdpbusd chains; the 8 fp32
+// accumulators, touched once a block, may live on the stack); 3-row blocks left a 1-row block whose 4 chains
+// are latency-bound and which unpacked the panels' codes once more for a single row. Items of more than one
+// row hold kQPanelsRows = 2 panels, so (4, 3) is never asked for.
+constexpr int kQMaxRows = 4;
 // Panels per work item for 1 row and for more. One row takes one panel per item (qrow1): a thread's run is
 // then one linear stream, and the last item, which one thread finishes while the other waits, is small.
 constexpr int kQPanelsOneRow = 1, kQPanelsRows = 2;
