@@ -369,7 +369,14 @@ Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
   // another thread converted from that thread's cache, which costs more a byte than the weight's own
   // stream, so they pay only where A is well under the weight: at most 2/3 of it.
   const int64_t a_bytes = nrb * kRows * kp * 2;
-  if (nth > 1 && panels >= nth && a_bytes <= kSharedABytes && 3 * a_bytes <= 2 * panels * panel_bytes) {
+  // Where K is cut into slabs and shared rows would cut the weight into several chunks, each chunk after
+  // the first reads every row block's A tiles again, from L3 or from the converting thread's cache, as a
+  // region reads another thread's rows. Per thread, regions then read A + W / nth bytes and shared rows
+  // W + chunks * A / nth: regions pay where A * (nth - chunks) < W * (nth - 1), however large A is.
+  const int64_t chunks = (panels + pl.chunk - 1) / pl.chunk, w_bytes = panels * panel_bytes;
+  const bool slab_chunks = k_slab(kp) < kp && chunks > 1 && a_bytes * (nth - chunks) < w_bytes * (nth - 1);
+  if (nth > 1 && panels >= nth &&
+      (slab_chunks || (a_bytes <= kSharedABytes && 3 * a_bytes <= 2 * w_bytes))) {
     pl.regions = nth;
     pl.region_panels = (panels + nth - 1) / nth;
     pl.chunk = std::min(pl.chunk, pl.region_panels);
