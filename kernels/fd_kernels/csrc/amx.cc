@@ -353,8 +353,9 @@ constexpr int64_t kGroupBytes = 3 << 19;
 constexpr int64_t kSharedABytes = 1 << 20;
 
 // How gemm_prepacked shares out its work: the panels are cut into `regions` (one per thread where A is
-// small, else one), each region into L2-sized chunks of `chunk` panels; a region's items are (chunk, row
-// block) pairs, chunk by chunk, its row blocks starting at `rb_offset(region)`.
+// small, or where K is cut into slabs over several chunks of the weight; else one), each region into
+// L2-sized chunks of `chunk` panels; a region's items are (chunk, row block) pairs, chunk by chunk, its row
+// blocks starting at `rb_offset(region)`.
 struct Plan {
   int64_t panels, nrb, regions, region_panels, chunk;
   int64_t first(int64_t r) const { return std::min(panels, r * region_panels); }
@@ -405,13 +406,14 @@ bool streams_c(const GemmArgs& g) {
 // panels, its rows of C written left to right.
 // Where A's tiles are small (a prompt of a few hundred rows) and at most 2/3 of the weight's, each thread
 // has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from
-// memory once per call, and a thread that runs out of items takes the next ones of another region. Where A
-// is larger there is one region: the threads share out each chunk's rows, each reading only its own rows
-// of A. Whichever item first needs a row block converts its rows of A (no separate conversion pass,
-// parallel region or barrier); another item needing it meanwhile waits, which never deadlocks, since a
-// conversion waits for nothing. The item that completes a row block's last chunk runs g.epilogue on its
-// rows (acquiring the other items' stores of C). A block's result does not depend on which thread or item
-// computes it.
+// memory once per call, and a thread that runs out of items takes the next ones of another region. Where
+// K is cut into slabs and the weight into several chunks, regions keep each thread's part of the weight in
+// its L2 however large A is (see plan). Otherwise, where A is larger, there is one region: the threads
+// share out each chunk's rows, each reading only its own rows of A. Whichever item first needs a row block
+// converts its rows of A (no separate conversion pass, parallel region or barrier); another item needing it
+// meanwhile waits, which never deadlocks, since a conversion waits for nothing. The item that completes a
+// row block's last chunk runs g.epilogue on its rows (acquiring the other items' stores of C). A block's
+// result does not depend on which thread or item computes it.
 void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);
