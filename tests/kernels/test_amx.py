@@ -131,14 +131,23 @@ def test_rows_mask_is_ignored_for_fp32_weights_and_other_row_counts(native, rng)
 @pytest.mark.parametrize("kind", ["wint8", "wint4", "Q4_0", "Q4_1", "Q8_0"])
 @pytest.mark.parametrize(
     "m,k,n",
-    [(40, 96, 70), (130, 576, 200), (64, 1536, 96), (300, 576, 1000), (1000, 576, 200), (600, 1536, 96)],
+    [
+        (40, 96, 70),
+        (130, 576, 200),
+        (64, 1536, 96),
+        (300, 576, 1000),
+        (1000, 576, 200),
+        (600, 1536, 96),
+        (600, 1536, 576),
+    ],
 )
 def test_prepacked_tiles_give_the_per_call_dequantized_bits(native, rng, kind, m, k, n):
     # The tiles a linear keeps (made once, on its first prompt rows) hold exactly what the kernel
     # dequantizes per call without them, so both give the same bits, and only the quantized weights
     # pay the memory. The prepacked call splits its work by panel regions where A's tiles are small (up
-    # to ~900 rows at K = 576, ~340 at 1536, and fewer bytes than the weight's) and by rows otherwise; the
-    # per-call path splits it its own way: the same bits regardless.
+    # to ~900 rows at K = 576, ~340 at 1536, and fewer bytes than the weight's) or where K is cut into
+    # slabs and the weight into several chunks (600 x 1536 x 576 with 2 threads), and by rows otherwise;
+    # the per-call path splits it its own way: the same bits regardless.
     lw, _ = _weight(native, rng, kind, k, n)
     x, rows = to_pd(rng.standard_normal((m, k), dtype=np.float32)), to_rows(np.ones(m, dtype=bool))
     kept = native.linear(x, lw, rows).numpy()

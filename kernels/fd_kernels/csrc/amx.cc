@@ -353,8 +353,9 @@ constexpr int64_t kGroupBytes = 3 << 19;
 constexpr int64_t kSharedABytes = 1 << 20;
 
 // How gemm_prepacked shares out its work: the panels are cut into `regions` (one per thread where A is
-// small, else one), each region into L2-sized chunks of `chunk` panels; a region's items are (chunk, row
-// block) pairs, chunk by chunk, its row blocks starting at `rb_offset(region)`.
+// small, or where K is cut into slabs over several chunks of the weight; else one), each region into
+// L2-sized chunks of `chunk` panels; a region's items are (chunk, row block) pairs, chunk by chunk, its row
+// blocks starting at `rb_offset(region)`.
 struct Plan {
   int64_t panels, nrb, regions, region_panels, chunk;
   int64_t first(int64_t r) const { return std::min(panels, r * region_panels); }
@@ -369,7 +370,14 @@ Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
   // another thread converted from that thread's cache, which costs more a byte than the weight's own
   // stream, so they pay only where A is well under the weight: at most 2/3 of it.
   const int64_t a_bytes = nrb * kRows * kp * 2;
-  if (nth > 1 && panels >= nth && a_bytes <= kSharedABytes && 3 * a_bytes <= 2 * panels * panel_bytes) {
+  // Where K is cut into slabs and shared rows would cut the weight into several chunks, each chunk after
+  // the first reads every row block's A tiles again, from L3 or from the converting thread's cache, as a
+  // region reads another thread's rows. Per thread, regions then read A + W / nth bytes and shared rows
+  // W + chunks * A / nth: regions pay where A * (nth - chunks) < W * (nth - 1), however large A is.
+  const int64_t chunks = (panels + pl.chunk - 1) / pl.chunk, w_bytes = panels * panel_bytes;
+  const bool slab_chunks = k_slab(kp) < kp && chunks > 1 && a_bytes * (nth - chunks) < w_bytes * (nth - 1);
+  if (nth > 1 && panels >= nth &&
+      (slab_chunks || (a_bytes <= kSharedABytes && 3 * a_bytes <= 2 * w_bytes))) {
     pl.regions = nth;
     pl.region_panels = (panels + nth - 1) / nth;
     pl.chunk = std::min(pl.chunk, pl.region_panels);
@@ -398,13 +406,14 @@ bool streams_c(const GemmArgs& g) {
 // panels, its rows of C written left to right.
 // Where A's tiles are small (a prompt of a few hundred rows) and at most 2/3 of the weight's, each thread
 // has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from
-// memory once per call, and a thread that runs out of items takes the next ones of another region. Where A
-// is larger there is one region: the threads share out each chunk's rows, each reading only its own rows
-// of A. Whichever item first needs a row block converts its rows of A (no separate conversion pass,
-// parallel region or barrier); another item needing it meanwhile waits, which never deadlocks, since a
-// conversion waits for nothing. The item that completes a row block's last chunk runs g.epilogue on its
-// rows (acquiring the other items' stores of C). A block's result does not depend on which thread or item
-// computes it.
+// memory once per call, and a thread that runs out of items takes the next ones of another region. Where
+// K is cut into slabs and the weight into several chunks, regions keep each thread's part of the weight in
+// its L2 however large A is (see plan). Otherwise, where A is larger, there is one region: the threads
+// share out each chunk's rows, each reading only its own rows of A. Whichever item first needs a row block
+// converts its rows of A (no separate conversion pass, parallel region or barrier); another item needing it
+// meanwhile waits, which never deadlocks, since a conversion waits for nothing. The item that completes a
+// row block's last chunk runs g.epilogue on its rows (acquiring the other items' stores of C). A block's
+// result does not depend on which thread or item computes it.
 void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
   const Plan pl = plan(kp, nrb, panels, nth);
