@@ -392,6 +392,12 @@ bool streams_c(const GemmArgs& g) {
   return g.m * g.n * (int64_t)sizeof(float) >= kStreamBytes && g.n % 16 == 0 && (uintptr_t)g.c % 64 == 0;
 }
 
+// A buffer of `elems` bf16 values of A's tiles, to be freed with std::free. It starts on a page, so that no
+// 1 KB tile straddles two pages (and every 64-byte tile row is one cache line).
+uint16_t* alloc_a_tiles(int64_t elems) {
+  return (uint16_t*)std::aligned_alloc(4096, (elems * 2 + 4095) / 4096 * 4096);
+}
+
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
 // chunk, claimed in turn from a queue by whichever thread is free (each thread its own queue first, where it
 // has one), so the threads stay even when one of them loses its core for a while. An A block (or, at large
@@ -417,9 +423,9 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   // no lines from L3, and its A tiles pollute no shared buffer, which is then not allocated at all.
   const bool own_a = row_items == 1;
   // Not value-initialized: each row block's item converts all of its rows, padding included, before any
-  // item reads them. 64-byte aligned, as the tiles are read in rows of 64 bytes.
+  // item reads them.
   std::unique_ptr<uint16_t[], decltype(&std::free)> shared_a(
-      own_a ? nullptr : (uint16_t*)std::aligned_alloc(64, nrb * kRows * kp * 2), &std::free);
+      own_a ? nullptr : alloc_a_tiles(nrb * kRows * kp), &std::free);
   uint16_t* const abf = shared_a.get();
   // Claim queues: one per region in panel regions; where each row block has one item, one per thread, each
   // a contiguous share of the row blocks, so that from call to call the same thread converts the same rows
@@ -447,7 +453,7 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
         slab < kp ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
     // Where each row block has one item: this thread's A block, converted into the same lines every item.
     std::unique_ptr<uint16_t[], decltype(&std::free)> own(
-        own_a ? (uint16_t*)std::aligned_alloc(64, kRows * kp * 2) : nullptr, &std::free);
+        own_a ? alloc_a_tiles(kRows * kp) : nullptr, &std::free);
     // This thread's own lane first, then the others' in turn: a thread whose core was taken for a while
     // leaves its items to the other threads.
     for (int64_t k = 0; k < lanes; ++k) {
