@@ -349,6 +349,11 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
 // over them.
 constexpr int64_t kGroupBytes = 3 << 19;
 
+// Bytes of a chunk where the weight is larger than kGroupBytes (several chunks) and C is not streamed: there
+// each item's 32 rows of C across the chunk's columns pass through L2 beside the chunk, so the chunk is kept
+// smaller to stay there.
+constexpr int64_t kSplitGroupBytes = 1 << 20;
+
 // Bytes of A's bf16 tiles up to which each thread keeps all of A in its L2 (see gemm_prepacked).
 constexpr int64_t kSharedABytes = 1 << 20;
 
@@ -362,9 +367,10 @@ struct Plan {
   int64_t rb_offset(int64_t r) const { return r * nrb / regions; }
 };
 
-Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
+Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth, bool streamed_c) {
   const int64_t panel_bytes = kp * kNR * 2;
-  Plan pl{panels, nrb, 1, panels, std::clamp<int64_t>(kGroupBytes / panel_bytes, 1, panels)};
+  const int64_t group_bytes = !streamed_c && panels * panel_bytes > kGroupBytes ? kSplitGroupBytes : kGroupBytes;
+  Plan pl{panels, nrb, 1, panels, std::clamp<int64_t>(group_bytes / panel_bytes, 1, panels)};
   // Per thread, regions read A + W / nth bytes and shared rows W + A / nth. Regions read the rows of A
   // another thread converted from that thread's cache, which costs more a byte than the weight's own
   // stream, so they pay only where A is well under the weight: at most 2/3 of it.
@@ -413,8 +419,8 @@ uint16_t* alloc_a_tiles(int64_t elems) {
 // computes it.
 void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
-  const Plan pl = plan(kp, nrb, panels, nth);
   const bool nt = streams_c(g);
+  const Plan pl = plan(kp, nrb, panels, nth, nt);
   const int64_t slab = k_slab(kp);  // A's tiles of a slab fit L1, so B is streamed (streams_b)
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
