@@ -433,11 +433,11 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   std::unique_ptr<uint16_t[], decltype(&std::free)> shared_a(
       own_a ? nullptr : alloc_a_tiles(nrb * kRows * kp), &std::free);
   uint16_t* const abf = shared_a.get();
-  // Claim queues: one per region in panel regions; where each row block has one item, one per thread, each
-  // a contiguous share of the row blocks, so that from call to call the same thread converts the same rows
-  // of A and writes the same rows of C, as the ops before and after it (static shares of the rows) do, and
-  // those lines are already in its core's caches; else one queue of all items.
-  const int64_t lanes = pl.regions > 1 ? pl.regions : own_a ? nth : 1;
+  // Claim queues: one per region in panel regions; with one region, one per thread, each a contiguous share
+  // of the row blocks, chunk by chunk, so that from call to call (and from chunk to chunk) the same thread
+  // converts and reads the same rows of A and writes the same rows of C, as the ops before and after it
+  // (static shares of the rows) do, and those lines are already in its core's caches.
+  const int64_t lanes = pl.regions > 1 ? pl.regions : nth;
   struct alignas(64) Lane {
     std::atomic<int64_t> next;
   };
