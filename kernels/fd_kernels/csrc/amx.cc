@@ -349,6 +349,11 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
 // over them.
 constexpr int64_t kGroupBytes = 3 << 19;
 
+// Bytes of a chunk where the weight is larger than kGroupBytes (several chunks) and C is not streamed: there
+// each item's 32 rows of C across the chunk's columns pass through L2 beside the chunk, so the chunk is kept
+// smaller to stay there.
+constexpr int64_t kSplitGroupBytes = 1 << 20;
+
 // Bytes of A's bf16 tiles up to which each thread keeps all of A in its L2 (see gemm_prepacked).
 constexpr int64_t kSharedABytes = 1 << 20;
 
@@ -363,9 +368,10 @@ struct Plan {
   int64_t rb_offset(int64_t r) const { return r * nrb / regions; }
 };
 
-Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth) {
+Plan plan(int64_t kp, int64_t nrb, int64_t panels, int64_t nth, bool streamed_c) {
   const int64_t panel_bytes = kp * kNR * 2;
-  Plan pl{panels, nrb, 1, panels, std::clamp<int64_t>(kGroupBytes / panel_bytes, 1, panels)};
+  const int64_t group_bytes = !streamed_c && panels * panel_bytes > kGroupBytes ? kSplitGroupBytes : kGroupBytes;
+  Plan pl{panels, nrb, 1, panels, std::clamp<int64_t>(group_bytes / panel_bytes, 1, panels)};
   // Per thread, regions read A + W / nth bytes and shared rows W + A / nth. Regions read the rows of A
   // another thread converted from that thread's cache, which costs more a byte than the weight's own
   // stream, so they pay only where A is well under the weight: at most 2/3 of it.
@@ -400,10 +406,16 @@ bool streams_c(const GemmArgs& g) {
   return g.m * g.n * (int64_t)sizeof(float) >= kStreamBytes && g.n % 16 == 0 && (uintptr_t)g.c % 64 == 0;
 }
 
+// A buffer of `elems` bf16 values of A's tiles, to be freed with std::free. It starts on a page, so that no
+// 1 KB tile straddles two pages (and every 64-byte tile row is one cache line).
+uint16_t* alloc_a_tiles(int64_t elems) {
+  return (uint16_t*)std::aligned_alloc(4096, (elems * 2 + 4095) / 4096 * 4096);
+}
+
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
-// chunk, claimed in turn by whichever thread is free, so the threads stay even when one of them loses its
-// core for a while. An A block (or, at large K, a k-slab of it: k_slab) stays in L1 across a chunk's
-// panels, its rows of C written left to right.
+// chunk, claimed in turn from a queue by whichever thread is free (each thread its own queue first, where it
+// has one), so the threads stay even when one of them loses its core for a while. An A block (or, at large
+// K, a k-slab of it: k_slab) stays in L1 across a chunk's panels, its rows of C written left to right.
 // Where A's tiles are small (a prompt of a few hundred rows) and at most 2/3 of the weight's, each thread
 // has a region of the panels and keeps all of A in its L2: the threads read disjoint weights, each from
 // memory once per call, and a thread that runs out of items takes the next ones of another region. Where
@@ -414,19 +426,32 @@ bool streams_c(const GemmArgs& g) {
 // meanwhile waits, which never deadlocks, since a conversion waits for nothing. The item that completes a
 // row block's last chunk runs g.epilogue on its rows (acquiring the other items' stores of C). A block's
 // result does not depend on which thread or item computes it.
-void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
+void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
-  const Plan pl = plan(kp, nrb, panels, nth);
   const bool nt = streams_c(g);
+  const Plan pl = plan(kp, nrb, panels, nth, nt);
   const int64_t slab = k_slab(kp);  // A's tiles of a slab fit L1, so B is streamed (streams_b)
   int64_t row_items = 0;  // items per row block
   for (int64_t r = 0; r < pl.regions; ++r) row_items += pl.chunks(r);
   // With one item per row block no other item reads its A tiles, so each thread converts its items' rows
   // into one private A block, which stays in L1/L2 from item to item: the conversion's stores then need
-  // no lines from L3, and its A tiles pollute no shared buffer. abf goes unused.
+  // no lines from L3, and its A tiles pollute no shared buffer, which is then not allocated at all.
   const bool own_a = row_items == 1;
-  std::unique_ptr<std::atomic<int64_t>[]> next(new std::atomic<int64_t>[pl.regions]);
-  for (int64_t r = 0; r < pl.regions; ++r) next[r].store(0, std::memory_order_relaxed);
+  // Not value-initialized: each row block's item converts all of its rows, padding included, before any
+  // item reads them.
+  std::unique_ptr<uint16_t[], decltype(&std::free)> shared_a(
+      own_a ? nullptr : alloc_a_tiles(nrb * kRows * kp), &std::free);
+  uint16_t* const abf = shared_a.get();
+  // Claim queues: one per region in panel regions; with one region, one per thread, each a contiguous share
+  // of the row blocks, chunk by chunk, so that from call to call (and from chunk to chunk) the same thread
+  // converts and reads the same rows of A and writes the same rows of C, as the ops before and after it
+  // (static shares of the rows) do, and those lines are already in its core's caches.
+  const int64_t lanes = pl.regions > 1 ? pl.regions : nth;
+  struct alignas(64) Lane {
+    std::atomic<int64_t> next;
+  };
+  std::unique_ptr<Lane[]> lane(new Lane[lanes]);
+  for (int64_t l = 0; l < lanes; ++l) lane[l].next.store(0, std::memory_order_relaxed);
   // Per row block: A's state (0 not converted, 1 converting, 2 converted) and its items done.
   std::unique_ptr<std::atomic<uint8_t>[]> state(new std::atomic<uint8_t>[nrb]);
   std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[nrb]);
@@ -443,13 +468,17 @@ void gemm_prepacked(const GemmArgs& g, uint16_t* abf, int64_t kp, int64_t nrb, i
         slab < kp ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
     // Where each row block has one item: this thread's A block, converted into the same lines every item.
     std::unique_ptr<uint16_t[], decltype(&std::free)> own(
-        own_a ? (uint16_t*)std::aligned_alloc(64, kRows * kp * 2) : nullptr, &std::free);
-    for (int64_t k = 0; k < pl.regions; ++k) {
-      const int64_t r = (t + k) % pl.regions, items = pl.chunks(r) * nrb;
-      for (int64_t it = next[r].fetch_add(1, std::memory_order_relaxed); it < items;
-           it = next[r].fetch_add(1, std::memory_order_relaxed)) {
-        const int64_t p0 = pl.first(r) + it / nrb * pl.chunk, p1 = std::min(pl.first(r + 1), p0 + pl.chunk);
-        const int64_t rb = (it % nrb + pl.rb_offset(r)) % nrb;
+        own_a ? alloc_a_tiles(kRows * kp) : nullptr, &std::free);
+    // This thread's own lane first, then the others' in turn: a thread whose core was taken for a while
+    // leaves its items to the other threads.
+    for (int64_t k = 0; k < lanes; ++k) {
+      const int64_t l = (t + k) % lanes, r = pl.regions > 1 ? l : 0;
+      const int64_t lo = pl.regions > 1 ? pl.rb_offset(r) : l * nrb / lanes;
+      const int64_t len = pl.regions > 1 ? nrb : (l + 1) * nrb / lanes - lo, items = pl.chunks(r) * len;
+      for (int64_t it = lane[l].next.fetch_add(1, std::memory_order_relaxed); it < items;
+           it = lane[l].next.fetch_add(1, std::memory_order_relaxed)) {
+        const int64_t p0 = pl.first(r) + it / len * pl.chunk, p1 = std::min(pl.first(r + 1), p0 + pl.chunk);
+        const int64_t rb = (lo + it % len) % nrb;
         const uint16_t* ablk = own ? own.get() : abf + rb * kRows * kp;
         if (own) {
           for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row)
@@ -492,11 +521,11 @@ void gemm_kind(const GemmArgs& g, bool silu) {
   const int64_t panel_elems = kp * kNR;
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   const bool sb = streams_b(kp);
+  if (g.tiles) return gemm_prepacked(g, kp, nrb, panels, silu);
   // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
   // 64-byte aligned, as the tiles are read in rows of 64 bytes.
   std::unique_ptr<uint16_t[], decltype(&std::free)> abf((uint16_t*)std::aligned_alloc(64, mp * kp * 2), &std::free);
-  if (g.tiles) return gemm_prepacked(g, abf.get(), kp, nrb, panels, silu);
   convert_a(g, mp, kp, abf.get(), silu);
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
 #pragma omp parallel
