@@ -558,7 +558,9 @@ static inline void prefetch_keys(const AttnArgs& a, const int64_t* bt, int64_t g
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
-// combine_parts.
+// combine_parts. The L2 prefetch a chunk ahead runs on past k1 into the rows' next keys: a thread that takes
+// a sequence's parts in key order (paged_attention_impl, decode_region.cc) then finds its next part's first
+// chunk in L2 instead of waiting on it at the item's start.
 template <int KV>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
                         int64_t k0, int64_t k1, float* part) {
@@ -575,8 +577,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   constexpr bool kQx = FD_W == 16 && KV != kKvS8;  // dots16_rows reads q in q_pairs16's order
   alignas(64) float qxb[kQx ? kDecodeRows : 1][kQx ? kMaxHeadDim : 1];
   const float* qx[kDecodeRows];  // score_rows' q for dots16_rows
-  int64_t nk = 0;
+  int64_t nk = 0, pnk = 0;  // the keys read; the keys the L2 prefetch may reach
   for (int64_t r = 0; r < nrows; ++r) {
+    pnk = std::max(pnk, rows[r].nk);
     qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     for (int64_t j = 0; j < FD_W; ++j) lv[r][j] = 0.0f;
@@ -622,14 +625,14 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
           pf.k0 = (const char*)a.k_cache + nb;
           pf.v0 = (const char*)a.v_cache + nb;
         }
-        if (far < nk) {
+        if (far < pnk) {
           const int64_t nb = key_base(a, bt, g, far) * esize;
           pf.k1 = (const char*)a.k_cache + nb;
           pf.v1 = (const char*)a.v_cache + nb;
         }
       } else {
         if (next < nk) prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
-        if (far < nk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
+        if (far < pnk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, pnk));
       }
       score_rows<KV>(qr, qx, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
@@ -911,6 +914,11 @@ static void paged_attention_impl(const AttnArgs& a) {
     }
   };
   const int64_t nitems = (int64_t)items.size();
+  // The items in the order the threads claim them, from the back: a split's parts in key order (see
+  // attend_rows' prefetch past its part).
+  std::vector<int64_t> order(nitems);
+  for (int64_t i = 0; i < nitems; ++i) order[i] = i;
+  for (const Split& sp : splits) std::reverse(order.begin() + sp.item, order.begin() + sp.item + sp.nparts);
 #if FD_W == 16
   // AMX: K and V^T in bf16 for every (sequence, KV head) that has lane items, up to the keys its last
   // prompt row sees; made in parallel over 64-key chunks before any item reads them.
@@ -970,7 +978,7 @@ static void paged_attention_impl(const AttnArgs& a) {
       }
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
       // the threads finish together on short ones. The order changes no item's result.
-      const Item& w = items[nitems - 1 - it];
+      const Item& w = items[order[nitems - 1 - it]];
       const int64_t* bt = a.block_tables + w.b * a.max_blocks;
       AttnRow rows[kDecodeRows > 2 * FD_W ? kDecodeRows : 2 * FD_W];
       item_rows(w, rows);

@@ -46,7 +46,8 @@ std::atomic<int64_t> region_steps{0};
 std::atomic<int64_t> head_steps{0};
 
 // paged_attention's decode items for the step (the same for every layer): per sequence and KV head one
-// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head).
+// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head); split_first: the
+// item of each split's first part.
 struct AttnPlan {
   std::vector<DecodeItem> items;
   std::vector<int64_t> split_first, split_parts;
@@ -63,13 +64,15 @@ AttnPlan attn_plan(const StackArgs& a) {
         p.items.push_back({b, g, 0, INT64_MAX, -1});
         continue;
       }
-      p.split_first.push_back((int64_t)p.items.size());
+      // Parts last to first, so that attention_items, which walks the items from the back, takes them in
+      // key order (see attend_rows' prefetch past its part); their states stay in key order.
+      p.split_first.push_back((int64_t)p.items.size() + nparts - 1);
       p.split_parts.push_back(nparts);
       p.max_parts = std::max(p.max_parts, nparts);
-      for (int64_t j = 0; j < nparts; ++j) {
-        p.items.push_back({b, g, j * kpp, (j + 1) * kpp, p.part_floats});
-        p.part_floats += group * (a.head_dim + 2);
-      }
+      const int64_t stride = group * (a.head_dim + 2);
+      for (int64_t j = nparts - 1; j >= 0; --j)
+        p.items.push_back({b, g, j * kpp, (j + 1) * kpp, p.part_floats + j * stride});
+      p.part_floats += nparts * stride;
     }
   }
   return p;
