@@ -558,12 +558,12 @@ static inline void prefetch_keys(const AttnArgs& a, const int64_t* bt, int64_t g
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
-// combine_parts. The L2 prefetch a chunk ahead runs on past k1 into the rows' next keys: a thread that takes
-// a sequence's parts in key order (paged_attention_impl, decode_region.cc) then finds its next part's first
-// chunk in L2 instead of waiting on it at the item's start.
+// combine_parts. ahead: the calling thread takes the part from k1 next, so the L2 prefetch a chunk ahead runs
+// on past k1 into the rows' next keys and that part finds its first chunk in L2 instead of waiting on it at
+// its start (without ahead another thread may take it, and the lines would sit in this core's L2).
 template <int KV>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
-                        int64_t k0, int64_t k1, float* part) {
+                        int64_t k0, int64_t k1, float* part, bool ahead = false) {
   constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
   const float scale2 = a.scale * kLog2e;
@@ -579,7 +579,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   const float* qx[kDecodeRows];  // score_rows' q for dots16_rows
   int64_t nk = 0, pnk = 0;  // the keys read; the keys the L2 prefetch may reach
   for (int64_t r = 0; r < nrows; ++r) {
-    pnk = std::max(pnk, rows[r].nk);
+    pnk = std::max(pnk, ahead ? rows[r].nk : std::min(rows[r].nk, k1));
     qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     for (int64_t j = 0; j < FD_W; ++j) lv[r][j] = 0.0f;
@@ -914,8 +914,8 @@ static void paged_attention_impl(const AttnArgs& a) {
     }
   };
   const int64_t nitems = (int64_t)items.size();
-  // The items in the order the threads claim them, from the back: a split's parts in key order (see
-  // attend_rows' prefetch past its part).
+  // The items in the order the threads claim them, from the back: a split's parts in key order, so that a
+  // thread whose run holds a part and the next prefetches past the first (attend_rows' ahead).
   std::vector<int64_t> order(nitems);
   for (int64_t i = 0; i < nitems; ++i) order[i] = i;
   for (const Split& sp : splits) std::reverse(order.begin() + sp.item, order.begin() + sp.item + sp.nparts);
@@ -994,7 +994,9 @@ static void paged_attention_impl(const AttnArgs& a) {
       if (FD_W > 1 && w.lanes) {
         attend_lanes<KV>(a, bt, w.g, rows, n);
       } else {
-        attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr);
+        const Item* nx = it + 1 < end ? &items[order[nitems - 2 - it]] : nullptr;
+        const bool ahead = w.part >= 0 && nx && nx->b == w.b && nx->g == w.g && nx->r0 == w.r0 && nx->k0 == w.k1;
+        attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr, ahead);
       }
     }
 #if FD_W == 16

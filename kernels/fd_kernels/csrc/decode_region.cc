@@ -144,8 +144,9 @@ void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const Qk
       end = std::min(nitems, it + take);
     }
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
+    const DecodeItem* nx = it + 1 < end ? &s.plan.items[nitems - 2 - it] : nullptr;
     if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
-    region::attn_item(at, w, s.parts.get());
+    region::attn_item(at, w, s.parts.get(), w.part >= 0 && nx && nx->b == w.b && nx->g == w.g && nx->k0 == w.k1);
   }
 }
 
