@@ -131,15 +131,18 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
 }
 
 // The layer's attention items, claimed in runs (the causal contexts differ in length): a share of those
-// left, left / (4 x threads), at least one, as paged_attention takes them; each claim is a locked add that
-// also waits for the thread's pending stores. With qc, each item first writes its own KV head's rows of
-// the token and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one
-// item, the only reader of what it writes).
+// left, left / (2 x threads), at least one; each claim is a locked add that also waits for the thread's
+// pending stores, and a run that holds a split's next part lets the item before it prefetch that part's
+// first keys (attend_rows' ahead), so the runs are longer than paged_attention's, whose loop also takes
+// prompt tiles: here every item is a decode item of at most kKeysPerPart keys, and the share still
+// shrinks to one item near the end. With qc, each item first writes its own KV head's rows of the token
+// and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one item, the
+// only reader of what it writes).
 void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const QkvToCacheArgs* qc) {
   const int64_t nitems = (int64_t)s.plan.items.size();
   for (int64_t it = 0, end = 0;; ++it) {
     if (it == end) {
-      const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (4 * nth));
+      const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (2 * nth));
       if ((it = s.next[i].fetch_add(take, std::memory_order_relaxed)) >= nitems) break;
       end = std::min(nitems, it + take);
     }
