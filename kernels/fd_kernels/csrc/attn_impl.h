@@ -558,10 +558,12 @@ static inline void prefetch_keys(const AttnArgs& a, const int64_t* bt, int64_t g
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
-// combine_parts.
+// combine_parts. ahead: the calling thread takes the part from k1 next, so the L2 prefetch a chunk ahead runs
+// on past k1 into the rows' next keys and that part finds its first chunk in L2 instead of waiting on it at
+// its start (without ahead another thread may take it, and the lines would sit in this core's L2).
 template <int KV>
 static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
-                        int64_t k0, int64_t k1, float* part) {
+                        int64_t k0, int64_t k1, float* part, bool ahead = false) {
   constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
   const float scale2 = a.scale * kLog2e;
@@ -575,8 +577,9 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   constexpr bool kQx = FD_W == 16 && KV != kKvS8;  // dots16_rows reads q in q_pairs16's order
   alignas(64) float qxb[kQx ? kDecodeRows : 1][kQx ? kMaxHeadDim : 1];
   const float* qx[kDecodeRows];  // score_rows' q for dots16_rows
-  int64_t nk = 0;
+  int64_t nk = 0, pnk = 0;  // the keys read; the keys the L2 prefetch may reach
   for (int64_t r = 0; r < nrows; ++r) {
+    pnk = std::max(pnk, ahead ? rows[r].nk : std::min(rows[r].nk, k1));
     qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     for (int64_t j = 0; j < FD_W; ++j) lv[r][j] = 0.0f;
@@ -622,14 +625,14 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
           pf.k0 = (const char*)a.k_cache + nb;
           pf.v0 = (const char*)a.v_cache + nb;
         }
-        if (far < nk) {
+        if (far < pnk) {
           const int64_t nb = key_base(a, bt, g, far) * esize;
           pf.k1 = (const char*)a.k_cache + nb;
           pf.v1 = (const char*)a.v_cache + nb;
         }
       } else {
         if (next < nk) prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
-        if (far < nk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, nk));
+        if (far < pnk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, pnk));
       }
       score_rows<KV>(qr, qx, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
@@ -911,6 +914,11 @@ static void paged_attention_impl(const AttnArgs& a) {
     }
   };
   const int64_t nitems = (int64_t)items.size();
+  // The items in the order the threads claim them, from the back: a split's parts in key order, so that a
+  // thread whose run holds a part and the next prefetches past the first (attend_rows' ahead).
+  std::vector<int64_t> order(nitems);
+  for (int64_t i = 0; i < nitems; ++i) order[i] = i;
+  for (const Split& sp : splits) std::reverse(order.begin() + sp.item, order.begin() + sp.item + sp.nparts);
 #if FD_W == 16
   // AMX: K and V^T in bf16 for every (sequence, KV head) that has lane items, up to the keys its last
   // prompt row sees; made in parallel over 64-key chunks before any item reads them.
@@ -970,7 +978,7 @@ static void paged_attention_impl(const AttnArgs& a) {
       }
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
       // the threads finish together on short ones. The order changes no item's result.
-      const Item& w = items[nitems - 1 - it];
+      const Item& w = items[order[nitems - 1 - it]];
       const int64_t* bt = a.block_tables + w.b * a.max_blocks;
       AttnRow rows[kDecodeRows > 2 * FD_W ? kDecodeRows : 2 * FD_W];
       item_rows(w, rows);
@@ -986,7 +994,9 @@ static void paged_attention_impl(const AttnArgs& a) {
       if (FD_W > 1 && w.lanes) {
         attend_lanes<KV>(a, bt, w.g, rows, n);
       } else {
-        attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr);
+        const Item* nx = it + 1 < end ? &items[order[nitems - 2 - it]] : nullptr;
+        const bool ahead = w.part >= 0 && nx && nx->b == w.b && nx->g == w.g && nx->r0 == w.r0 && nx->k0 == w.k1;
+        attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr, ahead);
       }
     }
 #if FD_W == 16

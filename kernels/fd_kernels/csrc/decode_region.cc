@@ -46,7 +46,8 @@ std::atomic<int64_t> region_steps{0};
 std::atomic<int64_t> head_steps{0};
 
 // paged_attention's decode items for the step (the same for every layer): per sequence and KV head one
-// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head).
+// item, or one per kKeysPerPart keys (split-K) with a combine per (sequence, KV head); split_first: the
+// item of each split's first part.
 struct AttnPlan {
   std::vector<DecodeItem> items;
   std::vector<int64_t> split_first, split_parts;
@@ -63,13 +64,15 @@ AttnPlan attn_plan(const StackArgs& a) {
         p.items.push_back({b, g, 0, INT64_MAX, -1});
         continue;
       }
-      p.split_first.push_back((int64_t)p.items.size());
+      // Parts last to first, so that attention_items, which walks the items from the back, takes them in
+      // key order (see attend_rows' prefetch past its part); their states stay in key order.
+      p.split_first.push_back((int64_t)p.items.size() + nparts - 1);
       p.split_parts.push_back(nparts);
       p.max_parts = std::max(p.max_parts, nparts);
-      for (int64_t j = 0; j < nparts; ++j) {
-        p.items.push_back({b, g, j * kpp, (j + 1) * kpp, p.part_floats});
-        p.part_floats += group * (a.head_dim + 2);
-      }
+      const int64_t stride = group * (a.head_dim + 2);
+      for (int64_t j = nparts - 1; j >= 0; --j)
+        p.items.push_back({b, g, j * kpp, (j + 1) * kpp, p.part_floats + j * stride});
+      p.part_floats += nparts * stride;
     }
   }
   return p;
@@ -128,21 +131,25 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
 }
 
 // The layer's attention items, claimed in runs (the causal contexts differ in length): a share of those
-// left, left / (4 x threads), at least one, as paged_attention takes them; each claim is a locked add that
-// also waits for the thread's pending stores. With qc, each item first writes its own KV head's rows of
-// the token and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one
-// item, the only reader of what it writes).
+// left, left / (2 x threads), at least one; each claim is a locked add that also waits for the thread's
+// pending stores, and a run that holds a split's next part lets the item before it prefetch that part's
+// first keys (attend_rows' ahead), so the runs are longer than paged_attention's, whose loop also takes
+// prompt tiles: here every item is a decode item of at most kKeysPerPart keys, and the share still
+// shrinks to one item near the end. With qc, each item first writes its own KV head's rows of the token
+// and its GQA group's q heads (only when no item is split: then each (sequence, KV head) is one item, the
+// only reader of what it writes).
 void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const QkvToCacheArgs* qc) {
   const int64_t nitems = (int64_t)s.plan.items.size();
   for (int64_t it = 0, end = 0;; ++it) {
     if (it == end) {
-      const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (4 * nth));
+      const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (2 * nth));
       if ((it = s.next[i].fetch_add(take, std::memory_order_relaxed)) >= nitems) break;
       end = std::min(nitems, it + take);
     }
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
+    const DecodeItem* nx = it + 1 < end ? &s.plan.items[nitems - 2 - it] : nullptr;
     if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);
-    region::attn_item(at, w, s.parts.get());
+    region::attn_item(at, w, s.parts.get(), w.part >= 0 && nx && nx->b == w.b && nx->g == w.g && nx->k0 == w.k1);
   }
 }
 

@@ -36,18 +36,18 @@ static int64_t region_item_rows(const AttnArgs& a, const DecodeItem& w, AttnRow*
 }
 
 template <int KV>
-static void region_attn_item_kv(const AttnArgs& a, const DecodeItem& w, float* parts) {
+static void region_attn_item_kv(const AttnArgs& a, const DecodeItem& w, float* parts, bool ahead) {
   AttnRow rows[kDecodeRows];
   const int64_t n = region_item_rows(a, w, rows);
   attend_rows<KV>(a, a.block_tables + w.b * a.max_blocks, w.g, rows, n, w.k0, w.k1,
-                  w.part >= 0 ? parts + w.part : nullptr);
+                  w.part >= 0 ? parts + w.part : nullptr, ahead);
 }
 
-static void region_attn_item(const AttnArgs& a, const DecodeItem& w, float* parts) {
+static void region_attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, bool ahead) {
   switch (a.kv_kind) {
-    case kKvS8: return region_attn_item_kv<kKvS8>(a, w, parts);
-    case kKvBF16: return region_attn_item_kv<kKvBF16>(a, w, parts);
-    default: return region_attn_item_kv<kKvF32>(a, w, parts);
+    case kKvS8: return region_attn_item_kv<kKvS8>(a, w, parts, ahead);
+    case kKvBF16: return region_attn_item_kv<kKvBF16>(a, w, parts, ahead);
+    default: return region_attn_item_kv<kKvF32>(a, w, parts, ahead);
   }
 }
 
