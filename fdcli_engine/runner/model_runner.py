@@ -19,7 +19,7 @@ import paddle
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.grammar_masks import GrammarMasks
 from fdcli_engine.runner.huge_pages import place_on_huge_pages
-from fdcli_engine.runner.input_batch import InputBuffers, build_inputs
+from fdcli_engine.runner.input_batch import InputBuffers, build_inputs, fresh_tensor
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_block_views
 from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
@@ -101,7 +101,8 @@ class ModelRunner:
         rows, views, starts = sampling_rows(reqs, last_rows)
         positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
-        meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer)
+        stage = fresh_tensor if self.input_buffers is None else self.input_buffers.stage
+        meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer, stage)
         pending = self.grammar.begin(so.scheduled, views)
         prompt_logprobs = any(s.needs_prompt_logprobs for s in so.scheduled)
         tokens = None
