@@ -150,6 +150,8 @@ class ModelRunner:
         every row's token already taken with the forward (model.forward_greedy), or None."""
         if len(rows) == hidden.shape[0]:
             selected = hidden
+        elif len(rows) == 1:  # a prompt's last row: a view of it, no gather op
+            selected = hidden[int(rows[0]) : int(rows[0]) + 1]
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
         # One row per request: no drafts in the step, so no generator state to keep.
