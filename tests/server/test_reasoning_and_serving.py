@@ -132,3 +132,36 @@ def test_n_fans_out_with_child_ids_and_seeds(tokenizer):
         resp.usage.prompt_tokens == len(engine.calls[0].prompt_token_ids)
         and resp.usage.completion_tokens == 6
     )
+
+
+def test_text_prompts_tokenize_on_the_loop_only_when_short(tokenizer, monkeypatch):
+    """One text up to LOOP_ENCODE_CHARS (and token ids) is tokenized on the event loop; a longer text
+    or a list of texts goes to a prepare worker. Either way the engine gets the tokenizer's ids."""
+    from fdcli_engine.entrypoints.openai import serving_completion as sc
+
+    hops = []
+    real = sc.off_loop
+
+    async def counting_off_loop(fn, *args, **kwargs):
+        hops.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(sc, "off_loop", counting_off_loop)
+    monkeypatch.setattr(sc, "LOOP_ENCODE_CHARS", 60)  # the tiny model's context holds no 8K-char text
+    short = "hello world " * 5
+    long = "hello world " * 6
+    cases = [  # prompt -> (goes to a worker, the texts it holds)
+        (short, False, [short]),
+        ([5, 6, 7], False, None),
+        (long, True, [long]),
+        ([short, "hi"], True, [short, "hi"]),
+    ]
+    for prompt, worker, texts in cases:
+        engine = ScriptedEngine(tokenizer, ["a"])
+        hops.clear()
+        asyncio.run(
+            OpenAIServingCompletion(engine, ["fake"]).create_completion(CompletionRequest(prompt=prompt))
+        )
+        assert hops == (["_prompts"] if worker else []), prompt if isinstance(prompt, list) else len(prompt)
+        want = [tokenizer.encode(t) for t in texts] if texts else [prompt]
+        assert [c.prompt_token_ids for c in engine.calls] == want
