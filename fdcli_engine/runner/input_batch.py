@@ -217,6 +217,25 @@ def _varlen_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepA
     )
 
 
+def _one_seq_arrays(s: ScheduledRequest, block_size: int) -> _StepArrays:
+    """A step of one request (a prompt or a chunk of one, or one request's draft rows): its rows
+    are consecutive positions, computed without the per-sequence index arrays. The same arrays as
+    `_varlen_arrays` gives for such a step."""
+    start, n = s.num_computed_tokens, len(s.token_ids)
+    positions = np.arange(start, start + n, dtype=np.int64)
+    table = np.array(s.block_ids, dtype=np.int32)
+    return _StepArrays(
+        input_ids=np.array(s.token_ids, dtype=np.int64),
+        positions=positions,
+        slot_mapping=table[positions // block_size].astype(np.int64) * block_size + positions % block_size,
+        query_start_loc=np.array([0, n], dtype=np.int32),
+        seq_lens=np.array([start + n], dtype=np.int32),
+        block_tables=table.reshape(1, len(table)),
+        max_query_len=n,
+        prompt_mask=positions < len(s.prompt_token_ids),
+    )
+
+
 def _one_row_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepArrays:
     """A step of one row per request (decode): row i is request i, computed on Python lists (fewer numpy
     calls: what a step costs in between two forwards, on cold caches, is mostly their count). The same
@@ -253,6 +272,8 @@ def build_inputs(
     stage = buffers.stage if buffers is not None else fresh_tensor
     if all(len(s.token_ids) == 1 for s in scheduled):
         a = _one_row_arrays(scheduled, block_size)
+    elif len(scheduled) == 1:
+        a = _one_seq_arrays(scheduled[0], block_size)
     else:
         a = _varlen_arrays(scheduled, block_size)
     prompt_rows = None
