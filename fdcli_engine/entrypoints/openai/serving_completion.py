@@ -12,6 +12,7 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.loop_prompts import prepared_on_loop
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
@@ -36,9 +37,6 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs
-
-# The most characters of a text prompt tokenized on the event loop (~1 ms of encode on a server core).
-LOOP_ENCODE_CHARS = 8192
 
 
 @dataclass(frozen=True)
@@ -94,9 +92,7 @@ class OpenAIServingCompletion:
         model = check_model(req.model, self.served_model_names)
         check_generative(self.engine, "/v1/completions")
         self._check_unsupported(req)
-        # Token ids, and one text up to LOOP_ENCODE_CHARS, are taken on the loop: there the encode of a
-        # few thousand characters (~0.4 ms) costs less than the hop to a prepare worker and its GIL
-        # hand-offs. Longer text and lists of texts go to a worker: they never stop the loop for long.
+        # Token ids and one short text on the loop, anything else on a prepare worker (loop_prompts.py).
         on_loop = prepared_on_loop(req.prompt)
         prompts = self._prompts(req) if on_loop else await off_loop(self._prompts, req)
         # echo with max_tokens=0 (vLLM's rule): one token is generated, and only the prompt is returned.
@@ -212,19 +208,6 @@ class OpenAIServingCompletion:
         except Exception as e:
             yield stream_error(e, "completion", rid)
         yield SSE_DONE
-
-
-def has_text(prompt) -> bool:
-    """Whether a validated prompt (text | [text] | ids | [ids]) holds text to tokenize."""
-    if isinstance(prompt, str):
-        return True
-    return bool(prompt) and not isinstance(prompt[0], int) and any(isinstance(p, str) for p in prompt)
-
-
-def prepared_on_loop(prompt) -> bool:
-    """Whether a validated prompt is tokenized on the event loop: token ids, or one text of at most
-    LOOP_ENCODE_CHARS characters (a list of texts, however short each, goes to a prepare worker)."""
-    return not has_text(prompt) or (isinstance(prompt, str) and len(prompt) <= LOOP_ENCODE_CHARS)
 
 
 def echo_only(req: CompletionRequest) -> bool:
