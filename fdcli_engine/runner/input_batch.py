@@ -123,9 +123,8 @@ class _DecodeBuffers:
 
     def __init__(self, n: int):
         arrays = [np.zeros(n, np.int64)] * 3 + [np.arange(n + 1, dtype=np.int32), np.zeros(n, np.int32)]
-        self.tensors = [
-            host_tensor(a) for a in arrays
-        ]  # input_ids, positions, slot_mapping, starts, seq_lens
+        # input_ids, positions, slot_mapping, starts, seq_lens
+        self.tensors = [host_tensor(a) for a in arrays]
         self.ids, self.positions, self.slots, _, self.seq_lens = (np.from_dlpack(t) for t in self.tensors)
         self.query_start_loc = _read_only(np.arange(n + 1, dtype=np.int32))
         self.last_token_rows = _read_only(np.arange(n, dtype=np.int32))
