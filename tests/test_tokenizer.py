@@ -525,14 +525,19 @@ def test_incremental_on_sentencepiece(spm):
     assert not any("\ufffd" in d for d in deltas)
 
 
-def test_long_texts_encode_to_the_same_ids_as_short_ones(smol, smol_ref):
-    """Past _GIL_FREE_CHARS the text goes through encode_batch (which releases the GIL): same ids as
-    transformers' tokenizer, special tokens and all."""
-    from fdcli_engine.tokenizer.tokenizer import _GIL_FREE_CHARS
-
-    text = "<|im_start|>user\nThe café costs 12.50€, naïve 東京 🙂 " * (_GIL_FREE_CHARS // 20)
-    assert len(text) > _GIL_FREE_CHARS
+@pytest.mark.parametrize("repeat", [1, 3, 40, 400])
+def test_texts_encode_to_the_ids_of_the_plain_encode(smol, smol_ref, repeat):
+    """encode goes through the backend's batch call without offsets (which releases the GIL): the ids
+    of transformers' tokenizer and of the backend's plain `encode`, special tokens and all, short or
+    long; encode_batch gives each text's ids alike."""
+    text = "<|im_start|>user\nThe café costs 12.50€, naïve 東京 🙂 " * repeat
     assert (
         smol.encode(text, add_special_tokens=False) == smol_ref(text, add_special_tokens=False)["input_ids"]
     )
-    assert smol.encode(text) == smol.backend.encode(text).ids
+    odd = text + "  x\n\n 42 \t"  # whitespace runs and digits: the pre-tokenizer's edge cases
+    for t in (text, odd):
+        assert smol.encode(t) == smol.backend.encode(t).ids
+        assert (
+            smol.encode(t, add_special_tokens=False) == smol.backend.encode(t, add_special_tokens=False).ids
+        )
+    assert smol.encode_batch([odd, "hi"]) == [smol.backend.encode(t).ids for t in (odd, "hi")]

@@ -31,7 +31,7 @@ class ModelInputs:
 _CPU = paddle.CPUPlace()
 
 
-def _tensor(a: np.ndarray) -> paddle.Tensor:
+def host_tensor(a: np.ndarray) -> paddle.Tensor:
     # A copy, as paddle.to_tensor makes, without its argument handling (which costs more than the copy
     # at these sizes).
     return paddle.Tensor(a, _CPU)
@@ -100,7 +100,7 @@ class InputBuffers:
         if entry is None:
             if len(self._entries) >= self.MAX_ENTRIES:
                 self._entries.clear()
-            t = _tensor(a)
+            t = host_tensor(a)
             self._entries[key] = (t, np.from_dlpack(t))
             return t
         entry[1][...] = a
@@ -123,7 +123,8 @@ class _DecodeBuffers:
 
     def __init__(self, n: int):
         arrays = [np.zeros(n, np.int64)] * 3 + [np.arange(n + 1, dtype=np.int32), np.zeros(n, np.int32)]
-        self.tensors = [_tensor(a) for a in arrays]  # input_ids, positions, slot_mapping, starts, seq_lens
+        # input_ids, positions, slot_mapping, starts, seq_lens
+        self.tensors = [host_tensor(a) for a in arrays]
         self.ids, self.positions, self.slots, _, self.seq_lens = (np.from_dlpack(t) for t in self.tensors)
         self.query_start_loc = _read_only(np.arange(n + 1, dtype=np.int32))
         self.last_token_rows = _read_only(np.arange(n, dtype=np.int32))
@@ -134,7 +135,7 @@ class _DecodeBuffers:
         width = max(map(len, lists))
         entry = self._tables.get(width)
         if entry is None:
-            t = _tensor(np.zeros((len(lists), width), np.int32))
+            t = host_tensor(np.zeros((len(lists), width), np.int32))
             entry = self._tables[width] = (t, np.from_dlpack(t), [[] for _ in lists])
         t, table, held = entry
         for row, (ids, old) in enumerate(zip(lists, held)):
@@ -145,12 +146,12 @@ class _DecodeBuffers:
         return t
 
 
-def _fresh(name: str, a: np.ndarray) -> paddle.Tensor:
-    return _tensor(a)
+def fresh_tensor(name: str, a: np.ndarray) -> paddle.Tensor:
+    return host_tensor(a)
 
 
 def prompt_rows_tensor(
-    mask: np.ndarray, multi_row_decode: bool = False, stage=_fresh
+    mask: np.ndarray, multi_row_decode: bool = False, stage=fresh_tensor
 ) -> paddle.Tensor | None:
     """AttentionMetadata.prompt_rows from a bool [T] mask of the rows holding prompt tokens. None (no
     prompt row) only for a step of one-row decodes: paged attention reads a missing mask as "every row
@@ -215,6 +216,25 @@ def _varlen_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepA
     )
 
 
+def _one_seq_arrays(s: ScheduledRequest, block_size: int) -> _StepArrays:
+    """A step of one request (a prompt or a chunk of one, or one request's draft rows): its rows
+    are consecutive positions, computed without the per-sequence index arrays. The same arrays as
+    `_varlen_arrays` gives for such a step."""
+    start, n = s.num_computed_tokens, len(s.token_ids)
+    positions = np.arange(start, start + n, dtype=np.int64)
+    table = np.array(s.block_ids, dtype=np.int32)
+    return _StepArrays(
+        input_ids=np.array(s.token_ids, dtype=np.int64),
+        positions=positions,
+        slot_mapping=table[positions // block_size].astype(np.int64) * block_size + positions % block_size,
+        query_start_loc=np.array([0, n], dtype=np.int32),
+        seq_lens=np.array([start + n], dtype=np.int32),
+        block_tables=table.reshape(1, len(table)),
+        max_query_len=n,
+        prompt_mask=positions < len(s.prompt_token_ids),
+    )
+
+
 def _one_row_arrays(scheduled: list[ScheduledRequest], block_size: int) -> _StepArrays:
     """A step of one row per request (decode): row i is request i, computed on Python lists (fewer numpy
     calls: what a step costs in between two forwards, on cold caches, is mostly their count). The same
@@ -248,9 +268,11 @@ def build_inputs(
         inputs = buffers.one_row_inputs(scheduled, block_size)
         if inputs is not None:
             return inputs
-    stage = buffers.stage if buffers is not None else _fresh
+    stage = buffers.stage if buffers is not None else fresh_tensor
     if all(len(s.token_ids) == 1 for s in scheduled):
         a = _one_row_arrays(scheduled, block_size)
+    elif len(scheduled) == 1:
+        a = _one_seq_arrays(scheduled[0], block_size)
     else:
         a = _varlen_arrays(scheduled, block_size)
     prompt_rows = None

@@ -19,7 +19,7 @@ import paddle
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.runner.grammar_masks import GrammarMasks
 from fdcli_engine.runner.huge_pages import place_on_huge_pages
-from fdcli_engine.runner.input_batch import InputBuffers, build_inputs
+from fdcli_engine.runner.input_batch import InputBuffers, build_inputs, fresh_tensor
 from fdcli_engine.runner.kv_cache import allocate_kv_caches, kv_block_bytes, kv_block_views
 from fdcli_engine.runner.mm_inputs import MultiModalInputs
 from fdcli_engine.runner.prompt_logprobs import compute_prompt_logprobs
@@ -101,7 +101,8 @@ class ModelRunner:
         rows, views, starts = sampling_rows(reqs, last_rows)
         positions, mm_embeds = self.mm.prepare(so.scheduled, inputs.positions, inputs.meta.query_start_loc_np)
         extra = {} if mm_embeds is None else {"mm_embeds": mm_embeds}
-        meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer)
+        stage = fresh_tensor if self.input_buffers is None else self.input_buffers.stage
+        meta = step_metadata(inputs.meta, so.scheduled, rows, self.proposer, stage)
         pending = self.grammar.begin(so.scheduled, views)
         prompt_logprobs = any(s.needs_prompt_logprobs for s in so.scheduled)
         tokens = None
@@ -149,6 +150,8 @@ class ModelRunner:
         every row's token already taken with the forward (model.forward_greedy), or None."""
         if len(rows) == hidden.shape[0]:
             selected = hidden
+        elif len(rows) == 1:  # a prompt's last row: a view of it, no gather op
+            selected = hidden[int(rows[0]) : int(rows[0]) + 1]
         else:
             selected = paddle.gather(hidden, paddle.to_tensor(rows))
         # One row per request: no drafts in the step, so no generator state to keep.

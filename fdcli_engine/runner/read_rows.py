@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import paddle
 
 from fdcli_engine import ops
+from fdcli_engine.runner.input_batch import fresh_tensor
 from fdcli_engine.step_types import AttentionMetadata, ScheduledRequest
 
 
@@ -61,17 +61,21 @@ def kept_rows(qsl: np.ndarray, prompt_mask: np.ndarray, read: np.ndarray, min_pr
 
 
 def step_metadata(
-    meta: AttentionMetadata, scheduled: list[ScheduledRequest], sample_rows: np.ndarray, proposer
+    meta: AttentionMetadata,
+    scheduled: list[ScheduledRequest],
+    sample_rows: np.ndarray,
+    proposer,
+    stage=fresh_tensor,
 ) -> AttentionMetadata:
     """The step's metadata for the model: `meta`, with `out` where rows go unread. A step without prompt
     rows (one-row decodes) samples every row, so it returns before any per-row work: this runs on every
-    decode step."""
+    decode step. `stage`: how `out`'s tensors are made (the runner's InputBuffers.stage: refilled)."""
     if meta.prompt_rows is None:
         return meta
-    return out_metadata(meta, rows_read(scheduled, sample_rows, proposer))
+    return out_metadata(meta, rows_read(scheduled, sample_rows, proposer), stage)
 
 
-def out_metadata(meta: AttentionMetadata, read: np.ndarray | None) -> AttentionMetadata:
+def out_metadata(meta: AttentionMetadata, read: np.ndarray | None, stage=fresh_tensor) -> AttentionMetadata:
     """`meta`, with `out` set to the metadata of the rows to compute when they are not every row."""
     qsl = meta.query_start_loc_np.astype(np.int64)
     total = int(qsl[-1])
@@ -86,18 +90,18 @@ def out_metadata(meta: AttentionMetadata, read: np.ndarray | None) -> AttentionM
     out_qsl = np.concatenate([[0], np.cumsum(counts[seqs])]).astype(np.int32)
     seq_lens = meta.seq_lens_np[seqs].astype(np.int32)
     tables = meta.block_tables.numpy()[seqs]
-    rows = paddle.to_tensor(kept)
+    rows = stage("out_rows", kept)  # host tensors, as the step's own inputs (runner/input_batch.py)
     out = AttentionMetadata(
-        slot_mapping=paddle.gather(meta.slot_mapping, rows) if len(kept) else meta.slot_mapping[:0],
-        query_start_loc=paddle.to_tensor(out_qsl),
-        seq_lens=paddle.to_tensor(seq_lens),
-        block_tables=paddle.to_tensor(tables),
+        slot_mapping=stage("out_slot_mapping", meta.slot_mapping.numpy()[kept]),
+        query_start_loc=stage("out_query_start_loc", out_qsl),
+        seq_lens=stage("out_seq_lens", seq_lens),
+        block_tables=stage("out_block_tables", tables),
         max_query_len=int(counts.max()),
         max_seq_len=int(seq_lens.max()) if len(seqs) else 0,
         block_size=meta.block_size,
         query_start_loc_np=out_qsl,
         seq_lens_np=seq_lens,
-        prompt_rows=paddle.to_tensor(mask[kept].astype(np.uint8)),
+        prompt_rows=stage("out_prompt_rows", mask[kept].astype(np.uint8)),
         rows=rows,
     )
     return replace(meta, out=out)

@@ -119,6 +119,33 @@ def test_one_row_steps_get_the_arrays_of_the_general_path():
             assert np.array_equal(one.prompt_mask, want), f"trial {trial}: prompt rows"
 
 
+def test_one_request_steps_get_the_arrays_of_the_general_path():
+    # A step of one request with several rows (a prompt, a chunk of one, draft rows to verify) takes
+    # its own path (input_batch._one_seq_arrays): the same arrays as any step's.
+    rng = random.Random(7)
+    for trial in range(300):
+        start = rng.randrange(0, 60)
+        n = rng.randint(2, 40)
+        blocks = rng.sample(range(100), (start + n - 1) // BLOCK + 1 + rng.randint(0, 2))
+        prompt_len = rng.choice([start + n, start + n + 5, start + rng.randint(0, n), max(1, start - 3)])
+        step = [_req("r", [rng.randrange(1000) for _ in range(n)], start, blocks, prompt_len)]
+        one, general = input_batch._one_seq_arrays(step[0], BLOCK), input_batch._varlen_arrays(step, BLOCK)
+        for name in (
+            "input_ids",
+            "positions",
+            "slot_mapping",
+            "query_start_loc",
+            "seq_lens",
+            "block_tables",
+            "prompt_mask",
+        ):
+            a, b = getattr(one, name), getattr(general, name)
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), (
+                f"trial {trial}: {name}"
+            )
+        assert one.max_query_len == general.max_query_len == n
+
+
 def _generate(model_dir, fresh: bool):
     llm = LLM(str(model_dir), max_model_len=64, block_size=BLOCK, max_num_seqs=4, num_kv_blocks=20)
     if fresh:

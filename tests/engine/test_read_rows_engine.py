@@ -24,8 +24,8 @@ def reduced_steps(monkeypatch):
     seen = []
     real = read_rows.out_metadata
 
-    def spy(meta, read):
-        out = real(meta, read)
+    def spy(meta, read, *stage):
+        out = real(meta, read, *stage)
         seen.append(out.out is not None)
         return out
 

@@ -132,3 +132,95 @@ def test_n_fans_out_with_child_ids_and_seeds(tokenizer):
         resp.usage.prompt_tokens == len(engine.calls[0].prompt_token_ids)
         and resp.usage.completion_tokens == 6
     )
+
+
+def test_text_prompts_tokenize_on_the_loop_only_when_short(tokenizer, monkeypatch):
+    """One text up to LOOP_ENCODE_CHARS (and token ids) is tokenized on the event loop; a longer text
+    or a list of texts goes to a prepare worker. Either way the engine gets the tokenizer's ids."""
+    from fdcli_engine.entrypoints.openai import loop_prompts
+    from fdcli_engine.entrypoints.openai import serving_completion as sc
+
+    hops = []
+    real = sc.off_loop
+
+    async def counting_off_loop(fn, *args, **kwargs):
+        hops.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(sc, "off_loop", counting_off_loop)
+    monkeypatch.setattr(
+        loop_prompts, "LOOP_ENCODE_CHARS", 60
+    )  # the tiny model's context holds no 8K-char text
+    short = "hello world " * 5
+    long = "hello world " * 6
+    cases = [  # prompt -> (goes to a worker, the texts it holds)
+        (short, False, [short]),
+        ([5, 6, 7], False, None),
+        (long, True, [long]),
+        ([short, "hi"], True, [short, "hi"]),
+    ]
+    for prompt, worker, texts in cases:
+        engine = ScriptedEngine(tokenizer, ["a"])
+        hops.clear()
+        asyncio.run(
+            OpenAIServingCompletion(engine, ["fake"]).create_completion(CompletionRequest(prompt=prompt))
+        )
+        assert hops == (["_prompts"] if worker else []), prompt if isinstance(prompt, list) else len(prompt)
+        want = [tokenizer.encode(t) for t in texts] if texts else [prompt]
+        assert [c.prompt_token_ids for c in engine.calls] == want
+
+
+def test_chat_prompts_render_on_the_loop_only_when_small_and_plain(tokenizer, monkeypatch):
+    """The server's template over a few short text messages (or the request's own token ids) is made
+    on the event loop; a request template, template arguments, many messages or long ones go to a
+    prepare worker (tools too: loop_prompts.chat_on_loop).
+    Either way the engine gets the same prompt ids as the template's render."""
+    from fdcli_engine.entrypoints.openai import loop_prompts
+    from fdcli_engine.entrypoints.openai import serving_chat as sch
+
+    hops = []
+    real = sch.off_loop
+
+    async def counting_off_loop(fn, *args, **kwargs):
+        hops.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(sch, "off_loop", counting_off_loop)
+    monkeypatch.setattr(loop_prompts, "LOOP_ENCODE_CHARS", 40)
+    monkeypatch.setattr(loop_prompts, "LOOP_CHAT_MESSAGES", 3)
+    msg = [{"role": "user", "content": "hello world"}]
+    cases = [  # request fields -> goes to a worker
+        ({"messages": msg}, False),
+        ({"messages": msg, "prompt_token_ids": [5, 6, 7]}, False),
+        ({"messages": [{"role": "user", "content": "hello world " * 4}]}, True),
+        ({"messages": msg * 4}, True),
+        ({"messages": msg, "chat_template": "{{ messages[0].content }}"}, True),
+        ({"messages": msg, "chat_template_kwargs": {"enable_thinking": False}}, True),
+    ]
+    for fields, worker in cases:
+        engine = ScriptedEngine(tokenizer, ["a"])
+        hops.clear()
+        serving = OpenAIServingChat(engine, ["fake"], allow_request_chat_template=True)
+        req = ChatCompletionRequest(**fields)
+        asyncio.run(serving.create_chat_completion(req))
+        assert hops == (["_prompt"] if worker else []), fields
+        want = fields.get("prompt_token_ids") or serving.render(req)[1]
+        assert engine.calls[0].prompt_token_ids == want, fields
+
+
+def test_chat_on_loop_sends_tools_images_and_tool_calls_to_a_worker():
+    from fdcli_engine.entrypoints.openai.loop_prompts import chat_on_loop
+
+    msg = {"role": "user", "content": "hi"}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    parts = [{"type": "text", "text": "hi"}]
+    assert chat_on_loop(ChatCompletionRequest(messages=[msg]), [])
+    assert not chat_on_loop(ChatCompletionRequest(messages=[msg]), ["an image"])
+    assert not chat_on_loop(ChatCompletionRequest(messages=[msg], tools=[tool]), [])
+    assert not chat_on_loop(ChatCompletionRequest(messages=[msg], documents=[{"text": "d"}]), [])
+    assert not chat_on_loop(ChatCompletionRequest(messages=[{"role": "user", "content": parts}]), [])
+    assistant = {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert not chat_on_loop(ChatCompletionRequest(messages=[msg, assistant]), [])
+    thinking = {"role": "assistant", "content": "x", "reasoning_content": "because"}
+    assert not chat_on_loop(ChatCompletionRequest(messages=[msg, thinking]), [])

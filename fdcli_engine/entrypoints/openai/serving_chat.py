@@ -20,6 +20,7 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.loop_prompts import chat_on_loop
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatChoice,
     ChatCompletionRequest,
@@ -257,7 +258,10 @@ class OpenAIServingChat:
                 "image parts need the chat template and the messages' own prompt", refs[0].param
             )
         images = await self.images.load(refs)  # each checked, then the model (a 400 naming the part)
-        prompt, prompt_ids = await off_loop(self._prompt, req, tool_parser)
+        if chat_on_loop(req, images):
+            prompt, prompt_ids = self._prompt(req, tool_parser)
+        else:
+            prompt, prompt_ids = await off_loop(self._prompt, req, tool_parser)
         features = None
         if images:
             prompt_ids, features = await off_loop(

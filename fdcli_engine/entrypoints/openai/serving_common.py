@@ -33,8 +33,9 @@ __all__ = ["EngineClient"]
 logger = logging.getLogger("fd.serve")
 
 # Templating and tokenization run here, not on the event loop: a large prompt or a template that runs
-# to its limit (chat_template.py) then delays only its own request, never /health or the streams. A
-# few threads: the work is mostly GIL-bound, and the admission cap bounds the queue.
+# to its limit (chat_template.py) then delays only its own request, never /health or the streams (small
+# prompts excepted: loop_prompts.py). A few threads: the work is mostly GIL-bound, and the admission cap
+# bounds the queue.
 _PREPARE_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fd-prepare")
 
 

@@ -12,6 +12,7 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.loop_prompts import prepared_on_loop
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
@@ -91,8 +92,9 @@ class OpenAIServingCompletion:
         model = check_model(req.model, self.served_model_names)
         check_generative(self.engine, "/v1/completions")
         self._check_unsupported(req)
-        # Token ids need no tokenizer: taken on the loop, where a copy costs less than a thread hop.
-        prompts = await off_loop(self._prompts, req) if has_text(req.prompt) else self._prompts(req)
+        # Token ids and one short text on the loop, anything else on a prepare worker (loop_prompts.py).
+        on_loop = prepared_on_loop(req.prompt)
+        prompts = self._prompts(req) if on_loop else await off_loop(self._prompts, req)
         # echo with max_tokens=0 (vLLM's rule): one token is generated, and only the prompt is returned.
         wanted = 1 if echo_only(req) else req.max_tokens
         max_tokens = [check_prompt(ids, wanted, self.engine.model_config) for _, ids in prompts]
@@ -206,13 +208,6 @@ class OpenAIServingCompletion:
         except Exception as e:
             yield stream_error(e, "completion", rid)
         yield SSE_DONE
-
-
-def has_text(prompt) -> bool:
-    """Whether a validated prompt (text | [text] | ids | [ids]) holds text to tokenize."""
-    if isinstance(prompt, str):
-        return True
-    return bool(prompt) and not isinstance(prompt[0], int) and any(isinstance(p, str) for p in prompt)
 
 
 def echo_only(req: CompletionRequest) -> bool:
