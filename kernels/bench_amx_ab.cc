@@ -144,7 +144,9 @@ __attribute__((target("avx512f"))) static void add_norm_rows(void* ctx, int64_t 
 // As `stack`, but each layer's GEMMs chained as the decoder stack runs them: qkv and gate_up read the normed
 // rows, o_proj (A: a fixed attention output) and down_proj (A: silu(gate) * up of gate_up's output, fused
 // into its conversion) run the add + norm epilogue into the residual and the normed rows. Old and new each
-// run one step from the same state first and their residuals are compared bit for bit.
+// run one step from the same state first and their residuals are compared bit for bit. Caveat: without
+// attention and the QKV pass between the GEMMs its down_proj ran ~1.6x the stack's time and ranked variants
+// differently from a real prefill (docs/kernels-measurements.md); confirm in process before adopting.
 static int chain(int64_t m, int passes) {
   if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
   const int64_t shapes[4][2] = {{576, 960}, {576, 576}, {576, 3072}, {1536, 576}};

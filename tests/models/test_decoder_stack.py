@@ -138,11 +138,10 @@ def test_stack_on_wider_layers(quantization, tiny_checkpoint, tmp_path, monkeypa
 
 
 def test_stack_on_smollm2_width_down_proj(tiny_checkpoint, monkeypatch):
-    """SmolLM2-135M's MLP widths (hidden 576, intermediate 1536) on prompts of 16 row blocks and more: with
-    two threads on AMX, the stack's down_proj (silu fused into its conversion, add + norm epilogue) runs in
-    two k-stages, thread 0 leaving partial sums that thread 1 finishes (amx.cc's gemm_kpipe), while the op
-    loop's down_proj takes the panel regions; the second step's last row block is partial, and the third
-    step mixes in a decode row."""
+    """SmolLM2-135M's MLP widths (hidden 576, intermediate 1536) on prompts of 16 row blocks and more: the
+    stack's down_proj (silu fused into its conversion, three k-slabs, panel regions, the add + norm epilogue
+    per row block) against the op loop's; the second step's last row block is partial, and the third step
+    mixes in a decode row."""
     path = tiny_checkpoint(
         "LlamaForCausalLM", hidden_size=576, intermediate_size=1536, max_position_embeddings=2048
     )

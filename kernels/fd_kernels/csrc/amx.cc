@@ -76,12 +76,10 @@ inline int64_t a_offset(int64_t r, int64_t k, int64_t kp) {
 // Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles, out holding A's tiles from
 // row `first` (a multiple of kRows). With `silu`, row r of g.a holds [gate | up] (2k values) and A's row
 // is silu(gate) * up.
-// With [kb, ke) (whole k-steps; default all of kp), only those k's of the row, at their places in out.
-void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool silu, int64_t first = 0,
-                 int64_t kb = 0, int64_t ke = -1) {
+void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool silu, int64_t first = 0) {
   const float* a = g.a + r * g.lda;
   const float* up = a + g.k;
-  for (int64_t k = kb; k < (ke < 0 ? kp : ke); k += kKStep) {
+  for (int64_t k = 0; k < kp; k += kKStep) {
     uint16_t* o = out + a_offset(r - first, k, kp);
     int64_t j = 0;
     if (r < g.m && k + kKStep <= g.k) {
@@ -254,7 +252,7 @@ inline int64_t k_slab(int64_t kp) {
 template <bool kStreamB>
 void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
            bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false,
-           int64_t k0 = 0, int64_t k1 = -1, float* acc = nullptr, float* acc_out = nullptr) {
+           int64_t k0 = 0, int64_t k1 = -1, float* acc = nullptr) {
   if (k1 < 0) k1 = kp;
   const bool last = k1 == kp;
   if (k0 == 0) {
@@ -312,7 +310,7 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
     FD_LOAD_B(kStreamB, 6, next_b + k0 * kNR);
   }
   if (!last) {
-    store_c_tiles(acc_out ? acc_out : acc, kNR);
+    store_c_tiles(acc, kNR);
     return;
   }
   if (nt && rows == kRows && ncols == kNR && !g.bias) {
@@ -412,82 +410,6 @@ bool streams_c(const GemmArgs& g) {
 // 1 KB tile straddles two pages (and every 64-byte tile row is one cache line).
 uint16_t* alloc_a_tiles(int64_t elems) {
   return (uint16_t*)std::aligned_alloc(4096, (elems * 2 + 4095) / 4096 * 4096);
-}
-
-// Bytes of an item's partial sums between k-slab passes kept beside the A slab in L1 (9 panels' 32 x 32 fp32
-// blocks): panels are taken that many at a time.
-constexpr int64_t kSlabSumBytes = 36 << 10;
-
-// Whether gemm_kpipe takes the call: two threads, C not streamed, enough row blocks that thread 1's wait for
-// the first one is a small part of the call, K (>= 1536: cut into slabs) and panels enough that a row block's
-// stage outweighs its handoff of partial sums (at K = 768, or at 8 panels or fewer, the pipeline measured half
-// the regions' rate), each thread's half of the weight within kSplitGroupBytes (so it stays in its L2), and a
-// row epilogue: the decoder stack's down_proj, whose inputs arrive from the layer's other GEMMs, its weight
-// from memory, and whose A tiles' lines are in no cache, so the private A blocks pay. A linear called again
-// and again on the same operands (the prefill GEMM benchmark) keeps the shared A buffer of gemm_prepacked's
-// panel regions cached from call to call, and there the partial sums crossing cores cost more than it.
-bool kpipe_applies(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels) {
-  return g.epilogue && kp >= 1536 && omp_get_max_threads() == 2 && nrb >= 16 && panels >= 16 &&
-         panels * kp * kNR <= kSplitGroupBytes && !streams_c(g);
-}
-
-// Two threads, K cut into two stages instead of the panels or the rows between them: thread 0 runs every row
-// block's first k's against all panels and leaves the partial sums (a 32 x 32 fp32 block per row block and
-// panel) in a buffer; thread 1 runs the other k's from those sums, in the same row block order, writes C and
-// runs the epilogue on the row block, all of whose columns it has just written. Each thread converts only its
-// own k's of every row, into a private A block whose lines stay in its L1/L2 (no shared A buffer, no A tiles
-// read from the other core), and reads only its k's of the weight (half of it, kept in its L2); what crosses
-// cores is the partial sums. They are stored and reloaded exactly and every element still sums its k-steps in
-// order, so the result is that of any other split bit for bit. Thread 1 converts its k's of a row block before
-// it waits for thread 0's sums of it.
-void gemm_kpipe(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
-  const int64_t panel_elems = kp * kNR, block_elems = kRows * kNR;
-  const int64_t kmid = kp / kKStep / 2 * kKStep;  // thread 0's k's: [0, kmid)
-  const int64_t nchunks = (panels * block_elems * 4 + kSlabSumBytes - 1) / kSlabSumBytes;
-  const int64_t chunk = (panels + nchunks - 1) / nchunks;
-  std::unique_ptr<float[], decltype(&std::free)> sums(
-      (float*)std::aligned_alloc(4096, (nrb * panels * block_elems * 4 + 4095) / 4096 * 4096), &std::free);
-  std::unique_ptr<std::atomic<uint8_t>[]> ready(new std::atomic<uint8_t>[nrb]);
-  for (int64_t rb = 0; rb < nrb; ++rb) ready[rb].store(0, std::memory_order_relaxed);
-#pragma omp parallel num_threads(2)
-  {
-    load_amx_tile_config();
-    // A row block's tiles at their places (a_offset), of which each stage writes and reads its own k-steps.
-    std::unique_ptr<uint16_t[], decltype(&std::free)> own(alloc_a_tiles(kRows * kp), &std::free);
-    // Thread 1's partial sums between its own passes: the buffer's lines are written by thread 0 alone.
-    std::unique_ptr<float[], decltype(&std::free)> mine((float*)std::aligned_alloc(64, chunk * block_elems * 4),
-                                                        &std::free);
-    auto stage = [&](int s, int64_t rb) {
-      const int64_t kb = s ? kmid : 0, ke = s ? kp : kmid, slab = k_slab(ke - kb);
-      for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row)
-        convert_row(g, row, kp, own.get(), silu, rb * kRows, kb, ke);
-      if (s == 1)
-        while (!ready[rb].load(std::memory_order_acquire)) std::this_thread::yield();
-      float* const rs = sums.get() + rb * panels * block_elems;
-      for (int64_t p0 = 0; p0 < panels; p0 += chunk) {
-        const int64_t p1 = std::min(panels, p0 + chunk);
-        for (int64_t k0 = kb; k0 < ke; k0 += slab) {
-          const int64_t k1 = std::min(ke, k0 + slab);
-          for (int64_t p = p0; p < p1; ++p) {
-            const uint16_t *bp = g.tiles + p * panel_elems, *next_b = p + 1 < p1 ? bp + panel_elems : nullptr;
-            float* const pm = mine.get() + (p - p0) * block_elems;
-            block<true>(g, own.get(), kp, bp, rb * kRows, p, p > p0, next_b, p == p0, false, k0, k1,
-                        s == 1 && k0 > kb ? pm : rs + p * block_elems, s == 1 ? pm : nullptr);
-          }
-        }
-      }
-      if (s == 0)
-        ready[rb].store(1, std::memory_order_release);
-      else if (g.epilogue)
-        g.epilogue(g.epilogue_ctx, rb * kRows, std::min(g.m, (rb + 1) * kRows));
-    };
-    const int t = omp_get_thread_num();
-    for (int64_t rb = 0; rb < nrb; ++rb) {
-      if (omp_get_num_threads() == 1) stage(0, rb);  // a team of one runs both stages
-      stage(omp_get_num_threads() == 1 ? 1 : t, rb);
-    }
-    _tile_release();
-  }
 }
 
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
@@ -599,7 +521,6 @@ void gemm_kind(const GemmArgs& g, bool silu) {
   const int64_t panel_elems = kp * kNR;
   const int64_t group = std::clamp<int64_t>(kGroupBytes / (panel_elems * 2), 1, panels);
   const bool sb = streams_b(kp);
-  if (g.tiles && kpipe_applies(g, kp, nrb, panels)) return gemm_kpipe(g, kp, nrb, panels, silu);
   if (g.tiles) return gemm_prepacked(g, kp, nrb, panels, silu);
   // Not value-initialized: convert_a writes every element, padding included, and zeroing it first would
   // be a serial memset of megabytes per prefill GEMM, with the other threads idle.
