@@ -137,6 +137,19 @@ def test_stack_on_wider_layers(quantization, tiny_checkpoint, tmp_path, monkeypa
     assert_bit_identical(model, "bfloat16", monkeypatch, steps=steps)
 
 
+def test_stack_on_smollm2_width_down_proj(tiny_checkpoint, monkeypatch):
+    """SmolLM2-135M's MLP widths (hidden 576, intermediate 1536) on prompts of 16 row blocks and more: the
+    stack's down_proj (silu fused into its conversion, three k-slabs, panel regions, the add + norm epilogue
+    per row block) against the op loop's; the second step's last row block is partial, and the third step
+    mixes in a decode row."""
+    path = tiny_checkpoint(
+        "LlamaForCausalLM", hidden_size=576, intermediate_size=1536, max_position_embeddings=2048
+    )
+    model = load_fd_model(path, quantization="wint8")
+    steps = [[("a", 512, 512)], [("b", 600, 600)], [("a", 512, 1), ("c", 520, 520)]]
+    assert_bit_identical(model, "bfloat16", monkeypatch, steps=steps)
+
+
 def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
     """ERNIE-4.5 dense is the same layer structure (its interleaved rotary is a load-time permutation);
     ERNIE MoE layers are not, so that model keeps the per-op loop."""
