@@ -555,15 +555,23 @@ static inline void prefetch_keys(const AttnArgs& a, const int64_t* bt, int64_t g
   }
 }
 
+// The keys [k0, nk) of KV head g of a sequence (block table bt): the work item a thread takes next.
+struct NextKeys {
+  const int64_t* bt;
+  int64_t g, k0, nk;
+};
+
 // Keys [k0, k1) of the rows (each also limited by its own nk). With part == nullptr the rows' outputs go
 // to a.out; else each row's unnormalized state goes to part + r * (hd + 2): acc[hd], running max (base 2,
 // as softmax_update keeps it), sum (max -inf and sum 0 for a row with no keys in the range), for
-// combine_parts. ahead: the calling thread takes the part from k1 next, so the L2 prefetch a chunk ahead runs
-// on past k1 into the rows' next keys and that part finds its first chunk in L2 instead of waiting on it at
-// its start (without ahead another thread may take it, and the lines would sit in this core's L2).
+// combine_parts. next: the item the calling thread takes after this one (nullptr: unknown, or another
+// thread may take it, whose core would then read the lines out of this core's L2). The L2 prefetch a chunk
+// ahead runs on past this item's last key into next's first keys, as one stream, so that item finds its
+// first chunk in L2 instead of starting on misses. warm: how many of this item's first keys the previous
+// item prefetched that way (its start skips their L2 prefetch). Returns the warm of next.
 template <int KV>
-static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
-                        int64_t k0, int64_t k1, float* part, bool ahead = false) {
+static int64_t attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
+                        int64_t k0, int64_t k1, float* part, const NextKeys* next = nullptr, int64_t warm = 0) {
   constexpr bool C8 = KV == kKvS8;
   const int64_t hd = a.head_dim;
   const float scale2 = a.scale * kLog2e;
@@ -577,9 +585,8 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   constexpr bool kQx = FD_W == 16 && KV != kKvS8;  // dots16_rows reads q in q_pairs16's order
   alignas(64) float qxb[kQx ? kDecodeRows : 1][kQx ? kMaxHeadDim : 1];
   const float* qx[kDecodeRows];  // score_rows' q for dots16_rows
-  int64_t nk = 0, pnk = 0;  // the keys read; the keys the L2 prefetch may reach
+  int64_t nk = 0;  // the keys read
   for (int64_t r = 0; r < nrows; ++r) {
-    pnk = std::max(pnk, ahead ? rows[r].nk : std::min(rows[r].nk, k1));
     qr[r] = a.q + (rows[r].token * a.num_heads + rows[r].head) * hd;
     for (int64_t d = 0; d < hd; ++d) acc[r][d] = 0.0f;
     for (int64_t j = 0; j < FD_W; ++j) lv[r][j] = 0.0f;
@@ -604,7 +611,17 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   int64_t off[kDecodeChunk + 1];
   // The loop's own prefetches run a chunk ahead of its reads: without this the first chunk would wait on
   // memory.
-  prefetch_keys<KV, false>(a, bt, g, k0, std::min(nk, k0 + kDecodeChunk));
+  prefetch_keys<KV, false>(a, bt, g, std::min(nk, k0 + warm), std::min(nk, k0 + kDecodeChunk));
+  // The L2 prefetch's target a chunk ahead of key kk + n: in this item, or in next (same byte layout: a
+  // whole block or the context's end; the part boundaries are multiples of the block size).
+  // next's keys follow this item's last sub-chunk rounded up to kKeyChunk keys, so each target there starts
+  // a sub-chunk of next as the one being scored starts its own.
+  const int64_t end = k0 + (nk - k0 + kKeyChunk - 1) / kKeyChunk * kKeyChunk;
+  auto far_key = [&](int64_t f, const int64_t*& fbt, int64_t& fg, int64_t& fnk) {
+    fbt = bt, fg = g, fnk = nk;
+    if (f >= end && next) f += next->k0 - end, fbt = next->bt, fg = next->g, fnk = next->nk;
+    return f;
+  };
   for (int64_t kk = k0; kk < nk;) {
     // The chunk: up to kDecodeChunk keys in sub-chunks of <= kKeyChunk keys inside one block each.
     int64_t nsub = 0, n = 0;
@@ -616,23 +633,26 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
       // hardware prefetcher cannot run ahead across blocks: without this, decode over caches that do not
       // fit in L2 (a step's 30 layers) waits on memory at every block. Both together measured faster than
       // either alone and than longer L1 distances (docs/kernels-measurements.md).
-      const int64_t next = kk + n + len, far = kk + n + kDecodeChunk;
+      const int64_t nxt = kk + n + len;
+      const int64_t* fbt;
+      int64_t fg, fnk;
+      const int64_t far = far_key(kk + n + kDecodeChunk, fbt, fg, fnk);
       const char* kc = (const char*)a.k_cache + base * esize;
       SubPrefetch pf{kc, (const char*)a.v_cache + base * esize, kc, (const char*)a.v_cache + base * esize};
       if (spread) {  // the scores issue them (dots16_rows, c8_scores16, dots8_rows)
-        if (next < nk) {
-          const int64_t nb = key_base(a, bt, g, next) * esize;
+        if (nxt < nk) {
+          const int64_t nb = key_base(a, bt, g, nxt) * esize;
           pf.k0 = (const char*)a.k_cache + nb;
           pf.v0 = (const char*)a.v_cache + nb;
         }
-        if (far < pnk) {
-          const int64_t nb = key_base(a, bt, g, far) * esize;
+        if (far < fnk) {
+          const int64_t nb = key_base(a, fbt, fg, far) * esize;
           pf.k1 = (const char*)a.k_cache + nb;
           pf.v1 = (const char*)a.v_cache + nb;
         }
       } else {
-        if (next < nk) prefetch_keys<KV, true>(a, bt, g, next, next + chunk_len(a, next, nk));
-        if (far < pnk) prefetch_keys<KV, false>(a, bt, g, far, far + chunk_len(a, far, pnk));
+        if (nxt < nk) prefetch_keys<KV, true>(a, bt, g, nxt, nxt + chunk_len(a, nxt, nk));
+        if (far < fnk) prefetch_keys<KV, false>(a, fbt, fg, far, far + chunk_len(a, far, fnk));
       }
       score_rows<KV>(qr, qx, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
@@ -669,6 +689,7 @@ static void attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, const A
   }
   for (int64_t r = 0; r < nrows; ++r)
     finish_row<KV>(a, rows[r], acc[r], lv[r], mx[r], part ? part + r * (hd + 2) : nullptr);
+  return next && end - k0 >= kDecodeChunk ? kDecodeChunk : 0;  // the targets reached next's first chunk
 }
 
 // Decode rows whose context is longer than kKeysPerPart take it in parts of kKeysPerPart keys, each its
@@ -968,14 +989,21 @@ static void paged_attention_impl(const AttnArgs& a) {
     if (amx_tiles) load_amx_tile_config();
 #endif
     const int64_t nth = omp_get_num_threads();
-    for (int64_t it = 0, end = 0;; ++it) {
-      if (it == end) {
-        const int64_t left = nitems - next.v.load(std::memory_order_relaxed);
-        const int64_t take = std::max<int64_t>(1, left / (4 * nth));
-        it = next.v.fetch_add(take, std::memory_order_relaxed);
-        if (it >= nitems) break;
-        end = std::min(nitems, it + take);
-      }
+    // The thread's run [it, end) and, claimed as its last item starts, the run after it: so every item but
+    // the thread's last knows the item that follows it on this thread (attend_rows' next).
+    auto claim = [&](int64_t& b0, int64_t& b1) {
+      const int64_t left = nitems - next.v.load(std::memory_order_relaxed);
+      const int64_t take = std::max<int64_t>(1, left / (4 * nth));
+      b0 = next.v.fetch_add(take, std::memory_order_relaxed);
+      b1 = std::min(nitems, b0 + take);
+    };
+    int64_t it, end, it2 = nitems, end2 = nitems, warm = 0;
+    claim(it, end);
+    for (; it < nitems; ++it) {
+      if (it == end) it = it2, end = end2;
+      if (it >= nitems) break;
+      if (it + 1 == end) claim(it2, end2);
+      const int64_t nit = it + 1 < end ? it + 1 : it2;
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
       // the threads finish together on short ones. The order changes no item's result.
       const Item& w = items[order[nitems - 1 - it]];
@@ -988,15 +1016,28 @@ static void paged_attention_impl(const AttnArgs& a) {
         const int64_t pad = (amx_nk[w.b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
         const uint16_t* kb = amx_buf.get() + amx_off[w.b] + 2 * w.g * pad * hd;
         attend_amx(a, AmxKv{kb, kb + pad * hd}, rows, n);
+        warm = 0;
         continue;
       }
 #endif
       if (FD_W > 1 && w.lanes) {
         attend_lanes<KV>(a, bt, w.g, rows, n);
+        warm = 0;
       } else {
-        const Item* nx = it + 1 < end ? &items[order[nitems - 2 - it]] : nullptr;
-        const bool ahead = w.part >= 0 && nx && nx->b == w.b && nx->g == w.g && nx->r0 == w.r0 && nx->k0 == w.k1;
-        attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr, ahead);
+        // The next decode item on this thread, if one is known: its keys and its rows' causal limit.
+        NextKeys nxk{};
+        const NextKeys* np = nullptr;
+        if (nit < nitems) {
+          const Item& x = items[order[nitems - 1 - nit]];
+          if (!x.lanes) {
+            const int64_t xq = a.query_start_loc[x.b + 1] - a.query_start_loc[x.b];
+            const int64_t xnk = a.seq_lens[x.b] - xq + (x.r1 - 1) / group + 1;
+            nxk = {a.block_tables + x.b * a.max_blocks, x.g, x.k0, std::min(xnk, x.k1)};
+            np = &nxk;
+          }
+        }
+        warm = attend_rows<KV>(a, bt, w.g, rows, n, w.k0, w.k1, w.part >= 0 ? parts.get() + w.part : nullptr, np,
+                               warm);
       }
     }
 #if FD_W == 16

@@ -43,10 +43,10 @@ void silu(const float* gate_up, int64_t t, int64_t n, float* out);
 void qkv_rows(const QkvToCacheArgs& a, int64_t r0, int64_t r1);
 // Token r's part of qkv_rope_to_cache for KV heads [g0, g1): their K / V rows and their groups' q heads.
 void qkv_heads(const QkvToCacheArgs& a, int64_t r, int64_t g0, int64_t g1);
-// One decode item of paged_attention(a) (ahead: the calling thread takes the item's next part next, see
-// attend_rows) / the combine of its nparts consecutive parts' states into the rows' outputs (w: nparts
-// floats of scratch).
-void attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, bool ahead);
+// One decode item of paged_attention(a) (next: the item the calling thread takes after it, or nullptr;
+// warm: the keys of w's start that the previous item prefetched, see attend_rows; returns next's) / the
+// combine of its nparts consecutive parts' states into the rows' outputs (w: nparts floats of scratch).
+int64_t attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, const DecodeItem* next, int64_t warm);
 void attn_combine(const AttnArgs& a, const DecodeItem& first, int64_t nparts, const float* parts, float* w);
 // qgemm's work items for g, and the calling thread's share of them (qgemm_impl.h qgemm_share).
 int64_t qgemm_items(const GemmArgs& g);

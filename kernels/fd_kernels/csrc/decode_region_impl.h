@@ -36,18 +36,22 @@ static int64_t region_item_rows(const AttnArgs& a, const DecodeItem& w, AttnRow*
 }
 
 template <int KV>
-static void region_attn_item_kv(const AttnArgs& a, const DecodeItem& w, float* parts, bool ahead) {
+static int64_t region_attn_item_kv(const AttnArgs& a, const DecodeItem& w, float* parts, const DecodeItem* next,
+                                int64_t warm) {
   AttnRow rows[kDecodeRows];
   const int64_t n = region_item_rows(a, w, rows);
-  attend_rows<KV>(a, a.block_tables + w.b * a.max_blocks, w.g, rows, n, w.k0, w.k1,
-                  w.part >= 0 ? parts + w.part : nullptr, ahead);
+  NextKeys nk{};
+  if (next) nk = {a.block_tables + next->b * a.max_blocks, next->g, next->k0, std::min(a.seq_lens[next->b], next->k1)};
+  return attend_rows<KV>(a, a.block_tables + w.b * a.max_blocks, w.g, rows, n, w.k0, w.k1,
+                         w.part >= 0 ? parts + w.part : nullptr, next ? &nk : nullptr, warm);
 }
 
-static void region_attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, bool ahead) {
+static int64_t region_attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, const DecodeItem* next,
+                                int64_t warm) {
   switch (a.kv_kind) {
-    case kKvS8: return region_attn_item_kv<kKvS8>(a, w, parts, ahead);
-    case kKvBF16: return region_attn_item_kv<kKvBF16>(a, w, parts, ahead);
-    default: return region_attn_item_kv<kKvF32>(a, w, parts, ahead);
+    case kKvS8: return region_attn_item_kv<kKvS8>(a, w, parts, next, warm);
+    case kKvBF16: return region_attn_item_kv<kKvBF16>(a, w, parts, next, warm);
+    default: return region_attn_item_kv<kKvF32>(a, w, parts, next, warm);
   }
 }
 

@@ -251,8 +251,8 @@ void qkv_rows(const QkvToCacheArgs& a, int64_t r0, int64_t r1) { FD_DISPATCH(reg
 void qkv_heads(const QkvToCacheArgs& a, int64_t r, int64_t g0, int64_t g1) {
   FD_DISPATCH(region_qkv_heads, a, r, g0, g1);
 }
-void attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, bool ahead) {
-  FD_DISPATCH(region_attn_item, a, w, parts, ahead);
+int64_t attn_item(const AttnArgs& a, const DecodeItem& w, float* parts, const DecodeItem* next, int64_t warm) {
+  FD_DISPATCH(region_attn_item, a, w, parts, next, warm);
 }
 void attn_combine(const AttnArgs& a, const DecodeItem& first, int64_t nparts, const float* parts, float* w) {
   FD_DISPATCH(region_attn_combine, a, first, nparts, parts, w);
