@@ -281,6 +281,9 @@ static inline __mmask16 amx_softmax(const float* s, uint16_t* pt_hi, uint16_t* p
 
 // G groups of up to 16 rows of one KV head's GQA group (rows 16 g .. 16 g + 15 in group g's lanes; idle
 // lanes repeat the group's last row), hd % 64 == 0. Two groups read each K and V^T tile once for 32 rows.
+// K and V^T tiles are loaded with the streaming hint (tileloaddt1): an item reads each of their lines once
+// per chunk, and the next item starts again from key 0 long after they would have left L1, so keeping
+// them there would only evict the item's own Q^T, scores, P^T and out^T lines, which it reads every chunk.
 // The calling thread has run load_amx_tile_config.
 template <int G>
 static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, int64_t nrows) {
@@ -310,8 +313,8 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   auto scores_issue = [&](int64_t k0, int64_t h) {
     const uint16_t* kp = kv.k + (k0 + 32 * h) * hd;
     for (int64_t d = 0; d < hd; d += 32) {
-      _tile_loadd(4, kp + d, hd * 2);
-      _tile_loadd(5, kp + 16 * hd + d, hd * 2);
+      _tile_stream_loadd(4, kp + d, hd * 2);
+      _tile_stream_loadd(5, kp + 16 * hd + d, hd * 2);
       if (G == 2 || h == 0) {
         FD_AMX_TWO_TERMS(0, 1, qt[0][0] + d * 16, qt[0][1] + d * 16);
       } else {
@@ -375,8 +378,8 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
         }
       }
       for (int64_t kt = 0; kt < kend; kt += 32) {
-        _tile_loadd(4, vc + d0 * kAmxKeys + kt, kAmxKeys * 2);
-        _tile_loadd(5, vc + (d0 + 16) * kAmxKeys + kt, kAmxKeys * 2);
+        _tile_stream_loadd(4, vc + d0 * kAmxKeys + kt, kAmxKeys * 2);
+        _tile_stream_loadd(5, vc + (d0 + 16) * kAmxKeys + kt, kAmxKeys * 2);
         FD_AMX_TWO_TERMS(0, 1, pt[0][0] + kt * 16, pt[0][1] + kt * 16);
         if constexpr (G == 2) FD_AMX_TWO_TERMS(2, 3, pt[G - 1][0] + kt * 16, pt[G - 1][1] + kt * 16);
       }
