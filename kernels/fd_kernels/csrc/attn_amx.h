@@ -36,10 +36,10 @@ struct AmxKv {
 // Whether the K and V^T tiles are loaded with the streaming hint (tileloaddt1), given the bytes of K and
 // V^T the call made for all its sequences and KV heads. An item reads each of their lines once per chunk,
 // and the next item starts again from key 0 long after they would have left L1, so keeping them there only
-// evicts the item's own Q^T, scores, P^T and out^T lines, which it reads every chunk. On the AMX VM that
-// pays while they are a small part of the L2 (384 KB for a 512-token prompt of 3 KV heads at hd 64); for
-// 1.5 MB (2048 tokens) two threads ran slower with the hint than without it.
-constexpr int64_t kAmxStreamBytes = 1 << 20;
+// evicts the item's own Q^T, scores, P^T and out^T lines, which it reads every chunk. On the AMX VM (2 MB
+// of L2 a core) two threads gained from the hint up to 1.31 MB of K and V^T (1792 tokens of 3 KV heads at
+// hd 64) and lost from it at 1.5 MB (2048 tokens): hinted lines seem to leave the L2 early once it is full.
+constexpr int64_t kAmxStreamBytes = 1400 * 1024;
 static inline bool amx_stream_kv(int64_t bytes) { return bytes <= kAmxStreamBytes; }
 
 // One K or V^T tile into tile register T: 16 contiguous rows of 64 bytes.
