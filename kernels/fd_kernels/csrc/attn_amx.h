@@ -16,8 +16,8 @@
 // vector lanes (no horizontal sums), as in the lane path:
 //   scores^T [keys x rows] = K [keys x hd] . Q^T, with Q^T in the pair-interleaved (VNNI) B layout;
 //   out^T [hd x rows]     += V^T [hd x keys] . P^T, with P^T in the VNNI B layout.
-// K (bf16, [keys][hd]) and V^T (bf16, [hd][keys]) are made once per (sequence, KV head) for every item
-// that reads them (amx_kv_prepare), since a prompt's items read the same keys many times.
+// K and V^T (bf16, tile by tile: AmxKv) are made once per (sequence, KV head) for every item that reads
+// them (amx_kv_prepare), since a prompt's items read the same keys many times.
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,avx512bf16,amx-tile,amx-bf16,prfchw")
@@ -89,9 +89,8 @@ static inline void amx_store_bf16(uint16_t* o, vf x) {
 
 // Keys [k0, k0 + kAmxKeys) of KV head g into K and V^T (zeros past nk). Groups of 16 keys inside one
 // block are transposed with gathers; other layouts take the element loop. V^T is kept chunk by chunk
-// ([hd][kAmxKeys] per chunk, rows 128 bytes apart) rather than as one [hd][nk_pad] matrix: the P.V tile
-// loads then read one contiguous 8 KB block per chunk, where rows nk_pad * 2 bytes apart (a power of two
-// for power-of-two prompts) would fall into a few L1 sets and evict each other.
+// rather than as one [hd][nk_pad] matrix: rows nk_pad * 2 bytes apart (a power of two for power-of-two
+// prompts) would fall into a few L1 sets and evict each other.
 template <int KV>
 static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t nk, int64_t k0, uint16_t* kb,
                            uint16_t* vt) {
