@@ -30,27 +30,7 @@ constexpr int64_t kAmxKeys = 64;  // keys per online-softmax update: four 16-key
 struct AmxKv {
   const uint16_t* k;   // [nk_pad / 16][hd / 32][16 keys][32 dims]
   const uint16_t* vt;  // [nk_pad / kAmxKeys][kAmxKeys / 32][hd][32 keys]
-  bool stream;         // load them with the streaming hint (amx_stream_kv)
 };
-
-// Whether the K and V^T tiles are loaded with the streaming hint (tileloaddt1), given the bytes of K and
-// V^T the call made for all its sequences and KV heads. An item reads each of their lines once per chunk,
-// and the next item starts again from key 0 long after they would have left L1, so keeping them there only
-// evicts the item's own Q^T, scores, P^T and out^T lines, which it reads every chunk. On the AMX VM (2 MB
-// of L2 a core) two threads gained from the hint up to 1.31 MB of K and V^T (1792 tokens of 3 KV heads at
-// hd 64) and lost from it at 1.5 MB (2048 tokens): hinted lines seem to leave the L2 early once it is full.
-constexpr int64_t kAmxStreamBytes = 1400 * 1024;
-static inline bool amx_stream_kv(int64_t bytes) { return bytes <= kAmxStreamBytes; }
-
-// One K or V^T tile into tile register T: 16 contiguous rows of 64 bytes.
-#define FD_AMX_LOAD_KV(T, p, stream) \
-  do {                                \
-    if (stream) {                     \
-      _tile_stream_loadd(T, (p), 64); \
-    } else {                          \
-      _tile_loadd(T, (p), 64);        \
-    }                                 \
-  } while (0)
 
 static inline int64_t amx_k_at(int64_t hd, int64_t key, int64_t d) {
   return (key / 16 * (hd / 32) + d / 32) * 512 + key % 16 * 32 + d % 32;
@@ -344,8 +324,8 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   // order, each dim step its hi then its lo term.
   auto scores_issue = [&](int64_t k0, int64_t h) {
     for (int64_t d = 0; d < hd; d += 32) {
-      FD_AMX_LOAD_KV(4, kv.k + amx_k_at(hd, k0 + 32 * h, d), kv.stream);
-      FD_AMX_LOAD_KV(5, kv.k + amx_k_at(hd, k0 + 32 * h + 16, d), kv.stream);
+      _tile_loadd(4, kv.k + amx_k_at(hd, k0 + 32 * h, d), 64);
+      _tile_loadd(5, kv.k + amx_k_at(hd, k0 + 32 * h + 16, d), 64);
       if (G == 2 || h == 0) {
         FD_AMX_TWO_TERMS(0, 1, qt[0][0] + d * 16, qt[0][1] + d * 16);
       } else {
@@ -408,8 +388,8 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
         }
       }
       for (int64_t kt = 0; kt < kend; kt += 32) {
-        FD_AMX_LOAD_KV(4, kv.vt + amx_vt_at(hd, k0 + kt, d0), kv.stream);
-        FD_AMX_LOAD_KV(5, kv.vt + amx_vt_at(hd, k0 + kt, d0 + 16), kv.stream);
+        _tile_loadd(4, kv.vt + amx_vt_at(hd, k0 + kt, d0), 64);
+        _tile_loadd(5, kv.vt + amx_vt_at(hd, k0 + kt, d0 + 16), 64);
         FD_AMX_TWO_TERMS(0, 1, pt[0][0] + kt * 16, pt[0][1] + kt * 16);
         if constexpr (G == 2) FD_AMX_TWO_TERMS(2, 3, pt[G - 1][0] + kt * 16, pt[G - 1][1] + kt * 16);
       }
@@ -442,7 +422,6 @@ static void attend_amx(const AttnArgs& a, const AmxKv& kv, const AttnRow* rows, 
   }
 }
 
-#undef FD_AMX_LOAD_KV
 #undef FD_AMX_STORE_PAIR
 #undef FD_AMX_TWO_TERMS
 

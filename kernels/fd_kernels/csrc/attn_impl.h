@@ -925,7 +925,6 @@ static void paged_attention_impl(const AttnArgs& a) {
   std::vector<int64_t> amx_nk(amx ? a.num_seqs : 0, 0), amx_off(amx ? a.num_seqs : 0, 0);
   std::unique_ptr<uint16_t[]> amx_buf;
   bool amx_tiles = false;  // some item takes attend_amx: its threads configure the tiles
-  bool amx_stream = false;  // load K and V^T with the streaming hint (amx_stream_kv)
   if (amx) {
     int64_t total = 0;
     std::vector<std::array<int64_t, 3>> chunks;  // (sequence, KV head, first key)
@@ -943,7 +942,6 @@ static void paged_attention_impl(const AttnArgs& a) {
         for (int64_t k0 = 0; k0 < pad; k0 += kAmxKeys) chunks.push_back({b, g, k0});
     }
     amx_buf.reset(new uint16_t[total > 0 ? total : 1]);
-    amx_stream = amx_stream_kv(total * (int64_t)sizeof(uint16_t));
     const int64_t nchunks = (int64_t)chunks.size();
 #pragma omp parallel for schedule(static) if (nchunks > 1)
     for (int64_t i = 0; i < nchunks; ++i) {
@@ -989,7 +987,7 @@ static void paged_attention_impl(const AttnArgs& a) {
       if (w.prompt && amx) {
         const int64_t pad = (amx_nk[w.b] + kAmxKeys - 1) / kAmxKeys * kAmxKeys;
         const uint16_t* kb = amx_buf.get() + amx_off[w.b] + 2 * w.g * pad * hd;
-        attend_amx(a, AmxKv{kb, kb + pad * hd, amx_stream}, rows, n);
+        attend_amx(a, AmxKv{kb, kb + pad * hd}, rows, n);
         continue;
       }
 #endif
