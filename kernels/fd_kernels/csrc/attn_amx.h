@@ -16,18 +16,29 @@
 // vector lanes (no horizontal sums), as in the lane path:
 //   scores^T [keys x rows] = K [keys x hd] . Q^T, with Q^T in the pair-interleaved (VNNI) B layout;
 //   out^T [hd x rows]     += V^T [hd x keys] . P^T, with P^T in the VNNI B layout.
-// K (bf16, [keys][hd]) and V^T (bf16, [hd][keys]) are made once per (sequence, KV head) for every item
-// that reads them (amx_kv_prepare), since a prompt's items read the same keys many times.
+// K and V^T (bf16, tile by tile: AmxKv) are made once per (sequence, KV head) for every item that reads
+// them (amx_kv_prepare), since a prompt's items read the same keys many times.
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi2,avx512bf16,amx-tile,amx-bf16,prfchw")
 
 constexpr int64_t kAmxKeys = 64;  // keys per online-softmax update: four 16-key score tiles
 
+// K and V^T tile by tile: every tile the products load (16 keys x 32 dims of K, 16 dims x 32 keys of V^T)
+// is one contiguous 1 KB block, so a tile load reads 16 whole lines instead of half of each of 16 lines
+// whose other halves the next load reads again.
 struct AmxKv {
-  const uint16_t* k;   // [nk_pad][hd]
-  const uint16_t* vt;  // [nk_pad / kAmxKeys][hd][kAmxKeys]: V^T chunk by chunk
+  const uint16_t* k;   // [nk_pad / 16][hd / 32][16 keys][32 dims]
+  const uint16_t* vt;  // [nk_pad / kAmxKeys][kAmxKeys / 32][hd][32 keys]
 };
+
+static inline int64_t amx_k_at(int64_t hd, int64_t key, int64_t d) {
+  return (key / 16 * (hd / 32) + d / 32) * 512 + key % 16 * 32 + d % 32;
+}
+
+static inline int64_t amx_vt_at(int64_t hd, int64_t key, int64_t d) {
+  return key / 32 * 32 * hd + d * 32 + key % 32;
+}
 
 static inline __m512i amx_round_hi(vf x) {  // fp32 -> bf16 bits in the high half, as amx.cc rounds
   const __m512i u = _mm512_castps_si512(x);
@@ -58,26 +69,28 @@ static inline void amx_store_bf16(uint16_t* o, vf x) {
 
 // Keys [k0, k0 + kAmxKeys) of KV head g into K and V^T (zeros past nk). Groups of 16 keys inside one
 // block are transposed with gathers; other layouts take the element loop. V^T is kept chunk by chunk
-// ([hd][kAmxKeys] per chunk, rows 128 bytes apart) rather than as one [hd][nk_pad] matrix: the P.V tile
-// loads then read one contiguous 8 KB block per chunk, where rows nk_pad * 2 bytes apart (a power of two
-// for power-of-two prompts) would fall into a few L1 sets and evict each other.
+// rather than as one [hd][nk_pad] matrix: rows nk_pad * 2 bytes apart (a power of two for power-of-two
+// prompts) would fall into a few L1 sets and evict each other.
 template <int KV>
 static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t nk, int64_t k0, uint16_t* kb,
                            uint16_t* vt) {
   const int64_t hd = a.head_dim;
-  uint16_t* vc = vt + k0 * hd - k0;  // key j, dim d at vc[d * kAmxKeys + j]
   for (int64_t j0 = k0; j0 < k0 + kAmxKeys; j0 += 16) {
     const int64_t n = std::max<int64_t>(0, std::min<int64_t>(16, nk - j0));
     for (int64_t j = 0; j < n; ++j) {
       const int64_t base = key_base(a, bt, g, j0 + j);
-      uint16_t* o = kb + (j0 + j) * hd;
-      if constexpr (KV == kKvBF16) {
-        std::memcpy(o, (const uint16_t*)a.k_cache + base, hd * sizeof(uint16_t));
-      } else {
-        for (int64_t d = 0; d < hd; d += 16) amx_store_bf16(o + d, vload((const float*)a.k_cache + base + d));
+      for (int64_t d = 0; d < hd; d += 32) {
+        uint16_t* o = kb + amx_k_at(hd, j0 + j, d);
+        if constexpr (KV == kKvBF16) {
+          std::memcpy(o, (const uint16_t*)a.k_cache + base + d, 32 * sizeof(uint16_t));
+        } else {
+          amx_store_bf16(o, vload((const float*)a.k_cache + base + d));
+          amx_store_bf16(o + 16, vload((const float*)a.k_cache + base + d + 16));
+        }
       }
     }
-    for (int64_t j = n; j < 16; ++j) std::memset(kb + (j0 + j) * hd, 0, hd * sizeof(uint16_t));
+    for (int64_t j = n; j < 16; ++j)
+      for (int64_t d = 0; d < hd; d += 32) std::memset(kb + amx_k_at(hd, j0 + j, d), 0, 32 * sizeof(uint16_t));
     const bool one_block = n == 16 && j0 % a.block_size + 16 <= a.block_size;
     if (one_block) {  // 16 rows hd apart: lane j gathers key j's element
       const int64_t base = key_base(a, bt, g, j0);
@@ -87,14 +100,16 @@ static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int6
         const int* src = (const int*)((const uint16_t*)a.v_cache + base);
         for (int64_t d = 0; d < hd; d += 2) {
           const __m512i w = _mm512_i32gather_epi32(idx, src + d / 2, 4);
-          _mm256_storeu_si256((__m256i*)(vc + d * kAmxKeys + j0), _mm512_cvtepi32_epi16(w));
-          _mm256_storeu_si256((__m256i*)(vc + (d + 1) * kAmxKeys + j0), _mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
+          _mm256_storeu_si256((__m256i*)(vt + amx_vt_at(hd, j0, d)), _mm512_cvtepi32_epi16(w));
+          _mm256_storeu_si256((__m256i*)(vt + amx_vt_at(hd, j0, d + 1)),
+                              _mm512_cvtepi32_epi16(_mm512_srli_epi32(w, 16)));
         }
       } else {
         const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32((int)hd));
         const float* src = (const float*)a.v_cache + base;
-        for (int64_t d = 0; d < hd; ++d) amx_store_bf16(vc + d * kAmxKeys + j0, _mm512_i32gather_ps(idx, src + d, 4));
+        for (int64_t d = 0; d < hd; ++d)
+          amx_store_bf16(vt + amx_vt_at(hd, j0, d), _mm512_i32gather_ps(idx, src + d, 4));
       }
       continue;
     }
@@ -105,7 +120,7 @@ static void amx_kv_prepare(const AttnArgs& a, const int64_t* bt, int64_t g, int6
         uint32_t u;
         std::memcpy(&u, &v, 4);
         u += 0x7FFF + ((u >> 16) & 1);
-        vc[d * kAmxKeys + j0 + j] = (uint16_t)(u >> 16);
+        vt[amx_vt_at(hd, j0 + j, d)] = (uint16_t)(u >> 16);
       }
     }
   }
@@ -308,10 +323,9 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
   // halves of group 0 at once, half h into 2 h, 2 h + 1 (G == 1). Each accumulator takes the dims in
   // order, each dim step its hi then its lo term.
   auto scores_issue = [&](int64_t k0, int64_t h) {
-    const uint16_t* kp = kv.k + (k0 + 32 * h) * hd;
     for (int64_t d = 0; d < hd; d += 32) {
-      _tile_loadd(4, kp + d, hd * 2);
-      _tile_loadd(5, kp + 16 * hd + d, hd * 2);
+      _tile_loadd(4, kv.k + amx_k_at(hd, k0 + 32 * h, d), 64);
+      _tile_loadd(5, kv.k + amx_k_at(hd, k0 + 32 * h + 16, d), 64);
       if (G == 2 || h == 0) {
         FD_AMX_TWO_TERMS(0, 1, qt[0][0] + d * 16, qt[0][1] + d * 16);
       } else {
@@ -364,7 +378,6 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
         for (int64_t d = 0; d < hd; ++d) vstore(ot[g] + d * 16, vmul(vload(ot[g] + d * 16), corr[g]));
     // out^T's dims d0 .. d0 + 31: group g's in accumulators 2 g, 2 g + 1, each taking the keys in order,
     // each 32-key step its hi then its lo term.
-    const uint16_t* vc = kv.vt + k0 * hd;
     for (int64_t d0 = 0; d0 < hd; d0 += 32) {
       if (k0 > 0) {
         _tile_loadd(0, ot[0] + d0 * 16, 64);
@@ -375,8 +388,8 @@ static void attend_amx_groups(const AttnArgs& a, const AmxKv& kv, const AttnRow*
         }
       }
       for (int64_t kt = 0; kt < kend; kt += 32) {
-        _tile_loadd(4, vc + d0 * kAmxKeys + kt, kAmxKeys * 2);
-        _tile_loadd(5, vc + (d0 + 16) * kAmxKeys + kt, kAmxKeys * 2);
+        _tile_loadd(4, kv.vt + amx_vt_at(hd, k0 + kt, d0), 64);
+        _tile_loadd(5, kv.vt + amx_vt_at(hd, k0 + kt, d0 + 16), 64);
         FD_AMX_TWO_TERMS(0, 1, pt[0][0] + kt * 16, pt[0][1] + kt * 16);
         if constexpr (G == 2) FD_AMX_TWO_TERMS(2, 3, pt[G - 1][0] + kt * 16, pt[G - 1][1] + kt * 16);
       }
