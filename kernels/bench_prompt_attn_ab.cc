@@ -26,6 +26,7 @@
 #include "amx_tiles.h"
 #include "dispatch.h"
 #include "kernels.h"
+#include "ranges.h"
 
 #include "bench_ab_trees.h"
 

@@ -976,10 +976,8 @@ static void paged_attention_impl(const AttnArgs& a) {
   // Dynamic scheduling evens out the causal triangle, where late queries see more keys. It is done by
   // hand with an atomic counter: GCC's schedule(dynamic) calls GOMP_loop_nonmonotonic_*, which Paddle's
   // libiomp5 lacks, so the symbol would bind to libgomp and each thread would run every item. A thread
-  // takes a run of items at a time, a share of those left that shrinks to one near the end (guided): each
-  // take is a locked add on a line the other threads write, which also waits for the thread's own
-  // pending stores, so taking items one by one cost a measurable part of a prompt's attention. The counter
-  // has its own cache line.
+  // takes a run of items at a time (ranges.h ItemRuns): taking them one by one cost a measurable part of a
+  // prompt's attention. The counter has its own cache line.
   struct alignas(64) Counter {
     std::atomic<int64_t> v{0};
   } next;
@@ -989,21 +987,11 @@ static void paged_attention_impl(const AttnArgs& a) {
     if (amx_tiles) load_amx_tile_config();
 #endif
     const int64_t nth = omp_get_num_threads();
-    // The thread's run [it, end) and, claimed as its last item starts, the run after it: so every item but
-    // the thread's last knows the item that follows it on this thread (attend_rows' next).
-    auto claim = [&](int64_t& b0, int64_t& b1) {
-      const int64_t left = nitems - next.v.load(std::memory_order_relaxed);
-      const int64_t take = std::max<int64_t>(1, left / (4 * nth));
-      b0 = next.v.fetch_add(take, std::memory_order_relaxed);
-      b1 = std::min(nitems, b0 + take);
-    };
-    int64_t it, end, it2 = nitems, end2 = nitems, warm = 0;
-    claim(it, end);
-    for (; it < nitems; ++it) {
-      if (it == end) it = it2, end = end2;
-      if (it >= nitems) break;
-      if (it + 1 == end) claim(it2, end2);
-      const int64_t nit = it + 1 < end ? it + 1 : it2;
+    // Runs of left / (4 x threads) items; the item after each on this thread is attend_rows' next.
+    ItemRuns runs(next.v, nitems, 4 * nth);
+    int64_t warm = 0;
+    for (int64_t it; (it = runs.next()) < nitems;) {
+      const int64_t nit = runs.following();
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
       // the threads finish together on short ones. The order changes no item's result.
       const Item& w = items[order[nitems - 1 - it]];

@@ -130,29 +130,18 @@ void reset_work(Region& s, int i, const GemmArgs& g) {
   if (omp_get_thread_num() == 0) s.work[i].reset(region::qgemm_items(g));
 }
 
-// The layer's attention items, claimed in runs (the causal contexts differ in length): a share of those
-// left, left / (2 x threads), at least one; each claim is a locked add that also waits for the thread's
-// pending stores. The next run is claimed as the current run's last item starts, so every item but the
-// thread's last knows the item that follows it on this thread and prefetches that item's first keys
-// (attend_rows' next): the runs are longer than paged_attention's, whose loop also takes prompt tiles;
-// here every item is a decode item of at most kKeysPerPart keys, and the share still shrinks to one item
-// near the end. With qc, each item first writes its own KV head's rows of the token and its GQA group's q
-// heads (only when no item is split: then each (sequence, KV head) is one item, the only reader of what it
+// The layer's attention items, in runs of left / (2 x threads) (ranges.h ItemRuns): longer than
+// paged_attention's, whose loop also takes prompt tiles, since here every item is a decode item of at most
+// kKeysPerPart keys; each item prefetches the first keys of the item its thread takes next (attend_rows'
+// next). With qc, each item first writes its own KV head's rows of the token and its GQA group's q heads
+// (only when no item is split: then each (sequence, KV head) is one item, the only reader of what it
 // writes).
 void attention_items(Region& s, const AttnArgs& at, int64_t i, int nth, const QkvToCacheArgs* qc) {
   const int64_t nitems = (int64_t)s.plan.items.size();
-  auto claim = [&](int64_t& b0, int64_t& b1) {
-    const int64_t take = std::max<int64_t>(1, (nitems - s.next[i].load(std::memory_order_relaxed)) / (2 * nth));
-    b0 = s.next[i].fetch_add(take, std::memory_order_relaxed);
-    b1 = std::min(nitems, b0 + take);
-  };
-  int64_t it, end, it2 = nitems, end2 = nitems, warm = 0;
-  claim(it, end);
-  for (; it < nitems; ++it) {
-    if (it == end) it = it2, end = end2;
-    if (it >= nitems) break;
-    if (it + 1 == end) claim(it2, end2);
-    const int64_t nit = it + 1 < end ? it + 1 : it2;
+  ItemRuns runs(s.next[i], nitems, 2 * nth);
+  int64_t warm = 0;
+  for (int64_t it; (it = runs.next()) < nitems;) {
+    const int64_t nit = runs.following();
     const DecodeItem& w = s.plan.items[nitems - 1 - it];
     const DecodeItem* nx = nit < nitems ? &s.plan.items[nitems - 1 - nit] : nullptr;
     if (qc) region::qkv_heads(*qc, s.a.query_start_loc[w.b], w.g, w.g + 1);

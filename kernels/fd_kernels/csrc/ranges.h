@@ -49,4 +49,37 @@ class StealRanges {
   std::unique_ptr<Range[]> r_;
 };
 
+// Items 0..n handed out from one shared counter in runs, a run being a share of the items left (left / div,
+// at least one) so that the runs shrink to single items near the end; each claim is a locked add on a line
+// the other threads write, which also waits for the thread's own pending stores, hence runs rather than
+// single items. A thread claims its next run as its current run's last item starts, so every item but the
+// thread's last knows the item this thread takes after it (following()). Made by each thread of a
+// parallel region over the same counter, which is 0 at the region's start.
+class ItemRuns {
+ public:
+  ItemRuns(std::atomic<int64_t>& counter, int64_t n, int64_t div) : c_(counter), n_(n), div_(div) {
+    claim(cur_, end_);
+    --cur_;  // next() steps onto the run's first item
+  }
+  // The thread's next item, or n when none is left.
+  int64_t next() {
+    if (++cur_ == end_) cur_ = cur2_, end_ = end2_;
+    if (cur_ >= n_) return n_;
+    if (cur_ + 1 == end_) claim(cur2_, end2_);
+    return cur_;
+  }
+  // The item this thread takes after next()'s, or n when none is known.
+  int64_t following() const { return cur_ + 1 < end_ ? cur_ + 1 : cur2_; }
+
+ private:
+  void claim(int64_t& b0, int64_t& b1) {
+    const int64_t take = std::max<int64_t>(1, (n_ - c_.load(std::memory_order_relaxed)) / div_);
+    b0 = c_.fetch_add(take, std::memory_order_relaxed);
+    b1 = std::min(n_, b0 + take);
+  }
+  std::atomic<int64_t>& c_;
+  const int64_t n_, div_;
+  int64_t cur_, end_, cur2_ = n_, end2_ = n_;  // the current run [cur_, end_) and the one claimed after it
+};
+
 }  // namespace fdk
