@@ -504,7 +504,8 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   {
     load_amx_tile_config();
     const int64_t t = omp_get_thread_num();
-    // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab).
+    // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab); with
+    // silu_out, the blocks' sums for silu_to_a.
     std::unique_ptr<float[], decltype(&std::free)> acc(
         slab < kp || fused ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
     // Where each row block has one item: this thread's A block, converted into the same lines every item.
@@ -538,7 +539,8 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
           for (int64_t p = p0; p < p1; ++p) {
             const uint16_t* bp = fused ? half_tiles(p) : g.tiles + p * panel_elems;
             const uint16_t* next_b = p + 1 >= p1 ? nullptr : fused ? half_tiles(p + 1) : bp + panel_elems;
-            float* const pacc = acc.get() ? acc.get() + (p - p0) * kRows * kNR : nullptr;
+            // One block's slot where every block sums all of K in one pass (it stays in L1).
+            float* const pacc = !acc ? nullptr : acc.get() + (slab < kp ? (p - p0) * kRows * kNR : 0);
             block<true>(g, ablk, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc, fused,
                         fused ? half_tiles(p + panels) : nullptr);
             if (fused && k1 == kp) silu_to_a(pacc, g.m, rb * kRows, p, panels * 16, io.out_kp, io.silu_out);
