@@ -150,6 +150,20 @@ def test_stack_on_smollm2_width_down_proj(tiny_checkpoint, monkeypatch):
     assert_bit_identical(model, "bfloat16", monkeypatch, steps=steps)
 
 
+@pytest.mark.parametrize("quantization", ["wint8", "wint4"])
+@pytest.mark.parametrize("intermediate", [208, 200])
+def test_stack_on_half_panel_intermediate(intermediate, quantization, tiny_checkpoint, monkeypatch):
+    """Prompts whose rows all take the AMX tiles write gate_up's products straight into down_proj's A tiles
+    as silu(gate) * up. An intermediate size of 13 column halves (208) starts the up columns mid-panel and
+    ends down_proj's K in half a k-step of zero padding; 200 (not whole halves) keeps the two GEMMs apart.
+    The prompts end in partial row blocks, one of them a single block; the second step mixes in a decode
+    row (the unfused path on the same weights)."""
+    path = tiny_checkpoint("LlamaForCausalLM", intermediate_size=intermediate)
+    model = load_fd_model(path, quantization=quantization)
+    steps = [[("a", 45, 45)], [("a", 45, 1), ("b", 70, 70)], [("c", 20, 20)], [("d", 100, 100)]]
+    assert_bit_identical(model, "bfloat16", monkeypatch, steps=steps)
+
+
 def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
     """ERNIE-4.5 dense is the same layer structure (its interleaved rotary is a load-time permutation);
     ERNIE MoE layers are not, so that model keeps the per-op loop."""

@@ -73,6 +73,9 @@ inline int64_t a_offset(int64_t r, int64_t k, int64_t kp) {
   return ((r / kRows * (kp / kKStep) + k / kKStep) * 2 + r % kRows / 16) * 512 + r % 16 * kKStep + k % kKStep;
 }
 
+// fpclass categories vcvtneps2bf16 does not round as round_hi does: quiet NaN, denormal, signalling NaN.
+constexpr int kOddClass = 0x01 | 0x20 | 0x80;
+
 // Row r of the activations (zeros past m and k) -> its place in A's bf16 tiles, out holding A's tiles from
 // row `first` (a multiple of kRows). With `silu`, row r of g.a holds [gate | up] (2k values) and A's row
 // is silu(gate) * up.
@@ -90,8 +93,7 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
         v0 = silu16::vsilu_mul(v0, _mm512_loadu_ps(up + k));
         v1 = silu16::vsilu_mul(v1, _mm512_loadu_ps(up + k + 16));
       }
-      constexpr int kOdd = 0x01 | 0x20 | 0x80;  // quiet NaN, denormal, signalling NaN
-      if (!(_mm512_fpclass_ps_mask(v0, kOdd) | _mm512_fpclass_ps_mask(v1, kOdd))) {
+      if (!(_mm512_fpclass_ps_mask(v0, kOddClass) | _mm512_fpclass_ps_mask(v1, kOddClass))) {
         _mm512_store_si512(o, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
         continue;
       }
@@ -112,6 +114,24 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
         o[j] = round_scalar(silu ? silu16::silu_mul_tail(a[k + j], up[k + j]) : a[k + j]);
     }
     for (; j < kKStep; ++j) o[j] = 0;
+  }
+}
+
+// A fused gate_up block (acc: 32 rows of 16 gate columns then the 16 matching up columns, the fp32 values
+// gate_up's C would hold) -> silu(gate) * up in columns [16 p, 16 p + 16) of rows [m0, m0 + 32) of the next
+// GEMM's A tiles (K = k, padded to kp), each value rounded as convert_row rounds it; zeros in the rows past m
+// and, from the last column block, in the K padding.
+void silu_to_a(const float* acc, int64_t m, int64_t m0, int64_t p, int64_t k, int64_t kp, uint16_t* out) {
+  for (int64_t r = 0; r < kRows; ++r) {
+    uint16_t* o = out + a_offset(m0 + r, p * 16, kp);
+    __m256i bits = _mm256_setzero_si256();
+    if (m0 + r < m) {
+      const __m512 v = silu16::vsilu_mul(_mm512_load_ps(acc + r * kNR), _mm512_load_ps(acc + r * kNR + 16));
+      bits = _mm512_fpclass_ps_mask(v, kOddClass) ? _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(v), 16))
+                                                  : (__m256i)_mm512_cvtneps_pbh(v);
+    }
+    _mm256_store_si256((__m256i*)o, bits);
+    if ((p + 1) * 16 == k && k % kKStep) _mm256_store_si256((__m256i*)(o + 16), _mm256_setzero_si256());
   }
 }
 
@@ -248,13 +268,17 @@ inline int64_t k_slab(int64_t kp) {
 // the same rows before storing C, since a tile load issued after the C stores waits for them. kStreamB:
 // see streams_b. [k0, k1) (default all of kp) are the k's of this pass (k_slab): a pass after the first
 // starts from the partial sums in acc (a 32 x 32 fp32 block; read with tileloaddt1, as the A slab is what
-// L1 should keep), a pass before the last leaves them there instead of writing C.
+// L1 should keep), a pass before the last leaves them there instead of writing C. With `to_acc` every pass
+// leaves them in acc (the caller reads the block from there). bp_hi (default bp + 512, the panel's second
+// column half) is where the tiles of the accumulators' columns 16-31 start, kNR * kKStep apart per k-step.
 template <bool kStreamB>
 void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
            bool loaded = false, const uint16_t* next_b = nullptr, bool own_pf = false, bool nt = false,
-           int64_t k0 = 0, int64_t k1 = -1, float* acc = nullptr) {
+           int64_t k0 = 0, int64_t k1 = -1, float* acc = nullptr, bool to_acc = false,
+           const uint16_t* bp_hi = nullptr) {
   if (k1 < 0) k1 = kp;
-  const bool last = k1 == kp;
+  const bool last = k1 == kp && !to_acc;
+  if (!bp_hi) bp_hi = bp + 512;
   if (k0 == 0) {
     _tile_zero(0);
     _tile_zero(1);
@@ -268,6 +292,7 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
   }
   const uint16_t* a = ablk + k0 * kRows;  // this block's tiles from k0
   bp += k0 * kNR;
+  bp_hi += k0 * kNR;
   const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
   const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
   float* c = g.c + m0 * g.n + n0;
@@ -284,7 +309,7 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
     FD_LOAD_B(kStreamB, 6, bp);
   }
   for (int64_t k = 0; k < k1 - k0; k += kKStep) {
-    const uint16_t *at = a + k * kRows, *bt = bp + k * kNR;
+    const uint16_t *at = a + k * kRows, *bt = bp + k * kNR, *bt_hi = bp_hi + k * kNR;
     const bool more = k + kKStep < k1 - k0;
     if (pf || own_pf) {
       for (int64_t j = 0; j < pf_rows && pr < rows; ++j, ++pr) {
@@ -296,7 +321,7 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
         }
       }
     }
-    FD_LOAD_B(kStreamB, 7, bt + 512);
+    FD_LOAD_B(kStreamB, 7, bt_hi);
     _tile_dpbf16ps(0, 4, 6);
     _tile_loadd(5, at + 512, 64);
     _tile_dpbf16ps(1, 4, 7);
@@ -412,6 +437,13 @@ uint16_t* alloc_a_tiles(int64_t elems) {
   return (uint16_t*)std::aligned_alloc(4096, (elems * 2 + 4095) / 4096 * 4096);
 }
 
+// What gemm_prepacked reads or writes instead of converting A or writing C (see there).
+struct TileIo {
+  const uint16_t* pre_a = nullptr;  // A's tiles, converted already
+  uint16_t* silu_out = nullptr;     // the next GEMM's A tiles, K padded to out_kp
+  int64_t out_kp = 0;
+};
+
 // Prepacked panels, cut into L2-sized chunks; the work items are (chunk, 32-row block) pairs, chunk by
 // chunk, claimed in turn from a queue by whichever thread is free (each thread its own queue first, where it
 // has one), so the threads stay even when one of them loses its core for a while. An A block (or, at large
@@ -426,9 +458,16 @@ uint16_t* alloc_a_tiles(int64_t elems) {
 // meanwhile waits, which never deadlocks, since a conversion waits for nothing. The item that completes a
 // row block's last chunk runs g.epilogue on its rows (acquiring the other items' stores of C). A block's
 // result does not depend on which thread or item computes it.
-void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, bool silu) {
+//
+// With io.silu_out (g a gate_up weight, [gate | up] columns, n = 2 k' with k' % 16 == 0), the "panels" are
+// k' / 16: panel p pairs gate's column half p with up's half p + k' / 16 (the micro-kernel's two B tiles
+// taken from those halves), so a block's accumulators hold 16 gate columns and the matching 16 up columns,
+// each summed in the same order as the plain call sums it; silu_to_a writes them into the next GEMM's A
+// tiles instead of C. With io.pre_a, A's tiles are read from there (made by such a call), not converted.
+void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, bool silu, const TileIo& io = {}) {
   const int64_t panel_elems = kp * kNR, nth = omp_get_max_threads();
-  const bool nt = streams_c(g);
+  const bool fused = io.silu_out != nullptr;
+  const bool nt = streams_c(g) && !fused;
   const Plan pl = plan(kp, nrb, panels, nth, nt);
   const int64_t slab = k_slab(kp);  // A's tiles of a slab fit L1, so B is streamed (streams_b)
   int64_t row_items = 0;  // items per row block
@@ -436,12 +475,14 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   // With one item per row block no other item reads its A tiles, so each thread converts its items' rows
   // into one private A block, which stays in L1/L2 from item to item: the conversion's stores then need
   // no lines from L3, and its A tiles pollute no shared buffer, which is then not allocated at all.
-  const bool own_a = row_items == 1;
+  const bool own_a = row_items == 1 && !io.pre_a;
   // Not value-initialized: each row block's item converts all of its rows, padding included, before any
   // item reads them.
   std::unique_ptr<uint16_t[], decltype(&std::free)> shared_a(
-      own_a ? nullptr : alloc_a_tiles(nrb * kRows * kp), &std::free);
+      own_a || io.pre_a ? nullptr : alloc_a_tiles(nrb * kRows * kp), &std::free);
   uint16_t* const abf = shared_a.get();
+  // Column half hp's tiles (a panel's columns 16 (hp % 2) .. + 15).
+  auto half_tiles = [&](int64_t hp) { return g.tiles + hp / 2 * panel_elems + hp % 2 * 512; };
   // Claim queues: one per region in panel regions; with one region, one per thread, each a contiguous share
   // of the row blocks, chunk by chunk, so that from call to call (and from chunk to chunk) the same thread
   // converts and reads the same rows of A and writes the same rows of C, as the ops before and after it
@@ -463,9 +504,10 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   {
     load_amx_tile_config();
     const int64_t t = omp_get_thread_num();
-    // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab).
+    // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab); with
+    // silu_out, the blocks' sums for silu_to_a.
     std::unique_ptr<float[], decltype(&std::free)> acc(
-        slab < kp ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
+        slab < kp || fused ? (float*)std::aligned_alloc(64, pl.chunk * kRows * kNR * 4) : nullptr, &std::free);
     // Where each row block has one item: this thread's A block, converted into the same lines every item.
     std::unique_ptr<uint16_t[], decltype(&std::free)> own(
         own_a ? alloc_a_tiles(kRows * kp) : nullptr, &std::free);
@@ -479,8 +521,10 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
            it = lane[l].next.fetch_add(1, std::memory_order_relaxed)) {
         const int64_t p0 = pl.first(r) + it / len * pl.chunk, p1 = std::min(pl.first(r + 1), p0 + pl.chunk);
         const int64_t rb = (lo + it % len) % nrb;
-        const uint16_t* ablk = own ? own.get() : abf + rb * kRows * kp;
-        if (own) {
+        const uint16_t* ablk = io.pre_a ? io.pre_a + rb * kRows * kp : own ? own.get() : abf + rb * kRows * kp;
+        if (io.pre_a) {
+          // converted by the call that wrote them
+        } else if (own) {
           for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row)
             convert_row(g, row, kp, own.get(), silu, rb * kRows);
         } else if (uint8_t st = state[rb].load(std::memory_order_acquire);
@@ -493,9 +537,13 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
         for (int64_t k0 = 0; k0 < kp; k0 += slab) {
           const int64_t k1 = std::min(kp, k0 + slab);
           for (int64_t p = p0; p < p1; ++p) {
-            const uint16_t *bp = g.tiles + p * panel_elems, *next_b = p + 1 < p1 ? bp + panel_elems : nullptr;
-            float* const pacc = acc.get() ? acc.get() + (p - p0) * kRows * kNR : nullptr;
-            block<true>(g, ablk, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc);
+            const uint16_t* bp = fused ? half_tiles(p) : g.tiles + p * panel_elems;
+            const uint16_t* next_b = p + 1 >= p1 ? nullptr : fused ? half_tiles(p + 1) : bp + panel_elems;
+            // One block's slot where every block sums all of K in one pass (it stays in L1).
+            float* const pacc = !acc ? nullptr : acc.get() + (slab < kp ? (p - p0) * kRows * kNR : 0);
+            block<true>(g, ablk, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc, fused,
+                        fused ? half_tiles(p + panels) : nullptr);
+            if (fused && k1 == kp) silu_to_a(pacc, g.m, rb * kRows, p, panels * 16, io.out_kp, io.silu_out);
           }
         }
         if (nt) _mm_sfence();  // the streamed stores are ordered by no atomic: publish them first
@@ -598,6 +646,15 @@ static void gemm_any(const GemmArgs& g, bool silu) {
 void gemm_bf16(const GemmArgs& g) { gemm_any(g, false); }
 
 void gemm_bf16_silu_mul(const GemmArgs& g) { gemm_any(g, true); }
+
+void gemm_gate_up_silu_down(const GemmArgs& gate_up, const GemmArgs& down) {
+  const int64_t kp = (gate_up.k + kKStep - 1) / kKStep * kKStep, kpd = (down.k + kKStep - 1) / kKStep * kKStep;
+  const int64_t nrb = (gate_up.m + kRows - 1) / kRows;
+  // Every element is written by the gate_up call (silu_to_a) before the down call reads it.
+  std::unique_ptr<uint16_t[], decltype(&std::free)> a(alloc_a_tiles(nrb * kRows * kpd), &std::free);
+  gemm_prepacked(gate_up, kp, nrb, down.k / 16, false, TileIo{nullptr, a.get(), kpd});
+  gemm_prepacked(down, kpd, nrb, (down.n + kNR - 1) / kNR, false, TileIo{a.get(), nullptr, 0});
+}
 
 template <int KIND>
 void pack_kind(const GemmArgs& g, uint16_t* out) {

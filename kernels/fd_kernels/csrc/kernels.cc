@@ -184,6 +184,18 @@ void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows
   gemm(b, prompt_rows);
 }
 
+bool gemm_gate_up_silu_down(const GemmArgs& gate_up, const GemmArgs& down, const uint8_t* prompt_rows) {
+  const int64_t m = gate_up.m;
+  if (m == 0 || down.m != m || !gate_up.tiles || !down.tiles || gate_up.bias || gate_up.epilogue) return false;
+  if (down.k % 16 != 0 || gate_up.n != 2 * down.k) return false;
+  if (prompt_row_count(gate_up, prompt_rows) != m || prompt_row_count(down, prompt_rows) != m) return false;
+  if (!takes_tiles(gate_up) || !takes_tiles(down)) return false;
+  GemmArgs gu = gate_up, d = down;
+  gu.bf16 = d.bf16 = true;
+  amx::gemm_gate_up_silu_down(gu, d);
+  return true;
+}
+
 void rms_norm(const float* x, const float* w, float eps, int64_t t, int64_t h, float* out) {
   FD_DISPATCH(rms_norm, x, w, eps, t, h, out);
 }

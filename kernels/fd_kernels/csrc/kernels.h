@@ -98,6 +98,10 @@ void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 / GGUF block weights, any m
 // gemm_bf16 of A = silu(gate) * up, where row r of g.a (stride g.lda >= 2 g.k) is [gate | up], g.k each:
 // the same numbers as silu_and_mul into a [m, k] buffer and gemm_bf16 on it, without that buffer.
 void gemm_bf16_silu_mul(const GemmArgs& g);
+// gemm_bf16 of gate_up (prepacked tiles, no bias, n = 2 down.k, down.k % 16 == 0), then gemm_bf16_silu_mul
+// of down (prepacked tiles) on its result, with the same numbers, where gate_up's products become
+// silu(gate) * up in down's bf16 A tiles directly: gate_up's C is not written; down runs its epilogue.
+void gemm_gate_up_silu_down(const GemmArgs& gate_up, const GemmArgs& down);
 // The bf16 tiles of a kS8 / kU4 / GGUF block weight (g's w, scales, mins, group, kind, n, k), as
 // gemm_bf16 would dequantize them: tiles_elems(n, k) uint16 values into out.
 int64_t tiles_elems(int64_t n, int64_t k);
@@ -120,6 +124,10 @@ int64_t prompt_tile_min_rows();
 // each (g.a is ignored). When every row takes the AMX tiles the silu happens in their input conversion;
 // otherwise it is computed in place over the gate halves first. The same numbers either way.
 void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows = nullptr);
+// gemm(gate_up) into c, then gemm_silu_mul(down, c): where every row takes the AMX tiles and both weights
+// have prepacked tiles (amx::gemm_gate_up_silu_down's conditions), computed that way, with the same numbers
+// for down's output, c left unwritten, and true returned; otherwise nothing is done and false returned.
+bool gemm_gate_up_silu_down(const GemmArgs& gate_up, const GemmArgs& down, const uint8_t* prompt_rows);
 void qgemm(const GemmArgs& g);
 // Rows ids[0..t) of a GGUF block kind's [n, k] weight, dequantized to fp32 [t, k] exactly as gguf does
 // (an embedding lookup in the LM head's packed table). The caller checks every id is in [0, n).
