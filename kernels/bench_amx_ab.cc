@@ -64,6 +64,30 @@ using Buf = std::vector<T, PageAllocator<T>>;
 
 static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// PASSES passes of the best of 3 alternated steps each (step(neu, sec): sec[i] += shape i's time), printed
+// as old and new ms, old / new in all and per shape.
+template <class Step>
+static int ab_passes(const char* mode, int64_t m, int passes, Step step) {
+  for (int p = 0; p < passes; ++p) {
+    double best[2][5];
+    for (auto& b : best) std::fill(b, b + 5, 1e30);
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < 2; ++j) {
+        const bool neu = (j + p) % 2;  // old first on even passes, new first on odd ones
+        double sec[4] = {};
+        step(neu, sec);
+        for (int i = 0; i < 4; ++i) best[neu][i] = std::min(best[neu][i], sec[i]);
+        best[neu][4] = std::min(best[neu][4], sec[0] + sec[1] + sec[2] + sec[3]);
+      }
+    std::printf("%s m %ld pass %d: old %.2f new %.2f ms, old/new %.3f; qkv %.3f o %.3f gate_up %.3f down %.3f\n",
+                mode, (long)m, p, best[0][4] * 1e3, best[1][4] * 1e3, best[0][4] / best[1][4],
+                best[0][0] / best[1][0], best[0][1] / best[1][1], best[0][2] / best[1][2], best[0][3] / best[1][3]);
+    std::printf("  new ms qkv %.2f o %.2f gate_up %.2f down %.2f\n", best[1][0] * 1e3, best[1][1] * 1e3,
+                best[1][2] * 1e3, best[1][3] * 1e3);
+  }
+  return 0;
+}
+
 // SmolLM2-135M's four prompt GEMMs (qkv, o_proj, gate_up, down) over 30 layers of distinct weights in a
 // step's order, ~212 MB of bf16 tiles: per pass the best of 3 steps (alternated) in ms, and old / new per shape.
 static int stack(int64_t m, int passes) {
@@ -96,24 +120,7 @@ static int stack(int64_t m, int passes) {
   };
   double warm[4] = {};
   step(false, warm), step(true, warm);
-  for (int p = 0; p < passes; ++p) {
-    double best[2][5];
-    for (auto& b : best) std::fill(b, b + 5, 1e30);
-    for (int r = 0; r < 3; ++r)
-      for (int j = 0; j < 2; ++j) {
-        const bool neu = (j + p) % 2;  // old first on even passes, new first on odd ones
-        double sec[4] = {};
-        step(neu, sec);
-        for (int i = 0; i < 4; ++i) best[neu][i] = std::min(best[neu][i], sec[i]);
-        best[neu][4] = std::min(best[neu][4], sec[0] + sec[1] + sec[2] + sec[3]);
-      }
-    std::printf("stack m %ld pass %d: old %.2f new %.2f ms, old/new %.3f; qkv %.3f o %.3f gate_up %.3f down %.3f\n",
-                (long)m, p, best[0][4] * 1e3, best[1][4] * 1e3, best[0][4] / best[1][4], best[0][0] / best[1][0],
-                best[0][1] / best[1][1], best[0][2] / best[1][2], best[0][3] / best[1][3]);
-    std::printf("  new ms qkv %.2f o %.2f gate_up %.2f down %.2f\n", best[1][0] * 1e3, best[1][1] * 1e3,
-                best[1][2] * 1e3, best[1][3] * 1e3);
-  }
-  return 0;
+  return ab_passes("stack", m, passes, step);
 }
 
 // The decoder stack's residual add + RMSNorm epilogue (kern_impl.h's fused_add_rms_norm at the AVX-512 level,
@@ -191,24 +198,7 @@ static int chain(int64_t m, int passes) {
   // FD_NOCHECK=1 for timing-only variants of amx.cc.
   if (!getenv("FD_NOCHECK") && std::memcmp(ref.data(), res.data(), m * 576 * 4))
     return std::fprintf(stderr, "MISMATCH\n"), 1;
-  for (int p = 0; p < passes; ++p) {
-    double best[2][5];
-    for (auto& b : best) std::fill(b, b + 5, 1e30);
-    for (int r = 0; r < 3; ++r)
-      for (int j = 0; j < 2; ++j) {
-        const bool neu = (j + p) % 2;
-        double sec[4] = {};
-        step(neu, sec);
-        for (int i = 0; i < 4; ++i) best[neu][i] = std::min(best[neu][i], sec[i]);
-        best[neu][4] = std::min(best[neu][4], sec[0] + sec[1] + sec[2] + sec[3]);
-      }
-    std::printf("chain m %ld pass %d: old %.2f new %.2f ms, old/new %.3f; qkv %.3f o %.3f gate_up %.3f down %.3f\n",
-                (long)m, p, best[0][4] * 1e3, best[1][4] * 1e3, best[0][4] / best[1][4], best[0][0] / best[1][0],
-                best[0][1] / best[1][1], best[0][2] / best[1][2], best[0][3] / best[1][3]);
-    std::printf("  new ms qkv %.2f o %.2f gate_up %.2f down %.2f\n", best[1][0] * 1e3, best[1][1] * 1e3,
-                best[1][2] * 1e3, best[1][3] * 1e3);
-  }
-  return 0;
+  return ab_passes("chain", m, passes, step);
 }
 
 int main(int argc, char** argv) {
