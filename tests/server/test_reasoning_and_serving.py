@@ -134,20 +134,26 @@ def test_n_fans_out_with_child_ids_and_seeds(tokenizer):
     )
 
 
+def _count_off_loop_hops(module, monkeypatch) -> list[str]:
+    """The names of the functions `module` sends to a prepare worker (its off_loop), as they are sent."""
+    hops = []
+    real = module.off_loop
+
+    async def counting_off_loop(fn, *args, **kwargs):
+        hops.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(module, "off_loop", counting_off_loop)
+    return hops
+
+
 def test_text_prompts_tokenize_on_the_loop_only_when_short(tokenizer, monkeypatch):
     """One text up to LOOP_ENCODE_CHARS (and token ids) is tokenized on the event loop; a longer text
     or a list of texts goes to a prepare worker. Either way the engine gets the tokenizer's ids."""
     from fdcli_engine.entrypoints.openai import loop_prompts
     from fdcli_engine.entrypoints.openai import serving_completion as sc
 
-    hops = []
-    real = sc.off_loop
-
-    async def counting_off_loop(fn, *args, **kwargs):
-        hops.append(fn.__name__)
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(sc, "off_loop", counting_off_loop)
+    hops = _count_off_loop_hops(sc, monkeypatch)
     monkeypatch.setattr(
         loop_prompts, "LOOP_ENCODE_CHARS", 60
     )  # the tiny model's context holds no 8K-char text
@@ -178,14 +184,7 @@ def test_chat_prompts_render_on_the_loop_only_when_small_and_plain(tokenizer, mo
     from fdcli_engine.entrypoints.openai import loop_prompts
     from fdcli_engine.entrypoints.openai import serving_chat as sch
 
-    hops = []
-    real = sch.off_loop
-
-    async def counting_off_loop(fn, *args, **kwargs):
-        hops.append(fn.__name__)
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(sch, "off_loop", counting_off_loop)
+    hops = _count_off_loop_hops(sch, monkeypatch)
     monkeypatch.setattr(loop_prompts, "LOOP_ENCODE_CHARS", 40)
     monkeypatch.setattr(loop_prompts, "LOOP_CHAT_MESSAGES", 3)
     msg = [{"role": "user", "content": "hello world"}]
