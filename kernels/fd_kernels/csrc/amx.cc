@@ -439,7 +439,7 @@ uint16_t* alloc_a_tiles(int64_t elems) {
 
 // What gemm_prepacked reads or writes instead of converting A or writing C (see there).
 struct TileIo {
-  const uint16_t* pre_a = nullptr;  // A's tiles, converted already
+  uint16_t* pre_a = nullptr;        // A's tiles, converted already (only read)
   uint16_t* silu_out = nullptr;     // the next GEMM's A tiles, K padded to out_kp
   int64_t out_kp = 0;
 };
@@ -480,7 +480,8 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   // item reads them.
   std::unique_ptr<uint16_t[], decltype(&std::free)> shared_a(
       own_a || io.pre_a ? nullptr : alloc_a_tiles(nrb * kRows * kp), &std::free);
-  uint16_t* const abf = shared_a.get();
+  // With io.pre_a, that is the shared buffer, each row block marked converted.
+  uint16_t* const abf = io.pre_a ? io.pre_a : shared_a.get();
   // Column half hp's tiles (a panel's columns 16 (hp % 2) .. + 15).
   auto half_tiles = [&](int64_t hp) { return g.tiles + hp / 2 * panel_elems + hp % 2 * 512; };
   // Claim queues: one per region in panel regions; with one region, one per thread, each a contiguous share
@@ -497,7 +498,7 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
   std::unique_ptr<std::atomic<uint8_t>[]> state(new std::atomic<uint8_t>[nrb]);
   std::unique_ptr<std::atomic<int32_t>[]> done(new std::atomic<int32_t>[nrb]);
   for (int64_t rb = 0; rb < nrb; ++rb) {
-    state[rb].store(0, std::memory_order_relaxed);
+    state[rb].store(io.pre_a ? 2 : 0, std::memory_order_relaxed);
     done[rb].store(0, std::memory_order_relaxed);
   }
 #pragma omp parallel if (row_items * nrb > 1)
@@ -521,10 +522,8 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
            it = lane[l].next.fetch_add(1, std::memory_order_relaxed)) {
         const int64_t p0 = pl.first(r) + it / len * pl.chunk, p1 = std::min(pl.first(r + 1), p0 + pl.chunk);
         const int64_t rb = (lo + it % len) % nrb;
-        const uint16_t* ablk = io.pre_a ? io.pre_a + rb * kRows * kp : own ? own.get() : abf + rb * kRows * kp;
-        if (io.pre_a) {
-          // converted by the call that wrote them
-        } else if (own) {
+        const uint16_t* ablk = own ? own.get() : abf + rb * kRows * kp;
+        if (own) {
           for (int64_t row = rb * kRows; row < (rb + 1) * kRows; ++row)
             convert_row(g, row, kp, own.get(), silu, rb * kRows);
         } else if (uint8_t st = state[rb].load(std::memory_order_acquire);
