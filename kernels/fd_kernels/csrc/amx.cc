@@ -61,6 +61,9 @@ inline __m512i round_hi(__m512 x) {
   return _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u));
 }
 
+// 16 fp32 -> their bf16 bits by round_hi, packed.
+inline __m256i round_bf16(__m512 x) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(x), 16)); }
+
 inline uint16_t round_scalar(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
@@ -98,7 +101,7 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
         continue;
       }
       for (const __m512 v : {v0, v1}) {
-        _mm256_store_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(v), 16)));
+        _mm256_store_si256((__m256i*)(o + j), round_bf16(v));
         j += 16;
       }
       continue;
@@ -107,8 +110,7 @@ void convert_row(const GemmArgs& g, int64_t r, int64_t kp, uint16_t* out, bool s
       for (; j + 16 <= kKStep && k + j + 16 <= g.k; j += 16) {
         __m512 v = _mm512_loadu_ps(a + k + j);
         if (silu) v = silu16::vsilu_mul(v, _mm512_loadu_ps(up + k + j));
-        const __m512i hi = _mm512_srli_epi32(round_hi(v), 16);
-        _mm256_storeu_si256((__m256i*)(o + j), _mm512_cvtepi32_epi16(hi));
+        _mm256_storeu_si256((__m256i*)(o + j), round_bf16(v));
       }
       for (; j < kKStep && k + j < g.k; ++j)
         o[j] = round_scalar(silu ? silu16::silu_mul_tail(a[k + j], up[k + j]) : a[k + j]);
@@ -127,8 +129,7 @@ void silu_to_a(const float* acc, int64_t m, int64_t m0, int64_t p, int64_t k, in
     __m256i bits = _mm256_setzero_si256();
     if (m0 + r < m) {
       const __m512 v = silu16::vsilu_mul(_mm512_load_ps(acc + r * kNR), _mm512_load_ps(acc + r * kNR + 16));
-      bits = _mm512_fpclass_ps_mask(v, kOddClass) ? _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(v), 16))
-                                                  : (__m256i)_mm512_cvtneps_pbh(v);
+      bits = _mm512_fpclass_ps_mask(v, kOddClass) ? round_bf16(v) : (__m256i)_mm512_cvtneps_pbh(v);
     }
     _mm256_store_si256((__m256i*)o, bits);
     if ((p + 1) * 16 == k && k % kKStep) _mm256_store_si256((__m256i*)(o + 16), _mm256_setzero_si256());
