@@ -52,14 +52,10 @@ namespace silu16 {
 #undef FD_W
 }  // namespace silu16
 
-// fp32 -> bf16 bits (round to nearest even) in the high half of each lane, low half zero: the value the
-// AVX-512 bf16 mode multiplies by. NaN/Inf are not special-cased (activations and weights are finite).
-inline __m512i round_hi(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-  return _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u));
-}
+// fp32 -> bf16 bits (round to nearest even) in the high half of each lane, low half zero: simd.h's
+// vround_bf16, the value the AVX-512 bf16 mode multiplies by. NaN/Inf are not special-cased (activations
+// and weights are finite).
+inline __m512i round_hi(__m512 x) { return _mm512_castps_si512(silu16::vround_bf16(x)); }
 
 // 16 fp32 -> their bf16 bits by round_hi, packed.
 inline __m256i round_bf16(__m512 x) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(round_hi(x), 16)); }

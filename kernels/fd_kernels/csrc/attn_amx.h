@@ -40,13 +40,6 @@ static inline int64_t amx_vt_at(int64_t hd, int64_t key, int64_t d) {
   return key / 32 * 32 * hd + d * 32 + key % 32;
 }
 
-static inline __m512i amx_round_hi(vf x) {  // fp32 -> bf16 bits in the high half, as amx.cc rounds
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  return _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))),
-                          _mm512_set1_epi32((int)0xFFFF0000u));
-}
-
 // Two rows x0, x1 (16 lanes each) as two bf16 terms in the VNNI pair layout: lane r's dword holds
 // (x0[r], x1[r]) in its low and high halves. hi is each value truncated to bf16; lo = bf16(x - hi), rounded
 // to nearest (vcvtne2ps2bf16), then interleaved into pairs.
@@ -64,7 +57,8 @@ static inline void amx_split_pair(vf x0, vf x1, __m512i& hi, __m512i& lo) {
 }
 
 static inline void amx_store_bf16(uint16_t* o, vf x) {
-  _mm256_storeu_si256((__m256i*)o, _mm512_cvtepi32_epi16(_mm512_srli_epi32(amx_round_hi(x), 16)));
+  // simd.h's vround_bf16, the rounding amx.cc's tiles take.
+  _mm256_storeu_si256((__m256i*)o, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(vround_bf16(x)), 16)));
 }
 
 // Keys [k0, k0 + kAmxKeys) of KV head g into K and V^T (zeros past nk). Groups of 16 keys inside one
