@@ -183,8 +183,8 @@ static void quantize_block16(const float* x, int8_t* hi, int8_t* lo, float* d_ou
 }
 #endif
 
-// Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0).
-// Row r of m; q16 (the AVX2 path's Q) is block-major, [nb][m][kQBlock].
+// Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0); q16 (the AVX2 path's Q) is block-major,
+// [nb][m][kQBlock].
 static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t m, int64_t k, int8_t* hi, int8_t* lo,
                          int16_t* q16, float* d, float* s, int32_t* sq) {
   const int64_t nb = k / kQBlock;
