@@ -1,12 +1,14 @@
 // A/B timing of the decode region's 16-row GGUF GEMMs: two copies of qgemm_impl.h (FD_A_QIMPL: a saved
-// tree, FD_B_QIMPL: this one) in separate namespaces at the VNNI level, alternated pass by pass on the same
-// weights. Build (from the repo root):
+// tree, FD_B_QIMPL: this one) in separate namespaces at the VNNI level (-DFD_AB_AVX2: the AVX2 level,
+// qgemm_avx2.h), alternated pass by pass on the same weights. Build (from the repo root):
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc \
 //       -DFD_A_QIMPL='"/tmp/old/qgemm_impl.h"' -DFD_B_QIMPL='"qgemm_impl.h"' kernels/bench_qgemm_ab.cc \
 //       -o /tmp/bench_qgemm_ab
-// Run: bench_qgemm_ab ROWS LAYERS PASSES THREADS. Each timed step runs, for each of LAYERS distinct Q4_1
-// layers (SmolLM2-135M's shapes: qkv 576->960, o 576->576, gate_up 576->3072, down 1536->576), the four
-// GEMMs as the decode region does: every thread quantizes the rows itself and takes items (qgemm_share)
+// (the saved tree's qgemm_avx2.h beside its qgemm_impl.h). Run: bench_qgemm_ab ROWS LAYERS PASSES THREADS,
+// or bench_qgemm_ab gemm M K N KIND PASSES THREADS: one whole qgemm call (KIND 3 Q4_0, 4 Q4_1, 5 Q8_0), as
+// a prompt's linear makes it, printing GMAC/s per pass and whether A's and B's outputs are the same bits.
+// Each timed step of the first form runs, for each of LAYERS distinct Q4_1 layers (SmolLM2-135M's shapes:
+// qkv 576->960, o 576->576, gate_up 576->3072, down 1536->576), the four GEMMs as the decode region does: every thread quantizes the rows itself and takes items (qgemm_share)
 // between barriers. LAYERS 30 streams a step's weights; LAYERS 1 keeps one layer's in cache. Prints TSC
 // kcycles per step per GEMM kind and in all, and whether A's and B's outputs are the same bits.
 #include <immintrin.h>
@@ -29,9 +31,15 @@
 namespace fdk {
 constexpr int kQMaxRowsPortable = 4;
 #pragma GCC push_options
+#if FD_AB_AVX2
+#pragma GCC target("avx2,fma,f16c")
+#define FD_QVNNI 0
+#define FD_QAVX2 1
+#else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #define FD_QVNNI 1
 #define FD_QAVX2 0
+#endif
 namespace qa {
 #include FD_A_QIMPL
 }  // namespace qa
@@ -45,7 +53,63 @@ namespace qb {
 
 using namespace fdk;
 
+// Random codes, fp16 scales and mins of 2^-7 .. 2^-6 (mins of either sign), all finite.
+static void random_records(std::vector<uint8_t>& v, int kind, std::mt19937& rng) {
+  const int64_t rec = q_record_bytes(kind);
+  for (size_t i = 0; i < v.size(); i += 4) {
+    const uint32_t r = rng();
+    std::memcpy(&v[i], &r, std::min<size_t>(4, v.size() - i));
+  }
+  for (size_t i = 0; i < v.size(); i += rec)
+    for (int c = 0; c < q_codes_offset(kind) / 2; ++c) {
+      const uint16_t h = (uint16_t)(0x2000 | (rng() & 0x03FF) | (c >= kQNR && (rng() & 1) ? 0x8000 : 0));
+      std::memcpy(&v[i + 2 * c], &h, 2);
+    }
+}
+
+static int gemm_ab(int64_t m, int64_t k, int64_t n, int kind, int64_t passes) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> w((n + kQNR - 1) / kQNR * (k / kQBlock) * q_record_bytes(kind));
+  random_records(w, kind, rng);
+  std::vector<float> a(m * k), bias(n), ca(m * n), cb(m * n);
+  std::normal_distribution<float> nd;
+  for (auto& x : a) x = nd(rng);
+  for (auto& x : bias) x = nd(rng);
+  GemmArgs g{};
+  g.a = a.data();
+  g.lda = k;
+  g.m = m;
+  g.k = k;
+  g.n = n;
+  g.w = w.data();
+  g.kind = kind;
+  g.bias = bias.data();
+  double best[2] = {1e30, 1e30};
+  for (int64_t pass = 0; pass < passes; ++pass)
+    for (int ab = 0; ab < 2; ++ab) {
+      g.c = ab ? cb.data() : ca.data();
+      const double t0 = omp_get_wtime();
+      if (ab)
+        qb::qgemm(g);
+      else
+        qa::qgemm(g);
+      const double t = omp_get_wtime() - t0;
+      best[ab] = std::min(best[ab], t);
+      if (ab)
+        std::printf("pass %ld: A %.2f B %.2f GMAC/s\n", (long)pass, m * n * k / best[0] / 1e9, m * n * k / t / 1e9);
+    }
+  const bool same = std::memcmp(ca.data(), cb.data(), m * n * sizeof(float)) == 0;
+  std::printf("%ld x %ld x %ld kind %d: best A %.3f ms B %.3f ms (B/A %.3f), outputs %s\n", (long)m, (long)k,
+              (long)n, kind, best[0] * 1e3, best[1] * 1e3, best[1] / best[0], same ? "bit-equal" : "DIFFER");
+  return same ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 8 && std::strcmp(argv[1], "gemm") == 0) {
+    omp_set_num_threads(std::atoi(argv[7]));
+    return gemm_ab(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]),
+                   std::atoi(argv[6]));
+  }
   if (argc < 5) {
     std::fprintf(stderr, "usage: %s ROWS LAYERS PASSES THREADS\n", argv[0]);
     return 2;
@@ -61,15 +125,7 @@ int main(int argc, char** argv) {
       const int64_t k = shapes[s][0], n = shapes[s][1], nb = k / kQBlock, rec = q_record_bytes(kQ4_1);
       auto& v = w[4 * l + s];
       v.resize((n + kQNR - 1) / kQNR * nb * rec);
-      for (size_t i = 0; i < v.size(); i += 4) {
-        const uint32_t r = rng();
-        std::memcpy(&v[i], &r, 4);
-      }
-      for (size_t i = 0; i < v.size(); i += rec)  // fp16 d and m: 2^-7 .. 2^-6 and +-, finite
-        for (int c = 0; c < 2 * kQNR; ++c) {
-          const uint16_t h = (uint16_t)(0x2000 | (rng() & 0x03FF) | (c >= kQNR && (rng() & 1) ? 0x8000 : 0));
-          std::memcpy(&v[i + 2 * c], &h, 2);
-        }
+      random_records(v, kQ4_1, rng);
     }
   std::vector<float> a(m * 1536), ca(m * 3072), cb(m * 3072);
   std::normal_distribution<float> nd;

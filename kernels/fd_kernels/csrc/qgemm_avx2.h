@@ -15,110 +15,195 @@
 
 constexpr int64_t kQPrefetch = 16;  // records ahead, as the VNNI path (docs/kernels-measurements.md)
 
-// Rows m0 .. m0+MR against panels p0 .. p0+NP, all blocks. Per (row, panel): two int32 accumulators of 8
-// columns for the block, two fp32 ones for the output.
-template <int KIND, int MR, int NP>
-static void qmicro(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
-  using K = QKind<KIND>;
-  const int64_t nb = x.nb, rec = q_record_bytes(KIND);
-  __m256 acc[MR][NP][2];
-  for (int p = 0; p < NP; ++p)
-    for (int h = 0; h < 2; ++h) {
-      const __m256 b = g.bias ? _mm256_loadu_ps(g.bias + (p0 + p) * kQNR + 8 * h) : _mm256_setzero_ps();
-      for (int r = 0; r < MR; ++r) acc[r][p][h] = b;
-    }
+// A chunk of 64 code bytes widened to 16 bits: u[2h] holds columns 8h .. 8h+7 at the chunk's k's 0, 1 (of
+// each column's 4 consecutive ones) and u[2h+1] at k's 2, 3.
+static inline void widen_chunk(const uint8_t* chunk, __m256i u[4]) {
   // Per 128-bit lane: (c, k0 k1) for c = 0..3, then (c, k2 k3).
   const __m256i pairs = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9,
                                          12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
-  const __m256i zero = _mm256_setzero_si256(), low4 = _mm256_set1_epi16(15);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i raw = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(chunk + 32 * h)), pairs);
+    u[2 * h] = _mm256_unpacklo_epi8(raw, _mm256_setzero_si256());
+    u[2 * h + 1] = _mm256_unpackhi_epi8(raw, _mm256_setzero_si256());
+  }
+}
+
+// Calls f(j, p, w) for every quad j (k = 4j .. 4j+3) of the records' codes codes[p], p < NP, w[2h] holding
+// columns 8h .. 8h+7 at k = 4j, 4j+1 and w[2h+1] at 4j+2, 4j+3, as 16-bit lanes (column, k pair).
+template <int KIND, int NP, class F>
+static inline void for_quads(const uint8_t* const* codes, F f) {
+  const __m256i low4 = _mm256_set1_epi16(15);
+  for (int c = 0; c < (QKind<KIND>::kFour ? 4 : 8); ++c)
+    for (int p = 0; p < NP; ++p) {
+      __m256i u[4];
+      widen_chunk(codes[p] + 64 * c, u);
+      if (QKind<KIND>::kFour) {  // chunk c: low nibbles are quad 2c, high nibbles quad 2c + 1
+        __m256i w[4];
+        for (int i = 0; i < 4; ++i) w[i] = _mm256_and_si256(u[i], low4);
+        f(2 * c, p, w);
+        for (int i = 0; i < 4; ++i) w[i] = _mm256_srli_epi16(u[i], 4);
+        f(2 * c + 1, p, w);
+      } else {
+        f(c, p, u);
+      }
+    }
+}
+
+// One row against panels p0 .. p0+NP, all blocks (decode's one row). Per panel: two int32 accumulators of
+// 8 columns for the block, two fp32 ones for the output.
+template <int KIND, int NP>
+static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
+  using K = QKind<KIND>;
+  const int64_t nb = x.nb, rec = q_record_bytes(KIND);
+  __m256 acc[NP][2];
+  for (int p = 0; p < NP; ++p)
+    for (int h = 0; h < 2; ++h)
+      acc[p][h] = g.bias ? _mm256_loadu_ps(g.bias + (p0 + p) * kQNR + 8 * h) : _mm256_setzero_ps();
   for (int64_t blk = 0; blk < nb; ++blk) {
-    const uint8_t* recs[NP];
-    for (int p = 0; p < NP; ++p) recs[p] = (const uint8_t*)g.w + ((p0 + p) * nb + blk) * rec;
+    const uint8_t *recs[NP], *codes[NP];
+    for (int p = 0; p < NP; ++p) {
+      recs[p] = (const uint8_t*)g.w + ((p0 + p) * nb + blk) * rec;
+      codes[p] = recs[p] + K::kCodes;
+    }
     for (int p = 0; p < NP; ++p)
       for (int64_t l = 0; l < rec; l += 64) _mm_prefetch((const char*)recs[p] + kQPrefetch * rec + l, _MM_HINT_T0);
-    const int16_t* xb = x.q + m0 * x.k + blk * kQBlock;
-    __m256i is[MR][NP][2];
-    for (int r = 0; r < MR; ++r)
-      for (int p = 0; p < NP; ++p) is[r][p][0] = is[r][p][1] = zero;
-    // Quad j (k = 4j .. 4j+3) of every row against panel p's codes w: w[2h] holds columns 8h .. 8h+7 at
-    // k = 4j, 4j+1 and w[2h+1] at 4j+2, 4j+3.
-    auto quad = [&](int j, int p, const __m256i* w) {
-      for (int r = 0; r < MR; ++r) {
-        int32_t v01, v23;
-        std::memcpy(&v01, xb + r * x.k + 4 * j, 4);
-        std::memcpy(&v23, xb + r * x.k + 4 * j + 2, 4);
-        const __m256i x01 = _mm256_set1_epi32(v01), x23 = _mm256_set1_epi32(v23);
-        for (int h = 0; h < 2; ++h) {
-          const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(w[2 * h], x01), _mm256_madd_epi16(w[2 * h + 1], x23));
-          is[r][p][h] = _mm256_add_epi32(is[r][p][h], s);
-        }
+    const int16_t* xb = x.q + (blk * x.m + m0) * kQBlock;
+    __m256i is[NP][2];
+    for (int p = 0; p < NP; ++p) is[p][0] = is[p][1] = _mm256_setzero_si256();
+    for_quads<KIND, NP>(codes, [&](int j, int p, const __m256i* w) {
+      int32_t v01, v23;
+      std::memcpy(&v01, xb + 4 * j, 4);
+      std::memcpy(&v23, xb + 4 * j + 2, 4);
+      const __m256i x01 = _mm256_set1_epi32(v01), x23 = _mm256_set1_epi32(v23);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(w[2 * h], x01), _mm256_madd_epi16(w[2 * h + 1], x23));
+        is[p][h] = _mm256_add_epi32(is[p][h], s);
       }
-    };
-    for (int c = 0; c < (K::kFour ? 4 : 8); ++c)
-      for (int p = 0; p < NP; ++p) {
-        __m256i u[4];  // bytes widened to 16 bits, in quad()'s order
-        for (int h = 0; h < 2; ++h) {
-          const __m256i raw = _mm256_shuffle_epi8(
-              _mm256_loadu_si256((const __m256i*)(recs[p] + K::kCodes + 64 * c + 32 * h)), pairs);
-          u[2 * h] = _mm256_unpacklo_epi8(raw, zero);
-          u[2 * h + 1] = _mm256_unpackhi_epi8(raw, zero);
-        }
-        if (K::kFour) {  // chunk c: low nibbles are quad 2c, high nibbles quad 2c + 1
-          __m256i w[4];
-          for (int i = 0; i < 4; ++i) w[i] = _mm256_and_si256(u[i], low4);
-          quad(2 * c, p, w);
-          for (int i = 0; i < 4; ++i) w[i] = _mm256_srli_epi16(u[i], 4);
-          quad(2 * c + 1, p, w);
-        } else {
-          quad(c, p, u);
-        }
-      }
+    });
+    const int64_t i = m0 * nb + blk;
     for (int p = 0; p < NP; ++p)
       for (int h = 0; h < 2; ++h) {
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 16 * h)));
-        const __m256 mw = K::kMin ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 32 + 16 * h)))
-                                  : _mm256_setzero_ps();
-        for (int r = 0; r < MR; ++r) {
-          const int64_t i = (m0 + r) * nb + blk;
-          __m256i s = is[r][p][h];
-          if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * x.sq[i]));
-          const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[i]));
-          acc[r][p][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[r][p][h]);
-          if (K::kMin) acc[r][p][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[i]), acc[r][p][h]);
+        __m256i s = is[p][h];
+        if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * x.sq[i]));
+        acc[p][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[i])), acc[p][h]);
+        if (K::kMin) {
+          const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 32 + 16 * h)));
+          acc[p][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[i]), acc[p][h]);
         }
       }
   }
   for (int p = 0; p < NP; ++p) {
     const int64_t c0 = (p0 + p) * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
+    float tmp[kQNR];
+    _mm256_storeu_ps(tmp, acc[p][0]);
+    _mm256_storeu_ps(tmp + 8, acc[p][1]);
+    std::memcpy(g.c + m0 * g.n + c0, tmp, cols * sizeof(float));
+  }
+}
+
+// Rows r0 .. r0+MR of block blk against one panel's codes widened to w16 (int16 [k pair][column][2]), the
+// int32 sums scaled into the rows' fp32 outputs out[r][0 .. 16). Codes come from L1 as loads, so the
+// registers hold only the 2 * MR accumulators, the two code vectors of a k pair and a broadcast.
+template <int KIND, int MR>
+__attribute__((noinline)) static void qblock_rows(const QAct& x, int64_t blk, int64_t r0, const int16_t* w16,
+                                                  const __m256* dw, const __m256* mw, float* out) {
+  using K = QKind<KIND>;
+  const int16_t* xb = x.q + (blk * x.m + r0) * kQBlock;  // the rows' Q, kQBlock apart
+  __m256i is[MR][2];
+  for (int r = 0; r < MR; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int j = 0; j < kQBlock / 2; ++j) {
+    const __m256i c0 = _mm256_load_si256((const __m256i*)(w16 + 32 * j));
+    const __m256i c1 = _mm256_load_si256((const __m256i*)(w16 + 32 * j + 16));
     for (int r = 0; r < MR; ++r) {
-      float* out = g.c + (m0 + r) * g.n + c0;
-      if (cols == kQNR) {
-        _mm256_storeu_ps(out, acc[r][p][0]);
-        _mm256_storeu_ps(out + 8, acc[r][p][1]);
-      } else {  // the last panel of an n that is not a multiple of 16
-        float tmp[kQNR];
-        _mm256_storeu_ps(tmp, acc[r][p][0]);
-        _mm256_storeu_ps(tmp + 8, acc[r][p][1]);
-        std::memcpy(out, tmp, cols * sizeof(float));
-      }
+      int32_t v;
+      std::memcpy(&v, xb + r * kQBlock + 2 * j, 4);
+      const __m256i b = _mm256_set1_epi32(v);
+      is[r][0] = _mm256_add_epi32(is[r][0], _mm256_madd_epi16(c0, b));
+      is[r][1] = _mm256_add_epi32(is[r][1], _mm256_madd_epi16(c1, b));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    const int64_t i = (r0 + r) * x.nb + blk;
+    for (int h = 0; h < 2; ++h) {
+      __m256i s = is[r][h];
+      if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * x.sq[i]));
+      float* o = out + r * kQNR + 8 * h;
+      __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[h], _mm256_set1_ps(x.d[i])),
+                                   _mm256_load_ps(o));
+      if (K::kMin) acc = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(x.s[i]), acc);
+      _mm256_store_ps(o, acc);
     }
   }
 }
 
-#define FD_QMICRO_CASE(mr, np)                   \
-  case (mr) * 4 + (np):                          \
-    return qmicro<KIND, mr, np>(g, x, m0, p0);
+// Rows per qblock_rows call, and rows per item (a row chunk): the chunk's running outputs (kQChunkRows x
+// 16 fp32) and one block's widened codes stay in L1, and its activations (2 * k bytes a row) in L2 while
+// the thread walks the panels.
+constexpr int kQMaxRows = 4;  // qpanel_rows's switch covers 1 .. kQMaxRows
+constexpr int64_t kQChunkRows = 128;
 
+// Rows m0 .. m1 (at most kQChunkRows) against panel p, all blocks, for more than one row: block by block,
+// each block's codes widened once into w16 and multiplied by every row of the chunk, the rows' fp32
+// outputs kept in out. Each output element gets qrow's integers and fp32 steps, in its order.
+template <int KIND>
+static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1, int64_t p) {
+  using K = QKind<KIND>;
+  const int64_t nb = x.nb, rec = q_record_bytes(KIND), rows = m1 - m0, nrb = (rows + kQMaxRows - 1) / kQMaxRows;
+  alignas(32) int16_t w16[kQBlock * kQNR];
+  alignas(32) float out[kQChunkRows * kQNR];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < kQNR; ++c) out[r * kQNR + c] = g.bias ? g.bias[p * kQNR + c] : 0.0f;
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const uint8_t* rp = (const uint8_t*)g.w + (p * nb + blk) * rec;
+    for (int64_t l = 0; l < rec; l += 64) _mm_prefetch((const char*)rp + kQPrefetch * rec + l, _MM_HINT_T0);
+    const uint8_t* codes = rp + K::kCodes;
+    for_quads<KIND, 1>(&codes, [&](int j, int, const __m256i* w) {
+      for (int i = 0; i < 2; ++i)
+        for (int h = 0; h < 2; ++h) _mm256_store_si256((__m256i*)(w16 + (2 * j + i) * 32 + 16 * h), w[2 * h + i]);
+    });
+    __m256 dw[2], mw[2];
+    for (int h = 0; h < 2; ++h) {
+      dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rp + 16 * h)));
+      mw[h] = K::kMin ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rp + 32 + 16 * h))) : _mm256_setzero_ps();
+    }
+    // Balanced row blocks (5 rows: 3 + 2), as a 1-row block's two accumulator chains are latency-bound.
+    for (int64_t b = 0, r = 0; b < nrb; ++b) {
+      const int64_t r1 = rows * (b + 1) / nrb;
+      switch (r1 - r) {
+        case 4:
+          qblock_rows<KIND, 4>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+          break;
+        case 3:
+          qblock_rows<KIND, 3>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+          break;
+        case 2:
+          qblock_rows<KIND, 2>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+          break;
+        case 1:
+          qblock_rows<KIND, 1>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+          break;
+      }
+      r = r1;
+    }
+  }
+  const int64_t c0 = p * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(g.c + (m0 + r) * g.n + c0, out + r * kQNR, cols * sizeof(float));
+}
+
+// One row: qrow over up to kQPanelsOneRow panels. More rows go to qpanel_rows (run_items), never here.
 template <int KIND>
 static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
-  switch (mr * 4 + np) {
-    FD_QMICRO_CASE(1, 1) FD_QMICRO_CASE(1, 2) FD_QMICRO_CASE(1, 3)
-    FD_QMICRO_CASE(2, 1) FD_QMICRO_CASE(3, 1) FD_QMICRO_CASE(4, 1)
+  (void)mr;
+  switch (np) {
+    case 1:
+      return qrow<KIND, 1>(g, x, m0, p0);
+    case 2:
+      return qrow<KIND, 2>(g, x, m0, p0);
+    case 3:
+      return qrow<KIND, 3>(g, x, m0, p0);
   }
 }
-#undef FD_QMICRO_CASE
 
-// Registers: MR * NP * 2 int32 accumulators + 4 code vectors + 2 broadcasts fit the 16 ymm for these
-// shapes; one panel per item from 2 rows on, so a panel's codes are unpacked once for up to 4 rows.
-constexpr int kQMaxRows = 4;
 constexpr int kQPanelsOneRow = 3, kQPanelsRows = 1;

@@ -17,11 +17,11 @@
 struct QAct {
   const int8_t* hi;   // [m, k]: Q = 256 * hi + lo (VNNI and portable paths)
   const int8_t* lo;   // [m, k]
-  const int16_t* q;   // [m, k]: Q (AVX2 path)
+  const int16_t* q;   // [nb, m, kQBlock]: Q (AVX2 path), block-major: a block's rows are consecutive
   const float* d;     // [m, nb]: da
   const float* s;     // [m, nb]: da * sq
   const int32_t* sq;  // [m, nb]
-  int64_t k, nb;
+  int64_t k, nb, m;
 };
 
 template <int KIND>
@@ -183,9 +183,10 @@ static void quantize_block16(const float* x, int8_t* hi, int8_t* lo, float* d_ou
 }
 #endif
 
-// Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0).
-static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8_t* hi, int8_t* lo, int16_t* q16,
-                         float* d, float* s, int32_t* sq) {
+// Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0); q16 (the AVX2 path's Q) is block-major,
+// [nb][m][kQBlock].
+static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t m, int64_t k, int8_t* hi, int8_t* lo,
+                         int16_t* q16, float* d, float* s, int32_t* sq) {
   const int64_t nb = k / kQBlock;
   int64_t b = 0;
 #if FD_QVNNI
@@ -196,8 +197,8 @@ static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t k, int8
 #endif
   for (; b < nb; ++b) {
     const int64_t i = r * nb + b, off = r * k + b * kQBlock;
-    quantize_block(a + r * lda + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo, q16 ? q16 + off : q16, d + i,
-                   s + i, sq + i);
+    quantize_block(a + r * lda + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo,
+                   q16 ? q16 + (b * m + r) * kQBlock : q16, d + i, s + i, sq + i);
   }
 }
 
@@ -350,6 +351,7 @@ constexpr int kQMaxRows = 4;
 // Panels per work item for 1 row and for more. One row takes one panel per item (qrow1): a thread's run is
 // then one linear stream, and the last item, which one thread finishes while the other waits, is small.
 constexpr int kQPanelsOneRow = 1, kQPanelsRows = 2;
+constexpr int64_t kQChunkRows = 0;  // every item takes all rows
 #elif FD_QAVX2
 #include "qgemm_avx2.h"
 #else
@@ -398,6 +400,7 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 
 constexpr int kQMaxRows = kQMaxRowsPortable;
 constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
+constexpr int64_t kQChunkRows = 0;  // every item takes all rows
 #endif
 
 // Rows [0, g.m) of g.a as a QAct in the calling thread's own scratch (grown on demand, kept for the
@@ -423,48 +426,59 @@ static QAct quantize_rows_local(const GemmArgs& g) {
   }
   int8_t *hi = planes ? t.hi.data() : nullptr, *lo = planes ? t.lo.data() : nullptr;
   int16_t* q16 = planes ? nullptr : t.q16.data();
-  for (int64_t r = 0; r < m; ++r) quantize_row(g.a, g.lda, r, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
-  return QAct{hi, lo, q16, t.d.data(), t.s.data(), t.sq.data(), k, nb};
+  for (int64_t r = 0; r < m; ++r)
+    quantize_row(g.a, g.lda, r, m, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
+  return QAct{hi, lo, q16, t.d.data(), t.s.data(), t.sq.data(), k, nb, m};
 }
 
-template <int KIND>
-static void run_items(const GemmArgs& g, const QAct& x, StealRanges& work, int np, int64_t rows) {
-  const int64_t m = g.m, panels = (g.n + kQNR - 1) / kQNR;
-  for (int64_t pg; (pg = work.next()) >= 0;) {
-    const int64_t p0 = pg * np;
-    for (int64_t m0 = 0; m0 < m; m0 += rows)
-      qitem<KIND>(g, x, m0, (int)std::min(rows, m - m0), p0, (int)std::min<int64_t>(np, panels - p0));
-  }
-}
-
-// How qgemm splits g: work items are groups of np panels, each against every block of `rows` rows.
+// How qgemm splits g: work items are (row chunk, group of np panels) pairs, chunk-major: item i is group
+// i % groups against the chunk's rows [i / groups * chunk_rows, + chunk_rows), taken `rows` at a time.
+// Paths with kQChunkRows 0, and one row, have a single chunk of all rows.
 struct QSplit {
   int np;
-  int64_t groups, rows;
+  int64_t groups, rows, chunk_rows, items;
 };
 
 static QSplit q_split(const GemmArgs& g) {
   const int64_t panels = (g.n + kQNR - 1) / kQNR;
   const int np = g.m == 1 ? kQPanelsOneRow : kQPanelsRows;
-  const int64_t nrb = (g.m + kQMaxRows - 1) / kQMaxRows;
-  return QSplit{np, (panels + np - 1) / np, (g.m + nrb - 1) / nrb};  // balanced row blocks
+  const int64_t nrb = (g.m + kQMaxRows - 1) / kQMaxRows, groups = (panels + np - 1) / np;
+  const int64_t chunks = kQChunkRows && g.m > 1 ? (g.m + kQChunkRows - 1) / kQChunkRows : 1;
+  return QSplit{np, groups, (g.m + nrb - 1) / nrb, (g.m + chunks - 1) / chunks, groups * chunks};  // balanced
 }
 
-// Work items are groups of panels, each against every block of rows, so a thread reads a group's weights
-// from memory once and reuses them from L1 for the other row blocks. Each thread walks its own contiguous
-// run of groups and then steals from the others' (ranges.h), so it reads the weights as long sequential
-// runs rather than small pieces scattered over the matrix (docs/kernels-measurements.md).
+template <int KIND>
+static void run_items(const GemmArgs& g, const QAct& x, StealRanges& work, const QSplit& sp) {
+  const int64_t m = g.m, panels = (g.n + kQNR - 1) / kQNR;
+  for (int64_t it; (it = work.next()) >= 0;) {
+    const int64_t p0 = it % sp.groups * sp.np, np = std::min<int64_t>(sp.np, panels - p0);
+    const int64_t r0 = it / sp.groups * sp.chunk_rows, r1 = std::min(m, r0 + sp.chunk_rows);
+#if FD_QAVX2
+    if (m > 1) {
+      for (int64_t p = p0; p < p0 + np; ++p) qpanel_rows<KIND>(g, x, r0, r1, p);
+      continue;
+    }
+#endif
+    for (int64_t m0 = r0; m0 < r1; m0 += sp.rows)
+      qitem<KIND>(g, x, m0, (int)std::min(sp.rows, r1 - m0), p0, (int)np);
+  }
+}
+
+// Work items are groups of panels, each against every block of rows of a row chunk, so a thread reads a
+// group's weights once per chunk and reuses them from L1 for the chunk's row blocks. Each thread walks its
+// own contiguous run of items and then steals from the others' (ranges.h), so it reads the weights as long
+// sequential runs rather than small pieces scattered over the matrix (docs/kernels-measurements.md).
 template <int KIND>
 static void qgemm_kind(const GemmArgs& g) {
   const int64_t m = g.m, k = g.k, nb = k / kQBlock;
   const QSplit sp = q_split(g);
-  const bool threaded = sp.groups > 1 && m * g.n * k >= (1 << 16);
-  StealRanges work(sp.groups);
+  const bool threaded = sp.items > 1 && m * g.n * k >= (1 << 16);
+  StealRanges work(sp.items);
   if (m == 1) {
     // Decode's one row: every thread quantizes it itself, inside the parallel region and into its own
     // scratch, so the work overlaps the other threads' wake-up and no call allocates.
 #pragma omp parallel if (threaded)
-    run_items<KIND>(g, quantize_rows_local(g), work, sp.np, sp.rows);
+    run_items<KIND>(g, quantize_rows_local(g), work, sp);
     return;
   }
   // Uninitialized: quantize_row writes every element (zeroing them first was a serial pass over 2.6 bytes
@@ -478,10 +492,10 @@ static void qgemm_kind(const GemmArgs& g) {
   const bool big = m * k >= (1 << 16);
 #pragma omp parallel for schedule(static) if (big)
   for (int64_t r = 0; r < m; ++r)
-    quantize_row(g.a, g.lda, r, k, hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get());
-  const QAct x{hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get(), k, nb};
+    quantize_row(g.a, g.lda, r, m, k, hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get());
+  const QAct x{hi.get(), lo.get(), q16.get(), d.get(), s.get(), sq.get(), k, nb, m};
 #pragma omp parallel if (threaded)
-  run_items<KIND>(g, x, work, sp.np, sp.rows);
+  run_items<KIND>(g, x, work, sp);
 }
 
 static void qgemm(const GemmArgs& g) {
@@ -491,17 +505,17 @@ static void qgemm(const GemmArgs& g) {
 }
 
 // Inside a parallel region (decode_region.cc): the calling thread's share of qgemm(g), items from `work`
-// (reset to q_split(g).groups), its rows quantized into its own scratch. The items and their arithmetic
+// (reset to q_split(g).items), its rows quantized into its own scratch. The items and their arithmetic
 // are qgemm's, so the results are its bits whichever thread takes which item.
 static void qgemm_share(const GemmArgs& g, StealRanges& work) {
   const QSplit sp = q_split(g);
   const QAct x = quantize_rows_local(g);
-  if (g.kind == kQ4_0) return run_items<kQ4_0>(g, x, work, sp.np, sp.rows);
-  if (g.kind == kQ4_1) return run_items<kQ4_1>(g, x, work, sp.np, sp.rows);
-  run_items<kQ8_0>(g, x, work, sp.np, sp.rows);
+  if (g.kind == kQ4_0) return run_items<kQ4_0>(g, x, work, sp);
+  if (g.kind == kQ4_1) return run_items<kQ4_1>(g, x, work, sp);
+  run_items<kQ8_0>(g, x, work, sp);
 }
 
-static int64_t qgemm_items(const GemmArgs& g) { return q_split(g).groups; }
+static int64_t qgemm_items(const GemmArgs& g) { return q_split(g).items; }
 
 // The weights of the items qgemm_share gives thread tid of nth first (its own StealRanges range, walked
 // front to back; others steal from its back): what the region prefetches for the thread while it waits at
@@ -509,8 +523,10 @@ static int64_t qgemm_items(const GemmArgs& g) { return q_split(g).groups; }
 static region::Bytes qgemm_own_weights(const GemmArgs& g, int tid, int nth) {
   const QSplit sp = q_split(g);
   const int64_t panels = (g.n + kQNR - 1) / kQNR, panel_bytes = g.k / kQBlock * q_record_bytes(g.kind);
-  const int64_t p0 = std::min(panels, sp.groups * tid / nth * sp.np);
-  const int64_t p1 = std::min(panels, sp.groups * (tid + 1) / nth * sp.np);
+  const int64_t i0 = sp.items * tid / nth, i1 = sp.items * (tid + 1) / nth;
+  // Its first row chunk's groups (the region's GEMMs have a single chunk).
+  const int64_t g0 = i0 % sp.groups, g1 = std::min(sp.groups, g0 + (i1 - i0));
+  const int64_t p0 = std::min(panels, g0 * sp.np), p1 = std::min(panels, g1 * sp.np);
   return {(const char*)g.w + p0 * panel_bytes, (p1 - p0) * panel_bytes};
 }
 
