@@ -109,8 +109,12 @@ static void qmicro(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
   case (mr) * 4 + (np):                          \
     return qmicro<KIND, mr, np>(g, x, m0, p0);
 
+#include "qgemm_avx2_row.h"
+
 template <int KIND>
 static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
+  if constexpr (KIND != kQ8_0)  // one-row calls: quantize_rows_local splits their row into x.hi / x.lo
+    if (g.m == 1 && np == 1) return qrow<KIND, 1>(g, x, m0, p0);
   switch (mr * 4 + np) {
     FD_QMICRO_CASE(1, 1) FD_QMICRO_CASE(1, 2) FD_QMICRO_CASE(1, 3)
     FD_QMICRO_CASE(2, 1) FD_QMICRO_CASE(3, 1) FD_QMICRO_CASE(4, 1)
@@ -121,4 +125,7 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 // Registers: MR * NP * 2 int32 accumulators + 4 code vectors + 2 broadcasts fit the 16 ymm for these
 // shapes; one panel per item from 2 rows on, so a panel's codes are unpacked once for up to 4 rows.
 constexpr int kQMaxRows = 4;
-constexpr int kQPanelsOneRow = 3, kQPanelsRows = 1;
+constexpr int kQPanelsRows = 1;
+// Panels per item for one row: one for the 4-bit kinds (qrow<KIND, 1>: a thread's run is one linear
+// stream), three for Q8_0, whose qmicro needs the three panels' chains (docs/kernels-measurements.md).
+constexpr int q_panels_one_row(int kind) { return kind == kQ8_0 ? 3 : 1; }

@@ -349,7 +349,8 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 constexpr int kQMaxRows = 4;
 // Panels per work item for 1 row and for more. One row takes one panel per item (qrow1): a thread's run is
 // then one linear stream, and the last item, which one thread finishes while the other waits, is small.
-constexpr int kQPanelsOneRow = 1, kQPanelsRows = 2;
+constexpr int kQPanelsRows = 2;
+constexpr int q_panels_one_row(int) { return 1; }
 #elif FD_QAVX2
 #include "qgemm_avx2.h"
 #else
@@ -397,7 +398,8 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 }
 
 constexpr int kQMaxRows = kQMaxRowsPortable;
-constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
+constexpr int kQPanelsRows = 2;
+constexpr int q_panels_one_row(int) { return 3; }
 #endif
 
 // Rows [0, g.m) of g.a as a QAct in the calling thread's own scratch (grown on demand, kept for the
@@ -414,8 +416,8 @@ static QAct quantize_rows_local(const GemmArgs& g) {
   const int64_t k = g.k, nb = k / kQBlock, m = g.m;
   const bool planes = !FD_QAVX2;
   if ((int64_t)t.d.size() < m * nb) {
-    t.hi.resize(planes ? m * k : 0);
-    t.lo.resize(planes ? m * k : 0);
+    t.hi.resize(m * k);  // on the AVX2 path, a one-row call's planes (below)
+    t.lo.resize(m * k);
     t.q16.resize(planes ? 0 : m * k);
     t.d.resize(m * nb);
     t.s.resize(m * nb);
@@ -424,6 +426,12 @@ static QAct quantize_rows_local(const GemmArgs& g) {
   int8_t *hi = planes ? t.hi.data() : nullptr, *lo = planes ? t.lo.data() : nullptr;
   int16_t* q16 = planes ? nullptr : t.q16.data();
   for (int64_t r = 0; r < m; ++r) quantize_row(g.a, g.lda, r, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
+#if FD_QAVX2
+  if (m == 1) {  // the one-row kernel's planes (qgemm_avx2_row.h), split once per call
+    hi = t.hi.data(), lo = t.lo.data();
+    q_split_planes(q16, k, hi, lo);
+  }
+#endif
   return QAct{hi, lo, q16, t.d.data(), t.s.data(), t.sq.data(), k, nb};
 }
 
@@ -445,7 +453,7 @@ struct QSplit {
 
 static QSplit q_split(const GemmArgs& g) {
   const int64_t panels = (g.n + kQNR - 1) / kQNR;
-  const int np = g.m == 1 ? kQPanelsOneRow : kQPanelsRows;
+  const int np = g.m == 1 ? q_panels_one_row(g.kind) : kQPanelsRows;
   const int64_t nrb = (g.m + kQMaxRows - 1) / kQMaxRows;
   return QSplit{np, (panels + np - 1) / np, (g.m + nrb - 1) / nrb};  // balanced row blocks
 }
