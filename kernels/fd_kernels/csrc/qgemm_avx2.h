@@ -49,8 +49,9 @@ static inline void for_quads(const uint8_t* const* codes, F f) {
     }
 }
 
-// One row against panels p0 .. p0+NP, all blocks (decode's one row). Per panel: two int32 accumulators of
-// 8 columns for the block, two fp32 ones for the output.
+// One row against panels p0 .. p0+NP, all blocks (decode's one row of Q8_0; the 4-bit kinds take
+// qgemm_avx2_row.h's qrow_planes). Per panel: two int32 accumulators of 8 columns for the block, two fp32
+// ones for the output.
 template <int KIND, int NP>
 static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
   using K = QKind<KIND>;
@@ -192,18 +193,28 @@ static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1
   for (int64_t r = 0; r < rows; ++r) std::memcpy(g.c + (m0 + r) * g.n + c0, out + r * kQNR, cols * sizeof(float));
 }
 
-// One row: qrow over up to kQPanelsOneRow panels. More rows go to qpanel_rows (run_items), never here.
+#include "qgemm_avx2_row.h"
+
+// One row: the 4-bit kinds take qrow_planes (one panel per item), Q8_0 qrow over up to three panels. More
+// rows go to qpanel_rows (run_items), never here.
 template <int KIND>
 static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
   (void)mr;
-  switch (np) {
-    case 1:
-      return qrow<KIND, 1>(g, x, m0, p0);
-    case 2:
-      return qrow<KIND, 2>(g, x, m0, p0);
-    case 3:
-      return qrow<KIND, 3>(g, x, m0, p0);
+  if constexpr (KIND != kQ8_0) {
+    qrow_planes<KIND, 1>(g, x, m0, p0);  // q_panels_one_row: np == 1
+  } else {
+    switch (np) {
+      case 1:
+        return qrow<KIND, 1>(g, x, m0, p0);
+      case 2:
+        return qrow<KIND, 2>(g, x, m0, p0);
+      case 3:
+        return qrow<KIND, 3>(g, x, m0, p0);
+    }
   }
 }
 
-constexpr int kQPanelsOneRow = 3, kQPanelsRows = 1;
+constexpr int kQPanelsRows = 1;
+// Panels per item for one row: one for the 4-bit kinds (qrow_planes: a thread's run is one linear stream),
+// three for Q8_0, whose qrow needs the three panels' chains (docs/kernels-measurements.md).
+constexpr int q_panels_one_row(int kind) { return kind == kQ8_0 ? 3 : 1; }

@@ -350,7 +350,8 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 constexpr int kQMaxRows = 4;
 // Panels per work item for 1 row and for more. One row takes one panel per item (qrow1): a thread's run is
 // then one linear stream, and the last item, which one thread finishes while the other waits, is small.
-constexpr int kQPanelsOneRow = 1, kQPanelsRows = 2;
+constexpr int kQPanelsRows = 2;
+constexpr int q_panels_one_row(int) { return 1; }
 constexpr int64_t kQChunkRows = 0;  // every item takes all rows
 #elif FD_QAVX2
 #include "qgemm_avx2.h"
@@ -399,7 +400,8 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 }
 
 constexpr int kQMaxRows = kQMaxRowsPortable;
-constexpr int kQPanelsOneRow = 3, kQPanelsRows = 2;
+constexpr int kQPanelsRows = 2;
+constexpr int q_panels_one_row(int) { return 3; }
 constexpr int64_t kQChunkRows = 0;  // every item takes all rows
 #endif
 
@@ -417,8 +419,8 @@ static QAct quantize_rows_local(const GemmArgs& g) {
   const int64_t k = g.k, nb = k / kQBlock, m = g.m;
   const bool planes = !FD_QAVX2;
   if ((int64_t)t.d.size() < m * nb) {
-    t.hi.resize(planes ? m * k : 0);
-    t.lo.resize(planes ? m * k : 0);
+    t.hi.resize(m * k);  // on the AVX2 path, a one-row call's planes (below)
+    t.lo.resize(m * k);
     t.q16.resize(planes ? 0 : m * k);
     t.d.resize(m * nb);
     t.s.resize(m * nb);
@@ -428,6 +430,12 @@ static QAct quantize_rows_local(const GemmArgs& g) {
   int16_t* q16 = planes ? nullptr : t.q16.data();
   for (int64_t r = 0; r < m; ++r)
     quantize_row(g.a, g.lda, r, m, k, hi, lo, q16, t.d.data(), t.s.data(), t.sq.data());
+#if FD_QAVX2
+  if (m == 1) {  // the one-row kernel's planes (qgemm_avx2_row.h), split once per call
+    hi = t.hi.data(), lo = t.lo.data();
+    q_split_planes(q16, k, hi, lo);
+  }
+#endif
   return QAct{hi, lo, q16, t.d.data(), t.s.data(), t.sq.data(), k, nb, m};
 }
 
@@ -441,7 +449,7 @@ struct QSplit {
 
 static QSplit q_split(const GemmArgs& g) {
   const int64_t panels = (g.n + kQNR - 1) / kQNR;
-  const int np = g.m == 1 ? kQPanelsOneRow : kQPanelsRows;
+  const int np = g.m == 1 ? q_panels_one_row(g.kind) : kQPanelsRows;
   const int64_t nrb = (g.m + kQMaxRows - 1) / kQMaxRows, groups = (panels + np - 1) / np;
   const int64_t chunks = kQChunkRows && g.m > 1 ? (g.m + kQChunkRows - 1) / kQChunkRows : 1;
   return QSplit{np, groups, (g.m + nrb - 1) / nrb, (g.m + chunks - 1) / chunks, groups * chunks};  // balanced
