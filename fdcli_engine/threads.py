@@ -134,6 +134,25 @@ def bind_plan(num_threads: int, value: str | None, allowed: list[int]) -> tuple[
     return omp, [c for c in allowed if c not in omp] or [cpus[-1]]
 
 
+def place_io_threads(num_threads: int, prefix: str = "ZMQbg") -> list[int] | None:
+    """Move this process's ZMQ background threads (the I/O thread every send wakes) onto the CPUs
+    bind_plan leaves for the front end; returns those CPUs, or None (no binding, nothing moved).
+
+    The engine core wakes its I/O thread once a step to send the step's outputs. Left on any CPU, the
+    scheduler often wakes it on the main thread's CPU, which then waits for it inside the send; on the
+    front end's CPUs it shares a core with the front end's own work for the same message.
+    """
+    plan = bind_plan(num_threads, os.environ.get(BIND_ENV), allowed_cpus())
+    if plan is None:
+        return None
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that just exited
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().startswith(prefix):
+                    os.sched_setaffinity(int(tid), set(plan[1]))
+    return plan[1]
+
+
 FRONT_END_PRIORITY_ENV = "FD_FRONTEND_PRIORITY"
 
 

@@ -34,7 +34,7 @@ from fdcli_engine.api.core_messages import (
     input_decoder,
 )
 from fdcli_engine.log_files import CORE_LOG, configure_logging
-from fdcli_engine.threads import set_engine_process_env
+from fdcli_engine.threads import place_io_threads, set_engine_process_env
 
 logger = logging.getLogger("fd.core")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     _ignore_group_signals()  # again: importing paddle installed its own handlers
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     fail_fast_on_rank_death(core, args.output)
+    # The sockets' I/O thread started before the core bound its OpenMP threads: off thread 0's CPU now.
+    place_io_threads(getattr(core, "config", config).num_threads)
     vocab = int(getattr(core, "vocab_size", 0) or config.hf_config.get("vocab_size") or 0)
     out.send(event_encoder.encode(ReadyMsg(max_model_len=int(config.max_model_len or 0), vocab_size=vocab)))
     try:

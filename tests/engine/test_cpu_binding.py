@@ -117,6 +117,33 @@ def test_nobind_leaves_threads_free():
     assert r["bound"] is None and all(c == r["allowed"] for c in r["cpus"])
 
 
+IO_CHILD = """
+import json, os, time, zmq
+from fdcli_engine.threads import place_io_threads
+ctx = zmq.Context()
+sock = ctx.socket(zmq.PUSH)  # the context's I/O thread starts with its first socket, and names itself
+def io_threads():
+    return [t for t in os.listdir("/proc/self/task") if open(f"/proc/self/task/{t}/comm").read().startswith("ZMQbg")]
+deadline = time.monotonic() + 10
+while not io_threads() and time.monotonic() < deadline:
+    time.sleep(0.01)
+cpus = place_io_threads(2)
+io = io_threads()
+print(json.dumps({"cpus": cpus, "io": [sorted(os.sched_getaffinity(int(t))) for t in io],
+                  "main": sorted(os.sched_getaffinity(0))}))
+sock.close(0)
+ctx.term()
+"""
+
+
+@pytest.mark.parametrize("bind", ["auto", "nobind"])
+def test_io_threads_leave_thread_zeros_cpu(bind):
+    r = _child_json(IO_CHILD, env={**os.environ, "FD_CPU_OMP_THREADS_BIND": bind})
+    plan = bind_plan(2, bind, allowed_cpus())
+    assert r["io"] and r["cpus"] == (plan[1] if plan else None)
+    assert all(c == (plan[1] if plan else r["main"]) for c in r["io"])  # the main thread is left alone
+
+
 PLACE_CHILD = """
 import json, os, sys, threading
 from fdcli_engine.threads import FrontEndPlacement, place_front_end
