@@ -15,6 +15,24 @@
 
 constexpr int64_t kQPrefetch = 16;  // records ahead, as the VNNI path (docs/kernels-measurements.md)
 
+// Half a panel's fp32 scales of one record: d_w of columns 8h .. 8h+7 and, Q4_1 only, m_w (else zeros).
+template <int KIND>
+static inline void half_scales(const uint8_t* rec, int h, __m256& dw, __m256& mw) {
+  dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rec + 16 * h)));
+  mw = QKind<KIND>::kMin ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rec + 32 + 16 * h))) : _mm256_setzero_ps();
+}
+
+// One block's fp32 steps for 8 columns of row block i (x's index m * nb + blk), the VNNI path's in its order:
+// acc + float(isum - z * sq) * (d_w * da), then, Q4_1 only, + m_w * s.
+template <int KIND>
+static inline __m256 scale_block(__m256 acc, __m256i isum, __m256 dw, __m256 mw, const QAct& x, int64_t i) {
+  using K = QKind<KIND>;
+  if (K::kZ) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(K::kZ * x.sq[i]));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[i])), acc);
+  if (K::kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[i]), acc);
+  return acc;
+}
+
 // A chunk of 64 code bytes widened to 16 bits: u[2h] holds columns 8h .. 8h+7 at the chunk's k's 0, 1 (of
 // each column's 4 consecutive ones) and u[2h+1] at k's 2, 3.
 static inline void widen_chunk(const uint8_t* chunk, __m256i u[4]) {
@@ -84,14 +102,9 @@ static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
     const int64_t i = m0 * nb + blk;
     for (int p = 0; p < NP; ++p)
       for (int h = 0; h < 2; ++h) {
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 16 * h)));
-        __m256i s = is[p][h];
-        if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * x.sq[i]));
-        acc[p][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[i])), acc[p][h]);
-        if (K::kMin) {
-          const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 32 + 16 * h)));
-          acc[p][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[i]), acc[p][h]);
-        }
+        __m256 dw, mw;
+        half_scales<KIND>(recs[p], h, dw, mw);
+        acc[p][h] = scale_block<KIND>(acc[p][h], is[p][h], dw, mw, x, i);
       }
   }
   for (int p = 0; p < NP; ++p) {
@@ -125,7 +138,7 @@ __attribute__((noinline)) static void qblock_rows(const QAct& x, int64_t blk, in
       is[r][1] = _mm256_add_epi32(is[r][1], _mm256_madd_epi16(c1, b));
     }
   }
-  for (int r = 0; r < MR; ++r) {
+  for (int r = 0; r < MR; ++r) {  // scale_block's steps, on the rows' outputs in L1
     const int64_t i = (r0 + r) * x.nb + blk;
     for (int h = 0; h < 2; ++h) {
       __m256i s = is[r][h];
@@ -165,10 +178,7 @@ static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1
         for (int h = 0; h < 2; ++h) _mm256_store_si256((__m256i*)(w16 + (2 * j + i) * 32 + 16 * h), w[2 * h + i]);
     });
     __m256 dw[2], mw[2];
-    for (int h = 0; h < 2; ++h) {
-      dw[h] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rp + 16 * h)));
-      mw[h] = K::kMin ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rp + 32 + 16 * h))) : _mm256_setzero_ps();
-    }
+    for (int h = 0; h < 2; ++h) half_scales<KIND>(rp, h, dw[h], mw[h]);
     // Balanced row blocks (5 rows: 3 + 2), as a 1-row block's two accumulator chains are latency-bound.
     for (int64_t b = 0, r = 0; b < nrb; ++b) {
       const int64_t r1 = rows * (b + 1) / nrb;

@@ -71,14 +71,10 @@ static void qrow_planes(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0
         for (int p = 0; p < NP; ++p) asm("" : "+x"(sh[p]), "+x"(sl[p]));
       }
       for (int p = 0; p < NP; ++p) {
-        __m256i s = _mm256_add_epi32(_mm256_madd_epi16(sh[p], by256), _mm256_madd_epi16(sl[p], by1));
-        if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * x.sq[i]));
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 16 * h)));
-        acc[p][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[i])), acc[p][h]);
-        if (K::kMin) {
-          const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(recs[p] + 32 + 16 * h)));
-          acc[p][h] = _mm256_fmadd_ps(mw, _mm256_set1_ps(x.s[i]), acc[p][h]);
-        }
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(sh[p], by256), _mm256_madd_epi16(sl[p], by1));
+        __m256 dw, mw;
+        half_scales<KIND>(recs[p], h, dw, mw);
+        acc[p][h] = scale_block<KIND>(acc[p][h], s, dw, mw, x, i);
       }
     }
   }
