@@ -22,7 +22,7 @@ static inline void half_scales(const uint8_t* rec, int h, __m256& dw, __m256& mw
   mw = QKind<KIND>::kMin ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(rec + 32 + 16 * h))) : _mm256_setzero_ps();
 }
 
-// One block's fp32 steps for 8 columns of row block i (x's index m * nb + blk), the VNNI path's in its order:
+// One block's fp32 steps for 8 columns of row block i (x's index blk * m + row), the VNNI path's in its order:
 // acc + float(isum - z * sq) * (d_w * da), then, Q4_1 only, + m_w * s.
 template <int KIND>
 static inline __m256 scale_block(__m256 acc, __m256i isum, __m256 dw, __m256 mw, const QAct& x, int64_t i) {
@@ -99,7 +99,7 @@ static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
         is[p][h] = _mm256_add_epi32(is[p][h], s);
       }
     });
-    const int64_t i = m0 * nb + blk;
+    const int64_t i = blk * x.m + m0;
     for (int p = 0; p < NP; ++p)
       for (int h = 0; h < 2; ++h) {
         __m256 dw, mw;
@@ -120,13 +120,14 @@ static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
 // int32 sums scaled into the rows' fp32 outputs out[r][0 .. 16). Codes come from L1 as loads, so the
 // registers hold only the 2 * MR accumulators, the two code vectors of a k pair and a broadcast.
 template <int KIND, int MR>
-__attribute__((noinline)) static void qblock_rows(const QAct& x, int64_t blk, int64_t r0, const int16_t* w16,
-                                                  const __m256* dw, const __m256* mw, float* out) {
+__attribute__((always_inline)) static inline void qblock_rows(const QAct& x, int64_t blk, int64_t r0,
+                                                              const int16_t* w16, const __m256* dw,
+                                                              const __m256* mw, float* out) {
   using K = QKind<KIND>;
   const int16_t* xb = x.q + (blk * x.m + r0) * kQBlock;  // the rows' Q, kQBlock apart
   __m256i is[MR][2];
   for (int r = 0; r < MR; ++r) is[r][0] = is[r][1] = _mm256_setzero_si256();
-#pragma GCC unroll 4
+#pragma GCC unroll 16
   for (int j = 0; j < kQBlock / 2; ++j) {
     const __m256i c0 = _mm256_load_si256((const __m256i*)(w16 + 32 * j));
     const __m256i c1 = _mm256_load_si256((const __m256i*)(w16 + 32 * j + 16));
@@ -137,26 +138,54 @@ __attribute__((noinline)) static void qblock_rows(const QAct& x, int64_t blk, in
       is[r][0] = _mm256_add_epi32(is[r][0], _mm256_madd_epi16(c0, b));
       is[r][1] = _mm256_add_epi32(is[r][1], _mm256_madd_epi16(c1, b));
     }
+    // Keeps each k pair's products added as they come: unrolled without it, GCC re-associates the sums
+    // into all-products-first trees and spills them.
+    for (int r = 0; r < MR; ++r) asm("" : "+x"(is[r][0]), "+x"(is[r][1]));
   }
-  for (int r = 0; r < MR; ++r) {  // scale_block's steps, on the rows' outputs in L1
-    const int64_t i = (r0 + r) * x.nb + blk;
+  // scale_block's steps, on the rows' outputs in L1; the rows' factors are adjacent (block-major).
+  const int64_t i0 = blk * x.m + r0;
+  const float *d = x.d + i0, *sm = x.s + i0;
+  const int32_t* sq = x.sq + i0;
+  for (int r = 0; r < MR; ++r)
     for (int h = 0; h < 2; ++h) {
       __m256i s = is[r][h];
-      if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * x.sq[i]));
+      if (K::kZ) s = _mm256_sub_epi32(s, _mm256_set1_epi32(K::kZ * sq[r]));
       float* o = out + r * kQNR + 8 * h;
-      __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[h], _mm256_set1_ps(x.d[i])),
+      __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[h], _mm256_set1_ps(d[r])),
                                    _mm256_load_ps(o));
-      if (K::kMin) acc = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(x.s[i]), acc);
+      if (K::kMin) acc = _mm256_fmadd_ps(mw[h], _mm256_set1_ps(sm[r]), acc);
       _mm256_store_ps(o, acc);
     }
-  }
 }
 
 // Rows per qblock_rows call, and rows per item (a row chunk): the chunk's running outputs (kQChunkRows x
 // 16 fp32) and one block's widened codes stay in L1, and its activations (2 * k bytes a row) in L2 while
 // the thread walks the panels.
-constexpr int kQMaxRows = 4;  // qpanel_rows's switch covers 1 .. kQMaxRows
+constexpr int kQMaxRows = 4;  // qblock_chunk's switch covers 1 .. kQMaxRows
 constexpr int64_t kQChunkRows = 128;
+
+// Rows m0 .. m0+rows of block blk (qblock_rows's arguments), in balanced row blocks of at most kQMaxRows
+// (5 rows: 3 + 2), as a 1-row block's two accumulator chains are latency-bound. One call per block, so the
+// row blocks run back to back without a call between them.
+template <int KIND>
+__attribute__((noinline)) static void qblock_chunk(const QAct& x, int64_t blk, int64_t m0, int64_t rows,
+                                                   const int16_t* w16, const __m256* dw, const __m256* mw,
+                                                   float* out) {
+  const int64_t nrb = (rows + kQMaxRows - 1) / kQMaxRows, base = rows / nrb, extra = rows % nrb;
+  for (int64_t b = 0, r = 0; b < nrb; ++b) {
+    const int64_t n = base + (b < extra);
+    if (n == 4) {
+      qblock_rows<KIND, 4>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+    } else if (n == 3) {
+      qblock_rows<KIND, 3>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+    } else if (n == 2) {
+      qblock_rows<KIND, 2>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+    } else {
+      qblock_rows<KIND, 1>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+    }
+    r += n;
+  }
+}
 
 // Rows m0 .. m1 (at most kQChunkRows) against panel p, all blocks, for more than one row: block by block,
 // each block's codes widened once into w16 and multiplied by every row of the chunk, the rows' fp32
@@ -164,7 +193,7 @@ constexpr int64_t kQChunkRows = 128;
 template <int KIND>
 static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1, int64_t p) {
   using K = QKind<KIND>;
-  const int64_t nb = x.nb, rec = q_record_bytes(KIND), rows = m1 - m0, nrb = (rows + kQMaxRows - 1) / kQMaxRows;
+  const int64_t nb = x.nb, rec = q_record_bytes(KIND), rows = m1 - m0;
   alignas(32) int16_t w16[kQBlock * kQNR];
   alignas(32) float out[kQChunkRows * kQNR];
   for (int64_t r = 0; r < rows; ++r)
@@ -179,28 +208,16 @@ static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1
     });
     __m256 dw[2], mw[2];
     for (int h = 0; h < 2; ++h) half_scales<KIND>(rp, h, dw[h], mw[h]);
-    // Balanced row blocks (5 rows: 3 + 2), as a 1-row block's two accumulator chains are latency-bound.
-    for (int64_t b = 0, r = 0; b < nrb; ++b) {
-      const int64_t r1 = rows * (b + 1) / nrb;
-      switch (r1 - r) {
-        case 4:
-          qblock_rows<KIND, 4>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
-          break;
-        case 3:
-          qblock_rows<KIND, 3>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
-          break;
-        case 2:
-          qblock_rows<KIND, 2>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
-          break;
-        case 1:
-          qblock_rows<KIND, 1>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
-          break;
-      }
-      r = r1;
-    }
+    qblock_chunk<KIND>(x, blk, m0, rows, w16, dw, mw, out);
   }
   const int64_t c0 = p * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(g.c + (m0 + r) * g.n + c0, out + r * kQNR, cols * sizeof(float));
+  float* c = g.c + m0 * g.n + c0;
+  if (cols == kQNR) {  // a full panel: two vector stores a row rather than a memcpy call
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(c + r * g.n + 8 * h, _mm256_load_ps(out + r * kQNR + 8 * h));
+  } else {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * g.n, out + r * kQNR, cols * sizeof(float));
+  }
 }
 
 #include "qgemm_avx2_row.h"

@@ -50,7 +50,7 @@ static void qrow_planes(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0
     for (int p = 0; p < NP; ++p) recs[p] = (const uint8_t*)g.w + ((p0 + p) * nb + blk) * rec;
     for (int p = 0; p < NP; ++p)
       for (int64_t l = 0; l < rec; l += 64) _mm_prefetch((const char*)recs[p] + kQPrefetch * rec + l, _MM_HINT_T0);
-    const int64_t i = m0 * nb + blk;
+    const int64_t i = blk * x.m + m0;
     const int8_t *xh = x.hi + m0 * x.k + blk * kQBlock, *xl = x.lo + m0 * x.k + blk * kQBlock;
     for (int h = 0; h < 2; ++h) {  // columns 8h .. 8h+7
       // int16 sums against the hi and the lo plane: lane 2c + e holds column c's pairs (k = 4j + 2e,

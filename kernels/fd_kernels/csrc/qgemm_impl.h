@@ -18,9 +18,9 @@ struct QAct {
   const int8_t* hi;   // [m, k]: Q = 256 * hi + lo (VNNI and portable paths)
   const int8_t* lo;   // [m, k]
   const int16_t* q;   // [nb, m, kQBlock]: Q (AVX2 path), block-major: a block's rows are consecutive
-  const float* d;     // [m, nb]: da
-  const float* s;     // [m, nb]: da * sq
-  const int32_t* sq;  // [m, nb]
+  const float* d;     // [m, nb]: da (AVX2 path: [nb, m], block-major as q)
+  const float* s;     // [m, nb]: da * sq (AVX2 path: [nb, m])
+  const int32_t* sq;  // [m, nb] (AVX2 path: [nb, m])
   int64_t k, nb, m;
 };
 
@@ -184,7 +184,7 @@ static void quantize_block16(const float* x, int8_t* hi, int8_t* lo, float* d_ou
 #endif
 
 // Row r of a [m, lda] into the QAct buffers (k % kQBlock == 0); q16 (the AVX2 path's Q) is block-major,
-// [nb][m][kQBlock].
+// [nb][m][kQBlock], and so are the AVX2 path's d, s and sq ([nb][m]: a row block's factors are adjacent).
 static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t m, int64_t k, int8_t* hi, int8_t* lo,
                          int16_t* q16, float* d, float* s, int32_t* sq) {
   const int64_t nb = k / kQBlock;
@@ -196,7 +196,7 @@ static void quantize_row(const float* a, int64_t lda, int64_t r, int64_t m, int6
   }
 #endif
   for (; b < nb; ++b) {
-    const int64_t i = r * nb + b, off = r * k + b * kQBlock;
+    const int64_t i = FD_QAVX2 ? b * m + r : r * nb + b, off = r * k + b * kQBlock;
     quantize_block(a + r * lda + b * kQBlock, hi ? hi + off : hi, lo ? lo + off : lo,
                    q16 ? q16 + (b * m + r) * kQBlock : q16, d + i, s + i, sq + i);
   }
