@@ -51,10 +51,10 @@ static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int
   }
 }
 
-// The kNV scale (and, for kU4, min) vectors of panel p's scale group gi.
+// The kNV scale (and, for kU4, min) vectors of panel p's scale group gi, of ngroups a panel.
 template <int KIND>
-static inline void load_scales(const GemmArgs& g, int64_t p, int64_t gi, vf* s, vf* mn) {
-  const int64_t off = (p * ((g.k + g.group - 1) / g.group) + gi) * kNR;
+static inline void load_scales(const GemmArgs& g, int64_t p, int64_t gi, int64_t ngroups, vf* s, vf* mn) {
+  const int64_t off = (p * ngroups + gi) * kNR;
   for (int v = 0; v < kNV; ++v) {
     s[v] = vload(g.scales + off + v * FD_W);
     mn[v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
@@ -84,11 +84,12 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t 
   }
   const float* a = g.a + m0 * g.lda;
   const int64_t group = KIND == kF32 ? g.k : g.group;
+  const int64_t ngroups = (g.k + group - 1) / group;
   vf s[NP][kNV], mn[NP][kNV];
   for (int64_t k = k0; k < k1;) {
     const int64_t gi = k / group;
     if (KIND != kF32)
-      for (int q = 0; q < NP; ++q) load_scales<KIND>(g, p + q, gi, s[q], mn[q]);
+      for (int q = 0; q < NP; ++q) load_scales<KIND>(g, p + q, gi, ngroups, s[q], mn[q]);
     const int64_t kend = std::min(k1, (gi + 1) * group);
     micro_group<MR, NP, KIND, RND>(g, a, p, k, kend, s, mn, acc);
     k = kend;
@@ -155,10 +156,11 @@ constexpr int64_t kPMC = FD_PACK_MC;  // most rows per chunk, the unit the threa
 // Rows [k0, k1) of panel p dequantized into out [k1 - k0][kNR].
 template <int KIND>
 static void unpack_panel(const GemmArgs& g, int64_t p, int64_t k0, int64_t k1, float* out) {
+  const int64_t ngroups = (g.k + g.group - 1) / g.group;
   vf s[kNV], mn[kNV], b[kNV];
   for (int64_t k = k0; k < k1;) {
     const int64_t gi = k / g.group, kend = std::min(k1, (gi + 1) * g.group);
-    load_scales<KIND>(g, p, gi, s, mn);
+    load_scales<KIND>(g, p, gi, ngroups, s, mn);
     for (; k < kend; ++k, out += kNR) {
       load_b<KIND, false>(g, p, k, s, mn, b);
       for (int v = 0; v < kNV; ++v) vstore(out + v * FD_W, b[v]);
