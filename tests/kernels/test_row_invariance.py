@@ -3,7 +3,8 @@ answers). A preempted request is recomputed as one many-row prefill of its promp
 those tokens first came from one-row decode steps, batched with whatever else was running. Both kernels
 on that path give the bits the decode gave:
 - linear: every output element is one FMA chain over k in order, for any row count (the rows of a
-  decode batch, a prompt, the K-blocked schedule from 48 rows), fp32 and weight-only int8 / int4;
+  decode batch, a prompt, the K-blocked schedules: from 48 rows, or on AVX2 from 5 rows with the weights
+  dequantized into a scratch and the rows in chunks), fp32 and weight-only int8 / int4;
 - paged_attention: with the step's prompt_rows, each generated-token query (0 in the mask, after its
   sequence's prompt queries) takes the work items its decode step had, so its output equals that
   decode's exactly, whatever the cache dtype; every prompt query takes the lanes, whose rows do not see
@@ -22,15 +23,17 @@ from fdcli_engine.step_types import AttentionMetadata
 
 
 @pytest.mark.parametrize("quant", [None, "wint8", "wint4"])
-@pytest.mark.parametrize("k", [64, 640])  # 640: two K blocks (384 + 256) once 48 rows block K
+# 640: two K blocks (384 + 256) once 48 rows block K; 1000: two (500 + 500) on AVX2's scratch path, the
+# boundary inside a wint4 group. 300 rows: two row chunks there. n = 200: a last panel of 8 columns.
+@pytest.mark.parametrize("k", [64, 640, 1000])
 def test_linear_rows_are_batch_invariant(native, rng, quant, k):
     n = 200
     w = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal(n, dtype=np.float32)
     lw = native.prepare_linear(w, b, quant)
-    x = rng.standard_normal((70, k), dtype=np.float32)
+    x = rng.standard_normal((300, k), dtype=np.float32)
     alone = np.stack([native.linear(to_pd(x[i : i + 1]), lw).numpy()[0] for i in range(len(x))])
-    for m in (2, 3, 5, 13, 47, 48, 70):
+    for m in (2, 3, 4, 5, 6, 13, 47, 48, 70, 300):
         np.testing.assert_array_equal(native.linear(to_pd(x[:m]), lw).numpy(), alone[:m], err_msg=f"m={m}")
 
 

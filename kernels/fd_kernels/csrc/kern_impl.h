@@ -51,6 +51,16 @@ static inline void micro_group(const GemmArgs& g, const float* a, int64_t p, int
   }
 }
 
+// The kNV scale (and, for kU4, min) vectors of panel p's scale group gi, of ngroups a panel.
+template <int KIND>
+static inline void load_scales(const GemmArgs& g, int64_t p, int64_t gi, int64_t ngroups, vf* s, vf* mn) {
+  const int64_t off = (p * ngroups + gi) * kNR;
+  for (int v = 0; v < kNV; ++v) {
+    s[v] = vload(g.scales + off + v * FD_W);
+    mn[v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
+  }
+}
+
 // K range [k0, k1) of panels p .. p+NP for rows m0 .. m0+MR: C = (first ? bias : C) + A x W. Accumulators
 // stay in registers over the range; each weight row is dequantized once and reused by all MR rows.
 // Resuming from C between K blocks continues each element's chain exactly (fp32 in, fp32 out).
@@ -78,15 +88,8 @@ static void micro(const GemmArgs& g, int64_t m0, int64_t p, int64_t k0, int64_t 
   vf s[NP][kNV], mn[NP][kNV];
   for (int64_t k = k0; k < k1;) {
     const int64_t gi = k / group;
-    if (KIND != kF32) {
-      for (int q = 0; q < NP; ++q) {
-        const int64_t off = ((p + q) * ngroups + gi) * kNR;
-        for (int v = 0; v < kNV; ++v) {
-          s[q][v] = vload(g.scales + off + v * FD_W);
-          mn[q][v] = KIND == kU4 ? vload(g.mins + off + v * FD_W) : vzero();
-        }
-      }
-    }
+    if (KIND != kF32)
+      for (int q = 0; q < NP; ++q) load_scales<KIND>(g, p + q, gi, ngroups, s[q], mn[q]);
     const int64_t kend = std::min(k1, (gi + 1) * group);
     micro_group<MR, NP, KIND, RND>(g, a, p, k, kend, s, mn, acc);
     k = kend;
@@ -132,6 +135,137 @@ static void micro_small(const GemmArgs& g, int mr, int64_t p, int64_t np, int64_
   for (; q < np; ++q) micro_rows<KIND, RND>(g, mr, 0, p + q, k0, k1, first);
 }
 
+#if FD_W == 8
+// Prompt rows on AVX2, where a weight row dequantized per use costs as much as its FMAs: each thread
+// dequantizes a (K block, panel) of weights once into an fp32 scratch in the kF32 panel layout (load_b's
+// values, so the same operands), and a register-blocked kernel runs every row of its chunk against it.
+// The kernel holds up to kPR rows x 16 columns (12 accumulators, 2 weight vectors, 1 broadcast of the 16
+// ymm registers) and takes each output's FMA chain over k in order from the bias, resuming from C between
+// K blocks: the numbers of micro(), for any row count and chunking.
+#ifndef FD_PACK_KC  // overridable for kernels/bench_native.cc experiments
+#define FD_PACK_KC 768
+#define FD_PACK_MC 256
+#endif
+constexpr int kPR = 6;
+// Rows from which the scratch pays: below them dequantizing per use (micro_rows) costs no more than
+// storing the block and loading it back.
+constexpr int64_t kPackMinRows = 5;
+constexpr int64_t kPKC = FD_PACK_KC;  // most k's per block: its dequantized panel (96 KiB) stays in L2
+constexpr int64_t kPMC = FD_PACK_MC;  // most rows per chunk, the unit the threads split with the panels
+
+// Rows [k0, k1) of panel p dequantized into out [k1 - k0][kNR].
+template <int KIND>
+static void unpack_panel(const GemmArgs& g, int64_t p, int64_t k0, int64_t k1, float* out) {
+  const int64_t ngroups = (g.k + g.group - 1) / g.group;
+  vf s[kNV], mn[kNV], b[kNV];
+  for (int64_t k = k0; k < k1;) {
+    const int64_t gi = k / g.group, kend = std::min(k1, (gi + 1) * g.group);
+    load_scales<KIND>(g, p, gi, ngroups, s, mn);
+    for (; k < kend; ++k, out += kNR) {
+      load_b<KIND, false>(g, p, k, s, mn, b);
+      for (int v = 0; v < kNV; ++v) vstore(out + v * FD_W, b[v]);
+    }
+  }
+}
+
+// R rows x 16 columns over kn >= 1 k's: c[m] = init[m] + sum over k of a[m, k] * b[k], each column one FMA
+// chain in k order. b's rows are kNR floats apart, init's ldi apart (0: every row starts from the same bias).
+template <int R>
+static void micro_packed(const float* a, int64_t lda, const float* b, int64_t kn, const float* init, int64_t ldi,
+                         float* c, int64_t ldc) {
+  vf acc[R][2];
+  for (int m = 0; m < R; ++m)
+    for (int v = 0; v < 2; ++v) acc[m][v] = vload(init + m * ldi + v * FD_W);
+  int64_t k = 0;
+  do {  // kn >= 1: no path around the loop, so the accumulators stay in registers from load to store
+    const vf b0 = vload(b), b1 = vload(b + FD_W);
+    for (int m = 0; m < R; ++m) {
+      const vf av = vset1(a[m * lda + k]);
+      acc[m][0] = vfma(av, b0, acc[m][0]);
+      acc[m][1] = vfma(av, b1, acc[m][1]);
+    }
+    b += kNR;
+  } while (++k < kn);
+  for (int m = 0; m < R; ++m)
+    for (int v = 0; v < 2; ++v) vstore(c + m * ldc + v * FD_W, acc[m][v]);
+}
+
+// Rows m0 .. m0+r (r <= kPR), columns n0 .. n0+16 of C over [k0, k1), from the bias on the first K block and
+// from C after it. A tile past column g.n runs on a copy, so the kernel never reads or writes past a row.
+static void tile_packed(const GemmArgs& g, int r, int64_t m0, int64_t n0, const float* b, int64_t k0, int64_t k1,
+                        bool first) {
+  const float* a = g.a + m0 * g.lda + k0;
+  const int64_t ncols = std::min<int64_t>(2 * FD_W, g.n - n0);
+  float* c = g.c + m0 * g.n + n0;
+  alignas(32) float tmp[kPR * 2 * FD_W];
+  float* dst = c;
+  int64_t ldc = g.n;
+  if (ncols != 2 * FD_W) {
+    if (!first)
+      for (int m = 0; m < r; ++m) std::memcpy(tmp + m * 2 * FD_W, c + m * g.n, ncols * sizeof(float));
+    dst = tmp;
+    ldc = 2 * FD_W;
+  }
+  alignas(32) static const float zeros[2 * FD_W] = {};
+  const float* init = first ? (g.bias ? g.bias + n0 : zeros) : dst;
+  const int64_t ldi = first ? 0 : ldc, kn = k1 - k0;
+  switch (r) {
+    case 1: micro_packed<1>(a, g.lda, b, kn, init, ldi, dst, ldc); break;
+    case 2: micro_packed<2>(a, g.lda, b, kn, init, ldi, dst, ldc); break;
+    case 3: micro_packed<3>(a, g.lda, b, kn, init, ldi, dst, ldc); break;
+    case 4: micro_packed<4>(a, g.lda, b, kn, init, ldi, dst, ldc); break;
+    case 5: micro_packed<5>(a, g.lda, b, kn, init, ldi, dst, ldc); break;
+    default: micro_packed<kPR>(a, g.lda, b, kn, init, ldi, dst, ldc); break;
+  }
+  if (dst != c)
+    for (int m = 0; m < r; ++m) std::memcpy(c + m * g.n, tmp + m * 2 * FD_W, ncols * sizeof(float));
+}
+
+// Rows [r0, r1) of panel p over [k0, k1), in balanced blocks of at most kPR rows (13 -> 5 + 4 + 4).
+static void rows_packed(const GemmArgs& g, int64_t r0, int64_t r1, int64_t p, const float* b, int64_t k0,
+                        int64_t k1, bool first) {
+  const int64_t nb = (r1 - r0 + kPR - 1) / kPR, base = (r1 - r0) / nb, extra = (r1 - r0) % nb;
+  for (int64_t i = 0, m0 = r0; i < nb; ++i) {
+    const int r = (int)(base + (i < extra));
+    for (int64_t n0 = p * kNR; n0 < std::min(g.n, (p + 1) * kNR); n0 += 2 * FD_W)
+      tile_packed(g, r, m0, n0, b + n0 % kNR, k0, k1, first);
+    m0 += r;
+  }
+}
+
+// Threads split the (panel, row chunk) pairs panel-major, as gemm_kind's blocked schedule does: a panel's
+// weights are read from memory once per chunk. Each pair walks its K blocks with the panel's block
+// dequantized once (kF32 panels are read in place).
+template <int KIND>
+static void gemm_packed(const GemmArgs& g) {
+  const int64_t panels = (g.n + kNR - 1) / kNR;
+  const int64_t nchunks = (g.m + kPMC - 1) / kPMC;
+  const int64_t rows = (g.m + nchunks - 1) / nchunks;  // balanced chunks
+  const int64_t nkb = (g.k + kPKC - 1) / kPKC;
+  const int64_t kc = (g.k + nkb - 1) / nkb;  // balanced K blocks: 1000 -> 500 + 500
+  const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels * nchunks > 1;
+#pragma omp parallel if (parallel)
+  {
+    const Scratch buf = scratch(KIND == kF32 ? 0 : kc * kNR);
+#pragma omp for schedule(static) collapse(2)
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const int64_t r0 = c * rows, r1 = std::min(g.m, r0 + rows);
+        for (int64_t k0 = 0; k0 < g.k; k0 += kc) {
+          const int64_t k1 = std::min(g.k, k0 + kc);
+          const float* b = (const float*)g.w + (p * g.k + k0) * kNR;
+          if (KIND != kF32) {
+            unpack_panel<KIND>(g, p, k0, k1, buf.get());
+            b = buf.get();
+          }
+          rows_packed(g, r0, r1, p, b, k0, k1, k0 == 0);
+        }
+      }
+    }
+  }
+}
+#endif
+
 // Rows at or above which K is blocked: then a kKC x kNR weight block (48 KiB fp32) stays in L1/L2 while
 // every row block uses it, and the A[:, kc] block stays in L2 across a thread's panels. Below it (decode)
 // the weights are streamed once from memory and K is not blocked.
@@ -153,6 +287,9 @@ static void gemm_kind(const GemmArgs& g) {
   const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
   const int64_t kc = g.m >= kBlockKMinRows ? kKC : std::max<int64_t>(g.k, 1);
   const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels * nblocks > 1;
+#if FD_W == 8
+  if (g.m >= kPackMinRows && g.k > 0 && !RND) return gemm_packed<KIND>(g);
+#endif
   if (g.m <= 2) {
     // Decode: each thread one contiguous, even share of the panels, taken a few panels at a time.
 #pragma omp parallel if (parallel)
