@@ -6,7 +6,7 @@
 //       -DFD_A_IMPL='"/tmp/old/kern_impl.h"' -DFD_B_IMPL='"kern_impl.h"' kernels/bench_prompt_attn_ab.cc \
 //       kernels/fd_kernels/csrc/{kernels,qgemm,amx}.cc -o /tmp/bench_prompt_attn_ab
 // Run: bench_prompt_attn_ab CTX LAYERS PASSES THREADS [HD NH NKV] (default 64 9 3). Prints per-layer
-// milliseconds (TSC at 2.1 GHz).
+// milliseconds (TSC at 2.1 GHz). Environment ISA=8: the AVX2 (w8) kernels instead of AVX-512 (w16).
 #include <immintrin.h>
 #include <omp.h>
 #include <x86intrin.h>
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   omp_set_num_threads(threads);
   const int64_t hd = argc > 5 ? std::atol(argv[5]) : 64, nh = argc > 6 ? std::atol(argv[6]) : 9;
   const int64_t nkv = argc > 7 ? std::atol(argv[7]) : 3, bs = 16, mb = (ctx + bs - 1) / bs;
+  const bool w8 = std::getenv("ISA") && std::atoi(std::getenv("ISA")) == 8;
   std::mt19937 rng(0);
   std::normal_distribution<float> dist;
   std::vector<int64_t> qsl{0, ctx}, lens{ctx}, bt(mb);
@@ -59,7 +60,10 @@ int main(int argc, char** argv) {
     const unsigned long long t0 = __rdtsc();
     for (int l = 0; l < layers; ++l) {
       const fdk::AttnArgs a = args(l, use_b ? ob.data() : oa.data());
-      use_b ? fdk::B::w16::paged_attention(a) : fdk::A::w16::paged_attention(a);
+      if (w8)
+        use_b ? fdk::B::w8::paged_attention(a) : fdk::A::w8::paged_attention(a);
+      else
+        use_b ? fdk::B::w16::paged_attention(a) : fdk::A::w16::paged_attention(a);
     }
     return __rdtsc() - t0;
   };
@@ -82,9 +86,9 @@ int main(int argc, char** argv) {
   }
   std::sort(ra.begin(), ra.end());
   std::sort(rb.begin(), rb.end());
-  std::printf("hd=%ld heads=%ld/%ld ctx=%ld layers=%d thr=%d |A-B| %.2e (max|A| %.2f)  ms/layer: A %.3f-%.3f (med %.3f)  "
-              "B %.3f-%.3f (med %.3f)  B/A med %.3f\n",
-              (long)hd, (long)nh, (long)nkv, (long)ctx, layers, threads, maxdiff, maxabs, ra.front(), ra.back(), ra[passes / 2], rb.front(),
-              rb.back(), rb[passes / 2], rb[passes / 2] / ra[passes / 2]);
+  std::printf("w%d hd=%ld heads=%ld/%ld ctx=%ld layers=%d thr=%d |A-B| %.2e (max|A| %.2f)  ms/layer: "
+              "A %.3f-%.3f (med %.3f)  B %.3f-%.3f (med %.3f)  B/A med %.3f\n",
+              w8 ? 8 : 16, (long)hd, (long)nh, (long)nkv, (long)ctx, layers, threads, maxdiff, maxabs, ra.front(),
+              ra.back(), ra[passes / 2], rb.front(), rb.back(), rb[passes / 2], rb[passes / 2] / ra[passes / 2]);
   return 0;
 }

@@ -734,113 +734,157 @@ struct LaneState {
   vf mx, l;
 };
 
-// Scores of N keys (rows kp, stride hd) for all lanes. Fixed N keeps the N accumulators and four q
-// vectors in registers (N + 5 <= 32 for N = 16 on AVX-512), so each FMA loads only its broadcast key
-// element; hd must be a multiple of 4.
-template <int N>
-static inline void lane_scores_fixed(const float* qt, const float* kp, int64_t hd, vf* s) {
-  vf acc[N];
-  for (int j = 0; j < N; ++j) acc[j] = vzero();
-  for (int64_t d = 0; d < hd; d += 4) {
-    const vf q0 = vload(qt + d * FD_W), q1 = vload(qt + (d + 1) * FD_W);
-    const vf q2 = vload(qt + (d + 2) * FD_W), q3 = vload(qt + (d + 3) * FD_W);
-    for (int j = 0; j < N; ++j) {
-      const float* kj = kp + j * hd + d;
-      acc[j] = vfma(q0, vset1(kj[0]), acc[j]);
-      acc[j] = vfma(q1, vset1(kj[1]), acc[j]);
-      acc[j] = vfma(q2, vset1(kj[2]), acc[j]);
-      acc[j] = vfma(q3, vset1(kj[3]), acc[j]);
+// Scores of n <= kKeyChunk keys (rows kp, stride hd) for the lanes of S sets of rows (qt[s]: set s's q),
+// in passes of KB keys, D dims a step: each pass keeps its S * KB accumulators and S * D q vectors in
+// registers (AVX-512: KB = 16, D = 4, 20 of 32; AVX2: KB * S = 8, S * (KB + D) + 1 <= 16), so each FMA
+// loads at most its broadcast key element, and a broadcast feeds all S sets. A last pass past key n - 1
+// scores that key again in the missing places (never read past the chunk). Each key's sum runs over d in
+// order whatever KB, D and S are. hd must be a multiple of 4.
+template <int S>
+static inline void lane_scores_fixed(const float* const* qt, const float* kp, int64_t hd, int64_t n,
+                                     vf (*s)[kKeyChunk]) {
+  constexpr int KB = FD_W == 8 ? 8 / S : kKeyChunk, D = FD_W == 8 && S > 1 ? 2 : 4;
+  for (int64_t j0 = 0; j0 < n; j0 += KB) {
+    const float* kr[KB];
+    for (int j = 0; j < KB; ++j) kr[j] = kp + std::min<int64_t>(j0 + j, n - 1) * hd;
+    vf acc[S][KB];
+    for (int i = 0; i < S; ++i)
+      for (int j = 0; j < KB; ++j) acc[i][j] = vzero();
+    for (int64_t d = 0; d < hd; d += D) {
+      vf q[S][D];
+      for (int i = 0; i < S; ++i)
+        for (int e = 0; e < D; ++e) q[i][e] = vload(qt[i] + (d + e) * FD_W);
+      for (int j = 0; j < KB; ++j)
+        for (int e = 0; e < D; ++e) {
+          const vf k = vset1(kr[j][d + e]);
+          for (int i = 0; i < S; ++i) acc[i][j] = vfma(q[i][e], k, acc[i][j]);
+        }
     }
-  }
-  for (int j = 0; j < N; ++j) s[j] = acc[j];
-}
-
-static inline void lane_scores(const float* qt, const float* kp, int64_t hd, int64_t n, vf* s) {
-  if (n == kKeyChunk && hd % 4 == 0) return lane_scores_fixed<kKeyChunk>(qt, kp, hd, s);
-  for (int64_t j = 0; j < n; ++j) {
-    vf acc = vzero();
-    for (int64_t d = 0; d < hd; ++d) acc = vfma(vload(qt + d * FD_W), vset1(kp[j * hd + d]), acc);
-    s[j] = acc;
+    for (int i = 0; i < S; ++i)
+      for (int j = 0; j < KB && j0 + j < n; ++j) s[i][j0 + j] = acc[i][j];
   }
 }
 
-// ot = ot * corr + sum_j p[j] * v_j, four output dims at a time so four FMA chains run side by side.
-static inline void lane_pv(float* ot, const vf* p, vf corr, const float* vp, int64_t hd, int64_t n) {
+// A partial chunk takes the passes on AVX2, whose passes are short; on AVX-512 one 16-key pass would
+// mostly score the last key again.
+template <int S>
+static inline void lane_scores(const float* const* qt, const float* kp, int64_t hd, int64_t n, vf (*s)[kKeyChunk]) {
+  if ((n == kKeyChunk || FD_W == 8) && hd % 4 == 0) return lane_scores_fixed<S>(qt, kp, hd, n, s);
+  for (int i = 0; i < S; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      vf acc = vzero();
+      for (int64_t d = 0; d < hd; ++d) acc = vfma(vload(qt[i] + d * FD_W), vset1(kp[j * hd + d]), acc);
+      s[i][j] = acc;
+    }
+}
+
+// ot[s] = ot[s] * corr[s] + sum_j p[s][j] * v_j for S sets of lanes, DB output dims at a time so S * DB FMA
+// chains run side by side (AVX2: eight, enough to cover the FMA latency at two a cycle) and each broadcast
+// value feeds all S sets; each dim's sum runs over j in order.
+template <int S>
+static inline void lane_pv(float* const* ot, const vf (*p)[kKeyChunk], const vf* corr, const float* vp, int64_t hd,
+                           int64_t n) {
+  constexpr int64_t DB = FD_W == 8 ? 8 / S : 4;
   int64_t d = 0;
-  for (; d + 4 <= hd; d += 4) {
-    vf o0 = vmul(vload(ot + d * FD_W), corr), o1 = vmul(vload(ot + (d + 1) * FD_W), corr);
-    vf o2 = vmul(vload(ot + (d + 2) * FD_W), corr), o3 = vmul(vload(ot + (d + 3) * FD_W), corr);
+  for (; d + DB <= hd; d += DB) {
+    vf o[S][DB];
+    for (int i = 0; i < S; ++i)
+      for (int64_t b = 0; b < DB; ++b) o[i][b] = vmul(vload(ot[i] + (d + b) * FD_W), corr[i]);
     for (int64_t j = 0; j < n; ++j) {
       const float* vj = vp + j * hd + d;
-      o0 = vfma(p[j], vset1(vj[0]), o0);
-      o1 = vfma(p[j], vset1(vj[1]), o1);
-      o2 = vfma(p[j], vset1(vj[2]), o2);
-      o3 = vfma(p[j], vset1(vj[3]), o3);
+      for (int64_t b = 0; b < DB; ++b) {
+        const vf v = vset1(vj[b]);
+        for (int i = 0; i < S; ++i) o[i][b] = vfma(p[i][j], v, o[i][b]);
+      }
     }
-    vstore(ot + d * FD_W, o0);
-    vstore(ot + (d + 1) * FD_W, o1);
-    vstore(ot + (d + 2) * FD_W, o2);
-    vstore(ot + (d + 3) * FD_W, o3);
+    for (int i = 0; i < S; ++i)
+      for (int64_t b = 0; b < DB; ++b) vstore(ot[i] + (d + b) * FD_W, o[i][b]);
   }
-  for (; d < hd; ++d) {
-    vf o = vmul(vload(ot + d * FD_W), corr);
-    for (int64_t j = 0; j < n; ++j) o = vfma(p[j], vset1(vp[j * hd + d]), o);
-    vstore(ot + d * FD_W, o);
-  }
+  for (; d < hd; ++d)
+    for (int i = 0; i < S; ++i) {
+      vf o = vmul(vload(ot[i] + d * FD_W), corr[i]);
+      for (int64_t j = 0; j < n; ++j) o = vfma(p[i][j], vset1(vp[j * hd + d]), o);
+      vstore(ot[i] + d * FD_W, o);
+    }
 }
 
-// One chunk of n keys starting at key kk: scores, causal mask near the diagonal, online softmax update.
-static inline void lane_chunk(LaneState& st, const float* kp, const float* vp, int64_t hd, int64_t kk, int64_t n) {
-  vf p[kKeyChunk];
-  lane_scores(st.qt, kp, hd, n, p);
-  vf cmax = st.mx;
-  for (int64_t j = 0; j < n; ++j) {
-    if (kk + j >= st.min_nk) p[j] = vmask_le(p[j], (float)(kk + j), st.limit);
-    cmax = vmax(cmax, p[j]);
+// One chunk of n keys starting at key kk for S sets of lanes: scores, causal mask near the diagonal, online
+// softmax update.
+template <int S>
+static inline void lane_chunk(LaneState* st, const float* kp, const float* vp, int64_t hd, int64_t kk, int64_t n) {
+  vf p[S][kKeyChunk], corr[S];
+  const float* qt[S];
+  float* ot[S];
+  for (int i = 0; i < S; ++i) qt[i] = st[i].qt, ot[i] = st[i].ot;
+  lane_scores<S>(qt, kp, hd, n, p);
+  for (int i = 0; i < S; ++i) {
+    vf cmax = st[i].mx;
+    for (int64_t j = 0; j < n; ++j) {
+      if (kk + j >= st[i].min_nk) p[i][j] = vmask_le(p[i][j], (float)(kk + j), st[i].limit);
+      cmax = vmax(cmax, p[i][j]);
+    }
+    corr[i] = vexp(vsub(st[i].mx, cmax));  // ~0 on the first chunk, where mx = -inf
+    vf psum = vzero();
+    for (int64_t j = 0; j < n; ++j) {
+      p[i][j] = vexp(vsub(p[i][j], cmax));
+      // A key past a lane's limit weighs exactly 0 (vexp(-inf) is ~1e-38): a lane's result must not
+      // depend on the longer contexts of the other rows in its tile.
+      if (kk + j >= st[i].min_nk)
+        p[i][j] = vmul(p[i][j], vmax(vmask_le(vset1(1.0f), (float)(kk + j), st[i].limit), vzero()));
+      psum = vadd(psum, p[i][j]);
+    }
+    st[i].l = vfma(st[i].l, corr[i], psum);
+    st[i].mx = cmax;
   }
-  const vf corr = vexp(vsub(st.mx, cmax));  // ~0 on the first chunk, where mx = -inf
-  vf psum = vzero();
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = vexp(vsub(p[j], cmax));
-    // A key past a lane's limit weighs exactly 0 (vexp(-inf) is ~1e-38): a lane's result must not
-    // depend on the longer contexts of the other rows in its tile.
-    if (kk + j >= st.min_nk) p[j] = vmul(p[j], vmax(vmask_le(vset1(1.0f), (float)(kk + j), st.limit), vzero()));
-    psum = vadd(psum, p[j]);
-  }
-  st.l = vfma(st.l, corr, psum);
-  st.mx = cmax;
-  lane_pv(st.ot, p, corr, vp, hd, n);
+  lane_pv<S>(ot, p, corr, vp, hd, n);
 }
 
-// Up to FD_W rows in the lanes of one vector; idle lanes repeat the last row.
+// Lane sets per prompt tile: AVX2 widens each bf16 / C8 chunk once for two vectors of rows, which halves
+// that conversion per row; each lane's result is its own whatever shares the tile.
+constexpr int64_t kLaneSets = FD_W == 8 ? 2 : 1;
+
+// Up to kLaneSets * FD_W rows in the lanes of one vector per FD_W rows; idle lanes repeat the last row.
+// Each chunk's keys and values are widened once for all sets; the chunks follow the tile's longest context
+// (a shorter row's keys past its own context weigh exactly 0).
 template <int KV>
 static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
   constexpr int64_t kBuf = KV != kKvF32 ? kKeyChunk * kMaxHeadDim : 1;
-  const int64_t hd = a.head_dim;
-  alignas(64) float qt[kMaxHeadDim * FD_W], ot[kMaxHeadDim * FD_W], lim[FD_W];
+  const int64_t hd = a.head_dim, nsets = (nrows + FD_W - 1) / FD_W;
+  alignas(64) float qt[kLaneSets][kMaxHeadDim * FD_W], ot[kLaneSets][kMaxHeadDim * FD_W], lim[FD_W];
   alignas(64) float kbuf[kBuf], vbuf[kBuf];
-  int64_t nk = 0, min_nk = INT64_MAX;
-  for (int64_t r = 0; r < FD_W; ++r) {
-    const AttnRow& row = rows[std::min(r, nrows - 1)];
-    const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
-    for (int64_t d = 0; d < hd; ++d) qt[d * FD_W + r] = qp[d] * a.scale;
-    lim[r] = (float)(row.nk - 1);
-    nk = std::max(nk, row.nk);
-    min_nk = std::min(min_nk, row.nk);
+  LaneState st[kLaneSets];
+  int64_t nk = 0;
+  for (int64_t s = 0; s < nsets; ++s) {
+    int64_t min_nk = INT64_MAX;
+    for (int64_t r = 0; r < FD_W; ++r) {
+      const AttnRow& row = rows[std::min(s * FD_W + r, nrows - 1)];
+      const float* qp = a.q + (row.token * a.num_heads + row.head) * hd;
+      for (int64_t d = 0; d < hd; ++d) qt[s][d * FD_W + r] = qp[d] * a.scale;
+      lim[r] = (float)(row.nk - 1);
+      nk = std::max(nk, row.nk);
+      min_nk = std::min(min_nk, row.nk);
+    }
+    for (int64_t d = 0; d < hd * FD_W; ++d) ot[s][d] = 0.0f;
+    st[s] = LaneState{qt[s], ot[s], vload(lim), min_nk, vset1(-INFINITY), vzero()};
   }
-  for (int64_t d = 0; d < hd * FD_W; ++d) ot[d] = 0.0f;
-  LaneState st{qt, ot, vload(lim), min_nk, vset1(-INFINITY), vzero()};
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
     const float *kp, *vp;
     chunk_kv<KV>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
-    lane_chunk(st, kp, vp, hd, kk, n);
+    if (kLaneSets > 1 && nsets == kLaneSets) {
+      lane_chunk<kLaneSets>(st, kp, vp, hd, kk, n);
+    } else {
+      for (int64_t s = 0; s < nsets; ++s) lane_chunk<1>(st + s, kp, vp, hd, kk, n);
+    }
     kk += n;
   }
-  vstore(lim, st.l);
-  for (int64_t r = 0; r < nrows; ++r) {
-    float* op = a.out + (rows[r].token * a.num_heads + rows[r].head) * hd;
-    for (int64_t d = 0; d < hd; ++d) op[d] = ot[d * FD_W + r] / lim[r];
+  for (int64_t s = 0; s < nsets; ++s) {
+    vstore(lim, st[s].l);
+    for (int64_t r = 0; r < std::min<int64_t>(FD_W, nrows - s * FD_W); ++r) {
+      const AttnRow& row = rows[s * FD_W + r];
+      float* op = a.out + (row.token * a.num_heads + row.head) * hd;
+      for (int64_t d = 0; d < hd; ++d) op[d] = ot[s][d * FD_W + r] / lim[r];
+    }
   }
 }
 
@@ -882,8 +926,8 @@ static void paged_attention_impl(const AttnArgs& a) {
   const bool amx = false;
 #endif
   // A marked prompt run's tiles: 32 rows on the AMX path (two lane groups read each K and V^T tile once),
-  // else one vector's lanes. The size depends on the level alone, never on the batch.
-  const int64_t prompt_tile = amx ? 2 * FD_W : FD_W;
+  // else kLaneSets vectors' lanes. The size depends on the level alone, never on the batch.
+  const int64_t prompt_tile = amx ? 2 * FD_W : kLaneSets * FD_W;
   std::vector<Item> items;
   std::vector<Split> splits;
   int64_t part_floats = 0;
@@ -996,7 +1040,7 @@ static void paged_attention_impl(const AttnArgs& a) {
       // the threads finish together on short ones. The order changes no item's result.
       const Item& w = items[order[nitems - 1 - it]];
       const int64_t* bt = a.block_tables + w.b * a.max_blocks;
-      AttnRow rows[kDecodeRows > 2 * FD_W ? kDecodeRows : 2 * FD_W];
+      AttnRow rows[std::max(kDecodeRows, std::max<int64_t>(2, kLaneSets) * FD_W)];  // a decode, AMX or lane tile
       item_rows(w, rows);
       const int64_t n = w.r1 - w.r0;
 #if FD_W == 16
