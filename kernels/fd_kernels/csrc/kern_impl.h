@@ -221,12 +221,12 @@ static void tile_packed(const GemmArgs& g, int r, int64_t m0, int64_t n0, const 
     for (int m = 0; m < r; ++m) std::memcpy(c + m * g.n, tmp + m * 2 * FD_W, ncols * sizeof(float));
 }
 
-// Rows [r0, r1) of panel p over [k0, k1), in balanced blocks of at most kPR rows (13 -> 5 + 4 + 4).
+// Rows [r0, r1) of panel p over [k0, k1), in balanced blocks of at most kPR rows (BalancedBlocks).
 static void rows_packed(const GemmArgs& g, int64_t r0, int64_t r1, int64_t p, const float* b, int64_t k0,
                         int64_t k1, bool first) {
-  const int64_t nb = (r1 - r0 + kPR - 1) / kPR, base = (r1 - r0) / nb, extra = (r1 - r0) % nb;
-  for (int64_t i = 0, m0 = r0; i < nb; ++i) {
-    const int r = (int)(base + (i < extra));
+  const BalancedBlocks blocks(r1 - r0, kPR);
+  for (int64_t i = 0, m0 = r0; i < blocks.count; ++i) {
+    const int r = (int)blocks.size(i);
     for (int64_t n0 = p * kNR; n0 < std::min(g.n, (p + 1) * kNR); n0 += 2 * FD_W)
       tile_packed(g, r, m0, n0, b + n0 % kNR, k0, k1, first);
     m0 += r;
@@ -282,14 +282,14 @@ constexpr int64_t kBlockKMinRows = FD_GEMM_KC_MIN_ROWS;
 // thread the same pairs in every K block, so no barrier is needed between K blocks.
 template <int KIND, bool RND>
 static void gemm_kind(const GemmArgs& g) {
+#if FD_W == 8
+  if (g.m >= kPackMinRows && g.k > 0 && !RND) return gemm_packed<KIND>(g);
+#endif
   const int64_t panels = (g.n + kNR - 1) / kNR;
   const int64_t nblocks = (g.m + FD_MR - 1) / FD_MR;
   const int64_t rows = (g.m + nblocks - 1) / nblocks;  // balanced blocks: M=16 -> 8+8, not 12+4
   const int64_t kc = g.m >= kBlockKMinRows ? kKC : std::max<int64_t>(g.k, 1);
   const bool parallel = g.m * g.n * g.k >= (1 << 16) && panels * nblocks > 1;
-#if FD_W == 8
-  if (g.m >= kPackMinRows && g.k > 0 && !RND) return gemm_packed<KIND>(g);
-#endif
   if (g.m <= 2) {
     // Decode: each thread one contiguous, even share of the panels, taken a few panels at a time.
 #pragma omp parallel if (parallel)

@@ -20,6 +20,7 @@
 #include "decode_region.h"
 #include "dispatch.h"
 #include "kernels.h"
+#include "ranges.h"
 #include "scratch.h"
 
 namespace fdk {

@@ -165,15 +165,15 @@ constexpr int kQMaxRows = 4;  // qblock_chunk's switch covers 1 .. kQMaxRows
 constexpr int64_t kQChunkRows = 128;
 
 // Rows m0 .. m0+rows of block blk (qblock_rows's arguments), in balanced row blocks of at most kQMaxRows
-// (5 rows: 3 + 2), as a 1-row block's two accumulator chains are latency-bound. One call per block, so the
+// (BalancedBlocks: 5 rows -> 3 + 2), as a 1-row block's two accumulator chains are latency-bound. One call per block, so the
 // row blocks run back to back without a call between them.
 template <int KIND>
 __attribute__((noinline)) static void qblock_chunk(const QAct& x, int64_t blk, int64_t m0, int64_t rows,
                                                    const int16_t* w16, const __m256* dw, const __m256* mw,
                                                    float* out) {
-  const int64_t nrb = (rows + kQMaxRows - 1) / kQMaxRows, base = rows / nrb, extra = rows % nrb;
-  for (int64_t b = 0, r = 0; b < nrb; ++b) {
-    const int64_t n = base + (b < extra);
+  const BalancedBlocks blocks(rows, kQMaxRows);
+  for (int64_t b = 0, r = 0; b < blocks.count; ++b) {
+    const int64_t n = blocks.size(b);
     if (n == 4) {
       qblock_rows<KIND, 4>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
     } else if (n == 3) {

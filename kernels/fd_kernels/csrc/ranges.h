@@ -12,6 +12,14 @@
 
 namespace fdk {
 
+// n >= 1 items in the fewest blocks of at most `most` items, sized as evenly as possible, the larger blocks
+// first (13 items, at most 5 -> 5 + 4 + 4): a short last block would run a latency-bound kernel alone.
+struct BalancedBlocks {
+  int64_t count, base, extra;
+  BalancedBlocks(int64_t n, int64_t most) : count((n + most - 1) / most), base(n / count), extra(n % count) {}
+  int64_t size(int64_t i) const { return base + (i < extra); }
+};
+
 class StealRanges {
  public:
   // Created outside the parallel region, for up to omp_get_max_threads() threads.
