@@ -19,7 +19,7 @@ import pytest
 from kernel_helpers import to_pd
 
 TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
-# Row counts around the kernel's row blocks (4 rows on every path; 1 row takes its own items), N around its
+# Row counts around the kernel's row blocks (at most 4 rows, 6 on AVX2; 1 row takes its own items), N around its
 # 16-column panels, K from one block up.
 SHAPES = [
     (1, 32, 1),

@@ -160,13 +160,15 @@ __attribute__((always_inline)) static inline void qblock_rows(const QAct& x, int
 
 // Rows per qblock_rows call, and rows per item (a row chunk): the chunk's running outputs (kQChunkRows x
 // 16 fp32) and one block's widened codes stay in L1, and its activations (2 * k bytes a row) in L2 while
-// the thread walks the panels.
-constexpr int kQMaxRows = 4;  // qblock_chunk's switch covers 1 .. kQMaxRows
+// the thread walks the panels. Six rows are the most whose 12 accumulators, the k pair's two code vectors
+// and a broadcast fit AVX2's 16 vector registers; each row block reloads the codes from L1, so fewer,
+// larger blocks take fewer loads and loop steps per multiply (a 16-row decode batch: 6 + 5 + 5, not 4 x 4).
+constexpr int kQMaxRows = 6;  // qblock_chunk's switch covers 1 .. kQMaxRows
 constexpr int64_t kQChunkRows = 128;
 
 // Rows m0 .. m0+rows of block blk (qblock_rows's arguments), in balanced row blocks of at most kQMaxRows
-// (BalancedBlocks: 5 rows -> 3 + 2), as a 1-row block's two accumulator chains are latency-bound. One call per block, so the
-// row blocks run back to back without a call between them.
+// (BalancedBlocks: 7 rows -> 4 + 3), as a 1-row block's two accumulator chains are latency-bound. One call
+// per block, so the row blocks run back to back without a call between them.
 template <int KIND>
 __attribute__((noinline)) static void qblock_chunk(const QAct& x, int64_t blk, int64_t m0, int64_t rows,
                                                    const int16_t* w16, const __m256* dw, const __m256* mw,
@@ -174,7 +176,11 @@ __attribute__((noinline)) static void qblock_chunk(const QAct& x, int64_t blk, i
   const BalancedBlocks blocks(rows, kQMaxRows);
   for (int64_t b = 0, r = 0; b < blocks.count; ++b) {
     const int64_t n = blocks.size(b);
-    if (n == 4) {
+    if (n == 6) {
+      qblock_rows<KIND, 6>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+    } else if (n == 5) {
+      qblock_rows<KIND, 5>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
+    } else if (n == 4) {
       qblock_rows<KIND, 4>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
     } else if (n == 3) {
       qblock_rows<KIND, 3>(x, blk, m0 + r, w16, dw, mw, out + r * kQNR);
