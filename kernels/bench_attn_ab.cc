@@ -33,6 +33,7 @@
 #include "dispatch.h"
 #include "kernels.h"
 #include "ranges.h"
+#include "scratch.h"
 
 #include "bench_ab_trees.h"
 

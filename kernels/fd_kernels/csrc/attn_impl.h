@@ -26,8 +26,9 @@ constexpr int64_t kMaxHeadDim = 512;  // checked by the glue
 constexpr float kLog2e = 1.4426950408889634f;  // softmax scores are scaled by it into base 2 (vexp2_nonpos)
 constexpr int64_t kMinLaneRows = FD_W >= 8 ? FD_W / 2 : 4;  // below it lanes would idle
 constexpr int64_t kDecodeRows = 16;  // rows per work item on the one-row-at-a-time path
-// The most floats of keys (and as many of values) one thread converts for widen_kv: 16 MiB each.
-constexpr int64_t kMaxWideFloats = int64_t{1} << 22;
+// The most floats of keys (and as many of values) one thread converts for widen_kv: 4 MiB each, which its
+// wide_scratch keeps.
+constexpr int64_t kMaxWideFloats = int64_t{1} << 20;
 
 struct AttnRow {
   int64_t token, head, nk;  // query token index in T, query head, keys it sees (position + 1)
@@ -854,6 +855,18 @@ struct WideKv {
   float *k = nullptr, *v = nullptr;
 };
 
+// This thread's widen_kv buffers, >= floats floats in all, kept across calls and grown only: a fresh
+// allocation per call would map and fault in new pages every layer of a prefill.
+static float* wide_scratch(int64_t floats) {
+  static thread_local Scratch buf;
+  static thread_local int64_t cap = 0;
+  if (cap < floats) {
+    buf = scratch(floats);
+    cap = floats;
+  }
+  return buf.get();
+}
+
 // w covers keys [0, nk) of (sequence b, KV head g, block table bt): converts the ones it lacks (all of them
 // when it held another pair). w's buffers hold >= nk * head_dim floats each.
 template <int KV>
@@ -1077,8 +1090,7 @@ static void paged_attention_impl(const AttnArgs& a) {
     // Runs of left / (4 x threads) items; the item after each on this thread is attend_rows' next.
     ItemRuns runs(next.v, nitems, 4 * nth);
     int64_t warm = 0;
-    WideKv wkv;  // this thread's converted keys and values (widen_kv), allocated by its first wide item
-    Scratch wbuf;
+    WideKv wkv;  // this thread's converted keys and values (widen_kv), placed by its first wide item
     for (int64_t it; (it = runs.next()) < nitems;) {
       const int64_t nit = runs.following();
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
@@ -1099,9 +1111,8 @@ static void paged_attention_impl(const AttnArgs& a) {
 #endif
       if (FD_W > 1 && w.lanes) {
         if (w.wide) {
-          if (!wbuf) {
-            wbuf = scratch(2 * wide_nk * hd);
-            wkv.k = wbuf.get();
+          if (!wkv.k) {
+            wkv.k = wide_scratch(2 * wide_nk * hd);
             wkv.v = wkv.k + wide_nk * hd;
           }
           widen_kv<KV>(a, bt, w.b, w.g, rows[n - 1].nk, wkv);
