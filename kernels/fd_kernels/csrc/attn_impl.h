@@ -26,6 +26,9 @@ constexpr int64_t kMaxHeadDim = 512;  // checked by the glue
 constexpr float kLog2e = 1.4426950408889634f;  // softmax scores are scaled by it into base 2 (vexp2_nonpos)
 constexpr int64_t kMinLaneRows = FD_W >= 8 ? FD_W / 2 : 4;  // below it lanes would idle
 constexpr int64_t kDecodeRows = 16;  // rows per work item on the one-row-at-a-time path
+// The most floats of keys (and as many of values) one thread converts for widen_kv: 4 MiB each, which its
+// wide_scratch keeps.
+constexpr int64_t kMaxWideFloats = int64_t{1} << 20;
 
 struct AttnRow {
   int64_t token, head, nk;  // query token index in T, query head, keys it sees (position + 1)
@@ -843,11 +846,48 @@ static inline void lane_chunk(LaneState* st, const float* kp, const float* vp, i
 // that conversion per row; each lane's result is its own whatever shares the tile.
 constexpr int64_t kLaneSets = FD_W == 8 ? 2 : 1;
 
-// Up to kLaneSets * FD_W rows in the lanes of one vector per FD_W rows; idle lanes repeat the last row.
-// Each chunk's keys and values are widened once for all sets; the chunks follow the tile's longest context
-// (a shorter row's keys past its own context weigh exactly 0).
+// Keys and values of one (sequence, KV head) as fp32 for the lane tiles a thread takes of it: keys
+// 0 .. n - 1 at k / v + key * head_dim, widened (bf16) or dequantized (C8) by chunk_kv, so they hold the
+// very values a tile's own chunk buffer would. A prompt run's tiles of a pair all read its keys from 0 up,
+// so the pair's keys are converted once per thread instead of once per tile. Valid for one call.
+struct WideKv {
+  int64_t b = -1, g = -1, n = 0;
+  float *k = nullptr, *v = nullptr;
+};
+
+// This thread's widen_kv buffers, >= floats floats in all, kept across calls and grown only: a fresh
+// allocation per call would map and fault in new pages every layer of a prefill.
+static float* wide_scratch(int64_t floats) {
+  static thread_local Scratch buf;
+  static thread_local int64_t cap = 0;
+  if (cap < floats) {
+    buf = scratch(floats);
+    cap = floats;
+  }
+  return buf.get();
+}
+
+// w covers keys [0, nk) of (sequence b, KV head g, block table bt): converts the ones it lacks (all of them
+// when it held another pair). w's buffers hold >= nk * head_dim floats each.
 template <int KV>
-static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows) {
+static void widen_kv(const AttnArgs& a, const int64_t* bt, int64_t b, int64_t g, int64_t nk, WideKv& w) {
+  if (w.b != b || w.g != g) w.b = b, w.g = g, w.n = 0;
+  for (int64_t kk = w.n; kk < nk;) {
+    const int64_t n = chunk_len(a, kk, nk);
+    const float *kp, *vp;
+    chunk_kv<KV>(a, key_base(a, bt, g, kk), n, w.k + kk * a.head_dim, w.v + kk * a.head_dim, kp, vp);
+    kk += n;
+  }
+  w.n = std::max(w.n, nk);
+}
+
+// Up to kLaneSets * FD_W rows in the lanes of one vector per FD_W rows; idle lanes repeat the last row.
+// Each chunk's keys and values are widened once for all sets (or read from wide, the tile's pair already
+// converted: widen_kv); the chunks follow the tile's longest context (a shorter row's keys past its own
+// context weigh exactly 0).
+template <int KV>
+static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const AttnRow* rows, int64_t nrows,
+                         const WideKv* wide = nullptr) {
   constexpr int64_t kBuf = KV != kKvF32 ? kKeyChunk * kMaxHeadDim : 1;
   const int64_t hd = a.head_dim, nsets = (nrows + FD_W - 1) / FD_W;
   alignas(64) float qt[kLaneSets][kMaxHeadDim * FD_W], ot[kLaneSets][kMaxHeadDim * FD_W], lim[FD_W];
@@ -870,7 +910,12 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
   for (int64_t kk = 0; kk < nk;) {
     const int64_t n = chunk_len(a, kk, nk);
     const float *kp, *vp;
-    chunk_kv<KV>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
+    if (wide) {
+      kp = wide->k + kk * hd;
+      vp = wide->v + kk * hd;
+    } else {
+      chunk_kv<KV>(a, key_base(a, bt, g, kk), n, kbuf, vbuf, kp, vp);
+    }
     if (kLaneSets > 1 && nsets == kLaneSets) {
       lane_chunk<kLaneSets>(st, kp, vp, hd, kk, n);
     } else {
@@ -915,6 +960,7 @@ static void paged_attention_impl(const AttnArgs& a) {
     int64_t part;          // offset of its state in `parts`, or -1: write the outputs
     bool lanes;            // rows in vector lanes (attend_lanes), else attend_rows
     bool prompt;           // rows of a marked prompt run (a.prompt_rows): the AMX level's bf16 path
+    bool wide;             // a lane tile of a run with several tiles per KV head: reads widen_kv's keys
   };
   struct Split {
     int64_t item, nparts;  // first of its parts' items (consecutive), how many
@@ -931,6 +977,8 @@ static void paged_attention_impl(const AttnArgs& a) {
   std::vector<Item> items;
   std::vector<Split> splits;
   int64_t part_floats = 0;
+  // The most keys a `wide` item reads (widen_kv's buffers: that many times hd floats each).
+  int64_t wide_nk = 0;
   // Rows r0 .. r1 of sequence b (a run of its queries' rows) in tiles sized by the run: lanes for runs of
   // >= kMinLaneRows rows (every tile of a marked prompt run: `lanes`, so a prompt row's path does not
   // depend on where a chunk or tile boundary fell), else the decode path, whose contexts over
@@ -938,17 +986,25 @@ static void paged_attention_impl(const AttnArgs& a) {
   auto add_run = [&](int64_t b, int64_t r0, int64_t r1, bool lanes) {
     const int64_t nrows = r1 - r0, nq = a.query_start_loc[b + 1] - a.query_start_loc[b];
     const int64_t tile = lanes ? prompt_tile : nrows >= kMinLaneRows ? FD_W : kDecodeRows;
+    // Tiles of one KV head share its keys from 0 up: converted once per thread when there are several
+    // (a bf16 or C8 cache) and the run's keys fit kMaxWideFloats.
+    const int64_t run_nk = a.seq_lens[b] - nq + (r1 - 1) / group + 1;
+    const bool wide = KV != kKvF32 && FD_W > 1 && !amx && (lanes || tile == FD_W) && nrows > tile &&
+                      run_nk * hd <= kMaxWideFloats;
+    if (wide) wide_nk = std::max(wide_nk, run_nk);
     for (int64_t g = 0; g < a.num_kv_heads; ++g)
       for (int64_t t0 = r0; t0 < r1; t0 += tile) {
         const int64_t t1 = std::min(r1, t0 + tile);
         const int64_t nk = a.seq_lens[b] - nq + (t1 - 1) / group + 1;  // the tile's last query's keys
         const int64_t nparts = (nk + kKeysPerPart - 1) / kKeysPerPart;
         if ((FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows)) || nparts <= 1) {
-          items.push_back({b, g, t0, t1, 0, INT64_MAX, -1, FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows), lanes});
+          const bool lane = FD_W > 1 && (lanes || t1 - t0 >= kMinLaneRows);
+          items.push_back({b, g, t0, t1, 0, INT64_MAX, -1, lane, lanes, wide && lane});
         } else {
           splits.push_back({(int64_t)items.size(), nparts});
           for (int64_t p = 0; p < nparts; ++p) {
-            items.push_back({b, g, t0, t1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats, false, false});
+            items.push_back(
+                {b, g, t0, t1, p * kKeysPerPart, (p + 1) * kKeysPerPart, part_floats, false, false, false});
             part_floats += (t1 - t0) * (hd + 2);
           }
         }
@@ -1034,6 +1090,7 @@ static void paged_attention_impl(const AttnArgs& a) {
     // Runs of left / (4 x threads) items; the item after each on this thread is attend_rows' next.
     ItemRuns runs(next.v, nitems, 4 * nth);
     int64_t warm = 0;
+    WideKv wkv;  // this thread's converted keys and values (widen_kv), placed by its first wide item
     for (int64_t it; (it = runs.next()) < nitems;) {
       const int64_t nit = runs.following();
       // In reverse: a prompt run's tiles were added in ascending key counts, so its longest come first and
@@ -1053,7 +1110,14 @@ static void paged_attention_impl(const AttnArgs& a) {
       }
 #endif
       if (FD_W > 1 && w.lanes) {
-        attend_lanes<KV>(a, bt, w.g, rows, n);
+        if (w.wide) {
+          if (!wkv.k) {
+            wkv.k = wide_scratch(2 * wide_nk * hd);
+            wkv.v = wkv.k + wide_nk * hd;
+          }
+          widen_kv<KV>(a, bt, w.b, w.g, rows[n - 1].nk, wkv);
+        }
+        attend_lanes<KV>(a, bt, w.g, rows, n, w.wide ? &wkv : nullptr);
         warm = 0;
       } else {
         // The next decode item on this thread, if one is known: its keys and its rows' causal limit.
