@@ -67,21 +67,21 @@ static inline void for_quads(const uint8_t* const* codes, F f) {
     }
 }
 
-// One row against panels p0 .. p0+NP, all blocks (decode's one row of Q8_0; the 4-bit kinds take
+// One row against panels ps[0 .. NP), all blocks (decode's one row of Q8_0; the 4-bit kinds take
 // qgemm_avx2_row.h's qrow_planes). Per panel: two int32 accumulators of 8 columns for the block, two fp32
 // ones for the output.
 template <int KIND, int NP>
-static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
+static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, const int64_t* ps) {
   using K = QKind<KIND>;
   const int64_t nb = x.nb, rec = q_record_bytes(KIND);
   __m256 acc[NP][2];
   for (int p = 0; p < NP; ++p)
     for (int h = 0; h < 2; ++h)
-      acc[p][h] = g.bias ? _mm256_loadu_ps(g.bias + (p0 + p) * kQNR + 8 * h) : _mm256_setzero_ps();
+      acc[p][h] = g.bias ? _mm256_loadu_ps(g.bias + ps[p] * kQNR + 8 * h) : _mm256_setzero_ps();
   for (int64_t blk = 0; blk < nb; ++blk) {
     const uint8_t *recs[NP], *codes[NP];
     for (int p = 0; p < NP; ++p) {
-      recs[p] = (const uint8_t*)g.w + ((p0 + p) * nb + blk) * rec;
+      recs[p] = (const uint8_t*)g.w + (ps[p] * nb + blk) * rec;
       codes[p] = recs[p] + K::kCodes;
     }
     for (int p = 0; p < NP; ++p)
@@ -108,7 +108,7 @@ static void qrow(const GemmArgs& g, const QAct& x, int64_t m0, int64_t p0) {
       }
   }
   for (int p = 0; p < NP; ++p) {
-    const int64_t c0 = (p0 + p) * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
+    const int64_t c0 = ps[p] * kQNR, cols = std::min<int64_t>(kQNR, g.n - c0);
     float tmp[kQNR];
     _mm256_storeu_ps(tmp, acc[p][0]);
     _mm256_storeu_ps(tmp + 8, acc[p][1]);
@@ -228,26 +228,31 @@ static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1
 
 #include "qgemm_avx2_row.h"
 
-// One row: the 4-bit kinds take qrow_planes (one panel per item), Q8_0 qrow over up to three panels. More
+// One row, one panel: the 4-bit kinds take qrow_planes, Q8_0 qrow (two panels far apart: qitem_pair). More
 // rows go to qpanel_rows (run_items), never here.
 template <int KIND>
 static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
   (void)mr;
+  (void)np;  // q_panels_one_row: 1
   if constexpr (KIND != kQ8_0) {
-    qrow_planes<KIND, 1>(g, x, m0, p0);  // q_panels_one_row: np == 1
+    qrow_planes<KIND, 1>(g, x, m0, &p0);
   } else {
-    switch (np) {
-      case 1:
-        return qrow<KIND, 1>(g, x, m0, p0);
-      case 2:
-        return qrow<KIND, 2>(g, x, m0, p0);
-      case 3:
-        return qrow<KIND, 3>(g, x, m0, p0);
-    }
+    qrow<KIND, 1>(g, x, m0, &p0);
   }
 }
 
 constexpr int kQPanelsRows = 1;
-// Panels per item for one row: one for the 4-bit kinds (qrow_planes: a thread's run is one linear stream),
-// three for Q8_0, whose qrow needs the three panels' chains (docs/kernels-measurements.md).
-constexpr int q_panels_one_row(int kind) { return kind == kQ8_0 ? 3 : 1; }
+// One row: an item is one panel, or (q_split's pairs) two panels half the matrix apart, so each thread
+// reads two streams at once, which the hardware prefetchers keep further ahead than one; Q8_0's qrow then
+// has the two panels' chains (docs/kernels-measurements.md).
+constexpr int q_panels_one_row(int) { return 1; }
+constexpr bool q_pairs_one_row(int) { return true; }
+template <int KIND>
+static void qitem_pair(const GemmArgs& g, const QAct& x, int64_t m0, int64_t pa, int64_t pb) {
+  const int64_t ps[2] = {pa, pb};
+  if constexpr (KIND != kQ8_0) {
+    qrow_planes<KIND, 2>(g, x, m0, ps);
+  } else {
+    qrow<KIND, 2>(g, x, m0, ps);
+  }
+}

@@ -352,6 +352,7 @@ constexpr int kQMaxRows = 4;
 // then one linear stream, and the last item, which one thread finishes while the other waits, is small.
 constexpr int kQPanelsRows = 2;
 constexpr int q_panels_one_row(int) { return 1; }
+constexpr bool q_pairs_one_row(int) { return false; }
 constexpr int64_t kQChunkRows = 0;  // every item takes all rows
 #elif FD_QAVX2
 #include "qgemm_avx2.h"
@@ -402,6 +403,7 @@ static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t 
 constexpr int kQMaxRows = kQMaxRowsPortable;
 constexpr int kQPanelsRows = 2;
 constexpr int q_panels_one_row(int) { return 3; }
+constexpr bool q_pairs_one_row(int) { return false; }
 constexpr int64_t kQChunkRows = 0;  // every item takes all rows
 #endif
 
@@ -441,10 +443,12 @@ static QAct quantize_rows_local(const GemmArgs& g) {
 
 // How qgemm splits g: work items are (row chunk, group of np panels) pairs, chunk-major: item i is group
 // i % groups against the chunk's rows [i / groups * chunk_rows, + chunk_rows), taken `rows` at a time.
-// Paths with kQChunkRows 0, and one row, have a single chunk of all rows.
+// Paths with kQChunkRows 0, and one row, have a single chunk of all rows. With pair (one row, where
+// q_pairs_one_row), item i < pair takes group i and group i + pair (if any): a thread's own run of items is
+// then two runs of panels half the matrix apart, read as two streams.
 struct QSplit {
   int np;
-  int64_t groups, rows, chunk_rows, items;
+  int64_t groups, rows, chunk_rows, items, pair;
 };
 
 static QSplit q_split(const GemmArgs& g) {
@@ -452,7 +456,9 @@ static QSplit q_split(const GemmArgs& g) {
   const int np = g.m == 1 ? q_panels_one_row(g.kind) : kQPanelsRows;
   const int64_t nrb = (g.m + kQMaxRows - 1) / kQMaxRows, groups = (panels + np - 1) / np;
   const int64_t chunks = kQChunkRows && g.m > 1 ? (g.m + kQChunkRows - 1) / kQChunkRows : 1;
-  return QSplit{np, groups, (g.m + nrb - 1) / nrb, (g.m + chunks - 1) / chunks, groups * chunks};  // balanced
+  const int64_t pair = g.m == 1 && q_pairs_one_row(g.kind) && groups > 1 ? (groups + 1) / 2 : 0;
+  return QSplit{np, groups, (g.m + nrb - 1) / nrb, (g.m + chunks - 1) / chunks,  // balanced
+                pair ? pair : groups * chunks, pair};
 }
 
 template <int KIND>
@@ -462,6 +468,13 @@ static void run_items(const GemmArgs& g, const QAct& x, StealRanges& work, const
     const int64_t p0 = it % sp.groups * sp.np, np = std::min<int64_t>(sp.np, panels - p0);
     const int64_t r0 = it / sp.groups * sp.chunk_rows, r1 = std::min(m, r0 + sp.chunk_rows);
 #if FD_QAVX2
+    if (sp.pair) {  // one row, np == 1 (q_panels_one_row)
+      const int64_t pb = it + sp.pair;
+      if (pb < panels) {
+        qitem_pair<KIND>(g, x, 0, it, pb);
+        continue;
+      }
+    }
     if (m > 1) {
       for (int64_t p = p0; p < p0 + np; ++p) qpanel_rows<KIND>(g, x, r0, r1, p);
       continue;
