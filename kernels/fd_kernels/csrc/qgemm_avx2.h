@@ -228,17 +228,22 @@ static void qpanel_rows(const GemmArgs& g, const QAct& x, int64_t m0, int64_t m1
 
 #include "qgemm_avx2_row.h"
 
-// One row, one panel: the 4-bit kinds take qrow_planes, Q8_0 qrow (two panels far apart: qitem_pair). More
-// rows go to qpanel_rows (run_items), never here.
+// One row against panels ps[0 .. NP): the 4-bit kinds take qrow_planes, Q8_0 qrow.
+template <int KIND, int NP>
+static void qrow_panels(const GemmArgs& g, const QAct& x, int64_t m0, const int64_t* ps) {
+  if constexpr (KIND != kQ8_0) {
+    qrow_planes<KIND, NP>(g, x, m0, ps);
+  } else {
+    qrow<KIND, NP>(g, x, m0, ps);
+  }
+}
+
+// One row, one panel (two panels far apart: qitem_pair). More rows go to qpanel_rows (run_items), never here.
 template <int KIND>
 static void qitem(const GemmArgs& g, const QAct& x, int64_t m0, int mr, int64_t p0, int np) {
   (void)mr;
   (void)np;  // q_panels_one_row: 1
-  if constexpr (KIND != kQ8_0) {
-    qrow_planes<KIND, 1>(g, x, m0, &p0);
-  } else {
-    qrow<KIND, 1>(g, x, m0, &p0);
-  }
+  qrow_panels<KIND, 1>(g, x, m0, &p0);
 }
 
 constexpr int kQPanelsRows = 1;
@@ -250,9 +255,5 @@ constexpr bool q_pairs_one_row(int) { return true; }
 template <int KIND>
 static void qitem_pair(const GemmArgs& g, const QAct& x, int64_t m0, int64_t pa, int64_t pb) {
   const int64_t ps[2] = {pa, pb};
-  if constexpr (KIND != kQ8_0) {
-    qrow_planes<KIND, 2>(g, x, m0, ps);
-  } else {
-    qrow<KIND, 2>(g, x, m0, ps);
-  }
+  qrow_panels<KIND, 2>(g, x, m0, ps);
 }
