@@ -4,14 +4,16 @@ Rank 0 hosts the store; every rank then marks itself present under its own key a
 rank is present. The store is created with a world size of 1 so that its constructor never blocks on
 the others (Paddle's own wait fails with a bare "elapsed > _timeout" naming nobody); the presence keys
 are what lets the timeout error name the ranks, and their nodes, that never joined. A non-master rank
-probes the address with a plain TCP connect first, because Paddle's store client keeps retrying a
-refused connection past any timeout it is given.
+probes the address with a plain TCP connect first (Paddle's store client keeps retrying a refused
+connection past any timeout it is given), then opens its client on a thread it leaves behind at the
+deadline (that client waits forever on a listener that never answers: another service on the port).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -101,6 +103,32 @@ def _check_port_free(port: int, address: str) -> None:
             ) from None
 
 
+def _open_client(core, host: str, port: int, deadline: float, rank: int, world_size: int, store_timeout: int):
+    """A non-master rank's store client, or ConfigError once the deadline passes. Paddle's constructor
+    releases the GIL and blocks without a limit when the listener never answers, so it runs on a daemon
+    thread that is left behind on a timeout (the process then exits with the error)."""
+    box: dict[str, object] = {}
+
+    def connect() -> None:
+        try:
+            box["store"] = core.TCPStore(host, port, False, 1, store_timeout)
+        except Exception as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=connect, name="fd-tp-store-connect", daemon=True)
+    thread.start()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    if thread.is_alive():
+        raise ConfigError(
+            f"tensor-parallel rank 0 (node 0) did not answer at {host}:{port} within the timeout (something "
+            f"listens there but is not a group's store: check --master-addr / --master-port; this is rank "
+            f"{rank} of {world_size})"
+        )
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["store"]
+
+
 def _agree_on_shape(rv: Rendezvous) -> None:
     """Rank 0 publishes the world size; a rank launched with another one fails at once, not in a hang
     inside the first collective (ranks counted differently by two nodes' launch lines)."""
@@ -140,7 +168,14 @@ def join(
         _check_port_free(int(master_port), address)
     store_timeout = max(1, int(timeout_s + 0.999))
     try:
-        store = core.TCPStore(master_addr, int(master_port), rank == 0, 1, store_timeout)
+        if rank == 0:
+            store = core.TCPStore(master_addr, int(master_port), True, 1, store_timeout)
+        else:
+            store = _open_client(
+                core, master_addr, int(master_port), deadline, rank, world_size, store_timeout
+            )
+    except ConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 - Paddle raises bare RuntimeError/SystemError with C++ context
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(

@@ -30,10 +30,17 @@ CASES = [
 HOST = "127.0.0.1"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct ports no listener holds: all bound at once, so that no two picks (nor a listener bound
+    before the call) share one, as closing each pick before the next could."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def inputs(rank: int, shape) -> np.ndarray:
@@ -177,23 +184,24 @@ def runs(tmp_path_factory):
     """name -> (port, output directory, [(returncode, stderr) per launched rank]); "after-stale" is a
     2-rank shm run on the port whose segment a SIGKILLed rank 0 ("stale") left behind."""
     started = {}
-    stale_port, stale_dir = free_port(), tmp_path_factory.mktemp("stale")
+    # Another service's listener, which never accepts: rank 0 told to listen on its port, and a rank 1
+    # told to meet rank 0 there. Bound before the other ports are picked, so none of them is its port.
+    busy = socket.socket()
+    busy.bind((HOST, 0))
+    busy.listen()
+    busy_port = busy.getsockname()[1]
+    ports = iter(free_ports(len(SCENARIOS) + 2))
+    stale_port, stale_dir = next(ports), tmp_path_factory.mktemp("stale")
     stale = finish(launch("shm", 2, stale_port, stale_dir, ranks=[0], mode="stale"))
     stale_left = segment_path(stale_port).exists()
     for name, (backend, world, ranks, timeout_s, mode) in SCENARIOS.items():
-        port, out = free_port(), tmp_path_factory.mktemp(name)
+        port, out = next(ports), tmp_path_factory.mktemp(name)
         started[name] = (port, out, launch(backend, world, port, out, ranks, timeout_s, mode))
     started["after-stale"] = (stale_port, stale_dir, launch("shm", 2, stale_port, stale_dir, timeout_s=120))
-    busy = socket.socket()  # another server's listener on the port rank 0 is told to use
-    busy.bind((HOST, 0))
-    busy.listen()
-    busy_port, busy_dir = busy.getsockname()[1], tmp_path_factory.mktemp("busy")
-    started["port-busy"] = (
-        busy_port,
-        busy_dir,
-        launch("gloo", 2, busy_port, busy_dir, ranks=[0], timeout_s=5),
-    )
-    port, out = free_port(), tmp_path_factory.mktemp("world")  # rank 1 counts 3 ranks, rank 0 two
+    for name, rank in [("port-busy", 0), ("not-a-store", 1)]:
+        out = tmp_path_factory.mktemp(name)
+        started[name] = (busy_port, out, launch("gloo", 2, busy_port, out, ranks=[rank], timeout_s=5))
+    port, out = next(ports), tmp_path_factory.mktemp("world")  # rank 1 counts 3 ranks, rank 0 two
     procs = launch("gloo", 2, port, out, ranks=[0], timeout_s=5) + launch("gloo", 3, port, out, [1], 5)
     started["wrong-world"] = (port, out, procs)
     done = {name: (port, out, finish(procs, limit_s=240)) for name, (port, out, procs) in started.items()}
@@ -242,6 +250,15 @@ def test_a_taken_master_port_is_a_clear_error(runs):
     port, _, [(rc, err)] = runs["port-busy"]
     assert rc == 3, err[-3000:]
     assert f"cannot listen at {HOST}:{port}: port {port} is in use" in last_line(err), last_line(err)
+
+
+def test_a_master_port_held_by_another_service_is_a_clear_error(runs):
+    """The listener completes the connect but never speaks the store's protocol: Paddle's store client
+    would wait on it forever."""
+    port, _, [(rc, err)] = runs["not-a-store"]
+    assert rc == 3, err[-3000:]
+    line = last_line(err)
+    assert f"rank 0 (node 0) did not answer at {HOST}:{port} within the timeout" in line, line
 
 
 def test_ranks_that_disagree_on_the_world_size_fail_clearly(runs):
