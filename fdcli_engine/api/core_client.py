@@ -35,6 +35,10 @@ import zmq
 from fdcli_engine.api.core_messages import Shutdown, event_decoder, input_encoder
 from fdcli_engine.resolved_config import ResolvedConfig
 
+# Plain ints: with pyzmq's enum constants each readiness check (twice an engine step) builds enum members
+# in Python (`int & PollEvent` is a PollEvent), which costs more than the socket call itself.
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
+
 logger = logging.getLogger("fd.serve")
 DEFAULT_CORE = "fdcli_engine.engine:EngineCore"
 WATCH_INTERVAL_S = 0.25  # only where the OS has no process descriptors (pidfd)
@@ -146,7 +150,7 @@ class CoreClient:
         Events are small: copied bytes cost less than a zero-copy Frame."""
         self._last_progress = time.monotonic()
         sock = self._output
-        while not sock.closed and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while not sock.closed and sock.getsockopt(_EVENTS) & _POLLIN:
             try:
                 msg = sock.recv(zmq.NOBLOCK)
             except zmq.Again:  # not expected after POLLIN (one reader); the next edge retries

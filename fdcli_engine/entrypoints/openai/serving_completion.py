@@ -168,12 +168,14 @@ class OpenAIServingCompletion:
         generated: dict[int, int] = {}  # tokens per choice so far (continuous_usage_stats)
         continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
         writer = ChunkWriter(rid, "text_completion", model)
+        # The request's constants, read once: the loop below runs once per streamed token.
+        prompt_only, with_ids, with_lps = echo_only(req), req.return_token_ids, req.logprobs is not None
         try:
             outputs = batch_deltas(merge_jobs(self.engine, jobs), req.max_streaming_response_tokens)
             async for job, out in outputs:
                 comp = out.outputs[0]
                 text, new_ids = comp.delta_text, list(comp.delta_token_ids)
-                if echo_only(req):
+                if prompt_only:
                     text, new_ids = "", []
                 first = job.index not in started
                 if first:
@@ -185,7 +187,7 @@ class OpenAIServingCompletion:
                 if not text and not new_ids and not out.finished:
                     continue
                 lps = None
-                if first or new_ids:
+                if with_lps and (first or new_ids):
                     lps = self._logprobs(req, job, out, new_ids, offsets.get(job.index, 0), first)
                 if lps is not None:
                     offsets[job.index] = offsets.get(job.index, 0) + sum(len(t) for t in lps.tokens)
@@ -195,7 +197,7 @@ class OpenAIServingCompletion:
                     lps,
                     comp.finish_reason if out.finished else None,
                     comp.stop_reason if out.finished else None,
-                    new_ids if req.return_token_ids else None,
+                    new_ids if with_ids else None,
                 )
                 if out.finished:
                     cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
