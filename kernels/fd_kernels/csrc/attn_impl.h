@@ -330,16 +330,17 @@ static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n,
   const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
+    if (pf)  // the lines that start among the four keys' bytes, before their FMAs
+      for (int64_t e = (j * hd * esize + 63) / 64 * 64; e < (j + 4) * hd * esize; e += 64) {
+        asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+        asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+        asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+      }
     __m256 acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < hd; d += 8)
       for (int i = 0; i < 4; ++i) {
-        if (const int64_t e = ((j + i) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
-        }
         const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
       }
