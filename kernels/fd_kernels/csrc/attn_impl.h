@@ -408,9 +408,9 @@ static inline void softmax_update(float* sc, int64_t n, float scale2, const floa
 // at vp[i] (fp32, bf16, or C8 codes whose scales p already holds). Each value vector is loaded (widened /
 // converted) once for all R rows; DB vectors per pass keep R * DB FMA chains going over the whole chunk. Over
 // a bf16 cache the passes read even / odd halves, so acc holds [0, kv_pairs_dims) in pairs order.
-// pfv (optional): per sub-chunk, values in its byte layout to prefetch (SubPrefetch's v1), one line per key
-// in each pass that starts a line of the key's row, so the far values stream in during P x V instead of
-// adding to the scores' burst.
+// pfv (optional): per sub-chunk, values in its byte layout to prefetch (SubPrefetch's v1), at each key's
+// values of every pass (a line can take several: docs/kernels-measurements.md, avx2-dattn), so the far
+// values stream in during P x V instead of adding to the scores' burst.
 template <int R, int KV>
 static inline void pv_rows(float* acc, const float* p, const float* corr, const void* const* vp, const int64_t* off,
                            int64_t nsub, int64_t hd, const char* const* pfv = nullptr) {
@@ -419,13 +419,12 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
   int64_t d = 0;
   for (; d + DB * FD_W <= hd; d += DB * FD_W) {
-    const bool pfd = pfv && d * esize % 64 == 0;
     vf o[R][DB];
     for (int r = 0; r < R; ++r)
       for (int b = 0; b < DB; ++b) o[r][b] = vmul(vload(acc + r * kMaxHeadDim + d + b * FD_W), vset1(corr[r]));
     for (int64_t i = 0; i < nsub; ++i)
       for (int64_t j = off[i]; j < off[i + 1]; ++j) {
-        if (pfd) asm volatile("prefetcht1 %0" : : "m"(pfv[i][((j - off[i]) * hd + d) * esize]));
+        if (pfv) asm volatile("prefetcht1 %0" : : "m"(pfv[i][((j - off[i]) * hd + d) * esize]));
         vf v[DB];
         if constexpr (KV == kKvBF16) {  // pairs order: kv_pairs_dims
           for (int b = 0; b < DB; b += 2)
