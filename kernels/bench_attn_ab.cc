@@ -11,7 +11,8 @@
 // attention at ISA 16 on an AMX CPU); the figures are then cycles per key per group over the step's queries.
 // C8 1: the C8 cache (int8 codes, one fp32 scale a row) instead of bf16. HUGE 1: the caches on 2 MB pages
 // (MADV_HUGEPAGE, as the engine's KV cache: csrc/huge_pages.cc), else whatever malloc gives (4 KiB pages
-// where THP is `madvise`). Environment HD: the head size instead of 64.
+// where THP is `madvise`). Environment HD: the head size instead of 64; VOFF: the bf16 value cache starts VOFF
+// elements past its 2 MB-aligned allocation (moves values and keys of a block apart modulo 4 KiB).
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
   std::vector<float> q(b * nq * nh * hd), oa(q.size()), ob(q.size());
   for (auto& v : q) v = dist(rng);
   const int64_t per = nblocks * nkv * bs * hd;
-  hvec<uint16_t> kc(per * layers), vc(per * layers);
+  const int64_t voff = std::getenv("VOFF") ? std::atol(std::getenv("VOFF")) : 0;
+  hvec<uint16_t> kc(per * layers), vc(per * layers + voff);
   for (auto& v : kc) v = to_bf16(dist(rng));
   for (auto& v : vc) v = to_bf16(dist(rng));
   const int64_t srows = nblocks * nkv * bs;  // C8: codes and scales per layer
@@ -96,8 +98,8 @@ int main(int argc, char** argv) {
   for (auto& v : ks) v = std::fabs(dist(rng)) / 127.0f;
   for (auto& v : vs) v = std::fabs(dist(rng)) / 127.0f;
   auto args = [&](int l, float* out) {
-    fdk::AttnArgs a{q.data(), kc.data() + l * per, vc.data() + l * per, qsl.data(), lens.data(), bt.data(), b, mb,
-                    nh, nkv, bs, hd, 0.125f, out};
+    fdk::AttnArgs a{q.data(), kc.data() + l * per, vc.data() + voff + l * per, qsl.data(), lens.data(),
+                    bt.data(), b, mb, nh, nkv, bs, hd, 0.125f, out};
     a.kv_kind = fdk::kKvBF16;
     if (c8) {
       a.k_cache = kq.data() + l * per;

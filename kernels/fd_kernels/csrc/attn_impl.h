@@ -140,7 +140,8 @@ static inline void kv_pairs_natural(float* x, int64_t hdp) {
 // Where the decode path's 16-key sub-chunk prefetches go when the scores issue them (AVX-512: fp32, bf16
 // or C8 cache; AVX2: fp32 or bf16): the next sub-chunk's keys and values into L1 (k0, v0) and those a
 // chunk ahead into L2 (k1, v1), each the same byte layout as the sub-chunk being scored. A target with
-// nothing to fetch points at that sub-chunk itself.
+// nothing to fetch points at that sub-chunk itself. AVX2 (dots8_rows) leaves v1 to the P x V pass
+// (pv_rows' pfv), which spreads the chunk's far prefetches over both halves of its work.
 struct SubPrefetch {
   const char *k0, *v0, *k1, *v1;
 };
@@ -321,7 +322,7 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
 // all R rows, 4R accumulators folded into four sums per row by one hadd tree. A last key or three take
 // the same chains one key at a time. The fp32 and bf16 caches share it, so the bf16 path sums in the fp32
 // kernel's order (the bf16-vs-fp32 oracle in tests/kernels/test_attention.py).
-// pf (optional): as dots16_rows' (n == kKeyChunk then).
+// pf (optional): as dots16_rows' (n == kKeyChunk then), but for v1: pv_rows fetches those.
 template <int R, int KV>
 static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc,
                               const SubPrefetch* pf) {
@@ -329,17 +330,17 @@ static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n,
   const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
+    if (pf)  // the lines that start among the four keys' bytes, before their FMAs
+      for (int64_t e = (j * hd * esize + 63) / 64 * 64; e < (j + 4) * hd * esize; e += 64) {
+        asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
+        asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
+        asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
+      }
     __m256 acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
     for (int64_t d = 0; d < hd; d += 8)
       for (int i = 0; i < 4; ++i) {
-        if (const int64_t e = ((j + i) * hd + d) * esize; pf && e % 64 == 0) {
-          asm volatile("prefetcht0 %0" : : "m"(t.k0[e]));
-          asm volatile("prefetcht0 %0" : : "m"(t.v0[e]));
-          asm volatile("prefetcht1 %0" : : "m"(t.k1[e]));
-          asm volatile("prefetcht1 %0" : : "m"(t.v1[e]));
-        }
         const __m256 kv = load_kv<KV>(kp, (j + i) * hd + d);
         for (int r = 0; r < R; ++r) acc[r][i] = _mm256_fmadd_ps(_mm256_loadu_ps(qr[r] + d), kv, acc[r][i]);
       }
@@ -407,11 +408,15 @@ static inline void softmax_update(float* sc, int64_t n, float scale2, const floa
 // at vp[i] (fp32, bf16, or C8 codes whose scales p already holds). Each value vector is loaded (widened /
 // converted) once for all R rows; DB vectors per pass keep R * DB FMA chains going over the whole chunk. Over
 // a bf16 cache the passes read even / odd halves, so acc holds [0, kv_pairs_dims) in pairs order.
+// pfv (optional): per sub-chunk, values in its byte layout to prefetch (SubPrefetch's v1), at each key's
+// values of every pass (a line can take several: docs/kernels-measurements.md, avx2-dattn), so the far
+// values stream in during P x V instead of adding to the scores' burst.
 template <int R, int KV>
 static inline void pv_rows(float* acc, const float* p, const float* corr, const void* const* vp, const int64_t* off,
-                           int64_t nsub, int64_t hd) {
+                           int64_t nsub, int64_t hd, const char* const* pfv = nullptr) {
   constexpr int DB = FD_W == 16 ? 4 : 2;  // R * DB accumulators + DB values + R broadcasts in registers
   static_assert(DB % 2 == 0, "bf16 values come in even / odd pairs of vectors");
+  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
   int64_t d = 0;
   for (; d + DB * FD_W <= hd; d += DB * FD_W) {
     vf o[R][DB];
@@ -419,6 +424,7 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
       for (int b = 0; b < DB; ++b) o[r][b] = vmul(vload(acc + r * kMaxHeadDim + d + b * FD_W), vset1(corr[r]));
     for (int64_t i = 0; i < nsub; ++i)
       for (int64_t j = off[i]; j < off[i + 1]; ++j) {
+        if (pfv) asm volatile("prefetcht1 %0" : : "m"(pfv[i][((j - off[i]) * hd + d) * esize]));
         vf v[DB];
         if constexpr (KV == kKvBF16) {  // pairs order: kv_pairs_dims
           for (int b = 0; b < DB; b += 2)
@@ -611,6 +617,7 @@ static int64_t attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, cons
   const bool spread = whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0 && KV != kKvS8);
   constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
   const void* vp[kDecodeChunk];
+  const char* pfv[kDecodeChunk];  // pv_rows' far value targets (dots8_rows leaves them to it)
   int64_t off[kDecodeChunk + 1];
   // The loop's own prefetches run a chunk ahead of its reads: without this the first chunk would wait on
   // memory.
@@ -659,6 +666,7 @@ static int64_t attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, cons
       }
       score_rows<KV>(qr, qx, nrows, kc, len, hd, whole16, kbuf, p[0] + n, spread ? &pf : nullptr);
       vp[nsub] = (const char*)a.v_cache + base * esize;
+      pfv[nsub] = pf.v1;
       if constexpr (C8) {
         for (int64_t j = 0; j < len; ++j) {
           ksb[n + j] = a.k_scales[base / hd + j];
@@ -679,13 +687,16 @@ static int64_t attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, cons
       }
       for (; j < n; ++j) p[r][j] = 0.0f;
     }
+    // dots8_rows' spread sub-chunks leave their far values to the first pv_rows call.
+    const bool pv_far = FD_W == 8 && spread;
     for (int64_t r = 0; r < nrows; r += 4) {
       float *ar = acc[r], *pr = p[r], *cr = corr + r;
+      const char* const* fv = pv_far && r == 0 ? pfv : nullptr;
       switch (std::min<int64_t>(4, nrows - r)) {
-        case 4: pv_rows<4, KV>(ar, pr, cr, vp, off, nsub, hd); break;
-        case 3: pv_rows<3, KV>(ar, pr, cr, vp, off, nsub, hd); break;
-        case 2: pv_rows<2, KV>(ar, pr, cr, vp, off, nsub, hd); break;
-        default: pv_rows<1, KV>(ar, pr, cr, vp, off, nsub, hd);
+        case 4: pv_rows<4, KV>(ar, pr, cr, vp, off, nsub, hd, fv); break;
+        case 3: pv_rows<3, KV>(ar, pr, cr, vp, off, nsub, hd, fv); break;
+        case 2: pv_rows<2, KV>(ar, pr, cr, vp, off, nsub, hd, fv); break;
+        default: pv_rows<1, KV>(ar, pr, cr, vp, off, nsub, hd, fv);
       }
     }
     kk += n;
