@@ -103,10 +103,10 @@ def _check_port_free(port: int, address: str) -> None:
             ) from None
 
 
-def _open_client(core, host: str, port: int, deadline: float, rank: int, world_size: int, store_timeout: int):
-    """A non-master rank's store client, or ConfigError once the deadline passes. Paddle's constructor
+def _open_client(core, host: str, port: int, deadline: float, store_timeout: int):
+    """A non-master rank's store client, or None when the deadline passes first. Paddle's constructor
     releases the GIL and blocks without a limit when the listener never answers, so it runs on a daemon
-    thread that is left behind on a timeout (the process then exits with the error)."""
+    thread that is left behind on a timeout (the process then exits with the caller's error)."""
     box: dict[str, object] = {}
 
     def connect() -> None:
@@ -118,15 +118,9 @@ def _open_client(core, host: str, port: int, deadline: float, rank: int, world_s
     thread = threading.Thread(target=connect, name="fd-tp-store-connect", daemon=True)
     thread.start()
     thread.join(max(0.0, deadline - time.monotonic()))
-    if thread.is_alive():
-        raise ConfigError(
-            f"tensor-parallel rank 0 (node 0) did not answer at {host}:{port} within the timeout (something "
-            f"listens there but is not a group's store: check --master-addr / --master-port; this is rank "
-            f"{rank} of {world_size})"
-        )
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
-    return box["store"]
+    return box.get("store")
 
 
 def _agree_on_shape(rv: Rendezvous) -> None:
@@ -171,17 +165,19 @@ def join(
         if rank == 0:
             store = core.TCPStore(master_addr, int(master_port), True, 1, store_timeout)
         else:
-            store = _open_client(
-                core, master_addr, int(master_port), deadline, rank, world_size, store_timeout
-            )
-    except ConfigError:
-        raise
+            store = _open_client(core, master_addr, int(master_port), deadline, store_timeout)
     except Exception as exc:  # noqa: BLE001 - Paddle raises bare RuntimeError/SystemError with C++ context
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
             f"tensor-parallel rank {rank} could not {'listen' if rank == 0 else 'connect'} at {address}: "
             f"{first}"
         ) from None
+    if store is None:
+        raise ConfigError(
+            f"tensor-parallel rank 0 (node 0) did not answer at {address} within the timeout (something "
+            f"listens there but is not a group's store: check --master-addr / --master-port; this is rank "
+            f"{rank} of {world_size})"
+        )
     rv = Rendezvous(store, rank, world_size, address, max(1, ranks_per_node))
     _agree_on_shape(rv)
     if store.add(f"{_JOINED}/{rank}", 1) != 1:
