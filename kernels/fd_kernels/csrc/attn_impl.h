@@ -39,6 +39,10 @@ static inline int64_t key_base(const AttnArgs& a, const int64_t* bt, int64_t g, 
   return ((bt[kk / a.block_size] * a.num_kv_heads + g) * a.block_size + kk % a.block_size) * a.head_dim;
 }
 
+// Bytes per cached element of a KV cache kind.
+template <int KV>
+constexpr int64_t kv_esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
+
 // Keys and values of the chunk of n rows at `base` as fp32: the cache itself, or widened (bf16) /
 // dequantized (C8) into kbuf / vbuf. The scales share the cache's indexing without head_dim: row base / hd.
 template <int KV>
@@ -168,7 +172,7 @@ static inline void q_pairs16(const float* q, int64_t hd, float* qx) {
 template <int R, int KV, int HD>
 static inline void dots16_rows(const float* const* qx, const void* kp, int64_t hd_arg, float* sc,
                                const SubPrefetch* pf) {
-  constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
+  constexpr int64_t esize = kv_esize<KV>;  // fp32 or bf16 here
   const int64_t hd = HD ? HD : hd_arg;
   const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -326,7 +330,7 @@ static inline void c8_scores16(const float* const* qr, const int8_t* kq, int64_t
 template <int R, int KV>
 static inline void dots8_rows(const float* const* qr, const void* kp, int64_t n, int64_t hd, float* sc,
                               const SubPrefetch* pf) {
-  constexpr int64_t esize = KV == kKvBF16 ? 2 : 4;
+  constexpr int64_t esize = kv_esize<KV>;  // fp32 or bf16 here
   const SubPrefetch t = pf ? *pf : SubPrefetch{};  // in registers (dots16_rows)
   int64_t j = 0;
   for (; j + 4 <= n; j += 4) {
@@ -416,7 +420,7 @@ static inline void pv_rows(float* acc, const float* p, const float* corr, const 
                            int64_t nsub, int64_t hd, const char* const* pfv = nullptr) {
   constexpr int DB = FD_W == 16 ? 4 : 2;  // R * DB accumulators + DB values + R broadcasts in registers
   static_assert(DB % 2 == 0, "bf16 values come in even / odd pairs of vectors");
-  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
+  constexpr int64_t esize = kv_esize<KV>;
   int64_t d = 0;
   for (; d + DB * FD_W <= hd; d += DB * FD_W) {
     vf o[R][DB];
@@ -545,7 +549,7 @@ static inline void finish_row(const AttnArgs& a, const AttnRow& row, float* acc,
 // block sits, so the hardware prefetcher cannot follow), into L1 (L1 true) or L2.
 template <int KV, bool L1>
 static inline void prefetch_keys(const AttnArgs& a, const int64_t* bt, int64_t g, int64_t k0, int64_t k1) {
-  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;
+  constexpr int64_t esize = kv_esize<KV>;
   for (int64_t kk = k0; kk < k1;) {
     const int64_t len = std::min(a.block_size - kk % a.block_size, k1 - kk);
     const int64_t nb = key_base(a, bt, g, kk) * esize, bytes = len * a.head_dim * esize;
@@ -615,7 +619,7 @@ static int64_t attend_rows(const AttnArgs& a, const int64_t* bt, int64_t g, cons
   // dots16_rows / c8_scores16 / dots8_rows issue the sub-chunk prefetches: 16-key sub-chunks, each as long
   // as the next.
   const bool spread = whole16 || (FD_W == 8 && a.block_size % kKeyChunk == 0 && hd % 8 == 0 && KV != kKvS8);
-  constexpr int64_t esize = KV == kKvS8 ? 1 : KV == kKvBF16 ? 2 : 4;  // bytes per cached element
+  constexpr int64_t esize = kv_esize<KV>;
   const void* vp[kDecodeChunk];
   const char* pfv[kDecodeChunk];  // pv_rows' far value targets (dots8_rows leaves them to it)
   int64_t off[kDecodeChunk + 1];
