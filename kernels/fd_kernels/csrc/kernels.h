@@ -88,12 +88,15 @@ struct AttnArgs {
   const uint8_t* prompt_rows = nullptr;
 };
 
-// 3 = AVX-512 + AMX-BF16 (weight-only quantized linears compute in bf16, see amx.cc), 2 = AVX-512,
-// 1 = AVX2+FMA, 0 = scalar: the best the CPU supports, lowered by FD_KERNELS_ISA.
+// The instruction-set levels, the best the CPU supports lowered by FD_KERNELS_ISA. Both bf16 levels run
+// the AVX-512 code and compute the prompt rows of weight-only quantized linears in bf16 (amx.cc): on AMX
+// tiles, or with AVX512-BF16 dot products (vdpbf16ps) on the same operands where there is no AMX.
+enum Isa { kIsaScalar = 0, kIsaAvx2 = 1, kIsaAvx512 = 2, kIsaAvx512Bf16 = 3, kIsaAmx = 4 };
 int active_isa();
 
 namespace amx {
 bool usable();                       // CPU has AMX-BF16 and the OS granted the tile state
+bool has_avx512_bf16();              // CPU has AVX512-BF16 (vdpbf16ps) with AVX-512 F/BW/VL/DQ
 void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 / GGUF block weights, any m
 // gemm_bf16 of A = silu(gate) * up, where row r of g.a (stride g.lda >= 2 g.k) is [gate | up], g.k each:
 // the same numbers as silu_and_mul into a [m, k] buffer and gemm_bf16 on it, without that buffer.

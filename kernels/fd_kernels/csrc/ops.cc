@@ -67,7 +67,7 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
 // A quantized linear's bf16 tiles for the AMX prompt rows (amx::pack_tiles), made once at load.
 std::vector<Tensor> AmxTiles(const Tensor& w, const Tensor& scales, const Tensor& mins, int64_t n, int64_t k,
                              int64_t kind, int64_t group) {
-  PD_CHECK(fdk::active_isa() == 3, "amx_tiles: this process does not use AMX");
+  PD_CHECK(fdk::active_isa() >= fdk::kIsaAvx512Bf16, "amx_tiles: this process computes no prompt rows in bf16");
   PD_CHECK(kind > fdk::kF32 && kind <= fdk::kQ8_0, "amx_tiles: only quantized weights have tiles");
   PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous() && w.numel() == fdk::packed_elems((int)kind, n, k),
            "amx_tiles: packed weight does not match n and k");
