@@ -87,7 +87,7 @@ int active_isa() {
   return isa;
 }
 
-// Rows from which the AMX tiles beat the AVX-512 microkernel on quantized weights (each call repacks the
+// Rows from which the bf16 tiles beat the AVX-512 microkernel on quantized weights (each call repacks the
 // weights to bf16, which only pays off over enough rows). FD_AMX_MIN_ROWS overrides, for benchmarks.
 static int64_t amx_min_rows() {
   static const int64_t rows = [] {
@@ -97,7 +97,7 @@ static int64_t amx_min_rows() {
   return rows;
 }
 
-// Rows that are not prompt rows on the AMX level (and every row elsewhere): GGUF block kinds take the
+// Rows that are not prompt rows on the bf16 levels (and every row elsewhere): GGUF block kinds take the
 // fixed-point int8 kernel, the others fp32.
 static void gemm_fp32(const GemmArgs& g) {
   if (is_qkind(g.kind)) return qgemm(g);
@@ -106,9 +106,10 @@ static void gemm_fp32(const GemmArgs& g) {
 
 int64_t prompt_tile_min_rows() { return active_isa() >= kIsaAvx512Bf16 ? amx_min_rows() : 0; }
 
-// All rows in bf16: AMX tiles for many rows, the AVX-512 microkernel on bf16-rounded operands for few.
-// GGUF block kinds always take the tiles (the microkernel reads only the kS8 / kU4 panels); a tile row's
-// result does not depend on the other rows, so that is the same numerics for any row count.
+// All rows in bf16: the tiles (AMX, or vdpbf16ps on them) for many rows, the AVX-512 microkernel on
+// bf16-rounded operands for few. GGUF block kinds always take the tiles (the microkernel reads only the
+// kS8 / kU4 panels); a tile row's result does not depend on the other rows, so that is the same numerics for
+// any row count.
 static bool takes_tiles(const GemmArgs& g) { return g.m >= amx_min_rows() || is_qkind(g.kind); }
 
 static void gemm_bf16(const GemmArgs& g) {
@@ -152,7 +153,7 @@ static void gemm_rows(const GemmArgs& g, const uint8_t* prompt_rows, bool prompt
   for (int64_t i = 0; i < m; ++i) std::memcpy(g.c + rows[i] * g.n, &c[i * g.n], g.n * sizeof(float));
 }
 
-// Prompt rows among g's m (0 where the AMX level's bf16 path does not apply at all).
+// Prompt rows among g's m (0 where the bf16 levels' path does not apply at all).
 static int64_t prompt_row_count(const GemmArgs& g, const uint8_t* prompt_rows) {
   if (active_isa() < kIsaAvx512Bf16 || g.kind == kF32 || !prompt_rows) return 0;
   int64_t np = 0;
@@ -160,7 +161,7 @@ static int64_t prompt_row_count(const GemmArgs& g, const uint8_t* prompt_rows) {
   return np;
 }
 
-// The AMX tile entries run g.epilogue themselves (amx.cc); every other path leaves it to gemm().
+// The bf16 tile entries run g.epilogue themselves (amx.cc); every other path leaves it to gemm().
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
   if (g.m == 0) return;
   const int64_t np = prompt_row_count(g, prompt_rows);

@@ -25,7 +25,7 @@ int64_t last_dim(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().bac
 
 }  // namespace
 
-// prompt_rows: uint8 [m] (1 = a prompt token's row, computed in bf16 on the AMX level) or empty.
+// prompt_rows: uint8 [m] (1 = a prompt token's row, computed in bf16 on the bf16 levels) or empty.
 std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
                            const Tensor& bias, const Tensor& prompt_rows, const Tensor& tiles, int64_t n,
                            int64_t kind, int64_t group, bool has_bias) {
@@ -64,7 +64,7 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   return {out};
 }
 
-// A quantized linear's bf16 tiles for the AMX prompt rows (amx::pack_tiles), made once at load.
+// A quantized linear's bf16 tiles for the bf16 prompt rows (amx::pack_tiles), made once at load.
 std::vector<Tensor> AmxTiles(const Tensor& w, const Tensor& scales, const Tensor& mins, int64_t n, int64_t k,
                              int64_t kind, int64_t group) {
   PD_CHECK(fdk::active_isa() >= fdk::kIsaAvx512Bf16, "amx_tiles: this process computes no prompt rows in bf16");
