@@ -122,7 +122,7 @@ class AttentionMetadata:
     query_start_loc_np: np.ndarray
     seq_lens_np: np.ndarray
     # uint8 [T]: 1 on rows holding a prompt token; None when the step has none. The linears take it
-    # (ops.linear: bf16 prompt rows on AMX CPUs).
+    # (ops.linear: bf16 prompt rows on AMX and AVX512-BF16 CPUs).
     prompt_rows: paddle.Tensor | None = None
     # The rows whose final hidden state is read (runner/read_rows.py), described alone by a metadata of
     # their own whose `rows` holds their indices in this step (int64 [K]). None: every row may be read.

@@ -1,6 +1,7 @@
-// A/B timing of the AMX prompt-row GEMM: a saved copy of amx.cc (FD_A_SRC, compiled into namespace
-// fdk_old) against this tree's, alternated pass by pass on the same prepacked tiles, results compared
-// bit for bit. Build (from the repo root, LIBS = Paddle's libs directory, for its libiomp5):
+// A/B timing of the bf16 prompt-row GEMM (AMX tiles, or vdpbf16ps on a CPU without AMX): a saved copy of
+// amx.cc (FD_A_SRC, compiled into namespace fdk_old) against this tree's, alternated pass by pass on the
+// same prepacked tiles, results compared bit for bit. Build (from the repo root, LIBS = Paddle's libs
+// directory, for its libiomp5):
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc -Dfdk=fdk_old -c /tmp/old/amx.cc \
 //       -o /tmp/amx_old.o
 //   g++ -O3 -std=c++17 -march=x86-64-v2 -fopenmp -Ikernels/fd_kernels/csrc kernels/bench_amx_ab.cc \
@@ -31,6 +32,13 @@ namespace amx {
 void gemm_bf16(const GemmArgs& g);
 void gemm_bf16_silu_mul(const GemmArgs& g);
 }  // namespace amx
+}  // namespace fdk_old
+
+// The level amx.cc runs at here (kernels.cc is not linked): AMX tiles where the process may use them,
+// else vdpbf16ps; a saved amx.cc that asks (-Dfdk=fdk_old) gets the same answer.
+int fdk::active_isa() { return fdk::amx::usable() ? fdk::kIsaAmx : fdk::kIsaAvx512Bf16; }
+namespace fdk_old {
+int active_isa() { return fdk::active_isa(); }
 }  // namespace fdk_old
 
 namespace fdk_old_wrap {
@@ -91,7 +99,7 @@ static int ab_passes(const char* mode, int64_t m, int passes, Step step) {
 // SmolLM2-135M's four prompt GEMMs (qkv, o_proj, gate_up, down) over 30 layers of distinct weights in a
 // step's order, ~212 MB of bf16 tiles: per pass the best of 3 steps (alternated) in ms, and old / new per shape.
 static int stack(int64_t m, int passes) {
-  if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
+  if (!fdk::amx::has_avx512_bf16()) return std::fprintf(stderr, "no AVX512-BF16\n"), 1;
   const int64_t shapes[4][2] = {{576, 960}, {576, 576}, {576, 3072}, {1536, 576}};
   constexpr int kLayers = 30;
   std::mt19937 rng(1);
@@ -155,7 +163,7 @@ __attribute__((target("avx512f"))) static void add_norm_rows(void* ctx, int64_t 
 // attention and the QKV pass between the GEMMs its down_proj ran ~1.6x the stack's time and ranked variants
 // differently from a real prefill (docs/kernels-measurements.md); confirm in process before adopting.
 static int chain(int64_t m, int passes) {
-  if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
+  if (!fdk::amx::has_avx512_bf16()) return std::fprintf(stderr, "no AVX512-BF16\n"), 1;
   const int64_t shapes[4][2] = {{576, 960}, {576, 576}, {576, 3072}, {1536, 576}};
   constexpr int kLayers = 30;
   std::mt19937 rng(1);
@@ -207,7 +215,7 @@ int main(int argc, char** argv) {
   if (argc < 6) return std::fprintf(stderr, "usage: M K N WEIGHTS PASSES | stack M PASSES | chain M PASSES\n"), 2;
   const int64_t m = atol(argv[1]), k = atol(argv[2]), n = atol(argv[3]);
   const int nw = atoi(argv[4]), passes = atoi(argv[5]);
-  if (!fdk::amx::usable()) return std::fprintf(stderr, "no AMX\n"), 1;
+  if (!fdk::amx::has_avx512_bf16()) return std::fprintf(stderr, "no AVX512-BF16\n"), 1;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   // FD_SILU=1: the fused silu(gate) * up conversion (gemm_bf16_silu_mul), each row [gate | up] of 2k values.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ISA_LEVELS = ["avx512", "avx2", "scalar"]
+ISA_LEVELS = ["avx512bf16", "avx512", "avx2", "scalar"]
 
 
 def cpu_flags() -> set[str]:
@@ -25,12 +25,28 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_levels() -> list[str]:
+    """The levels of csrc/kernels.cc's detect_isa this CPU has, best first (from its flags)."""
+    flags = cpu_flags()
+    levels = ["scalar"]
+    if {"avx2", "fma"} <= flags:
+        levels.insert(0, "avx2")
+        if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+            levels.insert(0, "avx512")
+            if "avx512_bf16" in flags:
+                levels.insert(0, "avx512bf16")
+                if {"amx_bf16", "amx_tile"} <= flags:
+                    levels.insert(0, "amx")
+    return levels
+
+
 def rerun_at_isa(isa: str, pytest_args: list[str]) -> None:
     """Fails with the subprocess's output tail if the re-run fails."""
-    if isa == "avx512" and not {"amx_bf16", "amx_tile"} <= cpu_flags():
-        pytest.skip("without AMX the default run already is the AVX-512 path")
-    if isa == "avx2" and not {"avx2", "fma"} <= cpu_flags():
-        pytest.skip("CPU has no AVX2/FMA")
+    levels = cpu_levels()
+    if isa not in levels:
+        pytest.skip(f"the CPU cannot run the {isa} level")
+    if isa == levels[0]:
+        pytest.skip(f"the default run already is the {isa} level")
     if os.environ.get("FD_KERNELS_ISA"):
         pytest.skip("already running under a forced ISA")
     env = dict(os.environ, FD_KERNELS_ISA=isa)

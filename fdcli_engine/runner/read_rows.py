@@ -13,7 +13,7 @@ and the model returns those rows.
 Bit identity: a kept row gets the values the whole step gives it. Its linears and norms depend on that
 row alone, and so does its attention (a marked prompt run is tiled in lanes whatever its length, each
 generated row is a run of its own: kernels attn_impl.h), with one exception: kS8 / kU4 prompt rows move
-from the bf16 microkernel to the AMX tiles at `ops.prompt_tile_min_rows()` rows (different sums). So
+from the bf16 microkernel to the bf16 tiles at `ops.prompt_tile_min_rows()` rows (different sums). So
 when a prompt row is kept, the kept prompt rows number at least min(that, all the step's prompt rows),
 extra rows taken from the sequences' ends backwards. Each sequence's kept rows are a suffix of its rows,
 so attention still places query i at context position seq_len - nq + i. The reference kernels (whose

@@ -11,7 +11,7 @@ def test_describe_names_the_bound_implementation_and_isa():
         ops.use("reference")
         assert ops.describe() == "reference"
         ops.use("native")
-        assert native.active_isa() in {"amx", "avx512", "avx2", "scalar"}
+        assert native.active_isa() in {"amx", "avx512bf16", "avx512", "avx2", "scalar"}
         assert ops.describe() == f"native ({native.active_isa()})"
     finally:
         ops.use(before)

@@ -1,9 +1,10 @@
-"""Prompt rows of quantized linears on AMX CPUs (csrc/amx.cc): computed as bf16(x) @ bf16(W) with fp32
+"""Prompt rows of quantized linears on the bf16 levels (csrc/amx.cc: AMX tiles, or AVX512-BF16 dot products
+where the CPU has no AMX): computed as bf16(x) @ bf16(W) with fp32
 accumulation, where W is the exact dequantized operand. The oracle rounds both operands to bf16 in numpy
 and multiplies in float64, so the only allowed difference is fp32 summation (the 1e-5 bound of
 test_linear.py). Rows not marked as prompt rows stay on their kind's other path (fp32 for wint8 / wint4,
 the fixed-point kernel of test_qgemm.py for GGUF blocks), and a row's result does not depend on the
-other rows of its batch (AMX tiles for many prompt rows, the AVX-512 microkernel for few; GGUF blocks
+other rows of its batch (the tiles for many prompt rows, the AVX-512 microkernel for few; GGUF blocks
 always take the tiles)."""
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from kernel_helpers import to_pd, to_rows
 
 
 @pytest.fixture(autouse=True)
-def amx_only(native):
-    if native.active_isa() != "amx":
-        pytest.skip("the CPU (or FD_KERNELS_ISA) does not select the AMX level")
+def bf16_levels_only(native):
+    if native.active_isa() not in native.BF16_PROMPT_ISAS:
+        pytest.skip("the CPU (or FD_KERNELS_ISA) selects no bf16 prompt-row level (AMX or AVX512-BF16)")
 
 
 def bf16(a: np.ndarray) -> np.ndarray:

@@ -46,7 +46,7 @@ def test_missing_compiler_is_a_kernel_build_error(monkeypatch, tmp_path):
 def test_active_isa_follows_env(native):
     want = os.environ.get("FD_KERNELS_ISA")
     isa = native.active_isa()
-    assert isa in ("amx", "avx512", "avx2", "scalar")
+    assert isa in native.ISA_NAMES.values()
     if want:
         assert isa == want
 

@@ -36,9 +36,9 @@ def _activations(rng, m: int, k: int) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype", [emu.Q4_1, emu.Q8_0])
 @pytest.mark.parametrize("m,k,n", SHAPES)
-def test_bf16_path_is_the_amx_prompt_rows(native, rng, qtype, m, k, n):
-    if native.active_isa() != "amx":
-        pytest.skip("the CPU (or FD_KERNELS_ISA) does not select the AMX level")
+def test_bf16_path_is_the_bf16_prompt_rows(native, rng, qtype, m, k, n):
+    if native.active_isa() not in native.BF16_PROMPT_ISAS:
+        pytest.skip("the CPU (or FD_KERNELS_ISA) selects no bf16 prompt-row level (AMX or AVX512-BF16)")
     raw, (codes, d, mins) = _blocks(rng, qtype, n, k)
     lw = native.prepare_linear_gguf(raw, qtype, k)
     w = emu.dequantize(codes, d, mins)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from isa_levels import cpu_flags
 from kernel_helpers import to_pd
 
 TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
@@ -151,15 +152,8 @@ def test_embedding_rows_equal_gguf_dequantize(native, ref, rng, name):
         native.embedding(paddle.to_tensor(np.array([70])), native.prepare_linear_gguf(raw, TYPES[name], k))
 
 
-def _cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def _expected_path() -> str:
-    flags, forced = _cpu_flags(), os.environ.get("FD_KERNELS_ISA")
+    flags, forced = cpu_flags(), os.environ.get("FD_KERNELS_ISA")
     avx2 = {"avx2", "fma"} <= flags
     vnni = avx2 and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= flags
     if forced == "scalar" or not avx2:

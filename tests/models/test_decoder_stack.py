@@ -184,11 +184,11 @@ def test_stack_on_ernie_dense_and_not_on_moe(tiny_checkpoint, monkeypatch):
 
 
 def test_prompt_rows_reach_the_stack(tiny_checkpoint):
-    """On AMX CPUs the mask changes quantized results (bf16 prompt rows), so the stack must see it."""
+    """On the bf16 levels the mask changes quantized results (bf16 prompt rows), so the stack must see it."""
     from fd_kernels import native
 
-    if native.active_isa() != "amx":
-        pytest.skip("prompt rows only change numerics on the AMX level")
+    if native.active_isa() not in native.BF16_PROMPT_ISAS:
+        pytest.skip("prompt rows only change numerics on the bf16 levels (AMX, AVX512-BF16)")
     model = load_fd_model(tiny_checkpoint("LlamaForCausalLM"), quantization="wint4")
     with_mask, _ = run_steps(model, True, "float32")
     without, _ = run_steps(model, True, "float32", prompt_rows=False)

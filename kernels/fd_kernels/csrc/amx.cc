@@ -1,19 +1,24 @@
-// bf16 GEMM on Intel AMX for weight-only quantized linears (kS8, kU4) with many rows (prefill).
+// bf16 GEMM for the prompt rows of weight-only quantized linears (kS8, kU4, GGUF blocks): on Intel AMX
+// tiles (the kIsaAmx level), or, on CPUs with AVX512-BF16 but no AMX (kIsaAvx512Bf16: AMD Zen 4 and
+// later, Cooper Lake), with vdpbf16ps on the very same operand layouts (block_dp).
 //
 // Numerics (shared with the AVX-512 path's bf16 mode in kern_impl.h, so a row's result does not depend on
 // which path the batch took beyond fp32 summation order): activations and dequantized weights are rounded
 // to bf16 (round-to-nearest-even, the same integer formula in both paths), products are exact in fp32 and
 // accumulated in fp32. The weights are dequantized exactly as the AVX-512 path does (q * s, or
 // fma(q, s, min)) before rounding. Rounding a 4- or 8-bit weight's dequantized value to bf16 adds an error
-// far below its quantization step; the activation rounding (relative 2^-9) is what this mode costs.
+// far below its quantization step; the activation rounding (relative 2^-9) is what this mode costs. Each
+// element sums its k-pairs in k order on either level, so on a given CPU a row's bits do not depend on
+// its batch; the two levels may differ in the last bits (how a pair's two products are added).
 //
 // Layout: every operand tile is 1 KB of contiguous memory (16 rows of 64 bytes), so a tile load touches
 // 16 consecutive cache lines. A is converted once per call to bf16 tiles [Mp/32][Kp/32][2][16][32] (rows
 // padded to 32, K to 32, zeros). A weight panel (kNR = 32 columns) is bf16 in AMX's pair-interleaved
 // ("VNNI") order, tiles [Kp/32][2][16][32]: tile (s, h) holds k-step s's 16 k-pairs for columns
-// 16h..16h+15, each 32-bit lane one column's (k = 2r, k = 2r + 1). Panels come either prepacked once
-// at load (amx::pack_tiles, the LinearWeight's `tiles`) or dequantized per call a group at a time
-// (gemm_kind). Each 32-row block of A runs against a panel with four 16x16 fp32 accumulator tiles.
+// 16h..16h+15, each 32-bit lane one column's (k = 2r, k = 2r + 1), which is also vdpbf16ps's operand
+// order. Panels come either prepacked once at load (amx::pack_tiles, the LinearWeight's `tiles`) or
+// dequantized per call a group at a time (gemm_kind). Each 32-row block of A runs against a panel with
+// four 16x16 fp32 accumulator tiles (AMX) or, 8 rows at a time, 16 zmm accumulators (block_dp).
 
 #include <immintrin.h>
 #include <omp.h>
@@ -42,6 +47,9 @@ namespace {
 
 constexpr int64_t kRows = 32;  // rows per block: two A tiles of 16
 constexpr int64_t kKStep = 32;  // bf16 k's per tile (64 bytes per tile row)
+
+// Whether this process multiplies on AMX tiles (else with block_dp's vdpbf16ps).
+inline bool uses_tiles() { return active_isa() == kIsaAmx; }
 
 // vexp.h's silu(gate) * up at the AVX-512 width (the AMX level's), the function kern_impl.h's
 // silu_and_mul calls, so a fused conversion rounds the very value that op would have stored.
@@ -228,6 +236,34 @@ inline __attribute__((always_inline)) void store_c_tiles(float* c, int64_t ld) {
   _tile_stored(3, c + 16 * ld + 16, ld * 4);
 }
 
+// A finished 32 x 32 fp32 block (tmp, rows kNR apart) into rows [0, rows) and columns [0, ncols) of c (at
+// column n0 of C, rows g.n apart), bias added; with nt, a full block without bias is written with
+// non-temporal stores.
+void tmp_to_c(const GemmArgs& g, const float* tmp, float* c, int64_t n0, int64_t rows, int64_t ncols, bool nt) {
+  if (nt && rows == kRows && ncols == kNR && !g.bias) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      _mm512_stream_ps(c + r * g.n, _mm512_load_ps(tmp + r * kNR));
+      _mm512_stream_ps(c + r * g.n + 16, _mm512_load_ps(tmp + r * kNR + 16));
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + r * g.n;
+    const float* t = tmp + r * kNR;
+    if (ncols == kNR) {
+      __m512 c0 = _mm512_load_ps(t), c1 = _mm512_load_ps(t + 16);
+      if (g.bias) {
+        c0 = _mm512_add_ps(c0, _mm512_loadu_ps(g.bias + n0));
+        c1 = _mm512_add_ps(c1, _mm512_loadu_ps(g.bias + n0 + 16));
+      }
+      _mm512_storeu_ps(cr, c0);
+      _mm512_storeu_ps(cr + 16, c1);
+    } else {
+      for (int64_t j = 0; j < ncols; ++j) cr[j] = t[j] + (g.bias ? g.bias[n0 + j] : 0.0f);
+    }
+  }
+}
+
 // Bytes of an A block (32 rows of A's bf16 tiles) up to which its tiles stay in L1 (48 KB) across the
 // panels of an item, provided the panels' tiles do not pass through L1.
 constexpr int64_t kL1ABlockBytes = 40 << 10;
@@ -335,36 +371,62 @@ void block(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* 
     store_c_tiles(acc, kNR);
     return;
   }
-  if (nt && rows == kRows && ncols == kNR && !g.bias) {
-    alignas(64) float tmp[kRows * kNR];
-    store_c_tiles(tmp, kNR);
-    for (int64_t r = 0; r < kRows; ++r) {
-      _mm512_stream_ps(c + r * g.n, _mm512_load_ps(tmp + r * kNR));
-      _mm512_stream_ps(c + r * g.n + 16, _mm512_load_ps(tmp + r * kNR + 16));
-    }
-    return;
-  }
-  if (rows == kRows && ncols == kNR && !g.bias) {
+  if (!nt && rows == kRows && ncols == kNR && !g.bias) {
     store_c_tiles(c, g.n);
     return;
   }
   alignas(64) float tmp[kRows * kNR];
   store_c_tiles(tmp, kNR);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* cr = c + r * g.n;
-    const float* t = tmp + r * kNR;
-    if (ncols == kNR) {
-      __m512 c0 = _mm512_load_ps(t), c1 = _mm512_load_ps(t + 16);
-      if (g.bias) {
-        c0 = _mm512_add_ps(c0, _mm512_loadu_ps(g.bias + n0));
-        c1 = _mm512_add_ps(c1, _mm512_loadu_ps(g.bias + n0 + 16));
+  tmp_to_c(g, tmp, c, n0, rows, ncols, nt);
+}
+
+// One 32-row block of A against one panel, as block() computes it, with vdpbf16ps instead of tiles (the
+// kIsaAvx512Bf16 level): 8 rows x 32 columns of fp32 accumulators (16 zmm) at a time, each k-pair of B
+// (one 64-byte tile row per column half) loaded once for the 8 rows, each row's pair broadcast. [k0, k1),
+// acc, to_acc and bp_hi as block()'s; its tile-load and prefetch options have no counterpart here. A
+// sub-block of rows entirely past m is skipped (A's padding rows are zeros, so a partial one is computed
+// whole and its extra rows dropped).
+void block_dp(const GemmArgs& g, const uint16_t* ablk, int64_t kp, const uint16_t* bp, int64_t m0, int64_t p,
+              bool nt, int64_t k0, int64_t k1, float* acc, bool to_acc, const uint16_t* bp_hi) {
+  constexpr int kSub = 8;
+  if (k1 < 0) k1 = kp;
+  const bool last = k1 == kp && !to_acc;
+  if (!bp_hi) bp_hi = bp + 512;
+  const int64_t n0 = p * kNR, ncols = std::min<int64_t>(kNR, g.n - n0);
+  const int64_t rows = std::min<int64_t>(kRows, g.m - m0);
+  float* c = g.c + m0 * g.n + n0;
+  const bool direct = last && !nt && rows == kRows && ncols == kNR && !g.bias;
+  alignas(64) float tmp[kRows * kNR];
+  for (int64_t r0 = 0; r0 < rows; r0 += kSub) {
+    __m512 c0[kSub], c1[kSub];
+    for (int r = 0; r < kSub; ++r) {
+      c0[r] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r0 + r) * kNR);
+      c1[r] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(acc + (r0 + r) * kNR + 16);
+    }
+    for (int64_t k = k0; k < k1; k += kKStep) {
+      // Row r0's k-step in A's tiles; the sub-block's rows follow at kKStep apart (r0 % 16 + 8 <= 16).
+      const uint16_t* at = ablk + k * kRows + r0 / 16 * 512 + r0 % 16 * kKStep;
+      const uint16_t *b0 = bp + k * kNR, *b1 = bp_hi + k * kNR;
+      for (int j = 0; j < kKStep / 2; ++j) {
+        const __m512bh w0 = (__m512bh)_mm512_loadu_si512(b0 + j * kKStep);
+        const __m512bh w1 = (__m512bh)_mm512_loadu_si512(b1 + j * kKStep);
+        for (int r = 0; r < kSub; ++r) {
+          int32_t pair;
+          std::memcpy(&pair, at + r * kKStep + 2 * j, 4);
+          const __m512bh x = (__m512bh)_mm512_set1_epi32(pair);
+          c0[r] = _mm512_dpbf16_ps(c0[r], x, w0);
+          c1[r] = _mm512_dpbf16_ps(c1[r], x, w1);
+        }
       }
-      _mm512_storeu_ps(cr, c0);
-      _mm512_storeu_ps(cr + 16, c1);
-    } else {
-      for (int64_t j = 0; j < ncols; ++j) cr[j] = t[j] + (g.bias ? g.bias[n0 + j] : 0.0f);
+    }
+    float* out = !last ? acc : direct ? c : tmp;
+    const int64_t ld = direct ? g.n : kNR;
+    for (int r = 0; r < kSub; ++r) {
+      _mm512_storeu_ps(out + (r0 + r) * ld, c0[r]);
+      _mm512_storeu_ps(out + (r0 + r) * ld + 16, c1[r]);
     }
   }
+  if (last && !direct) tmp_to_c(g, tmp, c, n0, rows, ncols, nt);
 }
 
 // Bytes of bf16 panels worked on at a time: kept in L2 (2 MB a core) while every row block of A passes
@@ -498,9 +560,10 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
     state[rb].store(io.pre_a ? 2 : 0, std::memory_order_relaxed);
     done[rb].store(0, std::memory_order_relaxed);
   }
+  const bool tiles = uses_tiles();
 #pragma omp parallel if (row_items * nrb > 1)
   {
-    load_amx_tile_config();
+    if (tiles) load_amx_tile_config();
     const int64_t t = omp_get_thread_num();
     // Where K is cut into slabs: the partial sums of an item's C blocks between passes (see k_slab); with
     // silu_out, the blocks' sums for silu_to_a.
@@ -537,8 +600,11 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
             const uint16_t* next_b = p + 1 >= p1 ? nullptr : fused ? half_tiles(p + 1) : bp + panel_elems;
             // One block's slot where every block sums all of K in one pass (it stays in L1).
             float* const pacc = !acc ? nullptr : acc.get() + (slab < kp ? (p - p0) * kRows * kNR : 0);
-            block<true>(g, ablk, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc, fused,
-                        fused ? half_tiles(p + panels) : nullptr);
+            const uint16_t* bp_hi = fused ? half_tiles(p + panels) : nullptr;
+            if (tiles)
+              block<true>(g, ablk, kp, bp, rb * kRows, p, p > p0, next_b, p == p0, nt, k0, k1, pacc, fused, bp_hi);
+            else
+              block_dp(g, ablk, kp, bp, rb * kRows, p, nt, k0, k1, pacc, fused, bp_hi);
             if (fused && k1 == kp) silu_to_a(pacc, g.m, rb * kRows, p, panels * 16, io.out_kp, io.silu_out);
           }
         }
@@ -547,7 +613,7 @@ void gemm_prepacked(const GemmArgs& g, int64_t kp, int64_t nrb, int64_t panels, 
           g.epilogue(g.epilogue_ctx, rb * kRows, std::min(g.m, (rb + 1) * kRows));
       }
     }
-    _tile_release();
+    if (tiles) _tile_release();
   }
 }
 
@@ -572,9 +638,10 @@ void gemm_kind(const GemmArgs& g, bool silu) {
   std::unique_ptr<uint16_t[], decltype(&std::free)> abf((uint16_t*)std::aligned_alloc(64, mp * kp * 2), &std::free);
   convert_a(g, mp, kp, abf.get(), silu);
   uint16_t* bbuf = (uint16_t*)std::aligned_alloc(64, group * panel_elems * sizeof(uint16_t));
+  const bool tiles = uses_tiles();
 #pragma omp parallel
   {
-    load_amx_tile_config();
+    if (tiles) load_amx_tile_config();
     const int64_t nth = omp_get_num_threads();
     for (int64_t p0 = 0; p0 < panels; p0 += group) {
       const int64_t np = std::min(group, panels - p0);
@@ -591,14 +658,17 @@ void gemm_kind(const GemmArgs& g, bool silu) {
       for (int64_t it = 0; it < nrb * slices; ++it) {
         const int64_t rb = it / slices, i1 = std::min(np, (it % slices + 1) * per);
         for (int64_t i = it % slices * per; i < i1; ++i) {
-          if (sb)
-            block<true>(g, abf.get() + rb * kRows * kp, kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+          const uint16_t *ablk = abf.get() + rb * kRows * kp, *bp = bbuf + i * panel_elems;
+          if (!tiles)
+            block_dp(g, ablk, kp, bp, rb * kRows, p0 + i, false, 0, -1, nullptr, false, nullptr);
+          else if (sb)
+            block<true>(g, ablk, kp, bp, rb * kRows, p0 + i);
           else
-            block<false>(g, abf.get() + rb * kRows * kp, kp, bbuf + i * panel_elems, rb * kRows, p0 + i);
+            block<false>(g, ablk, kp, bp, rb * kRows, p0 + i);
         }
       }  // the loop's barrier: the next group's packing overwrites bbuf
     }
-    _tile_release();
+    if (tiles) _tile_release();
   }
   std::free(bbuf);
   if (g.epilogue) g.epilogue(g.epilogue_ctx, 0, g.m);
@@ -607,6 +677,13 @@ void gemm_kind(const GemmArgs& g, bool silu) {
 }  // namespace
 
 namespace amx {
+
+bool has_avx512_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bf16");
+}
 
 bool usable() {
   // The kernel must grant this process the AMX tile state (Linux >= 5.16); without it the first tile

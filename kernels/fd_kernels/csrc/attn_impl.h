@@ -960,7 +960,7 @@ template <int KV>
 static bool use_amx_attention(const AttnArgs& a) {
 #if FD_W == 16
   static const bool bf16_cvt = __builtin_cpu_supports("avx512bf16");  // attn_amx.h's vcvtne2ps2bf16
-  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == 3 && bf16_cvt;
+  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == kIsaAmx && bf16_cvt;
 #else
   (void)a;
   return false;

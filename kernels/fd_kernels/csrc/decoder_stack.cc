@@ -5,7 +5,7 @@
 // attention are the same kernel calls; the elementwise ops between them are fused where one pass over
 // the rows can do several (qkv_rope_to_cache: split + q/k norms + rotary + cache write; gemm_silu_mul:
 // silu(gate) * up inside down_proj's input conversion, or in place before it; gemm_gate_up_silu_down:
-// gate_up's AMX products turned into down_proj's A tiles as silu(gate) * up; the residual add + RMSNorm
+// gate_up's bf16 tile products turned into down_proj's A tiles as silu(gate) * up; the residual add + RMSNorm
 // after o_proj and down_proj as their GEMM's row epilogue, kernels.h), each element still taking
 // the single ops' formula. The kernels are deterministic functions of their arguments (their OpenMP
 // splits depend on the shapes, never on the addresses), so the output and the KV caches are bit-identical
@@ -78,7 +78,7 @@ void attend_and_mlp(const StackArgs& a, const StackLayer& l, const StackCache& c
   linear(l.o_proj, attn, t, q_size, hidden, r.prompt_rows, &post);
 
   // Gated MLP (layers/activation.py): down_proj of silu(gate) * up, read from gate_up's fused rows
-  // (2 * inter apart), or, where every row takes the AMX tiles, from down_proj's A tiles that gate_up's
+  // (2 * inter apart), or, where every row takes the bf16 tiles, from down_proj's A tiles that gate_up's
   // products are written into directly (the same numbers).
   const GemmArgs gu = stack_gemm_args(l.gate_up, normed, t, h, gate_up);
   GemmArgs down{gate_up, 2 * inter, t, inter, l.down.n, l.down.w, l.down.scales, l.down.mins,

@@ -95,7 +95,7 @@ inline const uint8_t* prompt_rows_of(const Tensor& rows, int64_t t, const char* 
   return rows.data<uint8_t>();
 }
 
-// A linear's AMX tiles (fdk::GemmArgs::tiles): an empty tensor for none, else exactly the tiles of its
+// A linear's bf16 tiles (fdk::GemmArgs::tiles): an empty tensor for none, else exactly the tiles of its
 // kind and shape (int16 holding bf16 bits), which the kernels then read in place of the weight.
 inline const uint16_t* tiles_ptr(const Tensor& tiles, int64_t kind, int64_t n, int64_t k, const char* op) {
   if (tiles.numel() == 0) return nullptr;

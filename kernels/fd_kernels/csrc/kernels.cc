@@ -64,17 +64,21 @@ namespace isa_scalar {
 
 static int detect_isa() {
   __builtin_cpu_init();
-  int best = 0;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = 1;
-  if (best == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+  int best = kIsaScalar;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = kIsaAvx2;
+  if (best == kIsaAvx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    best = 2;
-  if (best == 2 && amx::usable()) best = 3;
+    best = kIsaAvx512;
+  if (best == kIsaAvx512 && amx::has_avx512_bf16()) best = kIsaAvx512Bf16;
+  if (best == kIsaAvx512Bf16 && amx::usable()) best = kIsaAmx;
+  static const struct {
+    const char* name;
+    int level;
+  } kNames[] = {{"scalar", kIsaScalar}, {"avx2", kIsaAvx2}, {"avx512", kIsaAvx512}, {"avx512bf16", kIsaAvx512Bf16}};
   const char* env = std::getenv("FD_KERNELS_ISA");
   int want = best;
-  if (env && std::strcmp(env, "avx512") == 0) want = 2;
-  if (env && std::strcmp(env, "scalar") == 0) want = 0;
-  if (env && std::strcmp(env, "avx2") == 0) want = 1;
+  for (const auto& n : kNames)
+    if (env && std::strcmp(env, n.name) == 0) want = n.level;
   return std::min(best, want);
 }
 
@@ -83,7 +87,7 @@ int active_isa() {
   return isa;
 }
 
-// Rows from which the AMX tiles beat the AVX-512 microkernel on quantized weights (each call repacks the
+// Rows from which the bf16 tiles beat the AVX-512 microkernel on quantized weights (each call repacks the
 // weights to bf16, which only pays off over enough rows). FD_AMX_MIN_ROWS overrides, for benchmarks.
 static int64_t amx_min_rows() {
   static const int64_t rows = [] {
@@ -93,18 +97,19 @@ static int64_t amx_min_rows() {
   return rows;
 }
 
-// Rows that are not prompt rows on the AMX level (and every row elsewhere): GGUF block kinds take the
+// Rows that are not prompt rows on the bf16 levels (and every row elsewhere): GGUF block kinds take the
 // fixed-point int8 kernel, the others fp32.
 static void gemm_fp32(const GemmArgs& g) {
   if (is_qkind(g.kind)) return qgemm(g);
   FD_DISPATCH(gemm, g);
 }
 
-int64_t prompt_tile_min_rows() { return active_isa() == 3 ? amx_min_rows() : 0; }
+int64_t prompt_tile_min_rows() { return active_isa() >= kIsaAvx512Bf16 ? amx_min_rows() : 0; }
 
-// All rows in bf16: AMX tiles for many rows, the AVX-512 microkernel on bf16-rounded operands for few.
-// GGUF block kinds always take the tiles (the microkernel reads only the kS8 / kU4 panels); a tile row's
-// result does not depend on the other rows, so that is the same numerics for any row count.
+// All rows in bf16: the tiles (AMX, or vdpbf16ps on them) for many rows, the AVX-512 microkernel on
+// bf16-rounded operands for few. GGUF block kinds always take the tiles (the microkernel reads only the
+// kS8 / kU4 panels); a tile row's result does not depend on the other rows, so that is the same numerics for
+// any row count.
 static bool takes_tiles(const GemmArgs& g) { return g.m >= amx_min_rows() || is_qkind(g.kind); }
 
 static void gemm_bf16(const GemmArgs& g) {
@@ -148,15 +153,15 @@ static void gemm_rows(const GemmArgs& g, const uint8_t* prompt_rows, bool prompt
   for (int64_t i = 0; i < m; ++i) std::memcpy(g.c + rows[i] * g.n, &c[i * g.n], g.n * sizeof(float));
 }
 
-// Prompt rows among g's m (0 where the AMX level's bf16 path does not apply at all).
+// Prompt rows among g's m (0 where the bf16 levels' path does not apply at all).
 static int64_t prompt_row_count(const GemmArgs& g, const uint8_t* prompt_rows) {
-  if (active_isa() != 3 || g.kind == kF32 || !prompt_rows) return 0;
+  if (active_isa() < kIsaAvx512Bf16 || g.kind == kF32 || !prompt_rows) return 0;
   int64_t np = 0;
   for (int64_t r = 0; r < g.m; ++r) np += prompt_rows[r] != 0;
   return np;
 }
 
-// The AMX tile entries run g.epilogue themselves (amx.cc); every other path leaves it to gemm().
+// The bf16 tile entries run g.epilogue themselves (amx.cc); every other path leaves it to gemm().
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows) {
   if (g.m == 0) return;
   const int64_t np = prompt_row_count(g, prompt_rows);

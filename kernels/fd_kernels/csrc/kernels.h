@@ -49,14 +49,14 @@ struct GemmArgs {
   int kind;
   const float* bias;  // padded to panels * kNR, or nullptr
   float* c;           // [m, n]
-  // Set by gemm() for prompt rows on the AMX level (kS8/kU4): the AVX-512 microkernel rounds the
+  // Set by gemm() for prompt rows on the bf16 levels (kS8/kU4): the AVX-512 microkernel rounds the
   // dequantized weights to bf16 (the activations arrive rounded), as amx.cc does. Never set by callers.
   bool bf16 = false;
-  // The weight's bf16 tiles for the AMX level (amx::pack_tiles, made once at load), or nullptr: the
+  // The weight's bf16 tiles for the bf16 levels (amx::pack_tiles, made once at load), or nullptr: the
   // tiles are then dequantized per call. Either way the same numbers.
   const uint16_t* tiles = nullptr;
   // Optional, run once on every range [r0, r1) of c's rows after all their columns are written (the
-  // decoder stack's residual add + RMSNorm on a projection's output). Where the AMX tiles take every row
+  // decoder stack's residual add + RMSNorm on a projection's output). Where the bf16 tiles take every row
   // it runs inside the product's parallel region, each 32-row block by the thread that completes it, while
   // those rows are still in its cache; elsewhere gemm() runs it over all rows after the product. The
   // ranges never overlap, so it may run on several at once; it must compute each row from that row alone.
@@ -88,12 +88,15 @@ struct AttnArgs {
   const uint8_t* prompt_rows = nullptr;
 };
 
-// 3 = AVX-512 + AMX-BF16 (weight-only quantized linears compute in bf16, see amx.cc), 2 = AVX-512,
-// 1 = AVX2+FMA, 0 = scalar: the best the CPU supports, lowered by FD_KERNELS_ISA.
+// The instruction-set levels, the best the CPU supports lowered by FD_KERNELS_ISA. Both bf16 levels run
+// the AVX-512 code and compute the prompt rows of weight-only quantized linears in bf16 (amx.cc): on AMX
+// tiles, or with AVX512-BF16 dot products (vdpbf16ps) on the same operands where there is no AMX.
+enum Isa { kIsaScalar = 0, kIsaAvx2 = 1, kIsaAvx512 = 2, kIsaAvx512Bf16 = 3, kIsaAmx = 4 };
 int active_isa();
 
 namespace amx {
 bool usable();                       // CPU has AMX-BF16 and the OS granted the tile state
+bool has_avx512_bf16();              // CPU has AVX512-BF16 (vdpbf16ps) with AVX-512 F/BW/VL/DQ
 void gemm_bf16(const GemmArgs& g);   // kS8 / kU4 / GGUF block weights, any m
 // gemm_bf16 of A = silu(gate) * up, where row r of g.a (stride g.lda >= 2 g.k) is [gate | up], g.k each:
 // the same numbers as silu_and_mul into a [m, k] buffer and gemm_bf16 on it, without that buffer.
@@ -110,21 +113,21 @@ void pack_tiles(const GemmArgs& g, uint16_t* out);
 void round_rows_bf16(const float* a, int64_t m, int64_t k, int64_t lda, float* out);
 }  // namespace amx
 
-// prompt_rows (uint8 [m], may be null) marks the rows of prompt tokens. On the AMX level, quantized
+// prompt_rows (uint8 [m], may be null) marks the rows of prompt tokens. On the bf16 levels, quantized
 // weights compute those rows in bf16 (amx.cc) and every other row on their kind's own path (fp32 for
 // kS8 / kU4, qgemm's fixed-point activations for GGUF block kinds), so a token's numerics depend on what
 // it is, never on which requests share its batch. Elsewhere it is ignored.
 void gemm(const GemmArgs& g, const uint8_t* prompt_rows = nullptr);
-// The prompt-row count from which a kS8 / kU4 linear computes its prompt rows on the AMX tiles rather than
-// the bf16 microkernel (different sums); 0 where no row count changes a row's numbers (not the AMX level).
+// The prompt-row count from which a kS8 / kU4 linear computes its prompt rows on the bf16 tiles rather than
+// the bf16 microkernel (different sums); 0 where no row count changes a row's numbers (not a bf16 level).
 // A caller that computes a subset of a step's prompt rows keeps at least min(this, all of them) to get
 // the same bits (fdcli_engine/runner/read_rows.py).
 int64_t prompt_tile_min_rows();
 // gemm of A = silu(gate) * up, where row r of gate_up ([g.m, g.lda], g.lda >= 2 g.k) is [gate | up], g.k
-// each (g.a is ignored). When every row takes the AMX tiles the silu happens in their input conversion;
+// each (g.a is ignored). When every row takes the bf16 tiles the silu happens in their input conversion;
 // otherwise it is computed in place over the gate halves first. The same numbers either way.
 void gemm_silu_mul(const GemmArgs& g, float* gate_up, const uint8_t* prompt_rows = nullptr);
-// gemm(gate_up) into c, then gemm_silu_mul(down, c): where every row takes the AMX tiles and both weights
+// gemm(gate_up) into c, then gemm_silu_mul(down, c): where every row takes the bf16 tiles and both weights
 // have prepacked tiles (amx::gemm_gate_up_silu_down's conditions), computed that way, with the same numbers
 // for down's output, c left unwritten, and true returned; otherwise nothing is done and false returned.
 bool gemm_gate_up_silu_down(const GemmArgs& gate_up, const GemmArgs& down, const uint8_t* prompt_rows);

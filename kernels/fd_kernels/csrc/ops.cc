@@ -25,7 +25,7 @@ int64_t last_dim(const Tensor& x) { return x.shape().empty() ? 1 : x.shape().bac
 
 }  // namespace
 
-// prompt_rows: uint8 [m] (1 = a prompt token's row, computed in bf16 on the AMX level) or empty.
+// prompt_rows: uint8 [m] (1 = a prompt token's row, computed in bf16 on the bf16 levels) or empty.
 std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& scales, const Tensor& mins,
                            const Tensor& bias, const Tensor& prompt_rows, const Tensor& tiles, int64_t n,
                            int64_t kind, int64_t group, bool has_bias) {
@@ -64,10 +64,10 @@ std::vector<Tensor> Linear(const Tensor& x_in, const Tensor& w, const Tensor& sc
   return {out};
 }
 
-// A quantized linear's bf16 tiles for the AMX prompt rows (amx::pack_tiles), made once at load.
+// A quantized linear's bf16 tiles for the bf16 prompt rows (amx::pack_tiles), made once at load.
 std::vector<Tensor> AmxTiles(const Tensor& w, const Tensor& scales, const Tensor& mins, int64_t n, int64_t k,
                              int64_t kind, int64_t group) {
-  PD_CHECK(fdk::active_isa() == 3, "amx_tiles: this process does not use AMX");
+  PD_CHECK(fdk::active_isa() >= fdk::kIsaAvx512Bf16, "amx_tiles: this process computes no prompt rows in bf16");
   PD_CHECK(kind > fdk::kF32 && kind <= fdk::kQ8_0, "amx_tiles: only quantized weights have tiles");
   PD_CHECK(w.dtype() == fdglue::packed_dtype(kind) && w.is_contiguous() && w.numel() == fdk::packed_elems((int)kind, n, k),
            "amx_tiles: packed weight does not match n and k");

@@ -28,7 +28,10 @@ from fd_kernels.native.thp import huge_pages  # noqa: F401 - memory advice, via 
 
 _ext = None  # names of the registered ops once loaded
 _run = None  # paddle._C_ops._run_custom_op once loaded: (op name, *inputs, *attrs) -> list of outputs
-ISA_NAMES = {3: "amx", 2: "avx512", 1: "avx2", 0: "scalar"}
+ISA_NAMES = {4: "amx", 3: "avx512bf16", 2: "avx512", 1: "avx2", 0: "scalar"}
+# The levels that compute quantized linears' prompt rows in bf16 (csrc/amx.cc: AMX tiles, or AVX512-BF16
+# dot products on the same operands).
+BF16_PROMPT_ISAS = ("amx", "avx512bf16")
 
 
 def load():
@@ -151,14 +154,14 @@ class LinearWeight:
         return self.host.dequantize()
 
     def amx_tiles(self) -> paddle.Tensor:
-        """The bf16 tiles the AMX prompt rows multiply by (csrc/amx.cc), made on first use and kept: 2 bytes
+        """The bf16 tiles the bf16 prompt rows multiply by (csrc/amx.cc), made on first use and kept: 2 bytes
         per weight beside the packed ones, paid only by the linears that see prompt rows, instead of
         dequantizing the weight in every prefill call. Empty (the kernel then dequantizes per call, to the
-        same values) for fp32 weights, off the AMX level, and with FD_AMX_PREPACK=0."""
+        same values) for fp32 weights, off the bf16 levels (BF16_PROMPT_ISAS), and with FD_AMX_PREPACK=0."""
         if self.tiles is None:
             if (
                 self.kind == packing.KIND_F32
-                or active_isa() != "amx"
+                or active_isa() not in BF16_PROMPT_ISAS
                 or os.environ.get("FD_AMX_PREPACK") == "0"
             ):
                 self.tiles = _empty("int16")
@@ -268,10 +271,10 @@ def _rows_for(prompt_rows: paddle.Tensor | None, x: paddle.Tensor) -> paddle.Ten
 
 def linear(x: paddle.Tensor, lw: LinearWeight, prompt_rows: paddle.Tensor | None = None) -> paddle.Tensor:
     """x @ W^T (+ b). `prompt_rows` (uint8 [T], 1 on the step's prompt-token rows; None when the step has
-    none) matters on AMX CPUs only: there the quantized linears compute those rows in bf16 on the tiles
-    (csrc/amx.cc) and all other rows on their usual path (fp32 for wint8 / wint4, fixed-point
-    activations for GGUF blocks: csrc/qgemm_impl.h), so prefill gets the AMX speed while a token's
-    numerics stay independent of its batch. fp32 weights compute every row in fp32."""
+    none) matters on the bf16 levels only (BF16_PROMPT_ISAS: AMX, or AVX512-BF16): there the quantized
+    linears compute those rows in bf16 (csrc/amx.cc) and all other rows on their usual path (fp32 for
+    wint8 / wint4, fixed-point activations for GGUF blocks: csrc/qgemm_impl.h), so prefill gets the bf16
+    speed while a token's numerics stay independent of its batch. fp32 weights compute every row in fp32."""
     if x.shape[-1] != lw.in_features:
         raise ValueError(f"linear: x has {x.shape[-1]} features, the weight expects {lw.in_features}")
     rows = _rows_for(None if lw.kind == packing.KIND_F32 else prompt_rows, x)
@@ -569,7 +572,7 @@ def _stack_embedding(embedding) -> tuple[paddle.Tensor, int, int]:
 
 
 def prompt_tile_min_rows() -> int:
-    """The prompt-row count from which kS8 / kU4 linears take the AMX tiles (other sums than below it);
+    """The prompt-row count from which kS8 / kU4 linears take the bf16 tiles (other sums than below it);
     0 where no row count changes a row's numbers. See kernels.h."""
     global _TILE_ROWS
     if _TILE_ROWS is None:
