@@ -182,6 +182,12 @@ try:
     info["device"] = paddle.device.get_device()
 except Exception as exc:
     info["device"] = "unknown (%s)" % exc
+try:  # fd's CPU kernels: the level this process runs, only where they are built (a build takes minutes)
+    from fd_kernels import build, native
+    info["fd_kernels"] = ("%s (GGUF rows: %s)" % (native.active_isa(), native.qgemm_path()) if build.is_built()
+                          else "not built yet (the first engine start compiles them)")
+except Exception as exc:
+    info["fd_kernels"] = "unavailable (%s)" % exc
 print("FD_PADDLE_INFO=" + json.dumps(info))
 """
 
@@ -222,6 +228,9 @@ def _gpus() -> list[str] | str:
 
 def collect(include_paddle: bool = True) -> dict[str, Any]:
     env = redact_env(dict(os.environ))  # before paddle: its import rewrites OMP_NUM_THREADS
+    paddle = _paddle_info() if include_paddle else {"skipped": True}
+    # The kernels' level (fd_kernels.native.active_isa: amx, avx512bf16, avx512, avx2, scalar), from the probe.
+    kernels = paddle.pop("fd_kernels", "not probed (--no-paddle)" if not include_paddle else "unknown")
     return {
         "os": _os_info(),
         "cpu": _cpu_info(),
@@ -231,7 +240,8 @@ def collect(include_paddle: bool = True) -> dict[str, Any]:
             "implementation": platform.python_implementation(),
             "executable": sys.executable,
         },
-        "paddle": _paddle_info() if include_paddle else {"skipped": True},
+        "paddle": paddle,
+        "kernels": kernels,
         "gpus": _gpus(),
         "packages": _packages(),
         "env": env,

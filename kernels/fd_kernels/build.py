@@ -98,6 +98,12 @@ def load(verbose: bool = False) -> tuple[str, ...]:
     return _loaded
 
 
+def is_built() -> bool:
+    """Whether the library for these sources, flags and versions is in the cache already (so `load()`
+    only imports it, without compiling)."""
+    return _find_library(build_dir()) is not None
+
+
 def library_path() -> str:
     """The shared library `load()` registered (its plain C entry points are called through ctypes)."""
     load()

@@ -53,7 +53,11 @@ def test_json_report_without_paddle(monkeypatch):
 
 
 def test_json_report_with_paddle():
+    from fd_kernels import native
+
+    native.load()  # built (or imported from the cache) here, so the probe reports the level, not "not built"
     data = json.loads(runner.invoke(app, ["collect-env", "--json"]).stdout)
+    assert data["kernels"] == f"{native.active_isa()} (GGUF rows: {native.qgemm_path()})"
     assert data["paddle"]["version"] == version("paddlepaddle")
     cpu_wheel = data["packages"]["paddlepaddle-gpu"] == "not installed"
     assert data["paddle"]["compiled_with_cuda"] is (not cpu_wheel)
