@@ -24,8 +24,13 @@ backend = "reference"
 
 def _load_native():
     try:
-        from fd_kernels import native  # noqa: PLC0415
+        from fd_kernels import build, native  # noqa: PLC0415
 
+        if not build.is_built():  # a first start compiles for a minute or so: say so, or it looks hung
+            logger.info(
+                "building fd's C++ kernels into %s (once per machine and fd version, ~1 min)",
+                build.build_dir(),
+            )
         native.load()
         return native
     except Exception as exc:  # a missing compiler or a failed build must not stop the engine

@@ -15,3 +15,19 @@ def test_describe_names_the_bound_implementation_and_isa():
         assert ops.describe() == f"native ({native.active_isa()})"
     finally:
         ops.use(before)
+
+
+def test_a_first_build_is_announced(monkeypatch, tmp_path, caplog):
+    """A first start compiles the kernels for about a minute: the engine says so before it starts."""
+    import logging
+
+    from fd_kernels import native
+
+    native.load()  # built (or imported) into the default cache first
+    monkeypatch.setattr(native, "load", lambda: ())  # the build itself is not what is tested here
+    with caplog.at_level(logging.INFO, logger="fdcli_engine.ops"):
+        assert ops._load_native() is native  # the cache in use holds the build: nothing to announce
+        assert "building fd's C++ kernels" not in caplog.text
+        monkeypatch.setenv("FD_KERNELS_CACHE", str(tmp_path))  # an empty cache
+        assert ops._load_native() is native
+    assert f"building fd's C++ kernels into {tmp_path}" in caplog.text
