@@ -26,8 +26,9 @@ Signatures (all tensors are paddle.Tensor on CPU, float32 unless stated):
         writes no logits tensor (csrc/lm_head_argmax.cc)
     linear(x[T,in], lw: LinearWeight, prompt_rows=None) -> [T,out]
         prompt_rows uint8[T] | None: 1 on the step's prompt-token rows (AttentionMetadata.prompt_rows,
-        None when the step has none); on AMX CPUs the native linear computes those rows of quantized
-        weights in bf16, and ignores a mask whose length is not x's row count (the reference ignores it)
+        None when the step has none); on AMX and AVX512-BF16 CPUs the native linear computes those rows
+        of quantized weights in bf16, and ignores a mask whose length is not x's row count (the
+        reference ignores it)
     embedding(ids int64[...], lw: LinearWeight from prepare_linear_gguf) -> [..., in]: rows `ids` of the
         [out, in] weight as fp32 (a token embedding read from the GGUF blocks it shares with the LM head)
     reshape_and_cache(k[T,nkv,hd], v[T,nkv,hd], k_cache[nb,nkv,bs,hd], v_cache, slot_mapping int64[T],

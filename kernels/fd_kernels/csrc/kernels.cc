@@ -1,7 +1,7 @@
 // Instantiates kern_impl.h three times (AVX-512, AVX2+FMA, scalar) with per-namespace target pragmas,
 // and dispatches each call to the best path the CPU supports. The library itself is compiled for a
 // portable baseline, so only the chosen path ever executes wider instructions.
-// FD_KERNELS_ISA=avx512|avx2|scalar lowers the choice (never raises it above the CPU's).
+// FD_KERNELS_ISA=avx512bf16|avx512|avx2|scalar lowers the choice (never raises it above the CPU's).
 
 #include <immintrin.h>
 #include <omp.h>
