@@ -32,6 +32,14 @@ def _load_native():
                 build.build_dir(),
             )
         native.load()
+        forced = os.environ.get("FD_KERNELS_ISA")
+        if forced and forced not in native.FORCED_ISAS:
+            logger.warning(
+                "FD_KERNELS_ISA=%s is not a kernel level (use one of %s); running the CPU's best, %s",
+                forced,
+                ", ".join(native.FORCED_ISAS),
+                native.active_isa(),
+            )
         return native
     except Exception as exc:  # a missing compiler or a failed build must not stop the engine
         logger.warning("fd C++ kernels unavailable (%s); using the pure-Paddle reference ops", exc)

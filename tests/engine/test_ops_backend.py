@@ -31,3 +31,22 @@ def test_a_first_build_is_announced(monkeypatch, tmp_path, caplog):
         monkeypatch.setenv("FD_KERNELS_CACHE", str(tmp_path))  # an empty cache
         assert ops._load_native() is native
     assert f"building fd's C++ kernels into {tmp_path}" in caplog.text
+
+
+def test_an_unknown_forced_level_is_named(monkeypatch, caplog):
+    import logging
+
+    from fd_kernels import native
+
+    native.load()
+    with caplog.at_level(logging.WARNING, logger="fdcli_engine.ops"):
+        monkeypatch.setenv("FD_KERNELS_ISA", "avx2")  # a level: nothing to say
+        ops._load_native()
+        assert "FD_KERNELS_ISA" not in caplog.text
+        monkeypatch.setenv("FD_KERNELS_ISA", "avx512_bf16")  # a typo of avx512bf16
+        ops._load_native()
+    assert (
+        "FD_KERNELS_ISA=avx512_bf16 is not a kernel level (use one of avx512bf16, avx512, avx2, scalar)"
+        in caplog.text
+    )
+    assert f"running the CPU's best, {native.active_isa()}" in caplog.text

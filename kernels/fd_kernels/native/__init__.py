@@ -32,6 +32,8 @@ ISA_NAMES = {4: "amx", 3: "avx512bf16", 2: "avx512", 1: "avx2", 0: "scalar"}
 # The levels that compute quantized linears' prompt rows in bf16 (csrc/amx.cc: AMX tiles, or AVX512-BF16
 # dot products on the same operands).
 BF16_PROMPT_ISAS = ("amx", "avx512bf16")
+# The values FD_KERNELS_ISA lowers the level to (csrc/kernels.cc's detect_isa; any other value is ignored).
+FORCED_ISAS = ("avx512bf16", "avx512", "avx2", "scalar")
 
 
 def load():
