@@ -4,9 +4,9 @@ The front end (HTTP, SSE, detokenization, routing) shares the machine's cores wi
 every millisecond it spends per token is taken from the model. This measures that cost alone: the real
 server (uvicorn, FastAPI, AsyncLLM, the engine-core process and its ZMQ sockets) with a core that sleeps
 --step-ms per step (as a model would, but without using a CPU) and emits one token per running request.
-Prints CPU ms per output token of the front-end process (all its threads' run time from schedstat, and the system part) and of
-this benchmark as the HTTP client (stream_client.py: a raw asyncio connection that checks every stream,
-lighter than httpx). The tokenizer is the default model's (real detokenization).
+Prints CPU ms per output token of the front-end process (all its threads' run time from schedstat, and
+the system part) and of this benchmark as the HTTP client (stream_client.py: a raw asyncio connection that
+checks every stream, lighter than httpx). The tokenizer is the default model's (real detokenization).
 
 With --trees A B, one stub server per source tree (its own PYTHONPATH: TREE and TREE/kernels), all started
 before the first load and idle while another one serves; each of --rounds rounds runs every load on every

@@ -262,7 +262,8 @@ def build_inputs(
     buffers: InputBuffers | None = None,
 ) -> ModelInputs:
     """The step's model inputs. `mark_prompt_rows` fills meta.prompt_rows (the generation runner: bf16
-    prompt rows on AMX and AVX512-BF16 CPUs); without it every row is computed on its usual path (the pooling runner).
+    prompt rows on AMX and AVX512-BF16 CPUs); without it every row is computed on its usual path (the
+    pooling runner).
     `buffers`: the tensors are refilled buffers (InputBuffers), else new ones."""
     if buffers is not None and mark_prompt_rows:
         inputs = buffers.one_row_inputs(scheduled, block_size)

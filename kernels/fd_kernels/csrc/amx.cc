@@ -689,12 +689,11 @@ bool usable() {
   // The kernel must grant this process the AMX tile state (Linux >= 5.16); without it the first tile
   // instruction faults, so AMX is used only when the CPU has it and the request succeeded.
   static const bool ok = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return false;
+    if (!has_avx512_bf16()) return false;
     unsigned eax, ebx, ecx, edx;
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
     const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
-    if (!amx_bf16 || !amx_tile || !__builtin_cpu_supports("avx512bf16")) return false;
+    if (!amx_bf16 || !amx_tile) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();

@@ -959,8 +959,8 @@ static void attend_lanes(const AttnArgs& a, const int64_t* bt, int64_t g, const 
 template <int KV>
 static bool use_amx_attention(const AttnArgs& a) {
 #if FD_W == 16
-  static const bool bf16_cvt = __builtin_cpu_supports("avx512bf16");  // attn_amx.h's vcvtne2ps2bf16
-  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == kIsaAmx && bf16_cvt;
+  // The AMX level implies AVX512-BF16 (kernels.cc's detect_isa), which attn_amx.h's vcvtne2ps2bf16 needs.
+  return KV == kKvBF16 && a.head_dim % 64 == 0 && active_isa() == kIsaAmx;
 #else
   (void)a;
   return false;
