@@ -33,7 +33,7 @@ import typer
 from fdcli.console import error_boundary
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
-from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS
+from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS, SCHEDULER_TUNING
 
 ENGINE_PANEL = "Engine options"
 PARALLEL_PANEL = "Parallel engines"
@@ -333,8 +333,10 @@ StructuredOutputsConfigOpt = Annotated[
     ),
 ]
 
-# FastDeploy's launch flags (fdcli_engine.fastdeploy_compat says what each does here: most have no
-# effect on CPU and say so in one log line). Their names and value types are FastDeploy's.
+# FastDeploy's launch flags that fd has no option of its own for: every flag of FastDeploy's server is
+# either an fd option or one of these (fdcli_engine.fastdeploy_compat says what each does here: most have
+# no effect on CPU and say so in one log line; a feature fd lacks is refused). Names and value types are
+# FastDeploy's (JSON objects and port lists arrive as text and are parsed by merge_engine_options).
 COMPAT_PANEL = "FastDeploy compatibility"
 
 
@@ -342,46 +344,96 @@ def _compat(*names: str, help: str) -> Any:
     return typer.Option(*names, help=help, rich_help_panel=COMPAT_PANEL)
 
 
-LoadChoicesOpt = Annotated[
-    Optional[str], _compat("--load-choices", help="default or default_v1; fd has one loader (no effect).")
-]
-UseCudagraphOpt = Annotated[Optional[bool], _compat("--use-cudagraph", help="No effect on CPU.")]
-GraphOptimizationConfigOpt = Annotated[
-    Optional[str], _compat("--graph-optimization-config", help="JSON object; no effect on CPU.")
-]
-GpuMemoryUtilizationOpt = Annotated[
-    Optional[float],
-    _compat(
-        "--gpu-memory-utilization", help="No effect on CPU: size the KV cache with --kv-cache-memory-gb."
+_NONE = "No effect (logged)"
+_CPU = "No effect on CPU (logged)."
+_MOE = "No effect: one MoE kernel path on CPU (logged)."
+_SCHED = "No effect: FastDeploy's scheduler tuning (logged)."
+_REFUSED = "Not supported here: refused at start, naming what to use."
+# field -> (value type on the command line, help). The flag is the field with dashes (FastDeploy's
+# `--lm_head-fp32` arrives as --lm-head-fp32: fd serve takes underscores in flag names as dashes).
+_COMPAT_TABLE: dict[str, tuple[Any, str]] = {
+    "workers": (int, f"{_NONE}: one API server process serves every connection."),
+    "controller_port": (int, f"{_NONE}: no controller server."),
+    "enable_mm_output": (bool, f"{_NONE}: responses carry text only."),
+    "timeout": (int, f"{_NONE}: no gunicorn workers (--engine-watchdog-timeout)."),
+    "revision": (str, f"{_NONE}: local models only."),
+    "model_config_name": (str, "config.json (the only one fd reads)."),
+    "tokenizer_base_url": (str, f"{_REFUSED} (--tokenizer)"),
+    "task": (str, "generate (no effect; --runner picks the runner)."),
+    "use_warmup": (int, f"{_NONE}: no warm-up pass."),
+    "mm_processor_kwargs": (str, f"JSON object. {_NONE}: preprocessor_config.json applies."),
+    "max_encoder_cache": (int, f"{_NONE}."),
+    "max_processor_cache": (float, f"{_NONE}."),
+    "enable_mm": (bool, f"{_NONE}: the model's config says whether it takes images."),
+    "tool_parser_plugin": (str, f"{_REFUSED} (--tool-call-parser)"),
+    "dynamic_load_weight": (bool, f"{_REFUSED} (weights load once at start)"),
+    "load_strategy": (str, f"{_NONE}: weights load once at start."),
+    "rsync_config": (str, f"JSON object. {_NONE}: weights load once at start."),
+    "plas_attention_config": (str, f"JSON object. {_REFUSED} (full attention)"),
+    "guided_decoding_disable_any_whitespace": (
+        str,
+        "true or false. No effect: fd's JSON never has free whitespace (logged).",
     ),
-]
-KvCacheRatioOpt = Annotated[
-    Optional[float], _compat("--kv-cache-ratio", help="No effect: one KV cache serves prefill and decode.")
-]
-EngineWorkerQueuePortOpt = Annotated[
-    Optional[str],
-    _compat("--engine-worker-queue-port", help="No effect: the engine core talks over IPC sockets."),
-]
-CacheQueuePortOpt = Annotated[
-    Optional[str], _compat("--cache-queue-port", help="No effect: fd runs no cache-transfer process.")
-]
-InnodePrefillPortsOpt = Annotated[
-    Optional[str],
-    _compat("--innode-prefill-ports", help="No effect beside --router (the router pairs the instances)."),
-]
-EnableCustomAllReduceOpt = Annotated[
-    Optional[bool], _compat("--enable-custom-all-reduce", help="No effect: no tensor parallelism here.")
-]
+    "enable_logprob": (bool, f"{_NONE}: logprobs are always available."),
+    "enable_keep_sampling_mask": (bool, _REFUSED),
+    "logprobs_mode": (str, "raw_logprobs (what fd returns); other modes are refused."),
+    "enable_early_stop": (bool, f"{_REFUSED} (stop / max_tokens)"),
+    "early_stop_config": (str, "JSON object; enable_early_stop true is refused, otherwise no effect."),
+    "lm_head_fp32": (bool, f"{_NONE}: the LM head computes in float32."),
+    "logits_processors": (
+        list[str],
+        f"FastDeploy's LogitBiasLogitsProcessor: no effect (logit_bias is built in); others: {_REFUSED}",
+    ),
+    "enable_entropy": (bool, _REFUSED),
+    "model_impl": (str, f"auto, fastdeploy or paddleformers. {_NONE}."),
+    "use_cudagraph": (bool, _CPU),
+    "graph_optimization_config": (str, f"JSON object. {_CPU}"),
+    "enable_custom_all_reduce": (bool, f"{_NONE}: ranks all-reduce through shared memory."),
+    "disable_custom_all_reduce": (bool, f"{_NONE}: ranks all-reduce through shared memory."),
+    "enable_flashinfer_allreduce_fusion": (bool, _CPU),
+    "use_internode_ll_two_stage": (bool, _MOE),
+    "disable_sequence_parallel_moe": (bool, _MOE),
+    "gpu_memory_utilization": (float, f"{_CPU} Size the KV cache with --kv-cache-memory-gb."),
+    "local_data_parallel_id": (int, "0 (no effect); one fd serve runs every data-parallel rank."),
+    "enable_eplb": (bool, _MOE),
+    "eplb_config": (str, f"JSON object. {_MOE}"),
+    "routing_replay_config": (str, f"JSON object. {_REFUSED}"),
+    "enable_chunked_moe": (bool, _MOE),
+    "chunked_moe_size": (int, _MOE),
+    "shutdown_comm_group_if_worker_idle": (bool, f"{_NONE}: weights load once at start."),
+    "load_choices": (str, "default or default_v1; fd has one loader (no effect)."),
+    "kv_cache_ratio": (float, f"{_NONE}: one KV cache serves prefill and decode."),
+    "prealloc_dec_block_slot_num_threshold": (int, f"{_NONE}."),
+    "cache_queue_port": (str, f"{_NONE}: fd runs no cache-transfer process."),
+    "static_decode_blocks": (int, f"{_NONE}."),
+    "kvcache_storage_backend": (str, f"{_REFUSED} (--swap-space, --kv-offload-dir)"),
+    "write_policy": (str, f"write_through. {_NONE}."),
+    "engine_worker_queue_port": (str, f"{_NONE}: the engine core talks over IPC sockets."),
+    "enable_output_caching": (bool, "Always on in fd's prefix cache (--no-…: logged, no effect)."),
+    "max_num_partial_prefills": (int, _SCHED),
+    "max_long_partial_prefills": (int, _SCHED),
+    "long_prefill_token_threshold": (int, _SCHED),
+    "disable_chunked_mm_input": (bool, f"{_NONE}."),
+    "innode_prefill_ports": (str, "No effect beside --router (the router pairs the instances)."),
+    "rdma_comm_ports": (str, f"{_NONE}: no RDMA (ipc or tcp)."),
+    "scheduler_name": (str, "local (fd's one scheduler); global, splitwise, dp: refused (use `fd router`)."),
+    "enable_overlap_schedule": (bool, f"{_NONE}."),
+}
+_SCHED_TYPES = {"host": str, "password": str, "topic": str, "min_load_score": float}
+for _name in SCHEDULER_TUNING:
+    _COMPAT_TABLE[_name] = (_SCHED_TYPES.get(_name.removeprefix("scheduler_"), int), _SCHED)
+# FastDeploy's argparse.BooleanOptionalAction flags: --x and --no-x.
+_BOTH_WAYS = ("enable_output_caching", "shutdown_comm_group_if_worker_idle")
+
+
+def _compat_names(name: str) -> str:
+    flag = name.replace("_", "-")
+    return f"--{flag}/--no-{flag}" if name in _BOTH_WAYS else f"--{flag}"
+
+
 COMPAT_FLAGS: dict[str, Any] = {
-    "load_choices": LoadChoicesOpt,
-    "use_cudagraph": UseCudagraphOpt,
-    "graph_optimization_config": GraphOptimizationConfigOpt,
-    "gpu_memory_utilization": GpuMemoryUtilizationOpt,
-    "kv_cache_ratio": KvCacheRatioOpt,
-    "engine_worker_queue_port": EngineWorkerQueuePortOpt,
-    "cache_queue_port": CacheQueuePortOpt,
-    "innode_prefill_ports": InnodePrefillPortsOpt,
-    "enable_custom_all_reduce": EnableCustomAllReduceOpt,
+    name: Annotated[Optional[tp], _compat(_compat_names(name), help=text)]  # noqa: UP045
+    for name, (tp, text) in _COMPAT_TABLE.items()
 }
 assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compatibility field"
 
