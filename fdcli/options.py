@@ -220,6 +220,25 @@ PoolerConfigOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+# The model's sampling defaults (fdcli_engine/generation_config.py; docs/request-fields.md).
+GenerationConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--generation-config",
+        help="Sampling defaults for request fields left out: auto (the model's generation_config.json: "
+        "temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens as max_tokens), vllm "
+        "(fd's own), or a folder holding generation_config.json. (default: auto)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+OverrideGenerationConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--override-generation-config",
+        help="Sampling defaults as JSON over --generation-config's, e.g. '{\"temperature\": 0.5}'.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 TensorParallelSizeOpt = Annotated[
     Optional[int],
     typer.Option(
@@ -585,6 +604,8 @@ ENGINE_FLAGS: dict[str, Any] = {
     "runner": RunnerOpt,
     "convert": ConvertOpt,
     "pooler_config": PoolerConfigOpt,
+    "generation_config": GenerationConfigOpt,
+    "override_generation_config": OverrideGenerationConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
     "data_parallel_size": DataParallelSizeOpt,
     "enable_expert_parallel": EnableExpertParallelOpt,
@@ -697,7 +718,7 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     for alias, name in ALIASES.items():
         if alias in merged:
             merged.setdefault(name, merged.pop(alias))
-    for name in ("pooler_config", *JSON_FIELDS):
+    for name in ("pooler_config", "override_generation_config", *JSON_FIELDS):
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
     _structured_outputs_options(merged)

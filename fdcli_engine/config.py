@@ -16,6 +16,7 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.generation_config import check_generation_options
 from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.parallel_config import check_parallel_options
@@ -98,6 +99,11 @@ class EngineConfig:
     runner: str = "auto"  # "auto" | "generate" | "pooling"
     convert: str = "auto"  # "auto" | "none" | "embed"
     pooler_config: dict | None = None
+    # The sampling defaults of requests that leave a field out (vLLM's flags; generation_config.py):
+    # "auto" the model's generation_config.json, "vllm" fd's own, or a folder holding that file; the
+    # override's keys (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) win.
+    generation_config: str = "auto"
+    override_generation_config: dict | None = None
     # Parallel engines (parallel_config.py says what each means and checks them): FastDeploy's and vLLM's
     # names. One engine core per data-parallel rank; tensor_parallel_size ranks inside each.
     tensor_parallel_size: int = 1
@@ -309,6 +315,7 @@ class EngineConfig:
             _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
+        check_generation_options(self.generation_config, self.override_generation_config)
 
     @property
     def is_c8_kv_cache(self) -> bool:

@@ -18,10 +18,14 @@ from fdcli_engine.errors import InvalidRequestError
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's error code
 
 
-def max_output_tokens(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int:
-    """Tokens a request may generate: `max_tokens`, within the room the context leaves."""
+def max_output_tokens(
+    num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, default_max_tokens: int | None = None
+) -> int:
+    """Tokens a request may generate: `max_tokens`, else the model's default (generation_config.py),
+    within the room the context leaves (vLLM's get_max_tokens)."""
     room = max_model_len - num_prompt_tokens
-    return room if max_tokens is None else min(max_tokens, room)
+    limit = max_tokens if max_tokens is not None else default_max_tokens
+    return room if limit is None else min(limit, room)
 
 
 def check_request(
@@ -33,9 +37,12 @@ def check_request(
     pooling: bool = False,
     prompt_param: str = "prompt",
     max_tokens_param: str = "max_tokens",
+    default_max_tokens: int | None = None,
 ) -> int | None:
     """Raise InvalidRequestError for a request the engine cannot serve; return the number of tokens it
     may generate (None for a pooling request, which generates nothing and ignores max_tokens).
+    `default_max_tokens`: the model's default for a request without max_tokens; unlike the request's
+    own value it is capped by the room the prompt leaves, never an error.
 
     `vocab_size` 0: not known yet (the server before the engine is ready); the engine checks again.
     """
@@ -76,7 +83,7 @@ def check_request(
             param=max_tokens_param,
             code=CONTEXT_LENGTH_EXCEEDED,
         )
-    return max_output_tokens(n, max_tokens, max_model_len)
+    return max_output_tokens(n, max_tokens, max_model_len, default_max_tokens)
 
 
 def check_logit_bias(logit_bias: dict[int, float] | None, vocab_size: int) -> None:

@@ -24,6 +24,7 @@ class ModelConfig:
     max_model_len: int = 256
     vocab_size: int = 0
     model: str = "scripted"
+    default_sampling_params: dict = field(default_factory=dict)
 
 
 class Call(NamedTuple):

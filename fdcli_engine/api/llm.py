@@ -87,10 +87,16 @@ class LLM:
     def processor(self):
         return self.client.output_processor
 
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's: the SamplingParams a call without any uses, SamplingParams' defaults overlaid with
+        the model's (generation_config.py; a max_new_tokens there is max_tokens). Given params are
+        used as they are, as in vLLM: start from these to keep the model's defaults."""
+        return SamplingParams(**self.config.default_sampling_params)
+
     def _normalize(self, prompts, params) -> tuple[list[ParsedPrompt], list[SamplingParams]]:
         prompts = parse_prompts(prompts)
         if params is None:
-            params = SamplingParams()
+            params = self.get_default_sampling_params()
         plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} sampling params")

@@ -276,8 +276,9 @@ class OpenAIServingChat:
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        defaults = self.engine.model_config.default_sampling_params
         params = build_params(
-            req, self.engine.tokenizer, max_tokens, logprobs, prompt_logprobs=req.prompt_logprobs
+            req, self.engine.tokenizer, max_tokens, logprobs, defaults, prompt_logprobs=req.prompt_logprobs
         )
         check_logit_bias_vocab(params, self.engine.model_config)
         start_after = self._constraint_start(prompt, req.chat_template)

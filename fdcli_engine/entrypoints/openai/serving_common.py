@@ -100,7 +100,8 @@ def check_prompt(
     pooling: bool = False,
 ) -> int | None:
     """request_limits.check_request against the served model, its InvalidRequestError as a 400.
-    Returns the tokens the request may generate (None for pooling)."""
+    Returns the tokens the request may generate (None for pooling): `max_tokens`, else the model's
+    default max_tokens (generation_config.py), within the context's room."""
     try:
         return check_request(
             ids,
@@ -110,6 +111,7 @@ def check_prompt(
             pooling=pooling,
             prompt_param=prompt_param,
             max_tokens_param=max_tokens_param,
+            default_max_tokens=None if pooling else model_config.default_sampling_params.get("max_tokens"),
         )
     except InvalidRequestError as e:
         raise bad_request(str(e), e.param, e.code) from None
@@ -132,20 +134,27 @@ def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> lis
     return ids if limit is None else ids[-limit:]
 
 
+# The request fields that take the model's default when left out (generation_config.SAMPLING_KEYS;
+# max_tokens is check_prompt's), and those that take SamplingParams' own.
+MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+ENGINE_DEFAULT_FIELDS = ("presence_penalty", "frequency_penalty")
+
+
 def build_params(
     req,
     tokenizer,
     max_tokens: int,
     logprobs: int | None,
-    default_temperature: float = 1.0,
+    defaults: dict[str, Any],
     prompt_logprobs: int | None = None,
 ):
     """SamplingParams from a completion/chat request; engine-side validation failures become 400s.
-    A streamed request gets DELTA outputs, any other one FINAL_ONLY (one output, the whole text)."""
+    A streamed request gets DELTA outputs, any other one FINAL_ONLY (one output, the whole text).
+    `max_tokens`: check_prompt's. `defaults`: the model's (ModelConfig.default_sampling_params), for
+    each MODEL_DEFAULT_FIELDS field the request leaves out (None); a value it sets always wins."""
     stop = req.stop if isinstance(req.stop, list) else ([req.stop] if req.stop else [])
     values: dict[str, Any] = {
         "n": 1,
-        "temperature": default_temperature if req.temperature is None else req.temperature,
         "max_tokens": max_tokens,
         "min_tokens": req.min_tokens,
         "stop": stop,
@@ -165,9 +174,12 @@ def build_params(
     }
     if values["kv_transfer_params"] and (getattr(req, "n", None) or 1) != 1:
         raise bad_request("kv_transfer_params needs n = 1 (one transfer per request)", "kv_transfer_params")
-    for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
-        if getattr(req, name) is not None:
-            values[name] = getattr(req, name)
+    for name in MODEL_DEFAULT_FIELDS + ENGINE_DEFAULT_FIELDS:
+        value = getattr(req, name)
+        if value is None:
+            value = defaults.get(name)
+        if value is not None:
+            values[name] = value
     try:
         params = SamplingParams(**values)
     except InvalidRequestError as e:

@@ -100,7 +100,12 @@ class OpenAIServingCompletion:
         max_tokens = [check_prompt(ids, wanted, self.engine.model_config) for _, ids in prompts]
         # With max_tokens=None each prompt may fill its own room; the per-job value is set below.
         params = build_params(
-            req, self.engine.tokenizer, min(max_tokens), req.logprobs, prompt_logprobs=prompt_logprobs_of(req)
+            req,
+            self.engine.tokenizer,
+            min(max_tokens),
+            req.logprobs,
+            self.engine.model_config.default_sampling_params,
+            prompt_logprobs=prompt_logprobs_of(req),
         )
         check_logit_bias_vocab(params, self.engine.model_config)
         params.structured_outputs = await self.structured_outputs.params_for(req)
