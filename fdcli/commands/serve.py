@@ -72,6 +72,7 @@ ApiKeyOpt = Annotated[
     _opt(
         "--api-key",
         help="Require this key (Authorization: Bearer, or x-api-key; repeatable). Default: $FD_API_KEY. "
+        "Empty: no key (as vLLM). "
         "On the command line it is visible to every user of the machine (ps): prefer --api-key-file.",
         envvar="FD_API_KEY",
     ),
@@ -207,6 +208,20 @@ def read_api_key_file(path: Path) -> list[str]:
     if not keys:
         raise BadInput(f"--api-key-file {str(path)!r} holds no key")
     return keys
+
+
+def drop_empty_api_keys(keys: list[str]) -> list[str]:
+    """vLLM's rule: an empty --api-key (or `api-key: ""` in --config) asks for no key, as FD_API_KEY=""
+    does (the environment variable set to nothing reads as unset); said once on stderr, never a key
+    that no client can send (every request would be a 401)."""
+    kept = [k for k in keys if k]
+    if len(kept) < len(keys):
+        sys.stderr.write(
+            "Warning: an empty --api-key is skipped; the other keys are required\n"
+            if kept
+            else 'Warning: --api-key is empty: the server requires no API key (as vLLM, and FD_API_KEY="")\n'
+        )
+    return kept
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -354,6 +369,8 @@ def serve(
         values.update({k: parse_cors_list(k, values[k]) for k in CORS_LIST_KEYS if k in values})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
+    if "api_key" in values:
+        values["api_key"] = drop_empty_api_keys(values["api_key"])
     if any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:]):
         sys.stderr.write(
             "Warning: --api-key on the command line is visible to every user of this machine (ps); "
