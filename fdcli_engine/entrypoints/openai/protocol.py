@@ -275,6 +275,7 @@ class TokenizeRequest(_Request):
     tools: list[ChatTool] | None = Field(default=None, max_length=128)  # rendered with messages
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool | None = False  # vLLM's: also each token's vocabulary string
 
 
 class DetokenizeRequest(_Request):
@@ -431,6 +432,7 @@ class TokenizeResponse(BaseModel):
     count: int
     max_model_len: int
     tokens: list[int]
+    token_strs: list[str] | None = None  # with return_token_strs (vLLM's): the vocabulary strings
 
 
 class DetokenizeResponse(BaseModel):
