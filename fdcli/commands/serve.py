@@ -116,6 +116,16 @@ MetricsPortOpt = Annotated[
     ),
 ]
 
+# vLLM's --return-tokens-as-token-ids: the default of the requests' return_tokens_as_token_ids.
+TokensAsIdsOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--return-tokens-as-token-ids",
+        help='Logprobs name each token "token_id:N" (exact for tokens that are not whole characters); '
+        "a request's return_tokens_as_token_ids overrides it.",
+    ),
+]
+
 # HTTP framing limits (http_guard.py); vLLM's --h11-* names and uvicorn's --timeout-keep-alive.
 HeadBytesOpt = Annotated[
     Optional[int],
@@ -179,6 +189,7 @@ SERVER_KEYS = {
     "chat_template": "chat_template",
     "trust_request_chat_template": "trust_request_chat_template",
     "strict_request_fields": "strict_request_fields",
+    "return_tokens_as_token_ids": "return_tokens_as_token_ids",
     # image inputs
     "allowed_local_media_path": "allowed_local_media_path",
     "allowed_media_domains": "allowed_media_domains",
@@ -245,6 +256,7 @@ _TYPES = {
     "chat_template": str,
     "trust_request_chat_template": bool,
     "strict_request_fields": bool,
+    "return_tokens_as_token_ids": bool,
     "allowed_local_media_path": str,
     "allowed_media_domains": list,
     "limit_mm_per_prompt": dict,  # a mapping or its JSON text; the counts are checked at start
@@ -342,6 +354,7 @@ def serve(
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
     metrics_port: MetricsPortOpt = None,
+    return_tokens_as_token_ids: TokensAsIdsOpt = None,
     allowed_origins: AllowedOriginsOpt = None,
     allowed_methods: AllowedMethodsOpt = None,
     allowed_headers: AllowedHeadersOpt = None,

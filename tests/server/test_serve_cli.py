@@ -180,3 +180,16 @@ def test_non_positive_framing_limit_is_a_usage_error(captured, flag):
     r = runner.invoke(app, ["serve", flag, "0"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and f"{flag} must be positive" in r.stderr
     assert not captured
+
+
+def test_return_tokens_as_token_ids_flag_and_yaml(captured, tmp_path):
+    """vLLM's --return-tokens-as-token-ids: the serving layer's default for every request."""
+    assert runner.invoke(app, ["serve"]).exit_code == 0
+    assert captured[-1][1].serving.return_tokens_as_token_ids is False
+    r = runner.invoke(app, ["serve", "--return-tokens-as-token-ids"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].serving.return_tokens_as_token_ids is True
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("return-tokens-as-token-ids: true\n")
+    assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
+    assert captured[-1][1].serving.return_tokens_as_token_ids is True

@@ -91,6 +91,8 @@ class _SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     return_token_ids: bool = False
+    # vLLM's: logprobs name each token "token_id:N"; None: the server's --return-tokens-as-token-ids
+    return_tokens_as_token_ids: bool | None = None
     bad_words: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         default=None, max_length=MAX_BAD_WORDS
     )
