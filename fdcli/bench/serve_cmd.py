@@ -28,6 +28,7 @@ from fdcli.bench.vllm_result import (
     parse_percentile_metrics,
     vllm_result_keys,
 )
+from fdcli.server_url import server_url
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.errors import ConfigError
 
@@ -170,7 +171,7 @@ def _prepare(opts: ServeOptions):
     )  # fmt: skip
     if opts.api_key:
         headers.setdefault("Authorization", f"Bearer {opts.api_key}")
-    base_url = (opts.base_url or f"http://{opts.host}:{opts.port}").rstrip("/")
+    base_url = server_url(opts.base_url, "--base-url") if opts.base_url else f"http://{opts.host}:{opts.port}"
     if base_url.endswith("/v1"):
         base_url = base_url[:-3]  # accept the OpenAI-SDK style base URL too
     models = wait_ready(base_url, headers, opts.ready_timeout)

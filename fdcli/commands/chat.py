@@ -215,5 +215,5 @@ def chat(
             messages.append(user_message(quick, images))
             _stream_reply(client, {"model": model, "messages": messages, **extra})
             return
-        err_console.print(f"chatting with {model} at {url}; {HELP}", markup=False)
+        err_console.print(f"chatting with {model} at {client.base}; {HELP}", markup=False)
         run_session(client, model, messages, extra, images=images)

@@ -18,7 +18,9 @@ from fdcli.console import BadInput, error_boundary, fail
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
 
-UrlOpt = Annotated[str, typer.Option("--url", help="Base URL of the OpenAI-compatible API.")]
+UrlOpt = Annotated[
+    str, typer.Option("--url", help="Base URL of the OpenAI-compatible API (no scheme: http://, as curl).")
+]
 ModelNameOpt = Annotated[
     Optional[str], typer.Option("--model-name", help="Model to use. Default: the server's first model.")
 ]
@@ -69,8 +71,10 @@ class ApiClient:
     def __init__(self, url: str, api_key: str | None, timeout: float = 600.0):
         import httpx
 
+        from fdcli.server_url import server_url
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base = url.rstrip("/")
+        self.base = server_url(url, "--url")
         self.http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=5.0))
 
     def _raise_for(self, resp) -> None:

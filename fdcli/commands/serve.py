@@ -72,6 +72,7 @@ ApiKeyOpt = Annotated[
     _opt(
         "--api-key",
         help="Require this key (Authorization: Bearer, or x-api-key; repeatable). Default: $FD_API_KEY. "
+        "Empty: no key (as vLLM). "
         "On the command line it is visible to every user of the machine (ps): prefer --api-key-file.",
         envvar="FD_API_KEY",
     ),
@@ -112,6 +113,16 @@ MetricsPortOpt = Annotated[
     Optional[int],
     _opt(
         "--metrics-port", help="Also serve /metrics on this port (same address as --host; no API key needed)."
+    ),
+]
+
+# vLLM's --return-tokens-as-token-ids: the default of the requests' return_tokens_as_token_ids.
+TokensAsIdsOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--return-tokens-as-token-ids",
+        help='Logprobs name each token "token_id:N" (exact for tokens that are not whole characters); '
+        "a request's return_tokens_as_token_ids overrides it.",
     ),
 ]
 
@@ -178,6 +189,7 @@ SERVER_KEYS = {
     "chat_template": "chat_template",
     "trust_request_chat_template": "trust_request_chat_template",
     "strict_request_fields": "strict_request_fields",
+    "return_tokens_as_token_ids": "return_tokens_as_token_ids",
     # image inputs
     "allowed_local_media_path": "allowed_local_media_path",
     "allowed_media_domains": "allowed_media_domains",
@@ -209,6 +221,20 @@ def read_api_key_file(path: Path) -> list[str]:
     return keys
 
 
+def drop_empty_api_keys(keys: list[str]) -> list[str]:
+    """vLLM's rule: an empty --api-key (or `api-key: ""` in --config) asks for no key, as FD_API_KEY=""
+    does (the environment variable set to nothing reads as unset); said once on stderr, never a key
+    that no client can send (every request would be a 401)."""
+    kept = [k for k in keys if k]
+    if len(kept) < len(keys):
+        sys.stderr.write(
+            "Warning: an empty --api-key is skipped; the other keys are required\n"
+            if kept
+            else 'Warning: --api-key is empty: the server requires no API key (as vLLM, and FD_API_KEY="")\n'
+        )
+    return kept
+
+
 def _load_yaml(path: Path) -> dict[str, Any]:
     from fdcli.options import _load_yaml as load  # the shared reader: one error style for bad files
 
@@ -230,6 +256,7 @@ _TYPES = {
     "chat_template": str,
     "trust_request_chat_template": bool,
     "strict_request_fields": bool,
+    "return_tokens_as_token_ids": bool,
     "allowed_local_media_path": str,
     "allowed_media_domains": list,
     "limit_mm_per_prompt": dict,  # a mapping or its JSON text; the counts are checked at start
@@ -327,6 +354,7 @@ def serve(
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
     metrics_port: MetricsPortOpt = None,
+    return_tokens_as_token_ids: TokensAsIdsOpt = None,
     allowed_origins: AllowedOriginsOpt = None,
     allowed_methods: AllowedMethodsOpt = None,
     allowed_headers: AllowedHeadersOpt = None,
@@ -354,6 +382,8 @@ def serve(
         values.update({k: parse_cors_list(k, values[k]) for k in CORS_LIST_KEYS if k in values})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
+    if "api_key" in values:
+        values["api_key"] = drop_empty_api_keys(values["api_key"])
     if any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:]):
         sys.stderr.write(
             "Warning: --api-key on the command line is visible to every user of this machine (ps); "

@@ -94,6 +94,17 @@ def test_failures_are_shown_and_counted(scripted_server, tmp_path):
     assert not any("stream_options" in b for b in scripted_server.payloads)
 
 
+def test_base_url_follows_the_client_url_rule(tmp_path):
+    """--base-url without a scheme is http:// (as fd chat/complete --url); another scheme is one line."""
+    port = free_port()
+    res = runner.invoke(
+        app, ["serve", "--base-url", f"127.0.0.1:{port}", "--ready-timeout", "0", "--no-progress"]
+    )
+    assert res.exit_code == 1 and res.stderr.startswith(f"Error: server at http://127.0.0.1:{port} not ready")
+    res = runner.invoke(app, ["serve", "--base-url", "ftp://h:1", "--no-progress"])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "use an http://" in res.stderr
+
+
 def test_unreachable_server_is_one_line_and_nonzero(tmp_path):
     res = runner.invoke(app, ["serve", "--port", str(free_port()), "--ready-timeout", "0", "--no-progress"])
     assert res.exit_code == 1

@@ -69,3 +69,29 @@ def test_server_down_is_one_line():
     r = runner.invoke(app, ["complete", "hi", "--url", "http://127.0.0.1:9/v1"])
     assert r.exit_code == 1
     assert r.stderr.count("\n") == 1 and "cannot reach the server" in r.stderr
+
+
+def test_url_without_a_scheme_is_http_as_in_curl(server):
+    """`--url localhost:PORT/v1` reaches the server (curl's rule), in fd complete and fd chat alike."""
+    address = server.url.removeprefix("http://") + "/v1"
+    r = runner.invoke(
+        app, [*_args(server, "the quick brown fox")[:2], address, *_args(server)[3:], "the quick brown fox"]
+    )
+    assert r.exit_code == 0, r.output
+    assert r.stdout == _reference(server, "the quick brown fox") + "\n"
+    chat = ["chat", "--url", address, "--api-key", server.api_key, "-q", "hi", "--max-tokens", "2"]
+    r = runner.invoke(app, chat)
+    assert r.exit_code == 0, r.output
+
+
+def test_url_with_another_scheme_is_one_line():
+    for command in (["complete", "hi"], ["chat", "-q", "hi"]):
+        r = runner.invoke(app, [*command, "--url", "ftp://127.0.0.1:9/v1"])
+        assert r.exit_code == 2
+        assert r.stderr.count("\n") == 1 and "--url 'ftp://127.0.0.1:9/v1': use an http://" in r.stderr
+
+
+def test_unreachable_address_without_a_scheme_names_it_whole():
+    r = runner.invoke(app, ["complete", "hi", "--url", "127.0.0.1:9/v1"])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1
+    assert "http://127.0.0.1:9/v1/models" in r.stderr and "missing" not in r.stderr

@@ -49,6 +49,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    tokens_as_ids,
     truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.serving_tools import (
@@ -144,8 +145,10 @@ class OpenAIServingChat:
         tool_parser_cls=None,
         structured_outputs: StructuredOutputs | None = None,
         images: ImageInputs | None = None,
+        tokens_as_ids: bool = False,
     ):
         self.engine = engine
+        self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
         # Image parts: the media policy, the per-request limit and the model's processor.
         self.images = images or ImageInputs(engine)
         # The grammar checks, shared with completions when build_serving passes them.
@@ -314,12 +317,13 @@ class OpenAIServingChat:
             self.reasoning_parser_cls, tool_parser, parallel_tool_calls=req.parallel_tool_calls is not False
         )
 
-    def _logprobs(self, entries, token_ids, num_top: int) -> ChatLogprobs:
+    def _logprobs(self, req, entries, token_ids) -> ChatLogprobs:
         """OpenAI's chat logprobs: exactly `num_top` alternatives per position, best first. The engine's
         entry is the sampled token followed by the top k, so it holds k + 1 tokens when the sampled one
         is not among the top k: that one stays in `logprob` and is not an alternative."""
-        content = []
-        for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids):
+        content, num_top = [], req.top_logprobs or 0
+        as_ids = tokens_as_ids(req, self.tokens_as_ids)
+        for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids, as_ids):
             best = sorted(tops, key=lambda t: -t[1])[:num_top]
             content.append(
                 ChatTokenLogprob(
@@ -342,7 +346,7 @@ class OpenAIServingChat:
             split = self._splitter(req, tool_parser).split(comp.text)
             lps = None
             if req.logprobs and comp.logprobs is not None:
-                lps = self._logprobs(comp.logprobs, comp.token_ids, req.top_logprobs or 0)
+                lps = self._logprobs(req, comp.logprobs, comp.token_ids)
             message = ChatResponseMessage(
                 content=split.content,
                 reasoning_content=split.reasoning,
@@ -405,7 +409,7 @@ class OpenAIServingChat:
                     call_parts = split.call_deltas
                 lps = None
                 if req.logprobs and comp.logprobs is not None and new_ids:
-                    lps = self._logprobs(comp.logprobs, new_ids, req.top_logprobs or 0)
+                    lps = self._logprobs(req, comp.logprobs, new_ids)
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None and not call_parts:

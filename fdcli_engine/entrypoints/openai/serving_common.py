@@ -335,25 +335,45 @@ def stream_error(e: Exception, what: str, request_id: str) -> str:
     return sse(json.dumps(err.to_dict()))
 
 
-def token_text(tokenizer, lp) -> str:
-    """A logprob entry's text; ids past the tokenizer's vocabulary (padded embeddings) read as ''."""
+def tokens_as_ids(req, server_default: bool) -> bool:
+    """vLLM's return_tokens_as_token_ids: the request's value, else the server's
+    --return-tokens-as-token-ids. Logprobs then name each token "token_id:N" (token_id_text), which
+    a client maps back to ids exactly, where a token's text may be an unprintable piece of a character."""
+    asked = getattr(req, "return_tokens_as_token_ids", None)
+    return server_default if asked is None else asked
+
+
+def token_id_text(token_id: int) -> str:
+    return f"token_id:{token_id}"
+
+
+def token_text(tokenizer, lp, as_ids: bool = False) -> str:
+    """A logprob entry's text ("token_id:N" with `as_ids`); ids past the tokenizer's vocabulary (padded
+    embeddings) read as ''."""
+    if as_ids:
+        return token_id_text(lp.token_id)
     if lp.decoded or lp.token_id >= getattr(tokenizer, "vocab_size", 1 << 62):
         return lp.decoded
     return tokenizer.decode([lp.token_id], skip_special_tokens=False)
 
 
-def logprob_rows(tokenizer, entries, token_ids: list[int]):
-    """Per sampled token: (text, logprob, [(text, logprob) of each top entry]), logprobs floored at -9999."""
+def logprob_rows(tokenizer, entries, token_ids: list[int], as_ids: bool = False):
+    """Per sampled token: (text, logprob, [(text, logprob) of each top entry]), logprobs floored at -9999;
+    each text "token_id:N" with `as_ids`."""
     for tid, entry in zip(token_ids, entries):
         sampled = entry.get(tid) or next(iter(entry.values()))
-        tops = [(token_text(tokenizer, lp), max(lp.logprob, -9999.0)) for lp in entry.values()]
-        yield token_text(tokenizer, sampled), max(sampled.logprob, -9999.0), tops
+        tops = [(token_text(tokenizer, lp, as_ids), max(lp.logprob, -9999.0)) for lp in entry.values()]
+        yield token_text(tokenizer, sampled, as_ids), max(sampled.logprob, -9999.0), tops
 
 
-def completion_logprobs(tokenizer, entries, token_ids: list[int], start_offset: int) -> CompletionLogprobs:
+def completion_logprobs(
+    tokenizer, entries, token_ids: list[int], start_offset: int, as_ids: bool = False
+) -> CompletionLogprobs:
+    """The legacy logprobs of `token_ids`; text offsets count each token's text as written (vLLM's
+    rule, "token_id:N" included)."""
     out = CompletionLogprobs()
     offset = start_offset
-    for text, logprob, tops in logprob_rows(tokenizer, entries, token_ids):
+    for text, logprob, tops in logprob_rows(tokenizer, entries, token_ids, as_ids):
         out.tokens.append(text)
         out.token_logprobs.append(logprob)
         out.top_logprobs.append(dict(tops))

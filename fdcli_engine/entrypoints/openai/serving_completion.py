@@ -33,6 +33,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    tokens_as_ids,
     truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
@@ -55,9 +56,11 @@ class OpenAIServingCompletion:
         engine: EngineClient,
         served_model_names: list[str],
         structured_outputs: StructuredOutputs | None = None,
+        tokens_as_ids: bool = False,
     ):
         self.engine = engine
         self.served_model_names = served_model_names
+        self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
         # Completions have no reasoning parser: a constraint starts at the first generated token.
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
 
@@ -159,11 +162,14 @@ class OpenAIServingCompletion:
         comp, tok = out.outputs[0], self.engine.tokenizer
         if req.logprobs is None:
             return None
+        as_ids = tokens_as_ids(req, self.tokens_as_ids)
         if req.echo and with_prompt and out.prompt_logprobs is not None:
-            return echo_logprobs(tok, job.prompt_ids, out.prompt_logprobs, comp.logprobs or [], token_ids)
+            return echo_logprobs(
+                tok, job.prompt_ids, out.prompt_logprobs, comp.logprobs or [], token_ids, as_ids
+            )
         if comp.logprobs is None or not token_ids:
             return None
-        return completion_logprobs(tok, comp.logprobs, token_ids, offset)
+        return completion_logprobs(tok, comp.logprobs, token_ids, offset, as_ids)
 
     async def _stream(self, req, model, rid, prompts, jobs) -> AsyncIterator[str]:
         started: set[int] = set()

@@ -56,11 +56,14 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         tool_parser_cls=get_tool_parser_cls(options.tool_call_parser),
         structured_outputs=structured,
         images=ImageInputs(engine, media_policy(options), image_limit(options)),
+        tokens_as_ids=options.return_tokens_as_token_ids,
     )
     return ServingLayer(
         engine=engine,
         served_model_names=names,
-        completion=OpenAIServingCompletion(generating, names, structured),
+        completion=OpenAIServingCompletion(
+            generating, names, structured, tokens_as_ids=options.return_tokens_as_token_ids
+        ),
         chat=chat,
         embedding=OpenAIServingEmbedding(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),

@@ -106,7 +106,9 @@ def tool_choice_constraint(req):
 
     required: a JSON array (at least one item; at most one with parallel_tool_calls false) of
     objects {"name": one tool's name, "parameters": that tool's schema}, one anyOf branch per tool.
-    named: the function's parameters schema itself (any JSON object when it has none)."""
+    named: the function's parameters schema itself.
+    A function without `parameters` takes none (OpenAI: an empty parameter list), so its arguments are
+    the empty object, as vLLM constrains them; close_objects keeps `properties: {}` closed."""
     if not req.tools or (req.tool_choice != "required" and not isinstance(req.tool_choice, dict)):
         return None
     name = _named_function(req)
@@ -121,7 +123,7 @@ def tool_choice_constraint(req):
     from fdcli_engine.structured_output.params import StructuredOutputsParams  # noqa: PLC0415
 
     def parameters(tool) -> dict:
-        return tool.function.parameters or {"type": "object"}
+        return tool.function.parameters or {"type": "object", "properties": {}}
 
     if name is not None:
         tool = next(t for t in req.tools if t.function.name == name)
