@@ -13,9 +13,11 @@ import typer
 
 from fdcli.commands import chat, collect_env, complete, router, run_batch, serve
 from fdcli.commands.tokenizer import app as tokenizer_app
+from fdcli.console import FdGroup
 
 app = typer.Typer(
     name="fd",
+    cls=FdGroup,  # usage errors of every command: one line on stderr (fdcli.console)
     help="fd: deploy large language models on PaddlePaddle — serve, chat, bench, batch.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
