@@ -18,6 +18,7 @@ from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
+from fdcli_engine.vllm_compat import VLLM_FIELDS, check_load_format, vllm_notes
 
 logger = logging.getLogger("fd.config")
 
@@ -37,6 +38,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
 
     model_path = resolve_model_path(config.model)
     layout, _ = detect_layout(model_path)
+    check_load_format(config.load_format, layout)
     hf_config = read_model_config(model_path)
     config = config.replace(**resolve_runner(config, hf_config, model_path))
     if config.quantization == "auto":
@@ -47,9 +49,12 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     config = config.validate(model_limit)
     config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
-    for note in fastdeploy_notes(config) + kv_offload_notes(config):  # once per start: the front end resolves
+    notes = fastdeploy_notes(config) + vllm_notes(config) + kv_offload_notes(config)
+    for note in notes:  # once per start: the front end resolves
         logger.warning(note)
-    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
+    dropped = (*COMPAT_FIELDS, *VLLM_FIELDS)
+    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}
+    values["served_model_name"] = (config.served_model_names or [None])[0]
     del values["kv_transfer_token"]
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)

@@ -35,6 +35,7 @@ class ModelConfig:
     served_model_name: str
     max_model_len: int
     vocab_size: int = 0
+    max_logprobs: int = 20  # --max-logprobs: the most (prompt_)logprobs one request may ask for
 
 
 class EngineClient(Protocol):

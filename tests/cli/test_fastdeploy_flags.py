@@ -290,6 +290,8 @@ def test_fastdeploy_quantizations_name_the_ones_fd_has(captured, name):
 def _wrong_value(tp) -> object:
     """A YAML value the annotation `tp` does not take."""
     members = typing.get_args(tp) or (tp,)
+    if any(typing.get_origin(m) is list for m in members):  # served_model_name: a name or a list
+        return {"a": 1}
     return (
         ["a", "list"]
         if str in members or any(typing.get_origin(m) is dict or m is dict for m in members)
