@@ -24,6 +24,7 @@ class ModelConfig:
     max_model_len: int = 256
     vocab_size: int = 0
     model: str = "scripted"
+    max_logprobs: int = 20  # fdcli_engine.api.protocol.ModelConfig's default (--max-logprobs)
 
 
 class Call(NamedTuple):

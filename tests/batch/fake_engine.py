@@ -31,6 +31,7 @@ class _ModelConfig:
     served_model_name: str = "tiny"
     max_model_len: int = 1 << 16
     vocab_size: int = 256
+    max_logprobs: int = 20  # --max-logprobs (fdcli_engine.api.protocol.ModelConfig)
 
 
 class FakeEngine:
