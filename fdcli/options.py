@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from fdcli.console import error_boundary
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS, SCHEDULER_TUNING
+from fdcli_engine.vllm_compat import HUMAN_INT_FIELDS, VLLM_FIELDS, parse_human_int
 
 ENGINE_PANEL = "Engine options"
 PARALLEL_PANEL = "Parallel engines"
@@ -64,18 +66,22 @@ TokenizerOpt = Annotated[
     ),
 ]
 ServedModelNameOpt = Annotated[
-    Optional[str],
+    Optional[list[str]],
     typer.Option(
         "--served-model-name",
-        help="Model name reported by the API. Default: derived from --model.",
+        help="Model name(s) the API takes, as vLLM: --served-model-name a b; the first is reported in "
+        "responses, all are listed by /v1/models. Default: derived from --model.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+# Sizes as vLLM reads them (32k = 32000, 32K = 32768): text here, parsed by merge_engine_options.
 MaxModelLenOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option(
         "--max-model-len",
-        help="Context length. Default: the model's limit, capped at 8192.",
+        metavar="INTEGER",
+        help="Context length (vLLM's sizes: 32k = 32000, 32K = 32768). Default: the model's limit, "
+        "capped at 8192.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -86,10 +92,11 @@ MaxNumSeqsOpt = Annotated[
     ),
 ]
 MaxNumBatchedTokensOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option(
         "--max-num-batched-tokens",
-        help="Token budget of one engine step. (default: 2048)",
+        metavar="INTEGER",
+        help="Token budget of one engine step (2k, 2K as --max-model-len). (default: 2048)",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -175,7 +182,8 @@ DtypeOpt = Annotated[
     Optional[str],
     typer.Option(
         "--dtype",
-        help="float32 or auto (bfloat16 is not supported yet). (default: float32)",
+        help="float32 (vLLM: float) or auto; half, float16 and bfloat16 are not supported yet. "
+        "(default: float32)",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -375,7 +383,6 @@ _COMPAT_TABLE: dict[str, tuple[Any, str]] = {
     "controller_port": (int, f"{_NONE}: no controller server."),
     "enable_mm_output": (bool, f"{_NONE}: responses carry text only."),
     "timeout": (int, f"{_NONE}: no gunicorn workers (--engine-watchdog-timeout)."),
-    "revision": (str, f"{_NONE}: local models only."),
     "model_config_name": (str, "config.json (the only one fd reads)."),
     "tokenizer_base_url": (str, f"{_REFUSED} (--tokenizer)"),
     "task": (str, "generate (no effect; --runner picks the runner)."),
@@ -455,6 +462,66 @@ COMPAT_FLAGS: dict[str, Any] = {
     for name, (tp, text) in _COMPAT_TABLE.items()
 }
 assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compatibility field"
+
+# vLLM's launch flags (fdcli_engine.vllm_compat says what each does here: most have no effect and say
+# so in one log line). Their names and value types are vLLM's. --max-logprobs has its real effect.
+VLLM_PANEL = "vLLM compatibility"
+
+
+def _vllm(*names: str, help: str, **kw) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=VLLM_PANEL, **kw)
+
+
+VLLM_FLAGS: dict[str, Any] = {
+    "max_logprobs": Annotated[
+        Optional[int],
+        _vllm(
+            "--max-logprobs",
+            help="Most logprobs / top_logprobs / prompt_logprobs a request may ask "
+            "for, 0-20; more is a 400. (default: 20)",
+        ),
+    ],
+    "trust_remote_code": Annotated[
+        Optional[bool], _vllm("--trust-remote-code", help="No effect: fd never runs code from a checkpoint.")
+    ],
+    "enforce_eager": Annotated[
+        Optional[bool], _vllm("--enforce-eager", help="No effect: fd always runs eagerly on CPU.")
+    ],
+    "revision": Annotated[Optional[str], _vllm("--revision", help="No effect: fd never downloads.")],
+    "download_dir": Annotated[Optional[str], _vllm("--download-dir", help="No effect: fd never downloads.")],
+    "load_format": Annotated[
+        Optional[str],
+        _vllm("--load-format", help="auto, safetensors or gguf (must match the model); fd reads its format."),
+    ],
+    "tokenizer_mode": Annotated[
+        Optional[str], _vllm("--tokenizer-mode", help="auto or hf (fd's one tokenizer).")
+    ],
+    "pipeline_parallel_size": Annotated[
+        Optional[int],
+        _vllm(
+            "--pipeline-parallel-size",
+            "-pp",
+            help="1 only: use --tensor-parallel-size / --data-parallel-size.",
+        ),
+    ],
+    "chat_template_content_format": Annotated[
+        Optional[str],
+        _vllm(
+            "--chat-template-content-format",
+            help="auto, string or openai; fd decides per message (no effect).",
+        ),
+    ],
+    "enable_log_requests": Annotated[
+        Optional[bool], _vllm("--enable-log-requests", help="No effect: fd logs no request contents.")
+    ],
+    "disable_log_requests": Annotated[
+        Optional[bool], _vllm("--disable-log-requests", help="No effect: fd logs no request contents.")
+    ],
+    "disable_log_stats": Annotated[
+        Optional[bool], _vllm("--disable-log-stats", help="No effect: fd logs no periodic stats (/metrics).")
+    ],
+}
+assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 
 # Prefill/decode disaggregation (FastDeploy's flags; docs/disaggregation.md).
 PD_PANEL = "Prefill/decode disaggregation"
@@ -621,6 +688,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "speculative_config": SpeculativeConfigOpt,
     **PD_FLAGS,
     **COMPAT_FLAGS,
+    **VLLM_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
 # Flags (and YAML keys) that set EngineConfig fields under another name; merge_engine_options maps them.
@@ -714,7 +782,8 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     """File values overlaid with the given flags (None: not given), FastDeploy's aliases mapped, JSON
     options parsed, then checked: an unknown key, a wrong type (ConfigError naming the key in `source`)
     and every rule `EngineConfig.validate` checks without the model fail here, before paddle loads."""
-    merged = {**file_values, **{k.replace("-", "_"): v for k, v in flags.items() if v is not None}}
+    given = {k.replace("-", "_"): v for k, v in flags.items() if v is not None and v != []}
+    merged = {**file_values, **given}
     for alias, name in ALIASES.items():
         if alias in merged:
             merged.setdefault(name, merged.pop(alias))
@@ -722,6 +791,14 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
     _structured_outputs_options(merged)
+    for name in HUMAN_INT_FIELDS:
+        if merged.get(name) is not None:
+            merged[name] = parse_human_int(name, merged[name])
+    names = merged.get("served_model_name")
+    if isinstance(names, (list, tuple)) and len(names) == 1:  # one name stays a string, as before
+        merged["served_model_name"] = names[0]
+    elif isinstance(names, tuple):
+        merged["served_model_name"] = list(names)
     EngineConfig.from_dict(merged, source=source).validate()
     return merged
 
@@ -815,3 +892,69 @@ def parse_cors_list(key: str, value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{flag} must be a JSON list of strings, e.g. '[\"*\"]'")
     return value
+
+
+# ---- vLLM's and FastDeploy's command-line habits ---------------------------------------------------
+# Options vLLM declares with nargs='+': `--served-model-name a b` takes every word up to the next option.
+MULTI_VALUE_FLAGS = ("--served-model-name",)
+
+
+class EngineCommand(TyperCommand):
+    """The class of every command that takes the engine options. Before click parses, it takes
+    `--load_choices` for `--load-choices`, as FastDeploy's and vLLM's parsers do (FastDeploy's pages
+    spell some flags with underscores; only option names change, never values), and spreads vLLM's
+    multi-value options, `--served-model-name a b`, into repeated ones (argparse's nargs='+': greedy up
+    to the next option, so a positional MODEL goes before it, as with vLLM)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        try:
+            args = engine_argv(args)
+        except ValueError as exc:
+            ctx.fail(str(exc))  # a usage error: one line, exit 2 (fdcli.console.FdGroup)
+        return super().parse_args(ctx, args)
+
+
+def engine_argv(args: list[str]) -> list[str]:
+    out: list[str] = []
+    multi: str | None = None  # the multi-value option whose words are being read
+    wordless = False  # `multi` has no word yet
+    for i, arg in enumerate(args):
+        if wordless and (arg == "--" or arg.startswith("-") and len(arg) > 1):
+            raise ValueError(f"Option '{multi}' requires an argument.")  # click's wording
+        if arg == "--":  # everything after it is an argument, not an option
+            return out + args[i:]
+        if arg.startswith("--") and "_" in arg.partition("=")[0]:
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        if arg.startswith("-") and len(arg) > 1:
+            multi = arg if arg in MULTI_VALUE_FLAGS else None
+            wordless = multi is not None
+            if wordless:
+                continue
+        elif multi is not None:
+            out.append(multi)
+            wordless = False
+        out.append(arg)
+    if wordless:
+        raise ValueError(f"Option '{multi}' requires an argument.")
+    return out
+
+
+ModelTagArg = Annotated[
+    Optional[str],
+    typer.Argument(
+        metavar="[MODEL]",
+        help="The model, as vLLM's `vllm serve MODEL` (the same as --model).",
+        show_default=False,
+    ),
+]
+
+
+def with_model_tag(flags: dict[str, Any], model_tag: str | None) -> dict[str, Any]:
+    """`fd serve MODEL`: the positional model fills --model; both given and different is an error."""
+    if model_tag is None:
+        return flags
+    model = flags.get("model")
+    if model is not None and model != model_tag:
+        raise ConfigError(f"the model is given twice, as {model_tag!r} and --model {model!r}: give one")
+    return {**flags, "model": model_tag}

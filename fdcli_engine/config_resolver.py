@@ -19,6 +19,7 @@ from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
+from fdcli_engine.vllm_compat import VLLM_FIELDS, check_load_format, vllm_notes
 
 logger = logging.getLogger("fd.config")
 
@@ -41,6 +42,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     from fdcli_engine.pooling.config import resolve_runner
 
     layout, _ = detect_layout(model_path)
+    check_load_format(config.load_format, layout)
     hf_config = read_model_config(model_path)
     config = config.replace(**resolve_runner(config, hf_config, model_path))
     if config.quantization == "auto":
@@ -51,10 +53,13 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     config = config.validate(model_limit)
     config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
-    notes = fastdeploy_notes(config) + kv_offload_notes(config) + ([defaults_note] if defaults_note else [])
+    notes = fastdeploy_notes(config) + vllm_notes(config) + kv_offload_notes(config)
+    notes += [defaults_note] if defaults_note else []
     for note in notes:  # once per start: the front end resolves
         logger.warning(note)
-    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
+    dropped = (*COMPAT_FIELDS, *VLLM_FIELDS)
+    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}
+    values["served_model_name"] = (config.served_model_names or [None])[0]
     del values["kv_transfer_token"], values["override_generation_config"]  # the one in defaults
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)

@@ -33,8 +33,7 @@ COMPAT_FIELDS = (
     "controller_port",
     "enable_mm_output",
     "timeout",
-    # model
-    "revision",
+    # model (--revision: vllm_compat.py, the same flag)
     "model_config_name",
     "tokenizer_base_url",
     "task",
@@ -144,7 +143,6 @@ _NO_EFFECT = {
     "enable_mm_output": "--enable-mm-output has no effect: fd's responses carry text only",
     "timeout": "--timeout has no effect: fd runs no gunicorn workers to restart (--engine-watchdog-timeout "
     "stops a frozen engine)",
-    "revision": "--revision has no effect: fd loads local model folders and files only (no model hub)",
     "task": "--task generate has no effect: fd picks the runner with --runner (default auto)",
     "use_warmup": "--use-warmup has no effect: fd serves without a warm-up pass",
     "mm_processor_kwargs": "--mm-processor-kwargs has no effect: fd's image processors take their settings "

@@ -96,3 +96,18 @@ def check_logit_bias(logit_bias: dict[int, float] | None, vocab_size: int) -> No
             f"logit_bias holds token id {bad[0]}, out of range: outside the vocabulary (size {vocab_size})",
             param="logit_bias",
         )
+
+
+def check_logprobs(
+    logprobs: int | None, prompt_logprobs: int | None, max_logprobs: int, chat: bool = False
+) -> None:
+    """The server's --max-logprobs cap on a request's logprobs (chat: top_logprobs) and prompt_logprobs,
+    as vLLM checks it; the fields' own range (0-20) is SamplingParams'."""
+    for value, param in (
+        (logprobs, "top_logprobs" if chat else "logprobs"),
+        (prompt_logprobs, "prompt_logprobs"),
+    ):
+        if value is not None and value > max_logprobs:
+            raise InvalidRequestError(
+                f"{param} {value} is more than this server's --max-logprobs {max_logprobs}", param=param
+            )

@@ -26,7 +26,7 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     layout: str = ""  # loader layout: "hf", "paddle" or "gguf"
     hf_config: dict = msgspec.field(default_factory=dict)  # the model's config (HF config.json keys)
     tokenizer: str | None = None
-    served_model_name: str | None = None
+    served_model_name: str | None = None  # the first of the names given (EngineConfig.served_model_names)
     dtype: str = "float32"
     quantization: str | None = None  # "wint8", "wint4", "gguf" or None (weights as stored, fp32)
     kv_cache_dtype: str = "float32"  # "float32", "bfloat16" or "int8"
@@ -39,6 +39,7 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0
+    max_logprobs: int = 20  # request_limits.check_logprobs
     threads: int | None = None  # as given; num_threads is what the engine uses
     num_threads: int = msgspec.field(default_factory=usable_cpu_count)
     runner: str = "generate"  # "generate" | "pooling"

@@ -25,6 +25,7 @@ class ModelConfig:
     vocab_size: int = 0
     model: str = "scripted"
     default_sampling_params: dict = field(default_factory=dict)
+    max_logprobs: int = 20  # fdcli_engine.api.protocol.ModelConfig's default (--max-logprobs)
 
 
 class Call(NamedTuple):

@@ -16,7 +16,7 @@ import typer
 
 from fdcli.bench.vllm_argv import VllmArgsCommand
 from fdcli.console import console, error_boundary
-from fdcli.options import engine_options
+from fdcli.options import EngineCommand, engine_options
 from fdcli_engine.errors import ConfigError
 
 app = typer.Typer(
@@ -413,7 +413,7 @@ def compare(
         console.print(compare_table([f.name for f in files], compare_rows(results)))
 
 
-@app.command("latency")
+@app.command("latency", cls=EngineCommand)
 @engine_options
 def latency(
     input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 32,
@@ -447,7 +447,7 @@ def latency(
         run_offline(opts, engine_args)
 
 
-@app.command("throughput")
+@app.command("throughput", cls=EngineCommand)
 @engine_options
 def throughput(
     input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 128,

@@ -91,6 +91,7 @@ def run_batch(
     from rich.console import Console
 
     with error_boundary():
+        from fdcli_engine.config import EngineConfig
         from fdcli_engine.entrypoints.batch import BatchOptions
         from fdcli_engine.entrypoints.batch import run_batch as run
         from fdcli_engine.entrypoints.openai.serving_options import ServingOptions, load_chat_template
@@ -104,6 +105,7 @@ def run_batch(
             progress=progress and Console(stderr=True).is_terminal,
             summary_json=summary_json,
             serving=ServingOptions(
+                served_model_names=EngineConfig.from_dict(engine_args).served_model_names or None,
                 chat_template=load_chat_template(chat_template),
                 reasoning_parser=reasoning_parser,
                 tool_call_parser=tool_call_parser,

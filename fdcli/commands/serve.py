@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from typer.core import TyperCommand
 
 from fdcli.console import BadInput, error_boundary, fail
 from fdcli.options import (
@@ -30,35 +29,17 @@ from fdcli.options import (
     ChatTemplateOpt,
     ConfigFileOpt,
     LimitMmOpt,
+    ModelTagArg,
     ReasoningParserOpt,
     StrictFieldsOpt,
     ToolCallParserOpt,
     TrustTemplateOpt,
     merge_engine_options,
     parse_cors_list,
+    with_model_tag,
 )
 
 SERVER_PANEL = "Server options"
-
-
-class FlexibleCommand(TyperCommand):
-    """Takes `--load_choices` for `--load-choices`, as FastDeploy's and vLLM's parsers do (FastDeploy's
-    own pages spell some flags with underscores). Only option names change, never values."""
-
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, _dashed(args))
-
-
-def _dashed(args: list[str]) -> list[str]:
-    out = []
-    for i, arg in enumerate(args):
-        if arg == "--":  # everything after it is an argument, not an option
-            return out + args[i:]
-        if arg.startswith("--") and "_" in arg.partition("=")[0]:
-            name, eq, value = arg.partition("=")
-            arg = name.replace("_", "-") + eq + value
-        out.append(arg)
-    return out
 
 
 def _opt(*names: str, help: str, **kw) -> Any:
@@ -163,6 +144,22 @@ KeepAliveOpt = Annotated[
     Optional[float],
     _opt("--timeout-keep-alive", help="Seconds an idle kept-alive connection stays open. (default: 5)"),
 ]
+# vLLM's server flags (fdcli_engine.vllm_compat has the meaning of those without an effect here).
+RootPathOpt = Annotated[
+    Optional[str],
+    _opt("--root-path", help="ASGI root_path, behind a proxy that serves fd under a path prefix."),
+]
+RequestIdHeadersOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--enable-request-id-headers",
+        help="Send X-Request-Id on every response (the client's, or a new one).",
+    ),
+]
+NoAccessLogOpt = Annotated[
+    Optional[bool],
+    _opt("--disable-uvicorn-access-log", help="No effect: fd's server writes no access log anyway."),
+]
 FRAMING_KEYS = (
     "h11_max_incomplete_event_size",
     "h11_max_header_count",
@@ -202,6 +199,9 @@ SERVER_KEYS = {
     "allowed_methods": "allowed_methods",
     "allowed_headers": "allowed_headers",
     "allow_credentials": "allow_credentials",
+    "root_path": "root_path",
+    "enable_request_id_headers": "enable_request_id_headers",
+    "disable_uvicorn_access_log": "disable_uvicorn_access_log",
     **{k: k for k in FRAMING_KEYS},
 }
 
@@ -270,6 +270,9 @@ _TYPES = {
     "timeout_request_body": float,
     "max_connections": int,
     "timeout_keep_alive": float,
+    "root_path": str,
+    "enable_request_id_headers": bool,
+    "disable_uvicorn_access_log": bool,
 }
 
 
@@ -310,7 +313,8 @@ def _with_engine_flags(func):
     """Like fdcli.options.engine_options, but the YAML file may also hold server options."""
     sig = inspect.signature(func, eval_str=True)
     own = [p for n, p in sig.parameters.items() if n not in ("engine_args", "file_values")]
-    added = [
+    tag = inspect.Parameter("model_tag", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ModelTagArg)
+    added = [tag] + [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
         for name, alias in {"config": ConfigFileOpt, **ALL_ENGINE_FLAGS}.items()
     ]
@@ -319,7 +323,9 @@ def _with_engine_flags(func):
     def wrapper(**kwargs: Any) -> Any:
         flags = {name: kwargs.pop(name, None) for name in ALL_ENGINE_FLAGS}
         config_file = kwargs.pop("config", None)
+        model_tag = kwargs.pop("model_tag", None)
         with error_boundary():
+            flags = with_model_tag(flags, model_tag)
             file_values = _load_yaml(config_file) if config_file is not None else {}
             server_file = {k: file_values.pop(k) for k in list(file_values) if k in SERVER_KEYS}
             engine_args = merge_engine_options(file_values, flags, f"--config {config_file}")
@@ -365,6 +371,9 @@ def serve(
     timeout_request_body: BodyTimeoutOpt = None,
     max_connections: MaxConnectionsOpt = None,
     timeout_keep_alive: KeepAliveOpt = None,
+    root_path: RootPathOpt = None,
+    enable_request_id_headers: RequestIdHeadersOpt = None,
+    disable_uvicorn_access_log: NoAccessLogOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
@@ -394,8 +403,9 @@ def serve(
         with error_boundary():
             values["api_key"] = [*values.get("api_key", []), *read_api_key_file(Path(key_file))]
     serving = {k: values.pop(k) for k in list(values) if k in ServingOptions.__dataclass_fields__}
-    if engine_args.get("served_model_name"):
-        serving["served_model_names"] = [engine_args["served_model_name"]]
+    names = EngineConfig.from_dict(engine_args).served_model_names  # merge_engine_options checked them
+    if names:
+        serving["served_model_names"] = names
     args = ServerArgs(**{SERVER_KEYS[k]: v for k, v in values.items()}, serving=ServingOptions(**serving))
     if not 0 < args.port < 65536:
         fail(f"--port must be between 1 and 65535, got {args.port}", 2)

@@ -37,6 +37,7 @@ class ModelConfig:
     vocab_size: int = 0
     # {SamplingParams field: value} for the fields a request leaves out (generation_config.py).
     default_sampling_params: dict = field(default_factory=dict)
+    max_logprobs: int = 20  # --max-logprobs: the most (prompt_)logprobs one request may ask for
 
 
 class EngineClient(Protocol):

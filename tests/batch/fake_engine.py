@@ -32,6 +32,7 @@ class _ModelConfig:
     max_model_len: int = 1 << 16
     vocab_size: int = 256
     default_sampling_params: dict = field(default_factory=dict)
+    max_logprobs: int = 20  # --max-logprobs (fdcli_engine.api.protocol.ModelConfig)
 
 
 class FakeEngine:

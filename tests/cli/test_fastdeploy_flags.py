@@ -232,7 +232,6 @@ _ACCEPTED: dict[str, object] = {
     "controller_port": 9000,
     "enable_mm_output": True,
     "timeout": 30,
-    "revision": "master",
     "model_config_name": "config.json",  # what fd reads: silent
     "task": "generate",
     "use_warmup": 0,
@@ -457,6 +456,8 @@ def test_fastdeploy_quantizations_name_the_ones_fd_has(captured, name):
 def _wrong_value(tp) -> object:
     """A YAML value the annotation `tp` does not take."""
     members = typing.get_args(tp) or (tp,)
+    if any(typing.get_origin(m) is list for m in members):  # served_model_name: a name or a list
+        return {"a": 1}
     return (
         ["a", "list"]
         if str in members or any(typing.get_origin(m) is dict or m is dict for m in members)

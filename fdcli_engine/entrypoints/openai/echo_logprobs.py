@@ -13,7 +13,7 @@ from fdcli_engine.entrypoints.openai.protocol import CompletionLogprobs, PromptL
 from fdcli_engine.entrypoints.openai.serving_common import completion_logprobs, token_id_text, token_text
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import PromptLogprobs
-from fdcli_engine.request_limits import check_logit_bias
+from fdcli_engine.request_limits import check_logit_bias, check_logprobs
 
 FLOOR = -9999.0  # OpenAI's stand-in for -inf in JSON
 
@@ -86,6 +86,14 @@ def check_logit_bias_vocab(params, model_config) -> None:
     """check_logit_bias against the served model, as a 400."""
     try:
         check_logit_bias(params.logit_bias, model_config.vocab_size)
+    except InvalidRequestError as e:
+        raise bad_request(str(e), e.param) from None
+
+
+def check_logprob_limits(params, model_config, chat: bool = False) -> None:
+    """check_logprobs against the server's --max-logprobs, as a 400 naming the request's field."""
+    try:
+        check_logprobs(params.logprobs, params.prompt_logprobs, model_config.max_logprobs, chat)
     except InvalidRequestError as e:
         raise bad_request(str(e), e.param) from None
 

@@ -209,6 +209,10 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
     _add_cors(app, args)  # after the guard, so outside it: a preflight never meets the key check
+    if args.enable_request_id_headers:  # outermost: every answer gets it, the guard's and CORS' too
+        from fdcli_engine.entrypoints.openai.request_id_header import RequestIdHeader
+
+        app.add_middleware(RequestIdHeader)
     _add_error_handlers(app)
     for url, route in ROUTES.items():
         responses = _ERRORS if route.response_model is not None else {**_ERRORS, **_STREAMED}

@@ -16,6 +16,7 @@ from fdcli_engine.entrypoints.openai.chat_images import (
 )
 from fdcli_engine.entrypoints.openai.echo_logprobs import (
     check_logit_bias_vocab,
+    check_logprob_limits,
     check_prompt_logprobs,
     prompt_logprobs_out,
 )
@@ -284,6 +285,7 @@ class OpenAIServingChat:
             req, self.engine.tokenizer, max_tokens, logprobs, defaults, prompt_logprobs=req.prompt_logprobs
         )
         check_logit_bias_vocab(params, self.engine.model_config)
+        check_logprob_limits(params, self.engine.model_config, chat=True)
         start_after = self._constraint_start(prompt, req.chat_template)
         params.structured_outputs = await self.structured_outputs.params_for(req, start_after)
         if tool_constraint is not None:  # tools: the forced tool choice's grammar

@@ -50,9 +50,10 @@ def random_id(prefix: str) -> str:
 
 
 def check_model(requested: str | None, served_names: list[str]) -> str:
-    """The model name to echo back; an unknown name is a 404 (None means the first served model)."""
+    """The model name responses report: the first served name, whichever of them the request named (as
+    vLLM: --served-model-name a b answers as a); an unknown name is a 404 (None: the first one)."""
     if requested is None or requested == "" or requested in served_names:
-        return requested or served_names[0]
+        return served_names[0]
     raise APIError(
         f"the model {requested!r} does not exist; this server serves {', '.join(served_names)}",
         404,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fdcli_engine.entrypoints.openai.echo_logprobs import (
     check_logit_bias_vocab,
+    check_logprob_limits,
     check_prompt_logprobs,
     echo_logprobs,
     prompt_logprobs_out,
@@ -111,6 +112,7 @@ class OpenAIServingCompletion:
             prompt_logprobs=prompt_logprobs_of(req),
         )
         check_logit_bias_vocab(params, self.engine.model_config)
+        check_logprob_limits(params, self.engine.model_config)
         params.structured_outputs = await self.structured_outputs.params_for(req)
         rid = request_id or req.request_id or random_id("cmpl")
         jobs = fan_out(rid, prompts, params, req.n)
