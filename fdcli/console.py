@@ -23,10 +23,14 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
-from typer._click import exceptions as click_errors  # Typer parses with its own copy of click
 from typer.core import TyperGroup
 
 from fdcli_engine.errors import ConfigError, FdError, InvalidRequestError
+
+try:  # Typer >= 0.29 parses with its own copy of click; earlier ones with click itself
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - depends on the installed Typer
+    from click import exceptions as click_errors
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
