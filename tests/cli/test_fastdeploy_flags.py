@@ -144,16 +144,6 @@ EXPECTED: dict[str, dict | str] = {
 ON_ONE_DEVICE = {"early-stop": _EARLY_STOP, "early-stop-config": _EARLY_STOP, "splitwise-prefill": _SCHEDULER}
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.launcher.run_server",
-        lambda config, args, **kw: calls.append((config, args)),
-    )
-    return calls
-
-
 def test_every_entry_has_an_expectation():
     assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 39
 

@@ -28,16 +28,6 @@ FIXTURE = Path(__file__).parent / "fixtures" / "vllm_launch_lines.txt"
 runner = CliRunner()
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.launcher.run_server",
-        lambda config, args, **kw: calls.append((config, args)),
-    )
-    return calls
-
-
 def _lines() -> list[str]:
     return [ln for ln in FIXTURE.read_text().splitlines() if ln.startswith("fd serve ")]
 

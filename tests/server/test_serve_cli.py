@@ -10,18 +10,6 @@ from fdcli.main import app
 runner = CliRunner()
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-
-    def fake_run_server(config, args, **kw):
-        calls.append((config, args))
-        return 0
-
-    monkeypatch.setattr("fdcli_engine.entrypoints.openai.launcher.run_server", fake_run_server)
-    return calls
-
-
 def test_yaml_holds_engine_and_server_options_and_flags_win(captured, tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text(
