@@ -57,6 +57,7 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         structured_outputs=structured,
         images=ImageInputs(engine, media_policy(options), image_limit(options)),
         tokens_as_ids=options.return_tokens_as_token_ids,
+        response_role=options.response_role,
     )
     return ServingLayer(
         engine=engine,
