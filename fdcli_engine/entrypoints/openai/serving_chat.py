@@ -147,8 +147,10 @@ class OpenAIServingChat:
         structured_outputs: StructuredOutputs | None = None,
         images: ImageInputs | None = None,
         tokens_as_ids: bool = False,
+        response_role: str = "assistant",
     ):
         self.engine = engine
+        self.response_role = response_role  # vLLM's --response-role (fd run-batch): see role_of
         self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
         # Image parts: the media policy, the per-request limit and the model's processor.
         self.images = images or ImageInputs(engine)
@@ -159,6 +161,11 @@ class OpenAIServingChat:
         self.reasoning_parser_cls = reasoning_parser_cls
         self.allow_request_chat_template = allow_request_chat_template
         self.tool_parser_cls = tool_parser_cls
+
+    def role_of(self, req: ChatCompletionRequest) -> str:
+        """The role of the answer's message, as vLLM decides it: --response-role when the prompt asks
+        for a new turn (add_generation_prompt), else the role of the last message, which it continues."""
+        return req.messages[-1].role if req.messages and not req.add_generation_prompt else self.response_role
 
     def _check_unsupported(self, req: ChatCompletionRequest) -> None:
         check_prompt_logprobs(req)
@@ -350,6 +357,7 @@ class OpenAIServingChat:
             if req.logprobs and comp.logprobs is not None:
                 lps = self._logprobs(req, comp.logprobs, comp.token_ids)
             message = ChatResponseMessage(
+                role=self.role_of(req),
                 content=split.content,
                 reasoning_content=split.reasoning,
                 tool_calls=split.tool_calls or None,
@@ -398,7 +406,7 @@ class OpenAIServingChat:
                     # OpenAI opens every choice with a role-only delta; sent with the choice's first
                     # output, after prefill (as vLLM), so clients measure time to first token honestly.
                     generated[job.index] = 0
-                    role = chat_delta(role="assistant", content="")
+                    role = chat_delta(role=self.role_of(req), content="")
                     yield writer.chunk([chat_choice(job.index, role)], usage_of(job.index))
                 comp = out.outputs[0]
                 new_ids = list(comp.delta_token_ids)

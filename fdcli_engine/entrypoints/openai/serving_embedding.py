@@ -184,9 +184,9 @@ class OpenAIServingEmbedding(PoolingServing):
             out.append(ids)
         return out
 
-    async def create_embedding(
-        self, req: EmbeddingRequest, request_id: str | None = None
-    ) -> EmbeddingResponse:
+    async def pooled(self, req: EmbeddingRequest, request_id: str | None, prefix: str):
+        """(model, request id, one output array per prompt, prompt tokens) of an `input` or `messages`
+        request: /v1/embeddings and /pooling alike. Arrays are post-processed (normalize, dimensions)."""
         model = check_model(req.model, self.served_model_names)
         pc = self.pooler_config()
         hidden = int(self.engine.config.hf_config.get("hidden_size") or 0)
@@ -204,17 +204,26 @@ class OpenAIServingEmbedding(PoolingServing):
             prompts = [ids]
         else:
             prompts = self.prompts(req)
-        rid = request_id or req.request_id or random_id("embd")
+        rid = request_id or req.request_id or random_id(prefix)
         pools = await self.pool_all(prompts, rid, mm_features=features)
-        data = []
-        for i, raw in enumerate(pools):
-            vec = postprocess(raw, pc, dims, req.normalize)
-            if req.encoding_format == "base64":
-                emb = base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
-            else:
-                emb = vec.tolist()
-            data.append(EmbeddingData(index=i, embedding=emb))
-        n = sum(len(p) for p in prompts)
+        vectors = [postprocess(raw, pc, dims, req.normalize) for raw in pools]
+        return model, rid, vectors, sum(len(p) for p in prompts)
+
+    async def create_embedding(
+        self, req: EmbeddingRequest, request_id: str | None = None
+    ) -> EmbeddingResponse:
+        model, rid, vectors, n = await self.pooled(req, request_id, "embd")
+        data = [
+            EmbeddingData(index=i, embedding=encode_vector(v, req.encoding_format))
+            for i, v in enumerate(vectors)
+        ]
         return EmbeddingResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
         )
+
+
+def encode_vector(vec: np.ndarray, encoding_format: str):
+    """A pooled array as the response carries it: nested floats, or base64 of float32 little-endian."""
+    if encoding_format == "base64":
+        return base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
+    return vec.tolist()
