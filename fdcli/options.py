@@ -618,6 +618,15 @@ StrictFieldsOpt = Annotated[
         rich_help_panel=SERVING_PANEL,
     ),
 ]
+ResponseRoleOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--response-role",
+        help="vLLM's: role of a chat answer when the request has add_generation_prompt (its default); "
+        "otherwise the answer continues the last message, in its role. (default: assistant)",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
 
 # --- image inputs (docs/images.md): front-end settings, carried by ServingOptions ---
 AllowedLocalMediaOpt = Annotated[

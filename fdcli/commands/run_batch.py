@@ -23,6 +23,7 @@ from fdcli.options import (
     ChatTemplateOpt,
     LimitMmOpt,
     ReasoningParserOpt,
+    ResponseRoleOpt,
     ToolCallParserOpt,
     engine_options,
 )
@@ -77,14 +78,6 @@ def _vllm(*names: str, help: str) -> typer.models.OptionInfo:
     return typer.Option(*names, help=help, rich_help_panel=VLLM_BATCH_PANEL)
 
 
-ResponseRoleOpt = Annotated[
-    str,
-    _vllm(
-        "--response-role",
-        help="Role of a chat answer when the request has add_generation_prompt (its default); otherwise "
-        "the last message's role, which the answer continues.",
-    ),
-]
 OutputTmpDirOpt = Annotated[
     Optional[str], _vllm("--output-tmp-dir", help="No effect (logged): fd uploads no output to a URL.")
 ]
@@ -179,7 +172,7 @@ def run_batch(
     allowed_media_domains: AllowedMediaDomainsOpt = None,
     limit_mm_per_prompt: LimitMmOpt = None,
     progress: ProgressOpt = True,
-    response_role: ResponseRoleOpt = "assistant",
+    response_role: ResponseRoleOpt = None,
     output_tmp_dir: OutputTmpDirOpt = None,
     max_log_len: MaxLogLenOpt = None,
     enable_metrics: EnableMetricsOpt = False,
@@ -234,7 +227,7 @@ def run_batch(
                 allowed_local_media_path=allowed_local_media_path,
                 allowed_media_domains=allowed_media_domains,
                 limit_mm_per_prompt=limit_mm_per_prompt,
-                response_role=response_role,
+                response_role=response_role or "assistant",
             ),
         )
         summary = run(opts, engine_args)

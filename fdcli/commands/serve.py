@@ -31,6 +31,7 @@ from fdcli.options import (
     LimitMmOpt,
     ModelTagArg,
     ReasoningParserOpt,
+    ResponseRoleOpt,
     StrictFieldsOpt,
     ToolCallParserOpt,
     TrustTemplateOpt,
@@ -187,6 +188,7 @@ SERVER_KEYS = {
     "trust_request_chat_template": "trust_request_chat_template",
     "strict_request_fields": "strict_request_fields",
     "return_tokens_as_token_ids": "return_tokens_as_token_ids",
+    "response_role": "response_role",
     # image inputs
     "allowed_local_media_path": "allowed_local_media_path",
     "allowed_media_domains": "allowed_media_domains",
@@ -257,6 +259,7 @@ _TYPES = {
     "trust_request_chat_template": bool,
     "strict_request_fields": bool,
     "return_tokens_as_token_ids": bool,
+    "response_role": str,
     "allowed_local_media_path": str,
     "allowed_media_domains": list,
     "limit_mm_per_prompt": dict,  # a mapping or its JSON text; the counts are checked at start
@@ -354,6 +357,7 @@ def serve(
     chat_template: ChatTemplateOpt = None,
     trust_request_chat_template: TrustTemplateOpt = None,
     strict_request_fields: StrictFieldsOpt = None,
+    response_role: ResponseRoleOpt = None,
     allowed_local_media_path: AllowedLocalMediaOpt = None,
     allowed_media_domains: AllowedMediaDomainsOpt = None,
     limit_mm_per_prompt: LimitMmOpt = None,

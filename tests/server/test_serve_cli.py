@@ -181,3 +181,16 @@ def test_return_tokens_as_token_ids_flag_and_yaml(captured, tmp_path):
     cfg.write_text("return-tokens-as-token-ids: true\n")
     assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
     assert captured[-1][1].serving.return_tokens_as_token_ids is True
+
+
+def test_response_role_flag_and_yaml(captured, tmp_path):
+    """vLLM's --response-role (shared with fd run-batch): the role of a new turn's answer."""
+    assert runner.invoke(app, ["serve"]).exit_code == 0
+    assert captured[-1][1].serving.response_role == "assistant"
+    r = runner.invoke(app, ["serve", "--response-role", "bot"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].serving.response_role == "bot"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("response-role: helper\n")
+    assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
+    assert captured[-1][1].serving.response_role == "helper"
