@@ -38,7 +38,12 @@ def _opt(*names: str, panel: str, help: str, **kw):
 # `fd bench serve` options, declared once (Typer reads them from the annotations).
 BackendOpt = Annotated[
     str,
-    _opt("--backend", panel=TARGET, help="openai (/v1/completions) or openai-chat (/v1/chat/completions)."),
+    _opt(
+        "--backend",
+        panel=TARGET,
+        help="openai or vllm (/v1/completions), openai-chat (/v1/chat/completions), "
+        "embeddings or openai-embeddings (/v1/embeddings).",
+    ),
 ]
 BaseUrlOpt = Annotated[
     Optional[str],
@@ -95,8 +100,9 @@ ReadyTimeoutOpt = Annotated[
     float,
     _opt(
         "--ready-timeout",
+        "--ready-check-timeout-sec",
         panel=TARGET,
-        help="Seconds to wait for the server to answer /v1/models or /health.",
+        help="Seconds to wait for the server to answer /v1/models or /health (fd always checks once).",
     ),
 ]
 RequestTimeoutOpt = Annotated[
@@ -108,7 +114,7 @@ DatasetOpt = Annotated[
         "--dataset",
         "--dataset-name",
         panel=DATA,
-        help="random, sharegpt, custom, prefix-repetition or hf.",
+        help="random, sharegpt, custom, prefix-repetition (vLLM: prefix_repetition) or hf.",
     ),
 ]
 DatasetPathOpt = Annotated[
@@ -315,6 +321,95 @@ ProgressOpt = Annotated[
 DisableTqdmOpt = Annotated[
     bool, _opt("--disable-tqdm", panel=OUTPUT, help="vLLM's spelling of --no-progress.")
 ]
+InputLenOpt = Annotated[
+    Optional[int],
+    _opt("--input-len", panel=DATA, help="vLLM's general input length: sets --random-input-len."),
+]
+OutputLenOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--output-len", panel=DATA, help="vLLM's general output length: sets every dataset's output length."
+    ),
+]
+SkipChatTemplateOpt = Annotated[
+    bool,
+    _opt(
+        "--skip-chat-template",
+        "--custom-skip-chat-template",
+        panel=DATA,
+        help="custom: send prompts as written, not in the tokenizer's chat template (as vLLM does).",
+    ),
+]
+DisableShuffleOpt = Annotated[
+    bool, _opt("--disable-shuffle", panel=DATA, help="sharegpt/custom/hf: keep the file's order.")
+]
+NoOversampleOpt = Annotated[
+    bool,
+    _opt(
+        "--no-oversample",
+        panel=DATA,
+        help="sharegpt/custom/hf: send each prompt once even if that is fewer than --num-prompts.",
+    ),
+]
+ExtraBodyOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--extra-body",
+        panel=SAMPLING,
+        help="JSON object merged into every request body (wins over the flags).",
+    ),
+]
+MinPOpt = Annotated[Optional[float], _opt("--min-p", panel=SAMPLING, help="Sent as min_p when given.")]
+FrequencyPenaltyOpt = Annotated[
+    Optional[float], _opt("--frequency-penalty", panel=SAMPLING, help="Sent when given.")
+]
+PresencePenaltyOpt = Annotated[
+    Optional[float], _opt("--presence-penalty", panel=SAMPLING, help="Sent when given.")
+]
+RepetitionPenaltyOpt = Annotated[
+    Optional[float], _opt("--repetition-penalty", panel=SAMPLING, help="Sent when given.")
+]
+LogprobsOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--logprobs",
+        panel=SAMPLING,
+        help="Logprobs per token: logprobs=N on completions, logprobs+top_logprobs=N on chat.",
+    ),
+]
+RequestIdPrefixOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--request-id-prefix",
+        panel=TARGET,
+        help="x-request-id of request i is PREFIX+i. Default: bench-<8 random hex>-.",
+    ),
+]
+TokenizerModeOpt = Annotated[
+    Optional[str],
+    _opt("--tokenizer-mode", panel=TARGET, help="Accepted for vLLM; fd reads the tokenizer files."),
+]
+TrustRemoteCodeOpt = Annotated[
+    bool, _opt("--trust-remote-code", panel=TARGET, help="Accepted for vLLM; fd runs no tokenizer code.")
+]
+SkipTokenizerInitOpt = Annotated[
+    bool,
+    _opt(
+        "--skip-tokenizer-init",
+        panel=TARGET,
+        help="Load no tokenizer: token counts come from the server's usage.",
+    ),
+]
+InsecureOpt = Annotated[
+    bool, _opt("--insecure", panel=TARGET, help="Do not verify TLS certificates of an https --base-url.")
+]
+ProfileOpt = Annotated[bool, _opt("--profile", panel=OUTPUT, help="vLLM's profiler hook: not supported.")]
+PlotTimelineOpt = Annotated[
+    bool, _opt("--plot-timeline", panel=OUTPUT, help="Accepted for vLLM; fd draws no HTML timeline.")
+]
+UseBeamSearchOpt = Annotated[
+    bool, _opt("--use-beam-search", panel=SAMPLING, help="Not supported: fd's server has no beam search.")
+]
 ChartOpt = Annotated[
     bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
 ]
@@ -378,6 +473,25 @@ def serve(
     progress: ProgressOpt = True,
     disable_tqdm: DisableTqdmOpt = False,
     chart: ChartOpt = True,
+    input_len: InputLenOpt = None,
+    output_len: OutputLenOpt = None,
+    extra_body: ExtraBodyOpt = None,
+    min_p: MinPOpt = None,
+    frequency_penalty: FrequencyPenaltyOpt = None,
+    presence_penalty: PresencePenaltyOpt = None,
+    repetition_penalty: RepetitionPenaltyOpt = None,
+    logprobs: LogprobsOpt = None,
+    request_id_prefix: RequestIdPrefixOpt = None,
+    tokenizer_mode: TokenizerModeOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    skip_tokenizer_init: SkipTokenizerInitOpt = False,
+    insecure: InsecureOpt = False,
+    profile: ProfileOpt = False,
+    plot_timeline: PlotTimelineOpt = False,
+    use_beam_search: UseBeamSearchOpt = False,
+    skip_chat_template: SkipChatTemplateOpt = False,
+    disable_shuffle: DisableShuffleOpt = False,
+    no_oversample: NoOversampleOpt = False,
 ) -> None:
     """Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed requests."""
     from fdcli.bench.serve_cmd import ServeOptions, run_serve

@@ -83,7 +83,7 @@ def test_full_run_prints_summary_and_saves_stable_json(scripted_server, tmp_path
 
 def test_failures_are_shown_and_counted(scripted_server, tmp_path):
     path = _custom(tmp_path, ["ok", "fail", "ok", "malformed"])
-    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template", "--dataset-path", path,
             "--num-prompts", "4", "--seed", "0", "--num-warmups", "0", "--no-progress", "--no-chart",
             "--max-tokens", "2", "--no-include-usage"]  # fmt: skip
     res = runner.invoke(app, args)
@@ -194,7 +194,7 @@ def test_ctrl_c_prints_the_partial_summary(monkeypatch, scripted_server, tmp_pat
     monkeypatch.setattr(serve_cmd, "run_benchmark", interrupted)
     path = _custom(tmp_path, ["ok"])
     out = tmp_path / "partial.json"
-    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template", "--dataset-path", path,
             "--num-prompts", "3", "--no-progress", "--save-result", str(out)]  # fmt: skip
     res = runner.invoke(app, args)
     assert res.exit_code == 130
@@ -216,7 +216,7 @@ def test_ramp_up_and_rate_reach_the_arrival_schedule(monkeypatch, scripted_serve
 
     monkeypatch.setattr(serve_cmd, "run_benchmark", capture)
     path = _custom(tmp_path, ["ok"])
-    base = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+    base = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template", "--dataset-path", path,
             "--num-prompts", "20", "--seed", "4", "--no-progress"]  # fmt: skip
     ramp = ["--ramp-up", "exponential", "--ramp-up-start-rate", "1", "--ramp-up-end-rate", "50"]
     assert runner.invoke(app, base + ramp).exit_code == 0

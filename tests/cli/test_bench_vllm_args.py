@@ -50,7 +50,7 @@ def _custom(tmp_path, prompts) -> str:
 
 
 def _base(server, tmp_path, n=4):
-    return ["serve", "--base-url", server.url, "--dataset", "custom",
+    return ["serve", "--base-url", server.url, "--dataset", "custom", "--skip-chat-template",
             "--dataset-path", _custom(tmp_path, ["ok"] * n), "--num-prompts", str(n),
             "--num-warmups", "0", "--no-progress", "--no-chart"]  # fmt: skip
 
