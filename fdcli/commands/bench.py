@@ -508,23 +508,31 @@ def serve(
 def compare(
     files: Annotated[
         list[Path],
-        typer.Argument(help="Result files from --save-result / --output-json; the first is the baseline."),
+        typer.Argument(
+            help="Result files from --save-result / --output-json, fd's or vLLM's; the first run is the baseline."
+        ),
     ],
 ) -> None:
-    """Print benchmark runs side by side with ratios against the first."""
+    """Print benchmark runs side by side with ratios against the first (every run of an appended file)."""
     from fdcli.bench.render import compare_table
-    from fdcli.bench.results import compare_rows, load_result
+    from fdcli.bench.results import compare_rows, load_results
 
     with error_boundary():
-        if len(files) < 2:
-            raise ConfigError("give at least two result files to compare")
-        results = [load_result(f) for f in files]
+        names, results = [], []
+        for f in files:
+            runs = load_results(f)
+            names += [f.name] if len(runs) == 1 else [f"{f.name}#{i}" for i in range(1, len(runs) + 1)]
+            results += runs
+        if len(results) < 2:
+            raise ConfigError(
+                "give at least two runs to compare: two result files, or one with --append-result runs"
+            )
         kinds = {r.get("kind") for r in results}
         if len(kinds) > 1:
             raise ConfigError(
                 f"cannot compare different kinds of results: {', '.join(map(str, sorted(map(str, kinds))))}"
             )
-        console.print(compare_table([f.name for f in files], compare_rows(results)))
+        console.print(compare_table(names, compare_rows(results)))
 
 
 @app.command("latency", cls=EngineCommand)
