@@ -220,3 +220,31 @@ def metrics_from_vllm(flat: dict) -> tuple[str, dict] | None:
         metrics = {fd: flat[v] for v, fd in _THROUGHPUT_KEYS.items() if _number(flat.get(v))}
         return "throughput", metrics
     return None
+
+
+def vllm_offline_keys(kind: str, times: list[float], metrics: dict, percentiles: list[float]) -> dict:
+    """The keys `vllm bench latency|throughput --output-json` write, from fd's timed iterations.
+
+    latency (vllm/benchmarks/latency.py): seconds; population std; `percentiles` maps each
+    percentage to seconds (linear interpolation, numpy's default). throughput (throughput.py): one
+    pass over all prompts, which is fd's mean timed iteration.
+    """
+    import numpy as np
+
+    if kind == "latency":
+        arr = np.asarray(times, dtype=np.float64)
+        return {
+            "avg_latency": float(arr.mean()),
+            "std_latency": float(arr.std()),
+            "latencies": [float(t) for t in times],
+            "percentiles": {_p_word(p): float(np.percentile(arr, p)) for p in percentiles},
+        }
+    elapsed = metrics["mean_latency_s"]
+    total = metrics["input_tokens_per_iter"] + metrics["output_tokens_per_iter"]
+    return {
+        "elapsed_time": elapsed,
+        "num_requests": metrics["num_prompts"],
+        "total_num_tokens": total,
+        "requests_per_second": metrics["num_prompts"] / elapsed,
+        "tokens_per_second": total / elapsed,
+    }

@@ -535,6 +535,21 @@ def compare(
         console.print(compare_table(names, compare_rows(results)))
 
 
+# `fd bench latency|throughput` options shared with `vllm bench latency|throughput`, declared once.
+NOpt = Annotated[int, typer.Option("--n", help="Completions per prompt (vLLM's --n).")]
+DisableDetokenizeOpt = Annotated[
+    bool, typer.Option("--disable-detokenize", help="Accepted for vLLM; fd's engine always detokenizes.")
+]
+
+
+def _offline_notes(kind: str, **flags) -> None:
+    from fdcli.bench.offline import vllm_offline_flags
+    from fdcli.console import err_console
+
+    for line in vllm_offline_flags(kind, **flags):
+        err_console.print(line, highlight=False, markup=False)
+
+
 @app.command("latency", cls=EngineCommand)
 @engine_options
 def latency(
@@ -547,8 +562,13 @@ def latency(
         str, typer.Option("--percentiles", help="Comma-separated percentiles.")
     ] = "10,25,50,75,90,99",
     output_json: Annotated[
-        Optional[Path], typer.Option("--output-json", help="Write the results as JSON.")
+        Optional[Path],
+        typer.Option(
+            "--output-json", help="Write the results as JSON (fd's keys and vLLM's avg_latency, ...)."
+        ),
     ] = None,
+    n: NOpt = 1,
+    disable_detokenize: DisableDetokenizeOpt = False,
     *,
     engine_args: dict,
 ) -> None:
@@ -556,6 +576,7 @@ def latency(
     from fdcli.bench.offline import OfflineOptions, run_offline
 
     opts = OfflineOptions(
+        n=n,
         kind="latency",
         input_len=input_len,
         output_len=output_len,
@@ -566,6 +587,7 @@ def latency(
         output_json=output_json,
     )
     with error_boundary():
+        _offline_notes("latency", disable_detokenize=disable_detokenize)
         run_offline(opts, engine_args)
 
 
@@ -583,8 +605,29 @@ def throughput(
         str, typer.Option("--percentiles", help="Comma-separated percentiles of the run times.")
     ] = "50,90,99",
     output_json: Annotated[
-        Optional[Path], typer.Option("--output-json", help="Write the results as JSON.")
+        Optional[Path],
+        typer.Option(
+            "--output-json", help="Write the results as JSON (fd's keys and vLLM's elapsed_time, ...)."
+        ),
     ] = None,
+    n: NOpt = 1,
+    disable_detokenize: DisableDetokenizeOpt = False,
+    backend: Annotated[
+        str, typer.Option("--backend", help="vllm: the in-process engine (the only one fd has).")
+    ] = "vllm",
+    dataset_name: Annotated[
+        str, typer.Option("--dataset-name", help="random: random token ids (the only one offline).")
+    ] = "random",
+    random_range_ratio: Annotated[
+        float,
+        typer.Option("--random-range-ratio", help="Lengths drawn from \\[len·(1-r), len·(1+r)] per prompt."),
+    ] = 0.0,
+    prefix_len: Annotated[
+        int, typer.Option("--prefix-len", help="Random tokens shared by every prompt, before its own.")
+    ] = 0,
+    async_engine: Annotated[
+        bool, typer.Option("--async-engine", help="Accepted for vLLM; fd's in-process engine has one mode.")
+    ] = False,
     *,
     engine_args: dict,
 ) -> None:
@@ -592,6 +635,9 @@ def throughput(
     from fdcli.bench.offline import OfflineOptions, run_offline
 
     opts = OfflineOptions(
+        n=n,
+        range_ratio=random_range_ratio,
+        prefix_len=prefix_len,
         kind="throughput",
         input_len=input_len,
         output_len=output_len,
@@ -602,4 +648,8 @@ def throughput(
         output_json=output_json,
     )
     with error_boundary():
+        _offline_notes(
+            "throughput", backend=backend, dataset_name=dataset_name, async_engine=async_engine,
+            disable_detokenize=disable_detokenize,
+        )  # fmt: skip
         run_offline(opts, engine_args)
