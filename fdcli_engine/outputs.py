@@ -12,8 +12,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
 
     req_id: str
     new_token_ids: list[int]
-    # Per new token: [(token_id, logprob), ...] with the sampled token first, then the top-k.
-    new_logprobs: list[list[tuple[int, float]]] | None = None
+    # Per new token: [(token_id, logprob, rank), ...] with the sampled token first, then the top-k
+    # (ranks 1..k); rank is 1 + the number of tokens more likely, as vLLM's.
+    new_logprobs: list[list[tuple[int, float, int]]] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     num_prompt_tokens: int = 0
@@ -29,7 +30,7 @@ class Logprob:
     token_id: int
     logprob: float
     decoded: str = ""
-    rank: int | None = None  # 1 + the number of tokens more likely (set for prompt logprobs)
+    rank: int | None = None  # 1 + the number of tokens more likely
 
     @property
     def decoded_token(self) -> str:  # vLLM's name
@@ -50,6 +51,9 @@ class CompletionOutput:
     stop_reason: int | str | None = None
     # One entry per generated token: {token_id: Logprob}, sampled token first.
     logprobs: list[dict[int, Logprob]] | None = None
+    # vLLM's: the sum of the sampled tokens' logprobs so far (the whole output, whatever the output
+    # kind); None when the request did not ask for logprobs.
+    cumulative_logprob: float | None = None
     # Text and tokens added since the previous RequestOutput of this request (streaming).
     delta_text: str = ""
     delta_token_ids: list[int] = field(default_factory=list)
