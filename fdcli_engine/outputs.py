@@ -51,12 +51,12 @@ class CompletionOutput:
     stop_reason: int | str | None = None
     # One entry per generated token: {token_id: Logprob}, sampled token first.
     logprobs: list[dict[int, Logprob]] | None = None
-    # vLLM's: the sum of the sampled tokens' logprobs so far (the whole output, whatever the output
-    # kind); None when the request did not ask for logprobs.
-    cumulative_logprob: float | None = None
     # Text and tokens added since the previous RequestOutput of this request (streaming).
     delta_text: str = ""
     delta_token_ids: list[int] = field(default_factory=list)
+    # vLLM's: the sum of the sampled tokens' logprobs so far (the whole output, whatever the output
+    # kind); None when the request did not ask for logprobs. Last, so positional construction holds.
+    cumulative_logprob: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -88,3 +88,4 @@ class RequestOutput:
     metrics: RequestMetrics | None = None  # set on the finished output of a generated sequence
     pooled: list | None = None  # pooling requests: the pooled vector (or per-token/per-step scores)
     prompt_logprobs: PromptLogprobs | None = None  # SamplingParams.prompt_logprobs set: vLLM's shape
+
