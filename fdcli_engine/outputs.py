@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -89,3 +90,57 @@ class RequestOutput:
     pooled: list | None = None  # pooling requests: the pooled vector (or per-token/per-step scores)
     prompt_logprobs: PromptLogprobs | None = None  # SamplingParams.prompt_logprobs set: vLLM's shape
 
+
+# The offline LLM's pooling results, named and shaped as vLLM's (vllm/outputs.py), with numpy where
+# vLLM has torch: `llm.encode` -> PoolingRequestOutput(.outputs.data), `llm.embed` ->
+# EmbeddingRequestOutput(.outputs.embedding), `llm.classify` -> ClassificationRequestOutput
+# (.outputs.probs), `llm.score` -> ScoringRequestOutput(.outputs.score).
+
+
+@dataclass
+class PoolingOutput:
+    data: Any  # numpy array: the pooled vector (or per-token / per-step scores), post-processed
+
+
+@dataclass
+class EmbeddingOutput:
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class ClassificationOutput:
+    probs: list[float]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.probs)
+
+
+@dataclass
+class ScoringOutput:
+    score: float
+
+
+@dataclass
+class PoolingRequestOutput:
+    request_id: str
+    outputs: Any  # PoolingOutput; the subclasses' own output type
+    prompt_token_ids: list[int]
+    num_cached_tokens: int = 0
+    finished: bool = True
+
+
+class EmbeddingRequestOutput(PoolingRequestOutput):
+    outputs: EmbeddingOutput
+
+
+class ClassificationRequestOutput(PoolingRequestOutput):
+    outputs: ClassificationOutput
+
+
+class ScoringRequestOutput(PoolingRequestOutput):
+    outputs: ScoringOutput

@@ -1,10 +1,12 @@
-"""Offline, in-process API, vLLM's: `LLM(model=...).generate(prompts, params)` and `.chat(messages, params)`."""
+"""Offline, in-process API, vLLM's: `LLM(model=...).generate(prompts, params)`, `.chat(messages, params)`
+and, on a pooling model, `.embed` / `.encode` / `.classify` / `.score` (llm_pooling.py)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
 
+from fdcli_engine.api.llm_pooling import PoolingMethods
 from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
@@ -30,7 +32,7 @@ def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutp
     )
 
 
-class LLM:
+class LLM(PoolingMethods):
     """A synchronous wrapper of the in-process engine client: it registers requests with the client's
     front end and steps the core on the caller's thread (no event loop, no worker thread)."""
 
