@@ -111,3 +111,15 @@ def check_logprobs(
             raise InvalidRequestError(
                 f"{param} {value} is more than this server's --max-logprobs {max_logprobs}", param=param
             )
+
+
+def truncate_limit(keep: int | None, max_model_len: int, param: str = "truncate_prompt_tokens") -> int | None:
+    """How many tokens vLLM's truncate_prompt_tokens keeps (None: no truncation; -1: max_model_len).
+    Generating and pooling requests share the check; which end they keep differs."""
+    if keep is None:
+        return None
+    if keep == 0 or keep < -1 or keep > max_model_len:
+        raise InvalidRequestError(
+            f"{param} must be -1 or between 1 and {max_model_len}, got {keep}", param=param
+        )
+    return max_model_len if keep == -1 else keep

@@ -45,6 +45,31 @@ def test_prompt_from_stdin(server):
     assert r.stdout == _reference(server, "hello world") + "\n"
 
 
+def test_quick_option_sends_one_prompt(server):
+    """vLLM's `vllm complete -q PROMPT` (and --quick): that prompt's completion, then exit."""
+    for flag in ("-q", "--quick"):
+        r = runner.invoke(app, _args(server, flag, "the quick brown fox"), input="never read\n")
+        assert r.exit_code == 0, r.output
+        assert r.stdout == _reference(server, "the quick brown fox") + "\n"
+
+
+def test_each_stdin_line_is_one_prompt(server):
+    """As vLLM's complete loop: one completion per line read, blank lines skipped, until EOF."""
+    r = runner.invoke(app, _args(server), input="hello world\n\n  \nthe quick brown fox\n")
+    assert r.exit_code == 0, r.output
+    expected = [_reference(server, "hello world"), _reference(server, "the quick brown fox")]
+    assert r.stdout == "".join(f"{text}\n" for text in expected)
+    r = runner.invoke(app, _args(server, "-"), input="hello world")  # '-' reads stdin as well
+    assert r.exit_code == 0 and r.stdout == _reference(server, "hello world") + "\n"
+
+
+def test_prompt_given_twice_is_a_usage_error(server):
+    r = runner.invoke(app, _args(server, "-q", "a", "b"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "-q/--quick" in r.stderr
+    r = runner.invoke(app, _args(server, "-q", ""))
+    assert r.exit_code == 2 and "the prompt is empty" in r.stderr
+
+
 def test_json_output(server):
     r = runner.invoke(app, _args(server, "--json", "hello world"))
     assert r.exit_code == 0, r.output

@@ -61,7 +61,8 @@ from fdcli_engine.entrypoints.openai.serving_tools import (
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
-from fdcli_engine.tokenizer.chat_template import RenderLimitError, template_takes_tools
+from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.tokenizer.chat_render import render_chat
 
 
 def messages_to_dicts(messages) -> list[dict]:
@@ -188,55 +189,34 @@ class OpenAIServingChat:
             )
 
     def render(self, req: ChatCompletionRequest, tool_parser=None) -> tuple[str, list[int]]:
-        """The prompt text and ids the template produces for these messages."""
+        """The prompt text and ids the template produces for these messages (tokenizer/chat_render.py:
+        the rule the offline LLM.chat follows too)."""
         tok = self.engine.tokenizer
         kwargs = dict(req.chat_template_kwargs or {})
-        reserved_names = ("messages", "add_generation_prompt", "continue_final_message", "chat_template")
-        # The server sets the special tokens from the tokenizer: a request may not swap them.
-        server_set = ("bos_token", "eos_token")
-        for reserved in (*reserved_names, "tokenize", "tools", *server_set):
-            if reserved in kwargs:
-                hint = ": send them in the request's tools field" if reserved == "tools" else ""
-                hint = ": the server sets it from the model's tokenizer" if reserved in server_set else hint
-                raise bad_request(
-                    f"chat_template_kwargs may not set {reserved!r}{hint}", "chat_template_kwargs"
-                )
-        if req.continue_final_message and req.add_generation_prompt:  # vLLM's check and wording
-            raise bad_request(
-                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                "continue_final_message",
-            )
         if req.documents is not None:  # vLLM's RAG documents: a template variable
             kwargs["documents"] = req.documents
-        messages = messages_to_dicts(req.messages)
-        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-        # --- tools: a template without a `tools` variable gets them in the system prompt ---
-        template = req.chat_template or self.chat_template or getattr(tok, "chat_template", None)
-        if tools and template and not template_takes_tools(template):
-            if tool_parser is None and req.tool_choice in (None, "auto") and self.tool_parser_cls:
-                tool_parser = self.tool_parser_cls()  # /tokenize: count what a chat request renders
-            messages, tools = tools_in_system_prompt(messages, tools, tool_parser), None
-        # --- end tools ---
+
+        def tools_to_system(messages: list[dict], tools: list[dict]) -> list[dict]:
+            parser = tool_parser
+            if parser is None and req.tool_choice in (None, "auto") and self.tool_parser_cls:
+                parser = self.tool_parser_cls()  # /tokenize: count what a chat request renders
+            return tools_in_system_prompt(messages, tools, parser)
+
         try:
-            rendered = tok.apply_chat_template(
-                messages,
+            rendered, ids = render_chat(
+                tok,
+                messages_to_dicts(req.messages),
                 add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
                 chat_template=req.chat_template or self.chat_template,
-                **({"tools": tools} if tools else {}),
-                **kwargs,
+                chat_template_kwargs=kwargs,
+                tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
+                tools_to_system=tools_to_system,
             )
-        except RenderLimitError as e:
-            raise bad_request(str(e), "chat_template") from None
-        except Exception as e:
-            if hasattr(e, "status"):
-                raise
-            raise bad_request(f"the chat template failed on these messages: {e}", "messages") from None
-        if isinstance(rendered, list):
-            if not req.continue_final_message:
-                return tok.decode(rendered), list(rendered)
-            rendered = tok.decode(rendered)
-        if req.continue_final_message:
-            rendered = _open_final_message(rendered, _text_of(messages[-1]["content"]))
+        except InvalidRequestError as e:
+            raise bad_request(str(e), e.param) from None
+        if ids is not None:
+            return rendered, ids
         # The template writes the special tokens (BOS, role markers) itself; vLLM's add_special_tokens
         # (chat requests only) adds the tokenizer's own as well.
         return rendered, encode(tok, rendered, add_special_tokens=req.add_special_tokens)
@@ -451,31 +431,6 @@ class OpenAIServingChat:
         except Exception as e:
             yield stream_error(e, "chat", rid)
         yield SSE_DONE
-
-
-def _open_final_message(rendered: str, final: str) -> str:
-    """The rendered chat cut right after the final message's text, so the model continues it (no
-    end of turn, no generation prompt): transformers' and vLLM's continue_final_message. A template
-    that strips messages is matched on the stripped text, as transformers does."""
-    if not final.strip():
-        raise bad_request(
-            "continue_final_message needs a final message with text to continue", "continue_final_message"
-        )
-    for text in (final, final.strip()):
-        if text in rendered:
-            return rendered[: rendered.rindex(text) + len(text)]
-    raise bad_request(
-        "continue_final_message: the final message does not appear in the rendered chat (the chat "
-        "template changes it); send the prefix as a completions prompt instead",
-        "continue_final_message",
-    )
-
-
-def _text_of(content: str | list[dict]) -> str:
-    """A message's text as the template writes it: the string, or its text parts joined."""
-    if isinstance(content, str):
-        return content
-    return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
 def _finish_reason(engine_reason: str | None, tool_calls) -> str | None:

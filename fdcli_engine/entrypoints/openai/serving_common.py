@@ -27,6 +27,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.request_limits import check_request
+from fdcli_engine.request_limits import truncate_limit as _truncate_limit
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 __all__ = ["EngineClient"]
@@ -119,13 +120,11 @@ def check_prompt(
 
 
 def truncate_limit(keep: int | None, max_model_len: int, param: str = "truncate_prompt_tokens") -> int | None:
-    """How many tokens vLLM's truncate_prompt_tokens keeps (None: no truncation; -1: max_model_len).
-    Generating and pooling requests share the check; which end they keep differs."""
-    if keep is None:
-        return None
-    if keep == 0 or keep > max_model_len:
-        raise bad_request(f"{param} must be -1 or between 1 and {max_model_len}, got {keep}", param)
-    return max_model_len if keep == -1 else keep
+    """request_limits.truncate_limit, its error a 400."""
+    try:
+        return _truncate_limit(keep, max_model_len, param)
+    except InvalidRequestError as e:
+        raise bad_request(str(e), e.param) from None
 
 
 def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> list[int]:

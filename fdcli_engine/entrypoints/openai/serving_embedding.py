@@ -33,6 +33,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
+from fdcli_engine.pooling.truncation import special_token_frame, truncate_ids
 from fdcli_engine.pooling_params import PoolingParams
 
 _TASK_NAMES = {
@@ -41,26 +42,6 @@ _TASK_NAMES = {
     "reward": "a reward",
     "process_reward": "a process-reward",
 }
-
-
-def truncate_ids(ids: list[int], limit: int, prefix: int = 0, suffix: int = 0) -> list[int]:
-    """The first tokens of `ids` within `limit`, keeping `prefix`/`suffix` special tokens at the ends
-    (as sentence-transformers truncates: [CLS] a b c … [SEP])."""
-    if len(ids) <= limit:
-        return ids
-    if limit <= prefix + suffix:
-        return ids[:limit]
-    body = ids[prefix : len(ids) - suffix]
-    return ids[:prefix] + body[: limit - prefix - suffix] + ids[len(ids) - suffix :]
-
-
-def special_token_frame(full: list[int], plain: list[int]) -> tuple[int, int]:
-    """(prefix, suffix) counts of the special tokens the tokenizer put around `plain` to make `full`."""
-    extra = len(full) - len(plain)
-    for p in range(max(extra, 0) + 1):
-        if full[p : p + len(plain)] == plain:
-            return p, extra - p
-    return 0, 0
 
 
 class PoolingServing:
