@@ -3,108 +3,208 @@ complete -c fd -f
 complete -c fd -n '__fish_use_subcommand' -a bench -d 'Benchmark a server (serve), compare result files, or time the engine in-process.'
 complete -c fd -n '__fish_use_subcommand' -a chat -d 'Chat interactively with an OpenAI-compatible server (default: the local `fd...'
 complete -c fd -n '__fish_use_subcommand' -a collect-env -d 'Print the environment (OS, CPU, Python, Paddle, packages, env vars) for bug...'
-complete -c fd -n '__fish_use_subcommand' -a complete -d 'Send one completion request to an OpenAI-compatible server and stream the text.'
+complete -c fd -n '__fish_use_subcommand' -a complete -d 'Complete prompts with an OpenAI-compatible server and stream the text: one...'
 complete -c fd -n '__fish_use_subcommand' -a router -d 'Route OpenAI requests through prefill and decode instances (FastDeploys...'
 complete -c fd -n '__fish_use_subcommand' -a run-batch -d 'Run an OpenAI Batch-format JSONL file through the engine without a server,...'
 complete -c fd -n '__fish_use_subcommand' -a serve -d 'Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on...'
 complete -c fd -n '__fish_use_subcommand' -a tokenizer -d 'Encode, decode and inspect a models tokenizer and chat template (offline).'
 complete -c fd -n '__fish_use_subcommand' \
     -l version -s V
-complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a compare -d 'Print benchmark runs side by side with ratios against the first.'
+complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a compare -d 'Print benchmark runs side by side with ratios against the first (every run of...'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a latency -d 'Time one batchs generate() end to end, in-process.'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a serve -d 'Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed...'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a throughput -d 'Offline throughput: all prompts at once through the in-process engine.'
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' \
-    -l batch-size -l block-size -l cache-queue-port -l cache-transfer-protocol -l config -l convert \
-    -l data-parallel-size -l distributed-executor-backend -l dtype -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-expert-parallel -l enable-prefix-caching \
-    -l engine-watchdog-timeout -l engine-worker-queue-port -l gpu-memory-utilization \
-    -l graph-optimization-config -l guided-decoding-backend -l innode-prefill-ports -l input-len \
-    -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l load-choices \
-    -l master-addr -l master-port -l max-model-len -l max-num-batched-tokens -l max-num-seqs \
-    -l model -l nnodes -l no-enable-chunked-prefill -l no-enable-prefix-caching -l node-rank \
-    -l num-gpu-blocks-override -l num-iters -l num-iters-warmup -l num-kv-blocks -l output-json \
-    -l output-len -l override-pooler-config -l pd-comm-port -l percentiles -l pooler-config \
-    -l quantization -l ray-address -l router -l runner -l seed -l served-model-name \
-    -l speculative-config -l splitwise-role -l structured-outputs-config -l swap-space \
-    -l tensor-parallel-size -l threads -l tokenizer -l use-cudagraph -o dp -s m -s q -o tp
+    -l batch-size -l block-size -l cache-queue-port -l cache-transfer-protocol \
+    -l chat-template-content-format -l chunked-moe-size -l config -l controller-port -l convert \
+    -l data-parallel-size -l disable-chunked-mm-input -l disable-custom-all-reduce \
+    -l disable-detokenize -l disable-log-requests -l disable-log-stats \
+    -l disable-sequence-parallel-moe -l distributed-executor-backend -l download-dir -l dtype \
+    -l dynamic-load-weight -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
+    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask \
+    -l enable-log-requests -l enable-logprob -l enable-mm -l enable-mm-output \
+    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
+    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
+    -l guided-decoding-disable-any-whitespace -l innode-prefill-ports -l input-len -l ips \
+    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
+    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
+    -l master-addr -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
+    -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
+    -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l n \
+    -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
+    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override -l num-iters \
+    -l num-iters-warmup -l num-kv-blocks -l output-json -l output-len -l override-generation-config \
+    -l override-pooler-config -l pd-comm-port -l percentiles -l pipeline-parallel-size \
+    -l plas-attention-config -l pooler-config -l prealloc-dec-block-slot-num-threshold \
+    -l quantization -l ray-address -l rdma-comm-ports -l revision -l router -l routing-replay-config \
+    -l rsync-config -l runner -l scheduler-db -l scheduler-expire-period -l scheduler-host \
+    -l scheduler-load-shards-num -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name \
+    -l scheduler-password -l scheduler-port -l scheduler-reader-batch-size \
+    -l scheduler-reader-parallel -l scheduler-release-load-expire-period -l scheduler-sync-period \
+    -l scheduler-topic -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
+    -l seed -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
+    -l splitwise-role -l static-decode-blocks -l structured-outputs-config -l swap-space -l task \
+    -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
+    -l tokenizer-mode -l tool-parser-plugin -l trust-remote-code -l use-cudagraph \
+    -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp -s m -o pp -s q \
+    -o tp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' \
     -l api-key -l append-result -l backend -l base-url -l burstiness -l chart -l custom-output-len \
-    -l dataset -l dataset-name -l dataset-path -l disable-tqdm -l endpoint -l goodput -l header \
+    -l custom-skip-chat-template -l dataset -l dataset-name -l dataset-path -l disable-shuffle \
+    -l disable-tqdm -l endpoint -l extra-body -l frequency-penalty -l goodput -l header \
     -l hf-output-len -l hf-prompt-column -l hf-split -l hf-subset -l host -l ignore-eos \
-    -l include-usage -l label -l max-concurrency -l max-tokens -l metadata -l metric-percentiles \
-    -l model -l no-chart -l no-include-usage -l no-progress -l num-prompts -l num-warmups \
-    -l percentile-metrics -l percentiles -l port -l prefix-repetition-num-prefixes \
+    -l include-usage -l input-len -l insecure -l label -l logprobs -l max-concurrency -l max-tokens \
+    -l metadata -l metric-percentiles -l min-p -l model -l no-chart -l no-include-usage \
+    -l no-oversample -l no-progress -l num-prompts -l num-warmups -l output-len \
+    -l percentile-metrics -l percentiles -l plot-timeline -l port -l prefix-repetition-num-prefixes \
     -l prefix-repetition-output-len -l prefix-repetition-prefix-len -l prefix-repetition-suffix-len \
-    -l progress -l ramp-up -l ramp-up-end-rate -l ramp-up-end-rps -l ramp-up-start-rate \
-    -l ramp-up-start-rps -l ramp-up-strategy -l random-input-len -l random-output-len \
-    -l random-prefix-len -l random-range-ratio -l ready-timeout -l request-rate -l request-timeout \
+    -l presence-penalty -l profile -l progress -l ramp-up -l ramp-up-end-rate -l ramp-up-end-rps \
+    -l ramp-up-start-rate -l ramp-up-start-rps -l ramp-up-strategy -l random-input-len \
+    -l random-output-len -l random-prefix-len -l random-range-ratio -l ready-check-timeout-sec \
+    -l ready-timeout -l repetition-penalty -l request-id-prefix -l request-rate -l request-timeout \
     -l result-dir -l result-filename -l save-detailed -l save-result -l seed -l served-model-name \
-    -l sharegpt-output-len -l temperature -l tokenizer -l top-k -l top-p -s n
+    -l sharegpt-output-len -l skip-chat-template -l skip-tokenizer-init -l temperature -l tokenizer \
+    -l tokenizer-mode -l top-k -l top-p -l trust-remote-code -l use-beam-search -s n
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' \
-    -l block-size -l cache-queue-port -l cache-transfer-protocol -l config -l convert \
-    -l data-parallel-size -l distributed-executor-backend -l dtype -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-expert-parallel -l enable-prefix-caching \
-    -l engine-watchdog-timeout -l engine-worker-queue-port -l gpu-memory-utilization \
-    -l graph-optimization-config -l guided-decoding-backend -l innode-prefill-ports -l input-len \
-    -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l load-choices \
-    -l master-addr -l master-port -l max-model-len -l max-num-batched-tokens -l max-num-seqs \
-    -l model -l nnodes -l no-enable-chunked-prefill -l no-enable-prefix-caching -l node-rank \
-    -l num-gpu-blocks-override -l num-iters -l num-iters-warmup -l num-kv-blocks -l num-prompts \
-    -l output-json -l output-len -l override-pooler-config -l pd-comm-port -l percentiles \
-    -l pooler-config -l quantization -l ray-address -l router -l runner -l seed -l served-model-name \
-    -l speculative-config -l splitwise-role -l structured-outputs-config -l swap-space \
-    -l tensor-parallel-size -l threads -l tokenizer -l use-cudagraph -o dp -s m -s q -o tp
+    -l async-engine -l backend -l block-size -l cache-queue-port -l cache-transfer-protocol \
+    -l chat-template-content-format -l chunked-moe-size -l config -l controller-port -l convert \
+    -l data-parallel-size -l dataset-name -l disable-chunked-mm-input -l disable-custom-all-reduce \
+    -l disable-detokenize -l disable-log-requests -l disable-log-stats \
+    -l disable-sequence-parallel-moe -l distributed-executor-backend -l download-dir -l dtype \
+    -l dynamic-load-weight -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
+    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask \
+    -l enable-log-requests -l enable-logprob -l enable-mm -l enable-mm-output \
+    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
+    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
+    -l guided-decoding-disable-any-whitespace -l innode-prefill-ports -l input-len -l ips \
+    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
+    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
+    -l master-addr -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
+    -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
+    -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l n \
+    -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
+    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override -l num-iters \
+    -l num-iters-warmup -l num-kv-blocks -l num-prompts -l output-json -l output-len \
+    -l override-generation-config -l override-pooler-config -l pd-comm-port -l percentiles \
+    -l pipeline-parallel-size -l plas-attention-config -l pooler-config \
+    -l prealloc-dec-block-slot-num-threshold -l prefix-len -l quantization -l random-range-ratio \
+    -l ray-address -l rdma-comm-ports -l revision -l router -l routing-replay-config -l rsync-config \
+    -l runner -l scheduler-db -l scheduler-expire-period -l scheduler-host \
+    -l scheduler-load-shards-num -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name \
+    -l scheduler-password -l scheduler-port -l scheduler-reader-batch-size \
+    -l scheduler-reader-parallel -l scheduler-release-load-expire-period -l scheduler-sync-period \
+    -l scheduler-topic -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
+    -l seed -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
+    -l splitwise-role -l static-decode-blocks -l structured-outputs-config -l swap-space -l task \
+    -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
+    -l tokenizer-mode -l tool-parser-plugin -l trust-remote-code -l use-cudagraph \
+    -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp -s m -o pp -s q \
+    -o tp
 complete -c fd -n '__fish_seen_subcommand_from chat' \
     -l api-key -l image -l json-schema -l max-tokens -l model-name -l quick -l system-prompt \
     -l temperature -l url -s q
 complete -c fd -n '__fish_seen_subcommand_from collect-env' \
     -l json -l no-paddle
 complete -c fd -n '__fish_seen_subcommand_from complete' \
-    -l api-key -l json -l json-schema -l max-tokens -l model-name -l temperature -l url
+    -l api-key -l json -l json-schema -l max-tokens -l model-name -l quick -l temperature -l url \
+    -s q
 complete -c fd -n '__fish_seen_subcommand_from router' \
     -l host -l kv-transfer-token -l max-local-prefill-length -l port
 complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l allowed-local-media-path -l allowed-media-domains -l block-size -l cache-queue-port \
-    -l cache-transfer-protocol -l chat-template -l config -l convert -l data-parallel-size \
-    -l distributed-executor-backend -l dtype -l enable-chunked-prefill -l enable-custom-all-reduce \
-    -l enable-expert-parallel -l enable-prefix-caching -l engine-watchdog-timeout \
-    -l engine-worker-queue-port -l gpu-memory-utilization -l graph-optimization-config \
-    -l guided-decoding-backend -l innode-prefill-ports -l input -l ips -l kv-cache-dtype \
-    -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir \
-    -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l limit-mm-per-prompt \
-    -l load-choices -l master-addr -l master-port -l max-inflight -l max-model-len \
-    -l max-num-batched-tokens -l max-num-seqs -l model -l nnodes -l no-enable-chunked-prefill \
-    -l no-enable-prefix-caching -l no-progress -l node-rank -l num-gpu-blocks-override \
-    -l num-kv-blocks -l output -l override-pooler-config -l pd-comm-port -l pooler-config \
-    -l progress -l quantization -l ray-address -l reasoning-parser -l resume -l router -l runner \
-    -l seed -l served-model-name -l speculative-config -l splitwise-role -l strict \
-    -l structured-outputs-config -l summary-json -l swap-space -l tensor-parallel-size -l threads \
-    -l tokenizer -l tool-call-parser -l use-cudagraph -o dp -s i -s m -s o -s q -o tp
+    -l cache-transfer-protocol -l chat-template -l chat-template-content-format -l chunked-moe-size \
+    -l config -l controller-port -l convert -l data-parallel-size -l disable-chunked-mm-input \
+    -l disable-custom-all-reduce -l disable-log-requests -l disable-log-stats \
+    -l disable-sequence-parallel-moe -l distributed-executor-backend -l download-dir -l dtype \
+    -l dynamic-load-weight -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
+    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-force-include-usage \
+    -l enable-keep-sampling-mask -l enable-log-requests -l enable-logprob -l enable-metrics \
+    -l enable-mm -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule \
+    -l enable-prefix-caching -l enable-prompt-tokens-details -l enforce-eager \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
+    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
+    -l guided-decoding-disable-any-whitespace -l innode-prefill-ports -l input -l input-file -l ips \
+    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format \
+    -l load-strategy -l local-data-parallel-id -l logits-processors -l logprobs-mode \
+    -l long-prefill-token-threshold -l master-addr -l master-port -l max-encoder-cache \
+    -l max-inflight -l max-log-len -l max-logprobs -l max-long-partial-prefills -l max-model-len \
+    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache \
+    -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l nnodes \
+    -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
+    -l no-progress -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
+    -l num-kv-blocks -l output -l output-file -l output-tmp-dir -l override-generation-config \
+    -l override-pooler-config -l pd-comm-port -l pipeline-parallel-size -l plas-attention-config \
+    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l progress -l quantization \
+    -l ray-address -l rdma-comm-ports -l reasoning-parser -l response-role -l resume -l revision \
+    -l router -l routing-replay-config -l rsync-config -l runner -l scheduler-db \
+    -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size \
+    -l scheduler-min-load-score -l scheduler-name -l scheduler-password -l scheduler-port \
+    -l scheduler-reader-batch-size -l scheduler-reader-parallel \
+    -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
+    -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel -l seed \
+    -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
+    -l splitwise-role -l static-decode-blocks -l strict -l structured-outputs-config -l summary-json \
+    -l swap-space -l task -l tensor-parallel-size -l threads -l timeout -l tokenizer \
+    -l tokenizer-base-url -l tokenizer-mode -l tool-call-parser -l tool-parser-plugin \
+    -l trust-remote-code -l url -l use-cudagraph -l use-internode-ll-two-stage -l use-warmup \
+    -l workers -l write-policy -o dp -s i -s m -s o -o pp -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcommand_from bench' \
     -l allow-credentials -l allowed-headers -l allowed-local-media-path -l allowed-media-domains \
     -l allowed-methods -l allowed-origins -l api-key -l api-key-file -l block-size \
-    -l cache-queue-port -l cache-transfer-protocol -l chat-template -l config -l convert \
-    -l data-parallel-size -l distributed-executor-backend -l dtype -l enable-auto-tool-choice \
-    -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-expert-parallel \
-    -l enable-prefix-caching -l engine-watchdog-timeout -l engine-worker-queue-port \
-    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
-    -l h11-max-header-count -l h11-max-incomplete-event-size -l host -l innode-prefill-ports -l ips \
-    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
-    -l limit-mm-per-prompt -l load-choices -l master-addr -l master-port -l max-concurrency \
-    -l max-connections -l max-model-len -l max-num-batched-tokens -l max-num-seqs -l max-queue-size \
-    -l max-request-body-bytes -l max-waiting-time -l metrics-port -l model -l nnodes \
-    -l no-enable-chunked-prefill -l no-enable-prefix-caching -l node-rank -l num-gpu-blocks-override \
-    -l num-kv-blocks -l override-pooler-config -l pd-comm-port -l pooler-config -l port \
-    -l quantization -l ray-address -l reasoning-parser -l router -l runner -l seed \
-    -l served-model-name -l speculative-config -l splitwise-role -l strict-request-fields \
-    -l structured-outputs-config -l swap-space -l tensor-parallel-size -l threads \
-    -l timeout-graceful-shutdown -l timeout-keep-alive -l timeout-request-body \
-    -l timeout-request-header -l tokenizer -l tool-call-parser -l trust-request-chat-template \
-    -l use-cudagraph -l uvicorn-log-level -o dp -s m -s q -o tp
+    -l cache-queue-port -l cache-transfer-protocol -l chat-template -l chat-template-content-format \
+    -l chunked-moe-size -l config -l controller-port -l convert -l data-parallel-size \
+    -l disable-chunked-mm-input -l disable-custom-all-reduce -l disable-log-requests \
+    -l disable-log-stats -l disable-sequence-parallel-moe -l disable-uvicorn-access-log \
+    -l distributed-executor-backend -l download-dir -l dtype -l dynamic-load-weight \
+    -l early-stop-config -l enable-auto-tool-choice -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
+    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask \
+    -l enable-log-requests -l enable-logprob -l enable-mm -l enable-mm-output \
+    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching \
+    -l enable-request-id-headers -l enforce-eager -l engine-watchdog-timeout \
+    -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
+    -l graph-optimization-config -l guided-decoding-backend \
+    -l guided-decoding-disable-any-whitespace -l h11-max-header-count \
+    -l h11-max-incomplete-event-size -l host -l innode-prefill-ports -l ips -l kv-cache-dtype \
+    -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir \
+    -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend \
+    -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
+    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
+    -l master-addr -l master-port -l max-concurrency -l max-connections -l max-encoder-cache \
+    -l max-logprobs -l max-long-partial-prefills -l max-model-len -l max-num-batched-tokens \
+    -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache -l max-queue-size \
+    -l max-request-body-bytes -l max-waiting-time -l metrics-port -l mm-processor-kwargs -l model \
+    -l model-config-name -l model-impl -l nnodes -l no-enable-chunked-prefill \
+    -l no-enable-output-caching -l no-enable-prefix-caching -l no-shutdown-comm-group-if-worker-idle \
+    -l node-rank -l num-gpu-blocks-override -l num-kv-blocks -l override-generation-config \
+    -l override-pooler-config -l pd-comm-port -l pipeline-parallel-size -l plas-attention-config \
+    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l quantization -l ray-address \
+    -l rdma-comm-ports -l reasoning-parser -l response-role -l return-tokens-as-token-ids \
+    -l revision -l root-path -l router -l routing-replay-config -l rsync-config -l runner \
+    -l scheduler-db -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num \
+    -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name -l scheduler-password \
+    -l scheduler-port -l scheduler-reader-batch-size -l scheduler-reader-parallel \
+    -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
+    -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel -l seed \
+    -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
+    -l splitwise-role -l static-decode-blocks -l strict-request-fields -l structured-outputs-config \
+    -l swap-space -l task -l tensor-parallel-size -l threads -l timeout -l timeout-graceful-shutdown \
+    -l timeout-keep-alive -l timeout-request-body -l timeout-request-header -l tokenizer \
+    -l tokenizer-base-url -l tokenizer-mode -l tool-call-parser -l tool-parser-plugin \
+    -l trust-remote-code -l trust-request-chat-template -l use-cudagraph \
+    -l use-internode-ll-two-stage -l use-warmup -l uvicorn-log-level -l workers -l write-policy \
+    -o dp -s m -o pp -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a chat-template -d 'Render messages with the models chat template and print the prompt.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a count -d 'Print the number of tokens in TEXT.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a decode -d 'Decode token IDS into text.'

@@ -6,6 +6,9 @@ Invariants:
   stderr and a non-zero exit, never a traceback:
     exit 2: the user's input is wrong (ConfigError, InvalidRequestError, BadInput) — like click's usage errors;
     exit 1: the input was fine but something failed (model load, kernel build, server unreachable).
+- A usage error of click (unknown option, bad value type, extra argument) is one line as well, exit 2:
+  `FdGroup`, the root group's class, catches it for every command below it; `--help` and a bare
+  command group (which prints its help) are left as click shows them.
 - This module imports only rich.console and fd's leaf error module, so `fd --help` stays fast; httpx is
   never imported here (an httpx error can only exist if a command already imported httpx).
 """
@@ -20,8 +23,14 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from fdcli_engine.errors import ConfigError, FdError, InvalidRequestError
+
+try:  # Typer >= 0.29 parses with its own copy of click; earlier ones with click itself
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - depends on the installed Typer
+    from click import exceptions as click_errors
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -98,3 +107,30 @@ def cli_errors(func: F) -> F:
             return func(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except click_errors.NoArgsIsHelpError:
+        raise  # `fd` or `fd bench` alone: click prints the help, as before
+    except click_errors.ClickException as exc:
+        hint = ""
+        ctx = getattr(exc, "ctx", None)
+        if isinstance(exc, click_errors.UsageError) and ctx is not None:
+            hint = f" (see {ctx.command_path} --help)"
+        fail(f"{exc.format_message()}{hint}", exc.exit_code)
+
+
+class FdGroup(TyperGroup):
+    """The root `fd` group: click's usage errors of any command below it as one `Error: ...` line on
+    stderr (typer would print a Rich box of five lines), with click's exit code (2 for usage)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> typer.Context:
+        with _one_line_usage_errors():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        with _one_line_usage_errors():
+            return super().invoke(ctx)

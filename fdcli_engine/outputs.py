@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -12,8 +13,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
 
     req_id: str
     new_token_ids: list[int]
-    # Per new token: [(token_id, logprob), ...] with the sampled token first, then the top-k.
-    new_logprobs: list[list[tuple[int, float]]] | None = None
+    # Per new token: [(token_id, logprob, rank), ...] with the sampled token first, then the top-k
+    # (ranks 1..k); rank is 1 + the number of tokens more likely, as vLLM's.
+    new_logprobs: list[list[tuple[int, float, int]]] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     num_prompt_tokens: int = 0
@@ -29,7 +31,7 @@ class Logprob:
     token_id: int
     logprob: float
     decoded: str = ""
-    rank: int | None = None  # 1 + the number of tokens more likely (set for prompt logprobs)
+    rank: int | None = None  # 1 + the number of tokens more likely
 
     @property
     def decoded_token(self) -> str:  # vLLM's name
@@ -53,6 +55,9 @@ class CompletionOutput:
     # Text and tokens added since the previous RequestOutput of this request (streaming).
     delta_text: str = ""
     delta_token_ids: list[int] = field(default_factory=list)
+    # vLLM's: the sum of the sampled tokens' logprobs so far (the whole output, whatever the output
+    # kind); None when the request did not ask for logprobs. Last, so positional construction holds.
+    cumulative_logprob: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -84,3 +89,58 @@ class RequestOutput:
     metrics: RequestMetrics | None = None  # set on the finished output of a generated sequence
     pooled: list | None = None  # pooling requests: the pooled vector (or per-token/per-step scores)
     prompt_logprobs: PromptLogprobs | None = None  # SamplingParams.prompt_logprobs set: vLLM's shape
+
+
+# The offline LLM's pooling results, named and shaped as vLLM's (vllm/outputs.py), with numpy where
+# vLLM has torch: `llm.encode` -> PoolingRequestOutput(.outputs.data), `llm.embed` ->
+# EmbeddingRequestOutput(.outputs.embedding), `llm.classify` -> ClassificationRequestOutput
+# (.outputs.probs), `llm.score` -> ScoringRequestOutput(.outputs.score).
+
+
+@dataclass
+class PoolingOutput:
+    data: Any  # numpy array: the pooled vector (or per-token / per-step scores), post-processed
+
+
+@dataclass
+class EmbeddingOutput:
+    embedding: list[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class ClassificationOutput:
+    probs: list[float]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.probs)
+
+
+@dataclass
+class ScoringOutput:
+    score: float
+
+
+@dataclass
+class PoolingRequestOutput:
+    request_id: str
+    outputs: Any  # PoolingOutput; the subclasses' own output type
+    prompt_token_ids: list[int]
+    num_cached_tokens: int = 0
+    finished: bool = True
+
+
+class EmbeddingRequestOutput(PoolingRequestOutput):
+    outputs: EmbeddingOutput
+
+
+class ClassificationRequestOutput(PoolingRequestOutput):
+    outputs: ClassificationOutput
+
+
+class ScoringRequestOutput(PoolingRequestOutput):
+    outputs: ScoringOutput

@@ -18,10 +18,14 @@ from fdcli_engine.errors import InvalidRequestError
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # OpenAI's error code
 
 
-def max_output_tokens(num_prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> int:
-    """Tokens a request may generate: `max_tokens`, within the room the context leaves."""
+def max_output_tokens(
+    num_prompt_tokens: int, max_tokens: int | None, max_model_len: int, default_max_tokens: int | None = None
+) -> int:
+    """Tokens a request may generate: `max_tokens`, else the model's default (generation_config.py),
+    within the room the context leaves (vLLM's get_max_tokens)."""
     room = max_model_len - num_prompt_tokens
-    return room if max_tokens is None else min(max_tokens, room)
+    limit = max_tokens if max_tokens is not None else default_max_tokens
+    return room if limit is None else min(limit, room)
 
 
 def check_request(
@@ -33,9 +37,12 @@ def check_request(
     pooling: bool = False,
     prompt_param: str = "prompt",
     max_tokens_param: str = "max_tokens",
+    default_max_tokens: int | None = None,
 ) -> int | None:
     """Raise InvalidRequestError for a request the engine cannot serve; return the number of tokens it
     may generate (None for a pooling request, which generates nothing and ignores max_tokens).
+    `default_max_tokens`: the model's default for a request without max_tokens; unlike the request's
+    own value it is capped by the room the prompt leaves, never an error.
 
     `vocab_size` 0: not known yet (the server before the engine is ready); the engine checks again.
     """
@@ -76,7 +83,7 @@ def check_request(
             param=max_tokens_param,
             code=CONTEXT_LENGTH_EXCEEDED,
         )
-    return max_output_tokens(n, max_tokens, max_model_len)
+    return max_output_tokens(n, max_tokens, max_model_len, default_max_tokens)
 
 
 def check_logit_bias(logit_bias: dict[int, float] | None, vocab_size: int) -> None:
@@ -89,3 +96,30 @@ def check_logit_bias(logit_bias: dict[int, float] | None, vocab_size: int) -> No
             f"logit_bias holds token id {bad[0]}, out of range: outside the vocabulary (size {vocab_size})",
             param="logit_bias",
         )
+
+
+def check_logprobs(
+    logprobs: int | None, prompt_logprobs: int | None, max_logprobs: int, chat: bool = False
+) -> None:
+    """The server's --max-logprobs cap on a request's logprobs (chat: top_logprobs) and prompt_logprobs,
+    as vLLM checks it; the fields' own range (0-20) is SamplingParams'."""
+    for value, param in (
+        (logprobs, "top_logprobs" if chat else "logprobs"),
+        (prompt_logprobs, "prompt_logprobs"),
+    ):
+        if value is not None and value > max_logprobs:
+            raise InvalidRequestError(
+                f"{param} {value} is more than this server's --max-logprobs {max_logprobs}", param=param
+            )
+
+
+def truncate_limit(keep: int | None, max_model_len: int, param: str = "truncate_prompt_tokens") -> int | None:
+    """How many tokens vLLM's truncate_prompt_tokens keeps (None: no truncation; -1: max_model_len).
+    Generating and pooling requests share the check; which end they keep differs."""
+    if keep is None:
+        return None
+    if keep == 0 or keep < -1 or keep > max_model_len:
+        raise InvalidRequestError(
+            f"{param} must be -1 or between 1 and {max_model_len}, got {keep}", param=param
+        )
+    return max_model_len if keep == -1 else keep

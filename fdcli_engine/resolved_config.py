@@ -5,7 +5,7 @@ as is (msgspec, no pickle) and nothing resolves it again. Frozen: a changed sett
 (`replace`). Leaf module: imports only msgspec, the stdlib-only `threads` and the leaf `speculative_config`.
 
 Attribute names are those of `EngineConfig` with every "auto" and None decided, plus what was read from
-the model: `model_path`, `layout`, `hf_config`. The defaults serve test doubles and stub cores;
+the model: `model_path`, `layout`, `hf_config`, `default_sampling_params`. The defaults serve test doubles and stub cores;
 `resolve_config` sets every field.
 """
 
@@ -26,7 +26,7 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     layout: str = ""  # loader layout: "hf", "paddle" or "gguf"
     hf_config: dict = msgspec.field(default_factory=dict)  # the model's config (HF config.json keys)
     tokenizer: str | None = None
-    served_model_name: str | None = None
+    served_model_name: str | None = None  # the first of the names given (EngineConfig.served_model_names)
     dtype: str = "float32"
     quantization: str | None = None  # "wint8", "wint4", "gguf" or None (weights as stored, fp32)
     kv_cache_dtype: str = "float32"  # "float32", "bfloat16" or "int8"
@@ -39,11 +39,16 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0
+    max_logprobs: int = 20  # request_limits.check_logprobs
     threads: int | None = None  # as given; num_threads is what the engine uses
     num_threads: int = msgspec.field(default_factory=usable_cpu_count)
     runner: str = "generate"  # "generate" | "pooling"
     convert: str = "none"  # "none" | "embed"
     pooler_config: dict | None = None  # a PoolerConfig as a dict, for the pooling runner
+    generation_config: str = "auto"  # as given; what it yields is default_sampling_params
+    # {SamplingParams field: value} a request takes for a field it leaves out (generation_config.py):
+    # the model's generation_config.json (or --generation-config's) with --override-generation-config.
+    default_sampling_params: dict = msgspec.field(default_factory=dict)
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False

@@ -18,6 +18,10 @@ MAX_LOGIT_BIAS_ENTRIES = 1024
 MAX_CACHE_SALT = 1024  # characters
 
 
+# Fields whose None is a value, not "the default": from_optional keeps it.
+_NONE_IS_A_VALUE = frozenset({"max_tokens"})
+
+
 class RequestOutputKind(enum.IntEnum):
     """What each RequestOutput of a request holds (vLLM's names).
 
@@ -69,6 +73,9 @@ class SamplingParams:
     # vLLM's prefill/decode hand-off asked by the router (kv_transfer/pd/params.py): where a prefill
     # instance sends the prompt's KV, or which transfer a decode instance waits for.
     kv_transfer_params: dict | None = None
+    # vLLM's legacy field: V1 removed best-of-n ranking, and fd never had it. Accepted when it equals
+    # n (the same outputs), as fd's /v1/completions does; anything else is refused naming n.
+    best_of: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -81,11 +88,27 @@ class SamplingParams:
             self.logit_bias = _logit_bias(self.logit_bias)
         self.validate()
 
+    @classmethod
+    def from_optional(cls, **fields) -> SamplingParams:
+        """vLLM's constructor for callers holding Optional values (an API request's fields): a field
+        given as None takes its default, except where None has a meaning of its own (max_tokens: up
+        to the context; seed, logprobs...: off)."""
+        defaults = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - set(defaults))
+        if unknown:
+            raise TypeError(f"SamplingParams.from_optional() got unexpected fields {unknown}")
+        kept = {
+            name: value
+            for name, value in fields.items()
+            if value is not None or name in _NONE_IS_A_VALUE or defaults[name].default is None
+        }
+        return cls(**kept)
+
     def for_sample(self, index: int) -> SamplingParams:
         """Params of the index-th of `n` parallel samples: n=1 and, when seeded, seed + index, so the
         samples differ yet each stays reproducible."""
         seed = None if self.seed is None else (self.seed + index) % 2**64
-        child = dataclasses.replace(self, n=1, seed=seed)
+        child = dataclasses.replace(self, n=1, seed=seed, best_of=None)
         child.bad_words_token_ids = self.bad_words_token_ids
         return child
 
@@ -99,6 +122,12 @@ class SamplingParams:
 
         if not 1 <= self.n <= MAX_N:
             bad(f"n must be between 1 and {MAX_N}, got {self.n}", "n")
+        if self.best_of is not None and self.best_of != self.n:
+            bad(
+                f"best_of={self.best_of} is not supported (as in vLLM V1, no candidates are ranked): "
+                f"best_of must equal n; use n={self.best_of} for that many samples",
+                "best_of",
+            )
         if not 0.0 <= self.temperature <= 2.0:
             bad(f"temperature must be between 0 and 2, got {self.temperature}", "temperature")
         if not 0.0 < self.top_p <= 1.0:

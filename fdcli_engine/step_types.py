@@ -91,8 +91,8 @@ class ModelRunnerOutput:
     # accepted drafts and then the target's own token (1 .. len(spec_token_ids) + 1). The scheduler
     # appends them in order and stops at the first stop, dropping the rest.
     sampled_token_ids: dict[str, list[int]]
-    # req_id -> per produced token, [(token_id, logprob), ...]: that token first, then its top-k.
-    logprobs: dict[str, list[list[tuple[int, float]]]] = field(default_factory=dict)
+    # req_id -> per produced token, [(token_id, logprob, rank), ...]: that token first, then its top-k.
+    logprobs: dict[str, list[list[tuple[int, float, int]]]] = field(default_factory=dict)
     # req_id -> (first prompt position covered, [[(token_id, logprob, rank), ...] per position]): the
     # prompt logprobs of this step's chunk, for requests with needs_prompt_logprobs.
     prompt_logprobs: dict[str, tuple[int, list[list[tuple[int, float, int]]]]] = field(default_factory=dict)

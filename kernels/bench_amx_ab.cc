@@ -12,6 +12,7 @@
 // Prints per pass old and new GFLOP/s (best call) and new / old. FD_SILU=1 runs the fused silu(gate) * up
 // conversion, FD_EPI=1 passes a no-op row epilogue. `stack M PASSES`: see stack(); `chain M PASSES`: chain().
 #include <immintrin.h>
+#include <malloc.h>
 
 #include <chrono>
 #include <cmath>
@@ -210,6 +211,11 @@ static int chain(int64_t m, int passes) {
 }
 
 int main(int argc, char** argv) {
+  // The heap thresholds the engine process sets (fd_kernels.native._keep_freed_memory): without them every
+  // call's A tiles above glibc's mmap threshold (6 MB at M = 2048, K = 1536) are a fresh mapping, faulted
+  // in page by page, which the engine never pays.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
   if (argc == 4 && std::string(argv[1]) == "stack") return stack(atol(argv[2]), atoi(argv[3]));
   if (argc == 4 && std::string(argv[1]) == "chain") return chain(atol(argv[2]), atoi(argv[3]));
   if (argc < 6) return std::fprintf(stderr, "usage: M K N WEIGHTS PASSES | stack M PASSES | chain M PASSES\n"), 2;

@@ -26,6 +26,18 @@ def launched_args(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def captured(monkeypatch):
+    """(EngineConfig, ServerArgs) of each `fd serve` the test invokes through the CLI, in order; as
+    launched_args, nothing loads or listens."""
+    calls = []
+    monkeypatch.setattr(
+        "fdcli_engine.entrypoints.openai.launcher.run_server",
+        lambda config, args, **kw: calls.append((config, args)) or 0,
+    )
+    return calls
+
+
 @pytest.fixture(scope="session")
 def tokenizer(tmp_path_factory):
     """The tiny ChatML BPE tokenizer of tiny_models, for scripted-engine tests (a module may override)."""

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fd_kernels.native import FORCED_ISAS
 
-ISA_LEVELS = ["avx512bf16", "avx512", "avx2", "scalar"]
+# The levels a test can force (FD_KERNELS_ISA), best first: csrc/kernels.cc's, as fd_kernels names them.
+ISA_LEVELS = list(FORCED_ISAS)
 
 
 def cpu_flags() -> set[str]:

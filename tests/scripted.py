@@ -24,6 +24,8 @@ class ModelConfig:
     max_model_len: int = 256
     vocab_size: int = 0
     model: str = "scripted"
+    default_sampling_params: dict = field(default_factory=dict)
+    max_logprobs: int = 20  # fdcli_engine.api.protocol.ModelConfig's default (--max-logprobs)
 
 
 class Call(NamedTuple):

@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from fdcli.bench.datasets import SampleRequest
 from fdcli.bench.metrics import RequestRecord
 from fdcli.bench.sse import SSEDecoder
+from fdcli_engine.errors import ConfigError
 
 BACKENDS = {
     "openai": "/v1/completions",
     "openai-chat": "/v1/chat/completions",
     "embeddings": "/v1/embeddings",  # one non-streamed request per prompt: E2EL and throughput only
 }
+# vLLM's --backend names for the same request shapes (its ASYNC_REQUEST_FUNCS: "vllm" is its
+# completions backend, "openai-embeddings" its /v1/embeddings one).
+VLLM_BACKENDS = {"vllm": "openai", "openai-embeddings": "embeddings"}
 ERROR_BODY_CHARS = 300
 
 
@@ -39,14 +43,38 @@ class BackendConfig:
     ignore_eos: bool = False
     include_usage: bool = True  # off for servers that reject stream_options
     request_timeout: float = 600.0
+    logprobs: int | None = None
+    # Sent last, so it wins over every field above (vLLM's --extra-body and its sampling flags).
+    extra_body: dict = field(default_factory=dict)
+    request_id_prefix: str | None = None  # x-request-id = prefix + request index, as vLLM sends it
+    verify: bool = True  # TLS certificate check for https URLs (off with --insecure)
 
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + (self.endpoint or BACKENDS[self.backend])
 
 
+def resolve_backend(name: str) -> str:
+    """fd's backend for `name`, which may be vLLM's spelling; one line naming the choices otherwise."""
+    if name in BACKENDS:
+        return name
+    if name in VLLM_BACKENDS:
+        return VLLM_BACKENDS[name]
+    names = ", ".join([*BACKENDS, *VLLM_BACKENDS])
+    raise ConfigError(f"--backend {name!r} is not supported: use one of {names}")
+
+
+def request_headers(cfg: BackendConfig, index: int) -> dict[str, str]:
+    """The configured headers plus x-request-id (warmups, which have negative indexes, get their own)."""
+    if cfg.request_id_prefix is None:
+        return cfg.headers
+    suffix = str(index) if index >= 0 else f"warmup-{-1 - index}"
+    return {**cfg.headers, "x-request-id": f"{cfg.request_id_prefix}{suffix}"}
+
+
 def build_payload(cfg: BackendConfig, req: SampleRequest) -> dict:
-    """The request body; sampling fields go on both backends (top_k/ignore_eos as extra fields)."""
+    """The request body; sampling fields go on both backends (top_k/ignore_eos as extra fields),
+    then --extra-body over everything, as vLLM merges it."""
     body: dict = {"model": cfg.model}
     if cfg.backend == "openai-chat":
         body["messages"] = [{"role": "user", "content": req.prompt}]
@@ -61,6 +89,12 @@ def build_payload(cfg: BackendConfig, req: SampleRequest) -> dict:
         body["top_k"] = cfg.top_k
     if cfg.ignore_eos:
         body["ignore_eos"] = True
+    if cfg.logprobs is not None:
+        if cfg.backend == "openai-chat":
+            body.update(logprobs=True, top_logprobs=cfg.logprobs)
+        else:
+            body["logprobs"] = cfg.logprobs
+    body.update(cfg.extra_body)
     return body
 
 
@@ -138,7 +172,8 @@ def finalize_counts(record: RequestRecord, state: _StreamState, req: SampleReque
 
 async def _stream(client, cfg: BackendConfig, req: SampleRequest, record, state, clock) -> None:
     chat = cfg.backend == "openai-chat"
-    async with client.stream("POST", cfg.url, json=build_payload(cfg, req), headers=cfg.headers) as resp:
+    headers = request_headers(cfg, record.index)
+    async with client.stream("POST", cfg.url, json=build_payload(cfg, req), headers=headers) as resp:
         if resp.status_code != 200:
             body = (await resp.aread()).decode("utf-8", errors="replace")
             raise StreamError(f"HTTP {resp.status_code}: {' '.join(body.split())[:ERROR_BODY_CHARS]}")
@@ -156,8 +191,8 @@ async def _stream(client, cfg: BackendConfig, req: SampleRequest, record, state,
 
 async def _embed(client, cfg: BackendConfig, req: SampleRequest, record: RequestRecord) -> None:
     """One /v1/embeddings call: no output tokens and no chunks, so only E2EL and throughput apply."""
-    body = {"model": cfg.model, "input": req.prompt}
-    resp = await client.post(cfg.url, json=body, headers=cfg.headers)
+    body = {"model": cfg.model, "input": req.prompt, **cfg.extra_body}
+    resp = await client.post(cfg.url, json=body, headers=request_headers(cfg, record.index))
     if resp.status_code != 200:
         text = " ".join(resp.text.split())
         raise StreamError(f"HTTP {resp.status_code}: {text[:ERROR_BODY_CHARS]}")

@@ -8,6 +8,7 @@ to exactly the requested length, because decode→encode is not an identity for 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from pathlib import Path
 from fdcli_engine.errors import ConfigError
 
 DATASET_NAMES = ("random", "sharegpt", "custom", "prefix-repetition", "hf")
+# vLLM's spellings of the same datasets.
+DATASET_ALIASES = {"prefix_repetition": "prefix-repetition"}
 MAX_FIT_ROUNDS = 64
 HF_PROMPT_COLUMNS = ("prompt", "question", "instruction", "input", "text")
 
@@ -45,6 +48,11 @@ class DatasetOptions:
     hf_subset: str | None = None
     hf_prompt_column: str | None = None
     hf_output_len: int = 256
+    # vLLM's dataset flags: keep the file's order; never repeat prompts to reach --num-prompts;
+    # send custom prompts as written instead of in the tokenizer's chat template.
+    disable_shuffle: bool = False
+    no_oversample: bool = False
+    skip_chat_template: bool = False
 
 
 def _rng(seed: int):
@@ -150,11 +158,17 @@ def _count(tokenizer, text: str) -> int | None:
     return len(tokenizer.encode(text)) if tokenizer is not None else None
 
 
-def _pick(items: list, num: int, seed: int) -> list:
-    """`num` items in a seeded shuffled order, cycling when the source has fewer than `num`."""
+def _pick(items: list, num: int, seed: int, opts: DatasetOptions) -> list:
+    """`num` items in a seeded shuffled order (file order with --disable-shuffle), cycling when the
+    source has fewer than `num` (with --no-oversample: each item once, so fewer requests)."""
     if not items:
         raise ConfigError("the dataset holds no usable prompts")
-    order = _rng(seed).permutation(len(items)).tolist()
+    if opts.disable_shuffle:
+        order = list(range(len(items)))
+    else:
+        order = _rng(seed).permutation(len(items)).tolist()
+    if opts.no_oversample:
+        num = min(num, len(items))
     return [items[order[i % len(items)]] for i in range(num)]
 
 
@@ -178,7 +192,7 @@ def sharegpt_requests(opts: DatasetOptions, tokenizer, num: int, seed: int) -> l
     if opts.sharegpt_output_len is None and tokenizer is None:
         raise ConfigError("the sharegpt dataset needs --tokenizer or --sharegpt-output-len N")
     out = []
-    for prompt, reply in _pick(pairs, num, seed):
+    for prompt, reply in _pick(pairs, num, seed, opts):
         out_len = opts.sharegpt_output_len or max(len(tokenizer.encode(reply)), 1)
         out.append(SampleRequest(prompt, _count(tokenizer, prompt), out_len))
     return out
@@ -203,7 +217,27 @@ def custom_requests(opts: DatasetOptions, tokenizer, num: int, seed: int) -> lis
             if not isinstance(n_out, int) or isinstance(n_out, bool) or n_out < 1:
                 raise ConfigError(f"{opts.path}:{lineno}: 'output_tokens' must be a positive integer")
             rows.append((prompt, n_out))
-    return [SampleRequest(pr, _count(tokenizer, pr), n) for pr, n in _pick(rows, num, seed)]
+    picked = _pick(rows, num, seed, opts)
+    if not opts.skip_chat_template:
+        picked = [(_in_chat_template(tokenizer, pr), n) for pr, n in picked]
+    return [SampleRequest(pr, _count(tokenizer, pr), n) for pr, n in picked]
+
+
+def _in_chat_template(tokenizer, prompt: str) -> str:
+    """The prompt as one user turn in the tokenizer's chat template, generation prompt included.
+
+    vLLM's custom dataset does this for every backend unless --skip-chat-template (older vLLM:
+    --custom-skip-chat-template); with --backend openai-chat the server then templates it once more,
+    which is why vLLM users pass the flag there.
+    """
+    render = getattr(tokenizer, "render_chat", None)
+    if render is None:
+        why = "there is no tokenizer" if tokenizer is None else "the tokenizer has no chat template"
+        raise ConfigError(
+            f"the custom dataset wraps each prompt in the tokenizer's chat template (as vLLM does) but {why}: "
+            "pass --tokenizer PATH of a chat model, or --skip-chat-template to send the prompts as written"
+        )
+    return render([{"role": "user", "content": prompt}])
 
 
 def _load_hf(opts: DatasetOptions):
@@ -250,7 +284,8 @@ def hf_requests(opts: DatasetOptions, tokenizer, num: int, seed: int) -> list[Sa
     if column is None or column not in columns:
         raise ConfigError(f"--hf-prompt-column {column!r}: choose one of the dataset's columns {columns}")
     prompts = [t for t in map(_prompt_text, ds[column]) if t]
-    return [SampleRequest(pr, _count(tokenizer, pr), opts.hf_output_len) for pr in _pick(prompts, num, seed)]
+    picked = _pick(prompts, num, seed, opts)
+    return [SampleRequest(pr, _count(tokenizer, pr), opts.hf_output_len) for pr in picked]
 
 
 LOADERS = {
@@ -262,7 +297,13 @@ LOADERS = {
 }
 
 
+def canonical_name(name: str) -> str:
+    """fd's name of a dataset given in fd's or vLLM's spelling."""
+    return DATASET_ALIASES.get(name, name)
+
+
 def build_requests(opts: DatasetOptions, tokenizer, num: int, seed: int) -> list[SampleRequest]:
+    opts = dataclasses.replace(opts, name=canonical_name(opts.name))
     if opts.name not in LOADERS:
         raise ConfigError(f"--dataset {opts.name!r}: choose one of {', '.join(DATASET_NAMES)}")
     if num < 1:

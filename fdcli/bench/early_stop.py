@@ -18,7 +18,7 @@ MIN_SHARE = 0.5  # of the successful requests that asked for more than one token
 def early_stop_warning(
     records: list[RequestRecord], requests: list[SampleRequest], backend: str, ignore_eos: bool
 ) -> str | None:
-    if ignore_eos:
+    if ignore_eos or backend == "embeddings":  # embeddings have no output tokens to stop early
         return None
     asked = [r for r in records if r.ok and 0 <= r.index < len(requests) and requests[r.index].output_len > 1]
     short = [r for r in asked if r.output_tokens <= 1]

@@ -30,6 +30,9 @@ class OfflineOptions:
     num_iters: int
     percentiles: str
     output_json: Path | None = None
+    n: int = 1  # completions per prompt (vLLM's --n)
+    range_ratio: float = 0.0  # throughput: lengths drawn from [len·(1-r), len·(1+r)] (vLLM's random dataset)
+    prefix_len: int = 0  # throughput: random token ids shared by every prompt, before its own
 
 
 def check_options(opts: OfflineOptions) -> list[float]:
@@ -42,7 +45,34 @@ def check_options(opts: OfflineOptions) -> list[float]:
             raise ConfigError(f"{flag} must be at least 1, got {value}")
     if opts.num_iters_warmup < 0:
         raise ConfigError("--num-iters-warmup must be 0 or more")
+    if opts.n < 1:
+        raise ConfigError(f"--n must be at least 1, got {opts.n}")
+    if not 0 <= opts.range_ratio < 1:
+        raise ConfigError(f"--random-range-ratio must be in [0, 1), got {opts.range_ratio}")
+    if opts.prefix_len < 0:
+        raise ConfigError(f"--prefix-len must be 0 or more, got {opts.prefix_len}")
     return parse_percentiles(opts.percentiles)
+
+
+def _lengths(rng, center: int, ratio: float, num: int) -> list[int]:
+    lo, hi = max(int(center * (1 - ratio)), 1), max(int(center * (1 + ratio)), 1)
+    return rng.integers(lo, hi + 1, size=num).tolist()
+
+
+def build_prompts(opts: OfflineOptions, vocab_size: int, seed: int, make_params):
+    """(prompts, sampling params): one SamplingParams for fixed lengths, else one per prompt."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    if opts.range_ratio == 0 and opts.prefix_len == 0:
+        return random_token_prompts(vocab_size, opts.batch_size, opts.input_len, seed), make_params(
+            opts.output_len
+        )
+    prefix = rng.integers(0, vocab_size, size=opts.prefix_len).tolist()
+    in_lens = _lengths(rng, opts.input_len, opts.range_ratio, opts.batch_size)
+    out_lens = _lengths(rng, opts.output_len, opts.range_ratio, opts.batch_size)
+    prompts = [prefix + rng.integers(0, vocab_size, size=n).tolist() for n in in_lens]
+    return prompts, [make_params(n) for n in out_lens]
 
 
 def random_token_prompts(vocab_size: int, num: int, length: int, seed: int) -> list[list[int]]:
@@ -131,6 +161,7 @@ def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from fdcli.bench.results import build_result, save_result
+    from fdcli.bench.vllm_result import vllm_offline_keys
     from fdcli.console import console, err_console
     from fdcli_engine.api import LLM
     from fdcli_engine.sampling_params import SamplingParams
@@ -138,14 +169,21 @@ def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
     percentiles = check_options(opts)
     llm = LLM(**engine_args)
     seed = int(engine_args.get("seed") or 0)
-    prompts = random_token_prompts(llm.tokenizer.vocab_size, opts.batch_size, opts.input_len, seed)
-    params = SamplingParams(temperature=0.0, max_tokens=opts.output_len, ignore_eos=True)
+    prompts, params = build_prompts(
+        opts,
+        llm.tokenizer.vocab_size,
+        seed,
+        lambda n: SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, n=opts.n),
+    )
     # throughput warms up on a small batch: a full warmup would double the run for no information.
-    warm_prompts = prompts if opts.kind == "latency" else prompts[: min(len(prompts), 4)]
+    num_warm = len(prompts) if opts.kind == "latency" else min(len(prompts), 4)
+    warm_params = params[:num_warm] if isinstance(params, list) else params
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err_console) as bar:
         warm = bar.add_task("warmup", total=opts.num_iters_warmup)
-        time_iterations(llm, warm_prompts, params, opts.num_iters_warmup, lambda: bar.advance(warm))
+        time_iterations(
+            llm, prompts[:num_warm], warm_params, opts.num_iters_warmup, lambda: bar.advance(warm)
+        )
         timed = bar.add_task(opts.kind, total=opts.num_iters)
         before = llm.get_stats()
         times, outputs = time_iterations(llm, prompts, params, opts.num_iters, lambda: bar.advance(timed))
@@ -155,5 +193,40 @@ def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
     if opts.output_json is not None:
         config = {**{k: v for k, v in vars(opts).items() if k != "output_json"}, "engine": engine_args}
         config["percentiles"] = percentiles
-        save_result(opts.output_json, build_result(opts.kind, config, metrics))
+        result = build_result(opts.kind, config, metrics)
+        result.update(vllm_offline_keys(opts.kind, times, metrics, percentiles))  # vLLM's scripts read these
+        save_result(opts.output_json, result)
     return metrics
+
+
+def vllm_offline_flags(
+    kind: str,
+    backend: str = "vllm",
+    dataset_name: str = "random",
+    async_engine=False,
+    disable_detokenize=False,
+) -> list[str]:
+    """Refuse the `vllm bench latency|throughput` choices fd has no counterpart of; notes for the
+    flags that are accepted with no effect."""
+    if backend != "vllm":
+        raise ConfigError(
+            f"--backend {backend!r} is not supported: fd bench {kind} runs fd's engine in-process "
+            "(vLLM's 'vllm' backend); benchmark a server with fd bench serve"
+        )
+    if dataset_name != "random":
+        raise ConfigError(
+            f"--dataset-name {dataset_name!r} is not supported: fd bench {kind} sends random token ids; "
+            f"for {dataset_name} prompts run fd bench serve --dataset-name {dataset_name} against fd serve"
+        )
+    notes = []
+    if async_engine:
+        notes.append(
+            "note: --async-engine has no effect: fd's in-process engine has one mode; "
+            "fd bench serve measures the server's async front end"
+        )
+    if disable_detokenize:
+        notes.append(
+            "note: --disable-detokenize has no effect: fd's engine always detokenizes, so that time is "
+            "included in the measurement"
+        )
+    return notes

@@ -58,7 +58,9 @@ def _still_loading(client, base: str) -> str | None:
     return None
 
 
-def wait_ready(base_url: str, headers: dict, timeout: float, sleep=time.sleep) -> list[str]:
+def wait_ready(
+    base_url: str, headers: dict, timeout: float, sleep=time.sleep, verify: bool = True
+) -> list[str]:
     """Poll until /v1/models answers 200 and /health, /ready (where they exist) are not 5xx; return the
     model ids listed (a server without /v1/models but with a healthy /health gives []).
 
@@ -69,7 +71,7 @@ def wait_ready(base_url: str, headers: dict, timeout: float, sleep=time.sleep) -
     base = base_url.rstrip("/")
     deadline = time.monotonic() + max(timeout, 0.0)
     last = "no answer"
-    with httpx.Client(headers=headers, timeout=5.0) as client:
+    with httpx.Client(headers=headers, timeout=5.0, verify=verify) as client:
         while True:
             try:
                 resp = client.get(base + "/v1/models")
@@ -105,7 +107,9 @@ class BenchClient:
 
         # httpx caps a pool at 100 connections by default, which would silently cap concurrency.
         limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self.httpx = httpx.AsyncClient(timeout=httpx.Timeout(cfg.request_timeout), limits=limits)
+        self.httpx = httpx.AsyncClient(
+            timeout=httpx.Timeout(cfg.request_timeout), limits=limits, verify=cfg.verify
+        )
         self.pool = http1.Pool() if http1.use_for(cfg.url) else None
 
     def stream(self, method: str, url: str, **kwargs):

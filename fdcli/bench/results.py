@@ -94,16 +94,47 @@ def save_result(path: str | Path, result: dict, append: bool = False) -> None:
         raise ConfigError(f"cannot write --save-result {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def load_result(path: str | Path) -> dict:
+def _json_documents(path: str | Path) -> list:
+    """The file as one JSON document, or as JSON lines (what --append-result writes, fd's and vLLM's)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{str(path)!r} is not a JSON file: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict):
-        raise ConfigError(f"{str(path)!r} is not an fd bench result (no 'metrics' object)")
-    return data
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError as whole_exc:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if len(lines) < 2:
+            raise ConfigError(f"{str(path)!r} is not a JSON file: {whole_exc}") from None
+        docs = []
+        for n, line in lines:
+            try:
+                docs.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{str(path)}:{n}: not a JSON object per line: {exc}") from None
+        return docs
+
+
+def _as_run(path: str | Path, data) -> dict:
+    """fd's result as is; a `vllm bench` result (flat keys) with fd's kind and metrics made from them."""
+    from fdcli.bench.vllm_result import metrics_from_vllm
+
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        return data
+    found = metrics_from_vllm(data) if isinstance(data, dict) else None
+    if found is None:
+        raise ConfigError(
+            f"{str(path)!r} is neither an fd bench result (no 'metrics' object) nor a vllm bench result"
+        )
+    kind, metrics = found
+    return {**data, "kind": kind, "metrics": metrics}
+
+
+def load_results(path: str | Path) -> list[dict]:
+    """Every run in the file: one, or one per line of an --append-result file."""
+    return [_as_run(path, doc) for doc in _json_documents(path)]
 
 
 def flatten_metrics(metrics: dict) -> dict[str, float]:

@@ -13,14 +13,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fdcli.bench.client import BACKENDS, BackendConfig
-from fdcli.bench.datasets import DatasetOptions, build_requests
+from fdcli.bench.client import BACKENDS, BackendConfig, resolve_backend
+from fdcli.bench.datasets import DatasetOptions, build_requests, canonical_name
 from fdcli.bench.early_stop import early_stop_warning
 from fdcli.bench.metrics import compute_metrics, parse_goodput, parse_percentiles
 from fdcli.bench.request_loop import RunState, TrafficConfig, run_benchmark, wait_ready
 from fdcli.bench.results import REDACTED, build_result, record_to_dict, redact_headers, save_result
 from fdcli.bench.tokenize import default_tokenizer_path, load_tokenizer
 from fdcli.bench.traffic import arrival_offsets
+from fdcli.bench.vllm_flags import (
+    apply_general_lengths,
+    check_refused,
+    compat_notes,
+    default_request_id_prefix,
+    parse_extra_body,
+    request_extra_body,
+)
 from fdcli.bench.vllm_result import (
     DATE_FORMAT,
     default_result_filename,
@@ -28,6 +36,7 @@ from fdcli.bench.vllm_result import (
     parse_percentile_metrics,
     vllm_result_keys,
 )
+from fdcli.server_url import server_url
 from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.errors import ConfigError
 
@@ -91,6 +100,27 @@ class ServeOptions:
     append_result: bool = False
     progress: bool = True
     chart: bool = True
+    # vLLM's flags (see vllm_flags.py)
+    input_len: int | None = None
+    output_len: int | None = None
+    extra_body: str | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logprobs: int | None = None
+    request_id_prefix: str | None = None
+    tokenizer_mode: str | None = None
+    trust_remote_code: bool = False
+    skip_tokenizer_init: bool = False
+    insecure: bool = False
+    profile: bool = False
+    plot_timeline: bool = False
+    use_beam_search: bool = False
+    skip_chat_template: bool = False
+    disable_shuffle: bool = False
+    no_oversample: bool = False
+    requested_backend: str | None = None  # --backend as given (vLLM's name, kept for the result file)
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -108,8 +138,17 @@ def parse_headers(items: list[str] | None) -> dict[str, str]:
 
 
 def _check(opts: ServeOptions) -> None:
-    if opts.backend not in BACKENDS:
-        raise ConfigError(f"--backend {opts.backend!r}: use openai, openai-chat or embeddings")
+    """Validate, and put vLLM's spellings (backend and dataset names, general lengths) in fd's terms."""
+    opts.requested_backend = opts.requested_backend or opts.backend
+    opts.backend = resolve_backend(opts.backend)
+    opts.dataset = canonical_name(opts.dataset)
+    check_refused(opts)
+    if opts.logprobs is not None and opts.logprobs < 0:
+        raise ConfigError(f"--logprobs must be 0 or more, got {opts.logprobs}")
+    for flag, value in (("--input-len", opts.input_len), ("--output-len", opts.output_len)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be at least 1, got {value}")
+    apply_general_lengths(opts)
     if opts.endpoint is not None and not opts.endpoint.startswith("/"):
         raise ConfigError(f"--endpoint {opts.endpoint!r} must be a path starting with '/'")
     if opts.max_concurrency is not None and opts.max_concurrency < 1:
@@ -128,6 +167,7 @@ def _check(opts: ServeOptions) -> None:
         raise ConfigError("--result-dir/--result-filename/--append-result need --save-result")
     parse_metadata(opts.metadata)
     parse_percentile_metrics(opts.percentile_metrics)
+    parse_extra_body(opts.extra_body)
 
 
 def _effective_config(opts: ServeOptions, base_url: str, model: str, tok_note: str, headers: dict) -> dict:
@@ -156,6 +196,8 @@ def _note(message: str) -> None:
 def _prepare(opts: ServeOptions):
     """Everything before the first timed request; raises ConfigError/ServerNotReady with one line."""
     _check(opts)
+    for line in compat_notes(opts):
+        _note(line)
     percentiles = parse_percentiles(opts.percentiles)
     slo = parse_goodput(opts.goodput)
     user_headers = parse_headers(opts.header)
@@ -170,18 +212,21 @@ def _prepare(opts: ServeOptions):
     )  # fmt: skip
     if opts.api_key:
         headers.setdefault("Authorization", f"Bearer {opts.api_key}")
-    base_url = (opts.base_url or f"http://{opts.host}:{opts.port}").rstrip("/")
+    base_url = server_url(opts.base_url, "--base-url") if opts.base_url else f"http://{opts.host}:{opts.port}"
     if base_url.endswith("/v1"):
         base_url = base_url[:-3]  # accept the OpenAI-SDK style base URL too
-    models = wait_ready(base_url, headers, opts.ready_timeout)
+    models = wait_ready(base_url, headers, opts.ready_timeout, verify=not opts.insecure)
     # vLLM's split: --model names the model (its tokenizer, the result's model_id), --served-model-name
     # the name requests carry; either defaults to the other, then to the first of /v1/models.
     model = opts.model or opts.served_model_name or (models[0] if models else None)
     if not model:
         raise ConfigError(f"{base_url}/v1/models lists no model: pass --model NAME")
     served = opts.served_model_name or model
-    tokenizer, tok_note = load_tokenizer(opts.tokenizer or default_tokenizer_path(model))
-    if opts.tokenizer and tokenizer is None:
+    if opts.skip_tokenizer_init:  # vLLM's meaning: no client tokenizer; counts come from the server
+        tokenizer, tok_note = None, "no tokenizer (--skip-tokenizer-init)"
+    else:
+        tokenizer, tok_note = load_tokenizer(opts.tokenizer or default_tokenizer_path(model))
+    if opts.tokenizer and tokenizer is None and not opts.skip_tokenizer_init:
         raise ConfigError(f"--tokenizer: {tok_note}")
     _note(f"fd bench: {served} at {base_url} — {tok_note}")
     requests = build_requests(ds_opts, tokenizer, opts.num_prompts, opts.seed)
@@ -191,8 +236,9 @@ def _prepare(opts: ServeOptions):
     cfg = BackendConfig(
         base_url=base_url, backend=opts.backend, endpoint=opts.endpoint, model=served, headers=headers,
         temperature=opts.temperature, top_p=opts.top_p, top_k=opts.top_k, ignore_eos=opts.ignore_eos,
-        include_usage=opts.include_usage,
-        request_timeout=opts.request_timeout,
+        include_usage=opts.include_usage, request_timeout=opts.request_timeout, logprobs=opts.logprobs,
+        extra_body=request_extra_body(opts, pooling=opts.backend == "embeddings"),
+        request_id_prefix=opts.request_id_prefix or default_request_id_prefix(), verify=not opts.insecure,
     )  # fmt: skip
     traffic = TrafficConfig(offsets, opts.max_concurrency, opts.num_warmups)
     config = _effective_config(opts, base_url, model, tok_note, user_headers)
@@ -232,7 +278,7 @@ def _run_info(opts: ServeOptions, config: dict, date: str) -> dict:
     """The run's identity in vLLM's result keys."""
     return {
         "date": date,
-        "backend": opts.backend,
+        "backend": opts.requested_backend or opts.backend,
         "label": opts.label,
         "model_id": config["model"],
         "tokenizer_id": opts.tokenizer or config["model"],
@@ -249,7 +295,7 @@ def _run_info(opts: ServeOptions, config: dict, date: str) -> dict:
 def result_path(opts: ServeOptions, model: str, date: str) -> Path:
     """--result-dir / (--result-filename or vLLM's default name)."""
     name = opts.result_filename or default_result_filename(
-        opts.label or opts.backend, opts.request_rate, opts.max_concurrency, model, date,
+        opts.label or opts.requested_backend or opts.backend, opts.request_rate, opts.max_concurrency, model, date,
         opts.ramp_up, opts.ramp_up_start_rate, opts.ramp_up_end_rate,
     )  # fmt: skip
     if opts.result_dir is None:

@@ -23,12 +23,16 @@ class BenchTokenizer(Protocol):
 class _Adapter:
     """Uniform `encode(text)` (no special tokens) / `decode(ids)` / `vocab_size` over any backend."""
 
-    def __init__(self, encode, decode, vocab_size: int, special_ids=(), name: str = "") -> None:
+    def __init__(
+        self, encode, decode, vocab_size: int, special_ids=(), name: str = "", chat_template=None
+    ) -> None:
         self._encode = encode
         self._decode = decode
         self.vocab_size = int(vocab_size)
         self.special_ids = set(special_ids)
         self.name = name
+        # messages -> prompt text with the generation prompt; None when the tokenizer has no template.
+        self.render_chat = chat_template
 
     def encode(self, text: str) -> list[int]:
         return list(self._encode(text))
@@ -40,8 +44,16 @@ class _Adapter:
 def wrap_fd_tokenizer(tok: Any, name: str = "") -> _Adapter:
     # fd's Tokenizer exposes `special_tokens` ({id: text}); others may expose `all_special_ids`.
     special = getattr(tok, "special_tokens", None) or getattr(tok, "all_special_ids", None) or ()
+    chat = None
+    if getattr(tok, "chat_template", None):
+        chat = lambda messages: tok.apply_chat_template(messages, add_generation_prompt=True)  # noqa: E731
     return _Adapter(
-        lambda text: tok.encode(text, add_special_tokens=False), tok.decode, tok.vocab_size, special, name
+        lambda text: tok.encode(text, add_special_tokens=False),
+        tok.decode,
+        tok.vocab_size,
+        special,
+        name,
+        chat,
     )
 
 
@@ -81,12 +93,16 @@ def _from_transformers(path: str) -> _Adapter:
         tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True)
     else:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    chat = None
+    if getattr(tok, "chat_template", None):
+        chat = lambda messages: tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # noqa: E731
     return _Adapter(
         lambda text: tok.encode(text, add_special_tokens=False),
         lambda ids: tok.decode(ids, skip_special_tokens=True),
         len(tok),
         tok.all_special_ids,
         path,
+        chat,
     )
 
 

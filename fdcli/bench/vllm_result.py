@@ -11,6 +11,7 @@ per-request lists (ttfts, itls), milliseconds in the summaries. Per-request list
 from __future__ import annotations
 
 import math
+import re
 
 from fdcli.bench.metrics import LATENCY_METRICS, RequestRecord, itl_mode, percentile_label, request_itls
 from fdcli_engine.errors import ConfigError
@@ -89,10 +90,11 @@ def summary_keys(metrics: dict, selected: list[str], percentiles: list[float]) -
     out: dict = {}
     for name in selected:
         stats = metrics[name]
+        # vLLM writes 0 where a metric has no values (every request failed): np.mean(ttfts or 0).
         for stat in ("mean", "median", "std"):
-            out[f"{stat}_{name}_ms"] = stats[f"{stat}_ms"]
+            out[f"{stat}_{name}_ms"] = stats[f"{stat}_ms"] or 0.0
         for p in percentiles:
-            out[f"p{_p_word(p)}_{name}_ms"] = stats[f"{percentile_label(p)}_ms"]
+            out[f"p{_p_word(p)}_{name}_ms"] = stats[f"{percentile_label(p)}_ms"] or 0.0
     return out
 
 
@@ -155,3 +157,94 @@ def vllm_result_keys(
     out["max_concurrent_requests"] = max_concurrent_requests(records)
     out.update(summary_keys(metrics, selected, percentiles))
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading vLLM's own result files back into fd's `metrics` layout, for `fd bench compare`.
+_SERVE_KEYS = {
+    "duration": "duration_s",
+    "completed": "completed",
+    "failed": "failed",
+    "total_input_tokens": "total_input_tokens",
+    "total_output_tokens": "total_output_tokens",
+    "request_throughput": "request_throughput",
+    "request_goodput": "goodput",
+    "output_throughput": "output_throughput",
+    "total_token_throughput": "total_token_throughput",
+    "max_output_tokens_per_s": "peak_output_throughput",
+}
+_THROUGHPUT_KEYS = {
+    "num_requests": "num_prompts",
+    "elapsed_time": "mean_latency_s",
+    "requests_per_second": "request_throughput",
+    "tokens_per_second": "total_token_throughput",
+}
+_SUMMARY_KEY = re.compile(r"(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms")
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _serve_metrics(flat: dict) -> dict:
+    metrics: dict = {fd: flat[v] for v, fd in _SERVE_KEYS.items() if _number(flat.get(v))}
+    for key, value in flat.items():
+        match = _SUMMARY_KEY.fullmatch(key)
+        if match and _number(value):
+            stat, name = match.groups()
+            label = percentile_label(float(stat[1:])) if stat.startswith("p") else stat
+            metrics.setdefault(name, {})[f"{label}_ms"] = value
+    return metrics
+
+
+def _latency_metrics(flat: dict) -> dict:
+    latency = {"mean_ms": flat["avg_latency"] * 1000.0}
+    if _number(flat.get("std_latency")):
+        latency["std_ms"] = flat["std_latency"] * 1000.0
+    for p, seconds in (flat.get("percentiles") or {}).items():
+        if _number(seconds):
+            latency[f"{percentile_label(float(p))}_ms"] = seconds * 1000.0
+    return {"latency": latency, "mean_latency_s": flat["avg_latency"]}
+
+
+def metrics_from_vllm(flat: dict) -> tuple[str, dict] | None:
+    """(kind, fd-style metrics) of a file written by `vllm bench serve|latency|throughput`, or None.
+
+    Only what the flat keys hold: serve's counts, throughputs and ms summaries; latency's seconds as
+    fd's `latency` ms summary; throughput's rates under fd's names."""
+    if _number(flat.get("completed")) and _number(flat.get("request_throughput")):
+        return "serve", _serve_metrics(flat)
+    if _number(flat.get("avg_latency")):
+        return "latency", _latency_metrics(flat)
+    if _number(flat.get("requests_per_second")) and _number(flat.get("tokens_per_second")):
+        metrics = {fd: flat[v] for v, fd in _THROUGHPUT_KEYS.items() if _number(flat.get(v))}
+        return "throughput", metrics
+    return None
+
+
+def vllm_offline_keys(kind: str, times: list[float], metrics: dict, percentiles: list[float]) -> dict:
+    """The keys `vllm bench latency|throughput --output-json` write, from fd's timed iterations.
+
+    latency (vllm/benchmarks/latency.py): seconds; population std; `percentiles` maps each
+    percentage to seconds (linear interpolation, numpy's default). throughput (throughput.py): one
+    pass over all prompts, which is fd's mean timed iteration.
+    """
+    import numpy as np
+
+    if kind == "latency":
+        arr = np.asarray(times, dtype=np.float64)
+        return {
+            "avg_latency": float(arr.mean()),
+            "std_latency": float(arr.std()),
+            "latencies": [float(t) for t in times],
+            "percentiles": {_p_word(p): float(np.percentile(arr, p)) for p in percentiles},
+        }
+    elapsed = metrics["mean_latency_s"]
+    total = metrics["input_tokens_per_iter"] + metrics["output_tokens_per_iter"]
+    return {
+        "elapsed_time": elapsed,
+        "num_requests": metrics["num_prompts"],
+        "total_num_tokens": total,
+        "requests_per_second": metrics["num_prompts"] / elapsed,
+        "tokens_per_second": total / elapsed,
+    }

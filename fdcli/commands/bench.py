@@ -16,7 +16,7 @@ import typer
 
 from fdcli.bench.vllm_argv import VllmArgsCommand
 from fdcli.console import console, error_boundary
-from fdcli.options import engine_options
+from fdcli.options import EngineCommand, engine_options
 from fdcli_engine.errors import ConfigError
 
 app = typer.Typer(
@@ -38,7 +38,12 @@ def _opt(*names: str, panel: str, help: str, **kw):
 # `fd bench serve` options, declared once (Typer reads them from the annotations).
 BackendOpt = Annotated[
     str,
-    _opt("--backend", panel=TARGET, help="openai (/v1/completions) or openai-chat (/v1/chat/completions)."),
+    _opt(
+        "--backend",
+        panel=TARGET,
+        help="openai or vllm (/v1/completions), openai-chat (/v1/chat/completions), "
+        "embeddings or openai-embeddings (/v1/embeddings).",
+    ),
 ]
 BaseUrlOpt = Annotated[
     Optional[str],
@@ -95,8 +100,9 @@ ReadyTimeoutOpt = Annotated[
     float,
     _opt(
         "--ready-timeout",
+        "--ready-check-timeout-sec",
         panel=TARGET,
-        help="Seconds to wait for the server to answer /v1/models or /health.",
+        help="Seconds to wait for the server to answer /v1/models or /health (fd always checks once).",
     ),
 ]
 RequestTimeoutOpt = Annotated[
@@ -108,7 +114,7 @@ DatasetOpt = Annotated[
         "--dataset",
         "--dataset-name",
         panel=DATA,
-        help="random, sharegpt, custom, prefix-repetition or hf.",
+        help="random, sharegpt, custom, prefix-repetition (vLLM: prefix_repetition) or hf.",
     ),
 ]
 DatasetPathOpt = Annotated[
@@ -315,6 +321,95 @@ ProgressOpt = Annotated[
 DisableTqdmOpt = Annotated[
     bool, _opt("--disable-tqdm", panel=OUTPUT, help="vLLM's spelling of --no-progress.")
 ]
+InputLenOpt = Annotated[
+    Optional[int],
+    _opt("--input-len", panel=DATA, help="vLLM's general input length: sets --random-input-len."),
+]
+OutputLenOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--output-len", panel=DATA, help="vLLM's general output length: sets every dataset's output length."
+    ),
+]
+SkipChatTemplateOpt = Annotated[
+    bool,
+    _opt(
+        "--skip-chat-template",
+        "--custom-skip-chat-template",
+        panel=DATA,
+        help="custom: send prompts as written, not in the tokenizer's chat template (as vLLM does).",
+    ),
+]
+DisableShuffleOpt = Annotated[
+    bool, _opt("--disable-shuffle", panel=DATA, help="sharegpt/custom/hf: keep the file's order.")
+]
+NoOversampleOpt = Annotated[
+    bool,
+    _opt(
+        "--no-oversample",
+        panel=DATA,
+        help="sharegpt/custom/hf: send each prompt once even if that is fewer than --num-prompts.",
+    ),
+]
+ExtraBodyOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--extra-body",
+        panel=SAMPLING,
+        help="JSON object merged into every request body (wins over the flags).",
+    ),
+]
+MinPOpt = Annotated[Optional[float], _opt("--min-p", panel=SAMPLING, help="Sent as min_p when given.")]
+FrequencyPenaltyOpt = Annotated[
+    Optional[float], _opt("--frequency-penalty", panel=SAMPLING, help="Sent when given.")
+]
+PresencePenaltyOpt = Annotated[
+    Optional[float], _opt("--presence-penalty", panel=SAMPLING, help="Sent when given.")
+]
+RepetitionPenaltyOpt = Annotated[
+    Optional[float], _opt("--repetition-penalty", panel=SAMPLING, help="Sent when given.")
+]
+LogprobsOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--logprobs",
+        panel=SAMPLING,
+        help="Logprobs per token: logprobs=N on completions, logprobs+top_logprobs=N on chat.",
+    ),
+]
+RequestIdPrefixOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--request-id-prefix",
+        panel=TARGET,
+        help="x-request-id of request i is PREFIX+i. Default: bench-<8 random hex>-.",
+    ),
+]
+TokenizerModeOpt = Annotated[
+    Optional[str],
+    _opt("--tokenizer-mode", panel=TARGET, help="Accepted for vLLM; fd reads the tokenizer files."),
+]
+TrustRemoteCodeOpt = Annotated[
+    bool, _opt("--trust-remote-code", panel=TARGET, help="Accepted for vLLM; fd runs no tokenizer code.")
+]
+SkipTokenizerInitOpt = Annotated[
+    bool,
+    _opt(
+        "--skip-tokenizer-init",
+        panel=TARGET,
+        help="Load no tokenizer: token counts come from the server's usage.",
+    ),
+]
+InsecureOpt = Annotated[
+    bool, _opt("--insecure", panel=TARGET, help="Do not verify TLS certificates of an https --base-url.")
+]
+ProfileOpt = Annotated[bool, _opt("--profile", panel=OUTPUT, help="vLLM's profiler hook: not supported.")]
+PlotTimelineOpt = Annotated[
+    bool, _opt("--plot-timeline", panel=OUTPUT, help="Accepted for vLLM; fd draws no HTML timeline.")
+]
+UseBeamSearchOpt = Annotated[
+    bool, _opt("--use-beam-search", panel=SAMPLING, help="Not supported: fd's server has no beam search.")
+]
 ChartOpt = Annotated[
     bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
 ]
@@ -378,6 +473,25 @@ def serve(
     progress: ProgressOpt = True,
     disable_tqdm: DisableTqdmOpt = False,
     chart: ChartOpt = True,
+    input_len: InputLenOpt = None,
+    output_len: OutputLenOpt = None,
+    extra_body: ExtraBodyOpt = None,
+    min_p: MinPOpt = None,
+    frequency_penalty: FrequencyPenaltyOpt = None,
+    presence_penalty: PresencePenaltyOpt = None,
+    repetition_penalty: RepetitionPenaltyOpt = None,
+    logprobs: LogprobsOpt = None,
+    request_id_prefix: RequestIdPrefixOpt = None,
+    tokenizer_mode: TokenizerModeOpt = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    skip_tokenizer_init: SkipTokenizerInitOpt = False,
+    insecure: InsecureOpt = False,
+    profile: ProfileOpt = False,
+    plot_timeline: PlotTimelineOpt = False,
+    use_beam_search: UseBeamSearchOpt = False,
+    skip_chat_template: SkipChatTemplateOpt = False,
+    disable_shuffle: DisableShuffleOpt = False,
+    no_oversample: NoOversampleOpt = False,
 ) -> None:
     """Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed requests."""
     from fdcli.bench.serve_cmd import ServeOptions, run_serve
@@ -394,26 +508,49 @@ def serve(
 def compare(
     files: Annotated[
         list[Path],
-        typer.Argument(help="Result files from --save-result / --output-json; the first is the baseline."),
+        typer.Argument(
+            help="Result files from --save-result / --output-json, fd's or vLLM's; the first run is the baseline."
+        ),
     ],
 ) -> None:
-    """Print benchmark runs side by side with ratios against the first."""
+    """Print benchmark runs side by side with ratios against the first (every run of an appended file)."""
     from fdcli.bench.render import compare_table
-    from fdcli.bench.results import compare_rows, load_result
+    from fdcli.bench.results import compare_rows, load_results
 
     with error_boundary():
-        if len(files) < 2:
-            raise ConfigError("give at least two result files to compare")
-        results = [load_result(f) for f in files]
+        names, results = [], []
+        for f in files:
+            runs = load_results(f)
+            names += [f.name] if len(runs) == 1 else [f"{f.name}#{i}" for i in range(1, len(runs) + 1)]
+            results += runs
+        if len(results) < 2:
+            raise ConfigError(
+                "give at least two runs to compare: two result files, or one with --append-result runs"
+            )
         kinds = {r.get("kind") for r in results}
         if len(kinds) > 1:
             raise ConfigError(
                 f"cannot compare different kinds of results: {', '.join(map(str, sorted(map(str, kinds))))}"
             )
-        console.print(compare_table([f.name for f in files], compare_rows(results)))
+        console.print(compare_table(names, compare_rows(results)))
 
 
-@app.command("latency")
+# `fd bench latency|throughput` options shared with `vllm bench latency|throughput`, declared once.
+NOpt = Annotated[int, typer.Option("--n", help="Completions per prompt (vLLM's --n).")]
+DisableDetokenizeOpt = Annotated[
+    bool, typer.Option("--disable-detokenize", help="Accepted for vLLM; fd's engine always detokenizes.")
+]
+
+
+def _offline_notes(kind: str, **flags) -> None:
+    from fdcli.bench.offline import vllm_offline_flags
+    from fdcli.console import err_console
+
+    for line in vllm_offline_flags(kind, **flags):
+        err_console.print(line, highlight=False, markup=False)
+
+
+@app.command("latency", cls=EngineCommand)
 @engine_options
 def latency(
     input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 32,
@@ -425,8 +562,13 @@ def latency(
         str, typer.Option("--percentiles", help="Comma-separated percentiles.")
     ] = "10,25,50,75,90,99",
     output_json: Annotated[
-        Optional[Path], typer.Option("--output-json", help="Write the results as JSON.")
+        Optional[Path],
+        typer.Option(
+            "--output-json", help="Write the results as JSON (fd's keys and vLLM's avg_latency, ...)."
+        ),
     ] = None,
+    n: NOpt = 1,
+    disable_detokenize: DisableDetokenizeOpt = False,
     *,
     engine_args: dict,
 ) -> None:
@@ -434,6 +576,7 @@ def latency(
     from fdcli.bench.offline import OfflineOptions, run_offline
 
     opts = OfflineOptions(
+        n=n,
         kind="latency",
         input_len=input_len,
         output_len=output_len,
@@ -444,10 +587,11 @@ def latency(
         output_json=output_json,
     )
     with error_boundary():
+        _offline_notes("latency", disable_detokenize=disable_detokenize)
         run_offline(opts, engine_args)
 
 
-@app.command("throughput")
+@app.command("throughput", cls=EngineCommand)
 @engine_options
 def throughput(
     input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 128,
@@ -461,8 +605,29 @@ def throughput(
         str, typer.Option("--percentiles", help="Comma-separated percentiles of the run times.")
     ] = "50,90,99",
     output_json: Annotated[
-        Optional[Path], typer.Option("--output-json", help="Write the results as JSON.")
+        Optional[Path],
+        typer.Option(
+            "--output-json", help="Write the results as JSON (fd's keys and vLLM's elapsed_time, ...)."
+        ),
     ] = None,
+    n: NOpt = 1,
+    disable_detokenize: DisableDetokenizeOpt = False,
+    backend: Annotated[
+        str, typer.Option("--backend", help="vllm: the in-process engine (the only one fd has).")
+    ] = "vllm",
+    dataset_name: Annotated[
+        str, typer.Option("--dataset-name", help="random: random token ids (the only one offline).")
+    ] = "random",
+    random_range_ratio: Annotated[
+        float,
+        typer.Option("--random-range-ratio", help="Lengths drawn from \\[len·(1-r), len·(1+r)] per prompt."),
+    ] = 0.0,
+    prefix_len: Annotated[
+        int, typer.Option("--prefix-len", help="Random tokens shared by every prompt, before its own.")
+    ] = 0,
+    async_engine: Annotated[
+        bool, typer.Option("--async-engine", help="Accepted for vLLM; fd's in-process engine has one mode.")
+    ] = False,
     *,
     engine_args: dict,
 ) -> None:
@@ -470,6 +635,9 @@ def throughput(
     from fdcli.bench.offline import OfflineOptions, run_offline
 
     opts = OfflineOptions(
+        n=n,
+        range_ratio=random_range_ratio,
+        prefix_len=prefix_len,
         kind="throughput",
         input_len=input_len,
         output_len=output_len,
@@ -480,4 +648,8 @@ def throughput(
         output_json=output_json,
     )
     with error_boundary():
+        _offline_notes(
+            "throughput", backend=backend, dataset_name=dataset_name, async_engine=async_engine,
+            disable_detokenize=disable_detokenize,
+        )  # fmt: skip
         run_offline(opts, engine_args)

@@ -32,6 +32,7 @@ from fdcli.commands.complete import (
     TemperatureOpt,
     UrlOpt,
     json_schema_body,
+    read_lines,
     sampling_body,
 )
 from fdcli.console import BadInput, err_console, error_boundary
@@ -167,14 +168,7 @@ def run_session(
     `images` (image_url parts) go with the first user message."""
     pending = list(images)
     system = [m for m in messages if m.get("role") == "system"]
-    while True:
-        try:
-            line = read_line("> ")
-        except (EOFError, KeyboardInterrupt):
-            sys.stdout.write("\n")
-            return
-        if not line.strip():
-            continue
+    for line in read_lines(read_line):
         if line.startswith("/"):
             if not _slash(line.strip(), messages, system):
                 return
@@ -215,5 +209,5 @@ def chat(
             messages.append(user_message(quick, images))
             _stream_reply(client, {"model": model, "messages": messages, **extra})
             return
-        err_console.print(f"chatting with {model} at {url}; {HELP}", markup=False)
+        err_console.print(f"chatting with {model} at {client.base}; {HELP}", markup=False)
         run_session(client, model, messages, extra, images=images)

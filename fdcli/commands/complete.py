@@ -1,6 +1,11 @@
-"""`fd complete`: one completion from any OpenAI-compatible server, streamed to stdout.
+"""`fd complete`: completions from any OpenAI-compatible server, streamed to stdout, as `vllm complete`.
 
-Also home of the small HTTP/SSE helpers `fd chat` shares (httpx only; no engine imports).
+`fd complete PROMPT` or `-q/--quick PROMPT` sends that one prompt and exits. Without a prompt (or
+with `-`) each line read is one prompt, one completion each, until end of input: at a terminal after
+a `> ` prompt, as vLLM's loop; from a pipe, one completion per input line. Blank lines are skipped.
+
+Also home of the small HTTP/SSE helpers `fd chat` shares (httpx only; no engine imports), and of the
+line loop both commands read their input with (`read_lines`).
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from fdcli.console import BadInput, error_boundary, fail
+from fdcli.console import BadInput, err_console, error_boundary, fail
 
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
 
-UrlOpt = Annotated[str, typer.Option("--url", help="Base URL of the OpenAI-compatible API.")]
+UrlOpt = Annotated[
+    str, typer.Option("--url", help="Base URL of the OpenAI-compatible API (no scheme: http://, as curl).")
+]
 ModelNameOpt = Annotated[
     Optional[str], typer.Option("--model-name", help="Model to use. Default: the server's first model.")
 ]
@@ -69,8 +76,10 @@ class ApiClient:
     def __init__(self, url: str, api_key: str | None, timeout: float = 600.0):
         import httpx
 
+        from fdcli.server_url import server_url
+
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base = url.rstrip("/")
+        self.base = server_url(url, "--url")
         self.http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=5.0))
 
     def _raise_for(self, resp) -> None:
@@ -125,8 +134,37 @@ def sampling_body(max_tokens: int | None, temperature: float | None) -> dict[str
     return body
 
 
+def read_lines(read_line=input, prompt: str = "> ") -> Iterator[str]:
+    """Each non-blank line `read_line(prompt)` returns, until it raises EOFError (Ctrl-D, end of a
+    pipe) or KeyboardInterrupt (Ctrl-C at the prompt); then a newline ends the prompt's line."""
+    while True:
+        try:
+            line = read_line(prompt)
+        except (EOFError, KeyboardInterrupt):
+            if prompt:
+                sys.stdout.write("\n")
+            return
+        if line.strip():
+            yield line
+
+
+def _stream_completion(client: ApiClient, body: dict[str, Any]) -> None:
+    for event in client.stream("/completions", body):
+        for choice in event.get("choices", []):
+            sys.stdout.write(choice.get("text", ""))
+            sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
 def complete(
-    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or nothing reads stdin.")] = None,
+    prompt: Annotated[
+        Optional[str],
+        typer.Argument(help="One prompt; '-' or nothing: one prompt per line of stdin (or at '> ')."),
+    ] = None,
+    quick: Annotated[
+        Optional[str],
+        typer.Option("--quick", "-q", metavar="PROMPT", help="Send one prompt, print the completion, exit."),
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     model_name: ModelNameOpt = None,
     api_key: ApiKeyOpt = None,
@@ -135,27 +173,28 @@ def complete(
     json_output: Annotated[bool, typer.Option("--json", help="Print the whole JSON response.")] = False,
     json_schema: JsonSchemaOpt = None,
 ) -> None:
-    """Send one completion request to an OpenAI-compatible server and stream the text."""
-    if prompt is None or prompt == "-":
-        if sys.stdin.isatty():
-            fail("give a prompt as an argument or on stdin", 2)
-        prompt = sys.stdin.read()
-    if not prompt:
+    """Complete prompts with an OpenAI-compatible server and stream the text: one prompt (an argument
+    or -q), or one per line of input."""
+    if quick is not None and prompt is not None:
+        fail("give the prompt once: as an argument or with -q/--quick", 2)
+    one = quick if quick is not None else prompt if prompt != "-" else None
+    if one is not None and not one:
         fail("the prompt is empty", 2)
     with error_boundary():
         constrained = json_schema_body(json_schema)  # a bad file fails before any request
         client = ApiClient(url, api_key or os.environ.get("OPENAI_API_KEY"))
-        body = {
-            "model": model_name or client.first_model(),
-            "prompt": prompt,
-            **sampling_body(max_tokens, temperature),
-            **constrained,
-        }
-        if json_output:
-            sys.stdout.write(json.dumps(client.post("/completions", body), indent=2) + "\n")
-            return
-        for event in client.stream("/completions", body):
-            for choice in event.get("choices", []):
-                sys.stdout.write(choice.get("text", ""))
-                sys.stdout.flush()
-        sys.stdout.write("\n")
+        base = {"model": model_name or client.first_model(), **sampling_body(max_tokens, temperature)}
+        base.update(constrained)
+        interactive = one is None and sys.stdin.isatty()
+        if interactive:
+            err_console.print(
+                f"completing with {base['model']} at {client.base}: one prompt per line, Ctrl-D to end",
+                markup=False,
+            )
+        prompts = [one] if one is not None else read_lines(prompt="> " if interactive else "")
+        for text in prompts:
+            body = {**base, "prompt": text}
+            if json_output:
+                sys.stdout.write(json.dumps(client.post("/completions", body), indent=2) + "\n")
+            else:
+                _stream_completion(client, body)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from typer.core import TyperCommand
 
 from fdcli.console import BadInput, error_boundary, fail
 from fdcli.options import (
@@ -30,35 +29,18 @@ from fdcli.options import (
     ChatTemplateOpt,
     ConfigFileOpt,
     LimitMmOpt,
+    ModelTagArg,
     ReasoningParserOpt,
+    ResponseRoleOpt,
     StrictFieldsOpt,
     ToolCallParserOpt,
     TrustTemplateOpt,
     merge_engine_options,
     parse_cors_list,
+    with_model_tag,
 )
 
 SERVER_PANEL = "Server options"
-
-
-class FlexibleCommand(TyperCommand):
-    """Takes `--load_choices` for `--load-choices`, as FastDeploy's and vLLM's parsers do (FastDeploy's
-    own pages spell some flags with underscores). Only option names change, never values."""
-
-    def parse_args(self, ctx, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, _dashed(args))
-
-
-def _dashed(args: list[str]) -> list[str]:
-    out = []
-    for i, arg in enumerate(args):
-        if arg == "--":  # everything after it is an argument, not an option
-            return out + args[i:]
-        if arg.startswith("--") and "_" in arg.partition("=")[0]:
-            name, eq, value = arg.partition("=")
-            arg = name.replace("_", "-") + eq + value
-        out.append(arg)
-    return out
 
 
 def _opt(*names: str, help: str, **kw) -> Any:
@@ -72,6 +54,7 @@ ApiKeyOpt = Annotated[
     _opt(
         "--api-key",
         help="Require this key (Authorization: Bearer, or x-api-key; repeatable). Default: $FD_API_KEY. "
+        "Empty: no key (as vLLM). "
         "On the command line it is visible to every user of the machine (ps): prefer --api-key-file.",
         envvar="FD_API_KEY",
     ),
@@ -115,6 +98,16 @@ MetricsPortOpt = Annotated[
     ),
 ]
 
+# vLLM's --return-tokens-as-token-ids: the default of the requests' return_tokens_as_token_ids.
+TokensAsIdsOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--return-tokens-as-token-ids",
+        help='Logprobs name each token "token_id:N" (exact for tokens that are not whole characters); '
+        "a request's return_tokens_as_token_ids overrides it.",
+    ),
+]
+
 # HTTP framing limits (http_guard.py); vLLM's --h11-* names and uvicorn's --timeout-keep-alive.
 HeadBytesOpt = Annotated[
     Optional[int],
@@ -152,6 +145,22 @@ KeepAliveOpt = Annotated[
     Optional[float],
     _opt("--timeout-keep-alive", help="Seconds an idle kept-alive connection stays open. (default: 5)"),
 ]
+# vLLM's server flags (fdcli_engine.vllm_compat has the meaning of those without an effect here).
+RootPathOpt = Annotated[
+    Optional[str],
+    _opt("--root-path", help="ASGI root_path, behind a proxy that serves fd under a path prefix."),
+]
+RequestIdHeadersOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--enable-request-id-headers",
+        help="Send X-Request-Id on every response (the client's, or a new one).",
+    ),
+]
+NoAccessLogOpt = Annotated[
+    Optional[bool],
+    _opt("--disable-uvicorn-access-log", help="No effect: fd's server writes no access log anyway."),
+]
 FRAMING_KEYS = (
     "h11_max_incomplete_event_size",
     "h11_max_header_count",
@@ -178,6 +187,8 @@ SERVER_KEYS = {
     "chat_template": "chat_template",
     "trust_request_chat_template": "trust_request_chat_template",
     "strict_request_fields": "strict_request_fields",
+    "return_tokens_as_token_ids": "return_tokens_as_token_ids",
+    "response_role": "response_role",
     # image inputs
     "allowed_local_media_path": "allowed_local_media_path",
     "allowed_media_domains": "allowed_media_domains",
@@ -190,6 +201,9 @@ SERVER_KEYS = {
     "allowed_methods": "allowed_methods",
     "allowed_headers": "allowed_headers",
     "allow_credentials": "allow_credentials",
+    "root_path": "root_path",
+    "enable_request_id_headers": "enable_request_id_headers",
+    "disable_uvicorn_access_log": "disable_uvicorn_access_log",
     **{k: k for k in FRAMING_KEYS},
 }
 
@@ -207,6 +221,20 @@ def read_api_key_file(path: Path) -> list[str]:
     if not keys:
         raise BadInput(f"--api-key-file {str(path)!r} holds no key")
     return keys
+
+
+def drop_empty_api_keys(keys: list[str]) -> list[str]:
+    """vLLM's rule: an empty --api-key (or `api-key: ""` in --config) asks for no key, as FD_API_KEY=""
+    does (the environment variable set to nothing reads as unset); said once on stderr, never a key
+    that no client can send (every request would be a 401)."""
+    kept = [k for k in keys if k]
+    if len(kept) < len(keys):
+        sys.stderr.write(
+            "Warning: an empty --api-key is skipped; the other keys are required\n"
+            if kept
+            else 'Warning: --api-key is empty: the server requires no API key (as vLLM, and FD_API_KEY="")\n'
+        )
+    return kept
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -230,6 +258,8 @@ _TYPES = {
     "chat_template": str,
     "trust_request_chat_template": bool,
     "strict_request_fields": bool,
+    "return_tokens_as_token_ids": bool,
+    "response_role": str,
     "allowed_local_media_path": str,
     "allowed_media_domains": list,
     "limit_mm_per_prompt": dict,  # a mapping or its JSON text; the counts are checked at start
@@ -243,6 +273,9 @@ _TYPES = {
     "timeout_request_body": float,
     "max_connections": int,
     "timeout_keep_alive": float,
+    "root_path": str,
+    "enable_request_id_headers": bool,
+    "disable_uvicorn_access_log": bool,
 }
 
 
@@ -283,7 +316,8 @@ def _with_engine_flags(func):
     """Like fdcli.options.engine_options, but the YAML file may also hold server options."""
     sig = inspect.signature(func, eval_str=True)
     own = [p for n, p in sig.parameters.items() if n not in ("engine_args", "file_values")]
-    added = [
+    tag = inspect.Parameter("model_tag", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ModelTagArg)
+    added = [tag] + [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
         for name, alias in {"config": ConfigFileOpt, **ALL_ENGINE_FLAGS}.items()
     ]
@@ -292,7 +326,9 @@ def _with_engine_flags(func):
     def wrapper(**kwargs: Any) -> Any:
         flags = {name: kwargs.pop(name, None) for name in ALL_ENGINE_FLAGS}
         config_file = kwargs.pop("config", None)
+        model_tag = kwargs.pop("model_tag", None)
         with error_boundary():
+            flags = with_model_tag(flags, model_tag)
             file_values = _load_yaml(config_file) if config_file is not None else {}
             server_file = {k: file_values.pop(k) for k in list(file_values) if k in SERVER_KEYS}
             engine_args = merge_engine_options(file_values, flags, f"--config {config_file}")
@@ -321,12 +357,14 @@ def serve(
     chat_template: ChatTemplateOpt = None,
     trust_request_chat_template: TrustTemplateOpt = None,
     strict_request_fields: StrictFieldsOpt = None,
+    response_role: ResponseRoleOpt = None,
     allowed_local_media_path: AllowedLocalMediaOpt = None,
     allowed_media_domains: AllowedMediaDomainsOpt = None,
     limit_mm_per_prompt: LimitMmOpt = None,
     max_request_body_bytes: MaxBodyOpt = None,
     uvicorn_log_level: LogLevelOpt = None,
     metrics_port: MetricsPortOpt = None,
+    return_tokens_as_token_ids: TokensAsIdsOpt = None,
     allowed_origins: AllowedOriginsOpt = None,
     allowed_methods: AllowedMethodsOpt = None,
     allowed_headers: AllowedHeadersOpt = None,
@@ -337,6 +375,9 @@ def serve(
     timeout_request_body: BodyTimeoutOpt = None,
     max_connections: MaxConnectionsOpt = None,
     timeout_keep_alive: KeepAliveOpt = None,
+    root_path: RootPathOpt = None,
+    enable_request_id_headers: RequestIdHeadersOpt = None,
+    disable_uvicorn_access_log: NoAccessLogOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
@@ -354,6 +395,8 @@ def serve(
         values.update({k: parse_cors_list(k, values[k]) for k in CORS_LIST_KEYS if k in values})
     if isinstance(values.get("api_key"), str):
         values["api_key"] = [values["api_key"]]
+    if "api_key" in values:
+        values["api_key"] = drop_empty_api_keys(values["api_key"])
     if any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:]):
         sys.stderr.write(
             "Warning: --api-key on the command line is visible to every user of this machine (ps); "
@@ -364,8 +407,9 @@ def serve(
         with error_boundary():
             values["api_key"] = [*values.get("api_key", []), *read_api_key_file(Path(key_file))]
     serving = {k: values.pop(k) for k in list(values) if k in ServingOptions.__dataclass_fields__}
-    if engine_args.get("served_model_name"):
-        serving["served_model_names"] = [engine_args["served_model_name"]]
+    names = EngineConfig.from_dict(engine_args).served_model_names  # merge_engine_options checked them
+    if names:
+        serving["served_model_names"] = names
     args = ServerArgs(**{SERVER_KEYS[k]: v for k, v in values.items()}, serving=ServingOptions(**serving))
     if not 0 < args.port < 65536:
         fail(f"--port must be between 1 and 65535, got {args.port}", 2)

@@ -49,7 +49,14 @@ def model_config_of(
 ) -> ModelConfig:
     name = served_model_name or config.served_model_name or str(config.model or "fd-model")
     model = str(config.model or config.model_path)
-    return ModelConfig(model, name, int(config.max_model_len or 0), vocab_size)
+    return ModelConfig(
+        model,
+        name,
+        int(config.max_model_len or 0),
+        vocab_size,
+        default_sampling_params=dict(config.default_sampling_params),
+        max_logprobs=config.max_logprobs,
+    )
 
 
 class EngineFrontEnd:

@@ -1,10 +1,12 @@
-"""Offline, in-process API: `LLM(model=...).generate(prompts, params)` and `.chat(messages, params)`."""
+"""Offline, in-process API, vLLM's: `LLM(model=...).generate(prompts, params)`, `.chat(messages, params)`
+and, on a pooling model, `.embed` / `.encode` / `.classify` / `.score` (llm_pooling.py)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
 
+from fdcli_engine.api.llm_pooling import PoolingMethods
 from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
@@ -30,7 +32,7 @@ def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutp
     )
 
 
-class LLM:
+class LLM(PoolingMethods):
     """A synchronous wrapper of the in-process engine client: it registers requests with the client's
     front end and steps the core on the caller's thread (no event loop, no worker thread)."""
 
@@ -83,14 +85,29 @@ class LLM:
             )
         return self.image_processor.process(list(ids), images, kwargs)
 
+    def _prompt_ids(self, prompt: ParsedPrompt) -> tuple[list[int], list]:
+        """(the prompt's ids, its images' features): its text encoded unless given as ids."""
+        ids = self.tokenizer.encode(prompt.text) if prompt.token_ids is None else prompt.token_ids
+        return self._with_images(ids, prompt.images, prompt.mm_processor_kwargs)
+
     @property
     def processor(self):
         return self.client.output_processor
 
+    def get_tokenizer(self):
+        """vLLM's accessor of the model's tokenizer (also `llm.tokenizer`)."""
+        return self.tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's: the SamplingParams a call without any uses, SamplingParams' defaults overlaid with
+        the model's (generation_config.py; a max_new_tokens there is max_tokens). Given params are
+        used as they are, as in vLLM: start from these to keep the model's defaults."""
+        return SamplingParams(**self.config.default_sampling_params)
+
     def _normalize(self, prompts, params) -> tuple[list[ParsedPrompt], list[SamplingParams]]:
         prompts = parse_prompts(prompts)
         if params is None:
-            params = SamplingParams()
+            params = self.get_default_sampling_params()
         plist = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} sampling params")
@@ -107,8 +124,7 @@ class LLM:
         try:
             for prompt, params in zip(prompts, plist):
                 text = prompt.text
-                ids = self.tokenizer.encode(text) if prompt.token_ids is None else prompt.token_ids
-                ids, features = self._with_images(ids, prompt.images, prompt.mm_processor_kwargs)
+                ids, features = self._prompt_ids(prompt)
                 parent = str(next(self._ids))
                 child_ids = [f"{parent}-{i}" for i in range(params.n)]
                 parents.append((parent, child_ids))
@@ -156,28 +172,43 @@ class LLM:
         self,
         messages: list[dict] | list[list[dict]],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
+        use_tqdm: bool = False,
+        *,
         chat_template: str | None = None,
         add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        tools: list[dict] | None = None,
         chat_template_kwargs: dict | None = None,
-        use_tqdm: bool = False,
+        mm_processor_kwargs: dict | None = None,
     ) -> list[RequestOutput]:
+        """vLLM's LLM.chat: each conversation rendered by the same rule as fd serve's chat route
+        (tokenizer/chat_render.py: continue_final_message, tools, chat_template_kwargs), then
+        generated. A bad combination is a ValueError (InvalidRequestError) naming the argument."""
         from fdcli_engine.api.llm_images import split_chat_images
+        from fdcli_engine.tokenizer.chat_render import render_chat
 
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts, requests = [], []
         for conv in conversations:
             conv, images = split_chat_images(conv)
-            text = self.tokenizer.apply_chat_template(
+            text, ids = render_chat(
+                self.tokenizer,
                 conv,
                 add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
                 chat_template=chat_template,
-                **(chat_template_kwargs or {}),
+                chat_template_kwargs=chat_template_kwargs,
+                tools=tools,
             )
             prompts.append(text)
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-            requests.append(
-                {"prompt_token_ids": ids, "multi_modal_data": {"image": images}} if images else ids
-            )
+            # The template writes the special tokens itself (as the server's chat route encodes).
+            ids = self.tokenizer.encode(text, add_special_tokens=False) if ids is None else ids
+            request: dict = {"prompt_token_ids": ids}
+            if images:
+                request["multi_modal_data"] = {"image": images}
+                if mm_processor_kwargs:
+                    request["mm_processor_kwargs"] = mm_processor_kwargs
+            requests.append(request)
         outs = self.generate(requests, sampling_params, use_tqdm=use_tqdm)
         for o, p in zip(outs, prompts):
             o.prompt = p

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fdcli_engine.errors import FdError
@@ -35,6 +35,9 @@ class ModelConfig:
     served_model_name: str
     max_model_len: int
     vocab_size: int = 0
+    # {SamplingParams field: value} for the fields a request leaves out (generation_config.py).
+    default_sampling_params: dict = field(default_factory=dict)
+    max_logprobs: int = 20  # --max-logprobs: the most (prompt_)logprobs one request may ask for
 
 
 class EngineClient(Protocol):

@@ -214,3 +214,11 @@ def get_pooler_config(config) -> PoolerConfig | None:
     if getattr(config, "runner", None) != "pooling" or not config.pooler_config:
         return None
     return PoolerConfig.from_dict(config.pooler_config)
+
+
+def num_labels(hf_config: dict) -> int:
+    """The labels of a classification head (id2label, else num_labels, else transformers' 2)."""
+    id2label = hf_config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    return int(hf_config.get("num_labels") or 2)

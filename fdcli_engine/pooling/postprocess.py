@@ -1,5 +1,6 @@
 """Front-end pooling steps on a raw pool from the engine: matryoshka truncation, L2 normalization,
-softmax. Pure numpy, shared by the server and run-batch; also the place the request-level
+softmax, and the scores made from pools (cosine, a cross-encoder's sigmoid, class probabilities).
+Pure numpy, shared by the server, run-batch and the offline LLM; also the place the request-level
 `dimensions` / `normalize` options are validated."""
 
 from __future__ import annotations
@@ -54,3 +55,22 @@ def postprocess(
     if pc.softmax:
         x = softmax(x)
     return x
+
+
+def sigmoid(x):
+    """1 / (1 + e^-x) in float64: a one-label cross-encoder's score (sentence-transformers' default)."""
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
+
+
+def class_probs(raw, pc: PoolerConfig) -> np.ndarray:
+    """A classification head's probabilities, as vLLM's classify gives them: the pooler's softmax
+    where --pooler-config asks for it, else sigmoid for one label and softmax for several."""
+    x = postprocess(raw, pc)
+    if pc.softmax:
+        return x
+    return sigmoid(x).astype(np.float32) if x.shape[-1] == 1 else softmax(x)

@@ -240,18 +240,20 @@ class Sampler:
 
     def _all_logprobs(
         self, logits: np.ndarray, reqs, tokens: list[int]
-    ) -> list[list[tuple[int, float]] | None]:
-        all_logprobs: list[list[tuple[int, float]] | None] = []
+    ) -> list[list[tuple[int, float, int]] | None]:
+        all_logprobs: list[list[tuple[int, float, int]] | None] = []
         for i, sr in enumerate(reqs):
             k = sr.sampling_params.logprobs
             all_logprobs.append(None if k is None else self._logprobs(log_softmax(logits[i]), tokens[i], k))
         return all_logprobs
 
     @staticmethod
-    def _logprobs(lp: np.ndarray, tok: int, k: int) -> list[tuple[int, float]]:
-        out = [(tok, float(lp[tok]))]
+    def _logprobs(lp: np.ndarray, tok: int, k: int) -> list[tuple[int, float, int]]:
+        """[(sampled id, logprob, rank), (top-1 id, logprob, 1), ..., (top-k id, logprob, k)]: vLLM's
+        ranks, 1 + the number of tokens more likely (one compare over the row log_softmax made)."""
+        out = [(tok, float(lp[tok]), int(np.count_nonzero(lp > lp[tok])) + 1)]
         if k > 0:
             top = np.argpartition(-lp, k)[:k] if k < lp.shape[0] else np.arange(lp.shape[0])
             top = top[np.argsort(-lp[top], kind="stable")]
-            out.extend((int(t), float(lp[t])) for t in top)
+            out.extend((int(t), float(lp[t]), r) for r, t in enumerate(top, 1))
         return out

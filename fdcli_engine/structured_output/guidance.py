@@ -70,6 +70,8 @@ def grammar_text(params: StructuredOutputsParams) -> str:
             return llguidance.LLMatcher.grammar_from_lark(lark)
         if kind == "structural_tag":
             return _structural_tag_grammar(params.structural_tag)
+    except InvalidRequestError:  # already says what is wrong (a ValueError too: errors.py)
+        raise
     except (ValueError, TypeError, KeyError, AssertionError, RecursionError) as exc:
         raise _error(f"invalid {kind}: {exc}") from None
     raise _error(f"the {kind} constraint is not supported by the guidance backend")

@@ -4,7 +4,7 @@ the same few tokens at once. Its tokenizer maps each character to one token id."
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from fdcli_engine.outputs import CompletionOutput, RequestOutput
@@ -31,6 +31,8 @@ class _ModelConfig:
     served_model_name: str = "tiny"
     max_model_len: int = 1 << 16
     vocab_size: int = 256
+    default_sampling_params: dict = field(default_factory=dict)
+    max_logprobs: int = 20  # --max-logprobs (fdcli_engine.api.protocol.ModelConfig)
 
 
 class FakeEngine:

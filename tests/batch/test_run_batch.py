@@ -105,6 +105,7 @@ def test_every_kind_of_bad_line_gets_one_error_record_and_good_lines_are_answere
         chat_line("empty-messages", "x") | {"body": {"messages": [], "max_tokens": 3}},
         completion_line("good-2", "the end", max_tokens=4),
         {"custom_id": "embed-on-llm", "method": "POST", "url": "/v1/embeddings", "body": {"input": "hi"}},
+        {"custom_id": "pool-on-llm", "method": "POST", "url": "/pooling", "body": {"input": "hi"}},
     ]
     summary, out = _run(tmp_path, lines, engine_factory)
     records = read_jsonl(out)
@@ -126,6 +127,7 @@ def test_every_kind_of_bad_line_gets_one_error_record_and_good_lines_are_answere
         11: ("context_length_exceeded", "too-long", 400),  # OpenAI's code
         12: ("invalid_request_error", "empty-messages", 400),  # the serving layer's (prompt_token_ids)
         14: ("invalid_request_error", "embed-on-llm", 400),  # a generate model serves no embeddings
+        15: ("invalid_request_error", "pool-on-llm", 400),  # nor vLLM's /pooling (a url run-batch takes)
     }
     for line_no, (code, custom_id, status) in expected.items():
         rec = by_line[line_no]
@@ -137,6 +139,7 @@ def test_every_kind_of_bad_line_gets_one_error_record_and_good_lines_are_answere
         else:
             assert rec["response"]["status_code"] == status
             assert rec["response"]["body"]["error"]["message"] == rec["error"]["message"]
+    assert by_line[15]["error"]["message"].startswith("The model does not support Pooling API")
     assert "200 tokens" in by_line[11]["error"]["message"] and "128" in by_line[11]["error"]["message"]
 
 

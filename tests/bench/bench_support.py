@@ -74,6 +74,7 @@ class ScriptedServer:
         self.peak_in_flight = 0
         self.payloads: list[dict] = []
         self.auth: list[str | None] = []
+        self.request_ids: list[str | None] = []  # the x-request-id header of each request
         self.loading_polls = 0  # /health answers 503 this many more times (a server still loading)
         self.url = ""
 
@@ -141,6 +142,7 @@ def make_app(state: ScriptedServer):
         body = await request.json()
         state.payloads.append(body)
         state.auth.append(request.headers.get("authorization"))
+        state.request_ids.append(request.headers.get("x-request-id"))
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         kind = prompt.split()[0]
         if kind == "fail":

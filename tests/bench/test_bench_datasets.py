@@ -71,7 +71,7 @@ def test_sharegpt_first_turns_and_reply_lengths(tmp_path, word_tokenizer):
 def test_custom_jsonl_with_and_without_output_tokens(tmp_path, word_tokenizer):
     path = tmp_path / "c.jsonl"
     path.write_text('{"prompt": "one two", "output_tokens": 3}\n\n{"prompt": "three"}\n')
-    opts = DatasetOptions(name="custom", path=str(path), custom_output_len=9)
+    opts = DatasetOptions(name="custom", path=str(path), custom_output_len=9, skip_chat_template=True)
     reqs = build_requests(opts, word_tokenizer, 2, seed=0)
     assert sorted((r.prompt, r.prompt_len, r.output_len) for r in reqs) == [
         ("one two", 2, 3),
@@ -91,7 +91,48 @@ def test_custom_bad_lines_name_the_line(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
     with pytest.raises(ConfigError, match=message):
-        build_requests(DatasetOptions(name="custom", path=str(path)), None, 1, seed=0)
+        build_requests(
+            DatasetOptions(name="custom", path=str(path), skip_chat_template=True), None, 1, seed=0
+        )
+
+
+def test_custom_prompts_go_in_the_chat_template_as_vllm_does(tmp_path, word_tokenizer):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"prompt": "one two"}\n')
+    word_tokenizer.render_chat = lambda msgs: f"<user> {msgs[0]['content']} <assistant>"
+    reqs = build_requests(DatasetOptions(name="custom", path=str(path)), word_tokenizer, 1, seed=0)
+    assert (reqs[0].prompt, reqs[0].prompt_len) == ("<user> one two <assistant>", 4)
+    raw = DatasetOptions(name="custom", path=str(path), skip_chat_template=True)
+    assert build_requests(raw, word_tokenizer, 1, seed=0)[0].prompt == "one two"
+
+
+def test_custom_without_a_chat_template_names_the_flag(tmp_path, word_tokenizer):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"prompt": "one two"}\n')
+    with pytest.raises(ConfigError, match="has no chat template.*--skip-chat-template"):
+        build_requests(DatasetOptions(name="custom", path=str(path)), word_tokenizer, 1, seed=0)
+
+
+def test_disable_shuffle_keeps_file_order_and_no_oversample_sends_each_once(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(f'{{"prompt": "p{i}"}}\n' for i in range(5)))
+    base = dict(name="custom", path=str(path), skip_chat_template=True)
+    ordered = build_requests(DatasetOptions(**base, disable_shuffle=True), None, 7, seed=3)
+    assert [r.prompt for r in ordered] == ["p0", "p1", "p2", "p3", "p4", "p0", "p1"]
+    shuffled = build_requests(DatasetOptions(**base), None, 5, seed=3)
+    assert sorted(r.prompt for r in shuffled) == [f"p{i}" for i in range(5)]
+    assert [r.prompt for r in shuffled] != [f"p{i}" for i in range(5)]
+    once = build_requests(DatasetOptions(**base, no_oversample=True), None, 7, seed=3)
+    assert sorted(r.prompt for r in once) == [f"p{i}" for i in range(5)]
+
+
+def test_prefix_repetition_takes_vllms_spelling(word_tokenizer):
+    opts = dict(
+        prefix_repetition_prefix_len=3, prefix_repetition_suffix_len=2, prefix_repetition_num_prefixes=1
+    )
+    vllm = build_requests(DatasetOptions(name="prefix_repetition", **opts), word_tokenizer, 2, seed=0)
+    fd = build_requests(DatasetOptions(name="prefix-repetition", **opts), word_tokenizer, 2, seed=0)
+    assert [r.prompt for r in vllm] == [r.prompt for r in fd] and vllm[0].prompt_len == 5
 
 
 def test_missing_dataset_path_and_unknown_dataset():

@@ -83,7 +83,7 @@ def test_full_run_prints_summary_and_saves_stable_json(scripted_server, tmp_path
 
 def test_failures_are_shown_and_counted(scripted_server, tmp_path):
     path = _custom(tmp_path, ["ok", "fail", "ok", "malformed"])
-    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template", "--dataset-path", path,
             "--num-prompts", "4", "--seed", "0", "--num-warmups", "0", "--no-progress", "--no-chart",
             "--max-tokens", "2", "--no-include-usage"]  # fmt: skip
     res = runner.invoke(app, args)
@@ -92,6 +92,17 @@ def test_failures_are_shown_and_counted(scripted_server, tmp_path):
     assert "HTTP 500" in res.stdout and "malformed stream" in res.stdout
     assert {b["max_tokens"] for b in scripted_server.payloads} == {2}  # --max-tokens overrides the file's 3
     assert not any("stream_options" in b for b in scripted_server.payloads)
+
+
+def test_base_url_follows_the_client_url_rule(tmp_path):
+    """--base-url without a scheme is http:// (as fd chat/complete --url); another scheme is one line."""
+    port = free_port()
+    res = runner.invoke(
+        app, ["serve", "--base-url", f"127.0.0.1:{port}", "--ready-timeout", "0", "--no-progress"]
+    )
+    assert res.exit_code == 1 and res.stderr.startswith(f"Error: server at http://127.0.0.1:{port} not ready")
+    res = runner.invoke(app, ["serve", "--base-url", "ftp://h:1", "--no-progress"])
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "use an http://" in res.stderr
 
 
 def test_unreachable_server_is_one_line_and_nonzero(tmp_path):
@@ -149,7 +160,55 @@ def test_compare_prints_runs_side_by_side_with_ratios(tmp_path):
     assert "1.00×" in lines["completed"] and "itl_mode" not in lines
 
 
-@pytest.mark.parametrize("content", [None, "not json", '{"kind": "serve"}'])
+def test_compare_reads_every_run_of_an_appended_file(tmp_path):
+    from fdcli.bench.results import build_result, save_result
+
+    path = tmp_path / "app.json"
+    for ttft in (100.0, 300.0):
+        save_result(path, build_result("serve", {}, {"completed": 4, "ttft": {"mean_ms": ttft}}), append=True)
+    res = runner.invoke(app, ["compare", str(path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "app.json#1" in res.stdout and "app.json#2" in res.stdout
+    lines = {ln.split("│")[1].strip(): ln for ln in res.stdout.splitlines() if ln.count("│") >= 3}
+    assert "3.00×" in lines["ttft.mean_ms"]
+
+
+def test_compare_reads_vllm_bench_serve_files_beside_fds(tmp_path):
+    # The flat keys `vllm bench serve --save-result` writes (vllm/benchmarks/serve.py), no `metrics`.
+    vllm = {"date": "20261207-120000", "backend": "vllm", "completed": 10, "failed": 0, "duration": 2.0,
+            "request_throughput": 5.0, "output_throughput": 25.0, "mean_ttft_ms": 250.0,
+            "p99.9_ttft_ms": 400.0, "max_output_tokens_per_s": 40.0}  # fmt: skip
+    (tmp_path / "vllm.json").write_text(json.dumps(vllm))
+    fd = _result(tmp_path, "fd.json", 100.0, 50.0)
+    res = runner.invoke(app, ["compare", fd, str(tmp_path / "vllm.json")], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    lines = {ln.split("│")[1].strip(): ln for ln in res.stdout.splitlines() if ln.count("│") >= 3}
+    assert "2.50×" in lines["ttft.mean_ms"] and "0.50×" in lines["output_throughput"]
+    assert "400" in lines["ttft.p99_9_ms"] and "40" in lines["peak_output_throughput"]
+
+
+def test_compare_reads_vllm_latency_and_throughput_files(tmp_path):
+    lat = {"avg_latency": 0.5, "std_latency": 0.1, "latencies": [0.4, 0.6], "percentiles": {"50": 0.5}}
+    (tmp_path / "a.json").write_text(json.dumps(lat))
+    (tmp_path / "b.json").write_text(json.dumps({**lat, "avg_latency": 1.0}))
+    res = runner.invoke(
+        app, ["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")], env={"COLUMNS": "200"}
+    )
+    assert res.exit_code == 0, res.output
+    lines = {ln.split("│")[1].strip(): ln for ln in res.stdout.splitlines() if ln.count("│") >= 3}
+    assert (
+        "500" in lines["latency.mean_ms"]
+        and "2.00×" in lines["latency.mean_ms"]
+        and "latency.p50_ms" in lines
+    )
+    tput = {"elapsed_time": 2.0, "num_requests": 8, "total_num_tokens": 100, "requests_per_second": 4.0,
+            "tokens_per_second": 50.0}  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(tput))
+    res = runner.invoke(app, ["compare", str(tmp_path / "t.json"), str(tmp_path / "a.json")])
+    assert res.exit_code == 2 and "different kinds" in res.stderr
+
+
+@pytest.mark.parametrize("content", [None, "not json", '{"kind": "serve"}', '{"a": 1}\nnot json\n'])
 def test_compare_bad_inputs(tmp_path, content):
     a = _result(tmp_path, "a.json", 1.0, 1.0)
     args = ["compare", a]
@@ -183,7 +242,7 @@ def test_ctrl_c_prints_the_partial_summary(monkeypatch, scripted_server, tmp_pat
     monkeypatch.setattr(serve_cmd, "run_benchmark", interrupted)
     path = _custom(tmp_path, ["ok"])
     out = tmp_path / "partial.json"
-    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template", "--dataset-path", path,
             "--num-prompts", "3", "--no-progress", "--save-result", str(out)]  # fmt: skip
     res = runner.invoke(app, args)
     assert res.exit_code == 130
@@ -205,7 +264,7 @@ def test_ramp_up_and_rate_reach_the_arrival_schedule(monkeypatch, scripted_serve
 
     monkeypatch.setattr(serve_cmd, "run_benchmark", capture)
     path = _custom(tmp_path, ["ok"])
-    base = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--dataset-path", path,
+    base = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template", "--dataset-path", path,
             "--num-prompts", "20", "--seed", "4", "--no-progress"]  # fmt: skip
     ramp = ["--ramp-up", "exponential", "--ramp-up-start-rate", "1", "--ramp-up-end-rate", "50"]
     assert runner.invoke(app, base + ramp).exit_code == 0

@@ -51,10 +51,16 @@ class FakeLLM:
     def generate(self, prompts, sampling_params, use_tqdm=False):
         self.calls.append((prompts, sampling_params))
         offline.clock.now += STEP_S
-        n = sampling_params.max_tokens
+        plist = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         return [
-            RequestOutput(str(i), None, list(p), [CompletionOutput(0, "", list(range(n)), "length")], True)
-            for i, p in enumerate(prompts)
+            RequestOutput(
+                str(i),
+                None,
+                list(p),
+                [CompletionOutput(j, "", list(range(sp.max_tokens)), "length") for j in range(sp.n)],
+                True,
+            )
+            for i, (p, sp) in enumerate(zip(prompts, plist, strict=True))
         ]
 
 
@@ -153,3 +159,79 @@ def test_no_speculation_no_acceptance_figures(tmp_path):
     assert res.exit_code == 0, res.output
     assert "spec_decode" not in json.loads(out.read_text())["metrics"]
     assert "acceptance" not in res.stdout
+
+
+def test_output_json_carries_vllm_latency_keys(tmp_path):
+    # vllm/benchmarks/latency.py: avg_latency, std_latency, latencies (s), percentiles {pct: s}.
+    out = tmp_path / "lat.json"
+    args = ["latency", "--num-iters-warmup", "0", "--num-iters", "3", "--percentiles", "50,99",
+            "--output-json", str(out)]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    data = json.loads(out.read_text())
+    assert data["avg_latency"] == pytest.approx(STEP_S) and data["std_latency"] == pytest.approx(0.0)
+    assert data["latencies"] == [STEP_S] * 3 and data["percentiles"] == {"50": STEP_S, "99": STEP_S}
+    assert data["metrics"]["latency"]["mean_ms"] == pytest.approx(data["avg_latency"] * 1000)
+
+
+def test_output_json_carries_vllm_throughput_keys(tmp_path):
+    # vllm/benchmarks/throughput.py: elapsed_time, num_requests, total_num_tokens, requests/tokens_per_second.
+    out = tmp_path / "tp.json"
+    args = [
+        "throughput",
+        "--num-prompts",
+        "10",
+        "--input-len",
+        "5",
+        "--output-len",
+        "7",
+        "--output-json",
+        str(out),
+    ]
+    assert runner.invoke(app, args).exit_code == 0
+    data = json.loads(out.read_text())
+    assert (data["elapsed_time"], data["num_requests"], data["total_num_tokens"]) == (STEP_S, 10, 120)
+    assert data["requests_per_second"] == pytest.approx(20.0) and data["tokens_per_second"] == pytest.approx(
+        240.0
+    )
+
+
+def test_n_asks_for_several_completions_per_prompt(tmp_path):
+    out = tmp_path / "lat.json"
+    args = ["latency", "--batch-size", "2", "--output-len", "4", "--n", "3", "--num-iters-warmup", "0",
+            "--num-iters", "1", "--output-json", str(out)]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    (llm,) = FakeLLM.instances
+    assert llm.calls[-1][1].n == 3
+    assert json.loads(out.read_text())["metrics"]["output_tokens_per_iter"] == 2 * 3 * 4
+
+
+def test_throughput_range_ratio_and_prefix_len_shape_the_prompts():
+    args = ["throughput", "--num-prompts", "40", "--input-len", "10", "--output-len", "8",
+            "--random-range-ratio", "0.5", "--prefix-len", "3", "--num-iters-warmup", "0"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    prompts, params = FakeLLM.instances[0].calls[-1]
+    assert len({tuple(p[:3]) for p in prompts}) == 1  # one shared prefix
+    in_lens = {len(p) - 3 for p in prompts}
+    out_lens = {sp.max_tokens for sp in params}
+    assert in_lens <= set(range(5, 16)) and len(in_lens) > 1
+    assert out_lens <= set(range(4, 13)) and len(out_lens) > 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(["throughput", "--backend", "hf"], "--backend 'hf' is not supported"),
+     (["throughput", "--dataset-name", "sharegpt"], "fd bench serve --dataset-name sharegpt"),
+     (["throughput", "--random-range-ratio", "1"], "--random-range-ratio"),
+     (["latency", "--n", "0"], "--n")],
+)  # fmt: skip
+def test_vllm_offline_choices_fd_lacks_are_refused_in_one_line(args, message):
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and message in res.stderr
+    assert FakeLLM.instances == []
+
+
+def test_flags_without_effect_say_so():
+    res = runner.invoke(app, ["throughput", "--async-engine", "--disable-detokenize", "--num-prompts", "2"])
+    assert res.exit_code == 0, res.output
+    assert "--async-engine has no effect" in res.stderr and "--disable-detokenize has no effect" in res.stderr

@@ -50,7 +50,7 @@ def _custom(tmp_path, prompts) -> str:
 
 
 def _base(server, tmp_path, n=4):
-    return ["serve", "--base-url", server.url, "--dataset", "custom",
+    return ["serve", "--base-url", server.url, "--dataset", "custom", "--skip-chat-template",
             "--dataset-path", _custom(tmp_path, ["ok"] * n), "--num-prompts", str(n),
             "--num-warmups", "0", "--no-progress", "--no-chart"]  # fmt: skip
 
@@ -177,3 +177,18 @@ def test_served_model_name_append_result_and_disable_tqdm(scripted_server, tmp_p
     assert [json.loads(line)["model_id"] for line in lines] == ["my-org/the-model"] * 2
     res = runner.invoke(app, base + ["--append-result"])
     assert res.exit_code != 0 and "--append-result need --save-result" in res.output
+
+
+def test_every_request_failing_saves_zeros_as_vllm_does(scripted_server, tmp_path):
+    # vLLM: mean_ttft_ms = np.mean(ttfts or 0) * 1000, so a run with no successes writes 0, not null.
+    args = ["serve", "--base-url", scripted_server.url, "--dataset", "custom", "--skip-chat-template",
+            "--dataset-path", _custom(tmp_path, ["fail", "fail"]), "--num-prompts", "2", "--num-warmups", "0",
+            "--no-progress", "--no-chart", "--save-result", "--result-dir", str(tmp_path),
+            "--result-filename", "r.json"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["completed"] == 0 and data["failed"] == 2
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        assert data[f"mean_{name}_ms"] == 0 and data[f"p99_{name}_ms"] == 0 and data[f"std_{name}_ms"] == 0
+    assert data["metrics"]["ttft"]["mean_ms"] is None  # fd's own summary still says "no values"

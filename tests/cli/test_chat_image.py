@@ -20,7 +20,7 @@ class RecordingClient:
     bodies: list[dict] = []
 
     def __init__(self, url, api_key, timeout=600.0):
-        pass
+        self.base = url  # ApiClient's resolved address, which fd chat prints
 
     def first_model(self) -> str:
         return "m"

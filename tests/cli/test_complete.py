@@ -45,6 +45,31 @@ def test_prompt_from_stdin(server):
     assert r.stdout == _reference(server, "hello world") + "\n"
 
 
+def test_quick_option_sends_one_prompt(server):
+    """vLLM's `vllm complete -q PROMPT` (and --quick): that prompt's completion, then exit."""
+    for flag in ("-q", "--quick"):
+        r = runner.invoke(app, _args(server, flag, "the quick brown fox"), input="never read\n")
+        assert r.exit_code == 0, r.output
+        assert r.stdout == _reference(server, "the quick brown fox") + "\n"
+
+
+def test_each_stdin_line_is_one_prompt(server):
+    """As vLLM's complete loop: one completion per line read, blank lines skipped, until EOF."""
+    r = runner.invoke(app, _args(server), input="hello world\n\n  \nthe quick brown fox\n")
+    assert r.exit_code == 0, r.output
+    expected = [_reference(server, "hello world"), _reference(server, "the quick brown fox")]
+    assert r.stdout == "".join(f"{text}\n" for text in expected)
+    r = runner.invoke(app, _args(server, "-"), input="hello world")  # '-' reads stdin as well
+    assert r.exit_code == 0 and r.stdout == _reference(server, "hello world") + "\n"
+
+
+def test_prompt_given_twice_is_a_usage_error(server):
+    r = runner.invoke(app, _args(server, "-q", "a", "b"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "-q/--quick" in r.stderr
+    r = runner.invoke(app, _args(server, "-q", ""))
+    assert r.exit_code == 2 and "the prompt is empty" in r.stderr
+
+
 def test_json_output(server):
     r = runner.invoke(app, _args(server, "--json", "hello world"))
     assert r.exit_code == 0, r.output
@@ -69,3 +94,29 @@ def test_server_down_is_one_line():
     r = runner.invoke(app, ["complete", "hi", "--url", "http://127.0.0.1:9/v1"])
     assert r.exit_code == 1
     assert r.stderr.count("\n") == 1 and "cannot reach the server" in r.stderr
+
+
+def test_url_without_a_scheme_is_http_as_in_curl(server):
+    """`--url localhost:PORT/v1` reaches the server (curl's rule), in fd complete and fd chat alike."""
+    address = server.url.removeprefix("http://") + "/v1"
+    r = runner.invoke(
+        app, [*_args(server, "the quick brown fox")[:2], address, *_args(server)[3:], "the quick brown fox"]
+    )
+    assert r.exit_code == 0, r.output
+    assert r.stdout == _reference(server, "the quick brown fox") + "\n"
+    chat = ["chat", "--url", address, "--api-key", server.api_key, "-q", "hi", "--max-tokens", "2"]
+    r = runner.invoke(app, chat)
+    assert r.exit_code == 0, r.output
+
+
+def test_url_with_another_scheme_is_one_line():
+    for command in (["complete", "hi"], ["chat", "-q", "hi"]):
+        r = runner.invoke(app, [*command, "--url", "ftp://127.0.0.1:9/v1"])
+        assert r.exit_code == 2
+        assert r.stderr.count("\n") == 1 and "--url 'ftp://127.0.0.1:9/v1': use an http://" in r.stderr
+
+
+def test_unreachable_address_without_a_scheme_names_it_whole():
+    r = runner.invoke(app, ["complete", "hi", "--url", "127.0.0.1:9/v1"])
+    assert r.exit_code == 1 and r.stderr.count("\n") == 1
+    assert "http://127.0.0.1:9/v1/models" in r.stderr and "missing" not in r.stderr

@@ -1,10 +1,11 @@
-"""FastDeploy's ERNIE-4.5 launch lines run as `fd serve` (the module prefix replaced), and bad option
-values fail in one line before paddle loads.
+"""FastDeploy's launch lines run as `fd serve` (the module prefix replaced), and bad option values fail
+in one line before paddle loads.
 
-The lines come verbatim from FastDeploy's best-practice pages (fixtures/fastdeploy_launch_lines.txt).
-Each must parse: it either resolves into exactly the EngineConfig written below, or stops with the one
-line that says why fd cannot run it here (tensor parallelism, a GPU-only quantization, a prefill/decode
-role); adapted to one device, every other flag on it passes.
+The lines come verbatim from FastDeploy's docs pages (fixtures/fastdeploy_launch_lines.txt): ERNIE-4.5
+and MiniCPM4 best practices, online serving, early stopping, online quantization, disaggregation. Each
+must parse: it either resolves into exactly the EngineConfig written below, or stops with the one line
+that says why fd cannot run it here (tensor parallelism, a GPU-only quantization, a prefill/decode role,
+a feature fd lacks); adapted to one device, every other flag on it passes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from typer.testing import CliRunner
 from fdcli.commands import serve as serve_cmd
 from fdcli.main import app
 from fdcli_engine.config import EngineConfig
-from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, FASTDEPLOY_ONLY_QUANTIZATIONS, fastdeploy_notes
+from fdcli_engine.fastdeploy_compat import (
+    COMPAT_FIELDS,
+    FASTDEPLOY_ONLY_QUANTIZATIONS,
+    SCHEDULER_TUNING,
+    fastdeploy_notes,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fastdeploy_launch_lines.txt"
 MODULE = ["python", "-m", "fastdeploy.entrypoints.openai.api_server"]
@@ -97,6 +103,14 @@ _PREFIX = dict(enable_prefix_caching=True, swap_space=50.0)
 _TP8 = "8 engine rank(s) on this node (--tensor-parallel-size 8"
 _TP4 = "4 engine rank(s) on this node (--tensor-parallel-size 4"
 _FP8 = "--quantization block_wise_fp8 is a FastDeploy GPU method fd has no kernels for"
+_EARLY_STOP = (
+    "early stopping (--enable-early-stop, or enable_early_stop in --early-stop-config) is not supported"
+)
+_SCHEDULER = "--scheduler-name splitwise is not supported: fd has one local scheduler per server"
+_MINICPM = dict(model="openbmb/MiniCPM4.1-8B", tensor_parallel_size=1, max_model_len=32768)
+_EARLY = dict(
+    model="baidu/ERNIE-4.5-0.3B-Paddle", engine_worker_queue_port="8182", max_model_len=32768, max_num_seqs=32
+)
 
 # The EngineConfig each line resolves into (every other field at its default), or its one-line error.
 EXPECTED: dict[str, dict | str] = {
@@ -116,21 +130,22 @@ EXPECTED: dict[str, dict | str] = {
     "21b-thinking-cudagraph": dict(_THINKING, use_cudagraph=True),
     **{name: _TP8 for name in ENTRIES if name.startswith(("300b", "turbo-x1"))},
     **{f"{m}-{role}": _TP4 for m in ("300b", "turbo-x1") for role in ("prefill", "decode")},
+    "serving": _TP8,
+    "serving-logprob": _TP8,
+    "early-stop": _EARLY_STOP,
+    "early-stop-config": _EARLY_STOP,
+    "quant-wint8": _TP8,
+    "quant-block-fp8": _FP8,
+    "minicpm4-wint4": dict(_MINICPM, quantization="wint4", max_num_seqs=128),
+    "minicpm4-bf16": dict(_MINICPM, max_num_seqs=64),
+    "splitwise-prefill": _TP4,
 }
-
-
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-    monkeypatch.setattr(
-        "fdcli_engine.entrypoints.openai.launcher.run_server",
-        lambda config, args, **kw: calls.append((config, args)),
-    )
-    return calls
+# A refused line adapted to one device (tp 1, wint8) still stops for what fd lacks: this line says so.
+ON_ONE_DEVICE = {"early-stop": _EARLY_STOP, "early-stop-config": _EARLY_STOP, "splitwise-prefill": _SCHEDULER}
 
 
 def test_every_entry_has_an_expectation():
-    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 30
+    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 39
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -164,10 +179,14 @@ def test_refused_lines_pass_on_one_device_but_for_the_prefill_decode_role(captur
     entry = ENTRIES[name]
     r = runner.invoke(app, _on_one_device(entry.argv), env=entry.env)
     role = next((entry.argv[i + 1] for i, a in enumerate(entry.argv) if a == "--splitwise-role"), None)
-    if role is None:
+    if name in ON_ONE_DEVICE:
+        assert r.exit_code == 2 and not captured and r.stderr.count("\n") == 1, r.output
+        assert r.stderr.startswith("Error: ") and ON_ONE_DEVICE[name] in r.stderr
+        assert "--router HOST:PORT" in r.stderr or role is None  # the splitwise line: use `fd router`
+    elif role is None:
         assert r.exit_code == 0, r.output
         ((config, _),) = captured
-        assert config.tensor_parallel_size == 1 and config.model.startswith("baidu/ERNIE-4.5-")
+        assert config.tensor_parallel_size == 1 and config.model.startswith(("baidu/ERNIE-4.5-", "ERNIE-4.5"))
     else:
         # fd pairs prefill and decode instances through `fd router`: the line says to add --router,
         # and with it the line starts that role.
@@ -197,33 +216,170 @@ def test_pd_line_options_keep_fastdeploy_types(captured):
     assert captured[-1][0].num_kv_blocks == 40000  # --num-gpu-blocks-override
 
 
+# A value of each compatibility option that fd accepts; the refused ones (None here) are tested below.
+_ACCEPTED: dict[str, object] = {
+    "workers": 2,
+    "controller_port": 9000,
+    "enable_mm_output": True,
+    "timeout": 30,
+    "model_config_name": "config.json",  # what fd reads: silent
+    "task": "generate",
+    "use_warmup": 0,
+    "mm_processor_kwargs": {"image_max_pixels": 1024},
+    "max_encoder_cache": 0,
+    "max_processor_cache": 0.5,
+    "enable_mm": True,
+    "load_strategy": "normal",
+    "rsync_config": {"a": 1},
+    "guided_decoding_disable_any_whitespace": "true",
+    "enable_logprob": True,
+    "logprobs_mode": "raw_logprobs",  # what fd returns: silent
+    "early_stop_config": {"window_size": 1000},
+    "lm_head_fp32": True,
+    "logits_processors": ["fastdeploy.model_executor.logits_processor:LogitBiasLogitsProcessor"],
+    "model_impl": "auto",
+    "use_cudagraph": True,
+    "graph_optimization_config": {"use_cudagraph": True},
+    "enable_custom_all_reduce": True,
+    "disable_custom_all_reduce": True,
+    "enable_flashinfer_allreduce_fusion": True,
+    "use_internode_ll_two_stage": True,
+    "disable_sequence_parallel_moe": True,
+    "gpu_memory_utilization": 0.9,
+    "local_data_parallel_id": 0,
+    "enable_eplb": True,
+    "eplb_config": {"redundant_experts_num": 0},
+    "enable_chunked_moe": True,
+    "chunked_moe_size": 256,
+    "shutdown_comm_group_if_worker_idle": False,
+    "load_choices": "default_v1",
+    "kv_cache_ratio": 0.75,
+    "prealloc_dec_block_slot_num_threshold": 12,
+    "cache_queue_port": 8183,
+    "static_decode_blocks": 2,
+    "write_policy": "write_through",
+    "engine_worker_queue_port": "8182",
+    "enable_output_caching": False,
+    "max_num_partial_prefills": 1,
+    "max_long_partial_prefills": 1,
+    "long_prefill_token_threshold": 0,
+    "disable_chunked_mm_input": True,
+    "innode_prefill_ports": "8182",
+    "rdma_comm_ports": "7671,7672",
+    "scheduler_name": "local",  # fd's one scheduler: silent
+    "enable_overlap_schedule": True,
+    **dict.fromkeys(SCHEDULER_TUNING, 1),
+    "scheduler_host": "127.0.0.1",
+    "scheduler_min_load_score": 3.0,
+}
+_SILENT = {"model_config_name", "logprobs_mode", "scheduler_name"}
+
+
 def test_each_option_without_effect_says_so_in_one_line():
     config = EngineConfig(
-        load_choices="default_v1",
-        use_cudagraph=True,
-        graph_optimization_config={"use_cudagraph": True},
-        gpu_memory_utilization=0.9,
-        kv_cache_ratio=0.75,
-        engine_worker_queue_port="8182",
-        cache_queue_port=8183,
-        innode_prefill_ports="8182",
+        **{k: v for k, v in _ACCEPTED.items() if k not in SCHEDULER_TUNING},
         swap_space=50,
         speculative_config=_MTP,
         splitwise_role="mixed",
         data_parallel_size=1,
-        enable_custom_all_reduce=True,
     ).validate()
     notes = fastdeploy_notes(config)
-    flags = [re.match(r"--[a-z-]+", n).group(0) for n in notes]
-    silent = {"--splitwise-role"}  # their no-op values
-    assert sorted(flags) == sorted(
-        "--" + f.replace("_", "-") for f in COMPAT_FIELDS if "--" + f.replace("_", "-") not in silent
-    )
+    flags = [re.match(r"--[a-z0-9-]+", n).group(0) for n in notes]
+    expected = {
+        "--" + f.replace("_", "-") for f in _ACCEPTED if f not in _SILENT and f not in SCHEDULER_TUNING
+    }
+    expected = {"--no-enable-output-caching" if f == "--enable-output-caching" else f for f in expected}
+    assert sorted(flags) == sorted(expected) and len(flags) == len(set(flags))
     assert "--use-cudagraph has no effect on CPU (there are no CUDA graphs to capture)" in notes
+    assert any("logprobs are always available in fd" in n for n in notes)
     assert not any(n.startswith("--swap-space") for n in notes)  # a real option now (kv-offload.md)
     assert all("\n" not in n for n in notes)
     no_op = EngineConfig(use_cudagraph=False, swap_space=0, splitwise_role="mixed", data_parallel_size=1)
     assert fastdeploy_notes(no_op.validate()) == []
+    assert fastdeploy_notes(EngineConfig(enable_output_caching=True).validate()) == []  # what fd does
+
+
+def test_scheduler_tuning_flags_share_one_line():
+    config = EngineConfig(**{n: _ACCEPTED[n] for n in SCHEDULER_TUNING}).validate()
+    (note,) = fastdeploy_notes(config)
+    assert note.startswith(", ".join("--" + n.replace("_", "-") for n in SCHEDULER_TUNING) + ": no effect")
+
+
+def test_every_compat_field_is_accepted_or_refused_here():
+    refused = set(_REFUSED)
+    assert set(COMPAT_FIELDS) == (set(_ACCEPTED) | refused) and not set(_ACCEPTED) & refused
+
+
+# The flags of the probe that found them missing, as FastDeploy users write them: each parses.
+@pytest.mark.parametrize(
+    "argv,note",
+    [
+        (["--enable-logprob"], "--enable-logprob has no effect: logprobs are always available in fd"),
+        (["--use-warmup", "0"], "--use-warmup has no effect"),
+        (["--workers", "4"], "--workers has no effect"),
+        (
+            ["--guided-decoding-disable-any-whitespace", "True"],
+            "--guided-decoding-disable-any-whitespace True: fd's JSON",
+        ),
+        (["--early-stop-config", '{"window_size": 1000}'], "--early-stop-config has no effect"),
+        (["--mm-processor-kwargs", '{"video_fps": 2}'], "--mm-processor-kwargs has no effect"),
+        (["--max-processor-cache", "0"], "--max-processor-cache has no effect"),
+        (["--lm_head-fp32"], "--lm-head-fp32 has no effect"),
+        (["--no-enable-output-caching"], "--no-enable-output-caching has no effect"),
+        (["--scheduler-name", "local", "--scheduler-ttl", "900"], "--scheduler-ttl: no effect"),
+    ],
+)
+def test_fastdeploy_flags_parse_and_say_they_do_nothing(captured, argv, note):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 0, r.output
+    ((config, _),) = captured
+    notes = fastdeploy_notes(config)
+    assert len(notes) == 1 and notes[0].startswith(note), notes
+
+
+_REFUSED = {
+    "tokenizer_base_url": (["--tokenizer-base-url", "http://t:8000"], "use --tokenizer PATH"),
+    "tool_parser_plugin": (["--tool-parser-plugin", "my.py"], "use --tool-call-parser"),
+    "dynamic_load_weight": (["--dynamic-load-weight"], "fd loads the weights once at start"),
+    "plas_attention_config": (["--plas-attention-config", "{}"], "fd computes full attention"),
+    "enable_keep_sampling_mask": (["--enable-keep-sampling-mask"], "fd does not return the sampling mask"),
+    "enable_early_stop": (["--enable-early-stop"], "use stop or max_tokens in the request"),
+    "enable_entropy": (["--enable-entropy"], "fd does not return the entropy of each token"),
+    "routing_replay_config": (["--routing-replay-config", "{}"], "fd does not record MoE routing"),
+    "kvcache_storage_backend": (["--kvcache-storage-backend", "file"], "--kv-offload-dir DIR"),
+}
+_BAD_VALUES = [
+    (["--scheduler-name", "global"], "--scheduler-name global is not supported:", "`fd router`"),
+    (
+        ["--logits-processors", "my.mod:Proc"],
+        "--logits-processors my.mod:Proc is not supported",
+        "logit_bias",
+    ),
+    (
+        ["--logprobs-mode", "processed_logprobs"],
+        "--logprobs-mode 'processed_logprobs' is not",
+        "raw_logprobs",
+    ),
+    (["--logprobs-mode", "x"], "--logprobs-mode 'x': use one of raw_logprobs", "raw_logits"),
+    (["--task", "embedding"], "--task 'embedding' is not supported", "--runner pooling"),
+    (["--model-impl", "x"], "--model-impl 'x': use auto", "paddleformers"),
+    (["--model-config-name", "c.json"], "--model-config-name 'c.json' is not supported", "config.json"),
+    (["--local-data-parallel-id", "1"], "--local-data-parallel-id 1 is not supported", "start one server"),
+    (["--guided-decoding-disable-any-whitespace", "maybe"], "whitespace 'maybe': use true or false", ""),
+    (["--write-policy", "write_back"], "--write-policy 'write_back': use write_through", ""),
+    (["--rdma-comm-ports", "x"], "--rdma-comm-ports must be a port", ""),
+    (["--early-stop-config", "[1]"], "--early-stop-config must be a JSON object", ""),
+]
+
+
+@pytest.mark.parametrize(
+    "argv,needle,instead", [(a, "is not supported", i) for a, i in _REFUSED.values()] + _BAD_VALUES
+)
+def test_missing_features_and_bad_values_are_refused_in_one_line(captured, argv, needle, instead):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 2 and not captured, r.output
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert needle in r.stderr and instead in r.stderr, r.stderr
 
 
 def test_the_0_3b_line_resolves_on_a_tiny_ernie(captured, tmp_path, caplog):
@@ -290,6 +446,8 @@ def test_fastdeploy_quantizations_name_the_ones_fd_has(captured, name):
 def _wrong_value(tp) -> object:
     """A YAML value the annotation `tp` does not take."""
     members = typing.get_args(tp) or (tp,)
+    if any(typing.get_origin(m) is list for m in members):  # served_model_name: a name or a list
+        return {"a": 1}
     return (
         ["a", "list"]
         if str in members or any(typing.get_origin(m) is dict or m is dict for m in members)

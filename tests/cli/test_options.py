@@ -147,3 +147,33 @@ def test_serve_stub_reports_config_file_errors(tmp_path):
 
     result = CliRunner().invoke(app, ["serve", "--config", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2 and result.stderr.startswith("Error: cannot read --config")
+
+
+def test_generation_config_flags_and_yaml_keys(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("generation-config: vllm\noverride_generation_config:\n  top_k: 1\n")
+    assert engine_config_from_cli(cfg) == {
+        "generation_config": "vllm",
+        "override_generation_config": {"top_k": 1},
+    }
+    flags = engine_config_from_cli(
+        None, generation_config="/m", override_generation_config='{"temperature": 0.5}'
+    )
+    assert flags == {"generation_config": "/m", "override_generation_config": {"temperature": 0.5}}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--override-generation-config", "{bad"], "--override-generation-config must be a JSON object"),
+        (["--override-generation-config", '{"seed": 1}'], "unknown key(s) seed; it takes temperature"),
+        (["--generation-config", "TMP/none"], "no generation_config.json there; use auto"),
+    ],
+)
+def test_serve_reports_bad_generation_config_in_one_line(tmp_path, args, message):
+    from fdcli.main import app
+
+    args = [a.replace("TMP", str(tmp_path)) for a in args]
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path), *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1 and message in result.stderr and "Traceback" not in result.output

@@ -70,10 +70,31 @@ def test_logprobs_decoded(tok):
     op = OutputProcessor(tok)
     op.add_request("r", None, [1], SamplingParams(logprobs=1))
     t = tok.encode("Hi", add_special_tokens=False)[0]
-    [res], _ = op.process_outputs([EngineCoreOutput("r", [t], new_logprobs=[[(t, -0.5), (7, -1.0)]])])
+    [res], _ = op.process_outputs([EngineCoreOutput("r", [t], new_logprobs=[[(t, -0.5, 2), (7, -1.0, 1)]])])
     [entry] = res.outputs[0].logprobs
     assert list(entry) == [t, 7]
     assert entry[t].logprob == -0.5 and entry[t].decoded == "Hi"
+    assert entry[t].rank == 2 and entry[7].rank == 1  # the core's ranks, as vLLM's Logprob.rank
+
+
+def test_cumulative_logprob_sums_the_sampled_tokens(tok):
+    """vLLM's CompletionOutput.cumulative_logprob: the running sum of the sampled tokens' logprobs in
+    every output kind (a DELTA output too); None when logprobs were not asked for."""
+    from fdcli_engine.sampling_params import RequestOutputKind
+
+    for kind in RequestOutputKind:
+        op = OutputProcessor(tok)
+        op.add_request("r", None, [1], SamplingParams(logprobs=1, output_kind=kind))
+        sums = []
+        for i, (t, lp) in enumerate(((5, -0.5), (6, -1.25))):
+            done = "length" if i == 1 else None
+            core = EngineCoreOutput("r", [t], new_logprobs=[[(t, lp, 3), (9, -0.1, 1)]], finish_reason=done)
+            sums += [r.outputs[0].cumulative_logprob for r in op.process_outputs([core])[0]]
+        assert sums[-1] == pytest.approx(-1.75)
+        if kind is not RequestOutputKind.FINAL_ONLY:
+            assert sums == pytest.approx([-0.5, -1.75])
+    outs, _ = feed(tok, "one two", SamplingParams())
+    assert outs[-1].outputs[0].cumulative_logprob is None
 
 
 def test_output_kinds_carry_the_same_text(tok):
@@ -99,7 +120,9 @@ def test_delta_logprobs_are_the_new_tokens_only(tok):
     op = OutputProcessor(tok)
     op.add_request("r", None, [1], SamplingParams(logprobs=1, output_kind=RequestOutputKind.DELTA))
     for t in (5, 6):
-        [res], _ = op.process_outputs([EngineCoreOutput("r", [t], new_logprobs=[[(t, -0.5), (7, -1.0)]])])
+        [res], _ = op.process_outputs(
+            [EngineCoreOutput("r", [t], new_logprobs=[[(t, -0.5, 2), (7, -1.0, 1)]])]
+        )
         assert [list(e) for e in res.outputs[0].logprobs] == [[t, 7]]
 
 

@@ -43,3 +43,11 @@ def test_each_rule_names_its_field(ids, kw, param, needle):
 
 def test_an_unknown_vocabulary_is_not_checked():
     assert check_request([10**6], None, max_model_len=10, vocab_size=0) == 9
+
+
+def test_default_max_tokens_fills_an_absent_one_within_the_room():
+    # vLLM's get_max_tokens: the request's own value, else the default, capped by the context's room.
+    assert check_request([1, 2, 3], None, max_model_len=100, default_max_tokens=5) == 5
+    assert check_request([1, 2, 3], 40, max_model_len=100, default_max_tokens=5) == 40  # explicit wins
+    assert check_request([1, 2, 3], None, max_model_len=10, default_max_tokens=50) == 7  # no error
+    assert check_request([1], 9, max_model_len=10, default_max_tokens=2, pooling=True) is None

@@ -127,9 +127,24 @@ def test_logprobs_are_raw_and_sorted():
     [entry] = lps
     assert entry[0][0] == toks[0]
     assert entry[0][1] == pytest.approx(float(ref[toks[0]]), abs=1e-6)
-    top = [t for t, _ in entry[1:]]
+    top = [t for t, _, _ in entry[1:]]
     assert top == list(np.argsort(-ref)[:3])
-    assert [v for _, v in entry[1:]] == pytest.approx([float(ref[t]) for t in top], abs=1e-6)
+    assert [v for _, v, _ in entry[1:]] == pytest.approx([float(ref[t]) for t in top], abs=1e-6)
+    assert [r for _, _, r in entry[1:]] == [1, 2, 3]  # vLLM's ranks of the top-k
+
+
+def test_sampled_token_rank_counts_the_more_likely_tokens():
+    """The sampled token's rank is 1 + the tokens with a higher logprob (vLLM's), also when sampling
+    picked an unlikely one: here the logit_bias forces the least likely token."""
+    logits = rand_logits(1, seed=5)
+    worst = int(np.argmin(logits[0]))
+    params = SamplingParams(temperature=0, logprobs=0, logit_bias={worst: 100})
+    toks, [entry] = Sampler().sample(logits.copy(), [sreq("a", params)])
+    assert toks == [worst] and len(entry) == 1
+    assert entry[0][2] == logits.shape[1]  # every other token is more likely by the raw logits
+    params = SamplingParams(temperature=0, logprobs=0)
+    toks, [entry] = Sampler().sample(logits.copy(), [sreq("b", params)])
+    assert entry[0][2] == 1
 
 
 def test_filtered_sampling_frequencies(sampling_class):

@@ -1,4 +1,4 @@
-"""`fd run-batch` with /v1/embeddings and /v1/chat/reward lines: the same serving layer as `fd serve`,
+"""`fd run-batch` with /v1/embeddings, /pooling and /v1/chat/reward lines: the same serving layer as `fd serve`,
 so the embeddings equal the sentence-transformers computation and a wrong-runner line is a 400 record."""
 
 from __future__ import annotations
@@ -52,13 +52,17 @@ def test_embeddings_lines_and_wrong_route(tmp_path):
         [
             line("e", "/v1/embeddings", {"input": texts}),
             line("r", "/v1/chat/reward", {"messages": [{"role": "user", "content": "hi"}]}),
+            line("p", "/pooling", {"input": texts}),
         ],
     )
-    assert set(recs) == {"e", "r"}, proc.stderr.decode()[-2000:]
+    assert set(recs) == {"e", "r", "p"}, proc.stderr.decode()[-2000:]
     body = recs["e"]["response"]["body"]
     got = np.array([d["embedding"] for d in body["data"]])
     ref = st_reference(texts)
     assert ((got * ref).sum(axis=1) >= 0.99999).all()
+    pooled = recs["p"]["response"]["body"]["data"]  # vLLM's /pooling: the same vectors, its shape
+    assert [d["object"] for d in pooled] == ["pooling", "pooling"]
+    assert [d["data"] for d in pooled] == [d["embedding"] for d in body["data"]]
     assert recs["r"]["response"]["status_code"] == 400
     assert "/v1/embeddings" in recs["r"]["response"]["body"]["error"]["message"]
 

@@ -135,6 +135,27 @@ def test_bad_requests_on_embedding_server(minilm, path, body, status, param, nee
         assert err["param"] == param
 
 
+def test_pooling_route_answers_the_embeddings_in_vllms_shape(minilm):
+    texts = SENTENCES[:3]
+    with minilm.http() as c:
+        r = c.post("/pooling", json={"model": "minilm", "input": texts})
+        bad = c.post("/pooling", json={"model": "minilm", "input": "hi", "task": "token_embed"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and body["model"] == "minilm" and body["id"].startswith("pool-")
+    assert [(d["index"], d["object"]) for d in body["data"]] == [
+        (0, "pooling"),
+        (1, "pooling"),
+        (2, "pooling"),
+    ]
+    got = np.array([d["data"] for d in body["data"]])
+    np.testing.assert_array_equal(got, _vectors(_embed(minilm, input=texts)))
+    ref = st_reference(texts)
+    assert ((got * ref).sum(axis=1) >= 0.99999).all()
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "task", bad.text
+
+
 # ---- reward ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def reward_server(pooling_checkpoint, tmp_path_factory):
@@ -220,6 +241,9 @@ def test_pooling_routes_on_generate_server_are_400(server):
         ):
             r = c.post(path, json=body)
             assert r.status_code == 400 and "needs a pooling model" in r.json()["error"]["message"], r.text
+        r = c.post("/pooling", json={"input": "hi"})  # vLLM's answer on a generate model
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["message"].startswith("The model does not support Pooling API")
 
 
 # ---- a converted causal LM, CLI flags end to end ------------------------------------------------------

@@ -13,9 +13,14 @@ import pytest
 
 from fdcli_engine.config import EngineConfig, default_embedding_model_path
 from fdcli_engine.entrypoints.openai.errors import APIError
-from fdcli_engine.entrypoints.openai.protocol_pooling import ChatRewardRequest, EmbeddingRequest
+from fdcli_engine.entrypoints.openai.protocol_pooling import (
+    ChatRewardRequest,
+    EmbeddingRequest,
+    PoolingRequest,
+)
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding, truncate_ids
+from fdcli_engine.entrypoints.openai.serving_pooling import OpenAIServingPooling
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.pooling.config import resolve_runner
 from fdcli_engine.pooling_params import PoolingParams
@@ -170,3 +175,44 @@ def test_request_chat_template_needs_the_server_flag():
     out = asyncio.run(trusted.create_reward(req))
     ids = reward.engine.tokenizer.encode("hello world", add_special_tokens=False)
     assert reward.engine.calls[-1] == ids and out.usage.prompt_tokens == len(ids)
+
+
+# ---- /pooling (vLLM's generic route: the embeddings path in vLLM's shape) ------------------------------
+def pool(engine, **body):
+    return asyncio.run(OpenAIServingPooling(engine, ["m"]).create_pooling(PoolingRequest(**body)))
+
+
+def test_pooling_is_the_embeddings_path_in_vllms_shape():
+    eng = ScriptedEngine()
+    for body in ({"input": ["hello world", "hi"]}, {"input": [5, 6, 7], "encoding_format": "base64"}):
+        want = embed(eng, **body)
+        got = pool(eng, **body)
+        assert got.object == "list" and got.id.startswith("pool-") and got.model == "m"
+        assert [(d.index, d.object) for d in got.data] == [(i, "pooling") for i in range(len(want.data))]
+        assert [d.data for d in got.data] == [d.embedding for d in want.data]
+        assert got.usage == want.usage
+    assert pool(eng, input="hi", task="embed").data[0].data == embed(eng, input="hi").data[0].embedding
+
+
+@pytest.mark.parametrize(
+    ("arch", "config", "served", "other"),
+    [
+        ("BertModel", {}, "embed", "token_embed"),
+        ("BertModel", {"pooler_config": {"pooling_type": "ALL"}}, "token_embed", "embed"),
+        ("Qwen2ForRewardModel", {}, "token_classify", "classify"),
+    ],
+)
+def test_pooling_task_may_only_name_what_the_pooler_computes(arch, config, served, other):
+    eng = ScriptedEngine(arch, **config)
+    assert pool(eng, input="hi", task=served).data[0].index == 0
+    with pytest.raises(APIError) as e:
+        pool(eng, input="hi", task=other)
+    assert e.value.status == 400 and e.value.param == "task"
+    assert f"its pooler gives {served}" in e.value.message and "--pooler-config" in e.value.message
+
+
+def test_pooling_on_a_generative_model_is_vllms_400():
+    with pytest.raises(APIError) as e:
+        pool(ScriptedEngine("LlamaForCausalLM"), input="x")
+    assert e.value.status == 400 and e.value.param == "model"
+    assert e.value.message.startswith("The model does not support Pooling API")

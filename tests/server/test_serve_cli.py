@@ -10,18 +10,6 @@ from fdcli.main import app
 runner = CliRunner()
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    calls = []
-
-    def fake_run_server(config, args, **kw):
-        calls.append((config, args))
-        return 0
-
-    monkeypatch.setattr("fdcli_engine.entrypoints.openai.launcher.run_server", fake_run_server)
-    return calls
-
-
 def test_yaml_holds_engine_and_server_options_and_flags_win(captured, tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text(
@@ -57,6 +45,23 @@ def test_api_keys_repeatable_or_from_environment(captured):
     r = runner.invoke(app, ["serve"], env={"FD_API_KEY": "secret"})
     assert r.exit_code == 0, r.output
     assert captured[-1][1].api_keys == ["secret"]
+
+
+def test_empty_api_key_means_no_key_as_in_vllm(captured, tmp_path):
+    """--api-key "" asks for no key (vLLM's rule), as FD_API_KEY="" does; it is said, never a key no
+    client can send (every request would be a 401)."""
+    r = runner.invoke(app, ["serve", "--api-key", ""])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].api_keys == []
+    assert r.stderr.count("\n") == 1 and "requires no API key" in r.stderr
+    r = runner.invoke(app, ["serve"], env={"FD_API_KEY": ""})
+    assert r.exit_code == 0 and captured[-1][1].api_keys == [] and r.stderr == ""
+    r = runner.invoke(app, ["serve", "--api-key", "", "--api-key", "k"])
+    assert captured[-1][1].api_keys == ["k"] and "empty --api-key is skipped" in r.stderr
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text('api-key: ""\n')
+    r = runner.invoke(app, ["serve", "--config", str(cfg)])
+    assert r.exit_code == 0 and captured[-1][1].api_keys == [], r.output
 
 
 def test_api_key_file_adds_its_keys(captured, tmp_path, monkeypatch):
@@ -163,3 +168,29 @@ def test_non_positive_framing_limit_is_a_usage_error(captured, flag):
     r = runner.invoke(app, ["serve", flag, "0"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and f"{flag} must be positive" in r.stderr
     assert not captured
+
+
+def test_return_tokens_as_token_ids_flag_and_yaml(captured, tmp_path):
+    """vLLM's --return-tokens-as-token-ids: the serving layer's default for every request."""
+    assert runner.invoke(app, ["serve"]).exit_code == 0
+    assert captured[-1][1].serving.return_tokens_as_token_ids is False
+    r = runner.invoke(app, ["serve", "--return-tokens-as-token-ids"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].serving.return_tokens_as_token_ids is True
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("return-tokens-as-token-ids: true\n")
+    assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
+    assert captured[-1][1].serving.return_tokens_as_token_ids is True
+
+
+def test_response_role_flag_and_yaml(captured, tmp_path):
+    """vLLM's --response-role (shared with fd run-batch): the role of a new turn's answer."""
+    assert runner.invoke(app, ["serve"]).exit_code == 0
+    assert captured[-1][1].serving.response_role == "assistant"
+    r = runner.invoke(app, ["serve", "--response-role", "bot"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][1].serving.response_role == "bot"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("response-role: helper\n")
+    assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
+    assert captured[-1][1].serving.response_role == "helper"

@@ -90,6 +90,17 @@ def test_named_tool_returns_its_call(smol):
     assert streamed.message.tool_calls[0].function.arguments == whole.message.tool_calls[0].function.arguments
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "ping"}}])
+def test_a_function_without_parameters_is_called_with_no_arguments(smol, choice):
+    """No `parameters` = no arguments (OpenAI's empty parameter list): the grammar allows only {}."""
+    ping = [{"type": "function", "function": {"name": "ping", "description": "Check the service"}}]
+    kw = dict(
+        model=MODEL, messages=USER, tools=ping, tool_choice=choice, max_tokens=60, temperature=1, seed=5
+    )
+    calls = smol.client().chat.completions.create(**kw).choices[0].message.tool_calls
+    assert calls and {(c.function.name, c.function.arguments) for c in calls} == {("ping", "{}")}
+
+
 def test_auto_returns_content_or_well_formed_calls(smol):
     client = smol.client()
     for temperature in (0, 1):

@@ -367,6 +367,35 @@ def test_responses_api_text_format_json_schema(app):
     assert e.value.body["param"] == "text.format"
 
 
+def test_responses_api_echoes_the_applied_text_format_and_ignores_none_of_it(tokenizer):
+    """OpenAI repeats the request's text.format in the response; fd applies name, schema, strict and
+    description, so none of them is named in fd-ignored-fields (nor refused when strict)."""
+    client, _, _ = scripted_client(tokenizer, ['{"a": 1}'], strict_request_fields=True)
+    fmt = {"type": "json_schema", "name": "x", "description": "an a", "schema": SCHEMA, "strict": True}
+    raw = client.responses.with_raw_response.create(model="fake", input="hi", text={"format": fmt})
+    assert "fd-ignored-fields" not in raw.headers
+    r = raw.parse()
+    assert r.text.format.model_dump(by_alias=True, exclude_none=True) == fmt
+    assert r.text.format.schema_ == SCHEMA
+    events = list(client.responses.create(model="fake", input="hi", text={"format": fmt}, stream=True))
+    assert {e.type: e.response.text.format.name for e in events if hasattr(e, "response")} == {
+        "response.created": "x",
+        "response.in_progress": "x",
+        "response.completed": "x",
+    }
+    for other in ({"type": "json_object"}, {"type": "text"}):
+        assert (
+            client.responses.create(model="fake", input="hi", text={"format": other}).text.format.type
+            == (other["type"])
+        )
+    assert client.responses.create(model="fake", input="hi").text.format.type == "text"
+    loose, http, _ = scripted_client(tokenizer, ['{"a": 1}'])
+    body = {"model": "fake", "input": "hi", "text": {"format": {**fmt, "frobnicate": 1}}}
+    r = http.post("/v1/responses", json=body)
+    assert r.headers["fd-ignored-fields"] == "text.format.frobnicate"
+    assert r.json()["text"]["format"] == fmt
+
+
 def test_sdk_structured_requests_pass_strict_request_fields(tokenizer):
     # Every key the SDK and vLLM clients send is a declared field: nothing is "unknown".
     from pydantic import BaseModel

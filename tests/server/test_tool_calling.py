@@ -189,6 +189,24 @@ def test_named_grammar_schema_is_the_functions_parameters(tokenizer):
     assert _forced_schema(tokenizer, tool_choice=named) == WEATHER_PARAMS
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "ping"}}])
+def test_a_function_without_parameters_takes_the_empty_object(tokenizer, choice):
+    """OpenAI: leaving out `parameters` defines a function with an empty parameter list; vLLM constrains
+    its arguments to {}. The grammar closes the object (close_objects), so no invented keys fit."""
+    from fdcli_engine.structured_output.json_schema import close_objects
+
+    client, _, engine = scripted_client(tokenizer, ["[]"])
+    ping = [{"type": "function", "function": {"name": "ping", "description": "Is it up?"}}]
+    client.chat.completions.create(model="fake", messages=USER, tools=ping, tool_choice=choice)
+    schema = close_objects(json.loads(engine.calls[0][2].structured_outputs.json))
+    ok, invented = {}, {"helpString": "x"}
+    if choice == "required":
+        ok, invented = [{"name": "ping", "parameters": ok}], [{"name": "ping", "parameters": invented}]
+    jsonschema.validate(ok, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(invented, schema)
+
+
 def test_auto_and_none_send_no_grammar(tokenizer):
     for choice in ("auto", "none"):
         req = ChatCompletionRequest(messages=USER, tools=TOOLS, tool_choice=choice)

@@ -112,6 +112,15 @@ def test_bad_constraints_are_refused(backend, so, message):
     assert exc.value.param == "structured_outputs"
 
 
+def test_a_refusal_inside_the_compile_is_not_wrapped_twice(backend):
+    """InvalidRequestError is a ValueError too (errors.py): the compile's own `except ValueError` must
+    pass it through as it is, not prefix it again."""
+    with pytest.raises(InvalidRequestError) as exc:
+        backend.compile(SO(grammar='start: "a" start'))
+    assert str(exc.value).startswith("invalid grammar: it matches no string")
+    assert str(exc.value).count("invalid grammar") == 1
+
+
 def test_deep_schema_is_a_bounded_error(backend):
     deep: dict = {"type": "string"}
     for _ in range(10_000):

@@ -31,6 +31,11 @@ class ServerArgs:
     timeout_request_body: float = 120.0
     max_connections: int = 2048
     timeout_keep_alive: float = 5.0
+    # vLLM's server flags: the ASGI root_path behind a path-prefix proxy; an X-Request-Id header on every
+    # response (request_id_header.py); the uvicorn access log fd never writes (the flag says so).
+    root_path: str = ""
+    enable_request_id_headers: bool = False
+    disable_uvicorn_access_log: bool = False
     serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
     # CORS (vLLM's options): None sends no CORS headers at all; the others apply once origins are given.
     allowed_origins: list[str] | None = None

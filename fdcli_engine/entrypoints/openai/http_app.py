@@ -31,7 +31,7 @@ from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_se
 from fdcli_engine.entrypoints.openai.validation import validation_error
 
 logger = logging.getLogger("fd.serve")
-OPEN_PATHS = {"/health", "/ping"}  # liveness probes need no key
+OPEN_PATHS = {"/health", "/ping"}  # the probes need no key
 _ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 503)}
 # What /openapi.json says beyond the models: a route that may stream answers 200 with either JSON or
 # server-sent events; the probes answer an empty 200 or an error object.
@@ -45,7 +45,7 @@ _AUTH = {401: {"model": ErrorResponse}}
 _METRICS = {
     200: {"description": "Prometheus' text format", "content": {"text/plain": {"schema": {"type": "string"}}}}
 }
-_PROBE = {200: {"description": "Alive (empty body)", "content": {}}, 503: {"model": ErrorResponse}}
+_PROBE = {200: {"description": "Serving (empty body)", "content": {}}, 503: {"model": ErrorResponse}}
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -209,6 +209,10 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
     _add_cors(app, args)  # after the guard, so outside it: a preflight never meets the key check
+    if args.enable_request_id_headers:  # outermost: every answer gets it, the guard's and CORS' too
+        from fdcli_engine.entrypoints.openai.request_id_header import RequestIdHeader
+
+        app.add_middleware(RequestIdHeader)
     _add_error_handlers(app)
     for url, route in ROUTES.items():
         responses = _ERRORS if route.response_model is not None else {**_ERRORS, **_STREAMED}
@@ -327,18 +331,20 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
 
     @app.get("/health", response_class=Response, responses=_PROBE)
     async def health():
-        """200 while serving; 503 once no engine core serves. With data parallelism a dead rank while
-        others serve is "degraded": still 200 (the server answers requests, so a probe must not take
-        it out), with a body naming each dead rank and why (fd:data_parallel_rank_alive says it too)."""
-        if engine.is_dead:
-            raise APIError(f"the engine is not running: {engine.dead_reason}", 503)
+        """200 once the engine serves; 503 while it still loads the model (like vLLM, whose server only
+        answers once its engine is ready, so `until curl -sf /health` scripts and readiness probes wait)
+        and once no engine core serves. With data parallelism a dead rank while others serve is
+        "degraded": still 200 (the server answers requests, so a probe must not take it out), with a
+        body naming each dead rank and why (fd:data_parallel_rank_alive says it too)."""
+        ctx.require_ready()
         dead = getattr(engine, "dead_ranks", None)
         if dead:
             ranks = [{"rank": r, "reason": why} for r, why in sorted(dead.items())]
             return JSONResponse({"status": "degraded", "dead_ranks": ranks}, status_code=200)
         return Response(status_code=200)
 
-    @app.get("/ping", response_class=Response, responses=_PROBE)
+    # vLLM answers /ping (SageMaker's probe) on GET and POST alike.
+    @app.api_route("/ping", methods=["GET", "POST"], response_class=Response, responses=_PROBE)
     async def ping():
         return await health()
 

@@ -122,6 +122,10 @@ async def serve_async(
         f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url}"
         f"{_speculation(engine.config)} — engine loading"
     )
+    if args.disable_uvicorn_access_log:
+        from fdcli_engine.vllm_compat import ACCESS_LOG_NOTE
+
+        logger.warning(ACCESS_LOG_NOTE)
     if metrics_sock is not None:
         _say(f"fd serve: /metrics also on http://{args.host}:{args.metrics_port}/metrics (no API key)")
     asyncio.get_running_loop().create_task(_announce_ready(engine, url))
@@ -185,7 +189,8 @@ def uvicorn_config(app, args: ServerArgs, protocol: type | None = None) -> uvico
         ws="none",
         log_level=args.uvicorn_log_level,
         timeout_graceful_shutdown=5,
-        access_log=False,
+        access_log=False,  # always: --disable-uvicorn-access-log says so (vllm_compat.ACCESS_LOG_NOTE)
+        root_path=args.root_path,
         lifespan="off",
     )
 

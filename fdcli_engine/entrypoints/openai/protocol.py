@@ -91,6 +91,8 @@ class _SamplingFields(_Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     return_token_ids: bool = False
+    # vLLM's: logprobs name each token "token_id:N"; None: the server's --return-tokens-as-token-ids
+    return_tokens_as_token_ids: bool | None = None
     bad_words: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
         default=None, max_length=MAX_BAD_WORDS
     )
@@ -275,6 +277,7 @@ class TokenizeRequest(_Request):
     tools: list[ChatTool] | None = Field(default=None, max_length=128)  # rendered with messages
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool | None = False  # vLLM's: also each token's vocabulary string
 
 
 class DetokenizeRequest(_Request):
@@ -431,6 +434,7 @@ class TokenizeResponse(BaseModel):
     count: int
     max_model_len: int
     tokens: list[int]
+    token_strs: list[str] | None = None  # with return_token_strs (vLLM's): the vocabulary strings
 
 
 class DetokenizeResponse(BaseModel):

@@ -1,4 +1,5 @@
-"""Request and response models of the pooling routes: /v1/embeddings and /v1/chat/reward (/v1/reward).
+"""Request and response models of the pooling routes: /v1/embeddings, /v1/chat/reward (/v1/reward) and
+vLLM's generic /pooling.
 
 One EmbeddingRequest model covers OpenAI's EmbeddingCompletionRequest form (`input`) and vLLM's
 EmbeddingChatRequest form (`messages`); the serving layer insists on exactly one of them.
@@ -60,6 +61,17 @@ class EmbeddingRequest(_ChatFields):
     request_id: str | None = Field(default=None, max_length=256)
 
 
+# vLLM's PoolingTask names of what a pooler computes: one vector (embed, classify) or one per token.
+PoolingTask = Literal["embed", "classify", "token_embed", "token_classify"]
+
+
+class PoolingRequest(EmbeddingRequest):
+    """vLLM's /pooling body: the embeddings request (either form) plus `task`. fd's pooler is fixed per
+    model at start (--pooler-config), so `task` may only be omitted or name what it computes."""
+
+    task: PoolingTask | None = None
+
+
 class ChatRewardRequest(_ChatFields):
     model: str | None = Field(default=None, max_length=512)
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
@@ -101,4 +113,20 @@ class RewardResponse(BaseModel):
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
     data: list[RewardData]
+    usage: PoolingUsage
+
+
+class PoolingData(BaseModel):
+    index: int
+    object: Literal["pooling"] = "pooling"
+    # The pooler's output: one vector, one row per token / step tag, or base64 of its float32 bytes.
+    data: list[float] | list[list[float]] | str
+
+
+class PoolingResponse(BaseModel):
+    id: str
+    object: Literal["list"] = "list"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    data: list[PoolingData]
     usage: PoolingUsage

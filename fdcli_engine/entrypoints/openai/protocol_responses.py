@@ -13,7 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fdcli_engine.entrypoints.openai.protocol import MAX_MESSAGES, MAX_STR, MAX_TOKENS_LIMIT, _Strict
+from fdcli_engine.entrypoints.openai.protocol import (
+    MAX_MESSAGES,
+    MAX_STR,
+    MAX_TOKENS_LIMIT,
+    JsonSchemaFormat,
+    _Strict,
+)
 
 
 class InputContentPart(BaseModel):
@@ -38,9 +44,15 @@ class InputItem(BaseModel):
     ) = None
 
 
-class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class TextFormat(JsonSchemaFormat):
+    """text.format: text, json_object, or json_schema with the chat's json_schema keys (name,
+    description, schema, strict) flat beside `type`; other keys are extras (ignored, and said so)."""
+
     type: str = Field(default="text", max_length=64)
+
+    def echo(self) -> dict:
+        """The format as the response object repeats it (OpenAI's shape): the keys fd applies."""
+        return self.model_dump(by_alias=True, exclude_none=True, exclude=set(self.model_extra or {}))
 
 
 class TextConfig(BaseModel):

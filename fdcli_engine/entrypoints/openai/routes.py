@@ -24,6 +24,8 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     ChatRewardRequest,
     EmbeddingRequest,
     EmbeddingResponse,
+    PoolingRequest,
+    PoolingResponse,
     RewardResponse,
 )
 from fdcli_engine.entrypoints.openai.protocol_responses import ResponsesRequest
@@ -73,6 +75,9 @@ ROUTES: dict[str, Route] = {
         EmbeddingRequest,
         lambda s, req: s.embedding.create_embedding(req),
         EmbeddingResponse,
+    ),
+    "/pooling": Route(
+        "create_pooling", PoolingRequest, lambda s, req: s.pooling.create_pooling(req), PoolingResponse
     ),
     "/v1/chat/reward": Route(
         "create_chat_reward", ChatRewardRequest, lambda s, req: s.reward.create_reward(req), RewardResponse

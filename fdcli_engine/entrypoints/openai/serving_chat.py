@@ -16,6 +16,7 @@ from fdcli_engine.entrypoints.openai.chat_images import (
 )
 from fdcli_engine.entrypoints.openai.echo_logprobs import (
     check_logit_bias_vocab,
+    check_logprob_limits,
     check_prompt_logprobs,
     prompt_logprobs_out,
 )
@@ -49,6 +50,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    tokens_as_ids,
     truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.serving_tools import (
@@ -59,7 +61,8 @@ from fdcli_engine.entrypoints.openai.serving_tools import (
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
-from fdcli_engine.tokenizer.chat_template import RenderLimitError, template_takes_tools
+from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.tokenizer.chat_render import render_chat
 
 
 def messages_to_dicts(messages) -> list[dict]:
@@ -144,8 +147,12 @@ class OpenAIServingChat:
         tool_parser_cls=None,
         structured_outputs: StructuredOutputs | None = None,
         images: ImageInputs | None = None,
+        tokens_as_ids: bool = False,
+        response_role: str = "assistant",
     ):
         self.engine = engine
+        self.response_role = response_role  # vLLM's --response-role (fd run-batch): see role_of
+        self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
         # Image parts: the media policy, the per-request limit and the model's processor.
         self.images = images or ImageInputs(engine)
         # The grammar checks, shared with completions when build_serving passes them.
@@ -155,6 +162,11 @@ class OpenAIServingChat:
         self.reasoning_parser_cls = reasoning_parser_cls
         self.allow_request_chat_template = allow_request_chat_template
         self.tool_parser_cls = tool_parser_cls
+
+    def role_of(self, req: ChatCompletionRequest) -> str:
+        """The role of the answer's message, as vLLM decides it: --response-role when the prompt asks
+        for a new turn (add_generation_prompt), else the role of the last message, which it continues."""
+        return req.messages[-1].role if req.messages and not req.add_generation_prompt else self.response_role
 
     def _check_unsupported(self, req: ChatCompletionRequest) -> None:
         check_prompt_logprobs(req)
@@ -177,55 +189,34 @@ class OpenAIServingChat:
             )
 
     def render(self, req: ChatCompletionRequest, tool_parser=None) -> tuple[str, list[int]]:
-        """The prompt text and ids the template produces for these messages."""
+        """The prompt text and ids the template produces for these messages (tokenizer/chat_render.py:
+        the rule the offline LLM.chat follows too)."""
         tok = self.engine.tokenizer
         kwargs = dict(req.chat_template_kwargs or {})
-        reserved_names = ("messages", "add_generation_prompt", "continue_final_message", "chat_template")
-        # The server sets the special tokens from the tokenizer: a request may not swap them.
-        server_set = ("bos_token", "eos_token")
-        for reserved in (*reserved_names, "tokenize", "tools", *server_set):
-            if reserved in kwargs:
-                hint = ": send them in the request's tools field" if reserved == "tools" else ""
-                hint = ": the server sets it from the model's tokenizer" if reserved in server_set else hint
-                raise bad_request(
-                    f"chat_template_kwargs may not set {reserved!r}{hint}", "chat_template_kwargs"
-                )
-        if req.continue_final_message and req.add_generation_prompt:  # vLLM's check and wording
-            raise bad_request(
-                "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                "continue_final_message",
-            )
         if req.documents is not None:  # vLLM's RAG documents: a template variable
             kwargs["documents"] = req.documents
-        messages = messages_to_dicts(req.messages)
-        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-        # --- tools: a template without a `tools` variable gets them in the system prompt ---
-        template = req.chat_template or self.chat_template or getattr(tok, "chat_template", None)
-        if tools and template and not template_takes_tools(template):
-            if tool_parser is None and req.tool_choice in (None, "auto") and self.tool_parser_cls:
-                tool_parser = self.tool_parser_cls()  # /tokenize: count what a chat request renders
-            messages, tools = tools_in_system_prompt(messages, tools, tool_parser), None
-        # --- end tools ---
+
+        def tools_to_system(messages: list[dict], tools: list[dict]) -> list[dict]:
+            parser = tool_parser
+            if parser is None and req.tool_choice in (None, "auto") and self.tool_parser_cls:
+                parser = self.tool_parser_cls()  # /tokenize: count what a chat request renders
+            return tools_in_system_prompt(messages, tools, parser)
+
         try:
-            rendered = tok.apply_chat_template(
-                messages,
+            rendered, ids = render_chat(
+                tok,
+                messages_to_dicts(req.messages),
                 add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message,
                 chat_template=req.chat_template or self.chat_template,
-                **({"tools": tools} if tools else {}),
-                **kwargs,
+                chat_template_kwargs=kwargs,
+                tools=[t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None,
+                tools_to_system=tools_to_system,
             )
-        except RenderLimitError as e:
-            raise bad_request(str(e), "chat_template") from None
-        except Exception as e:
-            if hasattr(e, "status"):
-                raise
-            raise bad_request(f"the chat template failed on these messages: {e}", "messages") from None
-        if isinstance(rendered, list):
-            if not req.continue_final_message:
-                return tok.decode(rendered), list(rendered)
-            rendered = tok.decode(rendered)
-        if req.continue_final_message:
-            rendered = _open_final_message(rendered, _text_of(messages[-1]["content"]))
+        except InvalidRequestError as e:
+            raise bad_request(str(e), e.param) from None
+        if ids is not None:
+            return rendered, ids
         # The template writes the special tokens (BOS, role markers) itself; vLLM's add_special_tokens
         # (chat requests only) adds the tokenizer's own as well.
         return rendered, encode(tok, rendered, add_special_tokens=req.add_special_tokens)
@@ -276,10 +267,12 @@ class OpenAIServingChat:
         param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
         max_tokens = check_prompt(prompt_ids, limit, self.engine.model_config, param, "messages")
         logprobs = (req.top_logprobs or 0) if req.logprobs else None
+        defaults = self.engine.model_config.default_sampling_params
         params = build_params(
-            req, self.engine.tokenizer, max_tokens, logprobs, prompt_logprobs=req.prompt_logprobs
+            req, self.engine.tokenizer, max_tokens, logprobs, defaults, prompt_logprobs=req.prompt_logprobs
         )
         check_logit_bias_vocab(params, self.engine.model_config)
+        check_logprob_limits(params, self.engine.model_config, chat=True)
         start_after = self._constraint_start(prompt, req.chat_template)
         params.structured_outputs = await self.structured_outputs.params_for(req, start_after)
         if tool_constraint is not None:  # tools: the forced tool choice's grammar
@@ -313,12 +306,13 @@ class OpenAIServingChat:
             self.reasoning_parser_cls, tool_parser, parallel_tool_calls=req.parallel_tool_calls is not False
         )
 
-    def _logprobs(self, entries, token_ids, num_top: int) -> ChatLogprobs:
+    def _logprobs(self, req, entries, token_ids) -> ChatLogprobs:
         """OpenAI's chat logprobs: exactly `num_top` alternatives per position, best first. The engine's
         entry is the sampled token followed by the top k, so it holds k + 1 tokens when the sampled one
         is not among the top k: that one stays in `logprob` and is not an alternative."""
-        content = []
-        for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids):
+        content, num_top = [], req.top_logprobs or 0
+        as_ids = tokens_as_ids(req, self.tokens_as_ids)
+        for text, logprob, tops in logprob_rows(self.engine.tokenizer, entries, token_ids, as_ids):
             best = sorted(tops, key=lambda t: -t[1])[:num_top]
             content.append(
                 ChatTokenLogprob(
@@ -341,8 +335,9 @@ class OpenAIServingChat:
             split = self._splitter(req, tool_parser).split(comp.text)
             lps = None
             if req.logprobs and comp.logprobs is not None:
-                lps = self._logprobs(comp.logprobs, comp.token_ids, req.top_logprobs or 0)
+                lps = self._logprobs(req, comp.logprobs, comp.token_ids)
             message = ChatResponseMessage(
+                role=self.role_of(req),
                 content=split.content,
                 reasoning_content=split.reasoning,
                 tool_calls=split.tool_calls or None,
@@ -391,7 +386,7 @@ class OpenAIServingChat:
                     # OpenAI opens every choice with a role-only delta; sent with the choice's first
                     # output, after prefill (as vLLM), so clients measure time to first token honestly.
                     generated[job.index] = 0
-                    role = chat_delta(role="assistant", content="")
+                    role = chat_delta(role=self.role_of(req), content="")
                     yield writer.chunk([chat_choice(job.index, role)], usage_of(job.index))
                 comp = out.outputs[0]
                 new_ids = list(comp.delta_token_ids)
@@ -404,7 +399,7 @@ class OpenAIServingChat:
                     call_parts = split.call_deltas
                 lps = None
                 if req.logprobs and comp.logprobs is not None and new_ids:
-                    lps = self._logprobs(comp.logprobs, new_ids, req.top_logprobs or 0)
+                    lps = self._logprobs(req, comp.logprobs, new_ids)
                 if out.finished:
                     cached = max(cached, out.num_cached_tokens)
                 elif not content and not reasoning and lps is None and not call_parts:
@@ -436,31 +431,6 @@ class OpenAIServingChat:
         except Exception as e:
             yield stream_error(e, "chat", rid)
         yield SSE_DONE
-
-
-def _open_final_message(rendered: str, final: str) -> str:
-    """The rendered chat cut right after the final message's text, so the model continues it (no
-    end of turn, no generation prompt): transformers' and vLLM's continue_final_message. A template
-    that strips messages is matched on the stripped text, as transformers does."""
-    if not final.strip():
-        raise bad_request(
-            "continue_final_message needs a final message with text to continue", "continue_final_message"
-        )
-    for text in (final, final.strip()):
-        if text in rendered:
-            return rendered[: rendered.rindex(text) + len(text)]
-    raise bad_request(
-        "continue_final_message: the final message does not appear in the rendered chat (the chat "
-        "template changes it); send the prefix as a completions prompt instead",
-        "continue_final_message",
-    )
-
-
-def _text_of(content: str | list[dict]) -> str:
-    """A message's text as the template writes it: the string, or its text parts joined."""
-    if isinstance(content, str):
-        return content
-    return "\n".join(p["text"] for p in content if p.get("type") == "text")
 
 
 def _finish_reason(engine_reason: str | None, tool_calls) -> str | None:

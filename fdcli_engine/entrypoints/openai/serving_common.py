@@ -27,6 +27,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.request_limits import check_request
+from fdcli_engine.request_limits import truncate_limit as _truncate_limit
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 __all__ = ["EngineClient"]
@@ -50,9 +51,10 @@ def random_id(prefix: str) -> str:
 
 
 def check_model(requested: str | None, served_names: list[str]) -> str:
-    """The model name to echo back; an unknown name is a 404 (None means the first served model)."""
+    """The model name responses report: the first served name, whichever of them the request named (as
+    vLLM: --served-model-name a b answers as a); an unknown name is a 404 (None: the first one)."""
     if requested is None or requested == "" or requested in served_names:
-        return requested or served_names[0]
+        return served_names[0]
     raise APIError(
         f"the model {requested!r} does not exist; this server serves {', '.join(served_names)}",
         404,
@@ -100,7 +102,8 @@ def check_prompt(
     pooling: bool = False,
 ) -> int | None:
     """request_limits.check_request against the served model, its InvalidRequestError as a 400.
-    Returns the tokens the request may generate (None for pooling)."""
+    Returns the tokens the request may generate (None for pooling): `max_tokens`, else the model's
+    default max_tokens (generation_config.py), within the context's room."""
     try:
         return check_request(
             ids,
@@ -110,19 +113,18 @@ def check_prompt(
             pooling=pooling,
             prompt_param=prompt_param,
             max_tokens_param=max_tokens_param,
+            default_max_tokens=None if pooling else model_config.default_sampling_params.get("max_tokens"),
         )
     except InvalidRequestError as e:
         raise bad_request(str(e), e.param, e.code) from None
 
 
 def truncate_limit(keep: int | None, max_model_len: int, param: str = "truncate_prompt_tokens") -> int | None:
-    """How many tokens vLLM's truncate_prompt_tokens keeps (None: no truncation; -1: max_model_len).
-    Generating and pooling requests share the check; which end they keep differs."""
-    if keep is None:
-        return None
-    if keep == 0 or keep > max_model_len:
-        raise bad_request(f"{param} must be -1 or between 1 and {max_model_len}, got {keep}", param)
-    return max_model_len if keep == -1 else keep
+    """request_limits.truncate_limit, its error a 400."""
+    try:
+        return _truncate_limit(keep, max_model_len, param)
+    except InvalidRequestError as e:
+        raise bad_request(str(e), e.param) from None
 
 
 def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> list[int]:
@@ -132,20 +134,27 @@ def truncate_prompt(ids: list[int], keep: int | None, max_model_len: int) -> lis
     return ids if limit is None else ids[-limit:]
 
 
+# The request fields that take the model's default when left out (generation_config.SAMPLING_KEYS;
+# max_tokens is check_prompt's), and those that take SamplingParams' own.
+MODEL_DEFAULT_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+ENGINE_DEFAULT_FIELDS = ("presence_penalty", "frequency_penalty")
+
+
 def build_params(
     req,
     tokenizer,
     max_tokens: int,
     logprobs: int | None,
-    default_temperature: float = 1.0,
+    defaults: dict[str, Any],
     prompt_logprobs: int | None = None,
 ):
     """SamplingParams from a completion/chat request; engine-side validation failures become 400s.
-    A streamed request gets DELTA outputs, any other one FINAL_ONLY (one output, the whole text)."""
+    A streamed request gets DELTA outputs, any other one FINAL_ONLY (one output, the whole text).
+    `max_tokens`: check_prompt's. `defaults`: the model's (ModelConfig.default_sampling_params), for
+    each MODEL_DEFAULT_FIELDS field the request leaves out (None); a value it sets always wins."""
     stop = req.stop if isinstance(req.stop, list) else ([req.stop] if req.stop else [])
     values: dict[str, Any] = {
         "n": 1,
-        "temperature": default_temperature if req.temperature is None else req.temperature,
         "max_tokens": max_tokens,
         "min_tokens": req.min_tokens,
         "stop": stop,
@@ -165,9 +174,12 @@ def build_params(
     }
     if values["kv_transfer_params"] and (getattr(req, "n", None) or 1) != 1:
         raise bad_request("kv_transfer_params needs n = 1 (one transfer per request)", "kv_transfer_params")
-    for name in ("top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
-        if getattr(req, name) is not None:
-            values[name] = getattr(req, name)
+    for name in MODEL_DEFAULT_FIELDS + ENGINE_DEFAULT_FIELDS:
+        value = getattr(req, name)
+        if value is None:
+            value = defaults.get(name)
+        if value is not None:
+            values[name] = value
     try:
         params = SamplingParams(**values)
     except InvalidRequestError as e:
@@ -323,25 +335,45 @@ def stream_error(e: Exception, what: str, request_id: str) -> str:
     return sse(json.dumps(err.to_dict()))
 
 
-def token_text(tokenizer, lp) -> str:
-    """A logprob entry's text; ids past the tokenizer's vocabulary (padded embeddings) read as ''."""
+def tokens_as_ids(req, server_default: bool) -> bool:
+    """vLLM's return_tokens_as_token_ids: the request's value, else the server's
+    --return-tokens-as-token-ids. Logprobs then name each token "token_id:N" (token_id_text), which
+    a client maps back to ids exactly, where a token's text may be an unprintable piece of a character."""
+    asked = getattr(req, "return_tokens_as_token_ids", None)
+    return server_default if asked is None else asked
+
+
+def token_id_text(token_id: int) -> str:
+    return f"token_id:{token_id}"
+
+
+def token_text(tokenizer, lp, as_ids: bool = False) -> str:
+    """A logprob entry's text ("token_id:N" with `as_ids`); ids past the tokenizer's vocabulary (padded
+    embeddings) read as ''."""
+    if as_ids:
+        return token_id_text(lp.token_id)
     if lp.decoded or lp.token_id >= getattr(tokenizer, "vocab_size", 1 << 62):
         return lp.decoded
     return tokenizer.decode([lp.token_id], skip_special_tokens=False)
 
 
-def logprob_rows(tokenizer, entries, token_ids: list[int]):
-    """Per sampled token: (text, logprob, [(text, logprob) of each top entry]), logprobs floored at -9999."""
+def logprob_rows(tokenizer, entries, token_ids: list[int], as_ids: bool = False):
+    """Per sampled token: (text, logprob, [(text, logprob) of each top entry]), logprobs floored at -9999;
+    each text "token_id:N" with `as_ids`."""
     for tid, entry in zip(token_ids, entries):
         sampled = entry.get(tid) or next(iter(entry.values()))
-        tops = [(token_text(tokenizer, lp), max(lp.logprob, -9999.0)) for lp in entry.values()]
-        yield token_text(tokenizer, sampled), max(sampled.logprob, -9999.0), tops
+        tops = [(token_text(tokenizer, lp, as_ids), max(lp.logprob, -9999.0)) for lp in entry.values()]
+        yield token_text(tokenizer, sampled, as_ids), max(sampled.logprob, -9999.0), tops
 
 
-def completion_logprobs(tokenizer, entries, token_ids: list[int], start_offset: int) -> CompletionLogprobs:
+def completion_logprobs(
+    tokenizer, entries, token_ids: list[int], start_offset: int, as_ids: bool = False
+) -> CompletionLogprobs:
+    """The legacy logprobs of `token_ids`; text offsets count each token's text as written (vLLM's
+    rule, "token_id:N" included)."""
     out = CompletionLogprobs()
     offset = start_offset
-    for text, logprob, tops in logprob_rows(tokenizer, entries, token_ids):
+    for text, logprob, tops in logprob_rows(tokenizer, entries, token_ids, as_ids):
         out.tokens.append(text)
         out.token_logprobs.append(logprob)
         out.top_logprobs.append(dict(tops))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fdcli_engine.entrypoints.openai.echo_logprobs import (
     check_logit_bias_vocab,
+    check_logprob_limits,
     check_prompt_logprobs,
     echo_logprobs,
     prompt_logprobs_out,
@@ -33,6 +34,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    tokens_as_ids,
     truncate_prompt,
 )
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, completion_choice
@@ -55,9 +57,11 @@ class OpenAIServingCompletion:
         engine: EngineClient,
         served_model_names: list[str],
         structured_outputs: StructuredOutputs | None = None,
+        tokens_as_ids: bool = False,
     ):
         self.engine = engine
         self.served_model_names = served_model_names
+        self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
         # Completions have no reasoning parser: a constraint starts at the first generated token.
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
 
@@ -100,9 +104,15 @@ class OpenAIServingCompletion:
         max_tokens = [check_prompt(ids, wanted, self.engine.model_config) for _, ids in prompts]
         # With max_tokens=None each prompt may fill its own room; the per-job value is set below.
         params = build_params(
-            req, self.engine.tokenizer, min(max_tokens), req.logprobs, prompt_logprobs=prompt_logprobs_of(req)
+            req,
+            self.engine.tokenizer,
+            min(max_tokens),
+            req.logprobs,
+            self.engine.model_config.default_sampling_params,
+            prompt_logprobs=prompt_logprobs_of(req),
         )
         check_logit_bias_vocab(params, self.engine.model_config)
+        check_logprob_limits(params, self.engine.model_config)
         params.structured_outputs = await self.structured_outputs.params_for(req)
         rid = request_id or req.request_id or random_id("cmpl")
         jobs = fan_out(rid, prompts, params, req.n)
@@ -154,11 +164,14 @@ class OpenAIServingCompletion:
         comp, tok = out.outputs[0], self.engine.tokenizer
         if req.logprobs is None:
             return None
+        as_ids = tokens_as_ids(req, self.tokens_as_ids)
         if req.echo and with_prompt and out.prompt_logprobs is not None:
-            return echo_logprobs(tok, job.prompt_ids, out.prompt_logprobs, comp.logprobs or [], token_ids)
+            return echo_logprobs(
+                tok, job.prompt_ids, out.prompt_logprobs, comp.logprobs or [], token_ids, as_ids
+            )
         if comp.logprobs is None or not token_ids:
             return None
-        return completion_logprobs(tok, comp.logprobs, token_ids, offset)
+        return completion_logprobs(tok, comp.logprobs, token_ids, offset, as_ids)
 
     async def _stream(self, req, model, rid, prompts, jobs) -> AsyncIterator[str]:
         started: set[int] = set()

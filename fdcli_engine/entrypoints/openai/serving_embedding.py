@@ -33,6 +33,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
+from fdcli_engine.pooling.truncation import special_token_frame, truncate_ids
 from fdcli_engine.pooling_params import PoolingParams
 
 _TASK_NAMES = {
@@ -41,26 +42,6 @@ _TASK_NAMES = {
     "reward": "a reward",
     "process_reward": "a process-reward",
 }
-
-
-def truncate_ids(ids: list[int], limit: int, prefix: int = 0, suffix: int = 0) -> list[int]:
-    """The first tokens of `ids` within `limit`, keeping `prefix`/`suffix` special tokens at the ends
-    (as sentence-transformers truncates: [CLS] a b c … [SEP])."""
-    if len(ids) <= limit:
-        return ids
-    if limit <= prefix + suffix:
-        return ids[:limit]
-    body = ids[prefix : len(ids) - suffix]
-    return ids[:prefix] + body[: limit - prefix - suffix] + ids[len(ids) - suffix :]
-
-
-def special_token_frame(full: list[int], plain: list[int]) -> tuple[int, int]:
-    """(prefix, suffix) counts of the special tokens the tokenizer put around `plain` to make `full`."""
-    extra = len(full) - len(plain)
-    for p in range(max(extra, 0) + 1):
-        if full[p : p + len(plain)] == plain:
-            return p, extra - p
-    return 0, 0
 
 
 class PoolingServing:
@@ -184,9 +165,9 @@ class OpenAIServingEmbedding(PoolingServing):
             out.append(ids)
         return out
 
-    async def create_embedding(
-        self, req: EmbeddingRequest, request_id: str | None = None
-    ) -> EmbeddingResponse:
+    async def pooled(self, req: EmbeddingRequest, request_id: str | None, prefix: str):
+        """(model, request id, one output array per prompt, prompt tokens) of an `input` or `messages`
+        request: /v1/embeddings and /pooling alike. Arrays are post-processed (normalize, dimensions)."""
         model = check_model(req.model, self.served_model_names)
         pc = self.pooler_config()
         hidden = int(self.engine.config.hf_config.get("hidden_size") or 0)
@@ -204,17 +185,26 @@ class OpenAIServingEmbedding(PoolingServing):
             prompts = [ids]
         else:
             prompts = self.prompts(req)
-        rid = request_id or req.request_id or random_id("embd")
+        rid = request_id or req.request_id or random_id(prefix)
         pools = await self.pool_all(prompts, rid, mm_features=features)
-        data = []
-        for i, raw in enumerate(pools):
-            vec = postprocess(raw, pc, dims, req.normalize)
-            if req.encoding_format == "base64":
-                emb = base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
-            else:
-                emb = vec.tolist()
-            data.append(EmbeddingData(index=i, embedding=emb))
-        n = sum(len(p) for p in prompts)
+        vectors = [postprocess(raw, pc, dims, req.normalize) for raw in pools]
+        return model, rid, vectors, sum(len(p) for p in prompts)
+
+    async def create_embedding(
+        self, req: EmbeddingRequest, request_id: str | None = None
+    ) -> EmbeddingResponse:
+        model, rid, vectors, n = await self.pooled(req, request_id, "embd")
+        data = [
+            EmbeddingData(index=i, embedding=encode_vector(v, req.encoding_format))
+            for i, v in enumerate(vectors)
+        ]
         return EmbeddingResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
         )
+
+
+def encode_vector(vec: np.ndarray, encoding_format: str):
+    """A pooled array as the response carries it: nested floats, or base64 of float32 little-endian."""
+    if encoding_format == "base64":
+        return base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
+    return vec.tolist()

@@ -16,6 +16,7 @@ from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions, image_limit, media_policy
+from fdcli_engine.entrypoints.openai.serving_pooling import OpenAIServingPooling
 from fdcli_engine.entrypoints.openai.serving_responses import OpenAIServingResponses
 from fdcli_engine.entrypoints.openai.serving_reward import OpenAIServingReward
 from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
@@ -31,6 +32,7 @@ class ServingLayer:
     completion: OpenAIServingCompletion
     chat: OpenAIServingChat
     embedding: OpenAIServingEmbedding
+    pooling: OpenAIServingPooling  # vLLM's /pooling: the embeddings path in its shape
     reward: OpenAIServingReward
     tokenization: OpenAIServingTokenization
     responses: OpenAIServingResponses
@@ -56,13 +58,18 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         tool_parser_cls=get_tool_parser_cls(options.tool_call_parser),
         structured_outputs=structured,
         images=ImageInputs(engine, media_policy(options), image_limit(options)),
+        tokens_as_ids=options.return_tokens_as_token_ids,
+        response_role=options.response_role,
     )
     return ServingLayer(
         engine=engine,
         served_model_names=names,
-        completion=OpenAIServingCompletion(generating, names, structured),
+        completion=OpenAIServingCompletion(
+            generating, names, structured, tokens_as_ids=options.return_tokens_as_token_ids
+        ),
         chat=chat,
         embedding=OpenAIServingEmbedding(engine, names, chat),
+        pooling=OpenAIServingPooling(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
         responses=OpenAIServingResponses(chat),

@@ -30,6 +30,11 @@ class ServingOptions:
     # Unknown request fields: False ignores them (logged once, named in the fd-ignored-fields header,
     # as vLLM ignores them); True answers OpenAI's 400 "Unrecognized request argument supplied".
     strict_request_fields: bool = False
+    # vLLM's --return-tokens-as-token-ids: logprobs name tokens "token_id:N" unless a request's
+    # return_tokens_as_token_ids says otherwise.
+    return_tokens_as_token_ids: bool = False
+    # vLLM's --response-role (fd run-batch): the role of a chat answer to a new turn (serving_chat.role_of).
+    response_role: str = "assistant"
     # --- image inputs (docs/images.md): vLLM's flags; http(s) and local files are off unless given ---
     allowed_local_media_path: str | None = None
     allowed_media_domains: list[str] | None = None  # each item may hold several, comma-separated

@@ -65,7 +65,7 @@ def check_unsupported(req: ResponsesRequest) -> None:
         )
     if req.background:
         raise bad_request("background responses are not supported: fd answers in the request", "background")
-    fmt = req.text.format if req.text is not None else None
+    fmt = _text_format(req)
     if fmt is not None and fmt.type not in ("text", "json_object", "json_schema"):
         raise bad_request(
             f"text.format {fmt.type!r} is not supported on /v1/responses; use text, json_object or json_schema",
@@ -76,14 +76,13 @@ def check_unsupported(req: ResponsesRequest) -> None:
 def response_format(req: ResponsesRequest) -> dict | None:
     """The chat response_format of the Responses API's text.format (whose json_schema is flat:
     name, schema, strict and description sit next to `type`)."""
-    fmt = req.text.format if req.text is not None else None
+    fmt = _text_format(req)
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_object":
         return {"type": "json_object"}
-    spec = {
-        k: v for k, v in (fmt.model_extra or {}).items() if k in ("name", "schema", "strict", "description")
-    }
+    spec = fmt.echo()
+    spec.pop("type")
     return {"type": "json_schema", "json_schema": spec}
 
 
@@ -236,7 +235,12 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
         top_p=req.top_p,
         usage=usage,
         metadata=req.metadata or {},
+        text={"format": fmt.echo() if (fmt := _text_format(req)) else {"type": "text"}},
     )
+
+
+def _text_format(req: ResponsesRequest):
+    return req.text.format if req.text is not None else None
 
 
 def _renamed(e: APIError, offset: int = 0) -> APIError:

@@ -10,8 +10,6 @@ Two kinds of model score a pair (a, b), as in vLLM:
 
 from __future__ import annotations
 
-import numpy as np
-
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.protocol_pooling import PoolingUsage
 from fdcli_engine.entrypoints.openai.protocol_score import (
@@ -30,29 +28,13 @@ from fdcli_engine.entrypoints.openai.serving_embedding import (
     special_token_frame,
     truncate_ids,
 )
-from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
-from fdcli_engine.pooling.postprocess import postprocess
+from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config, num_labels
+from fdcli_engine.pooling.postprocess import cosine, postprocess, sigmoid
 from fdcli_engine.pooling_params import PoolingParams
 
 SCORE_MODELS = "cross-encoders (*ForSequenceClassification with one label) and embedding models"
 
 Pair = tuple[tuple[str, str], tuple[str, str]]  # ((text a, its param), (text b, its param))
-
-
-def num_labels(hf_config: dict) -> int:
-    id2label = hf_config.get("id2label")
-    if isinstance(id2label, dict) and id2label:
-        return len(id2label)
-    return int(hf_config.get("num_labels") or 2)
-
-
-def sigmoid(x: float) -> float:
-    return float(1.0 / (1.0 + np.exp(-np.float64(x))))
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-12))
 
 
 class OpenAIServingScore(PoolingServing):
@@ -89,7 +71,7 @@ class OpenAIServingScore(PoolingServing):
             prompts.append(ids)
             params.append(PoolingParams(token_type_start=start))
         pools = await self.pool_all(prompts, request_id, params)
-        return [sigmoid(postprocess(raw, pc).reshape(-1)[0]) for raw in pools], sum(map(len, prompts))
+        return [float(sigmoid(postprocess(raw, pc).reshape(-1)[0])) for raw in pools], sum(map(len, prompts))
 
     async def _cosines(self, pairs: list[Pair], pc: PoolerConfig, request_id: str, limit: int | None):
         texts: dict[str, str] = {}  # each distinct text embedded once -> the param named in its errors

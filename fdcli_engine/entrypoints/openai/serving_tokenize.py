@@ -37,7 +37,10 @@ class OpenAIServingTokenization:
             if images:
                 tokens, _ = await off_loop(self.chat.images.expand, tokens, images, None, refs[0].param)
         return TokenizeResponse(
-            count=len(tokens), max_model_len=self.engine.model_config.max_model_len, tokens=tokens
+            count=len(tokens),
+            max_model_len=self.engine.model_config.max_model_len,
+            tokens=tokens,
+            token_strs=self.engine.tokenizer.convert_ids_to_tokens(tokens) if req.return_token_strs else None,
         )
 
     async def detokenize(self, req: DetokenizeRequest) -> DetokenizeResponse:
@@ -47,4 +50,6 @@ class OpenAIServingTokenization:
             raise bad_request(
                 f"token id {max(req.tokens)} is outside the vocabulary (size {vocab})", "tokens"
             )
-        return DetokenizeResponse(prompt=self.engine.tokenizer.decode(req.tokens))
+        # Special tokens are kept, as vLLM's /detokenize keeps them: /tokenize → /detokenize gives the
+        # rendered prompt back (`<|im_start|>user\nhi<|im_end|>`), not just its words.
+        return DetokenizeResponse(prompt=self.engine.tokenizer.decode(req.tokens, skip_special_tokens=False))

@@ -38,6 +38,7 @@ from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput
 from fdcli_engine.entrypoints.openai.protocol import DeltaToolCall
 from fdcli_engine.entrypoints.openai.reasoning_ernie import THINK_END
 from fdcli_engine.entrypoints.openai.tool_parsers.forced import NamedCallParser, RequiredCallParser
+from fdcli_engine.tokenizer.chat_render import tools_in_system_prompt as render_tools_in_system_prompt
 
 # Tags of the reasoning formats fd parses (<think>, ERNIE's <response>); the tool parser's own tags
 # are added per splitter. A tail of the text that could grow into one of these is held back.
@@ -106,7 +107,9 @@ def tool_choice_constraint(req):
 
     required: a JSON array (at least one item; at most one with parallel_tool_calls false) of
     objects {"name": one tool's name, "parameters": that tool's schema}, one anyOf branch per tool.
-    named: the function's parameters schema itself (any JSON object when it has none)."""
+    named: the function's parameters schema itself.
+    A function without `parameters` takes none (OpenAI: an empty parameter list), so its arguments are
+    the empty object, as vLLM constrains them; close_objects keeps `properties: {}` closed."""
     if not req.tools or (req.tool_choice != "required" and not isinstance(req.tool_choice, dict)):
         return None
     name = _named_function(req)
@@ -121,7 +124,7 @@ def tool_choice_constraint(req):
     from fdcli_engine.structured_output.params import StructuredOutputsParams  # noqa: PLC0415
 
     def parameters(tool) -> dict:
-        return tool.function.parameters or {"type": "object"}
+        return tool.function.parameters or {"type": "object", "properties": {}}
 
     if name is not None:
         tool = next(t for t in req.tools if t.function.name == name)
@@ -289,31 +292,9 @@ def _header(index: int, call_id: str, name: str) -> DeltaToolCall:
 # uses, rather than refused. Refusing would leave fd's default model without tool calling, where a
 # forced tool_choice does not even depend on the model knowing the format (the grammar writes it);
 # dropping them silently (what such a template does) would leave the model blind to the tools.
-_TOOLS_PROMPT = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>"
-)
-_HERMES_FORMAT = (
-    "\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-    "<args-json-object>}\n</tool_call>"
-)
-
-
 def tools_in_system_prompt(messages: list[dict], tools: list[dict], tool_parser) -> list[dict]:
-    """`messages` with the tool list appended to the system message (one is added first when there
-    is none); the hermes call format is described when that is the format the output is parsed in."""
-    import json  # noqa: PLC0415
-
+    """`messages` with the tool list in the system prompt (tokenizer/chat_render.py), the hermes call
+    format described when that is the format the output is parsed in."""
     from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser  # noqa: PLC0415
 
-    block = _TOOLS_PROMPT.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
-    if isinstance(tool_parser, HermesToolParser):
-        block += _HERMES_FORMAT
-    if messages and messages[0]["role"] == "system":
-        first = messages[0]
-        text = first["content"]
-        if isinstance(text, list):  # parts with images: the tools go in a text part of their own
-            return [{**first, "content": [*text, {"type": "text", "text": block}]}, *messages[1:]]
-        return [{**first, "content": f"{text}\n\n{block}" if text else block}, *messages[1:]]
-    return [{"role": "system", "content": block}, *messages]
+    return render_tools_in_system_prompt(messages, tools, isinstance(tool_parser, HermesToolParser))

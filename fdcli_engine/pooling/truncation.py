@@ -1,0 +1,25 @@
+"""vLLM's truncate_prompt_tokens on a pooled prompt: keep its first tokens, and the special tokens the
+tokenizer framed it with (as sentence-transformers truncates: [CLS] a b c … [SEP]). Shared by the
+server's pooling routes and the offline LLM's pooling calls; the limit itself is
+request_limits.truncate_limit."""
+
+from __future__ import annotations
+
+
+def truncate_ids(ids: list[int], limit: int, prefix: int = 0, suffix: int = 0) -> list[int]:
+    """The first tokens of `ids` within `limit`, keeping `prefix`/`suffix` special tokens at the ends."""
+    if len(ids) <= limit:
+        return ids
+    if limit <= prefix + suffix:
+        return ids[:limit]
+    body = ids[prefix : len(ids) - suffix]
+    return ids[:prefix] + body[: limit - prefix - suffix] + ids[len(ids) - suffix :]
+
+
+def special_token_frame(full: list[int], plain: list[int]) -> tuple[int, int]:
+    """(prefix, suffix) counts of the special tokens the tokenizer put around `plain` to make `full`."""
+    extra = len(full) - len(plain)
+    for p in range(max(extra, 0) + 1):
+        if full[p : p + len(plain)] == plain:
+            return p, extra - p
+    return 0, 0

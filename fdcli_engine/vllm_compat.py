@@ -1,0 +1,164 @@
+"""vLLM's launch flags that fd has no concept for, or only one value of, in one place.
+
+`vllm serve MODEL ...` lines run as `fd serve MODEL ...` (tests/cli/fixtures/vllm_launch_lines.txt).
+Each option below is an `EngineConfig` field under vLLM's name and value type; None means "not given".
+Three kinds:
+- no effect here (fd never runs model code, never downloads, captures no graphs, logs no requests):
+  accepted, one log line each saying so and why;
+- one value fd has (`--pipeline-parallel-size 1`, `--tokenizer-mode auto`): accepted, any other value
+  refused naming what to use instead;
+- checked against the model (`--load-format safetensors` on a GGUF file is refused).
+Flags of vLLM with a real effect here live with their concept: --max-logprobs (request_limits),
+--served-model-name (several names), --root-path, --disable-uvicorn-access-log and
+--enable-request-id-headers (fd serve's server options); `parse_human_int` reads vLLM's 32k / 1M sizes.
+
+Leaf module: `EngineConfig.validate` calls `check_vllm_options` (pure, before paddle loads);
+`config_resolver.resolve_config` calls `check_load_format` with the model's layout, logs `vllm_notes`
+once and leaves these fields out of the ResolvedConfig, since no process acts on them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fdcli_engine.errors import ConfigError
+
+# EngineConfig fields that exist only for vLLM's launch lines (never in the ResolvedConfig).
+VLLM_FIELDS = (
+    "trust_remote_code",
+    "enforce_eager",
+    "revision",
+    "download_dir",
+    "load_format",
+    "tokenizer_mode",
+    "pipeline_parallel_size",
+    "chat_template_content_format",
+    "enable_log_requests",
+    "disable_log_requests",
+    "disable_log_stats",
+)
+# Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
+HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
+# vLLM's --dtype spellings and fd's name for each (fd decides in EngineConfig.validate what runs here).
+DTYPE_NAMES = {
+    "auto": "auto",
+    "float": "float32",
+    "float32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+}
+# --load-format values and the loader layouts each names ("auto": whatever the checkpoint is).
+LOAD_FORMATS = {"auto": None, "safetensors": ("hf", "paddle"), "gguf": ("gguf",)}
+TOKENIZER_MODES = ("auto", "hf")
+CONTENT_FORMATS = ("auto", "string", "openai")
+
+# fd serve's --disable-uvicorn-access-log (its server writes no access log at all).
+ACCESS_LOG_NOTE = (
+    "--disable-uvicorn-access-log has no effect: fd's server writes no uvicorn access log (requests are "
+    "counted on /metrics)"
+)
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+_NO_EFFECT = {
+    "trust_remote_code": "--trust-remote-code has no effect: fd never runs code from a checkpoint (its "
+    "architectures are fd's own, fdcli_engine/models)",
+    "enforce_eager": "--enforce-eager has no effect: fd always runs eagerly on CPU (there are no graphs to "
+    "capture)",
+    "enable_log_requests": "--enable-log-requests has no effect: fd logs no request contents (requests are "
+    "counted on /metrics)",
+    "disable_log_requests": "--disable-log-requests has no effect: fd logs no request contents anyway",
+    "disable_log_stats": "--disable-log-stats has no effect: fd logs no periodic engine statistics (read "
+    "them from /metrics)",
+}
+
+
+def parse_human_int(name: str, value: Any) -> int:
+    """vLLM's human-readable integers: 32768, 32k (x1000), 32K (x1024), 1m / 1M, 25.6k (decimals only
+    with the decimal suffixes k, m, g, t). ConfigError naming --`name` otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    flag = "--" + name.replace("_", "-")
+    text = str(value).strip()
+    m = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kmgtKMGT]?)", text)
+    if m is None or isinstance(value, bool):
+        raise ConfigError(
+            f"{flag} must be an integer such as 32768, 32k (32000) or 32K (32768), got {value!r}"
+        )
+    number, suffix = m.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    if "." in number:
+        raise ConfigError(
+            f"{flag} {text}: decimals go only with k, m, g or t (x1000 each); did you mean "
+            f"{number}{suffix.lower()}?"
+        )
+    return int(number) * _BINARY.get(suffix, 1)
+
+
+def check_vllm_options(config: Any) -> None:
+    """ConfigError for a value vLLM itself would refuse, or one fd has no implementation of."""
+    pp = config.pipeline_parallel_size
+    _need(
+        pp is None or pp == 1,
+        f"--pipeline-parallel-size {pp} is not supported: fd has no pipeline parallelism; split the model "
+        "over processes with --tensor-parallel-size, or run copies with --data-parallel-size",
+    )
+    _need(
+        config.load_format is None or config.load_format in LOAD_FORMATS,
+        f"--load-format {config.load_format!r} is not supported: fd loads safetensors folders and GGUF "
+        "files; use auto (the checkpoint's own format), safetensors or gguf",
+    )
+    _need(
+        config.tokenizer_mode is None or config.tokenizer_mode in TOKENIZER_MODES,
+        f"--tokenizer-mode {config.tokenizer_mode!r} is not supported: fd reads the checkpoint's "
+        "tokenizer.json (or a GGUF file's vocabulary); use auto or hf",
+    )
+    _need(
+        config.chat_template_content_format is None or config.chat_template_content_format in CONTENT_FORMATS,
+        f"--chat-template-content-format {config.chat_template_content_format!r}: use auto, string or openai",
+    )
+
+
+def check_load_format(load_format: str | None, layout: str) -> None:
+    """--load-format safetensors or gguf must name the checkpoint's format (fd converts nothing)."""
+    layouts = LOAD_FORMATS.get(load_format or "auto")
+    _need(
+        layouts is None or layout in layouts,
+        f"--load-format {load_format} does not match the model, a {'GGUF file' if layout == 'gguf' else 'safetensors folder'}: "
+        "use --load-format auto",
+    )
+
+
+def vllm_notes(config: Any) -> list[str]:
+    """One line for each given option that changes nothing here, saying why (logged at start)."""
+    notes = [line for name, line in _NO_EFFECT.items() if getattr(config, name)]
+    if config.revision is not None:
+        notes.append(
+            f"--revision {config.revision} has no effect: fd never downloads; it serves the files at --model "
+            "as they are"
+        )
+    if config.download_dir is not None:
+        notes.append(
+            f"--download-dir {config.download_dir} has no effect: fd never downloads; pass the checkpoint's "
+            "path as the model"
+        )
+    if config.load_format not in (None, "auto"):
+        notes.append(f"--load-format {config.load_format}: fd reads the checkpoint's own format (it matches)")
+    if config.tokenizer_mode == "hf":
+        notes.append("--tokenizer-mode hf: fd's one tokenizer (the checkpoint's tokenizer.json), as auto")
+    if config.chat_template_content_format in ("string", "openai"):
+        notes.append(
+            f"--chat-template-content-format {config.chat_template_content_format} has no effect: fd renders "
+            "a text-only content list as one string and keeps the parts as a list when it holds images "
+            "(what HF chat templates read)"
+        )
+    return notes
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)

@@ -1,0 +1,261 @@
+"""vLLM's launch lines run as `fd serve` unchanged: the positional MODEL, several served model names,
+vLLM's flags (each with its effect, or one log line saying why it has none), vLLM's dtype spellings and
+human-readable sizes. Parsing only: run_server is patched out, no engine starts."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fdcli.main import app
+from fdcli.options import VLLM_FLAGS, engine_argv
+from fdcli_engine.config import EngineConfig
+from fdcli_engine.errors import ConfigError, InvalidRequestError
+from fdcli_engine.request_limits import check_logprobs
+from fdcli_engine.vllm_compat import (
+    ACCESS_LOG_NOTE,
+    VLLM_FIELDS,
+    check_load_format,
+    parse_human_int,
+    vllm_notes,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm_launch_lines.txt"
+runner = CliRunner()
+
+
+def _lines() -> list[str]:
+    return [ln for ln in FIXTURE.read_text().splitlines() if ln.startswith("fd serve ")]
+
+
+@pytest.mark.parametrize("line", _lines())
+def test_vllm_launch_line_parses(captured, tmp_path, line):
+    keys = tmp_path / "keys"
+    keys.write_text("k1\n")
+    argv = [{"MODEL": str(tmp_path), "KEYS": str(keys)}.get(a, a) for a in shlex.split(line)[1:]]
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    ((config, _),) = captured
+    assert config.model == str(tmp_path)
+
+
+def test_positional_model_is_model(captured):
+    assert runner.invoke(app, ["serve", "/m.gguf", "--port", "18123"]).exit_code == 0
+    assert runner.invoke(app, ["serve", "/m.gguf", "--model", "/m.gguf"]).exit_code == 0
+    (config, args), (same, _) = captured
+    assert config.model == same.model == "/m.gguf" and args.port == 18123
+
+
+def test_positional_model_and_another_model_flag_is_an_error(captured):
+    r = runner.invoke(app, ["serve", "/a.gguf", "--model", "/b.gguf"])
+    assert r.exit_code == 2 and not captured
+    assert r.stderr == "Error: the model is given twice, as '/a.gguf' and --model '/b.gguf': give one\n"
+
+
+def test_positional_model_beats_the_config_file(captured, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: /from-file.gguf\nmax-num-seqs: 3\nport: 9001\n")
+    r = runner.invoke(app, ["serve", "/flag.gguf", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert (config.model, config.max_num_seqs, args.port) == ("/flag.gguf", 3, 9001)
+
+
+def test_several_served_model_names(captured, tmp_path):
+    r = runner.invoke(app, ["serve", "M", "--served-model-name", "a", "b", "--port", "9000"])
+    assert r.exit_code == 0, r.output
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("served-model-name: [c, d]\n")
+    assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
+    assert runner.invoke(app, ["serve", "--served-model-name", "only"]).exit_code == 0
+    (c1, a1), (c2, a2), (c3, a3) = captured
+    assert (c1.served_model_name, a1.serving.served_model_names, a1.port) == (["a", "b"], ["a", "b"], 9000)
+    assert a2.serving.served_model_names == ["c", "d"]
+    assert (c3.served_model_name, a3.serving.served_model_names) == ("only", ["only"])
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--served-model-name"], "Option '--served-model-name' requires an argument."),
+        (["--served-model-name", "--port", "1"], "Option '--served-model-name' requires an argument."),
+        (["--served-model-name", "a", "a"], "--served-model-name takes distinct non-empty names"),
+    ],
+)
+def test_bad_served_model_names(captured, argv, needle):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 2 and not captured and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+
+
+def test_multi_value_rewrite_keeps_everything_else():
+    assert engine_argv(["M", "--served-model-name", "a", "b", "--max_num_seqs", "4", "--", "-x"]) == [
+        "M", "--served-model-name", "a", "--served-model-name", "b", "--max-num-seqs", "4", "--", "-x"
+    ]  # fmt: skip
+    assert engine_argv(["--served-model-name=a", "b"]) == ["--served-model-name=a", "b"]  # argparse: one
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("32768", 32768),
+        ("32k", 32000),
+        ("32K", 32768),
+        ("1m", 10**6),
+        ("1M", 2**20),
+        ("25.6k", 25600),
+        (" 2g", 2 * 10**9),
+    ],
+)
+def test_human_readable_sizes_as_vllm(text, value):
+    assert parse_human_int("max_model_len", text) == value
+
+
+@pytest.mark.parametrize("text", ["1.5K", "32x", "k", "", "1e3"])
+def test_bad_sizes_are_refused(text):
+    with pytest.raises(ConfigError, match="--max-model-len"):
+        parse_human_int("max_model_len", text)
+
+
+def test_sizes_on_the_command_line_and_in_yaml(captured, tmp_path):
+    assert (
+        runner.invoke(app, ["serve", "--max-model-len", "32k", "--max-num-batched-tokens", "4K"]).exit_code
+        == 0
+    )
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max-model-len: 8K\n")
+    assert runner.invoke(app, ["serve", "--config", str(cfg)]).exit_code == 0
+    (c1, _), (c2, _) = captured
+    assert (c1.max_model_len, c1.max_num_batched_tokens, c2.max_model_len) == (32000, 4096, 8192)
+    r = runner.invoke(app, ["serve", "--max-model-len", "1.5K"])
+    assert r.exit_code == 2 and r.stderr.startswith("Error: --max-model-len 1.5K: decimals go only with k")
+
+
+@pytest.mark.parametrize("dtype", ["auto", "float", "float32"])
+def test_vllm_dtypes_fd_runs(dtype):
+    assert EngineConfig(dtype=dtype).validate().dtype == "float32"
+
+
+@pytest.mark.parametrize("dtype", ["half", "float16", "bfloat16", "fp8"])
+def test_vllm_dtypes_fd_refuses_name_what_to_use(captured, dtype):
+    r = runner.invoke(app, ["serve", "--dtype", dtype])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert f"--dtype {dtype!r} is not supported" in r.stderr and "use float32, float or auto" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["-pp", "2"], "--pipeline-parallel-size 2 is not supported: fd has no pipeline parallelism"),
+        (
+            ["--pipeline-parallel-size", "4"],
+            "--tensor-parallel-size, or run copies with --data-parallel-size",
+        ),
+        (
+            ["--load-format", "pt"],
+            "--load-format 'pt' is not supported: fd loads safetensors folders and GGUF",
+        ),
+        (["--tokenizer-mode", "mistral"], "--tokenizer-mode 'mistral' is not supported"),
+        (
+            ["--chat-template-content-format", "x"],
+            "--chat-template-content-format 'x': use auto, string or openai",
+        ),
+        (["--max-logprobs", "21"], "--max-logprobs must be between 0 and 20"),
+        (["--max-logprobs", "-1"], "--max-logprobs must be between 0 and 20"),
+    ],
+)
+def test_unsupported_vllm_values_say_what_to_use(captured, argv, needle):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 2 and not captured
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+
+
+def test_each_vllm_option_without_effect_says_so_in_one_line():
+    config = EngineConfig(
+        trust_remote_code=True,
+        enforce_eager=True,
+        revision="main",
+        download_dir="/tmp/hf",
+        load_format="gguf",
+        tokenizer_mode="hf",
+        pipeline_parallel_size=1,
+        chat_template_content_format="openai",
+        enable_log_requests=True,
+        disable_log_requests=True,
+        disable_log_stats=True,
+    ).validate()
+    notes = vllm_notes(config)
+    flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
+    silent = {"--pipeline-parallel-size"}  # 1 is what fd does
+    assert flags == sorted(
+        "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
+    )
+    assert "--revision main has no effect: fd never downloads" in " ".join(notes)
+    assert all("\n" not in n for n in notes)
+    assert vllm_notes(EngineConfig(load_format="auto", tokenizer_mode="auto", pipeline_parallel_size=1)) == []
+    assert "no effect" in ACCESS_LOG_NOTE
+
+
+def test_every_vllm_flag_is_a_field_and_stays_out_of_the_resolved_config():
+    from fdcli_engine.resolved_config import ResolvedConfig
+
+    assert set(VLLM_FLAGS) <= EngineConfig.field_names()
+    assert not set(VLLM_FIELDS) & set(ResolvedConfig.__struct_fields__)
+    assert "max_logprobs" in ResolvedConfig.__struct_fields__
+
+
+def test_load_format_must_match_the_model():
+    check_load_format("gguf", "gguf")
+    check_load_format("safetensors", "hf")
+    check_load_format(None, "gguf")
+    with pytest.raises(ConfigError, match="--load-format safetensors does not match the model, a GGUF file"):
+        check_load_format("safetensors", "gguf")
+
+
+def test_max_logprobs_caps_requests():
+    check_logprobs(5, 5, 5)
+    check_logprobs(None, None, 0)
+    with pytest.raises(
+        InvalidRequestError, match="top_logprobs 6 is more than this server's --max-logprobs 5"
+    ) as e:
+        check_logprobs(6, None, 5, chat=True)
+    assert e.value.param == "top_logprobs"
+    with pytest.raises(InvalidRequestError) as e:
+        check_logprobs(0, 1, 0)
+    assert e.value.param == "prompt_logprobs"
+
+
+def test_server_flags_reach_the_server_args(captured):
+    r = runner.invoke(
+        app, ["serve", "--root-path", "/llm", "--enable-request-id-headers", "--disable-uvicorn-access-log"]
+    )
+    assert r.exit_code == 0, r.output
+    ((_, args),) = captured
+    assert (args.root_path, args.enable_request_id_headers, args.disable_uvicorn_access_log) == (
+        "/llm",
+        True,
+        True,
+    )
+
+
+def test_run_batch_takes_the_vllm_flags(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(opts, engine_args):
+        seen.update(opts=opts, engine_args=engine_args)
+        raise SystemExit(0)
+
+    monkeypatch.setattr("fdcli_engine.entrypoints.batch.run_batch", fake_run)
+    src = tmp_path / "in.jsonl"
+    src.write_text("")
+    r = runner.invoke(
+        app,
+        ["run-batch", "-i", str(src), "-o", str(tmp_path / "o.jsonl"), "--served-model-name", "a", "b",
+         "--max-model-len", "2k", "--trust-remote-code"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert seen["opts"].serving.served_model_names == ["a", "b"]
+    assert seen["engine_args"]["max_model_len"] == 2000

@@ -1,0 +1,89 @@
+"""The offline LLM as vLLM users call it: get_tokenizer, llm.chat's template arguments (rendered by the
+same rule as fd serve's chat route), ValueError for bad input, cumulative_logprob and ranks."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from fdcli_engine import LLM, SamplingParams
+from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest
+from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+
+GREEDY = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+TOOL = {"type": "function", "function": {"name": "get_weather"}}  # short: the tiny model has 256 tokens
+OPEN = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "the quick"}]
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model_dir):
+    return LLM(str(tiny_model_dir("LlamaForCausalLM")), max_model_len=256, block_size=8, num_kv_blocks=64)
+
+
+def _server_render(llm, **body) -> tuple[str, list[int]]:
+    chat = OpenAIServingChat(SimpleNamespace(tokenizer=llm.tokenizer), ["tiny"])
+    return chat.render(ChatCompletionRequest(model="tiny", **body))
+
+
+def test_get_tokenizer_is_the_models(llm):
+    assert llm.get_tokenizer() is llm.tokenizer
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"continue_final_message": True, "add_generation_prompt": False},
+        {"tools": [TOOL]},
+        {"add_generation_prompt": False},
+        {
+            "chat_template": "{{ greeting }}|{% for m in messages %}{{ m['content'] }};{% endfor %}",
+            "chat_template_kwargs": {"greeting": "hi"},
+        },
+    ],
+)
+def test_chat_renders_as_the_server_chat_route(llm, kwargs):
+    messages = OPEN if kwargs.get("continue_final_message") else OPEN[:1]
+    [out] = llm.chat(messages, GREEDY, **kwargs)
+    text, ids = _server_render(llm, messages=messages, **kwargs)
+    assert out.prompt == text and out.prompt_token_ids == ids
+    if "tools" in kwargs:  # this template reads no `tools`: they go in the system prompt
+        assert "get_weather" in out.prompt and out.prompt.startswith("<|im_start|>system\n# Tools")
+    if kwargs.get("continue_final_message"):
+        assert out.prompt.endswith("<|im_start|>assistant\nthe quick")  # no end of turn: continued
+    if "chat_template_kwargs" in kwargs:
+        assert out.prompt == "hi|hello;"
+    assert len(out.outputs[0].token_ids) == 4
+
+
+def test_chat_refusals_are_value_errors(llm):
+    with pytest.raises(
+        ValueError, match="Cannot set both `continue_final_message` and `add_generation_prompt`"
+    ):
+        llm.chat(OPEN, GREEDY, continue_final_message=True)
+    with pytest.raises(ValueError, match="chat_template_kwargs may not set 'tools'"):
+        llm.chat(OPEN[:1], GREEDY, chat_template_kwargs={"tools": [TOOL]})
+
+
+def test_bad_params_and_long_prompts_are_value_errors(llm):
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=1.5)
+    with pytest.raises(ValueError, match="maximum context length is 256") as info:
+        llm.generate([1] * 300, GREEDY)
+    assert info.value.param is not None
+    assert llm.generate("hello", GREEDY)[0].outputs[0].token_ids  # the engine still serves
+
+
+def test_cumulative_logprob_and_ranks(llm):
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=2)
+    [comp] = llm.generate("hello world", params)[0].outputs
+    sampled = [entry[t] for entry, t in zip(comp.logprobs, comp.token_ids)]
+    assert comp.cumulative_logprob == pytest.approx(math.fsum(lp.logprob for lp in sampled), abs=1e-9)
+    assert [lp.rank for lp in sampled] == [1, 1, 1, 1]  # greedy: the top token each time
+    # The sampled token first (here also the top-1, so one entry), then the rest of the top-2.
+    assert [lp.rank for lp in comp.logprobs[0].values()] == [1, 2]
+    [plain] = llm.generate("hello world", GREEDY)[0].outputs
+    assert plain.cumulative_logprob is None
+    outs = llm.generate("hello", SamplingParams(n=2, best_of=2, seed=3, max_tokens=2))[0].outputs
+    assert len(outs) == 2
