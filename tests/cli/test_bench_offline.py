@@ -116,9 +116,15 @@ def test_throughput_counts_returned_tokens(tmp_path):
     assert res.exit_code == 0, res.output
     (llm,) = FakeLLM.instances
     assert [len(c[0]) for c in llm.calls] == [4, 10]  # a small warmup batch, then all prompts at once
-    m = json.loads(out.read_text())["metrics"]
+    data = json.loads(out.read_text())
+    m = data["metrics"]
     assert m["num_prompts"] == 10 and m["request_throughput"] == pytest.approx(20.0)
     assert m["output_throughput"] == pytest.approx(140.0)
+    # vllm/benchmarks/throughput.py's keys beside fd's: elapsed_time, num_requests, total_num_tokens,
+    # requests/tokens_per_second.
+    assert (data["elapsed_time"], data["num_requests"], data["total_num_tokens"]) == (STEP_S, 10, 120)
+    assert data["requests_per_second"] == pytest.approx(20.0)
+    assert data["tokens_per_second"] == pytest.approx(240.0)
 
 
 @pytest.mark.parametrize(
@@ -171,28 +177,6 @@ def test_output_json_carries_vllm_latency_keys(tmp_path):
     assert data["avg_latency"] == pytest.approx(STEP_S) and data["std_latency"] == pytest.approx(0.0)
     assert data["latencies"] == [STEP_S] * 3 and data["percentiles"] == {"50": STEP_S, "99": STEP_S}
     assert data["metrics"]["latency"]["mean_ms"] == pytest.approx(data["avg_latency"] * 1000)
-
-
-def test_output_json_carries_vllm_throughput_keys(tmp_path):
-    # vllm/benchmarks/throughput.py: elapsed_time, num_requests, total_num_tokens, requests/tokens_per_second.
-    out = tmp_path / "tp.json"
-    args = [
-        "throughput",
-        "--num-prompts",
-        "10",
-        "--input-len",
-        "5",
-        "--output-len",
-        "7",
-        "--output-json",
-        str(out),
-    ]
-    assert runner.invoke(app, args).exit_code == 0
-    data = json.loads(out.read_text())
-    assert (data["elapsed_time"], data["num_requests"], data["total_num_tokens"]) == (STEP_S, 10, 120)
-    assert data["requests_per_second"] == pytest.approx(20.0) and data["tokens_per_second"] == pytest.approx(
-        240.0
-    )
 
 
 def test_n_asks_for_several_completions_per_prompt(tmp_path):
