@@ -68,8 +68,11 @@ def test_fast_path_logprobs_are_the_raw_distributions(op_calls):
     assert op_calls == []
     for i in range(2):
         lp = log_softmax(logits[i])
-        assert logprobs[i][0] == (tokens[i], float(lp[tokens[i]]))
-        assert [t for t, _ in logprobs[i][1:]] == list(np.argsort(-lp, kind="stable")[:2])
+        # (token, logprob, rank): the sampled token's rank counts the more likely tokens, the top ones 1..k.
+        assert logprobs[i][0] == (tokens[i], float(lp[tokens[i]]), 1 + int((lp > lp[tokens[i]]).sum()))
+        assert [(t, r) for t, _, r in logprobs[i][1:]] == list(
+            zip(np.argsort(-lp, kind="stable")[:2], (1, 2))
+        )
 
 
 @pytest.mark.parametrize(

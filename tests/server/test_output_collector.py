@@ -21,7 +21,7 @@ def _outputs(tokenizer, logprobs=None):
     proc.add_request("r", None, [5, 6], SamplingParams(max_tokens=len(IDS), logprobs=logprobs))
     outs = []
     for k, tid in enumerate(IDS):
-        lps = [[(tid, -0.5 - k), (3, -2.0)]] if logprobs is not None else None
+        lps = [[(tid, -0.5 - k, 1), (3, -2.0, 2)]] if logprobs is not None else None  # (id, logprob, rank)
         finish = "length" if k == len(IDS) - 1 else None
         outs += proc.process_outputs([EngineCoreOutput("r", [tid], lps, finish_reason=finish)])[0]
     return outs
@@ -106,7 +106,7 @@ def test_delta_outputs_that_pile_up_are_joined(tokenizer):
     outs = []
     for k, tid in enumerate(IDS):
         finish = "length" if k == len(IDS) - 1 else None
-        core = EngineCoreOutput("r", [tid], [[(tid, -0.5 - k), (3, -2.0)]], finish_reason=finish)
+        core = EngineCoreOutput("r", [tid], [[(tid, -0.5 - k, 1), (3, -2.0, 2)]], finish_reason=finish)
         outs += proc.process_outputs([core])[0]
     texts = [o.outputs[0].text for o in outs]
 
