@@ -23,7 +23,7 @@ from fdcli_engine.outputs import (
 )
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config, num_labels
 from fdcli_engine.pooling.postprocess import class_probs, cosine, postprocess, sigmoid
-from fdcli_engine.pooling.truncation import special_token_frame, truncate_ids
+from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request_limits import truncate_limit
 
@@ -80,12 +80,8 @@ class PoolingMethods:
 
     def _text_ids(self, text: str, limit: int | None) -> list[int]:
         """A text's ids, cut to `limit` as /v1/embeddings cuts them (the special-token frame kept)."""
-        ids = self.tokenizer.encode(text)
-        if limit and len(ids) > limit:
-            ids = truncate_ids(
-                ids, limit, *special_token_frame(ids, self.tokenizer.encode(text, add_special_tokens=False))
-            )
-        return ids
+        tok = self.tokenizer
+        return truncate_text_ids(tok.encode(text), limit, lambda: tok.encode(text, add_special_tokens=False))
 
     def _pool_prompts(
         self, prompts, pooling_params, use_tqdm: bool, truncate: int | None

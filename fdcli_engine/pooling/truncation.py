@@ -5,6 +5,8 @@ request_limits.truncate_limit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def truncate_ids(ids: list[int], limit: int, prefix: int = 0, suffix: int = 0) -> list[int]:
     """The first tokens of `ids` within `limit`, keeping `prefix`/`suffix` special tokens at the ends."""
@@ -23,3 +25,11 @@ def special_token_frame(full: list[int], plain: list[int]) -> tuple[int, int]:
         if full[p : p + len(plain)] == plain:
             return p, extra - p
     return 0, 0
+
+
+def truncate_text_ids(ids: list[int], limit: int | None, plain: Callable[[], list[int]] | None) -> list[int]:
+    """A text's ids cut to `limit` (None: kept whole), the special tokens the tokenizer framed it with
+    kept; `plain()` encodes the text without them (asked only when a cut is due; None: ids hold none)."""
+    if not limit or len(ids) <= limit:
+        return ids
+    return truncate_ids(ids, limit, *(special_token_frame(ids, plain()) if plain else (0, 0)))

@@ -33,7 +33,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
-from fdcli_engine.pooling.truncation import special_token_frame, truncate_ids
+from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
 
 _TASK_NAMES = {
@@ -147,18 +147,14 @@ class OpenAIServingEmbedding(PoolingServing):
             items = [items]
         if not items:
             raise bad_request("input is empty", "input")
-        out = []
+        out, tok = [], self.engine.tokenizer
         for i, item in enumerate(items):
             param = "input" if len(items) == 1 else f"input[{i}]"
             if isinstance(item, str):
                 if not item:
                     raise bad_request(f"{param} is an empty string", param)
-                ids = encode(self.engine.tokenizer, item, req.add_special_tokens)
-                if limit and len(ids) > limit:
-                    frame = (0, 0)
-                    if req.add_special_tokens:
-                        frame = special_token_frame(ids, encode(self.engine.tokenizer, item, False))
-                    ids = truncate_ids(ids, limit, *frame)
+                plain = (lambda item=item: encode(tok, item, False)) if req.add_special_tokens else None
+                ids = truncate_text_ids(encode(tok, item, req.add_special_tokens), limit, plain)
             else:
                 ids = truncate_ids(list(item), limit) if limit else list(item)
             self.check_length(ids, param)

@@ -25,11 +25,10 @@ from fdcli_engine.entrypoints.openai.serving_common import check_model, encode, 
 from fdcli_engine.entrypoints.openai.serving_embedding import (
     _TASK_NAMES,
     PoolingServing,
-    special_token_frame,
-    truncate_ids,
 )
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config, num_labels
 from fdcli_engine.pooling.postprocess import cosine, postprocess, sigmoid
+from fdcli_engine.pooling.truncation import truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
 
 SCORE_MODELS = "cross-encoders (*ForSequenceClassification with one label) and embedding models"
@@ -81,9 +80,8 @@ class OpenAIServingScore(PoolingServing):
         prompts = []
         tok = self.engine.tokenizer
         for text, param in texts.items():
-            ids = encode(tok, text)
-            if limit and len(ids) > limit:  # as /v1/embeddings truncates: [CLS] … [SEP] kept
-                ids = truncate_ids(ids, limit, *special_token_frame(ids, encode(tok, text, False)))
+            # As /v1/embeddings truncates: [CLS] … [SEP] kept.
+            ids = truncate_text_ids(encode(tok, text), limit, lambda text=text: encode(tok, text, False))
             self.check_length(ids, param)
             prompts.append(ids)
         pools = await self.pool_all(prompts, request_id)
