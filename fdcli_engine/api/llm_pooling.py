@@ -213,7 +213,7 @@ class PoolingMethods:
     def _cosine_scores(self, pairs, pc: PoolerConfig, use_tqdm: bool, limit) -> list[ScoringRequestOutput]:
         texts = list(dict.fromkeys(t for pair in pairs for t in pair))  # each distinct text embedded once
         outs = self._pool(
-            [(self.tokenizer.encode(t), []) for t in texts], [PoolingParams()] * len(texts), use_tqdm
+            [(self._text_ids(t, limit), []) for t in texts], [PoolingParams()] * len(texts), use_tqdm
         )
         vectors = {t: postprocess(o.pooled, pc) for t, o in zip(texts, outs)}
         by_text = dict(zip(texts, outs))

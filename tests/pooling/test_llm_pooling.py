@@ -73,6 +73,13 @@ def test_truncate_prompt_tokens_cuts_as_sentence_transformers(minilm):
     [short] = minilm.encode([long], truncate_prompt_tokens=5)
     ids = minilm.get_tokenizer().encode(long)
     assert short.prompt_token_ids == ids[:4] + ids[-1:]
+    # An embedding model's score embeds each text cut the same way (as /v1/score): the cosine of the
+    # two truncated embeddings, and past 256 tokens the uncut texts are refused instead.
+    a, b = long, " ".join(["cat", "fox"] * 200)
+    cut = [np.array(o.outputs.embedding) for o in minilm.embed([a, b], truncate_prompt_tokens=8)]
+    [score] = minilm.score(a, b, truncate_prompt_tokens=8)
+    assert score.outputs.score == pytest.approx(float(cut[0] @ cut[1]), abs=1e-6)
+    assert len(score.prompt_token_ids) == 16
 
 
 def test_cross_encoder_scores_and_classifies(pooling_checkpoint):
