@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fdcli_engine.config_types import check_option_types
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.errors import ConfigError, need
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
 from fdcli_engine.generation_config import check_generation_options
 from fdcli_engine.kv_offload_options import kv_offload_options
@@ -266,12 +266,12 @@ class EngineConfig:
     def validate(self, model_limit: int | None = None) -> EngineConfig:
         """Check every option that needs no model; return a copy with dtype, quantization, KV dtype and
         the token budget normalized. `model_limit`: the model's own context limit, when known."""
-        _need(
+        need(
             DTYPE_NAMES.get(self.dtype) in ("float32", "auto"),  # vLLM's spellings: float is float32
             f"--dtype {self.dtype!r} is not supported: fd computes in float32 on this build (use float32, "
             "float or auto, or --quantization wint8/wint4 for smaller weights)",
         )
-        _need(
+        need(
             self.quantization in (None, "auto", "none", "wint8", "wint4", "gguf"),
             quantization_error(self.quantization),
         )
@@ -292,58 +292,58 @@ class EngineConfig:
 
     def _check_lengths(self, model_limit: int | None) -> int:
         """Block size, sequence and token limits; returns the per-step token budget."""
-        _need(
+        need(
             1 <= self.block_size <= 256 and self.block_size & (self.block_size - 1) == 0,
             f"--block-size must be a power of two from 1 to 256, got {self.block_size}",
         )
-        _need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        _need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
+        need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
+        need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
         if model_limit is not None and self.max_model_len is not None:
-            _need(
+            need(
                 self.max_model_len <= model_limit,
                 f"--max-model-len {self.max_model_len} exceeds the model's limit of {model_limit} tokens",
             )
         budget = self.max_num_batched_tokens
         if budget is None:
             budget = 2048 if self.enable_chunked_prefill else max(2048, self.max_model_len or 2048)
-        _need(budget >= 1, "--max-num-batched-tokens must be positive")
+        need(budget >= 1, "--max-num-batched-tokens must be positive")
         if not self.enable_chunked_prefill and self.max_model_len is not None:
-            _need(
+            need(
                 budget >= self.max_model_len,
                 f"without chunked prefill --max-num-batched-tokens ({budget}) must be at "
                 f"least --max-model-len ({self.max_model_len}), or a long prompt could never be scheduled",
             )
         if self.num_kv_blocks is not None:
             # Whether the blocks hold --max-model-len is checked where the cache is built (EngineCore).
-            _need(self.num_kv_blocks >= 2, f"--num-kv-blocks must be at least 2, got {self.num_kv_blocks}")
+            need(self.num_kv_blocks >= 2, f"--num-kv-blocks must be at least 2, got {self.num_kv_blocks}")
         return budget
 
     def _check_choices(self) -> None:
-        _need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
-        _need(
+        need(self.kv_cache_memory_gb > 0, "--kv-cache-memory-gb must be positive")
+        need(
             self.engine_watchdog_timeout >= 0,
             f"--engine-watchdog-timeout must be 0 (off) or a number of seconds, got {self.engine_watchdog_timeout}",
         )
-        _need(
+        need(
             self.runner in ("auto", "generate", "pooling"),
             f"--runner {self.runner!r}: use auto, generate or pooling",
         )
-        _need(
+        need(
             self.convert in ("auto", "none", "embed"), f"--convert {self.convert!r}: use auto, none or embed"
         )
         check_parallel_options(self)
-        _need(
+        need(
             0 <= self.max_logprobs <= MAX_LOGPROBS,
             f"--max-logprobs must be between 0 and {MAX_LOGPROBS} (fd returns at most {MAX_LOGPROBS} "
             f"logprobs per token), got {self.max_logprobs}",
         )
         names = self.served_model_names
-        _need(
+        need(
             all(isinstance(n, str) and n for n in names) and len(set(names)) == len(names),
             f"--served-model-name takes distinct non-empty names, got {self.served_model_name!r}",
         )
         if self.threads is not None:
-            _need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
+            need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
         check_generation_options(self.generation_config, self.override_generation_config)
@@ -357,11 +357,6 @@ class EngineConfig:
     @property
     def is_c8_kv_cache(self) -> bool:
         return self.kv_cache_dtype == "int8"
-
-
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 # The names --kv-cache-dtype takes besides "auto" (and fp8*, refused below), and what each normalizes to.

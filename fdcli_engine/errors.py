@@ -10,6 +10,12 @@ class ConfigError(FdError):
     """An invalid option or combination of options, found before any work starts."""
 
 
+def need(cond: bool, msg: str) -> None:
+    """ConfigError(msg) unless `cond`: the one-line checks of the option validators."""
+    if not cond:
+        raise ConfigError(msg)
+
+
 class ModelLoadError(FdError):
     """A model path that is missing, corrupt, truncated, or of an unsupported architecture."""
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.errors import need
 
 # EngineConfig fields that exist only for FastDeploy's launch lines (never in the ResolvedConfig): every
 # flag of FastDeploy's server (engine/args_utils.py's EngineArgs.add_cli_args and the api_server's own
@@ -218,60 +218,60 @@ _FD_DOES = {
 
 def check_fastdeploy_options(config: Any) -> None:
     """ConfigError for a value FastDeploy itself would refuse, or a feature fd has not built."""
-    _need(
+    need(
         config.innode_prefill_ports is None or config.router is not None or config.splitwise_role == "mixed",
         "--innode-prefill-ports is not supported: fd pairs prefill and decode instances through `fd "
         "router`; start every instance with --router HOST:PORT",
     )
-    _need(
+    need(
         config.load_choices is None or config.load_choices in LOAD_CHOICES,
         f"--load-choices {config.load_choices!r}: use default or default_v1 (fd has one loader)",
     )
     for name in ("gpu_memory_utilization", "kv_cache_ratio"):
         value = getattr(config, name)
-        _need(value is None or 0 < value <= 1, f"{_flag(name)} must be in (0, 1], got {value}")
+        need(value is None or 0 < value <= 1, f"{_flag(name)} must be in (0, 1], got {value}")
     for name in ("engine_worker_queue_port", "cache_queue_port", "innode_prefill_ports", "rdma_comm_ports"):
         parse_ports(name, getattr(config, name))
     for name in JSON_FIELDS:
         value = getattr(config, name)
-        _need(value is None or isinstance(value, dict), f"{_flag(name)} must be a JSON object")
+        need(value is None or isinstance(value, dict), f"{_flag(name)} must be a JSON object")
     _check_choices(config)
     _check_missing_features(config)
 
 
 def _check_choices(config: Any) -> None:
     """Values outside FastDeploy's own choices, or choices whose result fd does not give."""
-    _need(
+    need(
         config.model_impl is None or config.model_impl in MODEL_IMPLS,
         f"--model-impl {config.model_impl!r}: use auto, fastdeploy or paddleformers",
     )
-    _need(
+    need(
         config.task in (None, "generate"),
         f"--task {config.task!r} is not supported: use --runner pooling (with --convert embed for a "
         "generation model) for embeddings and rewards",
     )
-    _need(
+    need(
         config.model_config_name in (None, "config.json"),
         f"--model-config-name {config.model_config_name!r} is not supported: fd reads the model folder's "
         "config.json",
     )
-    _need(
+    need(
         config.logprobs_mode in (None, "raw_logprobs"),
         f"--logprobs-mode {config.logprobs_mode!r} is not supported: fd returns raw_logprobs (the model's "
         "log-softmax before temperature, penalties and logit_bias)"
         if config.logprobs_mode in LOGPROBS_MODES
         else f"--logprobs-mode {config.logprobs_mode!r}: use one of {', '.join(LOGPROBS_MODES)}",
     )
-    _need(
+    need(
         config.write_policy in (None, "write_through"),
         f"--write-policy {config.write_policy!r}: use write_through",
     )
     value = config.guided_decoding_disable_any_whitespace
-    _need(
+    need(
         value is None or isinstance(value, bool) or str(value).lower() in _TRUE + _FALSE,
         f"--guided-decoding-disable-any-whitespace {value!r}: use true or false",
     )
-    _need(
+    need(
         config.local_data_parallel_id in (None, 0),
         f"--local-data-parallel-id {config.local_data_parallel_id} is not supported: one fd serve runs "
         "every --data-parallel-size rank behind one port; start one server",
@@ -280,31 +280,31 @@ def _check_choices(config: Any) -> None:
 
 def _check_missing_features(config: Any) -> None:
     """Options that ask for something fd has not built and that would change the results."""
-    _need(
+    need(
         config.scheduler_name in (None, "local"),
         f"--scheduler-name {config.scheduler_name} is not supported: fd has one local scheduler per server; "
         "spread requests over servers with `fd router` (each instance started with --router HOST:PORT)",
     )
-    _need(
+    need(
         not config.dynamic_load_weight,
         "--dynamic-load-weight is not supported: fd loads the weights once at start; restart fd serve to "
         "serve new weights",
     )
-    _need(
+    need(
         config.tokenizer_base_url is None,
         "--tokenizer-base-url is not supported: fd tokenizes in process; use --tokenizer PATH",
     )
-    _need(
+    need(
         config.tool_parser_plugin is None,
         "--tool-parser-plugin is not supported: fd's tool parsers are built in; use --tool-call-parser "
         "hermes, llama3_json, mistral, pythonic or ernie-x1",
     )
-    _need(
+    need(
         config.plas_attention_config is None,
         "--plas-attention-config is not supported: fd computes full attention (no PLAS sparse attention)",
     )
     early = config.enable_early_stop or bool((config.early_stop_config or {}).get("enable_early_stop"))
-    _need(
+    need(
         not early,
         "early stopping (--enable-early-stop, or enable_early_stop in --early-stop-config) is not supported: fd ends a sequence at a stop string, a stop "
         "token or max_tokens; use stop or max_tokens in the request",
@@ -313,18 +313,18 @@ def _check_missing_features(config: Any) -> None:
         ("enable_keep_sampling_mask", "the sampling mask of each token"),
         ("enable_entropy", "the entropy of each token"),
     ):
-        _need(not getattr(config, name), f"{_flag(name)} is not supported: fd does not return {what}")
-    _need(
+        need(not getattr(config, name), f"{_flag(name)} is not supported: fd does not return {what}")
+    need(
         config.routing_replay_config is None,
         "--routing-replay-config is not supported: fd does not record MoE routing",
     )
-    _need(
+    need(
         config.kvcache_storage_backend is None,
         f"--kvcache-storage-backend {config.kvcache_storage_backend} is not supported: fd's KV blocks go to "
         "--swap-space (memory) and --kv-offload-dir DIR (files)",
     )
     others = [p for p in config.logits_processors or () if p != LOGIT_BIAS_PROCESSOR]
-    _need(
+    need(
         not others,
         f"--logits-processors {' '.join(others)} is not supported: fd runs no custom logits processors "
         "(a request's logit_bias is built in)",
@@ -378,7 +378,7 @@ def parse_ports(name: str, value: Any) -> list[int]:
         ports = [int(str(p).strip()) for p in parts]
     except ValueError:
         ports = []
-    _need(
+    need(
         bool(ports) and all(0 < p < 65536 for p in ports),
         f"{_flag(name)} must be a port or a comma-separated list of ports, got {value!r}",
     )
@@ -398,8 +398,3 @@ def quantization_error(name: object) -> str:
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)

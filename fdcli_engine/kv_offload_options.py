@@ -6,26 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.errors import need
 
 DEFAULT_DIR_GB = 8.0
 COMPRESSIONS = ("none", "int8")
-
-
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 def kv_offload_options(config: Any) -> dict:
     """The normalized values: swap_space in GiB (0: off), compression "int8" or None, the file tier's
     directory (None: off) and bound."""
     swap = config.swap_space or 0.0
-    _need(swap >= 0, f"--swap-space must be at least 0 (GiB), got {config.swap_space}")
+    need(swap >= 0, f"--swap-space must be at least 0 (GiB), got {config.swap_space}")
     compression = config.kv_offload_compression
     if compression is not None:
         compression = str(compression).lower()
-        _need(
+        need(
             compression in COMPRESSIONS,
             f"--kv-offload-compression {config.kv_offload_compression!r}: use none or int8",
         )
@@ -33,27 +28,27 @@ def kv_offload_options(config: Any) -> dict:
     directory = config.kv_offload_dir or None
     dir_gb = config.kv_offload_dir_gb
     if dir_gb is not None:
-        _need(directory is not None, "--kv-offload-dir-gb bounds the file tier: give --kv-offload-dir too")
-        _need(dir_gb > 0, f"--kv-offload-dir-gb must be positive, got {dir_gb}")
+        need(directory is not None, "--kv-offload-dir-gb bounds the file tier: give --kv-offload-dir too")
+        need(dir_gb > 0, f"--kv-offload-dir-gb must be positive, got {dir_gb}")
     tiers = swap > 0 or directory is not None
-    _need(
+    need(
         compression is None or tiers,
         "--kv-offload-compression int8 compresses an offload tier: give --swap-space GB or --kv-offload-dir",
     )
     if tiers:
         # FastDeploy's launch lines pair -tp N with --swap-space: that runs, without the tier (one note
         # at start, kv_offload_notes); the options only fd has are refused.
-        _need(
+        need(
             config.tensor_parallel_size == 1 or (directory is None and compression is None),
             "--kv-offload-dir and --kv-offload-compression are not supported with --tensor-parallel-size "
             "> 1 (the KV cache is split across processes)",
         )
-        _need(
+        need(
             config.runner != "pooling",
             "KV offload (--swap-space, --kv-offload-dir) needs a generative model: --runner pooling keeps "
             "no KV cache between requests",
         )
-    _need(
+    need(
         directory is None or config.data_parallel_size == 1,
         "--kv-offload-dir serves one engine: with --data-parallel-size > 1 use --swap-space only",
     )

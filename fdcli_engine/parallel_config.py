@@ -20,15 +20,10 @@ import glob
 import os
 from typing import Any
 
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.errors import ConfigError, need
 from fdcli_engine.threads import BIND_ENV, RANK_SEPARATOR, allowed_cpus, parse_cpu_list, usable_cpu_count
 
 EXECUTOR_BACKENDS = ("mp", "ray")
-
-
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 def node_ips(config: Any) -> list[str]:
@@ -73,28 +68,28 @@ def resolve_nodes(config: Any) -> dict:
         if not rank:
             mine = local_addresses()
             matches = [i for i, ip in enumerate(ips) if ip in mine]
-            _need(
+            need(
                 bool(matches),
                 f"--ips {','.join(ips)}: none is an address of this host ({', '.join(sorted(mine))}); "
                 "give --node-rank",
             )
             rank = matches[0]
-    _need(
+    need(
         config.data_parallel_size == 1,
         f"--nnodes {nodes} with --data-parallel-size {config.data_parallel_size} is not built yet: "
         "several nodes run one tensor-parallel engine",
     )
     tp = config.tensor_parallel_size
-    _need(
+    need(
         tp % nodes == 0 and tp >= nodes,
         f"--tensor-parallel-size {tp} does not divide over {nodes} nodes (each node runs the same number "
         "of ranks)",
     )
-    _need(
+    need(
         config.master_port is not None,
         f"--nnodes {nodes} needs --master-port (the same on every node; it and the next port are used)",
     )
-    _need(config.master_port < 65535, f"--master-port {config.master_port}: the next port is used too")
+    need(config.master_port < 65535, f"--master-port {config.master_port}: the next port is used too")
     return {"nnodes": nodes, "node_rank": rank, "master_addr": master or "127.0.0.1"}
 
 
@@ -111,28 +106,28 @@ def ranks_per_node(config: Any) -> int:
 
 def check_parallel_options(config: Any) -> None:
     tp, dp = config.tensor_parallel_size, config.data_parallel_size
-    _need(tp >= 1, f"--tensor-parallel-size must be at least 1, got {tp}")
-    _need(dp >= 1, f"--data-parallel-size must be at least 1, got {dp}")
-    _need(config.nnodes >= 1, f"--nnodes must be at least 1, got {config.nnodes}")
+    need(tp >= 1, f"--tensor-parallel-size must be at least 1, got {tp}")
+    need(dp >= 1, f"--data-parallel-size must be at least 1, got {dp}")
+    need(config.nnodes >= 1, f"--nnodes must be at least 1, got {config.nnodes}")
     ips = node_ips(config)
-    _need(
+    need(
         not ips or config.nnodes in (1, len(ips)),
         f"--ips lists {len(ips)} node(s) but --nnodes is {config.nnodes}: give one of them",
     )
     nodes = num_nodes(config)
-    _need(
+    need(
         0 <= config.node_rank < nodes,
         f"--node-rank {config.node_rank}: use 0 to {nodes - 1} (--nnodes {nodes})",
     )
-    _need(
+    need(
         (tp * dp) % nodes == 0,
         f"{tp * dp} rank(s) (--tensor-parallel-size {tp} x --data-parallel-size {dp}) do not divide "
         f"over {nodes} nodes",
     )
     port = config.master_port
-    _need(port is None or 1 <= port <= 65535, f"--master-port must be 1-65535, got {port}")
+    need(port is None or 1 <= port <= 65535, f"--master-port must be 1-65535, got {port}")
     backend = config.distributed_executor_backend
-    _need(
+    need(
         backend in EXECUTOR_BACKENDS,
         f"--distributed-executor-backend {backend!r}: use mp or ray",
     )
@@ -140,7 +135,7 @@ def check_parallel_options(config: Any) -> None:
         return  # Ray places the engines over the cluster's CPUs (checked against it when it is joined)
     cpus = usable_cpu_count()
     local = ranks_per_node(config)
-    _need(
+    need(
         local <= cpus,
         f"{local} engine rank(s) on this node (--tensor-parallel-size {tp} x --data-parallel-size {dp}"
         f"{f' / {nodes} nodes' if nodes > 1 else ''}) but only {cpus} CPU(s) to run them: each rank needs "
@@ -179,14 +174,14 @@ def rank_cpu_sets(
             sets = [parse_cpu_list(part) for part in bind.split(RANK_SEPARATOR)]
         except ValueError:
             raise ConfigError(f"{BIND_ENV}={bind!r}: use one CPU list per rank, such as 0-31|32-63") from None
-        _need(
+        need(
             len(sets) == num_ranks,
             f"{BIND_ENV}={bind!r} gives {len(sets)} CPU list(s) for {num_ranks} engine rank(s)",
         )
         for cpus in sets:
-            _need(set(cpus) <= set(allowed), f"{BIND_ENV}={bind!r}: this process may only use CPUs {allowed}")
+            need(set(cpus) <= set(allowed), f"{BIND_ENV}={bind!r}: this process may only use CPUs {allowed}")
         return sets
-    _need(len(allowed) >= num_ranks, f"{num_ranks} engine rank(s) but only {len(allowed)} CPU(s)")
+    need(len(allowed) >= num_ranks, f"{num_ranks} engine rank(s) but only {len(allowed)} CPU(s)")
     nodes = _numa_nodes(allowed)
     if (
         len(nodes) > 1
@@ -227,13 +222,13 @@ def check_tensor_parallel_model(hf_config: dict, config: Any) -> None:
         return
     heads = int(hf_config.get("num_attention_heads") or 0)
     kv = int(hf_config.get("num_key_value_heads") or heads)
-    _need(kv % tp == 0, f"{kv} KV heads do not divide by tensor-parallel size {tp}")
-    _need(heads % tp == 0, f"{heads} attention heads do not divide by tensor-parallel size {tp}")
+    need(kv % tp == 0, f"{kv} KV heads do not divide by tensor-parallel size {tp}")
+    need(heads % tp == 0, f"{heads} attention heads do not divide by tensor-parallel size {tp}")
     sizes = {"intermediate_size": hf_config.get("intermediate_size")}
     experts = hf_config.get("moe_num_experts")
     if experts:
         if config.enable_expert_parallel:
-            _need(int(experts) % tp == 0, f"{experts} experts do not divide by tensor-parallel size {tp}")
+            need(int(experts) % tp == 0, f"{experts} experts do not divide by tensor-parallel size {tp}")
         else:
             sizes["moe_intermediate_size"] = hf_config.get("moe_intermediate_size")
         shared = int(hf_config.get("moe_num_shared_experts") or 0)
@@ -243,4 +238,4 @@ def check_tensor_parallel_model(hf_config: dict, config: Any) -> None:
             )
     for name, size in sizes.items():
         if size:
-            _need(int(size) % tp == 0, f"{name} {size} does not divide by tensor-parallel size {tp}")
+            need(int(size) % tp == 0, f"{name} {size} does not divide by tensor-parallel size {tp}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fdcli_engine.errors import ConfigError
+from fdcli_engine.errors import ConfigError, need
 
 # EngineConfig fields that exist only for vLLM's launch lines (never in the ResolvedConfig).
 VLLM_FIELDS = (
@@ -102,22 +102,22 @@ def parse_human_int(name: str, value: Any) -> int:
 def check_vllm_options(config: Any) -> None:
     """ConfigError for a value vLLM itself would refuse, or one fd has no implementation of."""
     pp = config.pipeline_parallel_size
-    _need(
+    need(
         pp is None or pp == 1,
         f"--pipeline-parallel-size {pp} is not supported: fd has no pipeline parallelism; split the model "
         "over processes with --tensor-parallel-size, or run copies with --data-parallel-size",
     )
-    _need(
+    need(
         config.load_format is None or config.load_format in LOAD_FORMATS,
         f"--load-format {config.load_format!r} is not supported: fd loads safetensors folders and GGUF "
         "files; use auto (the checkpoint's own format), safetensors or gguf",
     )
-    _need(
+    need(
         config.tokenizer_mode is None or config.tokenizer_mode in TOKENIZER_MODES,
         f"--tokenizer-mode {config.tokenizer_mode!r} is not supported: fd reads the checkpoint's "
         "tokenizer.json (or a GGUF file's vocabulary); use auto or hf",
     )
-    _need(
+    need(
         config.chat_template_content_format is None or config.chat_template_content_format in CONTENT_FORMATS,
         f"--chat-template-content-format {config.chat_template_content_format!r}: use auto, string or openai",
     )
@@ -126,7 +126,7 @@ def check_vllm_options(config: Any) -> None:
 def check_load_format(load_format: str | None, layout: str) -> None:
     """--load-format safetensors or gguf must name the checkpoint's format (fd converts nothing)."""
     layouts = LOAD_FORMATS.get(load_format or "auto")
-    _need(
+    need(
         layouts is None or layout in layouts,
         f"--load-format {load_format} does not match the model, a {'GGUF file' if layout == 'gguf' else 'safetensors folder'}: "
         "use --load-format auto",
@@ -157,8 +157,3 @@ def vllm_notes(config: Any) -> list[str]:
             "(what HF chat templates read)"
         )
     return notes
-
-
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
