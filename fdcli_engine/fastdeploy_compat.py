@@ -209,7 +209,6 @@ SCHEDULER_TUNING = tuple(f for f in COMPAT_FIELDS if f.startswith("scheduler_") 
 # The value of an option that is what fd always does: given, it is silent.
 _FD_DOES = {
     "controller_port": -1,
-    "enable_output_caching": True,
     "model_config_name": "config.json",
     "logprobs_mode": "raw_logprobs",
     "scheduler_name": "local",
