@@ -468,37 +468,43 @@ assert set(COMPAT_FLAGS) == set(COMPAT_FIELDS), "one flag per FastDeploy compati
 VLLM_PANEL = "vLLM compatibility"
 
 
-def _vllm(*names: str, help: str, **kw) -> Any:
+def vllm_option(*names: str, help: str, **kw) -> Any:
+    """A vLLM flag in the one "vLLM compatibility" help panel (fd serve, run-batch, bench)."""
     return typer.Option(*names, help=help, rich_help_panel=VLLM_PANEL, **kw)
 
 
 VLLM_FLAGS: dict[str, Any] = {
     "max_logprobs": Annotated[
         Optional[int],
-        _vllm(
+        vllm_option(
             "--max-logprobs",
             help="Most logprobs / top_logprobs / prompt_logprobs a request may ask "
             "for, 0-20; more is a 400. (default: 20)",
         ),
     ],
     "trust_remote_code": Annotated[
-        Optional[bool], _vllm("--trust-remote-code", help="No effect: fd never runs code from a checkpoint.")
+        Optional[bool],
+        vllm_option("--trust-remote-code", help="No effect: fd never runs code from a checkpoint."),
     ],
     "enforce_eager": Annotated[
-        Optional[bool], _vllm("--enforce-eager", help="No effect: fd always runs eagerly on CPU.")
+        Optional[bool], vllm_option("--enforce-eager", help="No effect: fd always runs eagerly on CPU.")
     ],
-    "revision": Annotated[Optional[str], _vllm("--revision", help="No effect: fd never downloads.")],
-    "download_dir": Annotated[Optional[str], _vllm("--download-dir", help="No effect: fd never downloads.")],
+    "revision": Annotated[Optional[str], vllm_option("--revision", help="No effect: fd never downloads.")],
+    "download_dir": Annotated[
+        Optional[str], vllm_option("--download-dir", help="No effect: fd never downloads.")
+    ],
     "load_format": Annotated[
         Optional[str],
-        _vllm("--load-format", help="auto, safetensors or gguf (must match the model); fd reads its format."),
+        vllm_option(
+            "--load-format", help="auto, safetensors or gguf (must match the model); fd reads its format."
+        ),
     ],
     "tokenizer_mode": Annotated[
-        Optional[str], _vllm("--tokenizer-mode", help="auto or hf (fd's one tokenizer).")
+        Optional[str], vllm_option("--tokenizer-mode", help="auto or hf (fd's one tokenizer).")
     ],
     "pipeline_parallel_size": Annotated[
         Optional[int],
-        _vllm(
+        vllm_option(
             "--pipeline-parallel-size",
             "-pp",
             help="1 only: use --tensor-parallel-size / --data-parallel-size.",
@@ -506,19 +512,20 @@ VLLM_FLAGS: dict[str, Any] = {
     ],
     "chat_template_content_format": Annotated[
         Optional[str],
-        _vllm(
+        vllm_option(
             "--chat-template-content-format",
             help="auto, string or openai; fd decides per message (no effect).",
         ),
     ],
     "enable_log_requests": Annotated[
-        Optional[bool], _vllm("--enable-log-requests", help="No effect: fd logs no request contents.")
+        Optional[bool], vllm_option("--enable-log-requests", help="No effect: fd logs no request contents.")
     ],
     "disable_log_requests": Annotated[
-        Optional[bool], _vllm("--disable-log-requests", help="No effect: fd logs no request contents.")
+        Optional[bool], vllm_option("--disable-log-requests", help="No effect: fd logs no request contents.")
     ],
     "disable_log_stats": Annotated[
-        Optional[bool], _vllm("--disable-log-stats", help="No effect: fd logs no periodic stats (/metrics).")
+        Optional[bool],
+        vllm_option("--disable-log-stats", help="No effect: fd logs no periodic stats (/metrics)."),
     ],
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"

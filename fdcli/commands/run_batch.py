@@ -26,6 +26,7 @@ from fdcli.options import (
     ResponseRoleOpt,
     ToolCallParserOpt,
     engine_options,
+    vllm_option,
 )
 
 EXIT_LINES_FAILED = (
@@ -71,22 +72,15 @@ ProgressOpt = Annotated[
 
 # vLLM's own run-batch flags (vllm/entrypoints/openai/run_batch.py), each with its effect here or one
 # log line saying why it has none (vllm_batch_notes); --enable-metrics is refused, naming what to use.
-VLLM_BATCH_PANEL = "vLLM compatibility"
-
-
-def _vllm(*names: str, help: str) -> typer.models.OptionInfo:
-    return typer.Option(*names, help=help, rich_help_panel=VLLM_BATCH_PANEL)
-
-
 OutputTmpDirOpt = Annotated[
-    Optional[str], _vllm("--output-tmp-dir", help="No effect (logged): fd uploads no output to a URL.")
+    Optional[str], vllm_option("--output-tmp-dir", help="No effect (logged): fd uploads no output to a URL.")
 ]
 MaxLogLenOpt = Annotated[
-    Optional[int], _vllm("--max-log-len", help="No effect (logged): fd logs no prompts.")
+    Optional[int], vllm_option("--max-log-len", help="No effect (logged): fd logs no prompts.")
 ]
 EnableMetricsOpt = Annotated[
     bool,
-    _vllm(
+    vllm_option(
         "--enable-metrics",
         help="Not supported (refused): the counters are in the summary (--summary-json); for Prometheus, "
         "fd serve's /metrics.",
@@ -94,21 +88,22 @@ EnableMetricsOpt = Annotated[
 ]
 MetricsUrlOpt = Annotated[
     Optional[str],
-    _vllm("--url", help="vLLM's metrics-server address (--enable-metrics): no effect (logged)."),
+    vllm_option("--url", help="vLLM's metrics-server address (--enable-metrics): no effect (logged)."),
 ]
 MetricsPortOpt = Annotated[
-    Optional[int], _vllm("--port", help="vLLM's metrics-server port (--enable-metrics): no effect (logged).")
+    Optional[int],
+    vllm_option("--port", help="vLLM's metrics-server port (--enable-metrics): no effect (logged)."),
 ]
 PromptTokensDetailsOpt = Annotated[
     bool,
-    _vllm(
+    vllm_option(
         "--enable-prompt-tokens-details",
         help="No effect (logged): usage.prompt_tokens_details.cached_tokens is always reported.",
     ),
 ]
 ForceIncludeUsageOpt = Annotated[
     bool,
-    _vllm(
+    vllm_option(
         "--enable-force-include-usage",
         help="No effect (logged): every response carries usage (run-batch does not stream).",
     ),
