@@ -24,7 +24,7 @@ from fdcli.console import BadInput, err_console, error_boundary, fail
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
 
 UrlOpt = Annotated[
-    str, typer.Option("--url", help="Base URL of the OpenAI-compatible API (no scheme: http://, as curl).")
+    str, typer.Option("--url", help="Base URL of the OpenAI-compatible API (no scheme: http://, as curl; no path: /v1).")
 ]
 ModelNameOpt = Annotated[
     Optional[str], typer.Option("--model-name", help="Model to use. Default: the server's first model.")
@@ -76,10 +76,10 @@ class ApiClient:
     def __init__(self, url: str, api_key: str | None, timeout: float = 600.0):
         import httpx
 
-        from fdcli.server_url import server_url
+        from fdcli.server_url import api_base_url
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.base = server_url(url, "--url")
+        self.base = api_base_url(url, "--url")
         self.http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=5.0))
 
     def _raise_for(self, resp) -> None:

@@ -39,6 +39,15 @@ def test_prompt_argument_streams_the_completion(server):
     assert r.stdout == _reference(server, "the quick brown fox") + "\n"
 
 
+def test_url_without_path_means_its_v1(server):
+    """`--url host:port` (no scheme, no path) reaches the server's /v1 API; it answered 404 before."""
+    args = _args(server, "the quick brown fox")
+    args[2] = server.url.partition("://")[2]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == _reference(server, "the quick brown fox") + "\n"
+
+
 def test_prompt_from_stdin(server):
     r = runner.invoke(app, _args(server), input="hello world")
     assert r.exit_code == 0, r.output

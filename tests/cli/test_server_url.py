@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fdcli.server_url import server_url
+from fdcli.server_url import api_base_url, server_url
 from fdcli_engine.errors import ConfigError
 
 
@@ -28,3 +28,16 @@ def test_bad_address_names_the_flag(value, words):
     with pytest.raises(ConfigError) as e:
         server_url(value, "--base-url")
     assert str(e.value).startswith(f"--base-url {value!r}") and words in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value, url",
+    [
+        ("localhost:8000", "http://localhost:8000/v1"),
+        ("http://h:1/", "http://h:1/v1"),
+        ("h:1/v1", "http://h:1/v1"),
+        ("https://h/api/v1/", "https://h/api/v1"),
+    ],
+)
+def test_api_base_without_path_is_v1(value, url):
+    assert api_base_url(value, "--url") == url
