@@ -24,7 +24,10 @@ from fdcli.console import BadInput, err_console, error_boundary, fail
 DEFAULT_URL = "http://127.0.0.1:8000/v1"
 
 UrlOpt = Annotated[
-    str, typer.Option("--url", help="Base URL of the OpenAI-compatible API (no scheme: http://, as curl; no path: /v1).")
+    str,
+    typer.Option(
+        "--url", help="Base URL of the OpenAI-compatible API (no scheme: http://, as curl; no path: /v1)."
+    ),
 ]
 ModelNameOpt = Annotated[
     Optional[str], typer.Option("--model-name", help="Model to use. Default: the server's first model.")
