@@ -489,9 +489,15 @@ VLLM_FLAGS: dict[str, Any] = {
     "enforce_eager": Annotated[
         Optional[bool], vllm_option("--enforce-eager", help="No effect: fd always runs eagerly on CPU.")
     ],
-    "revision": Annotated[Optional[str], vllm_option("--revision", help="No effect: fd never downloads.")],
+    "revision": Annotated[
+        Optional[str],
+        vllm_option(
+            "--revision", help="Snapshot of a Hugging Face model id in the local cache (default main)."
+        ),
+    ],
     "download_dir": Annotated[
-        Optional[str], vllm_option("--download-dir", help="No effect: fd never downloads.")
+        Optional[str],
+        vllm_option("--download-dir", help="Hugging Face cache to find a model id in (fd never downloads)."),
     ],
     "load_format": Annotated[
         Optional[str],

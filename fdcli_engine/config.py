@@ -57,16 +57,24 @@ def default_embedding_model_path() -> Path:
     return d / "model"
 
 
-def resolve_model_path(model: str | os.PathLike | None) -> Path:
+def resolve_model_path(
+    model: str | os.PathLike | None, revision: str | None = None, cache_dir: str | None = None
+) -> Path:
+    """The checkpoint `model` names: a path as given, a Hugging Face id from the local cache
+    (hub_cache.py), None or "" the installed default model."""
     if model is None or str(model) == "":
         return default_model_path()
     p = Path(model).expanduser()
-    if not p.exists():
-        raise ConfigError(
-            f"model path {str(p)!r} does not exist: expected a Hugging Face folder (config.json + "
-            "*.safetensors) or a .gguf file (fd never downloads weights)"
-        )
-    return p
+    if p.exists():
+        return p
+    from fdcli_engine.hub_cache import cached_snapshot, looks_like_repo_id
+
+    if looks_like_repo_id(str(model)):
+        return cached_snapshot(str(model), revision, cache_dir)
+    raise ConfigError(
+        f"model path {str(p)!r} does not exist: expected a Hugging Face folder (config.json + "
+        "*.safetensors) or a .gguf file (fd never downloads weights)"
+    )
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     # Options that need no model are refused before paddle loads (seconds saved on a typo).
     check_backend_name(config.guided_decoding_backend)
     speculative = parse_speculative_config(config.speculative_config)
-    model_path = resolve_model_path(config.model)
+    model_path = resolve_model_path(config.model, config.revision, config.download_dir)
     defaults, defaults_note = sampling_defaults(
         config.generation_config, config.override_generation_config, model_path
     )
@@ -63,6 +63,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     del values["kv_transfer_token"], values["override_generation_config"]  # the one in defaults
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)
+    if config.tokenizer:  # a hub id resolves here, where --download-dir is known
+        values["tokenizer"] = str(resolve_model_path(config.tokenizer, None, config.download_dir))
     values["speculative_config"] = speculative
     return ResolvedConfig(
         **values,

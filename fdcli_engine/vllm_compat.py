@@ -20,6 +20,7 @@ once and leaves these fields out of the ResolvedConfig, since no process acts on
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from fdcli_engine.errors import ConfigError, need
@@ -136,16 +137,13 @@ def check_load_format(load_format: str | None, layout: str) -> None:
 def vllm_notes(config: Any) -> list[str]:
     """One line for each given option that changes nothing here, saying why (logged at start)."""
     notes = [line for name, line in _NO_EFFECT.items() if getattr(config, name)]
-    if config.revision is not None:
-        notes.append(
-            f"--revision {config.revision} has no effect: fd never downloads; it serves the files at --model "
-            "as they are"
-        )
-    if config.download_dir is not None:
-        notes.append(
-            f"--download-dir {config.download_dir} has no effect: fd never downloads; pass the checkpoint's "
-            "path as the model"
-        )
+    if _is_path(config.model):
+        for flag, value in (("--revision", config.revision), ("--download-dir", config.download_dir)):
+            if value is not None:
+                notes.append(
+                    f"{flag} {value} has no effect: the model is a local file or folder, served as it is (the flag picks "
+                    "the snapshot of a Hugging Face id in the local cache)"
+                )
     if config.load_format not in (None, "auto"):
         notes.append(f"--load-format {config.load_format}: fd reads the checkpoint's own format (it matches)")
     if config.tokenizer_mode == "hf":
@@ -157,3 +155,8 @@ def vllm_notes(config: Any) -> list[str]:
             "(what HF chat templates read)"
         )
     return notes
+
+
+def _is_path(model: str | None) -> bool:
+    """Whether --model names a file or folder (else: the default model, or a hub id from the cache)."""
+    return model is None or Path(model).expanduser().exists()

@@ -193,7 +193,7 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
     )
-    assert "--revision main has no effect: fd never downloads" in " ".join(notes)
+    assert "--revision main has no effect: the model is a local file or folder" in " ".join(notes)
     assert all("\n" not in n for n in notes)
     assert vllm_notes(EngineConfig(load_format="auto", tokenizer_mode="auto", pipeline_parallel_size=1)) == []
     assert "no effect" in ACCESS_LOG_NOTE
