@@ -14,7 +14,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from fdcli_engine.sampling_params import SamplingParams  # noqa: E402
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "BeamSearchParams", "SamplingParams"]
 __version__ = "0.1.0"
 
 
@@ -23,4 +23,8 @@ def __getattr__(name: str):
         from fdcli_engine.api.llm import LLM
 
         return LLM
+    if name == "BeamSearchParams":
+        from fdcli_engine.beam_search import BeamSearchParams
+
+        return BeamSearchParams
     raise AttributeError(name)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from fdcli_engine.api.llm_pooling import PoolingMethods
 from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
+from fdcli_engine.beam_search import BeamSearchOutput, BeamSearchParams
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.errors import ConfigError, InvalidRequestError
@@ -213,6 +214,42 @@ class LLM(PoolingMethods):
         for o, p in zip(outs, prompts):
             o.prompt = p
         return outs
+
+    def beam_search(
+        self,
+        prompts: PromptType | list[PromptType],
+        params: BeamSearchParams,
+        lora_request=None,
+        use_tqdm: bool = False,
+        concurrency_limit: int | None = None,
+    ) -> list[BeamSearchOutput]:
+        """vLLM's LLM.beam_search (beam_search.py): each prompt's best `params.beam_width` beams, best
+        first; a sequence's `tokens` and `text` hold the prompt and the generated tokens."""
+        from fdcli_engine.beam_search import next_token_logprobs, run, search
+
+        if lora_request is not None:
+            raise InvalidRequestError("fd has no LoRA adapters: pass lora_request=None", param="lora_request")
+        params.check_width(self.config.max_logprobs)
+        parsed = parse_prompts(prompts)
+        ids = []
+        for prompt in parsed:
+            prompt_ids, features = self._prompt_ids(prompt)
+            if features:
+                raise InvalidRequestError("beam search takes text prompts, not images", param="prompts")
+            ids.append(prompt_ids)
+        step_params = params.step_params()
+
+        def engine_step(batch: list[list[int]]) -> list:
+            outs = self.generate([{"prompt_token_ids": t} for t in batch], step_params)
+            return [next_token_logprobs(o) for o in outs]
+
+        outputs = run(search(ids, params, set(self.tokenizer.eos_token_ids)), engine_step)
+        for out in outputs:
+            for seq in out.sequences:
+                # As the output processor decodes: an id past the vocabulary (a padded embedding
+                # table) is no text rather than an error.
+                seq.text = self.tokenizer.backend.decode(seq.tokens, skip_special_tokens=True)
+        return outputs
 
     def get_stats(self) -> dict:
         return self.engine.get_stats()

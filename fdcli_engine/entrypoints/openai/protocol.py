@@ -89,6 +89,9 @@ class _SamplingFields(_Request):
     min_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS_LIMIT)
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
+    # vLLM's beam search: `n` beams, ranked by cumulative logprob / length ** length_penalty (beam_jobs.py).
+    use_beam_search: bool = False
+    length_penalty: float = Field(default=1.0, ge=-10.0, le=10.0)
     skip_special_tokens: bool = True
     return_token_ids: bool = False
     # vLLM's: logprobs name each token "token_id:N"; None: the server's --return-tokens-as-token-ids

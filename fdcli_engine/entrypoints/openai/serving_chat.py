@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.beam_jobs import beam_params
 from fdcli_engine.entrypoints.openai.chat_images import (
     OTHER_MEDIA_PARTS,
     ImageInputs,
@@ -281,6 +282,11 @@ class OpenAIServingChat:
             params.structured_outputs = tool_constraint
         rid = request_id or req.request_id or random_id("chatcmpl")
         jobs = fan_out(rid, [(prompt, prompt_ids)], params, req.n, features)
+        beam = beam_params(req, max_tokens, self.engine.model_config.max_logprobs)
+        if beam is not None and features:
+            raise bad_request("use_beam_search takes text messages, not images", "use_beam_search")
+        for job in jobs:
+            job.beam = beam
         return PreparedChat(model, rid, prompt_ids, jobs, tool_parser)
 
     async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):

@@ -206,6 +206,7 @@ class Job:
     prompt: str | None
     params: SamplingParams
     mm_features: list | None = None  # the prompt's images (multimodal.inputs.MultiModalFeature)
+    beam: Any = None  # BeamSearchParams: the job is one choice of a beam search (beam_jobs.py)
 
     def engine_kwargs(self) -> dict:
         """What engine.generate takes besides the ids, params, id and prompt: the images, if any."""
@@ -239,6 +240,12 @@ def fan_out(
 async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tuple[Job, RequestOutput]]:
     """Run every job concurrently and yield outputs as they arrive. Leaving early (client gone, error in
     one job) cancels the others, whose generators then abort their requests in the engine."""
+    if jobs and jobs[0].beam is not None:
+        from fdcli_engine.entrypoints.openai.beam_jobs import beam_outputs
+
+        async for pair in beam_outputs(engine, jobs):
+            yield pair
+        return
     if len(jobs) == 1:
         job = jobs[0]
         async for out in engine.generate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.beam_jobs import beam_params
 from fdcli_engine.entrypoints.openai.echo_logprobs import (
     check_logit_bias_vocab,
     check_logprob_limits,
@@ -118,6 +119,7 @@ class OpenAIServingCompletion:
         jobs = fan_out(rid, prompts, params, req.n)
         for job in jobs:
             job.params.max_tokens = max_tokens[job.prompt_idx]
+            job.beam = beam_params(req, job.params.max_tokens, self.engine.model_config.max_logprobs)
         return PreparedCompletion(model, rid, prompts, jobs)
 
     async def create_completion(self, req: CompletionRequest, request_id: str | None = None):
