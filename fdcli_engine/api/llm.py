@@ -119,7 +119,12 @@ class LLM(PoolingMethods):
         prompts: PromptType | list[PromptType],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         use_tqdm: bool = False,
+        lora_request=None,
+        priority: list[int] | None = None,
     ) -> list[RequestOutput]:
+        """vLLM's LLM.generate. `priority` is accepted and has no effect (fd schedules first come, first
+        served, as the server's `priority` field); fd has no LoRA adapters, so `lora_request` must be None."""
+        _check_no_lora(lora_request)
         prompts, plist = self._normalize(prompts, sampling_params)
         parents: list[tuple[str, list[str]]] = []
         try:
@@ -181,6 +186,7 @@ class LLM(PoolingMethods):
         tools: list[dict] | None = None,
         chat_template_kwargs: dict | None = None,
         mm_processor_kwargs: dict | None = None,
+        lora_request=None,
     ) -> list[RequestOutput]:
         """vLLM's LLM.chat: each conversation rendered by the same rule as fd serve's chat route
         (tokenizer/chat_render.py: continue_final_message, tools, chat_template_kwargs), then
@@ -188,6 +194,7 @@ class LLM(PoolingMethods):
         from fdcli_engine.api.llm_images import split_chat_images
         from fdcli_engine.tokenizer.chat_render import render_chat
 
+        _check_no_lora(lora_request)
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts, requests = [], []
         for conv in conversations:
@@ -227,8 +234,7 @@ class LLM(PoolingMethods):
         first; a sequence's `tokens` and `text` hold the prompt and the generated tokens."""
         from fdcli_engine.beam_search import next_token_logprobs, run, search
 
-        if lora_request is not None:
-            raise InvalidRequestError("fd has no LoRA adapters: pass lora_request=None", param="lora_request")
+        _check_no_lora(lora_request)
         params.check_width(self.config.max_logprobs)
         parsed = parse_prompts(prompts)
         ids = []
@@ -251,8 +257,21 @@ class LLM(PoolingMethods):
                 seq.text = self.tokenizer.backend.decode(seq.tokens, skip_special_tokens=True)
         return outputs
 
+    def reset_prefix_cache(self) -> None:
+        """vLLM's: forget every cached prefix (the next prompts are computed in full)."""
+        self.engine.reset_prefix_cache()
+
     def get_stats(self) -> dict:
         return self.engine.get_stats()
+
+
+def _check_no_lora(lora_request) -> None:
+    if lora_request is not None:
+        raise InvalidRequestError(
+            "fd has no LoRA adapters: pass lora_request=None (merge the adapter into the checkpoint's weights "
+            "to serve it)",
+            param="lora_request",
+        )
 
 
 class _Finals:

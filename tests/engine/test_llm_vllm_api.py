@@ -87,3 +87,25 @@ def test_cumulative_logprob_and_ranks(llm):
     assert plain.cumulative_logprob is None
     outs = llm.generate("hello", SamplingParams(n=2, best_of=2, seed=3, max_tokens=2))[0].outputs
     assert len(outs) == 2
+
+
+def test_generate_takes_vllms_lora_request_none_and_priority(llm):
+    prompt = "the quick brown fox"
+    plain = llm.generate([prompt], GREEDY)[0].outputs[0].token_ids
+    same = llm.generate([prompt], GREEDY, lora_request=None, priority=[3])[0].outputs[0].token_ids
+    assert same == plain
+    for call in (
+        lambda: llm.generate([prompt], GREEDY, lora_request=object()),
+        lambda: llm.chat([{"role": "user", "content": "hi"}], GREEDY, lora_request=object()),
+    ):
+        with pytest.raises(ValueError, match="fd has no LoRA adapters") as e:
+            call()
+        assert e.value.param == "lora_request"
+
+
+def test_reset_prefix_cache_forgets_cached_prompts(llm):
+    prompt = "hello world, this is a tiny tokenizer for tests " * 3
+    llm.generate([prompt], GREEDY)
+    assert llm.generate([prompt], GREEDY)[0].num_cached_tokens > 0
+    llm.reset_prefix_cache()
+    assert llm.generate([prompt], GREEDY)[0].num_cached_tokens == 0
