@@ -251,6 +251,8 @@ class ChatCompletionRequest(_SamplingFields):
     add_special_tokens: bool = False  # vLLM: add BOS etc. when tokenizing the rendered prompt
     documents: list[dict[str, Any]] | None = Field(default=None, max_length=1024)  # to the template
     disable_chat_template: bool = False  # FastDeploy: the first message's content is the raw prompt
+    # vLLM: the answer starts with the last message's text when the answer continues that message's role.
+    echo: bool = False
     prompt_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
     # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs,
     # reasoning-effort knob), the deprecated `functions` / `function_call` (use tools / tool_choice),

@@ -169,6 +169,16 @@ class OpenAIServingChat:
         for a new turn (add_generation_prompt), else the role of the last message, which it continues."""
         return req.messages[-1].role if req.messages and not req.add_generation_prompt else self.response_role
 
+    def echo_text(self, req: ChatCompletionRequest) -> str:
+        """vLLM's chat `echo`: the last message's text (text parts joined by newlines) when the answer
+        is in that message's role (role_of), else nothing."""
+        if not req.echo or not req.messages or req.messages[-1].role != self.role_of(req):
+            return ""
+        content = req.messages[-1].content
+        if isinstance(content, list):
+            return "\n".join(p.text for p in content if p.type == "text" and p.text)
+        return content or ""
+
     def _check_unsupported(self, req: ChatCompletionRequest) -> None:
         check_prompt_logprobs(req)
         if req.top_logprobs is not None and not req.logprobs:
@@ -333,6 +343,7 @@ class OpenAIServingChat:
     async def _full(self, req, model, rid, prompt_ids, jobs, tool_parser=None) -> ChatCompletionResponse:
         finals = await final_outputs(self.engine, jobs)
         choices, completion_tokens, cached = [], 0, 0
+        echo = self.echo_text(req)
         for index in sorted(finals):
             _, out = finals[index]
             comp = out.outputs[0]
@@ -344,7 +355,7 @@ class OpenAIServingChat:
                 lps = self._logprobs(req, comp.logprobs, comp.token_ids)
             message = ChatResponseMessage(
                 role=self.role_of(req),
-                content=split.content,
+                content=echo + (split.content or "") if echo else split.content,
                 reasoning_content=split.reasoning,
                 tool_calls=split.tool_calls or None,
             )
@@ -381,6 +392,7 @@ class OpenAIServingChat:
         generated: dict[int, int] = {}  # tokens per choice so far; a choice's key: its role chunk is out
         continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
         writer = ChunkWriter(rid, "chat.completion.chunk", model)
+        echo = self.echo_text(req)
 
         def usage_of(index: int):  # every chunk's usage under continuous_usage_stats, else none
             return chunk_usage(len(prompt_ids), generated[index]) if continuous else None
@@ -394,6 +406,10 @@ class OpenAIServingChat:
                     generated[job.index] = 0
                     role = chat_delta(role=self.role_of(req), content="")
                     yield writer.chunk([chat_choice(job.index, role)], usage_of(job.index))
+                    if echo:
+                        yield writer.chunk(
+                            [chat_choice(job.index, chat_delta(content=echo))], usage_of(job.index)
+                        )
                 comp = out.outputs[0]
                 new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
