@@ -80,8 +80,8 @@ MaxModelLenOpt = Annotated[
     typer.Option(
         "--max-model-len",
         metavar="INTEGER",
-        help="Context length (vLLM's sizes: 32k = 32000, 32K = 32768). Default: the model's limit, "
-        "capped at 8192.",
+        help="Context length (vLLM's sizes: 32k = 32000, 32K = 32768; -1 or auto: the model's limit). "
+        "Default: the model's limit, capped at 8192.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
