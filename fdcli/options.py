@@ -518,10 +518,14 @@ VLLM_FLAGS: dict[str, Any] = {
         ),
     ],
     "enable_log_requests": Annotated[
-        Optional[bool], vllm_option("--enable-log-requests", help="No effect: fd logs no request contents.")
+        Optional[bool],
+        vllm_option(
+            "--enable-log-requests",
+            help="Log each request's id, params and prompt length at INFO when it arrives, and when it ends.",
+        ),
     ],
     "disable_log_requests": Annotated[
-        Optional[bool], vllm_option("--disable-log-requests", help="No effect: fd logs no request contents.")
+        Optional[bool], vllm_option("--disable-log-requests", help="Keep the request log off (the default).")
     ],
     "disable_log_stats": Annotated[
         Optional[bool],

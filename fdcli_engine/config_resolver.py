@@ -62,6 +62,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     dropped = (*COMPAT_FIELDS, *VLLM_FIELDS)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}
     values["served_model_name"] = (config.served_model_names or [None])[0]
+    values["log_requests"] = bool(config.enable_log_requests) and not config.disable_log_requests
     del values["kv_transfer_token"], values["override_generation_config"]  # the one in defaults
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)

@@ -70,9 +70,6 @@ _NO_EFFECT = {
     "architectures are fd's own, fdcli_engine/models)",
     "enforce_eager": "--enforce-eager has no effect: fd always runs eagerly on CPU (there are no graphs to "
     "capture)",
-    "enable_log_requests": "--enable-log-requests has no effect: fd logs no request contents (requests are "
-    "counted on /metrics)",
-    "disable_log_requests": "--disable-log-requests has no effect: fd logs no request contents anyway",
     "disable_log_stats": "--disable-log-stats has no effect: fd logs no periodic engine statistics (read "
     "them from /metrics)",
 }

@@ -201,7 +201,8 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
-    silent = {"--pipeline-parallel-size"}  # 1 is what fd does
+    # 1 is what fd does; the request-log flags have their effect (ResolvedConfig.log_requests)
+    silent = {"--pipeline-parallel-size", "--enable-log-requests", "--disable-log-requests"}
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
     )
