@@ -22,7 +22,8 @@ from fdcli_engine.outputs import (
     ScoringRequestOutput,
 )
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config, num_labels
-from fdcli_engine.pooling.postprocess import class_probs, cosine, postprocess, sigmoid
+from fdcli_engine.pooling.postprocess import class_probs, cosine, postprocess
+from fdcli_engine.pooling.score_pairs import cross_encoder_input, cross_encoder_score, pair_up
 from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request_limits import truncate_limit
@@ -176,15 +177,7 @@ class PoolingMethods:
         sigmoid of its logit); an embedding model embeds the texts apart (score: their cosine)."""
         pc = self._pooler("score()", _TASKS["score"])
         first, second = _texts(data_1, "data_1"), _texts(data_2, "data_2")
-        if len(first) == 1:
-            first = first * len(second)
-        elif len(first) != len(second):
-            raise InvalidRequestError(
-                f"data_1 has {len(first)} texts and data_2 {len(second)}: give one data_1, or as many as "
-                "data_2",
-                param="data_2",
-            )
-        pairs = list(zip(first, second))
+        pairs = pair_up(first, second, ("data_1", "data_2"), param="data_2")
         limit = self._limit(truncate_prompt_tokens)
         if pc.task == "embed":
             return self._cosine_scores(pairs, pc, use_tqdm, limit)
@@ -197,16 +190,12 @@ class PoolingMethods:
             )
         prompt_ids, params = [], []
         for a, b in pairs:
-            ids, types = self.tokenizer.encode_pair(a, b, limit)
+            ids, p = cross_encoder_input(self.tokenizer, a, b, limit)
             prompt_ids.append((ids, []))
-            params.append(PoolingParams(token_type_start=types.index(1) if 1 in types else None))
+            params.append(p)
         outs = self._pool(prompt_ids, params, use_tqdm)
         return [
-            _request_output(
-                ScoringRequestOutput,
-                o,
-                ScoringOutput(float(sigmoid(postprocess(o.pooled, pc).reshape(-1)[0]))),
-            )
+            _request_output(ScoringRequestOutput, o, ScoringOutput(cross_encoder_score(o.pooled, pc)))
             for o in outs
         ]
 
