@@ -132,6 +132,7 @@ def bench(url: str, args, length: int, concurrency: int, seed: int, out: Path) -
                 "--random-input-len", str(length), "--random-output-len", str(args.output_len),
                 "--random-range-ratio", "0", "--num-prompts", str(args.num_prompts), "--max-concurrency",
                 str(concurrency), "--ignore-eos", "--seed", str(seed), "--no-progress", "--no-chart",
+                "--temperature", "0", "--num-warmups", "1",  # the load the documented figures used
                 "--save-result", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

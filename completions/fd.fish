@@ -53,20 +53,21 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp -s m -o pp -s q \
     -o tp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' \
-    -l api-key -l append-result -l backend -l base-url -l burstiness -l chart -l custom-output-len \
-    -l custom-skip-chat-template -l dataset -l dataset-name -l dataset-path -l disable-shuffle \
-    -l disable-tqdm -l endpoint -l extra-body -l frequency-penalty -l goodput -l header \
-    -l hf-output-len -l hf-prompt-column -l hf-split -l hf-subset -l host -l ignore-eos \
-    -l include-usage -l input-len -l insecure -l label -l logprobs -l max-concurrency -l max-tokens \
-    -l metadata -l metric-percentiles -l min-p -l model -l no-chart -l no-include-usage \
-    -l no-oversample -l no-progress -l num-prompts -l num-warmups -l output-len \
-    -l percentile-metrics -l percentiles -l plot-timeline -l port -l prefix-repetition-num-prefixes \
-    -l prefix-repetition-output-len -l prefix-repetition-prefix-len -l prefix-repetition-suffix-len \
-    -l presence-penalty -l profile -l progress -l ramp-up -l ramp-up-end-rate -l ramp-up-end-rps \
-    -l ramp-up-start-rate -l ramp-up-start-rps -l ramp-up-strategy -l random-input-len \
-    -l random-output-len -l random-prefix-len -l random-range-ratio -l ready-check-timeout-sec \
-    -l ready-timeout -l repetition-penalty -l request-id-prefix -l request-rate -l request-timeout \
-    -l result-dir -l result-filename -l save-detailed -l save-result -l seed -l served-model-name \
+    -l api-key -l append-result -l backend -l base-url -l burstiness -l chart \
+    -l chat-template-kwargs -l custom-output-len -l custom-skip-chat-template -l dataset \
+    -l dataset-name -l dataset-path -l disable-shuffle -l disable-tqdm -l endpoint -l extra-body \
+    -l frequency-penalty -l goodput -l header -l hf-output-len -l hf-prompt-column -l hf-split \
+    -l hf-subset -l host -l ignore-eos -l include-usage -l input-len -l insecure -l label \
+    -l logprobs -l max-concurrency -l max-tokens -l metadata -l metric-percentiles -l min-p -l model \
+    -l no-chart -l no-include-usage -l no-oversample -l no-progress -l num-prompts -l num-warmups \
+    -l output-len -l percentile-metrics -l percentiles -l plot-timeline -l port \
+    -l prefix-repetition-num-prefixes -l prefix-repetition-output-len \
+    -l prefix-repetition-prefix-len -l prefix-repetition-suffix-len -l presence-penalty -l profile \
+    -l progress -l ramp-up -l ramp-up-end-rate -l ramp-up-end-rps -l ramp-up-start-rate \
+    -l ramp-up-start-rps -l ramp-up-strategy -l random-input-len -l random-output-len \
+    -l random-prefix-len -l random-range-ratio -l ready-check-timeout-sec -l ready-timeout \
+    -l repetition-penalty -l request-id-prefix -l request-rate -l request-timeout -l result-dir \
+    -l result-filename -l save-detailed -l save-result -l seed -l served-model-name \
     -l sharegpt-output-len -l skip-chat-template -l skip-tokenizer-init -l temperature -l tokenizer \
     -l tokenizer-mode -l top-k -l top-p -l trust-remote-code -l use-beam-search -s n
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' \

@@ -80,8 +80,8 @@ MaxModelLenOpt = Annotated[
     typer.Option(
         "--max-model-len",
         metavar="INTEGER",
-        help="Context length (vLLM's sizes: 32k = 32000, 32K = 32768). Default: the model's limit, "
-        "capped at 8192.",
+        help="Context length (vLLM's sizes: 32k = 32000, 32K = 32768; -1 or auto: the model's limit). "
+        "Default: the model's limit, capped at 8192.",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -524,10 +524,14 @@ VLLM_FLAGS: dict[str, Any] = {
         ),
     ],
     "enable_log_requests": Annotated[
-        Optional[bool], vllm_option("--enable-log-requests", help="No effect: fd logs no request contents.")
+        Optional[bool],
+        vllm_option(
+            "--enable-log-requests",
+            help="Log each request's id, params and prompt length at INFO when it arrives, and when it ends.",
+        ),
     ],
     "disable_log_requests": Annotated[
-        Optional[bool], vllm_option("--disable-log-requests", help="No effect: fd logs no request contents.")
+        Optional[bool], vllm_option("--disable-log-requests", help="Keep the request log off (the default).")
     ],
     "disable_log_stats": Annotated[
         Optional[bool],

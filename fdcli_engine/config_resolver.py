@@ -19,7 +19,7 @@ from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
-from fdcli_engine.vllm_compat import VLLM_FIELDS, check_load_format, vllm_notes
+from fdcli_engine.vllm_compat import MAX_MODEL_LEN_AUTO, VLLM_FIELDS, check_load_format, vllm_notes
 
 logger = logging.getLogger("fd.config")
 
@@ -50,6 +50,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     model_limit = int(hf_config.get("max_position_embeddings") or _CONTEXT_CAP)
     if config.max_model_len is None:
         config = config.replace(max_model_len=min(model_limit, _CONTEXT_CAP))
+    elif config.max_model_len == MAX_MODEL_LEN_AUTO:
+        config = config.replace(max_model_len=model_limit)
     config = config.validate(model_limit)
     config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
@@ -60,6 +62,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     dropped = (*COMPAT_FIELDS, *VLLM_FIELDS)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}
     values["served_model_name"] = (config.served_model_names or [None])[0]
+    values["log_requests"] = bool(config.enable_log_requests) and not config.disable_log_requests
     del values["kv_transfer_token"], values["override_generation_config"]  # the one in defaults
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)

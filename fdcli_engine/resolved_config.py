@@ -39,6 +39,9 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
     seed: int = 0
+    # vLLM's --enable-log-requests (and not --disable-log-requests): the front end logs each request's
+    # arrival and end at INFO (request_log.py).
+    log_requests: bool = False
     max_logprobs: int = 20  # request_limits.check_logprobs
     threads: int | None = None  # as given; num_threads is what the engine uses
     num_threads: int = msgspec.field(default_factory=usable_cpu_count)

@@ -41,6 +41,8 @@ VLLM_FIELDS = (
 )
 # Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
 HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
+# vLLM's --max-model-len -1 / auto (its human_readable_int_or_auto): the model's own limit.
+MAX_MODEL_LEN_AUTO = -1
 # vLLM's --dtype spellings and fd's name for each (fd decides in EngineConfig.validate what runs here).
 DTYPE_NAMES = {
     "auto": "auto",
@@ -69,9 +71,6 @@ _NO_EFFECT = {
     "architectures are fd's own, fdcli_engine/models)",
     "enforce_eager": "--enforce-eager has no effect: fd always runs eagerly on CPU (there are no graphs to "
     "capture)",
-    "enable_log_requests": "--enable-log-requests has no effect: fd logs no request contents (requests are "
-    "counted on /metrics)",
-    "disable_log_requests": "--disable-log-requests has no effect: fd logs no request contents anyway",
     "disable_log_stats": "--disable-log-stats has no effect: fd logs no periodic engine statistics (read "
     "them from /metrics)",
 }
@@ -84,6 +83,8 @@ def parse_human_int(name: str, value: Any) -> int:
         return value
     flag = "--" + name.replace("_", "-")
     text = str(value).strip()
+    if name == "max_model_len" and text.lower() == "auto":
+        return MAX_MODEL_LEN_AUTO  # vLLM's human_readable_int_or_auto; -1 parses as itself below
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kmgtKMGT]?)", text)
     if m is None or isinstance(value, bool):
         raise ConfigError(

@@ -37,7 +37,7 @@ class BackendConfig:
     endpoint: str | None = None  # None: the backend's standard path
     model: str = ""
     headers: dict[str, str] = field(default_factory=dict)
-    temperature: float = 0.0
+    temperature: float | None = None  # None: not sent
     top_p: float | None = None
     top_k: int | None = None
     ignore_eos: bool = False
@@ -80,7 +80,9 @@ def build_payload(cfg: BackendConfig, req: SampleRequest) -> dict:
         body["messages"] = [{"role": "user", "content": req.prompt}]
     else:
         body["prompt"] = req.prompt
-    body.update(max_tokens=req.output_len, temperature=cfg.temperature, stream=True)
+    body.update(max_tokens=req.output_len, stream=True)
+    if cfg.temperature is not None:
+        body["temperature"] = cfg.temperature
     if cfg.include_usage:
         body["stream_options"] = {"include_usage": True}
     if cfg.top_p is not None:

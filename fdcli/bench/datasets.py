@@ -53,6 +53,8 @@ class DatasetOptions:
     disable_shuffle: bool = False
     no_oversample: bool = False
     skip_chat_template: bool = False
+    # vLLM's --chat-template-kwargs: extra variables for the client-side chat template (custom).
+    chat_template_kwargs: dict | None = None
 
 
 def _rng(seed: int):
@@ -219,11 +221,12 @@ def custom_requests(opts: DatasetOptions, tokenizer, num: int, seed: int) -> lis
             rows.append((prompt, n_out))
     picked = _pick(rows, num, seed, opts)
     if not opts.skip_chat_template:
-        picked = [(_in_chat_template(tokenizer, pr), n) for pr, n in picked]
+        kwargs = opts.chat_template_kwargs or {}
+        picked = [(_in_chat_template(tokenizer, pr, kwargs), n) for pr, n in picked]
     return [SampleRequest(pr, _count(tokenizer, pr), n) for pr, n in picked]
 
 
-def _in_chat_template(tokenizer, prompt: str) -> str:
+def _in_chat_template(tokenizer, prompt: str, kwargs: dict) -> str:
     """The prompt as one user turn in the tokenizer's chat template, generation prompt included.
 
     vLLM's custom dataset does this for every backend unless --skip-chat-template (older vLLM:
@@ -237,7 +240,7 @@ def _in_chat_template(tokenizer, prompt: str) -> str:
             f"the custom dataset wraps each prompt in the tokenizer's chat template (as vLLM does) but {why}: "
             "pass --tokenizer PATH of a chat model, or --skip-chat-template to send the prompts as written"
         )
-    return render([{"role": "user", "content": prompt}])
+    return render([{"role": "user", "content": prompt}], **kwargs)
 
 
 def _load_hf(opts: DatasetOptions):

@@ -25,8 +25,11 @@ from fdcli.bench.vllm_flags import (
     apply_general_lengths,
     check_refused,
     compat_notes,
+    default_percentile_metrics,
     default_request_id_prefix,
+    parse_chat_template_kwargs,
     parse_extra_body,
+    random_ignores_eos,
     request_extra_body,
 )
 from fdcli.bench.vllm_result import (
@@ -41,6 +44,8 @@ from fdcli_engine.entrypoints.event_loop import event_loop_runner
 from fdcli_engine.errors import ConfigError
 
 EXIT_INTERRUPTED = 130
+# DatasetOptions fields not copied by name from ServeOptions.
+_OWN_DS_FIELDS = ("name", "path", "chat_template_kwargs")
 
 
 @dataclass
@@ -78,18 +83,18 @@ class ServeOptions:
     request_rate: float = math.inf
     burstiness: float = 1.0
     max_concurrency: int | None = None
-    num_warmups: int = 1
+    num_warmups: int = 0
     ramp_up: str | None = None
     ramp_up_start_rate: float | None = None
     ramp_up_end_rate: float | None = None
-    temperature: float = 0.0
+    temperature: float | None = None  # None: not sent, the server's default applies (as vLLM)
     top_p: float | None = None
     top_k: int | None = None
     max_tokens: int | None = None
     ignore_eos: bool = False
     include_usage: bool = True
-    percentiles: str = "50,90,99"
-    percentile_metrics: str = "ttft,tpot,itl,e2el"
+    percentiles: str = "99"
+    percentile_metrics: str | None = None  # vLLM's default: ttft,tpot,itl; e2el for embeddings
     goodput: list[str] | None = None
     save_result: bool = False
     result_dir: Path | None = None
@@ -118,6 +123,7 @@ class ServeOptions:
     plot_timeline: bool = False
     use_beam_search: bool = False
     skip_chat_template: bool = False
+    chat_template_kwargs: str | None = None
     disable_shuffle: bool = False
     no_oversample: bool = False
     requested_backend: str | None = None  # --backend as given (vLLM's name, kept for the result file)
@@ -157,7 +163,7 @@ def _check(opts: ServeOptions) -> None:
         raise ConfigError("--num-warmups must be 0 or more")
     if not opts.request_timeout > 0:
         raise ConfigError("--request-timeout must be positive")
-    if not 0.0 <= opts.temperature <= 2.0:
+    if opts.temperature is not None and not 0.0 <= opts.temperature <= 2.0:
         raise ConfigError(f"--temperature must be between 0 and 2, got {opts.temperature}")
     if opts.max_tokens is not None and opts.max_tokens < 1:
         raise ConfigError(f"--max-tokens must be at least 1, got {opts.max_tokens}")
@@ -166,8 +172,12 @@ def _check(opts: ServeOptions) -> None:
     if (opts.result_dir is not None or opts.result_filename or opts.append_result) and not opts.save_result:
         raise ConfigError("--result-dir/--result-filename/--append-result need --save-result")
     parse_metadata(opts.metadata)
+    opts.percentile_metrics = opts.percentile_metrics or default_percentile_metrics(opts.backend)
     parse_percentile_metrics(opts.percentile_metrics)
     parse_extra_body(opts.extra_body)
+    parse_chat_template_kwargs(opts.chat_template_kwargs)
+    if random_ignores_eos(opts):
+        opts.ignore_eos = True
 
 
 def _effective_config(opts: ServeOptions, base_url: str, model: str, tok_note: str, headers: dict) -> dict:
@@ -208,7 +218,8 @@ def _prepare(opts: ServeOptions):
     )  # fmt: skip
     ds_opts = DatasetOptions(
         name=opts.dataset, path=opts.dataset_path,
-        **{f.name: getattr(opts, f.name) for f in dataclasses.fields(DatasetOptions) if f.name not in ("name", "path")},
+        chat_template_kwargs=parse_chat_template_kwargs(opts.chat_template_kwargs),
+        **{f.name: getattr(opts, f.name) for f in dataclasses.fields(DatasetOptions) if f.name not in _OWN_DS_FIELDS},
     )  # fmt: skip
     if opts.api_key:
         headers.setdefault("Authorization", f"Bearer {opts.api_key}")

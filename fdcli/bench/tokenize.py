@@ -31,7 +31,8 @@ class _Adapter:
         self.vocab_size = int(vocab_size)
         self.special_ids = set(special_ids)
         self.name = name
-        # messages -> prompt text with the generation prompt; None when the tokenizer has no template.
+        # (messages, **chat_template_kwargs) -> prompt text with the generation prompt; None when the
+        # tokenizer has no template.
         self.render_chat = chat_template
 
     def encode(self, text: str) -> list[int]:
@@ -46,7 +47,7 @@ def wrap_fd_tokenizer(tok: Any, name: str = "") -> _Adapter:
     special = getattr(tok, "special_tokens", None) or getattr(tok, "all_special_ids", None) or ()
     chat = None
     if getattr(tok, "chat_template", None):
-        chat = lambda messages: tok.apply_chat_template(messages, add_generation_prompt=True)  # noqa: E731
+        chat = lambda messages, **kw: tok.apply_chat_template(messages, add_generation_prompt=True, **kw)  # noqa: E731
     return _Adapter(
         lambda text: tok.encode(text, add_special_tokens=False),
         tok.decode,
@@ -95,7 +96,9 @@ def _from_transformers(path: str) -> _Adapter:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     chat = None
     if getattr(tok, "chat_template", None):
-        chat = lambda messages: tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)  # noqa: E731
+        chat = lambda messages, **kw: tok.apply_chat_template(  # noqa: E731
+            messages, add_generation_prompt=True, tokenize=False, **kw
+        )
     return _Adapter(
         lambda text: tok.encode(text, add_special_tokens=False),
         lambda ids: tok.decode(ids, skip_special_tokens=True),

@@ -29,16 +29,28 @@ def default_request_id_prefix() -> str:
     return f"bench-{uuid.uuid4().hex[:8]}-"
 
 
-def parse_extra_body(text: str | None) -> dict:
+def parse_json_object(text: str | None, flag: str, example: str) -> dict:
+    """A flag's JSON object (vLLM parses these with json.loads); {} when the flag is not given."""
     if text is None:
         return {}
     try:
         body = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"--extra-body is not valid JSON: {exc.msg} (at character {exc.pos})") from None
+        raise ConfigError(f"{flag} is not valid JSON: {exc.msg} (at character {exc.pos})") from None
     if not isinstance(body, dict):
-        raise ConfigError("--extra-body must be a JSON object, e.g. '{\"min_tokens\": 8}'")
+        raise ConfigError(f"{flag} must be a JSON object, e.g. '{example}'")
     return body
+
+
+def parse_extra_body(text: str | None) -> dict:
+    return parse_json_object(text, "--extra-body", '{"min_tokens": 8}')
+
+
+def parse_chat_template_kwargs(text: str | None) -> dict:
+    """vLLM's --chat-template-kwargs: variables for the chat template the client applies itself
+    (the custom dataset); they are not sent to the server, for that use --extra-body
+    '{"chat_template_kwargs": {...}}' as vLLM's help says."""
+    return parse_json_object(text, "--chat-template-kwargs", '{"enable_thinking": false}')
 
 
 def request_extra_body(opts, pooling: bool) -> dict:
@@ -47,6 +59,17 @@ def request_extra_body(opts, pooling: bool) -> dict:
     names = () if pooling else SAMPLING_FIELDS
     fields = {name: getattr(opts, name) for name in names if getattr(opts, name) is not None}
     return {**fields, **parse_extra_body(opts.extra_body)}
+
+
+def default_percentile_metrics(backend: str) -> str:
+    """vLLM's --percentile-metrics default: ttft,tpot,itl for generation, e2el for pooling."""
+    return "e2el" if backend == "embeddings" else "ttft,tpot,itl"
+
+
+def random_ignores_eos(opts) -> bool:
+    """vLLM sets ignore_eos for the random dataset on its OpenAI-compatible backends, so each
+    request generates its full output length (random token prompts often end at once otherwise)."""
+    return opts.dataset == "random" and opts.backend != "embeddings"
 
 
 def apply_general_lengths(opts) -> None:

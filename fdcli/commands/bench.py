@@ -221,7 +221,12 @@ RampUpEndRateOpt = Annotated[
         help="Rate of the last request with --ramp-up.",
     ),
 ]
-TemperatureOpt = Annotated[float, _opt("--temperature", panel=SAMPLING, help="Sent on both backends.")]
+TemperatureOpt = Annotated[
+    Optional[float],
+    _opt(
+        "--temperature", panel=SAMPLING, help="Sent when given; else the server's default applies, as vLLM."
+    ),
+]
 TopPOpt = Annotated[Optional[float], _opt("--top-p", panel=SAMPLING, help="Sent when given.")]
 TopKOpt = Annotated[
     Optional[int], _opt("--top-k", panel=SAMPLING, help="Sent as an extra body field when given.")
@@ -239,7 +244,7 @@ IgnoreEosOpt = Annotated[
     _opt(
         "--ignore-eos",
         panel=SAMPLING,
-        help="Ask the server to generate exactly max_tokens (extra body field).",
+        help="Ask the server to generate exactly max_tokens (extra body field); always on for random, as vLLM.",
     ),
 ]
 IncludeUsageOpt = Annotated[
@@ -255,11 +260,11 @@ PercentilesOpt = Annotated[
     _opt("--percentiles", "--metric-percentiles", panel=OUTPUT, help="Comma-separated percentiles."),
 ]
 PercentileMetricsOpt = Annotated[
-    str,
+    Optional[str],
     _opt(
         "--percentile-metrics",
         panel=OUTPUT,
-        help="Comma-separated metrics to summarize: ttft, tpot, itl, e2el.",
+        help="Comma-separated metrics to summarize: ttft, tpot, itl, e2el (default ttft,tpot,itl; embeddings: e2el).",
     ),
 ]
 GoodputOpt = Annotated[
@@ -359,6 +364,14 @@ ExtraBodyOpt = Annotated[
         help="JSON object merged into every request body (wins over the flags).",
     ),
 ]
+ChatTemplateKwargsOpt = Annotated[
+    Optional[str],
+    _opt(
+        "--chat-template-kwargs",
+        panel=DATA,
+        help="custom: JSON variables for the client-side chat template, as vLLM (not sent; use --extra-body).",
+    ),
+]
 MinPOpt = Annotated[Optional[float], _opt("--min-p", panel=SAMPLING, help="Sent as min_p when given.")]
 FrequencyPenaltyOpt = Annotated[
     Optional[float], _opt("--frequency-penalty", panel=SAMPLING, help="Sent when given.")
@@ -450,18 +463,18 @@ def serve(
     request_rate: RequestRateOpt = math.inf,
     burstiness: BurstinessOpt = 1.0,
     max_concurrency: MaxConcurrencyOpt = None,
-    num_warmups: NumWarmupsOpt = 1,
+    num_warmups: NumWarmupsOpt = 0,
     ramp_up: RampUpOpt = None,
     ramp_up_start_rate: RampUpStartRateOpt = None,
     ramp_up_end_rate: RampUpEndRateOpt = None,
-    temperature: TemperatureOpt = 0.0,
+    temperature: TemperatureOpt = None,
     top_p: TopPOpt = None,
     top_k: TopKOpt = None,
     max_tokens: MaxTokensOpt = None,
     ignore_eos: IgnoreEosOpt = False,
     include_usage: IncludeUsageOpt = True,
-    percentiles: PercentilesOpt = "50,90,99",
-    percentile_metrics: PercentileMetricsOpt = "ttft,tpot,itl,e2el",
+    percentiles: PercentilesOpt = "99",
+    percentile_metrics: PercentileMetricsOpt = None,
     goodput: GoodputOpt = None,
     save_result: SaveResultOpt = False,
     result_dir: ResultDirOpt = None,
@@ -490,6 +503,7 @@ def serve(
     plot_timeline: PlotTimelineOpt = False,
     use_beam_search: UseBeamSearchOpt = False,
     skip_chat_template: SkipChatTemplateOpt = False,
+    chat_template_kwargs: ChatTemplateKwargsOpt = None,
     disable_shuffle: DisableShuffleOpt = False,
     no_oversample: NoOversampleOpt = False,
 ) -> None:

@@ -26,6 +26,7 @@ from fdcli_engine.api.protocol import (
     EngineRequestError,
     ModelConfig,
 )
+from fdcli_engine.api.request_log import log_aborted, log_finished, log_received
 from fdcli_engine.api.request_stream import OutputCollector, stream_until_finished
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import CompletionOutput, EngineCoreOutput, RequestOutput
@@ -155,6 +156,8 @@ class EngineFrontEnd:
         if request_id in self._collectors:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", "request_id")
         self._check_request(prompt_token_ids, params)
+        if self.config.log_requests:
+            log_received(request_id, params, len(prompt_token_ids))
         self._collectors[request_id] = sink
         ids = list(prompt_token_ids)
         if isinstance(params, PoolingParams):
@@ -168,6 +171,8 @@ class EngineFrontEnd:
         """Drop a request here and in the core. Idempotent; safe from sync code."""
         if self._collectors.pop(request_id, None) is None:
             return
+        if self.config.log_requests:
+            log_aborted(request_id)
         self._pooling.discard(request_id)
         self.output_processor.abort(request_id)
         if not self.is_dead:
@@ -224,6 +229,8 @@ class EngineFrontEnd:
         if isinstance(item, BaseException) or item.finished:
             del self._collectors[req_id]
             self._pooling.discard(req_id)
+            if self.config.log_requests:
+                log_finished(req_id, item)
         q.put_nowait(item)
 
     def _on_dead(self, reason: str) -> None:

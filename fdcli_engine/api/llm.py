@@ -181,6 +181,7 @@ class LLM(PoolingMethods):
         use_tqdm: bool = False,
         *,
         chat_template: str | None = None,
+        chat_template_content_format: str = "auto",
         add_generation_prompt: bool = True,
         continue_final_message: bool = False,
         tools: list[dict] | None = None,
@@ -190,9 +191,19 @@ class LLM(PoolingMethods):
     ) -> list[RequestOutput]:
         """vLLM's LLM.chat: each conversation rendered by the same rule as fd serve's chat route
         (tokenizer/chat_render.py: continue_final_message, tools, chat_template_kwargs), then
-        generated. A bad combination is a ValueError (InvalidRequestError) naming the argument."""
+        generated. A bad combination is a ValueError (InvalidRequestError) naming the argument.
+        chat_template_content_format takes the server flag's values and, as there, changes nothing:
+        a text-only content list is one string and a list with images stays a list."""
         from fdcli_engine.api.llm_images import split_chat_images
         from fdcli_engine.tokenizer.chat_render import render_chat
+        from fdcli_engine.vllm_compat import CONTENT_FORMATS
+
+        if chat_template_content_format not in CONTENT_FORMATS:
+            raise InvalidRequestError(
+                f"chat_template_content_format {chat_template_content_format!r}: use "
+                + ", ".join(CONTENT_FORMATS),
+                param="chat_template_content_format",
+            )
 
         _check_no_lora(lora_request)
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)

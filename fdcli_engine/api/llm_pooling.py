@@ -22,7 +22,8 @@ from fdcli_engine.outputs import (
     ScoringRequestOutput,
 )
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config, num_labels
-from fdcli_engine.pooling.postprocess import class_probs, cosine, postprocess, sigmoid
+from fdcli_engine.pooling.postprocess import class_probs, cosine, embedding_options, postprocess
+from fdcli_engine.pooling.score_pairs import cross_encoder_input, cross_encoder_score, pair_up
 from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.request_limits import truncate_limit
@@ -33,6 +34,7 @@ _TASKS = {
     "classify": ("classify",),
     "score": ("embed", "classify"),
     "encode": ("embed", "classify", "reward", "process_reward"),
+    "reward": ("reward", "process_reward"),
 }
 
 
@@ -84,8 +86,9 @@ class PoolingMethods:
         return truncate_text_ids(tok.encode(text), limit, lambda: tok.encode(text, add_special_tokens=False))
 
     def _pool_prompts(
-        self, prompts, pooling_params, use_tqdm: bool, truncate: int | None
-    ) -> list[RequestOutput]:
+        self, prompts, pooling_params, use_tqdm: bool, truncate: int | None, pc: PoolerConfig
+    ) -> list[tuple[RequestOutput, tuple[int | None, bool | None]]]:
+        """Each prompt's raw pool with its (dimensions, normalize) for `postprocess`, checked first."""
         from fdcli_engine.api.prompt_inputs import parse_prompts
 
         limit = self._limit(truncate)
@@ -105,7 +108,9 @@ class PoolingMethods:
                 )
             parsed.append((ids, features))
         params = _params_list(pooling_params, len(parsed))
-        return self._pool(parsed, params, use_tqdm)
+        hidden = int(self.config.hf_config.get("hidden_size") or 0)
+        options = [embedding_options(p, pc, hidden) for p in params]
+        return list(zip(self._pool(parsed, params, use_tqdm), options))
 
     def encode(
         self,
@@ -120,9 +125,27 @@ class PoolingMethods:
         as the model's pooler says (an embedding normalized, a process reward softmaxed)."""
         call = f"encode(pooling_task={pooling_task!r})" if pooling_task else "encode()"
         pc = self._pooler(call, (pooling_task,) if pooling_task else _TASKS["encode"])
-        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens)
+        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens, pc)
         return [
-            _request_output(PoolingRequestOutput, o, PoolingOutput(postprocess(o.pooled, pc))) for o in outs
+            _request_output(PoolingRequestOutput, o, PoolingOutput(postprocess(o.pooled, pc, *opts)))
+            for o, opts in outs
+        ]
+
+    def reward(
+        self,
+        prompts,
+        *,
+        truncate_prompt_tokens: int | None = None,
+        use_tqdm: bool = False,
+        pooling_params: PoolingParams | list | None = None,
+    ) -> list[PoolingRequestOutput]:
+        """vLLM's LLM.reward on a reward model: `.outputs.data`, the scores /v1/chat/reward gives
+        (one per label, per token under ALL pooling, or per step tag under STEP)."""
+        pc = self._pooler("reward()", _TASKS["reward"])
+        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens, pc)
+        return [
+            _request_output(PoolingRequestOutput, o, PoolingOutput(postprocess(o.pooled, pc)))
+            for o, _ in outs
         ]
 
     def embed(
@@ -135,10 +158,12 @@ class PoolingMethods:
     ) -> list[EmbeddingRequestOutput]:
         """vLLM's LLM.embed: `.outputs.embedding` (a list of floats), as fd serve's /v1/embeddings."""
         pc = self._pooler("embed()", _TASKS["embed"])
-        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens)
+        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens, pc)
         return [
-            _request_output(EmbeddingRequestOutput, o, EmbeddingOutput(postprocess(o.pooled, pc).tolist()))
-            for o in outs
+            _request_output(
+                EmbeddingRequestOutput, o, EmbeddingOutput(postprocess(o.pooled, pc, *opts).tolist())
+            )
+            for o, opts in outs
         ]
 
     def classify(
@@ -152,14 +177,14 @@ class PoolingMethods:
         """vLLM's LLM.classify on a `*ForSequenceClassification` model: `.outputs.probs`, one per label
         (sigmoid of a single label, else softmax; postprocess.class_probs)."""
         pc = self._pooler("classify()", _TASKS["classify"])
-        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens)
+        outs = self._pool_prompts(prompts, pooling_params, use_tqdm, truncate_prompt_tokens, pc)
         return [
             _request_output(
                 ClassificationRequestOutput,
                 o,
                 ClassificationOutput(class_probs(o.pooled, pc).reshape(-1).tolist()),
             )
-            for o in outs
+            for o, _ in outs
         ]
 
     def score(
@@ -176,15 +201,7 @@ class PoolingMethods:
         sigmoid of its logit); an embedding model embeds the texts apart (score: their cosine)."""
         pc = self._pooler("score()", _TASKS["score"])
         first, second = _texts(data_1, "data_1"), _texts(data_2, "data_2")
-        if len(first) == 1:
-            first = first * len(second)
-        elif len(first) != len(second):
-            raise InvalidRequestError(
-                f"data_1 has {len(first)} texts and data_2 {len(second)}: give one data_1, or as many as "
-                "data_2",
-                param="data_2",
-            )
-        pairs = list(zip(first, second))
+        pairs = pair_up(first, second, ("data_1", "data_2"), param="data_2")
         limit = self._limit(truncate_prompt_tokens)
         if pc.task == "embed":
             return self._cosine_scores(pairs, pc, use_tqdm, limit)
@@ -197,16 +214,12 @@ class PoolingMethods:
             )
         prompt_ids, params = [], []
         for a, b in pairs:
-            ids, types = self.tokenizer.encode_pair(a, b, limit)
+            ids, p = cross_encoder_input(self.tokenizer, a, b, limit)
             prompt_ids.append((ids, []))
-            params.append(PoolingParams(token_type_start=types.index(1) if 1 in types else None))
+            params.append(p)
         outs = self._pool(prompt_ids, params, use_tqdm)
         return [
-            _request_output(
-                ScoringRequestOutput,
-                o,
-                ScoringOutput(float(sigmoid(postprocess(o.pooled, pc).reshape(-1)[0]))),
-            )
+            _request_output(ScoringRequestOutput, o, ScoringOutput(cross_encoder_score(o.pooled, pc)))
             for o in outs
         ]
 

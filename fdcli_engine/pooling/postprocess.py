@@ -9,6 +9,7 @@ import numpy as np
 
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig
+from fdcli_engine.pooling_params import PoolingParams
 
 
 def check_dimensions(dimensions: int | None, pc: PoolerConfig, hidden_size: int) -> int | None:
@@ -27,6 +28,22 @@ def check_dimensions(dimensions: int | None, pc: PoolerConfig, hidden_size: int)
             param="dimensions",
         )
     return dimensions
+
+
+def embedding_options(
+    params: PoolingParams, pc: PoolerConfig, hidden_size: int
+) -> tuple[int | None, bool | None]:
+    """(dimensions, normalize) for `postprocess` from vLLM's PoolingParams fields, which (as in vLLM's
+    PoolingParams.verify) only an embedding model takes."""
+    if pc.task != "embed":
+        given = [name for name in ("dimensions", "normalize") if getattr(params, name) is not None]
+        if given:
+            raise InvalidRequestError(
+                f"{' and '.join(given)} apply to embedding models only; this is a {pc.task} model",
+                param=given[0],
+            )
+        return None, None
+    return check_dimensions(params.dimensions, pc, hidden_size), params.normalize
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:

@@ -63,9 +63,11 @@ def test_payload_only_sends_optional_fields_when_set():
     cfg = BackendConfig(base_url="http://x", model="m")
     body = build_payload(cfg, SampleRequest("hi", None, 7))
     assert body == {
-        "model": "m", "prompt": "hi", "max_tokens": 7, "temperature": 0.0, "stream": True,
+        "model": "m", "prompt": "hi", "max_tokens": 7, "stream": True,
         "stream_options": {"include_usage": True},
-    }  # fmt: skip
+    }  # fmt: skip  # no temperature unless given: the server's default applies, as in vLLM
+    cfg.temperature = 0.0
+    assert build_payload(cfg, SampleRequest("hi", None, 7))["temperature"] == 0.0
     cfg.include_usage = False
     assert "stream_options" not in build_payload(cfg, SampleRequest("hi", None, 7))
     assert BackendConfig(base_url="http://x/", backend="openai-chat").url == "http://x/v1/chat/completions"

@@ -165,3 +165,61 @@ def test_embeddings_never_warn_about_short_replies():
     requests = [SampleRequest("text", 3, 128)] * 2
     assert early_stop_warning(records, requests, "embeddings", ignore_eos=False) is None
     assert early_stop_warning(records, requests, "openai", ignore_eos=False) is not None
+
+
+def test_defaults_are_vllm_bench_serves(scripted_server, tokenizer_json, tmp_path):
+    # vllm/benchmarks/serve.py: --num-warmups 0; no temperature unless --temperature; ignore_eos on
+    # for the random dataset on OpenAI-compatible backends; --metric-percentiles 99 and
+    # --percentile-metrics ttft,tpot,itl for generation.
+    out = tmp_path / "r.json"
+    args = ["serve", "--base-url", scripted_server.url, "--tokenizer", tokenizer_json, "--num-prompts", "2",
+            "--random-input-len", "4", "--random-output-len", "2", "--no-progress", "--no-chart",
+            "--save-result", "--result-filename", str(out)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert len(scripted_server.payloads) == 2  # no warm-up request
+    for body in scripted_server.payloads:
+        assert "temperature" not in body and body["ignore_eos"] is True
+    data = json.loads(out.read_text())
+    assert {"p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms"} <= data.keys()
+    assert not {"p50_ttft_ms", "p90_ttft_ms", "mean_e2el_ms"} & data.keys()
+
+
+def test_custom_dataset_sends_no_ignore_eos_and_temperature_when_given(scripted_server, tmp_path):
+    res = runner.invoke(app, _base(scripted_server, tmp_path) + ["--temperature", "0"])
+    assert res.exit_code == 0, res.output
+    assert {(b["temperature"], "ignore_eos" in b) for b in scripted_server.payloads} == {(0.0, False)}
+
+
+def test_embeddings_default_percentile_metric_is_e2el():
+    from fdcli.bench.vllm_flags import default_percentile_metrics
+
+    assert default_percentile_metrics("embeddings") == "e2el"
+    assert default_percentile_metrics("openai-chat") == "ttft,tpot,itl"
+
+
+@pytest.mark.parametrize("kwargs, head", [(None, "N:"), ('{"enable_thinking": true}', "T:")])
+def test_chat_template_kwargs_reach_the_client_side_template_only(scripted_server, tmp_path, kwargs, head):
+    # vLLM forwards --chat-template-kwargs to the tokenizer's apply_chat_template of the datasets
+    # that render prompts client-side (custom); it never puts them in the request.
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    train_bpe().save(str(folder / "tokenizer.json"))
+    template = "{% if enable_thinking %}T{% else %}N{% endif %}:{{ messages[0]['content'] }}"
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "hello", "output_tokens": 2}) + "\n")
+    args = ["serve", "--base-url", scripted_server.url, "--tokenizer", str(folder), "--dataset-name", "custom",
+            "--dataset-path", str(path), "--num-prompts", "1", "--no-progress", "--no-chart"]  # fmt: skip
+    res = runner.invoke(app, args + (["--chat-template-kwargs", kwargs] if kwargs else []))
+    assert res.exit_code == 0, res.output
+    [body] = scripted_server.payloads
+    assert body["prompt"] == f"{head}hello" and "chat_template_kwargs" not in body
+
+
+def test_bad_chat_template_kwargs_is_one_line():
+    res = runner.invoke(
+        app, ["serve", "--port", str(free_port()), "--ready-timeout", "600", "--chat-template-kwargs", "[1]"]
+    )
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1
+    assert "--chat-template-kwargs must be a JSON object" in res.stderr

@@ -114,6 +114,14 @@ def test_human_readable_sizes_as_vllm(text, value):
     assert parse_human_int("max_model_len", text) == value
 
 
+@pytest.mark.parametrize("text", ["auto", "AUTO", "-1", " auto "])
+def test_max_model_len_auto_as_vllm(text):
+    # vllm/utils/argparse_utils.py, human_readable_int_or_auto: -1 or 'auto' -> -1 (the model's maximum).
+    assert parse_human_int("max_model_len", text) == -1
+    with pytest.raises(ConfigError, match="--max-num-batched-tokens"):
+        parse_human_int("max_num_batched_tokens", "auto")
+
+
 @pytest.mark.parametrize("text", ["1.5K", "32x", "k", "", "1e3"])
 def test_bad_sizes_are_refused(text):
     with pytest.raises(ConfigError, match="--max-model-len"):
@@ -132,6 +140,10 @@ def test_sizes_on_the_command_line_and_in_yaml(captured, tmp_path):
     assert (c1.max_model_len, c1.max_num_batched_tokens, c2.max_model_len) == (32000, 4096, 8192)
     r = runner.invoke(app, ["serve", "--max-model-len", "1.5K"])
     assert r.exit_code == 2 and r.stderr.startswith("Error: --max-model-len 1.5K: decimals go only with k")
+    assert runner.invoke(app, ["serve", "--max-model-len", "auto"]).exit_code == 0
+    assert captured[-1][0].max_model_len == -1  # the resolver makes it the model's limit
+    r = runner.invoke(app, ["serve", "--max-model-len", "-2"])
+    assert r.exit_code == 2 and "--max-model-len must be positive, or -1 / auto" in r.stderr
 
 
 @pytest.mark.parametrize("dtype", ["auto", "float", "float32"])
@@ -189,7 +201,8 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
-    silent = {"--pipeline-parallel-size"}  # 1 is what fd does
+    # 1 is what fd does; the request-log flags have their effect (ResolvedConfig.log_requests)
+    silent = {"--pipeline-parallel-size", "--enable-log-requests", "--disable-log-requests"}
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
     )

@@ -66,6 +66,20 @@ def test_chat_refusals_are_value_errors(llm):
         llm.chat(OPEN[:1], GREEDY, chat_template_kwargs={"tools": [TOOL]})
 
 
+@pytest.mark.parametrize("content_format", ["auto", "string", "openai"])
+def test_chat_template_content_format_takes_the_server_flags_values(llm, content_format):
+    # vLLM's LLM.chat argument; fd renders a text-only content list as one string for all three,
+    # as its server does under --chat-template-content-format.
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    [out] = llm.chat(messages, GREEDY, chat_template_content_format=content_format)
+    assert (out.prompt, out.prompt_token_ids) == _server_render(llm, messages=OPEN[:1])
+
+
+def test_bad_chat_template_content_format_is_a_value_error(llm):
+    with pytest.raises(ValueError, match="chat_template_content_format 'xml': use auto, string, openai"):
+        llm.chat(OPEN[:1], GREEDY, chat_template_content_format="xml")
+
+
 def test_bad_params_and_long_prompts_are_value_errors(llm):
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=1.5)

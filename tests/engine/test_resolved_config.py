@@ -60,3 +60,17 @@ def test_engine_watchdog_timeout_crosses_and_is_checked():
     assert EngineConfig().validate().engine_watchdog_timeout == 300.0
     with pytest.raises(ConfigError, match="--engine-watchdog-timeout"):
         EngineConfig(engine_watchdog_timeout=-1).validate()
+
+
+@pytest.mark.parametrize("given, expected", [(None, 8192), (-1, 16384), (1000, 1000)])
+def test_max_model_len_auto_is_the_models_limit_uncapped(tmp_path, given, expected):
+    # vLLM's --max-model-len -1 / auto: the model's own maximum; fd's default caps it at 8192.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tiny_models import make_tiny_checkpoint
+
+    folder = make_tiny_checkpoint("LlamaForCausalLM", tmp_path / "m", max_position_embeddings=16384)
+    r = resolve_config(EngineConfig(model=str(folder), max_model_len=given, enable_chunked_prefill=True))
+    assert r.max_model_len == expected

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ops_backend import switched_ops
-from pooling_models import reference_cross_scores, st_reference
+from pooling_models import reference_cross_scores, reference_hidden, reference_score_head, st_reference
 
-from fdcli_engine import LLM
+from fdcli_engine import LLM, PoolingParams
 from fdcli_engine.config import default_embedding_model_path
 from fdcli_engine.outputs import EmbeddingRequestOutput, PoolingRequestOutput, ScoringRequestOutput
 
@@ -98,3 +98,44 @@ def test_generative_model_has_no_pooling(tiny_model):
     llm = LLM(str(tiny_model), max_model_len=64, block_size=8, num_kv_blocks=16)
     with pytest.raises(ValueError, match=r"LLM.embed\(\) needs a pooling model"):
         llm.embed("hello")
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_pooling_params_normalize_and_refused_dimensions(minilm):
+    # vLLM's PoolingParams(normalize=..., dimensions=...): normalize=False gives the raw mean pool,
+    # whose unit vector is sentence-transformers' embedding; dimensions needs a matryoshka model.
+    [raw] = minilm.embed(TEXTS[0], pooling_params=PoolingParams(normalize=False))
+    vec = np.array(raw.outputs.embedding)
+    assert abs(np.linalg.norm(vec) - 1.0) > 1e-3
+    np.testing.assert_allclose(_unit(vec), st_reference(TEXTS[:1])[0], atol=2e-5)
+    with pytest.raises(ValueError, match="does not support matryoshka representation") as info:
+        minilm.embed(TEXTS[0], pooling_params=PoolingParams(dimensions=8))
+    assert info.value.param == "dimensions"
+
+
+def test_pooling_params_dimensions_truncate_a_matryoshka_model(pooling_checkpoint):
+    folder = pooling_checkpoint("qwen3_embed")  # is_matryoshka in config.json
+    llm = LLM(str(folder), convert="embed", max_num_seqs=4)
+    [full] = llm.encode("the quick brown fox")
+    [cut] = llm.embed("the quick brown fox", pooling_params=PoolingParams(dimensions=16))
+    ref = reference_hidden(folder, full.prompt_token_ids)[-1]
+    np.testing.assert_allclose(cut.outputs.embedding, _unit(ref[:16]), atol=1e-5)
+    with pytest.raises(ValueError, match="dimensions must be between 1 and 64"):
+        llm.embed("x", pooling_params=PoolingParams(dimensions=65))
+
+
+def test_reward_scores_every_token_of_a_reward_model(pooling_checkpoint, minilm):
+    # vLLM's LLM.reward: the reward model's scores in `.outputs.data` (this one pools ALL tokens).
+    folder = pooling_checkpoint("qwen2_rm")
+    llm = LLM(str(folder), max_num_seqs=4)
+    [out] = llm.reward("the quick brown fox")
+    assert isinstance(out, PoolingRequestOutput)
+    ref = reference_score_head(folder, reference_hidden(folder, out.prompt_token_ids))
+    np.testing.assert_allclose(out.outputs.data, ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="apply to embedding models only"):
+        llm.reward("x", pooling_params=PoolingParams(normalize=True))
+    with pytest.raises(ValueError, match=r"LLM.reward\(\) is not served by this embed model"):
+        minilm.reward(TEXTS)

@@ -136,6 +136,8 @@ def test_bad_requests_on_embedding_server(minilm, path, body, status, param, nee
 
 
 def test_pooling_route_answers_the_embeddings_in_vllms_shape(minilm):
+    # No `task`: the model's own (vllm/entrypoints/pooling/pooling/serving.py sets request.task to
+    # model_config.get_pooling_task, `embed` first), so the pooled embeddings, as /v1/embeddings.
     texts = SENTENCES[:3]
     with minilm.http() as c:
         r = c.post("/pooling", json={"model": "minilm", "input": texts})

@@ -27,9 +27,9 @@ from fdcli_engine.entrypoints.openai.serving_embedding import (
     PoolingServing,
 )
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config, num_labels
-from fdcli_engine.pooling.postprocess import cosine, postprocess, sigmoid
+from fdcli_engine.pooling.postprocess import cosine, postprocess
+from fdcli_engine.pooling.score_pairs import cross_encoder_input, cross_encoder_score, pair_up
 from fdcli_engine.pooling.truncation import truncate_text_ids
-from fdcli_engine.pooling_params import PoolingParams
 
 SCORE_MODELS = "cross-encoders (*ForSequenceClassification with one label) and embedding models"
 
@@ -64,13 +64,12 @@ class OpenAIServingScore(PoolingServing):
             return await self._cosines(pairs, pc, request_id, limit)
         prompts, params = [], []
         for (a, param_a), (b, param_b) in pairs:
-            ids, types = self.engine.tokenizer.encode_pair(a, b, limit)
+            ids, p = cross_encoder_input(self.engine.tokenizer, a, b, limit)
             self.check_length(ids, param_a if len(a) >= len(b) else param_b)  # the likely culprit
-            start = types.index(1) if 1 in types else None
             prompts.append(ids)
-            params.append(PoolingParams(token_type_start=start))
+            params.append(p)
         pools = await self.pool_all(prompts, request_id, params)
-        return [float(sigmoid(postprocess(raw, pc).reshape(-1)[0])) for raw in pools], sum(map(len, prompts))
+        return [cross_encoder_score(raw, pc) for raw in pools], sum(map(len, prompts))
 
     async def _cosines(self, pairs: list[Pair], pc: PoolerConfig, request_id: str, limit: int | None):
         texts: dict[str, str] = {}  # each distinct text embedded once -> the param named in its errors
@@ -90,18 +89,11 @@ class OpenAIServingScore(PoolingServing):
 
     async def create_score(self, req: ScoreRequest, request_id: str | None = None) -> ScoreResponse:
         model = check_model(req.model, self.served_model_names)
-        first = _named(req.text_1, "text_1")
-        second = _named(req.text_2, "text_2")
-        if len(first) == 1:
-            first = first * len(second)
-        elif len(first) != len(second):
-            raise bad_request(
-                f"text_1 has {len(first)} texts and text_2 {len(second)}: give one text_1, or as many as "
-                "text_2",
-                "text_1",
-            )
+        pairs = pair_up(
+            _named(req.text_1, "text_1"), _named(req.text_2, "text_2"), ("text_1", "text_2"), "text_1"
+        )
         rid = request_id or req.request_id or random_id("score")
-        scores, n = await self.scores(list(zip(first, second)), rid, req.truncate_prompt_tokens)
+        scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens)
         data = [ScoreData(index=i, score=s) for i, s in enumerate(scores)]
         return ScoreResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
