@@ -656,7 +656,7 @@ LimitMmOpt = Annotated[
     Optional[str],
     typer.Option(
         "--limit-mm-per-prompt",
-        help="Most images one request may carry, as JSON: '{\"image\": 4}' (default 16).",
+        help="Most images one request may carry, as JSON: '{\"image\": 4}' (or image=4; default 16).",
         rich_help_panel=SERVING_PANEL,
     ),
 ]

@@ -60,7 +60,12 @@ def test_defaults_fetch_nothing():
 @pytest.mark.parametrize(
     ("options", "words"),
     [
-        ({"limit_mm_per_prompt": "image=4"}, "must be JSON"),
+        ({"limit_mm_per_prompt": "image"}, "must be JSON"),
+        ({"limit_mm_per_prompt": "image=four"}, "must be JSON"),
+        ({"limit_mm_per_prompt": "image=-1"}, "a count of 0 or more"),
+        ({"limit_mm_per_prompt": "video=1"}, "'video' inputs are not supported"),
+        ({"limit_mm_per_prompt": '{"image": {"count": 2, "fps": 3}}'}, "'image' takes count, width, height"),
+        ({"limit_mm_per_prompt": '{"image": {"width": 64}}'}, "a count of 0 or more"),
         ({"limit_mm_per_prompt": "[4]"}, "JSON object"),
         ({"limit_mm_per_prompt": '{"image": -1}'}, "a count of 0 or more"),
         ({"limit_mm_per_prompt": '{"image": true}'}, "a count of 0 or more"),
@@ -73,6 +78,19 @@ def test_defaults_fetch_nothing():
 def test_bad_flags_fail_before_the_model_loads(options, words):
     with pytest.raises(ConfigError, match=words):
         check_serving_options(ServingOptions(**options))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "image=3",  # vLLM 0.9 and before
+        "Image=3, video=0",
+        '{"image": {"count": 3, "width": 512, "height": 512}}',  # vLLM's configurable form
+        {"image": {"count": 3}},  # the YAML / LLM mapping
+    ],
+)
+def test_vllm_limit_forms(value):
+    assert image_limit(ServingOptions(limit_mm_per_prompt=value)) == 3
 
 
 def test_zero_images_and_ipv6_hosts_are_fine():
