@@ -133,3 +133,22 @@ def test_the_seed_reward_request_works_as_written(tmp_path_factory, fixture_serv
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
             scores.append(got)
         assert not np.allclose(scores[0], scores[1])  # the picture reached the model
+
+
+def test_chat_reads_responses_style_parts_as_vllm_does(folder, hf, fixture_server):
+    # vLLM's chat parser reads input_image (image_url: the URL string) and input_text parts too.
+    with inproc_app(folder, serving()) as (client, _):
+        want, prompt_len = hf_greedy(hf, [fixture_picture("PNG")])
+        content = [
+            {"type": "input_image", "image_url": fixture_server.url("/img.png")},
+            {"type": "input_text", "text": QUESTION},
+        ]
+        got = client.chat.completions.create(
+            model="qwen-vl",
+            messages=[{"role": "user", "content": content}],
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            extra_body={"return_token_ids": True, "ignore_eos": True},
+        )
+        assert got.choices[0].token_ids == want
+        assert got.usage.prompt_tokens == prompt_len

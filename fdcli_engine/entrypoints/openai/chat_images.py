@@ -22,8 +22,13 @@ from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.multimodal.media import LoadedImage, MediaPolicy, load_image
 
-# Part types that carry media fd does not read (only `image_url` is an image part here).
-OTHER_MEDIA_PARTS = {"image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
+# Image part types: OpenAI's chat `image_url`, and the Responses API's `input_image` (its `image_url` the
+# URL string), which vLLM's chat reads too.
+IMAGE_PARTS = ("image_url", "input_image")
+# Text part types a chat message may carry: vLLM's chat reads the Responses API's as plain text.
+TEXT_PARTS = ("text", "input_text", "output_text")
+# Part types that carry media fd does not read.
+OTHER_MEDIA_PARTS = {"image", "video", "video_url", "audio", "audio_url", "input_audio"}
 # Fetching and decoding run on their own threads, not the prepare pool: a slow image host (each fetch
 # ends at the policy's deadline) then delays only the requests with images, never the templating of
 # the others. Few threads: each decode may hold up to MAX_IMAGE_PIXELS of RGB.
@@ -38,7 +43,7 @@ class ImageRef:
 
 
 def part_image_url(part: Any, param: str) -> str:
-    """The URL of an image_url part: `image_url` as {"url": ...} or as the URL string itself."""
+    """The URL of an image part: `image_url` as {"url": ...} or as the URL string itself."""
     extra = getattr(part, "model_extra", None) or {}
     value = extra.get("image_url") if extra else getattr(part, "image_url", None)
     if isinstance(value, dict):
@@ -61,7 +66,7 @@ def image_refs(messages, prefix: str = "messages") -> list[ImageRef]:
         content = m.content if isinstance(m.content, list) else []
         for j, part in enumerate(content):
             param = f"{prefix}[{i}].content[{j}]"
-            if part.type == "image_url":
+            if part.type in IMAGE_PARTS:
                 refs.append(ImageRef(param, part_image_url(part, param)))
             elif part.type in OTHER_MEDIA_PARTS:
                 raise other_media_error(part.type, param)
