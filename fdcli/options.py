@@ -342,6 +342,16 @@ SpeculativeConfigOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+MmProcessorKwargsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--mm-processor-kwargs",
+        help="The image processor's settings for every request, as JSON: '{\"max_pixels\": 802816}' "
+        "(also min_pixels, FastDeploy's image_min_pixels / image_max_pixels); a request's own "
+        "mm_processor_kwargs work within them.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 GuidedDecodingBackendOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -387,7 +397,6 @@ _COMPAT_TABLE: dict[str, tuple[Any, str]] = {
     "tokenizer_base_url": (str, f"{_REFUSED} (--tokenizer)"),
     "task": (str, "generate (no effect; --runner picks the runner)."),
     "use_warmup": (int, f"{_NONE}: no warm-up pass."),
-    "mm_processor_kwargs": (str, f"JSON object. {_NONE}: preprocessor_config.json applies."),
     "max_encoder_cache": (int, f"{_NONE}."),
     "max_processor_cache": (float, f"{_NONE}."),
     "enable_mm": (bool, f"{_NONE}: the model's config says whether it takes images."),
@@ -702,6 +711,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
     "guided_decoding_backend": GuidedDecodingBackendOpt,
     "speculative_config": SpeculativeConfigOpt,
+    "mm_processor_kwargs": MmProcessorKwargsOpt,
     **PD_FLAGS,
     **COMPAT_FLAGS,
     **VLLM_FLAGS,

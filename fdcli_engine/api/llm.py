@@ -71,7 +71,9 @@ class LLM(PoolingMethods):
         if self._image_processor is ...:
             from fdcli_engine.multimodal.processor import get_image_processor
 
-            self._image_processor = get_image_processor(self.config.hf_config, self.config.model_path)
+            self._image_processor = get_image_processor(
+                self.config.hf_config, self.config.model_path, self.config.mm_processor_kwargs
+            )
         return self._image_processor
 
     def _with_images(self, ids: list[int], images: list, kwargs: dict | None) -> tuple[list[int], list]:

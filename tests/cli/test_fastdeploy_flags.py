@@ -225,7 +225,6 @@ _ACCEPTED: dict[str, object] = {
     "model_config_name": "config.json",  # what fd reads: silent
     "task": "generate",
     "use_warmup": 0,
-    "mm_processor_kwargs": {"image_max_pixels": 1024},
     "max_encoder_cache": 0,
     "max_processor_cache": 0.5,
     "enable_mm": True,
@@ -322,7 +321,6 @@ def test_every_compat_field_is_accepted_or_refused_here():
             "--guided-decoding-disable-any-whitespace True: fd's JSON",
         ),
         (["--early-stop-config", '{"window_size": 1000}'], "--early-stop-config has no effect"),
-        (["--mm-processor-kwargs", '{"video_fps": 2}'], "--mm-processor-kwargs has no effect"),
         (["--max-processor-cache", "0"], "--max-processor-cache has no effect"),
         (["--lm_head-fp32"], "--lm-head-fp32 has no effect"),
         (["--no-enable-output-caching"], "--no-enable-output-caching has no effect"),
@@ -335,6 +333,18 @@ def test_fastdeploy_flags_parse_and_say_they_do_nothing(captured, argv, note):
     ((config, _),) = captured
     notes = fastdeploy_notes(config)
     assert len(notes) == 1 and notes[0].startswith(note), notes
+
+
+def test_mm_processor_kwargs_reach_the_engine(captured):
+    # FastDeploy's ERNIE-4.5-VL launch line: the image processor's setting for every request
+    # (multimodal/processor_overrides.py; a video key is named at start as having no effect).
+    r = runner.invoke(
+        app, ["serve", "--mm-processor-kwargs", '{"image_max_pixels": 12845056, "video_fps": 2}']
+    )
+    assert r.exit_code == 0, r.output
+    ((config, _),) = captured
+    assert config.mm_processor_kwargs == {"image_max_pixels": 12845056, "video_fps": 2}
+    assert fastdeploy_notes(config) == []
 
 
 _REFUSED = {

@@ -81,7 +81,9 @@ def _processor_for(engine):
         return None
     from fdcli_engine.multimodal.processor import get_image_processor
 
-    return get_image_processor(hf_config, getattr(config, "model_path", None))
+    return get_image_processor(
+        hf_config, getattr(config, "model_path", None), getattr(config, "mm_processor_kwargs", None)
+    )
 
 
 class ImageInputs:
