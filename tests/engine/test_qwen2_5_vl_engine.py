@@ -185,6 +185,11 @@ def test_chat_with_a_data_url_and_a_pil_image(llm, hf):
     by_pil = llm.chat([{"role": "user", "content": content}], GREEDY)[0]
     ids = llm.tokenizer.encode(IMAGE_PROMPT)
     assert by_url.outputs[0].token_ids == by_pil.outputs[0].token_ids == _hf_greedy(hf, ids, [image], 6)
+    # vLLM's chat parser reads the Responses API's parts too: input_image (the URL string), input_text.
+    content = [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": "hello world"}]
+    by_input = llm.chat([{"role": "user", "content": content}], GREEDY)[0]
+    assert by_input.prompt_token_ids == by_url.prompt_token_ids
+    assert by_input.outputs[0].token_ids == by_url.outputs[0].token_ids
 
 
 def test_bad_image_requests(llm, tiny_model_dir):

@@ -20,13 +20,9 @@ from typing import Any
 
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS
 from fdcli_engine.multimodal.media import LoadedImage, MediaPolicy, load_image
 
-# Image part types: OpenAI's chat `image_url`, and the Responses API's `input_image` (its `image_url` the
-# URL string), which vLLM's chat reads too.
-IMAGE_PARTS = ("image_url", "input_image")
-# Text part types a chat message may carry: vLLM's chat reads the Responses API's as plain text.
-TEXT_PARTS = ("text", "input_text", "output_text")
 # Part types that carry media fd does not read.
 OTHER_MEDIA_PARTS = {"image", "video", "video_url", "audio", "audio_url", "input_audio"}
 # Fetching and decoding run on their own threads, not the prepare pool: a slow image host (each fetch
@@ -66,7 +62,7 @@ def image_refs(messages, prefix: str = "messages") -> list[ImageRef]:
         content = m.content if isinstance(m.content, list) else []
         for j, part in enumerate(content):
             param = f"{prefix}[{i}].content[{j}]"
-            if part.type in IMAGE_PARTS:
+            if part.type in IMAGE_URL_PARTS:
                 refs.append(ImageRef(param, part_image_url(part, param)))
             elif part.type in OTHER_MEDIA_PARTS:
                 raise other_media_error(part.type, param)
