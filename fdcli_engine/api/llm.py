@@ -11,6 +11,7 @@ from fdcli_engine.api.prompt_inputs import ParsedPrompt, parse_prompts
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.errors import ConfigError, InvalidRequestError
+from fdcli_engine.multimodal.image_limit import parse_image_limit
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -36,8 +37,11 @@ class LLM(PoolingMethods):
     """A synchronous wrapper of the in-process engine client: it registers requests with the client's
     front end and steps the core on the caller's thread (no event loop, no worker thread)."""
 
-    def __init__(self, model: str | None = None, **engine_options):
+    def __init__(
+        self, model: str | None = None, limit_mm_per_prompt: str | dict | None = None, **engine_options
+    ):
         # Options first: a bad one (e.g. speculative_config) raises ConfigError before paddle loads.
+        self._image_limit = parse_image_limit(limit_mm_per_prompt)  # vLLM's LLM(limit_mm_per_prompt=...)
         self.config = resolve_config(
             EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
         )
@@ -83,6 +87,11 @@ class LLM(PoolingMethods):
         if self.image_processor is None:
             raise InvalidRequestError(
                 f"model {self.config.served_model_name or self.config.model} does not accept images",
+                param="multi_modal_data",
+            )
+        if len(images) > self._image_limit:
+            raise InvalidRequestError(
+                f"at most {self._image_limit} images per prompt (limit_mm_per_prompt), got {len(images)}",
                 param="multi_modal_data",
             )
         return self.image_processor.process(list(ids), images, kwargs)

@@ -16,7 +16,7 @@ import pytest
 import tiny_vl
 
 from fdcli_engine import LLM, SamplingParams
-from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.errors import ConfigError, InvalidRequestError
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -234,3 +234,22 @@ def test_ngram_drafts_on_an_image_prompt_keep_the_greedy_answer(folder, llm):
     fast = _llm(folder, speculative_config=spec)
     assert fast.generate(request, params)[0].outputs[0].token_ids == want
     assert fast.get_stats()["spec_decode_num_draft_tokens_total"] > 0
+
+
+def test_limit_mm_per_prompt_caps_a_prompts_pictures(folder, llm):
+    # vLLM's LLM(limit_mm_per_prompt=...), in its older KEY=VALUE form here.
+    capped = _llm(folder, limit_mm_per_prompt="image=1")
+    image = tiny_vl.random_image(56, 84, seed=7)
+    two = IMAGE_PROMPT.replace("hello", "<|vision_start|><|image_pad|><|vision_end|>hello")
+    with pytest.raises(
+        InvalidRequestError, match=r"at most 1 images per prompt \(limit_mm_per_prompt\), got 2"
+    ):
+        capped.generate({"prompt": two, "multi_modal_data": {"image": [image, image]}}, GREEDY)
+    one = capped.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": image}}, GREEDY)[0]
+    want = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": image}}, GREEDY)[0]
+    assert one.outputs[0].token_ids == want.outputs[0].token_ids
+
+
+def test_limit_mm_per_prompt_refuses_other_modalities_before_loading(folder):
+    with pytest.raises(ConfigError, match="'video' inputs are not supported"):
+        _llm(folder, limit_mm_per_prompt={"image": 2, "video": 1})

@@ -21,6 +21,7 @@ from typing import Any
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS
+from fdcli_engine.multimodal.image_limit import DEFAULT_IMAGE_LIMIT
 from fdcli_engine.multimodal.media import LoadedImage, MediaPolicy, load_image
 
 # Part types that carry media fd does not read.
@@ -29,7 +30,6 @@ OTHER_MEDIA_PARTS = {"image", "video", "video_url", "audio", "audio_url", "input
 # ends at the policy's deadline) then delays only the requests with images, never the templating of
 # the others. Few threads: each decode may hold up to MAX_IMAGE_PIXELS of RGB.
 _MEDIA_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fd-media")
-DEFAULT_IMAGE_LIMIT = 16  # images per request without --limit-mm-per-prompt (vLLM's is 999)
 
 
 @dataclass(frozen=True)
