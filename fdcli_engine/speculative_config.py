@@ -14,6 +14,9 @@ FastDeploy's keys and vLLM's are both accepted under their own names (one meanin
 - `disable_by_batch_size` (vLLM): no drafts in a step where at least this many requests run.
 - `verify_strategy` / `accept_policy` (FastDeploy): only the exact ones, "target_match" / "normal".
 - `mtp_strategy` (FastDeploy): only "default" (its "with_ngram" hybrid is not built).
+- `draft_tensor_parallel_size` (vLLM): 1 only (the draft runs unsharded, in the target's process).
+- `max_model_len` (vLLM): the draft's context limit; accepted, no effect (fd drafts over the whole
+  context, and drafts never change the output).
 
 Verification is exact whatever the method: a greedy request's tokens are those it would get without
 speculation, a sampled one's follow the same distribution (runner/spec_decode.py says how).
@@ -54,6 +57,8 @@ _KEYS = (
     "verify_strategy",
     "accept_policy",
     "mtp_strategy",
+    "draft_tensor_parallel_size",
+    "max_model_len",
     *_KEY_ALIASES,
 )
 
@@ -143,6 +148,12 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
                 f"--speculative-config: {key} {given!r} is not supported: fd verifies exactly "
                 f"({key} {exact!r}), so outputs keep the distribution they have without speculation"
             )
+    if _int(value, "draft_tensor_parallel_size", 1, 1) != 1:
+        raise ConfigError(
+            "--speculative-config: draft_tensor_parallel_size must be 1: fd runs the draft unsharded, in "
+            "the target's process"
+        )
+    _int(value, "max_model_len", None, 1)
     if value.get("mtp_strategy", "default") != "default":
         raise ConfigError(
             f"--speculative-config: mtp_strategy {value['mtp_strategy']!r} is not supported: fd drafts with "

@@ -43,3 +43,14 @@ def test_fastdeploy_mtp_strategy():
     assert (cfg.method, cfg.num_speculative_tokens) == ("mtp", 2)
     with pytest.raises(ConfigError, match="mtp_strategy 'with_ngram' is not supported"):
         parse_speculative_config({"method": "mtp", "mtp_strategy": "with_ngram"})
+
+
+def test_vllm_draft_model_keys():
+    # vLLM's draft-model recipes carry the draft's tensor parallel size and context limit.
+    spec = {"method": "draft_model", "model": "small.gguf", "num_speculative_tokens": 4}
+    cfg = parse_speculative_config({**spec, "draft_tensor_parallel_size": 1, "max_model_len": 4096})
+    assert (cfg.method, cfg.model, cfg.num_speculative_tokens) == ("draft_model", "small.gguf", 4)
+    with pytest.raises(ConfigError, match="draft_tensor_parallel_size must be 1"):
+        parse_speculative_config({**spec, "draft_tensor_parallel_size": 2})
+    with pytest.raises(ConfigError, match="max_model_len must be an integer at least 1"):
+        parse_speculative_config({**spec, "max_model_len": 0})
