@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
+from fdcli_engine.errors import ConfigError
 from fdcli_engine.multimodal.ernie4_5_vl_processor import Ernie4_5_VLImageProcessor
 from fdcli_engine.multimodal.inputs import MultiModalFeature
 from fdcli_engine.multimodal.processor_overrides import processor_overrides
@@ -67,3 +68,14 @@ def get_image_processor(
         return None
     overrides, _ = processor_overrides(mm_processor_kwargs)
     return make(hf_config, {**(read_preprocessor_config(model_dir) or {}), **overrides})
+
+
+def check_processor_overrides(hf_config: dict, model_dir, mm_processor_kwargs: dict | None) -> None:
+    """--mm-processor-kwargs against the checkpoint's own budget: one bound given past the other one
+    the checkpoint keeps is a ConfigError at start, not a 400 on every request with a picture."""
+    proc = get_image_processor(hf_config, model_dir, mm_processor_kwargs) if mm_processor_kwargs else None
+    if proc is not None and proc.min_pixels > proc.max_pixels:
+        raise ConfigError(
+            f"--mm-processor-kwargs: min_pixels {proc.min_pixels} exceeds max_pixels {proc.max_pixels} "
+            "(the checkpoint's preprocessor_config.json keeps the one not given)"
+        )

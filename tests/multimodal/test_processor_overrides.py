@@ -53,3 +53,11 @@ def test_keys_without_effect_are_named():
     (line,) = processor_notes({"max_pixels": 100}, multimodal=False)
     assert "the model is text-only" in line
     assert processor_notes({"max_pixels": 100}, multimodal=True) == []
+
+
+def test_a_bound_past_the_checkpoints_other_one_stops_the_start(tiny_qwen_vl):
+    from fdcli_engine.config_resolver import resolve_config
+
+    too_big = {"min_pixels": tiny_vl.MAX_PIXELS * 2}  # the checkpoint's max_pixels stays
+    with pytest.raises(ConfigError, match=f"min_pixels {too_big['min_pixels']} exceeds max_pixels"):
+        resolve_config(EngineConfig.from_dict({"model": str(tiny_qwen_vl), "mm_processor_kwargs": too_big}))
