@@ -77,6 +77,6 @@ def processor_notes(kwargs: dict | None, multimodal: bool) -> list[str]:
     if not ignored:
         return []
     return [
-        f"--mm-processor-kwargs: {', '.join(ignored)} have no effect: fd's image processors read "
-        "min_pixels / max_pixels (image_min_pixels / image_max_pixels, size) only, and fd takes no videos"
+        f"--mm-processor-kwargs {', '.join(ignored)}: no effect (fd's image processors read min_pixels / "
+        "max_pixels, image_min_pixels / image_max_pixels or size only, and fd takes no videos)"
     ]
