@@ -536,6 +536,21 @@ VLLM_FLAGS: dict[str, Any] = {
         Optional[bool],
         vllm_option("--disable-log-stats", help="No effect: fd logs no periodic stats (/metrics)."),
     ],
+    "mm_processor_cache_gb": Annotated[
+        Optional[float],
+        vllm_option("--mm-processor-cache-gb", help="No effect: fd keeps no processor cache."),
+    ],
+    "disable_mm_preprocessor_cache": Annotated[
+        Optional[bool],
+        vllm_option("--disable-mm-preprocessor-cache", help="No effect: fd keeps no processor cache."),
+    ],
+    "skip_mm_profiling": Annotated[
+        Optional[bool], vllm_option("--skip-mm-profiling", help="No effect: fd runs no memory profiling.")
+    ],
+    "mm_encoder_tp_mode": Annotated[
+        Optional[str],
+        vllm_option("--mm-encoder-tp-mode", help="weights or data; no effect (vision models run unsharded)."),
+    ],
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 

@@ -244,6 +244,10 @@ class EngineConfig:
     enable_log_requests: bool | None = None
     disable_log_requests: bool | None = None
     disable_log_stats: bool | None = None
+    mm_processor_cache_gb: float | None = None
+    disable_mm_preprocessor_cache: bool | None = None
+    skip_mm_profiling: bool | None = None
+    mm_encoder_tp_mode: str | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:

@@ -164,6 +164,7 @@ def test_vllm_dtypes_fd_refuses_name_what_to_use(captured, dtype):
             "--chat-template-content-format 'x': use auto, string or openai",
         ),
         (["--max-logprobs", "21"], "--max-logprobs must be between 0 and 20"),
+        (["--mm-encoder-tp-mode", "pipeline"], "--mm-encoder-tp-mode 'pipeline': use weights or data"),
         (["--max-logprobs", "-1"], "--max-logprobs must be between 0 and 20"),
     ],
 )
@@ -186,6 +187,10 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
         enable_log_requests=True,
         disable_log_requests=True,
         disable_log_stats=True,
+        mm_processor_cache_gb=4.0,
+        disable_mm_preprocessor_cache=True,
+        skip_mm_profiling=True,
+        mm_encoder_tp_mode="data",
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
