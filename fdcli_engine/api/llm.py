@@ -12,6 +12,7 @@ from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.multimodal.image_limit import parse_image_limit
+from fdcli_engine.multimodal.media_flags import policy_from_flags
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -38,10 +39,18 @@ class LLM(PoolingMethods):
     front end and steps the core on the caller's thread (no event loop, no worker thread)."""
 
     def __init__(
-        self, model: str | None = None, limit_mm_per_prompt: str | dict | None = None, **engine_options
+        self,
+        model: str | None = None,
+        *,
+        limit_mm_per_prompt: str | dict | None = None,
+        allowed_local_media_path: str | None = None,
+        allowed_media_domains: list[str] | None = None,
+        **engine_options,
     ):
         # Options first: a bad one (e.g. speculative_config) raises ConfigError before paddle loads.
-        self._image_limit = parse_image_limit(limit_mm_per_prompt)  # vLLM's LLM(limit_mm_per_prompt=...)
+        # vLLM's LLM(limit_mm_per_prompt=..., allowed_local_media_path=..., allowed_media_domains=...)
+        self._image_limit = parse_image_limit(limit_mm_per_prompt)
+        self._media_policy = policy_from_flags(allowed_local_media_path, allowed_media_domains)
         self.config = resolve_config(
             EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
         )
@@ -201,7 +210,7 @@ class LLM(PoolingMethods):
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts, requests = [], []
         for conv in conversations:
-            conv, images = split_chat_images(conv)
+            conv, images = split_chat_images(conv, self._media_policy)
             text, ids = render_chat(
                 self.tokenizer,
                 conv,

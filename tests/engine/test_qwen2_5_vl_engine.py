@@ -253,3 +253,22 @@ def test_limit_mm_per_prompt_caps_a_prompts_pictures(folder, llm):
 def test_limit_mm_per_prompt_refuses_other_modalities_before_loading(folder):
     with pytest.raises(ConfigError, match="'video' inputs are not supported"):
         _llm(folder, limit_mm_per_prompt={"image": 2, "video": 1})
+
+
+def test_llm_chat_reads_local_files_under_allowed_local_media_path(folder, llm, tmp_path):
+    # vLLM's LLM(allowed_local_media_path=...): LLM.chat's file:// parts read files under that folder.
+    image = tiny_vl.random_image(84, 56, seed=6)
+    image.save(tmp_path / "a.png")
+    content = [
+        {"type": "image_url", "image_url": {"url": f"file://{tmp_path}/a.png"}},
+        {"type": "text", "text": "hello world"},
+    ]
+    with pytest.raises(InvalidRequestError, match="local files are not served"):
+        llm.chat([{"role": "user", "content": content}], GREEDY)
+    local = _llm(folder, allowed_local_media_path=str(tmp_path))
+    by_file = local.chat([{"role": "user", "content": content}], GREEDY)[0]
+    content[0] = {"type": "image_pil", "image_pil": image}
+    by_pil = llm.chat([{"role": "user", "content": content}], GREEDY)[0]
+    assert by_file.outputs[0].token_ids == by_pil.outputs[0].token_ids
+    with pytest.raises(ConfigError, match="is not a folder"):
+        _llm(folder, allowed_local_media_path=str(tmp_path / "a.png"))

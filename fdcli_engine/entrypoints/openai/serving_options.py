@@ -8,7 +8,6 @@ neither a file nor Jinja, or --enable-auto-tool-choice without a parser is a Con
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.multimodal.image_limit import parse_image_limit
 from fdcli_engine.multimodal.media import MediaPolicy
+from fdcli_engine.multimodal.media_flags import policy_from_flags
 
 
 @dataclass(frozen=True)
@@ -84,29 +84,4 @@ def media_policy(options: ServingOptions) -> MediaPolicy:
     """Where image URLs may point, from the flags (or the test's own policy)."""
     if options.media_policy is not None:
         return options.media_policy
-    local = options.allowed_local_media_path
-    if local is not None and not Path(local).expanduser().is_dir():
-        raise ConfigError(f"--allowed-local-media-path {local!r} is not a folder")
-    domains = tuple(
-        d.strip().lower()
-        for item in options.allowed_media_domains or ()
-        for d in item.split(",")
-        if d.strip()
-    )
-    for d in domains:
-        if "/" in d or "@" in d or (":" in d and not _is_ipv6(d)):
-            raise ConfigError(
-                f"--allowed-media-domains takes host names (no scheme, port or path), got {d!r}"
-            )
-    return MediaPolicy(
-        allowed_local_path=str(Path(local).expanduser().resolve()) if local is not None else None,
-        allowed_domains=domains,
-    )
-
-
-def _is_ipv6(host: str) -> bool:
-    try:
-        ipaddress.IPv6Address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
+    return policy_from_flags(options.allowed_local_media_path, options.allowed_media_domains)
