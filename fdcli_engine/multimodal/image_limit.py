@@ -1,6 +1,7 @@
 """`--limit-mm-per-prompt` (vLLM's; `LLM(limit_mm_per_prompt=...)`): the most images one request may
 carry. vLLM's forms: JSON `{"image": 4}`, its configurable `{"image": {"count": 4, "width": W, "height":
-H}}` and the older `image=4`; other modalities are refused unless 0.
+H}}` and the older `image=4`. Other modalities' counts (FastDeploy's ERNIE-4.5-VL lines give videos
+100) change nothing and are named in one start-up line: a request with such a part is a 400.
 
 Leaf module: imports the errors only.
 """
@@ -41,10 +42,11 @@ def _limit_mapping(value: str) -> dict:
 
 
 def _count(modality: str, limit) -> object:
-    """The count of one modality's entry: an integer, or vLLM's {"count": N, "width": W, "height": H}."""
+    """The count of one modality's entry: an integer, or vLLM's {"count": N, "width": W, "height": H}
+    (another modality's options beside the count change nothing here: it is not read)."""
     if not isinstance(limit, dict):
         return limit
-    unknown = sorted(set(limit) - set(_IMAGE_LIMIT_OPTIONS))
+    unknown = sorted(set(limit) - set(_IMAGE_LIMIT_OPTIONS)) if modality == "image" else []
     if unknown:
         raise ConfigError(
             f"--limit-mm-per-prompt: {modality!r} takes {', '.join(_IMAGE_LIMIT_OPTIONS)}, "
@@ -53,11 +55,8 @@ def _count(modality: str, limit) -> object:
     return limit.get("count")
 
 
-def parse_image_limit(value: str | dict | None) -> int:
-    """The most images one request may carry, from --limit-mm-per-prompt's text or mapping (ConfigError
-    if malformed)."""
-    if value is None:
-        return DEFAULT_IMAGE_LIMIT
+def _counts(value: str | dict) -> dict[str, int]:
+    """Each modality's count (ConfigError if malformed)."""
     if isinstance(value, str):
         value = _limit_mapping(value)
     if not isinstance(value, dict):
@@ -69,9 +68,25 @@ def parse_image_limit(value: str | dict | None) -> int:
             raise ConfigError(
                 f"--limit-mm-per-prompt: {modality!r} needs a count of 0 or more, got {limit!r}"
             )
-        if modality != "image" and count > 0:
-            raise ConfigError(
-                f"--limit-mm-per-prompt: {modality!r} inputs are not supported; only images are"
-            )
         counts[modality] = count
-    return counts.get("image", DEFAULT_IMAGE_LIMIT)
+    return counts
+
+
+def parse_image_limit(value: str | dict | None) -> int:
+    """The most images one request may carry, from --limit-mm-per-prompt's text or mapping (ConfigError
+    if malformed)."""
+    return DEFAULT_IMAGE_LIMIT if value is None else _counts(value).get("image", DEFAULT_IMAGE_LIMIT)
+
+
+def limit_notes(value: str | dict | None) -> list[str]:
+    """The start-up line for the modalities fd does not read (FastDeploy's ERNIE-4.5-VL lines give
+    videos 100): their counts change nothing, since such a part is a 400 naming what to send."""
+    other = [
+        f"{m} {n}" for m, n in (_counts(value) if value is not None else {}).items() if m != "image" and n > 0
+    ]
+    if not other:
+        return []
+    return [
+        f"--limit-mm-per-prompt {', '.join(other)}: no effect (fd reads images only; a request with "
+        "another media part is refused)"
+    ]

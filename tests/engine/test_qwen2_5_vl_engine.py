@@ -250,9 +250,9 @@ def test_limit_mm_per_prompt_caps_a_prompts_pictures(folder, llm):
     assert one.outputs[0].token_ids == want.outputs[0].token_ids
 
 
-def test_limit_mm_per_prompt_refuses_other_modalities_before_loading(folder):
-    with pytest.raises(ConfigError, match="'video' inputs are not supported"):
-        _llm(folder, limit_mm_per_prompt={"image": 2, "video": 1})
+def test_limit_mm_per_prompt_refuses_a_bad_count_before_loading(folder):
+    with pytest.raises(ConfigError, match="'image' needs a count of 0 or more"):
+        _llm(folder, limit_mm_per_prompt={"image": -2, "video": 1})
 
 
 def test_llm_chat_reads_local_files_under_allowed_local_media_path(folder, llm, tmp_path):
