@@ -24,12 +24,14 @@ from typer.testing import CliRunner
 from fdcli.commands import serve as serve_cmd
 from fdcli.main import app
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.entrypoints.openai.serving_options import check_serving_options, image_limit
 from fdcli_engine.fastdeploy_compat import (
     COMPAT_FIELDS,
     FASTDEPLOY_ONLY_QUANTIZATIONS,
     SCHEDULER_TUNING,
     fastdeploy_notes,
 )
+from fdcli_engine.multimodal.image_limit import limit_notes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fastdeploy_launch_lines.txt"
 MODULE = ["python", "-m", "fastdeploy.entrypoints.openai.api_server"]
@@ -139,13 +141,23 @@ EXPECTED: dict[str, dict | str] = {
     "minicpm4-wint4": dict(_MINICPM, quantization="wint4", max_num_seqs=128),
     "minicpm4-bf16": dict(_MINICPM, max_num_seqs=64),
     "splitwise-prefill": _TP4,
+    "vl-28b": dict(
+        model="baidu/ERNIE-4.5-VL-28B-A3B-Paddle",
+        engine_worker_queue_port="8182",
+        tensor_parallel_size=1,
+        max_model_len=32768,
+        max_num_seqs=256,
+        gpu_memory_utilization=0.9,
+        max_num_batched_tokens=384,
+        quantization="wint4",
+    ),
 }
 # A refused line adapted to one device (tp 1, wint8) still stops for what fd lacks: this line says so.
 ON_ONE_DEVICE = {"early-stop": _EARLY_STOP, "early-stop-config": _EARLY_STOP, "splitwise-prefill": _SCHEDULER}
 
 
 def test_every_entry_has_an_expectation():
-    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 39
+    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 40
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -162,6 +174,9 @@ def test_launch_line_parses_and_resolves(captured, name):
     assert config == EngineConfig(**expected)
     if name.startswith("21b-thinking"):
         assert (args.serving.reasoning_parser, args.serving.tool_call_parser) == ("ernie-x1", "ernie-x1")
+    check_serving_options(args.serving)  # what fd serve checks next, before the model loads
+    if name == "vl-28b":  # images only: the video count is named as without effect
+        assert image_limit(args.serving) == 100 and limit_notes(args.serving.limit_mm_per_prompt)
 
 
 def _on_one_device(argv: list[str]) -> list[str]:

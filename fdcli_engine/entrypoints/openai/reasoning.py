@@ -77,7 +77,13 @@ class DeepSeekR1Parser(ThinkParser):
     starts_in_reasoning = True
 
 
-PARSERS = {"qwen3": ThinkParser, "think": ThinkParser, "deepseek_r1": DeepSeekR1Parser}
+# FastDeploy's ernie-45-vl (ERNIE-4.5-VL): text before </think> is reasoning, as DeepSeek-R1's.
+PARSERS = {
+    "qwen3": ThinkParser,
+    "think": ThinkParser,
+    "deepseek_r1": DeepSeekR1Parser,
+    "ernie_45_vl": DeepSeekR1Parser,
+}
 
 
 def get_parser_cls(name: str | None):
