@@ -24,7 +24,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce \
     -l enable-early-stop -l enable-entropy -l enable-eplb -l enable-expert-parallel \
     -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask -l enable-log-requests \
-    -l enable-logprob -l enable-mm -l enable-mm-output -l enable-output-caching \
+    -l enable-logprob -l enable-mm -l enable-mm-embeds -l enable-mm-output -l enable-output-caching \
     -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
@@ -81,7 +81,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce \
     -l enable-early-stop -l enable-entropy -l enable-eplb -l enable-expert-parallel \
     -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask -l enable-log-requests \
-    -l enable-logprob -l enable-mm -l enable-mm-output -l enable-output-caching \
+    -l enable-logprob -l enable-mm -l enable-mm-embeds -l enable-mm-output -l enable-output-caching \
     -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
@@ -131,8 +131,8 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce \
     -l enable-early-stop -l enable-entropy -l enable-eplb -l enable-expert-parallel \
     -l enable-flashinfer-allreduce-fusion -l enable-force-include-usage -l enable-keep-sampling-mask \
-    -l enable-log-requests -l enable-logprob -l enable-metrics -l enable-mm -l enable-mm-output \
-    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching \
+    -l enable-log-requests -l enable-logprob -l enable-metrics -l enable-mm -l enable-mm-embeds \
+    -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching \
     -l enable-prompt-tokens-details -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
@@ -176,10 +176,10 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy \
     -l enable-eplb -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion \
     -l enable-keep-sampling-mask -l enable-log-requests -l enable-logprob -l enable-mm \
-    -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching \
-    -l enable-request-id-headers -l enforce-eager -l engine-watchdog-timeout \
-    -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
-    -l graph-optimization-config -l guided-decoding-backend \
+    -l enable-mm-embeds -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule \
+    -l enable-prefix-caching -l enable-request-id-headers -l enforce-eager \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
+    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l h11-max-header-count \
     -l h11-max-incomplete-event-size -l host -l innode-prefill-ports -l ips -l kv-cache-dtype \
     -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir \

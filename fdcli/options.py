@@ -551,6 +551,9 @@ VLLM_FLAGS: dict[str, Any] = {
         Optional[str],
         vllm_option("--mm-encoder-tp-mode", help="weights or data; no effect (vision models run unsharded)."),
     ],
+    "enable_mm_embeds": Annotated[
+        Optional[bool], vllm_option("--enable-mm-embeds", help="Not supported: send image_url parts.")
+    ],
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 

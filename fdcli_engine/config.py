@@ -248,6 +248,7 @@ class EngineConfig:
     disable_mm_preprocessor_cache: bool | None = None
     skip_mm_profiling: bool | None = None
     mm_encoder_tp_mode: str | None = None
+    enable_mm_embeds: bool | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:

@@ -42,6 +42,7 @@ VLLM_FIELDS = (
     "disable_mm_preprocessor_cache",
     "skip_mm_profiling",
     "mm_encoder_tp_mode",
+    "enable_mm_embeds",
 )
 # Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
 HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
@@ -130,6 +131,11 @@ def check_vllm_options(config: Any) -> None:
         config.tokenizer_mode is None or config.tokenizer_mode in TOKENIZER_MODES,
         f"--tokenizer-mode {config.tokenizer_mode!r} is not supported: fd reads the checkpoint's "
         "tokenizer.json (or a GGUF file's vocabulary); use auto or hf",
+    )
+    need(
+        not config.enable_mm_embeds,
+        "--enable-mm-embeds is not supported: fd reads pictures, not precomputed embeddings; send "
+        "image_url parts",
     )
     need(
         config.mm_encoder_tp_mode is None or config.mm_encoder_tp_mode in MM_ENCODER_TP_MODES,

@@ -165,6 +165,7 @@ def test_vllm_dtypes_fd_refuses_name_what_to_use(captured, dtype):
         ),
         (["--max-logprobs", "21"], "--max-logprobs must be between 0 and 20"),
         (["--mm-encoder-tp-mode", "pipeline"], "--mm-encoder-tp-mode 'pipeline': use weights or data"),
+        (["--enable-mm-embeds"], "--enable-mm-embeds is not supported: fd reads pictures"),
         (["--max-logprobs", "-1"], "--max-logprobs must be between 0 and 20"),
     ],
 )
@@ -194,7 +195,7 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
-    silent = {"--pipeline-parallel-size"}  # 1 is what fd does
+    silent = {"--pipeline-parallel-size", "--enable-mm-embeds"}  # 1 is what fd does; embeds are refused
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
     )
