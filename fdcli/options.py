@@ -342,6 +342,16 @@ SpeculativeConfigOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+MmProcessorKwargsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--mm-processor-kwargs",
+        help="The image processor's settings for every request, as JSON: '{\"max_pixels\": 802816}' "
+        "(also min_pixels, FastDeploy's image_min_pixels / image_max_pixels); a request's own "
+        "mm_processor_kwargs work within them.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 GuidedDecodingBackendOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -387,7 +397,6 @@ _COMPAT_TABLE: dict[str, tuple[Any, str]] = {
     "tokenizer_base_url": (str, f"{_REFUSED} (--tokenizer)"),
     "task": (str, "generate (no effect; --runner picks the runner)."),
     "use_warmup": (int, f"{_NONE}: no warm-up pass."),
-    "mm_processor_kwargs": (str, f"JSON object. {_NONE}: preprocessor_config.json applies."),
     "max_encoder_cache": (int, f"{_NONE}."),
     "max_processor_cache": (float, f"{_NONE}."),
     "enable_mm": (bool, f"{_NONE}: the model's config says whether it takes images."),
@@ -537,6 +546,24 @@ VLLM_FLAGS: dict[str, Any] = {
         Optional[bool],
         vllm_option("--disable-log-stats", help="No effect: fd logs no periodic stats (/metrics)."),
     ],
+    "mm_processor_cache_gb": Annotated[
+        Optional[float],
+        vllm_option("--mm-processor-cache-gb", help="No effect: fd keeps no processor cache."),
+    ],
+    "disable_mm_preprocessor_cache": Annotated[
+        Optional[bool],
+        vllm_option("--disable-mm-preprocessor-cache", help="No effect: fd keeps no processor cache."),
+    ],
+    "skip_mm_profiling": Annotated[
+        Optional[bool], vllm_option("--skip-mm-profiling", help="No effect: fd runs no memory profiling.")
+    ],
+    "mm_encoder_tp_mode": Annotated[
+        Optional[str],
+        vllm_option("--mm-encoder-tp-mode", help="weights or data; no effect (vision models run unsharded)."),
+    ],
+    "enable_mm_embeds": Annotated[
+        Optional[bool], vllm_option("--enable-mm-embeds", help="Not supported: send image_url parts.")
+    ],
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 
@@ -666,7 +693,7 @@ LimitMmOpt = Annotated[
     Optional[str],
     typer.Option(
         "--limit-mm-per-prompt",
-        help="Most images one request may carry, as JSON: '{\"image\": 4}' (default 16).",
+        help="Most images one request may carry, as JSON: '{\"image\": 4}' (or image=4; default 16).",
         rich_help_panel=SERVING_PANEL,
     ),
 ]
@@ -712,6 +739,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "engine_watchdog_timeout": EngineWatchdogTimeoutOpt,
     "guided_decoding_backend": GuidedDecodingBackendOpt,
     "speculative_config": SpeculativeConfigOpt,
+    "mm_processor_kwargs": MmProcessorKwargsOpt,
     **PD_FLAGS,
     **COMPAT_FLAGS,
     **VLLM_FLAGS,

@@ -19,6 +19,7 @@ from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantizatio
 from fdcli_engine.generation_config import check_generation_options
 from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.kv_transfer.pd.settings import check_pd_options
+from fdcli_engine.multimodal.processor_overrides import processor_overrides
 from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
@@ -141,6 +142,9 @@ class EngineConfig:
     guided_decoding_backend: str = "auto"
     # Speculative decoding (FastDeploy's and vLLM's --speculative-config keys): speculative_config.py.
     speculative_config: dict | None = None
+    # The image processor's settings for every request (vLLM's / FastDeploy's --mm-processor-kwargs):
+    # multimodal/processor_overrides.py.
+    mm_processor_kwargs: dict | None = None
     # Prefill/decode disaggregation (FastDeploy's flags; kv_transfer/pd/settings.py checks them,
     # docs/disaggregation.md). kv_transfer_token never reaches the ResolvedConfig (it is the core's
     # environment, FD_KV_TRANSFER_TOKEN).
@@ -169,7 +173,6 @@ class EngineConfig:
     tokenizer_base_url: str | None = None
     task: str | None = None
     use_warmup: int | None = None
-    mm_processor_kwargs: dict | None = None
     max_encoder_cache: int | None = None
     max_processor_cache: float | None = None
     enable_mm: bool | None = None
@@ -250,6 +253,11 @@ class EngineConfig:
     enable_log_requests: bool | None = None
     disable_log_requests: bool | None = None
     disable_log_stats: bool | None = None
+    mm_processor_cache_gb: float | None = None
+    disable_mm_preprocessor_cache: bool | None = None
+    skip_mm_profiling: bool | None = None
+    mm_encoder_tp_mode: str | None = None
+    enable_mm_embeds: bool | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -360,6 +368,7 @@ class EngineConfig:
             need(self.threads >= 1, f"--threads must be at least 1, got {self.threads}")
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
+        processor_overrides(self.mm_processor_kwargs)
         check_generation_options(self.generation_config, self.override_generation_config)
 
     @property

@@ -39,6 +39,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     )
     import_paddle()  # first import, without paddle's start-up banner; the loader imports paddle
     from fdcli_engine.loader import detect_layout, read_model_config
+    from fdcli_engine.multimodal.processor import check_processor_overrides, is_multimodal_config
+    from fdcli_engine.multimodal.processor_overrides import processor_notes
     from fdcli_engine.pooling.config import resolve_runner
 
     layout, _ = detect_layout(model_path)
@@ -56,6 +58,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     config = _resolve_nodes(config)
     _check_tensor_parallel(config, hf_config, speculative)
     notes = fastdeploy_notes(config) + vllm_notes(config) + kv_offload_notes(config)
+    notes += processor_notes(config.mm_processor_kwargs, is_multimodal_config(hf_config))
+    check_processor_overrides(hf_config, model_path, config.mm_processor_kwargs)
     notes += [defaults_note] if defaults_note else []
     for note in notes:  # once per start: the front end resolves
         logger.warning(note)

@@ -38,7 +38,6 @@ COMPAT_FIELDS = (
     "tokenizer_base_url",
     "task",
     "use_warmup",
-    "mm_processor_kwargs",
     "max_encoder_cache",
     "max_processor_cache",
     "enable_mm",
@@ -104,7 +103,7 @@ COMPAT_FIELDS = (
 JSON_FIELDS = (
     "graph_optimization_config",
     "speculative_config",  # an fd option
-    "mm_processor_kwargs",
+    "mm_processor_kwargs",  # an fd option
     "rsync_config",
     "plas_attention_config",
     "early_stop_config",
@@ -145,8 +144,6 @@ _NO_EFFECT = {
     "stops a frozen engine)",
     "task": "--task generate has no effect: fd picks the runner with --runner (default auto)",
     "use_warmup": "--use-warmup has no effect: fd serves without a warm-up pass",
-    "mm_processor_kwargs": "--mm-processor-kwargs has no effect: fd's image processors take their settings "
-    "from the model's preprocessor_config.json",
     "max_encoder_cache": "--max-encoder-cache has no effect: fd keeps no encoder cache",
     "max_processor_cache": "--max-processor-cache has no effect: fd keeps no processor cache",
     "enable_mm": "--enable-mm has no effect: fd reads from the model's config whether it takes images",

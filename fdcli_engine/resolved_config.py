@@ -48,6 +48,7 @@ class ResolvedConfig(msgspec.Struct, frozen=True, kw_only=True):
     runner: str = "generate"  # "generate" | "pooling"
     convert: str = "none"  # "none" | "embed"
     pooler_config: dict | None = None  # a PoolerConfig as a dict, for the pooling runner
+    mm_processor_kwargs: dict | None = None  # the image processor's overrides (processor_overrides.py)
     generation_config: str = "auto"  # as given; what it yields is default_sampling_params
     # {SamplingParams field: value} a request takes for a field it leaves out (generation_config.py):
     # the model's generation_config.json (or --generation-config's) with --override-generation-config.

@@ -1,16 +1,22 @@
 """`--speculative-config`: what the user asks of speculative decoding, checked once, before paddle loads.
 
 FastDeploy's keys and vLLM's are both accepted under their own names (one meaning each):
-- `method`: "ngram" (vLLM) / "ngram_match" (FastDeploy): prompt lookup from the request's own tokens;
-  "mtp": ERNIE-4.5's multi-token-prediction layer; "draft_model": a smaller model with the same
-  vocabulary. FastDeploy's "naive" (its speculative code path without drafts) means no speculation here.
+- `method`: "ngram" (vLLM; also "[ngram]", or `model` "ngram" without a method) / "ngram_match"
+  (FastDeploy): prompt lookup from the request's own tokens; "mtp" (vLLM's "ernie_mtp" too): ERNIE-4.5's
+  multi-token-prediction layer; "draft_model": a smaller model with the same vocabulary. FastDeploy's
+  "naive" (its speculative code path without drafts) means no speculation here.
 - `num_speculative_tokens`: drafts per step (FastDeploy's cap, 5, is not fd's; fd allows up to 16).
-- `prompt_lookup_min` / `prompt_lookup_max` (ngram): the shortest and longest suffix n-gram matched.
+- `prompt_lookup_min` / `prompt_lookup_max` (vLLM), `min_ngram_size` / `max_ngram_size` (FastDeploy):
+  ngram's shortest and longest suffix n-gram matched.
 - `model`: the MTP folder (when the main checkpoint does not carry the layer) or the draft model.
 - `quantization`: the draft model's (default: the target's).
 - `num_model_steps` (FastDeploy's MTP): equal to num_speculative_tokens (hybrid MTP + ngram is not built).
 - `disable_by_batch_size` (vLLM): no drafts in a step where at least this many requests run.
 - `verify_strategy` / `accept_policy` (FastDeploy): only the exact ones, "target_match" / "normal".
+- `mtp_strategy` (FastDeploy): only "default" (its "with_ngram" hybrid is not built).
+- `draft_tensor_parallel_size` (vLLM): 1 only (the draft runs unsharded, in the target's process).
+- `max_model_len` (vLLM): the draft's context limit; accepted, no effect (fd drafts over the whole
+  context, and drafts never change the output).
 
 Verification is exact whatever the method: a greedy request's tokens are those it would get without
 speculation, a sampled one's follow the same distribution (runner/spec_decode.py says how).
@@ -27,7 +33,16 @@ import msgspec
 from fdcli_engine.errors import ConfigError
 
 METHODS = ("ngram", "mtp", "draft_model")
-_METHOD_ALIASES = {"ngram_match": "ngram", "ngram": "ngram", "mtp": "mtp", "draft_model": "draft_model"}
+_METHOD_ALIASES = {
+    "ngram": "ngram",
+    "[ngram]": "ngram",  # vLLM's older spelling
+    "ngram_match": "ngram",  # FastDeploy's
+    "mtp": "mtp",
+    "ernie_mtp": "mtp",  # vLLM's name for ERNIE-4.5's MTP layer
+    "draft_model": "draft_model",
+}
+# FastDeploy's name for a key -> the vLLM name it means (one meaning, two spellings).
+_KEY_ALIASES = {"min_ngram_size": "prompt_lookup_min", "max_ngram_size": "prompt_lookup_max"}
 MAX_SPECULATIVE_TOKENS = 16
 QUANTIZATIONS = ("auto", "none", "wint8", "wint4", "gguf")  # the draft model's (`quantization`)
 _KEYS = (
@@ -41,6 +56,10 @@ _KEYS = (
     "disable_by_batch_size",
     "verify_strategy",
     "accept_policy",
+    "mtp_strategy",
+    "draft_tensor_parallel_size",
+    "max_model_len",
+    *_KEY_ALIASES,
 )
 
 
@@ -69,12 +88,17 @@ class SpeculativeConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _int(values: dict, key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
-    value = values.get(key, default)
+    """values[key] (or its FastDeploy spelling), an integer in [lo, hi]; the error names the key given."""
+    alias = next((a for a, k in _KEY_ALIASES.items() if k == key and a in values), None)
+    if alias is not None and key in values and values[key] != values[alias]:
+        raise ConfigError(f"--speculative-config: {key} and {alias} are one setting; they disagree")
+    name = alias if alias is not None else key
+    value = values.get(name, default)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
         bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise ConfigError(f"--speculative-config: {key} must be an integer {bound}, got {value!r}")
+        raise ConfigError(f"--speculative-config: {name} must be an integer {bound}, got {value!r}")
     return value
 
 
@@ -104,7 +128,10 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
             f"--speculative-config: unknown key(s) {', '.join(unknown)} (fd reads {', '.join(_KEYS)})"
         )
     method = value.get("method")
-    if method is None and value.get("model"):
+    model = value.get("model")
+    if method is None and model in ("ngram", "[ngram]"):
+        method, model = "ngram", None  # vLLM's older form: the model named "ngram"
+    elif method is None and model:
         method = "draft_model"  # vLLM: a model without a method is a draft model
     if method == "naive":
         return None
@@ -121,6 +148,17 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
                 f"--speculative-config: {key} {given!r} is not supported: fd verifies exactly "
                 f"({key} {exact!r}), so outputs keep the distribution they have without speculation"
             )
+    if _int(value, "draft_tensor_parallel_size", 1, 1) != 1:
+        raise ConfigError(
+            "--speculative-config: draft_tensor_parallel_size must be 1: fd runs the draft unsharded, in "
+            "the target's process"
+        )
+    _int(value, "max_model_len", None, 1)
+    if value.get("mtp_strategy", "default") != "default":
+        raise ConfigError(
+            f"--speculative-config: mtp_strategy {value['mtp_strategy']!r} is not supported: fd drafts with "
+            'one method (mtp_strategy "default"); the hybrid MTP + ngram strategy is not built'
+        )
     k = _int(value, "num_speculative_tokens", 1, 1, MAX_SPECULATIVE_TOKENS)
     steps = _int(value, "num_model_steps", k, 1, MAX_SPECULATIVE_TOKENS)
     if steps != k:
@@ -135,7 +173,6 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
         raise ConfigError(
             f"--speculative-config: prompt_lookup_min {lo} is larger than prompt_lookup_max {hi}"
         )
-    model = value.get("model")
     if model is not None and not isinstance(model, str):
         raise ConfigError("--speculative-config: model must be a path string")
     if method == "draft_model" and not model:

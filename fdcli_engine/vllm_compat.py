@@ -38,6 +38,12 @@ VLLM_FIELDS = (
     "enable_log_requests",
     "disable_log_requests",
     "disable_log_stats",
+    # multimodal launch flags (vLLM's processor cache, memory profiling, encoder sharding)
+    "mm_processor_cache_gb",
+    "disable_mm_preprocessor_cache",
+    "skip_mm_profiling",
+    "mm_encoder_tp_mode",
+    "enable_mm_embeds",
 )
 # Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
 HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
@@ -56,6 +62,7 @@ DTYPE_NAMES = {
 LOAD_FORMATS = {"auto": None, "safetensors": ("hf", "paddle"), "gguf": ("gguf",)}
 TOKENIZER_MODES = ("auto", "hf")
 CONTENT_FORMATS = ("auto", "string", "openai")
+MM_ENCODER_TP_MODES = ("weights", "data")
 
 # fd serve's --disable-uvicorn-access-log (its server writes no access log at all).
 ACCESS_LOG_NOTE = (
@@ -73,6 +80,14 @@ _NO_EFFECT = {
     "capture)",
     "disable_log_stats": "--disable-log-stats has no effect: fd logs no periodic engine statistics (read "
     "them from /metrics)",
+    "mm_processor_cache_gb": "--mm-processor-cache-gb has no effect: fd keeps no processor cache (a picture "
+    "already cached by prefix caching skips the vision encoder)",
+    "disable_mm_preprocessor_cache": "--disable-mm-preprocessor-cache has no effect: fd keeps no processor "
+    "cache",
+    "skip_mm_profiling": "--skip-mm-profiling has no effect: fd sizes its KV cache from --num-kv-blocks / "
+    "--kv-cache-memory-gb, without a profiling run",
+    "mm_encoder_tp_mode": "--mm-encoder-tp-mode has no effect: fd runs vision models unsharded "
+    "(--tensor-parallel-size 1)",
 }
 
 
@@ -118,6 +133,19 @@ def check_vllm_options(config: Any) -> None:
         config.tokenizer_mode is None or config.tokenizer_mode in TOKENIZER_MODES,
         f"--tokenizer-mode {config.tokenizer_mode!r} is not supported: fd reads the checkpoint's "
         "tokenizer.json (or a GGUF file's vocabulary); use auto or hf",
+    )
+    need(
+        not config.enable_mm_embeds,
+        "--enable-mm-embeds is not supported: fd reads pictures, not precomputed embeddings; send "
+        "image_url parts",
+    )
+    need(
+        config.mm_encoder_tp_mode is None or config.mm_encoder_tp_mode in MM_ENCODER_TP_MODES,
+        f"--mm-encoder-tp-mode {config.mm_encoder_tp_mode!r}: use weights or data",
+    )
+    need(
+        config.mm_processor_cache_gb is None or config.mm_processor_cache_gb >= 0,
+        f"--mm-processor-cache-gb must be 0 or more, got {config.mm_processor_cache_gb}",
     )
     need(
         config.chat_template_content_format is None or config.chat_template_content_format in CONTENT_FORMATS,

@@ -12,6 +12,8 @@ from fdcli_engine.beam_search import BeamSearchOutput, BeamSearchParams
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.config_resolver import resolve_config
 from fdcli_engine.errors import ConfigError, InvalidRequestError
+from fdcli_engine.multimodal.image_limit import parse_image_limit
+from fdcli_engine.multimodal.media_flags import policy_from_flags
 from fdcli_engine.outputs import RequestOutput
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
@@ -37,8 +39,19 @@ class LLM(PoolingMethods):
     """A synchronous wrapper of the in-process engine client: it registers requests with the client's
     front end and steps the core on the caller's thread (no event loop, no worker thread)."""
 
-    def __init__(self, model: str | None = None, **engine_options):
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        limit_mm_per_prompt: str | dict | None = None,
+        allowed_local_media_path: str | None = None,
+        allowed_media_domains: list[str] | None = None,
+        **engine_options,
+    ):
         # Options first: a bad one (e.g. speculative_config) raises ConfigError before paddle loads.
+        # vLLM's LLM(limit_mm_per_prompt=..., allowed_local_media_path=..., allowed_media_domains=...)
+        self._image_limit = parse_image_limit(limit_mm_per_prompt)
+        self._media_policy = policy_from_flags(allowed_local_media_path, allowed_media_domains)
         self.config = resolve_config(
             EngineConfig.from_dict({"model": model, **engine_options}, source="LLM()")
         )
@@ -72,7 +85,9 @@ class LLM(PoolingMethods):
         if self._image_processor is ...:
             from fdcli_engine.multimodal.processor import get_image_processor
 
-            self._image_processor = get_image_processor(self.config.hf_config, self.config.model_path)
+            self._image_processor = get_image_processor(
+                self.config.hf_config, self.config.model_path, self.config.mm_processor_kwargs
+            )
         return self._image_processor
 
     def _with_images(self, ids: list[int], images: list, kwargs: dict | None) -> tuple[list[int], list]:
@@ -82,6 +97,11 @@ class LLM(PoolingMethods):
         if self.image_processor is None:
             raise InvalidRequestError(
                 f"model {self.config.served_model_name or self.config.model} does not accept images",
+                param="multi_modal_data",
+            )
+        if len(images) > self._image_limit:
+            raise InvalidRequestError(
+                f"at most {self._image_limit} images per prompt (limit_mm_per_prompt), got {len(images)}",
                 param="multi_modal_data",
             )
         return self.image_processor.process(list(ids), images, kwargs)
@@ -209,7 +229,7 @@ class LLM(PoolingMethods):
         conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
         prompts, requests = [], []
         for conv in conversations:
-            conv, images = split_chat_images(conv)
+            conv, images = split_chat_images(conv, self._media_policy)
             text, ids = render_chat(
                 self.tokenizer,
                 conv,

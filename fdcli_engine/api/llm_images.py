@@ -3,7 +3,8 @@
 - `LLM.generate({"prompt": ..., "multi_modal_data": {"image": PIL | [PIL, ...]}, "mm_processor_kwargs":
   {...}})`: the prompt holds one image placeholder per picture, as the model's chat template writes it
   (Qwen: `<|vision_start|><|image_pad|><|vision_end|>`).
-- `LLM.chat` messages with `{"type": "image_url", "image_url": {"url": ...}}` parts, the url a `data:`
+- `LLM.chat` messages with `{"type": "image_url", "image_url": {"url": ...}}` parts (or `input_image`,
+  its `image_url` the URL string), the url a `data:`
   URL (or a file / http(s) URL within `media_policy`) or a PIL image, and vLLM's `{"type":
   "image_pil", "image_pil": PIL}`: each becomes `{"type": "image"}` for the chat template.
 Pictures are decoded and checked by multimodal.media; the model's image processor expands the
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 from PIL import Image
 
+from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS
 from fdcli_engine.multimodal.media import MediaPolicy, load_image
 
-IMAGE_PART_TYPES = ("image_url", "image_pil")
+IMAGE_PART_TYPES = (*IMAGE_URL_PARTS, "image_pil")
 
 
 def images_of(multi_modal_data, where: str) -> list:

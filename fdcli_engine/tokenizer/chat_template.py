@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.multimodal.content_parts import TEXT_PARTS
 
 RENDER_TIMEOUT_S = 5.0
 MAX_RENDER_CHARS = 16 << 20
@@ -153,14 +154,18 @@ def _flatten_content(content: Any, index: int) -> Any:
             kind = part.get("type") if isinstance(part, dict) else type(part).__name__
             if kind == "image":
                 has_image = True
-            elif kind != "text" or not isinstance(part.get("text"), str):
+            elif kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
                 raise InvalidRequestError(
                     f"messages[{index}].content: only text and image parts are supported, got {kind!r}",
                     param="messages",
                 )
             else:
                 texts.append(part["text"])
-        return [dict(p) for p in content] if has_image else "\n".join(texts)
+        if not has_image:
+            return "\n".join(texts)
+        return [
+            {"type": "text", "text": p["text"]} if p.get("type") in TEXT_PARTS else dict(p) for p in content
+        ]
     raise InvalidRequestError(
         f"messages[{index}].content must be a string or a list of parts", param="messages"
     )

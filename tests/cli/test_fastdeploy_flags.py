@@ -24,12 +24,14 @@ from typer.testing import CliRunner
 from fdcli.commands import serve as serve_cmd
 from fdcli.main import app
 from fdcli_engine.config import EngineConfig
+from fdcli_engine.entrypoints.openai.serving_options import check_serving_options, image_limit
 from fdcli_engine.fastdeploy_compat import (
     COMPAT_FIELDS,
     FASTDEPLOY_ONLY_QUANTIZATIONS,
     SCHEDULER_TUNING,
     fastdeploy_notes,
 )
+from fdcli_engine.multimodal.image_limit import limit_notes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "fastdeploy_launch_lines.txt"
 MODULE = ["python", "-m", "fastdeploy.entrypoints.openai.api_server"]
@@ -139,13 +141,23 @@ EXPECTED: dict[str, dict | str] = {
     "minicpm4-wint4": dict(_MINICPM, quantization="wint4", max_num_seqs=128),
     "minicpm4-bf16": dict(_MINICPM, max_num_seqs=64),
     "splitwise-prefill": _TP4,
+    "vl-28b": dict(
+        model="baidu/ERNIE-4.5-VL-28B-A3B-Paddle",
+        engine_worker_queue_port="8182",
+        tensor_parallel_size=1,
+        max_model_len=32768,
+        max_num_seqs=256,
+        gpu_memory_utilization=0.9,
+        max_num_batched_tokens=384,
+        quantization="wint4",
+    ),
 }
 # A refused line adapted to one device (tp 1, wint8) still stops for what fd lacks: this line says so.
 ON_ONE_DEVICE = {"early-stop": _EARLY_STOP, "early-stop-config": _EARLY_STOP, "splitwise-prefill": _SCHEDULER}
 
 
 def test_every_entry_has_an_expectation():
-    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 39
+    assert set(ENTRIES) == set(EXPECTED) and len(ENTRIES) == 40
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
@@ -162,6 +174,9 @@ def test_launch_line_parses_and_resolves(captured, name):
     assert config == EngineConfig(**expected)
     if name.startswith("21b-thinking"):
         assert (args.serving.reasoning_parser, args.serving.tool_call_parser) == ("ernie-x1", "ernie-x1")
+    check_serving_options(args.serving)  # what fd serve checks next, before the model loads
+    if name == "vl-28b":  # images only: the video count is named as without effect
+        assert image_limit(args.serving) == 100 and limit_notes(args.serving.limit_mm_per_prompt)
 
 
 def _on_one_device(argv: list[str]) -> list[str]:
@@ -225,7 +240,6 @@ _ACCEPTED: dict[str, object] = {
     "model_config_name": "config.json",  # what fd reads: silent
     "task": "generate",
     "use_warmup": 0,
-    "mm_processor_kwargs": {"image_max_pixels": 1024},
     "max_encoder_cache": 0,
     "max_processor_cache": 0.5,
     "enable_mm": True,
@@ -322,7 +336,6 @@ def test_every_compat_field_is_accepted_or_refused_here():
             "--guided-decoding-disable-any-whitespace True: fd's JSON",
         ),
         (["--early-stop-config", '{"window_size": 1000}'], "--early-stop-config has no effect"),
-        (["--mm-processor-kwargs", '{"video_fps": 2}'], "--mm-processor-kwargs has no effect"),
         (["--max-processor-cache", "0"], "--max-processor-cache has no effect"),
         (["--lm_head-fp32"], "--lm-head-fp32 has no effect"),
         (["--no-enable-output-caching"], "--no-enable-output-caching has no effect"),
@@ -335,6 +348,18 @@ def test_fastdeploy_flags_parse_and_say_they_do_nothing(captured, argv, note):
     ((config, _),) = captured
     notes = fastdeploy_notes(config)
     assert len(notes) == 1 and notes[0].startswith(note), notes
+
+
+def test_mm_processor_kwargs_reach_the_engine(captured):
+    # FastDeploy's ERNIE-4.5-VL launch line: the image processor's setting for every request
+    # (multimodal/processor_overrides.py; a video key is named at start as having no effect).
+    r = runner.invoke(
+        app, ["serve", "--mm-processor-kwargs", '{"image_max_pixels": 12845056, "video_fps": 2}']
+    )
+    assert r.exit_code == 0, r.output
+    ((config, _),) = captured
+    assert config.mm_processor_kwargs == {"image_max_pixels": 12845056, "video_fps": 2}
+    assert fastdeploy_notes(config) == []
 
 
 _REFUSED = {

@@ -176,6 +176,8 @@ def test_vllm_dtypes_fd_refuses_name_what_to_use(captured, dtype):
             "--chat-template-content-format 'x': use auto, string or openai",
         ),
         (["--max-logprobs", "21"], "--max-logprobs must be between 0 and 20"),
+        (["--mm-encoder-tp-mode", "pipeline"], "--mm-encoder-tp-mode 'pipeline': use weights or data"),
+        (["--enable-mm-embeds"], "--enable-mm-embeds is not supported: fd reads pictures"),
         (["--max-logprobs", "-1"], "--max-logprobs must be between 0 and 20"),
     ],
 )
@@ -198,11 +200,20 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
         enable_log_requests=True,
         disable_log_requests=True,
         disable_log_stats=True,
+        mm_processor_cache_gb=4.0,
+        disable_mm_preprocessor_cache=True,
+        skip_mm_profiling=True,
+        mm_encoder_tp_mode="data",
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
-    # 1 is what fd does; the request-log flags have their effect (ResolvedConfig.log_requests)
-    silent = {"--pipeline-parallel-size", "--enable-log-requests", "--disable-log-requests"}
+    # 1 is what fd does; embeds are refused; the request-log flags have their effect (log_requests)
+    silent = {
+        "--pipeline-parallel-size",
+        "--enable-mm-embeds",
+        "--enable-log-requests",
+        "--disable-log-requests",
+    }
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
     )

@@ -16,7 +16,7 @@ import pytest
 import tiny_vl
 
 from fdcli_engine import LLM, SamplingParams
-from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.errors import ConfigError, InvalidRequestError
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -185,6 +185,11 @@ def test_chat_with_a_data_url_and_a_pil_image(llm, hf):
     by_pil = llm.chat([{"role": "user", "content": content}], GREEDY)[0]
     ids = llm.tokenizer.encode(IMAGE_PROMPT)
     assert by_url.outputs[0].token_ids == by_pil.outputs[0].token_ids == _hf_greedy(hf, ids, [image], 6)
+    # vLLM's chat parser reads the Responses API's parts too: input_image (the URL string), input_text.
+    content = [{"type": "input_image", "image_url": url}, {"type": "input_text", "text": "hello world"}]
+    by_input = llm.chat([{"role": "user", "content": content}], GREEDY)[0]
+    assert by_input.prompt_token_ids == by_url.prompt_token_ids
+    assert by_input.outputs[0].token_ids == by_url.outputs[0].token_ids
 
 
 def test_bad_image_requests(llm, tiny_model_dir):
@@ -229,3 +234,41 @@ def test_ngram_drafts_on_an_image_prompt_keep_the_greedy_answer(folder, llm):
     fast = _llm(folder, speculative_config=spec)
     assert fast.generate(request, params)[0].outputs[0].token_ids == want
     assert fast.get_stats()["spec_decode_num_draft_tokens_total"] > 0
+
+
+def test_limit_mm_per_prompt_caps_a_prompts_pictures(folder, llm):
+    # vLLM's LLM(limit_mm_per_prompt=...), in its older KEY=VALUE form here.
+    capped = _llm(folder, limit_mm_per_prompt="image=1")
+    image = tiny_vl.random_image(56, 84, seed=7)
+    two = IMAGE_PROMPT.replace("hello", "<|vision_start|><|image_pad|><|vision_end|>hello")
+    with pytest.raises(
+        InvalidRequestError, match=r"at most 1 images per prompt \(limit_mm_per_prompt\), got 2"
+    ):
+        capped.generate({"prompt": two, "multi_modal_data": {"image": [image, image]}}, GREEDY)
+    one = capped.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": image}}, GREEDY)[0]
+    want = llm.generate({"prompt": IMAGE_PROMPT, "multi_modal_data": {"image": image}}, GREEDY)[0]
+    assert one.outputs[0].token_ids == want.outputs[0].token_ids
+
+
+def test_limit_mm_per_prompt_refuses_a_bad_count_before_loading(folder):
+    with pytest.raises(ConfigError, match="'image' needs a count of 0 or more"):
+        _llm(folder, limit_mm_per_prompt={"image": -2, "video": 1})
+
+
+def test_llm_chat_reads_local_files_under_allowed_local_media_path(folder, llm, tmp_path):
+    # vLLM's LLM(allowed_local_media_path=...): LLM.chat's file:// parts read files under that folder.
+    image = tiny_vl.random_image(84, 56, seed=6)
+    image.save(tmp_path / "a.png")
+    content = [
+        {"type": "image_url", "image_url": {"url": f"file://{tmp_path}/a.png"}},
+        {"type": "text", "text": "hello world"},
+    ]
+    with pytest.raises(InvalidRequestError, match="local files are not served"):
+        llm.chat([{"role": "user", "content": content}], GREEDY)
+    local = _llm(folder, allowed_local_media_path=str(tmp_path))
+    by_file = local.chat([{"role": "user", "content": content}], GREEDY)[0]
+    content[0] = {"type": "image_pil", "image_pil": image}
+    by_pil = llm.chat([{"role": "user", "content": content}], GREEDY)[0]
+    assert by_file.outputs[0].token_ids == by_pil.outputs[0].token_ids
+    with pytest.raises(ConfigError, match="is not a folder"):
+        _llm(folder, allowed_local_media_path=str(tmp_path / "a.png"))

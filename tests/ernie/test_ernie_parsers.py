@@ -148,3 +148,22 @@ def test_streamed_chat_splits_reasoning_without_tags(tokenizer):
     assert "".join(d.get("reasoning_content") or "" for d in deltas) == "Thinking."
     assert "".join(d.get("content") or "" for d in deltas) == "Hi there!"
     assert all("<" not in (d.get("content") or "") + (d.get("reasoning_content") or "") for d in deltas)
+
+
+@pytest.mark.parametrize(
+    ("text", "reasoning", "content"),
+    [
+        ("abc</think>xyz", "abc", "xyz"),  # FastDeploy's ErnieVLReasoningParser docstring example
+        ("<think>look</think>\n\nA cat.", "look", "A cat."),
+    ],
+)
+def test_fastdeploy_ernie_45_vl_reasoning_parser(text, reasoning, content):
+    # FastDeploy's ERNIE-4.5-VL launch lines name --reasoning-parser ernie-45-vl.
+    from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
+
+    parser = get_parser_cls("ernie-45-vl")
+    assert parser().split(text) == ParsedOutput(reasoning, content)
+    streamed = parser()
+    parts = [streamed.feed(ch) for ch in text] + [streamed.feed("", final=True)]
+    assert "".join(p.reasoning or "" for p in parts) == reasoning
+    assert "".join(p.content or "" for p in parts) == content

@@ -15,6 +15,7 @@ from fdcli_engine.entrypoints.openai.serving_options import (
     media_policy,
 )
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.multimodal.image_limit import limit_notes
 
 runner = CliRunner()
 
@@ -60,11 +61,16 @@ def test_defaults_fetch_nothing():
 @pytest.mark.parametrize(
     ("options", "words"),
     [
-        ({"limit_mm_per_prompt": "image=4"}, "must be JSON"),
+        ({"limit_mm_per_prompt": "image"}, "must be JSON"),
+        ({"limit_mm_per_prompt": "image=four"}, "must be JSON"),
+        ({"limit_mm_per_prompt": "image=-1"}, "a count of 0 or more"),
+        ({"limit_mm_per_prompt": "video=-1"}, "a count of 0 or more"),
+        ({"limit_mm_per_prompt": '{"image": {"count": 2, "fps": 3}}'}, "'image' takes count, width, height"),
+        ({"limit_mm_per_prompt": '{"image": {"width": 64}}'}, "a count of 0 or more"),
         ({"limit_mm_per_prompt": "[4]"}, "JSON object"),
         ({"limit_mm_per_prompt": '{"image": -1}'}, "a count of 0 or more"),
         ({"limit_mm_per_prompt": '{"image": true}'}, "a count of 0 or more"),
-        ({"limit_mm_per_prompt": '{"video": 1}'}, "'video' inputs are not supported"),
+        ({"limit_mm_per_prompt": '{"video": "many"}'}, "'video' needs a count of 0 or more"),
         ({"allowed_local_media_path": "/no/such/folder"}, "is not a folder"),
         ({"allowed_media_domains": ["https://example.com"]}, "host names"),
         ({"allowed_media_domains": ["example.com:8080"]}, "host names"),
@@ -73,6 +79,28 @@ def test_defaults_fetch_nothing():
 def test_bad_flags_fail_before_the_model_loads(options, words):
     with pytest.raises(ConfigError, match=words):
         check_serving_options(ServingOptions(**options))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "image=3",  # vLLM 0.9 and before
+        "Image=3, video=0",
+        '{"image": {"count": 3, "width": 512, "height": 512}}',  # vLLM's configurable form
+        {"image": {"count": 3}},  # the YAML / LLM mapping
+    ],
+)
+def test_vllm_limit_forms(value):
+    assert image_limit(ServingOptions(limit_mm_per_prompt=value)) == 3
+
+
+def test_other_modalities_counts_are_named_as_without_effect():
+    # FastDeploy's ERNIE-4.5-VL launch lines: --limit-mm-per-prompt '{"image": 100, "video": 100}'.
+    fastdeploy = '{"image": 100, "video": 100}'
+    assert image_limit(ServingOptions(limit_mm_per_prompt=fastdeploy)) == 100
+    (line,) = limit_notes(fastdeploy)
+    assert line.startswith("--limit-mm-per-prompt video 100: no effect (fd reads images only")
+    assert limit_notes("image=5,video=0") == [] and limit_notes(None) == []
 
 
 def test_zero_images_and_ipv6_hosts_are_fine():
@@ -95,7 +123,7 @@ def test_fd_serve_refuses_a_bad_flag_in_one_line(tiny_model):
     from server.fd_server import REPO, free_port
 
     for flag, value, words in (
-        ("--limit-mm-per-prompt", '{"video": 1}', "'video' inputs are not supported"),
+        ("--limit-mm-per-prompt", '{"image": -1}', "'image' needs a count of 0 or more"),
         ("--allowed-local-media-path", "/no/such/folder", "is not a folder"),
     ):
         cmd = [

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import tiny_vl
 import vl_reference
-from image_fixtures import FixtureServer, encoded
+from image_fixtures import FixtureServer, data_url, encoded
 from PIL import Image
 from server.inproc_app import inproc_app
-from vl_reference import MAX_TOKENS, QUESTION, hf_greedy
+from vl_reference import MAX_TOKENS, QUESTION, hf_greedy, png_bytes
 
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.multimodal.media import MediaPolicy
@@ -133,3 +133,56 @@ def test_the_seed_reward_request_works_as_written(tmp_path_factory, fixture_serv
             np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
             scores.append(got)
         assert not np.allclose(scores[0], scores[1])  # the picture reached the model
+
+
+def test_chat_reads_responses_style_parts_as_vllm_does(folder, hf, fixture_server):
+    # vLLM's chat parser reads input_image (image_url: the URL string) and input_text parts too.
+    with inproc_app(folder, serving()) as (client, _):
+        want, prompt_len = hf_greedy(hf, [fixture_picture("PNG")])
+        content = [
+            {"type": "input_image", "image_url": fixture_server.url("/img.png")},
+            {"type": "input_text", "text": QUESTION},
+        ]
+        got = client.chat.completions.create(
+            model="qwen-vl",
+            messages=[{"role": "user", "content": content}],
+            max_tokens=MAX_TOKENS,
+            temperature=0,
+            extra_body={"return_token_ids": True, "ignore_eos": True},
+        )
+        assert got.choices[0].token_ids == want
+        assert got.usage.prompt_tokens == prompt_len
+
+
+def test_server_mm_processor_kwargs_apply_to_every_request(folder, hf):
+    # vLLM's --mm-processor-kwargs: the processor's settings for every request, as transformers'
+    # processor takes them; FastDeploy's image_max_pixels is the same setting.
+    image = tiny_vl.random_image(168, 112, seed=5)
+    small = 28 * 28 * 4
+    want, prompt_len = hf_greedy(hf, [image], max_pixels=small)
+    assert prompt_len < hf_greedy(hf, [image])[1]  # the setting changes the image's token count
+    content = [{"type": "image_url", "image_url": {"url": data_url(png_bytes(image))}}]
+    messages = [{"role": "user", "content": [*content, {"type": "text", "text": QUESTION}]}]
+    for kwargs in ({"max_pixels": small}, {"image_max_pixels": small, "video_max_frames": 8}):
+        with inproc_app(folder, serving(), mm_processor_kwargs=kwargs) as (client, _):
+            got = client.chat.completions.create(
+                model="qwen-vl",
+                messages=messages,
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                extra_body={"return_token_ids": True, "ignore_eos": True},
+            )
+            assert got.choices[0].token_ids == want and got.usage.prompt_tokens == prompt_len
+            # A request works within the server's budget: it may not raise max_pixels past it.
+            raised = client.chat.completions.create(
+                model="qwen-vl",
+                messages=messages,
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                extra_body={
+                    "return_token_ids": True,
+                    "ignore_eos": True,
+                    "mm_processor_kwargs": {"max_pixels": 4 * small},
+                },
+            )
+            assert raised.usage.prompt_tokens == prompt_len

@@ -20,15 +20,16 @@ from typing import Any
 
 from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS
+from fdcli_engine.multimodal.image_limit import DEFAULT_IMAGE_LIMIT
 from fdcli_engine.multimodal.media import LoadedImage, MediaPolicy, load_image
 
-# Part types that carry media fd does not read (only `image_url` is an image part here).
-OTHER_MEDIA_PARTS = {"image", "input_image", "video", "video_url", "audio", "audio_url", "input_audio"}
+# Part types that carry media fd does not read.
+OTHER_MEDIA_PARTS = {"image", "video", "video_url", "audio", "audio_url", "input_audio"}
 # Fetching and decoding run on their own threads, not the prepare pool: a slow image host (each fetch
 # ends at the policy's deadline) then delays only the requests with images, never the templating of
 # the others. Few threads: each decode may hold up to MAX_IMAGE_PIXELS of RGB.
 _MEDIA_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fd-media")
-DEFAULT_IMAGE_LIMIT = 16  # images per request without --limit-mm-per-prompt (vLLM's is 999)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ImageRef:
 
 
 def part_image_url(part: Any, param: str) -> str:
-    """The URL of an image_url part: `image_url` as {"url": ...} or as the URL string itself."""
+    """The URL of an image part: `image_url` as {"url": ...} or as the URL string itself."""
     extra = getattr(part, "model_extra", None) or {}
     value = extra.get("image_url") if extra else getattr(part, "image_url", None)
     if isinstance(value, dict):
@@ -61,7 +62,7 @@ def image_refs(messages, prefix: str = "messages") -> list[ImageRef]:
         content = m.content if isinstance(m.content, list) else []
         for j, part in enumerate(content):
             param = f"{prefix}[{i}].content[{j}]"
-            if part.type == "image_url":
+            if part.type in IMAGE_URL_PARTS:
                 refs.append(ImageRef(param, part_image_url(part, param)))
             elif part.type in OTHER_MEDIA_PARTS:
                 raise other_media_error(part.type, param)
@@ -76,7 +77,9 @@ def _processor_for(engine):
         return None
     from fdcli_engine.multimodal.processor import get_image_processor
 
-    return get_image_processor(hf_config, getattr(config, "model_path", None))
+    return get_image_processor(
+        hf_config, getattr(config, "model_path", None), getattr(config, "mm_processor_kwargs", None)
+    )
 
 
 class ImageInputs:

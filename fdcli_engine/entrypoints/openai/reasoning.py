@@ -77,7 +77,14 @@ class DeepSeekR1Parser(ThinkParser):
     starts_in_reasoning = True
 
 
-PARSERS = {"qwen3": ThinkParser, "think": ThinkParser, "deepseek_r1": DeepSeekR1Parser}
+# FastDeploy's ernie-45-vl (ERNIE-4.5-VL): text before </think> is reasoning, as DeepSeek-R1's.
+PARSERS = {
+    "qwen3": ThinkParser,
+    "think": ThinkParser,
+    "deepseek_r1": DeepSeekR1Parser,
+    "ernie_45_vl": DeepSeekR1Parser,
+}
+_SHOWN = [k.replace("_", "-") if k.startswith("ernie") else k for k in PARSERS]  # as FastDeploy spells it
 
 
 def get_parser_cls(name: str | None):
@@ -94,5 +101,5 @@ def get_parser_cls(name: str | None):
         from fdcli_engine.errors import ConfigError
 
         raise ConfigError(
-            f"--reasoning-parser {name!r}: choose one of {', '.join(sorted([*PARSERS, 'ernie-x1']))}"
+            f"--reasoning-parser {name!r}: choose one of {', '.join(sorted([*_SHOWN, 'ernie-x1']))}"
         ) from None

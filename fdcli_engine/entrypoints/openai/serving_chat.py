@@ -63,6 +63,7 @@ from fdcli_engine.entrypoints.openai.serving_tools import (
 from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS, TEXT_PARTS
 from fdcli_engine.tokenizer.chat_render import render_chat
 
 
@@ -97,12 +98,12 @@ def _template_parts(parts, i: int) -> str | list[dict]:
     """A content list as the template reads it: the joined text, or (with images) the list of parts."""
     texts, has_image = [], False
     for j, part in enumerate(parts):
-        if part.type == "image_url":
+        if part.type in IMAGE_URL_PARTS:
             part_image_url(part, f"messages[{i}].content[{j}]")
             has_image = True
         elif part.type in OTHER_MEDIA_PARTS:
             raise other_media_error(part.type, f"messages[{i}].content[{j}]")
-        elif part.type != "text" or part.text is None:
+        elif part.type not in TEXT_PARTS or part.text is None:
             raise bad_request(
                 f"content part type {part.type!r} is not supported: use text or image_url parts",
                 f"messages[{i}].content[{j}].type",
@@ -111,7 +112,9 @@ def _template_parts(parts, i: int) -> str | list[dict]:
             texts.append(part.text)
     if not has_image:
         return "\n".join(texts)
-    return [{"type": "image"} if p.type == "image_url" else {"type": "text", "text": p.text} for p in parts]
+    return [
+        {"type": "image"} if p.type in IMAGE_URL_PARTS else {"type": "text", "text": p.text} for p in parts
+    ]
 
 
 def _template_tool_call(call) -> dict:

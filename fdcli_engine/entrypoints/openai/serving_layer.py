@@ -8,6 +8,7 @@ tokens, so the embedding and reward objects use the raw engine client.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from fdcli_engine.entrypoints.openai.chat_images import ImageInputs
@@ -23,6 +24,9 @@ from fdcli_engine.entrypoints.openai.serving_score import OpenAIServingScore
 from fdcli_engine.entrypoints.openai.serving_tokenize import OpenAIServingTokenization
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs
 from fdcli_engine.entrypoints.openai.tool_parsers import get_tool_parser_cls
+from fdcli_engine.multimodal.image_limit import limit_notes
+
+logger = logging.getLogger("fd.serve")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         from fdcli_engine.entrypoints.openai.metrics import ObservedEngine
 
         generating = ObservedEngine(engine, metrics)
+    for note in limit_notes(options.limit_mm_per_prompt):
+        logger.warning(note)
     structured = StructuredOutputs(engine)  # one grammar backend (and cache) for chat and completions
     chat = OpenAIServingChat(
         generating,

@@ -8,15 +8,14 @@ neither a file nor Jinja, or --enable-auto-tool-choice without a parser is a Con
 
 from __future__ import annotations
 
-import ipaddress
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from fdcli_engine.config import EngineConfig
-from fdcli_engine.entrypoints.openai.chat_images import DEFAULT_IMAGE_LIMIT
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.multimodal.image_limit import parse_image_limit
 from fdcli_engine.multimodal.media import MediaPolicy
+from fdcli_engine.multimodal.media_flags import policy_from_flags
 
 
 @dataclass(frozen=True)
@@ -78,57 +77,11 @@ def check_serving_options(options: ServingOptions) -> None:
 
 def image_limit(options: ServingOptions) -> int:
     """The most images one request may carry, from --limit-mm-per-prompt (ConfigError if malformed)."""
-    value = options.limit_mm_per_prompt
-    if value is None:
-        return DEFAULT_IMAGE_LIMIT
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ConfigError(
-                f"--limit-mm-per-prompt must be JSON such as '{{\"image\": 4}}', got {value!r}"
-            ) from None
-    if not isinstance(value, dict):
-        raise ConfigError("--limit-mm-per-prompt must be a JSON object such as '{\"image\": 4}'")
-    for modality, limit in value.items():
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ConfigError(
-                f"--limit-mm-per-prompt: {modality!r} needs a count of 0 or more, got {limit!r}"
-            )
-        if modality != "image" and limit > 0:
-            raise ConfigError(
-                f"--limit-mm-per-prompt: {modality!r} inputs are not supported; only images are"
-            )
-    return value.get("image", DEFAULT_IMAGE_LIMIT)
+    return parse_image_limit(options.limit_mm_per_prompt)
 
 
 def media_policy(options: ServingOptions) -> MediaPolicy:
     """Where image URLs may point, from the flags (or the test's own policy)."""
     if options.media_policy is not None:
         return options.media_policy
-    local = options.allowed_local_media_path
-    if local is not None and not Path(local).expanduser().is_dir():
-        raise ConfigError(f"--allowed-local-media-path {local!r} is not a folder")
-    domains = tuple(
-        d.strip().lower()
-        for item in options.allowed_media_domains or ()
-        for d in item.split(",")
-        if d.strip()
-    )
-    for d in domains:
-        if "/" in d or "@" in d or (":" in d and not _is_ipv6(d)):
-            raise ConfigError(
-                f"--allowed-media-domains takes host names (no scheme, port or path), got {d!r}"
-            )
-    return MediaPolicy(
-        allowed_local_path=str(Path(local).expanduser().resolve()) if local is not None else None,
-        allowed_domains=domains,
-    )
-
-
-def _is_ipv6(host: str) -> bool:
-    try:
-        ipaddress.IPv6Address(host.strip("[]"))
-    except ValueError:
-        return False
-    return True
+    return policy_from_flags(options.allowed_local_media_path, options.allowed_media_domains)
