@@ -64,7 +64,7 @@ def grammar_text(params: StructuredOutputsParams) -> str:
         if kind == "choice":
             return llguidance.grammar_from("choice", params.choice)
         if kind == "grammar":
-            lark = any_to_lark(params.grammar)  # GBNF / EBNF become Lark; Lark stays as it is
+            lark = _to_lark(params.grammar)
             if start_can_end(lark.replace(_EMPTY_DIRECTIVE, "", 1)) is False:
                 raise _error("invalid grammar: it matches no string (rule start can never end)")
             return llguidance.LLMatcher.grammar_from_lark(lark)
@@ -75,6 +75,16 @@ def grammar_text(params: StructuredOutputsParams) -> str:
     except (ValueError, TypeError, KeyError, AssertionError, RecursionError) as exc:
         raise _error(f"invalid {kind}: {exc}") from None
     raise _error(f"the {kind} constraint is not supported by the guidance backend")
+
+
+def _to_lark(grammar: str) -> str:
+    """The grammar as Lark: GBNF / EBNF converted, Lark as it is. The converter is a Python parser
+    that raises its own GbnfToLarkError, a bare Exception ("No 'root' rule found") or an IndexError on
+    malformed GBNF; any of them is the request's bad grammar, never the server's fault."""
+    try:
+        return any_to_lark(grammar)
+    except Exception as exc:  # noqa: BLE001 - see above: all of them mean "not a readable grammar"
+        raise _error(f"invalid grammar: {exc}") from None
 
 
 def _structural_tag_grammar(spec: str) -> str:

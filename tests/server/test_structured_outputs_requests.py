@@ -190,6 +190,13 @@ BAD_CONSTRAINTS = [
     ),
     ("invalid-regex", {"guided_regex": "[a-"}, "guided_regex", "unclosed character class"),
     ("invalid-grammar", {"guided_grammar": "start: foo"}, "guided_grammar", "foo"),
+    ("invalid-gbnf", {"guided_grammar": "root ::= ("}, "guided_grammar", "Expected ')'"),
+    (
+        "gbnf-unknown-rule",
+        {"structured_outputs": {"grammar": "root ::= a"}},
+        "structured_outputs.grammar",
+        "'a'",
+    ),
     ("unmatchable-grammar", {"guided_grammar": "start: /[^\\s\\S]/"}, "guided_grammar", "matches no output"),
     (
         "unmatchable-regex",

@@ -97,6 +97,11 @@ def test_structural_tag_vllm_format(backend, tok):
         (SO(grammar='start: "a" start'), "matches no string"),
         (SO(grammar='start: x\nx: "a" x\n  | "b" x'), "matches no string"),
         (SO(grammar="start: ("), "invalid grammar"),
+        # Malformed GBNF: llguidance's converter raises its own error, a bare Exception, an IndexError.
+        (SO(grammar="root ::= ("), "invalid grammar: Expected '\\)'"),
+        (SO(grammar="root ::= a"), "invalid grammar: Rule 'a' not found"),
+        (SO(grammar='x ::= "a"'), "invalid grammar: No 'root' rule found"),
+        (SO(grammar='root ::= "\\'), "invalid grammar"),
         (SO(structural_tag={"structures": [], "triggers": ["<f"]}), "structures"),
         (
             SO(
