@@ -265,3 +265,21 @@ def test_objects_with_properties_are_closed_unless_the_schema_opens_them(backend
     keyword_named = {"type": "object", "properties": {"properties": {"type": "integer"}}}
     assert _matches(backend, tok, SO(json=keyword_named), '{"properties":3}')
     assert _matches(backend, tok, SO(json={"type": "object"}), '{"any":1}')  # no properties: open
+
+
+def test_vllm_option_fields_are_accepted_and_keep_the_constraint(backend, tok):
+    """vLLM's StructuredOutputsParams takes whitespace / additionalProperties / fallback options next
+    to the constraint; vLLM code passing them constructs fd's unchanged, and the output they ask for
+    (compact JSON, closed objects) is what fd generates anyway."""
+    so = SO(
+        json=SCHEMA,
+        disable_fallback=True,
+        disable_any_whitespace=True,
+        disable_additional_properties=True,
+        whitespace_pattern=r"[ ]?",
+    )
+    assert so.kind == "json" and so.spec == SO(json=SCHEMA).spec
+    assert _matches(backend, tok, so, '{"a":12,"b":"y"}')
+    assert not _matches(backend, tok, so, '{"a": 12, "b": "y"}')
+    listed = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert not _matches(backend, tok, SO(json=listed, disable_additional_properties=True), '{"a":1,"b":2}')
