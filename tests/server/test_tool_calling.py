@@ -376,3 +376,17 @@ def test_required_refuses_two_tools_defining_one_name_differently(tokenizer):
     same = [_nested_tool("Forecast"), _nested_tool("Alerts")]  # one definition, shared
     client.chat.completions.create(model="fake", messages=USER, tools=same, tool_choice="required")
     assert set(json.loads(engine.calls[0][2].structured_outputs.json)["$defs"]) == {"Place"}
+
+
+@pytest.mark.parametrize("choice", [None, "none", "auto"])
+def test_an_empty_tools_array_is_a_400_naming_tools(tokenizer, choice):
+    """OpenAI's schema gives tools minItems 1 and vLLM refuses [] too: a client that meant "no tools"
+    leaves the field out."""
+    client, _, engine = scripted_client(tokenizer, ["x"], tool_call_parser="hermes")
+    body = {} if choice is None else {"tool_choice": choice}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="fake", messages=USER, tools=[], **body)
+    assert e.value.body["param"] == "tools" and "empty" in e.value.body["message"], e.value.body
+    assert engine.calls == []
+    client.chat.completions.create(model="fake", messages=USER)
+    assert len(engine.calls) == 1

@@ -77,6 +77,10 @@ def tool_call_parser(req, tool_parser_cls):
     """The parser for this request's output (an instance), or None when it is not parsed for tool
     calls; a 400 for a tool_choice fd cannot honour."""
     choice = req.tool_choice
+    if req.tools == []:  # OpenAI's API refuses it (minItems 1), and so does vLLM
+        raise bad_request(
+            "tools must not be an empty array: list at least one function, or leave tools out", "tools"
+        )
     if not req.tools:
         if choice not in (None, "none"):
             raise bad_request("tool_choice needs tools: list the functions the model may call", "tool_choice")
