@@ -174,6 +174,10 @@ def _from_structured_outputs(value: Any) -> list[Constraint]:
         if v is None or (kind == "json_object" and v is False):
             continue
         out.append(_checked(kind, v, f"{field}.{kind}"))
+    if not out:  # vLLM's StructuredOutputsParams refuses it too: options alone constrain nothing
+        raise bad_request(
+            f"{field} names no constraint: give one of {', '.join(_SO_KINDS)}, or leave {field} out", field
+        )
     return out
 
 
