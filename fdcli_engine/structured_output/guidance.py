@@ -92,6 +92,12 @@ def _structural_tag_grammar(spec: str) -> str:
     "triggers": [...]}: free text, where each structure starts at one of the triggers (its `begin` must
     start with one), then its schema's JSON, then its `end`."""
     tag = json.loads(spec)
+    if isinstance(tag, dict) and "format" in tag and "structures" not in tag:
+        # xgrammar's newer form (vLLM reads it with xgrammar only; its guidance backend wants these).
+        raise ValueError(
+            'the "format" form of a structural tag is xgrammar\'s, which fd does not have: give '
+            '"structures" ([{"begin", "schema", "end"}]) and "triggers" instead'
+        )
     if not isinstance(tag, dict) or not isinstance(tag.get("structures"), list) or not tag["structures"]:
         raise ValueError('a structural tag needs a non-empty "structures" list')
     triggers = tag.get("triggers")

@@ -104,6 +104,10 @@ def test_structural_tag_vllm_format(backend, tok):
         (SO(grammar='root ::= "\\'), "invalid grammar"),
         (SO(structural_tag={"structures": [], "triggers": ["<f"]}), "structures"),
         (
+            SO(structural_tag={"type": "structural_tag", "format": {"type": "const_string", "value": "hi"}}),
+            "xgrammar's, which fd does not have",
+        ),
+        (
             SO(
                 structural_tag={"structures": [{"begin": "<g>", "schema": {}, "end": ""}], "triggers": ["<f"]}
             ),
