@@ -62,7 +62,7 @@ def grammar_text(params: StructuredOutputsParams) -> str:
         if kind == "regex":
             return llguidance.grammar_from("regex", params.regex)
         if kind == "choice":
-            return llguidance.grammar_from("choice", params.choice)
+            return llguidance.LLMatcher.grammar_from_lark(_choice_lark(params.choice))
         if kind == "grammar":
             lark = _to_lark(params.grammar)
             if start_can_end(lark.replace(_EMPTY_DIRECTIVE, "", 1)) is False:
@@ -75,6 +75,14 @@ def grammar_text(params: StructuredOutputsParams) -> str:
     except (ValueError, TypeError, KeyError, AssertionError, RecursionError) as exc:
         raise _error(f"invalid {kind}: {exc}") from None
     raise _error(f"the {kind} constraint is not supported by the guidance backend")
+
+
+def _choice_lark(choices: list[str]) -> str:
+    """The choices as one terminal, so llguidance's lexer (a DFA) matches them, however many.
+    grammar_from("choice") makes each one an alternative of the parser's start rule instead, and the
+    Earley parser refuses a row of over 2000 items (its max_items_in_row) only when the first token
+    is consumed: 5000 choices compiled, then every request ended after one token, matching none."""
+    return "start: CHOICE\nCHOICE: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
 
 
 def _to_lark(grammar: str) -> str:

@@ -287,3 +287,20 @@ def test_vllm_option_fields_are_accepted_and_keep_the_constraint(backend, tok):
     assert not _matches(backend, tok, so, '{"a": 12, "b": "y"}')
     listed = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert not _matches(backend, tok, SO(json=listed, disable_additional_properties=True), '{"a":1,"b":2}')
+
+
+def test_thousands_of_choices_match_each_one(backend, tok):
+    """llguidance's parser holds at most 2000 items in a row: choices as parser alternatives failed
+    at the first token past that; as one lexer terminal each choice matches and nothing else does."""
+    many = SO(choice=[f"opt{i}" for i in range(5000)])
+    assert _matches(backend, tok, many, "opt4321")
+    assert _matches(backend, tok, many, "opt0")
+    assert not _matches(backend, tok, many, "opt")
+    assert not _matches(backend, tok, many, "opt5000")
+
+
+def test_choices_with_quotes_newlines_and_unicode_match_as_written(backend, tok):
+    so = SO(choice=['say "hi"', "a\nb", "naïve 😀", "back\\slash"])
+    for text in so.choice:
+        assert _matches(backend, tok, so, text), text
+    assert not _matches(backend, tok, so, "say hi")
