@@ -4,6 +4,7 @@ InvalidRequestError on "structured_outputs"; the cache is bounded by count and b
 
 from __future__ import annotations
 
+import json
 import threading
 import types
 
@@ -16,6 +17,7 @@ from fdcli_engine.structured_output import StructuredOutputsParams as SO
 from fdcli_engine.structured_output import backend as backend_mod
 from fdcli_engine.structured_output import guidance
 from fdcli_engine.structured_output.guidance import GuidanceBackend
+from fdcli_engine.structured_output.json_schema import close_objects
 from fdcli_engine.structured_output.lark_check import start_can_end
 
 VOCAB = 512
@@ -304,3 +306,27 @@ def test_choices_with_quotes_newlines_and_unicode_match_as_written(backend, tok)
     for text in so.choice:
         assert _matches(backend, tok, so, text), text
     assert not _matches(backend, tok, so, "say hi")
+
+
+def test_all_of_branches_are_closed_over_their_names_together(backend, tok):
+    """allOf describes one object: closing each branch over its own properties made the conjunction
+    unsatisfiable (a 400 for a valid schema); the parts are closed over the names they list together."""
+    both = {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+        ]
+    }
+    so = SO(json=both)
+    assert _matches(backend, tok, so, '{"a":1,"b":"x"}')
+    assert not _matches(backend, tok, so, '{"a":1,"b":2}')  # each part still constrains its names
+    assert not _matches(backend, tok, so, '{"a":1,"b":"x","c":3}')  # closed over a and b
+    by_ref = {
+        "$defs": {"Base": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+        "allOf": [{"$ref": "#/$defs/Base"}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
+    }
+    assert _matches(backend, tok, SO(json=by_ref), '{"a":1,"b":"x"}')
+    assert not _matches(backend, tok, SO(json=by_ref), '{"a":1,"b":"x","c":3}')
+    # Names behind anyOf cannot be known: the parts stay as written (open), none is closed.
+    unknowable = {"allOf": [{"anyOf": [{"required": ["a"]}]}, {"properties": {"b": {"type": "string"}}}]}
+    assert close_objects(json.loads(json.dumps(unknowable))) == unknowable
