@@ -60,6 +60,10 @@ def grammar_text(params: StructuredOutputsParams) -> str:
                 '{"type": "object"}', defaults={"whitespace_flexible": False}
             )
         if kind == "regex":
+            # llguidance drops a trailing lone backslash when it writes the regex into Lark (`a\`
+            # became /a/, `\` the empty regex): an incomplete escape is refused here instead.
+            if (len(params.regex) - len(params.regex.rstrip("\\"))) % 2:
+                raise _error("invalid regex: it ends with an incomplete escape (a lone backslash)")
             return llguidance.grammar_from("regex", params.regex)
         if kind == "choice":
             return llguidance.LLMatcher.grammar_from_lark(_choice_lark(params.choice))

@@ -93,6 +93,8 @@ def test_structural_tag_vllm_format(backend, tok):
     ("so", "message"),
     [
         (SO(regex="(unclosed"), "invalid regex"),
+        (SO(regex="a\\"), "incomplete escape"),  # llguidance alone would serve it as /a/
+        (SO(regex="\\"), "incomplete escape"),
         (SO(json="{not json"), "invalid json"),
         (SO(json={"type": "integer", "minimum": 5, "maximum": 2}), "Unsatisfiable"),
         (SO(json={"enum": [1, 2], "const": 3}), "Unsatisfiable"),
@@ -330,3 +332,8 @@ def test_all_of_branches_are_closed_over_their_names_together(backend, tok):
     # Names behind anyOf cannot be known: the parts stay as written (open), none is closed.
     unknowable = {"allOf": [{"anyOf": [{"required": ["a"]}]}, {"properties": {"b": {"type": "string"}}}]}
     assert close_objects(json.loads(json.dumps(unknowable))) == unknowable
+
+
+def test_an_escaped_trailing_backslash_is_a_backslash(backend, tok):
+    assert _matches(backend, tok, SO(regex=r"a\\"), "a\\")
+    assert not _matches(backend, tok, SO(regex=r"a\\"), "a")
