@@ -32,6 +32,7 @@ import typer
 from typer.core import TyperCommand
 
 from fdcli.console import error_boundary
+from fdcli.dotted_options import expand_dotted_options
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS, SCHEDULER_TUNING
@@ -365,7 +366,8 @@ StructuredOutputsConfigOpt = Annotated[
     Optional[str],
     typer.Option(
         "--structured-outputs-config",
-        help='vLLM\'s form, a JSON object: \'{"backend": "guidance"}\' (sets --guided-decoding-backend).',
+        help='vLLM\'s form, a JSON object: \'{"backend": "guidance"}\', or dotted: '
+        "--structured-outputs-config.backend guidance (sets --guided-decoding-backend).",
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
@@ -958,7 +960,9 @@ class EngineCommand(TyperCommand):
     `--load_choices` for `--load-choices`, as FastDeploy's and vLLM's parsers do (FastDeploy's pages
     spell some flags with underscores; only option names change, never values), and spreads vLLM's
     multi-value options, `--served-model-name a b`, into repeated ones (argparse's nargs='+': greedy up
-    to the next option, so a positional MODEL goes before it, as with vLLM)."""
+    to the next option, so a positional MODEL goes before it, as with vLLM), and folds vLLM's dotted
+    keys of a JSON option, `--structured-outputs-config.backend guidance`, into its JSON
+    (fdcli/dotted_options.py)."""
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         try:
@@ -969,6 +973,7 @@ class EngineCommand(TyperCommand):
 
 
 def engine_argv(args: list[str]) -> list[str]:
+    args = expand_dotted_options(args)
     out: list[str] = []
     multi: str | None = None  # the multi-value option whose words are being read
     wordless = False  # `multi` has no word yet

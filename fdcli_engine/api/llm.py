@@ -177,7 +177,13 @@ class LLM(PoolingMethods):
         index=0,
         mm_features=None,
     ):
-        """Queue one sequence; `run_until_done` (or the caller's own stepping) produces it."""
+        """Queue one sequence; `run_until_done` (or the caller's own stepping) produces it. A
+        constraint that does not compile is a ValueError (InvalidRequestError) here, as in vLLM,
+        not a request that ends empty with finish_reason "abort"."""
+        so = getattr(params, "structured_outputs", None)
+        masks = self.engine.grammar_masks
+        if so is not None and masks is not None and self.config.guided_decoding_backend != "off":
+            masks.check(so)
         self.client.open_request(
             req_id, prompt_ids, params, self._finals, prompt=prompt, index=index, mm_features=mm_features
         )

@@ -82,6 +82,13 @@ class GrammarMasks:
             self._compiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fd-grammar-compile")
         self._compiling[req_id] = self._compiler.submit(self._compile, params)
 
+    def check(self, params) -> None:
+        """Compile `params` now, on the caller's thread: InvalidRequestError when it cannot be. The
+        backend caches what it compiles, so the request's own compile (`prepare`) is then a hit. For
+        the synchronous offline LLM, which refuses a bad constraint as vLLM does, with a ValueError
+        before the request is queued; the server compiles in its serving layer instead."""
+        self._compile(params)
+
     def drop(self, req_ids) -> None:
         for rid in req_ids:
             self._states.pop(rid, None)

@@ -60,11 +60,15 @@ def grammar_text(params: StructuredOutputsParams) -> str:
                 '{"type": "object"}', defaults={"whitespace_flexible": False}
             )
         if kind == "regex":
+            # llguidance drops a trailing lone backslash when it writes the regex into Lark (`a\`
+            # became /a/, `\` the empty regex): an incomplete escape is refused here instead.
+            if (len(params.regex) - len(params.regex.rstrip("\\"))) % 2:
+                raise _error("invalid regex: it ends with an incomplete escape (a lone backslash)")
             return llguidance.grammar_from("regex", params.regex)
         if kind == "choice":
-            return llguidance.grammar_from("choice", params.choice)
+            return llguidance.LLMatcher.grammar_from_lark(_choice_lark(params.choice))
         if kind == "grammar":
-            lark = any_to_lark(params.grammar)  # GBNF / EBNF become Lark; Lark stays as it is
+            lark = _to_lark(params.grammar)
             if start_can_end(lark.replace(_EMPTY_DIRECTIVE, "", 1)) is False:
                 raise _error("invalid grammar: it matches no string (rule start can never end)")
             return llguidance.LLMatcher.grammar_from_lark(lark)
@@ -77,11 +81,35 @@ def grammar_text(params: StructuredOutputsParams) -> str:
     raise _error(f"the {kind} constraint is not supported by the guidance backend")
 
 
+def _choice_lark(choices: list[str]) -> str:
+    """The choices as one terminal, so llguidance's lexer (a DFA) matches them, however many.
+    grammar_from("choice") makes each one an alternative of the parser's start rule instead, and the
+    Earley parser refuses a row of over 2000 items (its max_items_in_row) only when the first token
+    is consumed: 5000 choices compiled, then every request ended after one token, matching none."""
+    return "start: CHOICE\nCHOICE: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+def _to_lark(grammar: str) -> str:
+    """The grammar as Lark: GBNF / EBNF converted, Lark as it is. The converter is a Python parser
+    that raises its own GbnfToLarkError, a bare Exception ("No 'root' rule found") or an IndexError on
+    malformed GBNF; any of them is the request's bad grammar, never the server's fault."""
+    try:
+        return any_to_lark(grammar)
+    except Exception as exc:  # noqa: BLE001 - see above: all of them mean "not a readable grammar"
+        raise _error(f"invalid grammar: {exc}") from None
+
+
 def _structural_tag_grammar(spec: str) -> str:
     """vLLM's structural tag, {"type": "structural_tag", "structures": [{"begin", "schema", "end"}],
     "triggers": [...]}: free text, where each structure starts at one of the triggers (its `begin` must
     start with one), then its schema's JSON, then its `end`."""
     tag = json.loads(spec)
+    if isinstance(tag, dict) and "format" in tag and "structures" not in tag:
+        # xgrammar's newer form (vLLM reads it with xgrammar only; its guidance backend wants these).
+        raise ValueError(
+            'the "format" form of a structural tag is xgrammar\'s, which fd does not have: give '
+            '"structures" ([{"begin", "schema", "end"}]) and "triggers" instead'
+        )
     if not isinstance(tag, dict) or not isinstance(tag.get("structures"), list) or not tag["structures"]:
         raise ValueError('a structural tag needs a non-empty "structures" list')
     triggers = tag.get("triggers")

@@ -25,6 +25,15 @@ class StructuredOutputsParams:
     grammar: str | None = None  # Lark (llguidance's dialect) or GBNF / EBNF
     json_object: bool = False  # any JSON object (OpenAI's json_object)
     structural_tag: str | None = None  # vLLM's structural_tag, serialized JSON
+    # vLLM's options next to the constraint, accepted so vLLM code constructs these unchanged; none
+    # changes the grammar: JSON is always compact (as disable_any_whitespace asks), objects listing
+    # `properties` are closed unless the schema opens them (json_schema.close_objects, what
+    # disable_additional_properties asks), and there is one backend (no fallback). A whitespace
+    # pattern is not honoured (compact JSON has no free whitespace).
+    disable_fallback: bool = False
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
     # The constraint starts once the output ends with these tokens (a reasoning parser's end tag, so
     # the reasoning block stays free); empty: from the first generated token.
     start_after_token_ids: list[int] = field(default_factory=list)

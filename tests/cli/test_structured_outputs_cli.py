@@ -114,3 +114,15 @@ def test_a_bad_json_schema_file_is_one_line_and_nonzero(tmp_path, command, conte
     assert result.exit_code != 0
     err = result.stderr.strip().splitlines()
     assert len(err) == 1 and says in err[0] and "Traceback" not in result.output, result.output
+
+
+def test_vllms_dotted_structured_outputs_config_flags(captured):
+    """vLLM's docs launch structured outputs with `--structured-outputs-config.backend NAME`: its
+    argument parser folds dotted keys into the option's JSON; fd serve takes the same line."""
+    argv = ["--structured-outputs-config.backend", "off", "--structured_outputs_config.disable_fallback=true"]
+    result = runner.invoke(app, ["serve", *argv])
+    assert result.exit_code == 0, result.output
+    ((config, _),) = captured
+    assert config.guided_decoding_backend == "off"
+    bad = runner.invoke(app, ["serve", "--structured-outputs-config.reasoning_parser", "x"])
+    assert bad.exit_code != 0 and "reasoning_parser" in bad.stderr and len(captured) == 1

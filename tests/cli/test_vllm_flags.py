@@ -4,6 +4,7 @@ human-readable sizes. Parsing only: run_server is patched out, no engine starts.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -283,3 +284,44 @@ def test_run_batch_takes_the_vllm_flags(monkeypatch, tmp_path):
     assert r.exit_code == 0, r.output
     assert seen["opts"].serving.served_model_names == ["a", "b"]
     assert seen["engine_args"]["max_model_len"] == 2000
+
+
+def test_dotted_keys_fold_into_the_options_json():
+    """vLLM's FlexibleArgumentParser: `--opt.a.b V` / `--opt.a.b=V` nest, V is JSON when it parses,
+    `key+ x,y` is a list, and one option's dotted keys make one object."""
+    argv = engine_argv(
+        ["M", "--speculative_config.method", "ngram", "--port", "1",
+         "--speculative-config.num_speculative_tokens=3", "--speculative-config.x.y+", "a,b",
+         "--speculative-config.x.z", "text", "--", "--a.b", "1"]
+    )  # fmt: skip
+    assert argv[:3] == ["M", "--speculative-config", argv[2]] and argv[3:] == [
+        "--port",
+        "1",
+        "--",
+        "--a.b",
+        "1",
+    ]
+    assert json.loads(argv[2]) == {
+        "method": "ngram", "num_speculative_tokens": 3, "x": {"y": ["a", "b"], "z": "text"}
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--structured-outputs-config.backend"], "requires an argument"),
+        (["--structured-outputs-config..backend", "x"], "name a key after each dot"),
+        (
+            [
+                "--structured-outputs-config",
+                '{"backend": "auto"}',
+                "--structured-outputs-config.backend",
+                "off",
+            ],
+            "as JSON and as dotted keys",
+        ),
+    ],
+)
+def test_bad_dotted_options_are_one_line_usage_errors(captured, argv, needle):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 2 and not captured and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr

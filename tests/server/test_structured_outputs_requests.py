@@ -145,6 +145,10 @@ BAD_TYPES = [
     ({"structured_outputs": "regex"}, "structured_outputs"),
     ({"structured_outputs": {"regexp": "a"}}, "structured_outputs.regexp"),
     ({"structured_outputs": {"json_object": "yes"}}, "structured_outputs.json_object"),
+    # No constraint: vLLM's StructuredOutputsParams needs exactly one; options alone are none.
+    ({"structured_outputs": {}}, "structured_outputs"),
+    ({"structured_outputs": {"disable_any_whitespace": True}}, "structured_outputs"),
+    ({"structured_outputs": {"json_object": False}}, "structured_outputs"),
     ({"guided_decoding_backend": 3, "guided_regex": "a"}, "guided_decoding_backend"),
     ({"guided_decoding_backend": "outlines", "guided_regex": "a"}, "guided_decoding_backend"),
     ({"guided_decoding_backend": "xgrammar", "guided_regex": "a"}, "guided_decoding_backend"),
@@ -190,6 +194,13 @@ BAD_CONSTRAINTS = [
     ),
     ("invalid-regex", {"guided_regex": "[a-"}, "guided_regex", "unclosed character class"),
     ("invalid-grammar", {"guided_grammar": "start: foo"}, "guided_grammar", "foo"),
+    ("invalid-gbnf", {"guided_grammar": "root ::= ("}, "guided_grammar", "Expected ')'"),
+    (
+        "gbnf-unknown-rule",
+        {"structured_outputs": {"grammar": "root ::= a"}},
+        "structured_outputs.grammar",
+        "'a'",
+    ),
     ("unmatchable-grammar", {"guided_grammar": "start: /[^\\s\\S]/"}, "guided_grammar", "matches no output"),
     (
         "unmatchable-regex",

@@ -340,3 +340,53 @@ def test_a_forced_choice_starts_after_the_reasoning_block(tokenizer):
     assert engine.calls[0][2].structured_outputs.start_after_token_ids == encode(tokenizer, "</think>", False)
     assert choice.message.model_extra["reasoning_content"] == "plan the calls\n"
     assert [c.function.name for c in choice.message.tool_calls] == ["get_weather", "now"]
+
+
+def _nested_tool(name: str, city_type: str = "string") -> dict:
+    """A tool whose parameters are a pydantic model holding another one: its schema keeps the inner
+    model in $defs and points at it with "#/$defs/Place", as the openai SDK sends it."""
+    from pydantic import BaseModel, create_model
+
+    place = create_model("Place", city=(str if city_type == "string" else int, ...))
+    model = create_model(name, place=(place, ...), days=(int, ...), __base__=BaseModel)
+    return openai.pydantic_function_tool(model)
+
+
+def test_required_moves_the_tools_definitions_to_the_grammars_root(tokenizer):
+    """Each tool's parameters sit inside the required grammar's array; its "#/$defs/..." refs only
+    resolve from the root, so the definitions are moved there (vLLM does the same)."""
+    tools = [_nested_tool("Forecast"), {"type": "function", "function": {"name": "now"}}]
+    client, _, engine = scripted_client(tokenizer, ["[]"])
+    client.chat.completions.create(model="fake", messages=USER, tools=tools, tool_choice="required")
+    schema = json.loads(engine.calls[0][2].structured_outputs.json)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate([{"name": "Forecast", "parameters": {"place": {"city": "Paris"}, "days": 2}}], schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "Forecast", "parameters": {"place": {"city": 3}, "days": 2}}], schema)
+    assert tools[0]["function"]["parameters"]["$defs"]  # the request's own tools are left as sent
+
+
+def test_required_refuses_two_tools_defining_one_name_differently(tokenizer):
+    tools = [_nested_tool("Forecast"), _nested_tool("Alerts", city_type="integer")]
+    client, _, engine = scripted_client(tokenizer, ["[]"])
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="fake", messages=USER, tools=tools, tool_choice="required")
+    assert e.value.body["param"] == "tools" and "$defs/Place" in e.value.body["message"], e.value.body
+    assert engine.calls == []
+    same = [_nested_tool("Forecast"), _nested_tool("Alerts")]  # one definition, shared
+    client.chat.completions.create(model="fake", messages=USER, tools=same, tool_choice="required")
+    assert set(json.loads(engine.calls[0][2].structured_outputs.json)["$defs"]) == {"Place"}
+
+
+@pytest.mark.parametrize("choice", [None, "none", "auto"])
+def test_an_empty_tools_array_is_a_400_naming_tools(tokenizer, choice):
+    """OpenAI's schema gives tools minItems 1 and vLLM refuses [] too: a client that meant "no tools"
+    leaves the field out."""
+    client, _, engine = scripted_client(tokenizer, ["x"], tool_call_parser="hermes")
+    body = {} if choice is None else {"tool_choice": choice}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="fake", messages=USER, tools=[], **body)
+    assert e.value.body["param"] == "tools" and "empty" in e.value.body["message"], e.value.body
+    assert engine.calls == []
+    client.chat.completions.create(model="fake", messages=USER)
+    assert len(engine.calls) == 1

@@ -213,9 +213,24 @@ def test_min_tokens_does_not_outlast_the_grammar(llm):
     assert len(out.token_ids) >= 6 and out.token_ids[-1] in eos
 
 
-def test_bad_constraint_fails_its_request_only(llm):
-    """A constraint the core cannot compile (the serving layer normally refuses it first) ends that
-    request with "abort"; the others in the batch finish normally."""
+def test_bad_constraint_is_a_value_error_offline(llm):
+    """vLLM's LLM.generate refuses a constraint that does not compile with a ValueError before any
+    request runs; the prompts queued before it are dropped and the engine goes on."""
+    good = _params(SO(regex=r"[a-c]{3}"), 0.0)
+    bad = _params(SO(regex=r"(unclosed"), 0.0)
+    with pytest.raises(ValueError, match="invalid regex") as exc:
+        llm.generate(["a", "b", "c"], [good, bad, good])
+    assert exc.value.param == "structured_outputs"
+    assert not llm.engine.has_unfinished_requests()
+    assert re.fullmatch(r"[a-c]{3}", _done(llm.generate(["d"], good)[0]))
+
+
+def test_bad_constraint_in_the_core_fails_its_request_only(llm, monkeypatch):
+    """A constraint the core cannot compile (the serving layer and the offline LLM refuse it first)
+    ends that request with "abort"; the others in the batch finish normally."""
+    from fdcli_engine.runner.grammar_masks import GrammarMasks
+
+    monkeypatch.setattr(GrammarMasks, "check", lambda self, params: None)  # reach the core unchecked
     good = _params(SO(regex=r"[a-c]{3}"), 0.0)
     bad = _params(SO(regex=r"(unclosed"), 0.0)
     outs = llm.generate(["a", "b", "c"], [good, bad, good])
@@ -269,7 +284,9 @@ def test_compile_counters_in_engine_stats(llm):
     llm.generate(["b"], _params(so, 1.0))
     after = llm.get_stats()
     assert after["grammar_compiles"] - before["grammar_compiles"] == 1
-    assert after["grammar_cache_hits"] - before["grammar_cache_hits"] == 1
+    # The offline LLM compiles a constraint before queueing it (a bad one is a ValueError), so each
+    # request looks it up twice: a compile then a hit, and two hits for the repeat.
+    assert after["grammar_cache_hits"] - before["grammar_cache_hits"] == 3
     assert after["grammar_compile_seconds"] > before["grammar_compile_seconds"]
 
 

@@ -4,6 +4,7 @@ InvalidRequestError on "structured_outputs"; the cache is bounded by count and b
 
 from __future__ import annotations
 
+import json
 import threading
 import types
 
@@ -16,6 +17,7 @@ from fdcli_engine.structured_output import StructuredOutputsParams as SO
 from fdcli_engine.structured_output import backend as backend_mod
 from fdcli_engine.structured_output import guidance
 from fdcli_engine.structured_output.guidance import GuidanceBackend
+from fdcli_engine.structured_output.json_schema import close_objects
 from fdcli_engine.structured_output.lark_check import start_can_end
 
 VOCAB = 512
@@ -91,13 +93,24 @@ def test_structural_tag_vllm_format(backend, tok):
     ("so", "message"),
     [
         (SO(regex="(unclosed"), "invalid regex"),
+        (SO(regex="a\\"), "incomplete escape"),  # llguidance alone would serve it as /a/
+        (SO(regex="\\"), "incomplete escape"),
         (SO(json="{not json"), "invalid json"),
         (SO(json={"type": "integer", "minimum": 5, "maximum": 2}), "Unsatisfiable"),
         (SO(json={"enum": [1, 2], "const": 3}), "Unsatisfiable"),
         (SO(grammar='start: "a" start'), "matches no string"),
         (SO(grammar='start: x\nx: "a" x\n  | "b" x'), "matches no string"),
         (SO(grammar="start: ("), "invalid grammar"),
+        # Malformed GBNF: llguidance's converter raises its own error, a bare Exception, an IndexError.
+        (SO(grammar="root ::= ("), "invalid grammar: Expected '\\)'"),
+        (SO(grammar="root ::= a"), "invalid grammar: Rule 'a' not found"),
+        (SO(grammar='x ::= "a"'), "invalid grammar: No 'root' rule found"),
+        (SO(grammar='root ::= "\\'), "invalid grammar"),
         (SO(structural_tag={"structures": [], "triggers": ["<f"]}), "structures"),
+        (
+            SO(structural_tag={"type": "structural_tag", "format": {"type": "const_string", "value": "hi"}}),
+            "xgrammar's, which fd does not have",
+        ),
         (
             SO(
                 structural_tag={"structures": [{"begin": "<g>", "schema": {}, "end": ""}], "triggers": ["<f"]}
@@ -260,3 +273,67 @@ def test_objects_with_properties_are_closed_unless_the_schema_opens_them(backend
     keyword_named = {"type": "object", "properties": {"properties": {"type": "integer"}}}
     assert _matches(backend, tok, SO(json=keyword_named), '{"properties":3}')
     assert _matches(backend, tok, SO(json={"type": "object"}), '{"any":1}')  # no properties: open
+
+
+def test_vllm_option_fields_are_accepted_and_keep_the_constraint(backend, tok):
+    """vLLM's StructuredOutputsParams takes whitespace / additionalProperties / fallback options next
+    to the constraint; vLLM code passing them constructs fd's unchanged, and the output they ask for
+    (compact JSON, closed objects) is what fd generates anyway."""
+    so = SO(
+        json=SCHEMA,
+        disable_fallback=True,
+        disable_any_whitespace=True,
+        disable_additional_properties=True,
+        whitespace_pattern=r"[ ]?",
+    )
+    assert so.kind == "json" and so.spec == SO(json=SCHEMA).spec
+    assert _matches(backend, tok, so, '{"a":12,"b":"y"}')
+    assert not _matches(backend, tok, so, '{"a": 12, "b": "y"}')
+    listed = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert not _matches(backend, tok, SO(json=listed, disable_additional_properties=True), '{"a":1,"b":2}')
+
+
+def test_thousands_of_choices_match_each_one(backend, tok):
+    """llguidance's parser holds at most 2000 items in a row: choices as parser alternatives failed
+    at the first token past that; as one lexer terminal each choice matches and nothing else does."""
+    many = SO(choice=[f"opt{i}" for i in range(5000)])
+    assert _matches(backend, tok, many, "opt4321")
+    assert _matches(backend, tok, many, "opt0")
+    assert not _matches(backend, tok, many, "opt")
+    assert not _matches(backend, tok, many, "opt5000")
+
+
+def test_choices_with_quotes_newlines_and_unicode_match_as_written(backend, tok):
+    so = SO(choice=['say "hi"', "a\nb", "naïve 😀", "back\\slash"])
+    for text in so.choice:
+        assert _matches(backend, tok, so, text), text
+    assert not _matches(backend, tok, so, "say hi")
+
+
+def test_all_of_branches_are_closed_over_their_names_together(backend, tok):
+    """allOf describes one object: closing each branch over its own properties made the conjunction
+    unsatisfiable (a 400 for a valid schema); the parts are closed over the names they list together."""
+    both = {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+        ]
+    }
+    so = SO(json=both)
+    assert _matches(backend, tok, so, '{"a":1,"b":"x"}')
+    assert not _matches(backend, tok, so, '{"a":1,"b":2}')  # each part still constrains its names
+    assert not _matches(backend, tok, so, '{"a":1,"b":"x","c":3}')  # closed over a and b
+    by_ref = {
+        "$defs": {"Base": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+        "allOf": [{"$ref": "#/$defs/Base"}, {"properties": {"b": {"type": "string"}}, "required": ["b"]}],
+    }
+    assert _matches(backend, tok, SO(json=by_ref), '{"a":1,"b":"x"}')
+    assert not _matches(backend, tok, SO(json=by_ref), '{"a":1,"b":"x","c":3}')
+    # Names behind anyOf cannot be known: the parts stay as written (open), none is closed.
+    unknowable = {"allOf": [{"anyOf": [{"required": ["a"]}]}, {"properties": {"b": {"type": "string"}}}]}
+    assert close_objects(json.loads(json.dumps(unknowable))) == unknowable
+
+
+def test_an_escaped_trailing_backslash_is_a_backslash(backend, tok):
+    assert _matches(backend, tok, SO(regex=r"a\\"), "a\\")
+    assert not _matches(backend, tok, SO(regex=r"a\\"), "a")

@@ -62,13 +62,13 @@ class JsonSchemaFormat(_Request):
 
 class ResponseFormat(_Request):
     """OpenAI's text | json_object | json_schema, and vLLM's structural_tag (its other keys, e.g.
-    `structures` and `triggers` or `format`, are the tag's definition)."""
+    `structures` and `triggers`, are the tag's definition)."""
 
     type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
     structures: Any = None  # structural_tag (vLLM's legacy form), with triggers
     triggers: Any = None
-    format: Any = None  # structural_tag (vLLM's current form)
+    format: Any = None  # structural_tag, xgrammar's form: refused by the guidance backend, naming it
 
 
 class _SamplingFields(_Request):

@@ -77,6 +77,10 @@ def tool_call_parser(req, tool_parser_cls):
     """The parser for this request's output (an instance), or None when it is not parsed for tool
     calls; a 400 for a tool_choice fd cannot honour."""
     choice = req.tool_choice
+    if req.tools == []:  # OpenAI's API refuses it (minItems 1), and so does vLLM
+        raise bad_request(
+            "tools must not be an empty array: list at least one function, or leave tools out", "tools"
+        )
     if not req.tools:
         if choice not in (None, "none"):
             raise bad_request("tool_choice needs tools: list the functions the model may call", "tool_choice")
@@ -129,22 +133,50 @@ def tool_choice_constraint(req):
     if name is not None:
         tool = next(t for t in req.tools if t.function.name == name)
         return StructuredOutputsParams(json=parameters(tool))
+    shared: dict[str, dict] = {}
     branches = [
         {
             "type": "object",
             "properties": {
                 "name": {"type": "string", "enum": [t.function.name]},
-                "parameters": parameters(t),
+                "parameters": _without_definitions(parameters(t), shared),
             },
             "required": ["name", "parameters"],
             "additionalProperties": False,
         }
         for t in req.tools
     ]
-    schema = {"type": "array", "minItems": 1, "items": {"anyOf": branches}}
+    schema = {"type": "array", "minItems": 1, "items": {"anyOf": branches}, **shared}
     if req.parallel_tool_calls is False:
         schema["maxItems"] = 1
     return StructuredOutputsParams(json=schema)
+
+
+# Where JSON schemas keep the definitions their `$ref`s point at ("#/$defs/X"; "definitions" before
+# draft 2019-09, still written by pydantic v1 and zod-to-json-schema).
+_DEFINITION_KEYS = ("$defs", "definitions")
+
+
+def _without_definitions(parameters: dict, shared: dict[str, dict]) -> dict:
+    """A tool's parameters schema with its definitions moved into `shared`, the root of the
+    "required" schema: nested under the array, the schema's "#/$defs/X" refs would point at nothing.
+    Two tools defining one name differently is a 400 naming tools (vLLM hoists and refuses the same)."""
+    kept = {k: v for k, v in parameters.items() if k not in _DEFINITION_KEYS}
+    for key in _DEFINITION_KEYS:
+        defs = parameters.get(key)
+        if defs is None:
+            continue
+        if not isinstance(defs, dict):
+            raise bad_request(f"tools: a parameters schema's {key} must be an object", "tools")
+        root = shared.setdefault(key, {})
+        for name, definition in defs.items():
+            if root.setdefault(name, definition) != definition:
+                raise bad_request(
+                    f"tools: {key}/{name} is defined differently by two tools; tool_choice required "
+                    "needs one definition per name (rename one, or send a named tool_choice)",
+                    "tools",
+                )
+    return kept
 
 
 class OutputSplitter:

@@ -145,12 +145,10 @@ def _from_response_format(fmt) -> Constraint | None:
                 "response_format.json_schema",
             )
         return _checked("json", spec.json_schema, "response_format")
-    # structural_tag: the format's own keys (vLLM's `structures` + `triggers`, or `format`).
+    # structural_tag: the format's own keys (vLLM's `structures` + `triggers`; xgrammar's `format` is refused).
     tag = {k: v for k, v in fmt.model_dump(exclude_none=True).items() if k not in ("type", "json_schema")}
     if not tag:
-        raise bad_request(
-            "response_format structural_tag needs structures and triggers, or format", "response_format"
-        )
+        raise bad_request("response_format structural_tag needs structures and triggers", "response_format")
     return Constraint(
         "structural_tag", _json_text(tag, "response_format", "a structural tag"), "response_format"
     )
@@ -174,6 +172,10 @@ def _from_structured_outputs(value: Any) -> list[Constraint]:
         if v is None or (kind == "json_object" and v is False):
             continue
         out.append(_checked(kind, v, f"{field}.{kind}"))
+    if not out:  # vLLM's StructuredOutputsParams refuses it too: options alone constrain nothing
+        raise bad_request(
+            f"{field} names no constraint: give one of {', '.join(_SO_KINDS)}, or leave {field} out", field
+        )
     return out
 
 
