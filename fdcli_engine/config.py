@@ -241,6 +241,16 @@ class EngineConfig:
     enable_log_requests: bool | None = None
     disable_log_requests: bool | None = None
     disable_log_stats: bool | None = None
+    cpu_offload_gb: float | None = None
+    data_parallel_size_local: int | None = None
+    data_parallel_start_rank: int | None = None
+    data_parallel_address: str | None = None
+    data_parallel_rpc_port: int | None = None
+    data_parallel_backend: str | None = None
+    # vLLM's KV connector options, read as fd's (vllm_kv_connectors.py).
+    kv_transfer_config: dict | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:

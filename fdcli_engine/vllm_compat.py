@@ -37,6 +37,15 @@ VLLM_FIELDS = (
     "enable_log_requests",
     "disable_log_requests",
     "disable_log_stats",
+    "cpu_offload_gb",
+    "data_parallel_size_local",
+    "data_parallel_start_rank",
+    "data_parallel_address",
+    "data_parallel_rpc_port",
+    "data_parallel_backend",
+    "kv_transfer_config",
+    "kv_offloading_size",
+    "kv_offloading_backend",
 )
 # Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
 HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
@@ -73,7 +82,16 @@ _NO_EFFECT = {
     "disable_log_requests": "--disable-log-requests has no effect: fd logs no request contents anyway",
     "disable_log_stats": "--disable-log-stats has no effect: fd logs no periodic engine statistics (read "
     "them from /metrics)",
+    "data_parallel_address": "--data-parallel-address has no effect: every --data-parallel-size rank runs "
+    "on this machine and talks to the front end over IPC",
+    "data_parallel_rpc_port": "--data-parallel-rpc-port has no effect: every --data-parallel-size rank runs "
+    "on this machine and talks to the front end over IPC",
 }
+# vLLM's multi-node data parallel; fd's data-parallel ranks all run under one fd serve.
+_DP_NODES = (
+    "fd runs every --data-parallel-size rank on this machine under one fd serve; to spread replicas over "
+    "machines run one fd serve per machine, each with --router HOST:PORT, behind `fd router`"
+)
 
 
 def parse_human_int(name: str, value: Any) -> int:
@@ -121,6 +139,29 @@ def check_vllm_options(config: Any) -> None:
         config.chat_template_content_format is None or config.chat_template_content_format in CONTENT_FORMATS,
         f"--chat-template-content-format {config.chat_template_content_format!r}: use auto, string or openai",
     )
+    _check_data_parallel(config)
+
+
+def _check_data_parallel(config: Any) -> None:
+    """vLLM's multi-node data-parallel flags: the values that describe one machine run, others refused."""
+    local = config.data_parallel_size_local
+    need(
+        local is None or local == config.data_parallel_size,
+        f"--data-parallel-size-local {local} with --data-parallel-size {config.data_parallel_size} is not "
+        f"supported: {_DP_NODES}",
+    )
+    start = config.data_parallel_start_rank
+    need(start in (None, 0), f"--data-parallel-start-rank {start} is not supported: {_DP_NODES}")
+    backend = config.data_parallel_backend
+    need(
+        backend in (None, "mp"),
+        f"--data-parallel-backend {backend} is not supported: fd's data-parallel ranks are processes (mp)"
+        + (
+            "; Ray runs fd run-batch's engines (--distributed-executor-backend ray)"
+            if backend == "ray"
+            else ""
+        ),
+    )
 
 
 def check_load_format(load_format: str | None, layout: str) -> None:
@@ -136,6 +177,11 @@ def check_load_format(load_format: str | None, layout: str) -> None:
 def vllm_notes(config: Any) -> list[str]:
     """One line for each given option that changes nothing here, saying why (logged at start)."""
     notes = [line for name, line in _NO_EFFECT.items() if getattr(config, name)]
+    if config.cpu_offload_gb:
+        notes.append(
+            f"--cpu-offload-gb {config.cpu_offload_gb:g} has no effect: fd's weights are in host memory "
+            "already (there is no GPU memory to extend)"
+        )
     if config.revision is not None:
         notes.append(
             f"--revision {config.revision} has no effect: fd never downloads; it serves the files at --model "

@@ -186,10 +186,20 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
         enable_log_requests=True,
         disable_log_requests=True,
         disable_log_stats=True,
+        cpu_offload_gb=4,
+        data_parallel_address="127.0.0.1",
+        data_parallel_rpc_port=13345,
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
-    silent = {"--pipeline-parallel-size"}  # 1 is what fd does
+    # 1 / 0 / mp are what fd does; the KV connector options act (tests/cli/test_vllm_kv_parallel_flags.py)
+    silent = {"--pipeline-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank"}
+    silent |= {
+        "--data-parallel-backend",
+        "--kv-transfer-config",
+        "--kv-offloading-size",
+        "--kv-offloading-backend",
+    }
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent
     )
