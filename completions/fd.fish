@@ -123,7 +123,8 @@ complete -c fd -n '__fish_seen_subcommand_from complete' \
     -l api-key -l json -l json-schema -l max-tokens -l model-name -l quick -l temperature -l url \
     -s q
 complete -c fd -n '__fish_seen_subcommand_from router' \
-    -l host -l kv-transfer-token -l max-local-prefill-length -l port
+    -l host -l kv-transfer-token -l max-local-prefill-length -l port -l request-timeout-secs \
+    -l splitwise
 complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l allowed-local-media-path -l allowed-media-domains -l block-size -l cache-queue-port \
     -l cache-transfer-protocol -l chat-template -l chat-template-content-format -l chunked-moe-size \

@@ -162,3 +162,23 @@ def test_what_the_router_counts_before_a_local_prefill():
     want = {"messages": msgs, "add_generation_prompt": True, "tools": [{"type": "function"}]}
     assert tokenize_body(chat, {"messages": msgs, "tools": [{"type": "function"}]}, 8) == want
     assert parse_max_local_prefill_length(None) == 0 and parse_max_local_prefill_length("512") == 512
+
+
+def test_fastdeploys_router_launch_line_runs(monkeypatch):
+    # `python -m fastdeploy.router.launch --port 30000 --splitwise` (FastDeploy's docs): its flags are
+    # --host, --port, --splitwise and --request-timeout-secs (fastdeploy/router/router.py RouterArgs).
+    from typer.testing import CliRunner
+
+    from fdcli.main import app
+
+    calls = []
+    monkeypatch.setattr(
+        "fdcli_engine.entrypoints.router.launcher.run_router", lambda *a, **kw: calls.append(a) or 0
+    )
+    argv = ["router", "--port", "30000", "--splitwise", "--request-timeout-secs", "1800"]
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    assert calls == [("127.0.0.1", 30000, 0, "")]
+    assert "--splitwise has no effect" in r.stderr and "--request-timeout-secs has no effect" in r.stderr
+    r = CliRunner().invoke(app, ["router", "--request-timeout-secs", "0"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "must be positive" in r.stderr
