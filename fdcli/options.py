@@ -311,7 +311,7 @@ DistributedExecutorBackendOpt = Annotated[
     Optional[str],
     typer.Option(
         "--distributed-executor-backend",
-        help="mp (processes here) or ray (fd run-batch: Ray actors, one engine each). (default: mp)",
+        help="mp (processes here; uni: the same with one rank) or ray (fd run-batch: Ray actors, one engine each). (default: mp)",
         rich_help_panel=PARALLEL_PANEL,
     ),
 ]

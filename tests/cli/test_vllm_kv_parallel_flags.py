@@ -145,3 +145,15 @@ def test_cpu_offload_gb_is_a_note():
     assert not any("cpu-offload" in n for n in vllm_notes(EngineConfig(cpu_offload_gb=0)))
     with pytest.raises(ConfigError, match="--data-parallel-size-local"):
         EngineConfig(data_parallel_size=2, data_parallel_size_local=1).validate()
+
+
+def test_vllm_executor_backends(captured):
+    # vLLM's choices: mp, uni (one process), ray, external_launcher (vllm/config/parallel.py).
+    assert _serve("--distributed-executor-backend", "uni").exit_code == 0
+    ((config, _),) = captured
+    assert config.validate().distributed_executor_backend == "uni"
+    _refused(_serve("-tp", "2", "--distributed-executor-backend", "uni"), "uni runs one process")
+    _refused(
+        _serve("--distributed-executor-backend", "external_launcher"), "external_launcher is not supported"
+    )
+    _refused(_serve("--distributed-executor-backend", "spark"), "'spark': use mp, uni or ray")
