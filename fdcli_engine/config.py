@@ -291,9 +291,10 @@ class EngineConfig:
         self._check_choices()
         check_fastdeploy_options(self)
         check_vllm_options(self)
-        check_pd_options(self)
+        offload = kv_offload_options(self)  # vLLM's offload options become --swap-space here
+        check_pd_options(self.replace(**offload))
         return self.replace(
-            **kv_offload_options(self),
+            **offload,
             dtype="float32",
             quantization=quantization,
             kv_cache_dtype=kv_cache_dtype,

@@ -39,8 +39,8 @@ _INSTEAD = {
     "LMCacheMPConnector": f"fd's own KV tiers, {_TIERS}",
     "SharedStorageConnector": "fd's file tier of KV blocks, --kv-offload-dir DIR (docs/kv-offload.md)",
     "ExampleConnector": "fd's file tier of KV blocks, --kv-offload-dir DIR (docs/kv-offload.md)",
-    "MultiConnector": f"fd's own KV tiers ({_TIERS}) and its prefill/decode transfer (--splitwise-role "
-    "with --router), which combine without a MultiConnector",
+    "MultiConnector": f"one KV connector per instance: fd's own KV tiers ({_TIERS}) on a mixed instance, "
+    "or its prefill/decode transfer (--splitwise-role with --router)",
 }
 _UNKNOWN = (
     f"fd's own KV tiers ({_TIERS}) or its prefill/decode transfer, {_ROUTER}; fd loads no connector code"

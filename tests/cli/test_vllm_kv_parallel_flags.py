@@ -85,7 +85,7 @@ def test_prefill_decode_connectors_name_fds_router(captured, connector, role, ne
     [
         (["--kv-transfer-config", _kv("LMCacheConnectorV1")], "use fd's own KV tiers, --swap-space GB"),
         (["--kv-transfer-config", _kv("SharedStorageConnector")], "--kv-offload-dir DIR"),
-        (["--kv-transfer-config", _kv("MultiConnector")], "which combine without a MultiConnector"),
+        (["--kv-transfer-config", _kv("MultiConnector")], "one KV connector per instance"),
         (["--kv-transfer-config", _kv("MyConnector")], "fd loads no connector code"),
         (["--kv-transfer-config", _kv("NixlConnector", role=None)], "NixlConnector needs kv_role"),
         (["--kv-transfer-config", _kv("NixlConnector", role="kv_sender")], "kv_role 'kv_sender': use"),
@@ -101,6 +101,10 @@ def test_prefill_decode_connectors_name_fds_router(captured, connector, role, ne
         (["--kv-offloading-backend", "native"], "needs --kv-offloading-size GB"),
         (["--kv-offloading-size", "4", "--swap-space", "2"], "ask for different memory tiers: give one"),
         (["--kv-offloading-size", "-1"], "--kv-offloading-size must be at least 0"),
+        (
+            ["--kv-offloading-size", "4", "--splitwise-role", "decode", "--router", "127.0.0.1:18399"],
+            "--splitwise-role decode does not combine with --swap-space",
+        ),
     ],
 )
 def test_kv_options_fd_does_not_run_are_one_line(captured, argv, needle):
