@@ -555,6 +555,22 @@ VLLM_FLAGS: dict[str, Any] = {
         Optional[str],
         vllm_option("--data-parallel-backend", "-dpb", help="mp only: the ranks are processes here."),
     ],
+    "external_data_parallel_rank": Annotated[
+        Optional[int],
+        vllm_option("--data-parallel-rank", "-dpn", help="Refused: fd serve balances its own ranks."),
+    ],
+    "data_parallel_external_lb": Annotated[
+        Optional[bool],
+        vllm_option("--data-parallel-external-lb", help="Refused: fd serve balances its own ranks."),
+    ],
+    "data_parallel_hybrid_lb": Annotated[
+        Optional[bool],
+        vllm_option("--data-parallel-hybrid-lb", help="Refused: fd serve balances its own ranks."),
+    ],
+    "headless": Annotated[
+        Optional[bool],
+        vllm_option("--headless", help="Refused: every rank runs under one fd serve on this machine."),
+    ],
     "kv_transfer_config": Annotated[
         Optional[str],
         vllm_option(

@@ -247,6 +247,11 @@ class EngineConfig:
     data_parallel_address: str | None = None
     data_parallel_rpc_port: int | None = None
     data_parallel_backend: str | None = None
+    # vLLM's --data-parallel-rank (ResolvedConfig.data_parallel_rank is a core's own rank).
+    external_data_parallel_rank: int | None = None
+    data_parallel_external_lb: bool | None = None
+    data_parallel_hybrid_lb: bool | None = None
+    headless: bool | None = None
     # vLLM's KV connector options, read as fd's (vllm_kv_connectors.py).
     kv_transfer_config: dict | None = None
     kv_offloading_size: float | None = None

@@ -43,6 +43,10 @@ VLLM_FIELDS = (
     "data_parallel_address",
     "data_parallel_rpc_port",
     "data_parallel_backend",
+    "external_data_parallel_rank",
+    "data_parallel_external_lb",
+    "data_parallel_hybrid_lb",
+    "headless",
     "kv_transfer_config",
     "kv_offloading_size",
     "kv_offloading_backend",
@@ -152,6 +156,25 @@ def _check_data_parallel(config: Any) -> None:
     )
     start = config.data_parallel_start_rank
     need(start in (None, 0), f"--data-parallel-start-rank {start} is not supported: {_DP_NODES}")
+    need(not config.headless, f"--headless is not supported: {_DP_NODES}")
+    external = [
+        flag
+        for flag, given in (
+            (
+                f"--data-parallel-rank {config.external_data_parallel_rank}",
+                config.external_data_parallel_rank is not None,
+            ),
+            ("--data-parallel-external-lb", config.data_parallel_external_lb),
+            ("--data-parallel-hybrid-lb", config.data_parallel_hybrid_lb),
+        )
+        if given
+    ]
+    need(
+        not external,
+        f"{', '.join(external)}: not supported: fd serve balances its own --data-parallel-size ranks; behind "
+        "an external load balancer run one fd serve per replica (--data-parallel-size 1), or put `fd router` "
+        "in front of them",
+    )
     backend = config.data_parallel_backend
     need(
         backend in (None, "mp"),

@@ -194,7 +194,9 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
     # 1 / 0 / mp are what fd does; the KV connector options act (tests/cli/test_vllm_kv_parallel_flags.py)
     silent = {"--pipeline-parallel-size", "--data-parallel-size-local", "--data-parallel-start-rank"}
+    silent |= {"--external-data-parallel-rank", "--data-parallel-external-lb", "--data-parallel-hybrid-lb"}
     silent |= {
+        "--headless",
         "--data-parallel-backend",
         "--kv-transfer-config",
         "--kv-offloading-size",

@@ -134,6 +134,13 @@ def test_single_machine_data_parallel_lines_run(captured):
         (["-dp", "2", "-dpl", "1", "-dpr", "1"], "--data-parallel-size-local 1"),
         (["--data-parallel-start-rank", "2"], "--data-parallel-start-rank 2 is not supported"),
         (["--data-parallel-backend", "ray"], "--distributed-executor-backend ray"),
+        (["-dp", "2", "--headless"], "--headless is not supported"),
+        (
+            ["-dp", "2", "--data-parallel-rank", "1"],
+            "--data-parallel-rank 1: not supported: fd serve balances",
+        ),
+        (["-dp", "2", "--data-parallel-external-lb"], "--data-parallel-external-lb: not supported"),
+        (["-dp", "2", "-dpl", "2", "--data-parallel-hybrid-lb"], "--data-parallel-hybrid-lb: not supported"),
     ],
 )
 def test_multi_node_data_parallel_is_refused_naming_the_router(captured, argv, needle):
