@@ -182,3 +182,38 @@ def test_fastdeploys_router_launch_line_runs(monkeypatch):
     assert "--splitwise has no effect" in r.stderr and "--request-timeout-secs has no effect" in r.stderr
     r = CliRunner().invoke(app, ["router", "--request-timeout-secs", "0"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "must be positive" in r.stderr
+
+
+@pytest.mark.parametrize("roles", [("prefill", "decode"), ("mixed",)])
+def test_an_instance_that_dies_before_a_non_streamed_answer_is_a_502_error_object(roles):
+    # A non-streamed answer's headers come with its end, so a decode (or mixed) instance killed while
+    # generating drops the connection before any response: the client gets the documented 502 error
+    # object (docs/disaggregation.md), not a bare 500 from the router's own traceback.
+    import asyncio
+    import json
+
+    import httpx
+
+    from fdcli_engine.entrypoints.router.proxy import PDProxy
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "p":
+            return httpx.Response(200, json={"choices": []})
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    reg = Registry()
+    if "prefill" in roles:
+        reg.register("prefill", "http://p:1")
+    victim = reg.register(roles[-1], "http://d:1", "ipc:///tmp/x.sock" if roles[-1] == "decode" else "")
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+            return await PDProxy(reg, client).handle("/v1/chat/completions", body, {})
+
+    r = asyncio.run(go())
+    assert r.status_code == 502 and r.media_type == "application/json"
+    error = json.loads(r.body)["error"]
+    assert error["message"] == f"the {roles[-1]} instance http://d:1 failed mid-request", error
+    assert (error["type"], error["code"]) == ("bad_gateway", "decode_failed")
+    assert not reg.is_alive(victim) and victim.in_flight == 0

@@ -153,6 +153,18 @@ class PDProxy:
         d.in_flight += 1
         try:
             resp = await self._watched(d, self.client.send(req, stream=True))
+        except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
+            d.in_flight -= 1
+            raise  # never reached, or forgotten: the caller starts over elsewhere
+        except httpx.TransportError as e:
+            # D took the request and failed before its answer's headers: a non-streamed answer's come at
+            # its end, so this is a death mid-request (the prefilled blocks went to D: no start over).
+            d.in_flight -= 1
+            logger.warning(
+                "%s instance %s failed mid-request (%s): forgotten", d.role, d.url, type(e).__name__
+            )
+            self.registry.forget(d)
+            return error_response(502, f"the {d.role} instance {d.url} failed mid-request", "decode_failed")
         except BaseException:
             d.in_flight -= 1
             raise
@@ -161,7 +173,9 @@ class PDProxy:
                 content = await self._watched(d, resp.aread())
             except (httpx.TransportError, _Gone):
                 self.registry.forget(d)
-                return error_response(502, f"the decode instance {d.url} failed mid-request")
+                return error_response(
+                    502, f"the {d.role} instance {d.url} failed mid-request", "decode_failed"
+                )
             finally:
                 d.in_flight -= 1
                 await resp.aclose()
