@@ -217,3 +217,47 @@ def test_an_instance_that_dies_before_a_non_streamed_answer_is_a_502_error_objec
     assert error["message"] == f"the {roles[-1]} instance http://d:1 failed mid-request", error
     assert (error["type"], error["code"]) == ("bad_gateway", "decode_failed")
     assert not reg.is_alive(victim) and victim.in_flight == 0
+
+
+@pytest.mark.parametrize("roles", [("prefill", "decode"), ("mixed",)])
+def test_a_client_that_hangs_up_closes_the_instances_request(roles):
+    # fd serve aborts a non-streamed request whose client left; behind the router that client is the
+    # router, so it must close its own request to the instance when its client leaves (else the
+    # instance generates the whole answer for nobody).
+    import asyncio
+
+    import httpx
+
+    from fdcli_engine.entrypoints.router.proxy import PDProxy
+
+    closed = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "p":
+            return httpx.Response(200, json={"choices": []})
+        try:
+            await asyncio.sleep(3600)  # an answer still being generated
+        except asyncio.CancelledError:
+            closed.append(request.url.host)
+            raise
+        return httpx.Response(200, json={})
+
+    reg = Registry()
+    if "prefill" in roles:
+        reg.register("prefill", "http://p:1")
+    inst = reg.register(roles[-1], "http://d:1", "ipc:///tmp/x.sock" if roles[-1] == "decode" else "")
+    polls = []
+
+    async def client_gone() -> bool:
+        polls.append(1)
+        return len(polls) > 1  # the client leaves after the first look
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+            proxy = PDProxy(reg, client)
+            return await asyncio.wait_for(proxy.handle("/v1/chat/completions", body, {}, client_gone), 60)
+
+    r = asyncio.run(go())
+    assert r.status_code == 499 and closed == ["d"]
+    assert inst.in_flight == 0 and reg.is_alive(inst)  # the instance did nothing wrong
