@@ -576,7 +576,7 @@ VLLM_FLAGS: dict[str, Any] = {
         vllm_option(
             "--kv-cache-memory-bytes",
             metavar="INTEGER",
-            help="The KV cache in bytes (4G, 4000M): fd's --kv-cache-memory-gb.",
+            help="The KV cache in bytes (4G = 4 GiB, 4g = 4e9): fd's --kv-cache-memory-gb.",
         ),
     ],
     "kv_transfer_config": Annotated[
