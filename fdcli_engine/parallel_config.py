@@ -23,7 +23,8 @@ from typing import Any
 from fdcli_engine.errors import ConfigError, need
 from fdcli_engine.threads import BIND_ENV, RANK_SEPARATOR, allowed_cpus, parse_cpu_list, usable_cpu_count
 
-EXECUTOR_BACKENDS = ("mp", "ray")
+# vLLM's uni (the model runs in the engine core's process) is what fd's mp does with one rank.
+EXECUTOR_BACKENDS = ("mp", "uni", "ray")
 
 
 def node_ips(config: Any) -> list[str]:
@@ -128,8 +129,18 @@ def check_parallel_options(config: Any) -> None:
     need(port is None or 1 <= port <= 65535, f"--master-port must be 1-65535, got {port}")
     backend = config.distributed_executor_backend
     need(
+        backend != "uni" or tp == 1,
+        f"--distributed-executor-backend uni runs one process: it needs --tensor-parallel-size 1, got {tp} "
+        "(use mp)",
+    )
+    need(
+        backend != "external_launcher",
+        "--distributed-executor-backend external_launcher is not supported: fd starts its own ranks (one "
+        "process per --tensor-parallel-size rank, --nnodes for several machines); use mp",
+    )
+    need(
         backend in EXECUTOR_BACKENDS,
-        f"--distributed-executor-backend {backend!r}: use mp or ray",
+        f"--distributed-executor-backend {backend!r}: use mp, uni or ray",
     )
     if backend == "ray":
         return  # Ray places the engines over the cluster's CPUs (checked against it when it is joined)

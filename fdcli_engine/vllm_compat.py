@@ -38,15 +38,23 @@ VLLM_FIELDS = (
     "enable_log_requests",
     "disable_log_requests",
     "disable_log_stats",
-    # multimodal launch flags (vLLM's processor cache, memory profiling, encoder sharding)
-    "mm_processor_cache_gb",
-    "disable_mm_preprocessor_cache",
-    "skip_mm_profiling",
-    "mm_encoder_tp_mode",
-    "enable_mm_embeds",
+    # multimodal launch flags (vLLM's processor cache, memory profiling, encoder sharding    "cpu_offload_gb",
+    "data_parallel_size_local",
+    "data_parallel_start_rank",
+    "data_parallel_address",
+    "data_parallel_rpc_port",
+    "data_parallel_backend",
+    "external_data_parallel_rank",
+    "data_parallel_external_lb",
+    "data_parallel_hybrid_lb",
+    "headless",
+    "kv_cache_memory_bytes",
+    "kv_transfer_config",
+    "kv_offloading_size",
+    "kv_offloading_backend",
 )
 # Integer options vLLM parses as human-readable sizes (its human_readable_int): 32k, 1M, 25.6k.
-HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens")
+HUMAN_INT_FIELDS = ("max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes")
 # vLLM's --max-model-len -1 / auto (its human_readable_int_or_auto): the model's own limit.
 MAX_MODEL_LEN_AUTO = -1
 # vLLM's --dtype spellings and fd's name for each (fd decides in EngineConfig.validate what runs here).
@@ -88,7 +96,16 @@ _NO_EFFECT = {
     "--kv-cache-memory-gb, without a profiling run",
     "mm_encoder_tp_mode": "--mm-encoder-tp-mode has no effect: fd runs vision models unsharded "
     "(--tensor-parallel-size 1)",
+    "data_parallel_address": "--data-parallel-address has no effect: every --data-parallel-size rank runs "
+    "on this machine and talks to the front end over IPC",
+    "data_parallel_rpc_port": "--data-parallel-rpc-port has no effect: every --data-parallel-size rank runs "
+    "on this machine and talks to the front end over IPC",
 }
+# vLLM's multi-node data parallel; fd's data-parallel ranks all run under one fd serve.
+_DP_NODES = (
+    "fd runs every --data-parallel-size rank on this machine under one fd serve; to spread replicas over "
+    "machines run one fd serve per machine, each with --router HOST:PORT, behind `fd router`"
+)
 
 
 def parse_human_int(name: str, value: Any) -> int:
@@ -151,6 +168,58 @@ def check_vllm_options(config: Any) -> None:
         config.chat_template_content_format is None or config.chat_template_content_format in CONTENT_FORMATS,
         f"--chat-template-content-format {config.chat_template_content_format!r}: use auto, string or openai",
     )
+    _check_data_parallel(config)
+
+
+def _check_data_parallel(config: Any) -> None:
+    """vLLM's multi-node data-parallel flags: the values that describe one machine run, others refused."""
+    local = config.data_parallel_size_local
+    need(
+        local is None or local == config.data_parallel_size,
+        f"--data-parallel-size-local {local} with --data-parallel-size {config.data_parallel_size} is not "
+        f"supported: {_DP_NODES}",
+    )
+    start = config.data_parallel_start_rank
+    need(start in (None, 0), f"--data-parallel-start-rank {start} is not supported: {_DP_NODES}")
+    need(not config.headless, f"--headless is not supported: {_DP_NODES}")
+    external = [
+        flag
+        for flag, given in (
+            (
+                f"--data-parallel-rank {config.external_data_parallel_rank}",
+                config.external_data_parallel_rank is not None,
+            ),
+            ("--data-parallel-external-lb", config.data_parallel_external_lb),
+            ("--data-parallel-hybrid-lb", config.data_parallel_hybrid_lb),
+        )
+        if given
+    ]
+    need(
+        not external,
+        f"{', '.join(external)}: not supported: fd serve balances its own --data-parallel-size ranks; behind "
+        "an external load balancer run one fd serve per replica (--data-parallel-size 1), or put `fd router` "
+        "in front of them",
+    )
+    backend = config.data_parallel_backend
+    need(
+        backend in (None, "mp"),
+        f"--data-parallel-backend {backend} is not supported: fd's data-parallel ranks are processes (mp)"
+        + (
+            "; Ray runs fd run-batch's engines (--distributed-executor-backend ray)"
+            if backend == "ray"
+            else ""
+        ),
+    )
+
+
+def kv_cache_memory_gb(config: Any) -> float:
+    """The KV cache's GiB: vLLM's --kv-cache-memory-bytes when given (it names the same memory in bytes,
+    per rank as fd's --kv-cache-memory-gb), else --kv-cache-memory-gb."""
+    size = config.kv_cache_memory_bytes
+    if size is None:
+        return config.kv_cache_memory_gb
+    need(size > 0, f"--kv-cache-memory-bytes must be positive, got {size}")
+    return size / 2**30
 
 
 def check_load_format(load_format: str | None, layout: str) -> None:
@@ -166,6 +235,11 @@ def check_load_format(load_format: str | None, layout: str) -> None:
 def vllm_notes(config: Any) -> list[str]:
     """One line for each given option that changes nothing here, saying why (logged at start)."""
     notes = [line for name, line in _NO_EFFECT.items() if getattr(config, name)]
+    if config.cpu_offload_gb:
+        notes.append(
+            f"--cpu-offload-gb {config.cpu_offload_gb:g} has no effect: fd's weights are in host memory "
+            "already (there is no GPU memory to extend)"
+        )
     if _is_path(config.model):
         for flag, value in (("--revision", config.revision), ("--download-dir", config.download_dir)):
             if value is not None:

@@ -33,6 +33,31 @@ TokenOpt = Annotated[
         "Required when --host is not a loopback address.",
     ),
 ]
+# FastDeploy's router flags (fastdeploy/router/router.py RouterArgs), so its launch lines run.
+SplitwiseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--splitwise",
+        help="FastDeploy's flag; no effect: fd's router pairs prefill and decode instances when both are "
+        "registered and serves mixed ones otherwise.",
+    ),
+]
+RequestTimeoutOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--request-timeout-secs",
+        help="FastDeploy's flag; no effect: fd's router waits for an instance as long as the client does "
+        "(a dead instance fails its requests at once).",
+    ),
+]
+SPLITWISE_NOTE = (
+    "--splitwise has no effect: fd's router pairs prefill and decode instances whenever both are "
+    "registered, and serves mixed instances otherwise"
+)
+TIMEOUT_NOTE = (
+    "--request-timeout-secs has no effect: fd's router waits for an instance as long as the client does; "
+    "a dead instance fails its requests at once"
+)
 
 
 def router(
@@ -40,10 +65,18 @@ def router(
     port: PortOpt = 9000,
     max_local_prefill_length: LocalPrefillOpt = None,
     kv_transfer_token: TokenOpt = None,
+    splitwise: SplitwiseOpt = False,
+    request_timeout_secs: RequestTimeoutOpt = None,
 ) -> None:
     """Route OpenAI requests through prefill and decode instances (FastDeploy's splitwise router)."""
     if not 0 < port < 65536:
         fail(f"--port must be between 1 and 65535, got {port}", 2)
+    if request_timeout_secs is not None and request_timeout_secs <= 0:
+        fail(f"--request-timeout-secs must be positive, got {request_timeout_secs}", 2)
+    if splitwise:
+        typer.echo(f"fd router: {SPLITWISE_NOTE}", err=True)
+    if request_timeout_secs is not None:
+        typer.echo(f"fd router: {TIMEOUT_NOTE}", err=True)
     from fdcli_engine.entrypoints.router.local_prefill import parse_max_local_prefill_length
     from fdcli_engine.errors import ConfigError
     from fdcli_engine.kv_transfer.pd.settings import check_router_bind

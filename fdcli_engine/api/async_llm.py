@@ -108,7 +108,8 @@ class AsyncLLM(EngineFrontEnd):
             r = 0
         else:
             hashes = self.router.block_hashes(req.prompt_token_ids, req.params, req.mm_features)
-            r = self.router.pick(hashes, [len(k.req_ids) if k.live else None for k in self.ranks])
+            loads = [len(k.req_ids) if k.live else None for k in self.ranks]
+            r = self.router.pick(hashes, loads, len(req.prompt_token_ids))
             self.router.record(r, hashes)
         self._rank_of[req.req_id] = r
         self.ranks[r].req_ids.add(req.req_id)

@@ -2,9 +2,12 @@
 
 Rule: among the live ranks, the one with the fewest outstanding requests, where a rank that already holds
 part of the prompt's prefix counts as less loaded by up to AFFINITY_SLACK requests, in proportion to the
-share of the prompt it holds (a rank holding the whole prompt wins unless it has AFFINITY_SLACK or more
-requests beyond the least-loaded rank; a shared chat-template preamble of a few blocks never outweighs a
-whole request of imbalance). Ties go to the lower rank.
+share of the prompt's tokens it holds (a rank holding the whole prompt wins unless it has AFFINITY_SLACK or
+more requests beyond the least-loaded rank; a shared chat-template preamble of a few blocks never outweighs
+a whole request of imbalance). The share counts tokens, the partial last block included: over full blocks
+only, a short chat whose one full block after the preamble differs would count the preamble as half of it.
+Ties go to the less-loaded rank, then the lower one: a tie means the cached prefix is worth exactly the
+imbalance, and spreading the load then keeps an idle rank from staying idle.
 
 What a rank holds is estimated, not asked: per rank a bounded LRU of the block hashes of the prompts
 sent there. The hashes follow the engine's prefix-cache rule exactly (Request.update_block_hashes: the
@@ -49,17 +52,18 @@ class DPRouter:
             n += 1
         return n
 
-    def pick(self, hashes: list[bytes], loads: list[int | None]) -> int:
-        """The rank for a prompt with `hashes`; `loads[r]` is rank r's outstanding requests, None if dead.
-        ValueError when no rank is live."""
-        best, best_score = -1, 0.0
+    def pick(self, hashes: list[bytes], loads: list[int | None], num_tokens: int | None = None) -> int:
+        """The rank for a prompt of `num_tokens` tokens (default: its full blocks) with `hashes`;
+        `loads[r]` is rank r's outstanding requests, None if dead. ValueError when no rank is live."""
+        tokens = max(num_tokens or 0, len(hashes) * self.block_size)
+        best, best_key = -1, (0.0, 0)
         for rank, load in enumerate(loads):
             if load is None:
                 continue
-            share = self.matched_blocks(rank, hashes) / len(hashes) if hashes else 0.0
-            score = load - AFFINITY_SLACK * share
-            if best < 0 or score < best_score:
-                best, best_score = rank, score
+            share = self.matched_blocks(rank, hashes) * self.block_size / tokens if hashes else 0.0
+            key = (load - AFFINITY_SLACK * share, load)
+            if best < 0 or key < best_key:
+                best, best_key = rank, key
         if best < 0:
             raise ValueError("no live data-parallel rank")
         return best

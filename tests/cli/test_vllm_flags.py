@@ -205,15 +205,24 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
         disable_mm_preprocessor_cache=True,
         skip_mm_profiling=True,
         mm_encoder_tp_mode="data",
+        cpu_offload_gb=4,
+        data_parallel_address="127.0.0.1",
+        data_parallel_rpc_port=13345,
     ).validate()
     notes = vllm_notes(config)
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
-    # 1 is what fd does; embeds are refused; the request-log flags have their effect (log_requests)
-    silent = {
-        "--pipeline-parallel-size",
-        "--enable-mm-embeds",
-        "--enable-log-requests",
-        "--disable-log-requests",
+    # 1 / 0 / mp are what fd does; embeds are refused; the request-log flags and the KV connector
+    # options act (log_requests; tests/cli/test_vllm_kv_parallel_flags.py)
+    silent = {"--pipeline-parallel-size", "--enable-mm-embeds", "--enable-log-requests", "--disable-log-requests"}
+    silent |= {"--data-parallel-size-local", "--data-parallel-start-rank", "--external-data-parallel-rank"}
+    silent |= {"--data-parallel-external-lb", "--data-parallel-hybrid-lb"}
+    silent |= {
+        "--headless",
+        "--kv-cache-memory-bytes",
+        "--data-parallel-backend",
+        "--kv-transfer-config",
+        "--kv-offloading-size",
+        "--kv-offloading-backend",
     }
     assert flags == sorted(
         "--" + f.replace("_", "-") for f in VLLM_FIELDS if "--" + f.replace("_", "-") not in silent

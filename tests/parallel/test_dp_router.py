@@ -37,6 +37,21 @@ def test_load_first_prefix_holder_within_the_slack():
     assert router.pick(hashes, [0, 0]) == 0
 
 
+def test_a_shared_preamble_block_does_not_outweigh_one_request():
+    # Two short chats of 33 tokens whose first 16-token block (the template's preamble) is the same: rank
+    # 0 holds 16 of the second's 33 tokens, less than half, so one request of imbalance sends it to the
+    # idle rank 1 (counted over full blocks only, 1 of 2, it tied and stayed on the busy rank 0).
+    router = DPRouter(2, 16, prefix_caching=True)
+    first, second = list(range(33)), list(range(16)) + list(range(100, 117))
+    router.record(0, router.block_hashes(first, SamplingParams()))
+    hashes = router.block_hashes(second, SamplingParams())
+    assert router.matched_blocks(0, hashes) == 1 and len(hashes) == 2
+    assert router.pick(hashes, [1, 0], num_tokens=len(second)) == 1
+    # Exactly half the prompt held against one request: a tie, which goes to the less-loaded rank.
+    assert router.pick(hashes, [1, 0], num_tokens=32) == 1
+    assert router.pick(hashes, [0, 0], num_tokens=len(second)) == 0  # idle both: the holder
+
+
 def test_lru_is_bounded():
     router = DPRouter(1, 16, prefix_caching=True, lru_blocks=3)
     hashes = router.block_hashes(PROMPT, SamplingParams())

@@ -162,3 +162,102 @@ def test_what_the_router_counts_before_a_local_prefill():
     want = {"messages": msgs, "add_generation_prompt": True, "tools": [{"type": "function"}]}
     assert tokenize_body(chat, {"messages": msgs, "tools": [{"type": "function"}]}, 8) == want
     assert parse_max_local_prefill_length(None) == 0 and parse_max_local_prefill_length("512") == 512
+
+
+def test_fastdeploys_router_launch_line_runs(monkeypatch):
+    # `python -m fastdeploy.router.launch --port 30000 --splitwise` (FastDeploy's docs): its flags are
+    # --host, --port, --splitwise and --request-timeout-secs (fastdeploy/router/router.py RouterArgs).
+    from typer.testing import CliRunner
+
+    from fdcli.main import app
+
+    calls = []
+    monkeypatch.setattr(
+        "fdcli_engine.entrypoints.router.launcher.run_router", lambda *a, **kw: calls.append(a) or 0
+    )
+    argv = ["router", "--port", "30000", "--splitwise", "--request-timeout-secs", "1800"]
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    assert calls == [("127.0.0.1", 30000, 0, "")]
+    assert "--splitwise has no effect" in r.stderr and "--request-timeout-secs has no effect" in r.stderr
+    r = CliRunner().invoke(app, ["router", "--request-timeout-secs", "0"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "must be positive" in r.stderr
+
+
+@pytest.mark.parametrize("roles", [("prefill", "decode"), ("mixed",)])
+def test_an_instance_that_dies_before_a_non_streamed_answer_is_a_502_error_object(roles):
+    # A non-streamed answer's headers come with its end, so a decode (or mixed) instance killed while
+    # generating drops the connection before any response: the client gets the documented 502 error
+    # object (docs/disaggregation.md), not a bare 500 from the router's own traceback.
+    import asyncio
+    import json
+
+    import httpx
+
+    from fdcli_engine.entrypoints.router.proxy import PDProxy
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "p":
+            return httpx.Response(200, json={"choices": []})
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+
+    reg = Registry()
+    if "prefill" in roles:
+        reg.register("prefill", "http://p:1")
+    victim = reg.register(roles[-1], "http://d:1", "ipc:///tmp/x.sock" if roles[-1] == "decode" else "")
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+            return await PDProxy(reg, client).handle("/v1/chat/completions", body, {})
+
+    r = asyncio.run(go())
+    assert r.status_code == 502 and r.media_type == "application/json"
+    error = json.loads(r.body)["error"]
+    assert error["message"] == f"the {roles[-1]} instance http://d:1 failed mid-request", error
+    assert (error["type"], error["code"]) == ("bad_gateway", "decode_failed")
+    assert not reg.is_alive(victim) and victim.in_flight == 0
+
+
+@pytest.mark.parametrize("roles", [("prefill", "decode"), ("mixed",)])
+def test_a_client_that_hangs_up_closes_the_instances_request(roles):
+    # fd serve aborts a non-streamed request whose client left; behind the router that client is the
+    # router, so it must close its own request to the instance when its client leaves (else the
+    # instance generates the whole answer for nobody).
+    import asyncio
+
+    import httpx
+
+    from fdcli_engine.entrypoints.router.proxy import PDProxy
+
+    closed = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "p":
+            return httpx.Response(200, json={"choices": []})
+        try:
+            await asyncio.sleep(3600)  # an answer still being generated
+        except asyncio.CancelledError:
+            closed.append(request.url.host)
+            raise
+        return httpx.Response(200, json={})
+
+    reg = Registry()
+    if "prefill" in roles:
+        reg.register("prefill", "http://p:1")
+    inst = reg.register(roles[-1], "http://d:1", "ipc:///tmp/x.sock" if roles[-1] == "decode" else "")
+    polls = []
+
+    async def client_gone() -> bool:
+        polls.append(1)
+        return len(polls) > 1  # the client leaves after the first look
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+            proxy = PDProxy(reg, client)
+            return await asyncio.wait_for(proxy.handle("/v1/chat/completions", body, {}, client_gone), 60)
+
+    r = asyncio.run(go())
+    assert r.status_code == 499 and closed == ["d"]
+    assert inst.in_flight == 0 and reg.is_alive(inst)  # the instance did nothing wrong

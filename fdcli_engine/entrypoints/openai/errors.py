@@ -15,6 +15,7 @@ _TYPES = {
     413: "invalid_request_error",
     429: "rate_limit_error",
     500: "internal_server_error",
+    502: "bad_gateway",  # fd router: the instance behind it failed
     503: "service_unavailable",
 }
 

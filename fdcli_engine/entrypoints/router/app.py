@@ -107,7 +107,7 @@ def _generation(proxy: PDProxy, path: str):
         body = await _json_body(request)
         if isinstance(body, Response):
             return body
-        return await proxy.handle(path, body, forwarded(request.headers))
+        return await proxy.handle(path, body, forwarded(request.headers), request.is_disconnected)
 
     route.__name__ = path.strip("/").replace("/", "_")
     return route

@@ -12,7 +12,9 @@ prefills it itself (local_prefill.py).
 Faults: a P that cannot be reached or fails gives the request to the next P (503 when none is left);
 a D that cannot be reached is forgotten and the request starts over with another D; a D that dies
 mid-answer ends the client's stream with an error event (or a 502 error object) at once. Every wait is
-watched: an instance forgotten by the registry (no heartbeat) ends the wait.
+watched: an instance forgotten by the registry (no heartbeat) ends the wait, and so does a client that
+hangs up (its instances' requests are closed, so they abort as when a client leaves fd serve itself;
+a stream's relay is cancelled by the server on the client's disconnect).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 
 import httpx
 from starlette.responses import Response, StreamingResponse
@@ -42,6 +46,14 @@ class _Gone(Exception):
     """The instance was forgotten (no heartbeat) while the router waited on it."""
 
 
+class _ClientGone(Exception):
+    """The client hung up while the router waited on an instance."""
+
+
+# The current request's disconnect check (Request.is_disconnected), read by every wait of handle().
+_client_gone: ContextVar[Callable[[], Awaitable[bool]] | None] = ContextVar("client_gone", default=None)
+
+
 def error_response(status: int, message: str, code: str | None = None) -> Response:
     body = APIError(message, status, code=code).to_dict()
     return Response(json.dumps(body), status, media_type="application/json")
@@ -58,7 +70,19 @@ class PDProxy:
         self.max_local_prefill_length = max_local_prefill_length
         self.local_prefills = 0  # requests D prefilled itself (fd:router_local_prefill_total)
 
-    async def handle(self, path: str, body: dict, headers: dict) -> Response:
+    async def handle(
+        self, path: str, body: dict, headers: dict, client_gone: Callable[[], Awaitable[bool]] | None = None
+    ) -> Response:
+        token = _client_gone.set(client_gone)
+        try:
+            return await self._handle(path, body, headers)
+        except _ClientGone:
+            logger.info("client left %s: its instances' requests closed", path)
+            return error_response(499, "the client closed the request")
+        finally:
+            _client_gone.reset(token)
+
+    async def _handle(self, path: str, body: dict, headers: dict) -> Response:
         if not (self.registry.live("prefill") and self.registry.live("decode")):
             mixed = self.registry.pick("mixed")
             if mixed is not None:  # no prefill/decode pair: a mixed instance serves the whole request
@@ -111,6 +135,9 @@ class PDProxy:
                     return task.result()
                 if not self.registry.is_alive(inst):
                     raise _Gone(inst.url)
+                client_gone = _client_gone.get()
+                if client_gone is not None and await client_gone():
+                    raise _ClientGone
         finally:
             if not task.done():
                 task.cancel()
@@ -153,6 +180,18 @@ class PDProxy:
         d.in_flight += 1
         try:
             resp = await self._watched(d, self.client.send(req, stream=True))
+        except (httpx.ConnectError, httpx.ConnectTimeout, _Gone):
+            d.in_flight -= 1
+            raise  # never reached, or forgotten: the caller starts over elsewhere
+        except httpx.TransportError as e:
+            # D took the request and failed before its answer's headers: a non-streamed answer's come at
+            # its end, so this is a death mid-request (the prefilled blocks went to D: no start over).
+            d.in_flight -= 1
+            logger.warning(
+                "%s instance %s failed mid-request (%s): forgotten", d.role, d.url, type(e).__name__
+            )
+            self.registry.forget(d)
+            return error_response(502, f"the {d.role} instance {d.url} failed mid-request", "decode_failed")
         except BaseException:
             d.in_flight -= 1
             raise
@@ -161,7 +200,9 @@ class PDProxy:
                 content = await self._watched(d, resp.aread())
             except (httpx.TransportError, _Gone):
                 self.registry.forget(d)
-                return error_response(502, f"the decode instance {d.url} failed mid-request")
+                return error_response(
+                    502, f"the {d.role} instance {d.url} failed mid-request", "decode_failed"
+                )
             finally:
                 d.in_flight -= 1
                 await resp.aclose()
