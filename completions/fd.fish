@@ -17,9 +17,10 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcom
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' \
     -l batch-size -l block-size -l cache-queue-port -l cache-transfer-protocol \
     -l chat-template-content-format -l chunked-moe-size -l config -l controller-port -l convert \
-<<<<<<< HEAD
-    -l data-parallel-size -l disable-chunked-mm-input -l disable-custom-all-reduce \
-    -l disable-detokenize -l disable-log-requests -l disable-log-stats \
+    -l cpu-offload-gb -l data-parallel-address -l data-parallel-backend -l data-parallel-external-lb \
+    -l data-parallel-hybrid-lb -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
+    -l data-parallel-size-local -l data-parallel-start-rank -l disable-chunked-mm-input \
+    -l disable-custom-all-reduce -l disable-detokenize -l disable-log-requests -l disable-log-stats \
     -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe \
     -l distributed-executor-backend -l download-dir -l dtype -l dynamic-load-weight \
     -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce \
@@ -29,32 +30,14 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l innode-prefill-ports -l input-len -l ips \
-    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
-=======
-    -l cpu-offload-gb -l data-parallel-address -l data-parallel-backend -l data-parallel-external-lb \
-    -l data-parallel-hybrid-lb -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
-    -l data-parallel-size-local -l data-parallel-start-rank -l disable-chunked-mm-input \
-    -l disable-custom-all-reduce -l disable-detokenize -l disable-log-requests -l disable-log-stats \
-    -l disable-sequence-parallel-moe -l distributed-executor-backend -l download-dir -l dtype \
-    -l dynamic-load-weight -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
-    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask \
-    -l enable-log-requests -l enable-logprob -l enable-mm -l enable-mm-output \
-    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager \
-    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
-    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l headless -l innode-prefill-ports -l input-len \
     -l ips -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-ratio \
     -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend \
     -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
->>>>>>> parkv-probe
     -l kvcache-storage-backend -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
     -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
     -l master-addr -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
     -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
-<<<<<<< HEAD
     -l max-processor-cache -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-kwargs \
     -l model -l model-config-name -l model-impl -l n -l nnodes -l no-enable-chunked-prefill \
     -l no-enable-output-caching -l no-enable-prefix-caching -l no-shutdown-comm-group-if-worker-idle \
@@ -73,27 +56,7 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l swap-space -l task -l tensor-parallel-size -l threads -l timeout -l tokenizer \
     -l tokenizer-base-url -l tokenizer-mode -l tool-parser-plugin -l trust-remote-code \
     -l use-cudagraph -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp \
-    -s m -o pp -s q -o tp
-=======
-    -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l n \
-    -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
-    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override -l num-iters \
-    -l num-iters-warmup -l num-kv-blocks -l output-json -l output-len -l override-generation-config \
-    -l override-pooler-config -l pd-comm-port -l percentiles -l pipeline-parallel-size \
-    -l plas-attention-config -l pooler-config -l prealloc-dec-block-slot-num-threshold \
-    -l quantization -l ray-address -l rdma-comm-ports -l revision -l router -l routing-replay-config \
-    -l rsync-config -l runner -l scheduler-db -l scheduler-expire-period -l scheduler-host \
-    -l scheduler-load-shards-num -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name \
-    -l scheduler-password -l scheduler-port -l scheduler-reader-batch-size \
-    -l scheduler-reader-parallel -l scheduler-release-load-expire-period -l scheduler-sync-period \
-    -l scheduler-topic -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
-    -l seed -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
-    -l splitwise-role -l static-decode-blocks -l structured-outputs-config -l swap-space -l task \
-    -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
-    -l tokenizer-mode -l tool-parser-plugin -l trust-remote-code -l use-cudagraph \
-    -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp -o dpa -o dpb \
-    -o dpl -o dpn -o dpp -o dpr -s m -o pp -s q -o tp
->>>>>>> parkv-probe
+    -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' \
     -l api-key -l append-result -l backend -l base-url -l burstiness -l chart \
     -l chat-template-kwargs -l custom-output-len -l custom-skip-chat-template -l dataset \
@@ -115,39 +78,23 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' \
     -l async-engine -l backend -l block-size -l cache-queue-port -l cache-transfer-protocol \
     -l chat-template-content-format -l chunked-moe-size -l config -l controller-port -l convert \
-<<<<<<< HEAD
-    -l data-parallel-size -l dataset-name -l disable-chunked-mm-input -l disable-custom-all-reduce \
-    -l disable-detokenize -l disable-log-requests -l disable-log-stats \
-    -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe \
-=======
     -l cpu-offload-gb -l data-parallel-address -l data-parallel-backend -l data-parallel-external-lb \
     -l data-parallel-hybrid-lb -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l dataset-name \
     -l disable-chunked-mm-input -l disable-custom-all-reduce -l disable-detokenize \
-    -l disable-log-requests -l disable-log-stats -l disable-sequence-parallel-moe \
->>>>>>> parkv-probe
-    -l distributed-executor-backend -l download-dir -l dtype -l dynamic-load-weight \
-    -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce \
-    -l enable-early-stop -l enable-entropy -l enable-eplb -l enable-expert-parallel \
-    -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask -l enable-log-requests \
-<<<<<<< HEAD
-    -l enable-logprob -l enable-mm -l enable-mm-embeds -l enable-mm-output -l enable-output-caching \
-    -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager -l engine-watchdog-timeout \
-    -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
-    -l graph-optimization-config -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l innode-prefill-ports -l input-len -l ips \
-    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
-=======
-    -l enable-logprob -l enable-mm -l enable-mm-output -l enable-output-caching \
-    -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager -l engine-watchdog-timeout \
-    -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
-    -l graph-optimization-config -l guided-decoding-backend \
+    -l disable-log-requests -l disable-log-stats -l disable-mm-preprocessor-cache \
+    -l disable-sequence-parallel-moe -l distributed-executor-backend -l download-dir -l dtype \
+    -l dynamic-load-weight -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
+    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask \
+    -l enable-log-requests -l enable-logprob -l enable-mm -l enable-mm-embeds -l enable-mm-output \
+    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching -l enforce-eager \
+    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
+    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l headless -l innode-prefill-ports -l input-len \
     -l ips -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-ratio \
     -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend \
     -l kv-offloading-size -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
->>>>>>> parkv-probe
     -l kvcache-storage-backend -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
     -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
     -l master-addr -l master-port -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
@@ -165,21 +112,12 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l scheduler-name -l scheduler-password -l scheduler-port -l scheduler-reader-batch-size \
     -l scheduler-reader-parallel -l scheduler-release-load-expire-period -l scheduler-sync-period \
     -l scheduler-topic -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
-<<<<<<< HEAD
     -l seed -l served-model-name -l shutdown-comm-group-if-worker-idle -l skip-mm-profiling \
     -l speculative-config -l splitwise-role -l static-decode-blocks -l structured-outputs-config \
     -l swap-space -l task -l tensor-parallel-size -l threads -l timeout -l tokenizer \
     -l tokenizer-base-url -l tokenizer-mode -l tool-parser-plugin -l trust-remote-code \
     -l use-cudagraph -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp \
-    -s m -o pp -s q -o tp
-=======
-    -l seed -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
-    -l splitwise-role -l static-decode-blocks -l structured-outputs-config -l swap-space -l task \
-    -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
-    -l tokenizer-mode -l tool-parser-plugin -l trust-remote-code -l use-cudagraph \
-    -l use-internode-ll-two-stage -l use-warmup -l workers -l write-policy -o dp -o dpa -o dpb \
-    -o dpl -o dpn -o dpp -o dpr -s m -o pp -s q -o tp
->>>>>>> parkv-probe
+    -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from chat' \
     -l api-key -l image -l json-schema -l max-tokens -l model-name -l quick -l system-prompt \
     -l temperature -l url -s q
@@ -199,7 +137,6 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l disable-chunked-mm-input \
     -l disable-custom-all-reduce -l disable-log-requests -l disable-log-stats \
-<<<<<<< HEAD
     -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe \
     -l distributed-executor-backend -l download-dir -l dtype -l dynamic-load-weight \
     -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce \
@@ -210,28 +147,6 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l enable-prompt-tokens-details -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l innode-prefill-ports -l input -l input-file -l ips \
-    -l kv-cache-dtype -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression \
-    -l kv-offload-dir -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token \
-    -l kvcache-storage-backend -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format \
-    -l load-strategy -l local-data-parallel-id -l logits-processors -l logprobs-mode \
-    -l long-prefill-token-threshold -l master-addr -l master-port -l max-encoder-cache \
-    -l max-inflight -l max-log-len -l max-logprobs -l max-long-partial-prefills -l max-model-len \
-    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache \
-    -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-kwargs -l model \
-    -l model-config-name -l model-impl -l nnodes -l no-enable-chunked-prefill \
-    -l no-enable-output-caching -l no-enable-prefix-caching -l no-progress \
-    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
-=======
-    -l disable-sequence-parallel-moe -l distributed-executor-backend -l download-dir -l dtype \
-    -l dynamic-load-weight -l early-stop-config -l enable-chunked-moe -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
-    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-force-include-usage \
-    -l enable-keep-sampling-mask -l enable-log-requests -l enable-logprob -l enable-metrics \
-    -l enable-mm -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule \
-    -l enable-prefix-caching -l enable-prompt-tokens-details -l enforce-eager \
-    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
-    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
     -l guided-decoding-disable-any-whitespace -l headless -l innode-prefill-ports -l input \
     -l input-file -l ips -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb \
     -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb \
@@ -241,10 +156,10 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l logprobs-mode -l long-prefill-token-threshold -l master-addr -l master-port \
     -l max-encoder-cache -l max-inflight -l max-log-len -l max-logprobs -l max-long-partial-prefills \
     -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
-    -l max-processor-cache -l mm-processor-kwargs -l model -l model-config-name -l model-impl \
-    -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
-    -l no-progress -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
->>>>>>> parkv-probe
+    -l max-processor-cache -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-kwargs \
+    -l model -l model-config-name -l model-impl -l nnodes -l no-enable-chunked-prefill \
+    -l no-enable-output-caching -l no-enable-prefix-caching -l no-progress \
+    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
     -l num-kv-blocks -l output -l output-file -l output-tmp-dir -l override-generation-config \
     -l override-pooler-config -l pd-comm-port -l pipeline-parallel-size -l plas-attention-config \
     -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l progress -l quantization \
@@ -255,63 +170,29 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l scheduler-reader-batch-size -l scheduler-reader-parallel \
     -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
     -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel -l seed \
-<<<<<<< HEAD
     -l served-model-name -l shutdown-comm-group-if-worker-idle -l skip-mm-profiling \
     -l speculative-config -l splitwise-role -l static-decode-blocks -l strict \
     -l structured-outputs-config -l summary-json -l swap-space -l task -l tensor-parallel-size \
     -l threads -l timeout -l tokenizer -l tokenizer-base-url -l tokenizer-mode -l tool-call-parser \
     -l tool-parser-plugin -l trust-remote-code -l url -l use-cudagraph -l use-internode-ll-two-stage \
-    -l use-warmup -l workers -l write-policy -o dp -s i -s m -s o -o pp -s q -o tp
-=======
-    -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
-    -l splitwise-role -l static-decode-blocks -l strict -l structured-outputs-config -l summary-json \
-    -l swap-space -l task -l tensor-parallel-size -l threads -l timeout -l tokenizer \
-    -l tokenizer-base-url -l tokenizer-mode -l tool-call-parser -l tool-parser-plugin \
-    -l trust-remote-code -l url -l use-cudagraph -l use-internode-ll-two-stage -l use-warmup \
-    -l workers -l write-policy -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s i -s m -s o -o pp \
-    -s q -o tp
->>>>>>> parkv-probe
+    -l use-warmup -l workers -l write-policy -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s i \
+    -s m -s o -o pp -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcommand_from bench' \
     -l allow-credentials -l allowed-headers -l allowed-local-media-path -l allowed-media-domains \
     -l allowed-methods -l allowed-origins -l api-key -l api-key-file -l block-size \
     -l cache-queue-port -l cache-transfer-protocol -l chat-template -l chat-template-content-format \
-<<<<<<< HEAD
-    -l chunked-moe-size -l config -l controller-port -l convert -l data-parallel-size \
-    -l disable-chunked-mm-input -l disable-custom-all-reduce -l disable-log-requests \
-    -l disable-log-stats -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe \
-    -l disable-uvicorn-access-log -l distributed-executor-backend -l download-dir -l dtype \
-    -l dynamic-load-weight -l early-stop-config -l enable-auto-tool-choice -l enable-chunked-moe \
-    -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy \
-    -l enable-eplb -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion \
-    -l enable-keep-sampling-mask -l enable-log-requests -l enable-logprob -l enable-mm \
-    -l enable-mm-embeds -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule \
-    -l enable-prefix-caching -l enable-request-id-headers -l enforce-eager \
-    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config -l generation-config \
-    -l gpu-memory-utilization -l graph-optimization-config -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l h11-max-header-count \
-    -l h11-max-incomplete-event-size -l host -l innode-prefill-ports -l ips -l kv-cache-dtype \
-    -l kv-cache-memory-gb -l kv-cache-ratio -l kv-offload-compression -l kv-offload-dir \
-    -l kv-offload-dir-gb -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend \
-    -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format -l load-strategy \
-    -l local-data-parallel-id -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
-    -l master-addr -l master-port -l max-concurrency -l max-connections -l max-encoder-cache \
-    -l max-logprobs -l max-long-partial-prefills -l max-model-len -l max-num-batched-tokens \
-    -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache -l max-queue-size \
-    -l max-request-body-bytes -l max-waiting-time -l metrics-port -l mm-encoder-tp-mode \
-    -l mm-processor-cache-gb -l mm-processor-kwargs -l model -l model-config-name -l model-impl \
-    -l nnodes -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
-=======
     -l chunked-moe-size -l config -l controller-port -l convert -l cpu-offload-gb \
     -l data-parallel-address -l data-parallel-backend -l data-parallel-external-lb \
     -l data-parallel-hybrid-lb -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l disable-chunked-mm-input \
     -l disable-custom-all-reduce -l disable-log-requests -l disable-log-stats \
-    -l disable-sequence-parallel-moe -l disable-uvicorn-access-log -l distributed-executor-backend \
-    -l download-dir -l dtype -l dynamic-load-weight -l early-stop-config -l enable-auto-tool-choice \
-    -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-early-stop \
-    -l enable-entropy -l enable-eplb -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion \
-    -l enable-keep-sampling-mask -l enable-log-requests -l enable-logprob -l enable-mm \
-    -l enable-mm-output -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching \
+    -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe -l disable-uvicorn-access-log \
+    -l distributed-executor-backend -l download-dir -l dtype -l dynamic-load-weight \
+    -l early-stop-config -l enable-auto-tool-choice -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
+    -l enable-expert-parallel -l enable-flashinfer-allreduce-fusion -l enable-keep-sampling-mask \
+    -l enable-log-requests -l enable-logprob -l enable-mm -l enable-mm-embeds -l enable-mm-output \
+    -l enable-output-caching -l enable-overlap-schedule -l enable-prefix-caching \
     -l enable-request-id-headers -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l generation-config -l gpu-memory-utilization \
     -l graph-optimization-config -l guided-decoding-backend \
@@ -326,21 +207,19 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l max-connections -l max-encoder-cache -l max-logprobs -l max-long-partial-prefills \
     -l max-model-len -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
     -l max-processor-cache -l max-queue-size -l max-request-body-bytes -l max-waiting-time \
-    -l metrics-port -l mm-processor-kwargs -l model -l model-config-name -l model-impl -l nnodes \
-    -l no-enable-chunked-prefill -l no-enable-output-caching -l no-enable-prefix-caching \
->>>>>>> parkv-probe
-    -l no-shutdown-comm-group-if-worker-idle -l node-rank -l num-gpu-blocks-override \
-    -l num-kv-blocks -l override-generation-config -l override-pooler-config -l pd-comm-port \
-    -l pipeline-parallel-size -l plas-attention-config -l pooler-config -l port \
-    -l prealloc-dec-block-slot-num-threshold -l quantization -l ray-address -l rdma-comm-ports \
-    -l reasoning-parser -l response-role -l return-tokens-as-token-ids -l revision -l root-path \
-    -l router -l routing-replay-config -l rsync-config -l runner -l scheduler-db \
-    -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size \
-    -l scheduler-min-load-score -l scheduler-name -l scheduler-password -l scheduler-port \
-    -l scheduler-reader-batch-size -l scheduler-reader-parallel \
+    -l metrics-port -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-kwargs -l model \
+    -l model-config-name -l model-impl -l nnodes -l no-enable-chunked-prefill \
+    -l no-enable-output-caching -l no-enable-prefix-caching -l no-shutdown-comm-group-if-worker-idle \
+    -l node-rank -l num-gpu-blocks-override -l num-kv-blocks -l override-generation-config \
+    -l override-pooler-config -l pd-comm-port -l pipeline-parallel-size -l plas-attention-config \
+    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l quantization -l ray-address \
+    -l rdma-comm-ports -l reasoning-parser -l response-role -l return-tokens-as-token-ids \
+    -l revision -l root-path -l router -l routing-replay-config -l rsync-config -l runner \
+    -l scheduler-db -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num \
+    -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name -l scheduler-password \
+    -l scheduler-port -l scheduler-reader-batch-size -l scheduler-reader-parallel \
     -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
     -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel -l seed \
-<<<<<<< HEAD
     -l served-model-name -l shutdown-comm-group-if-worker-idle -l skip-mm-profiling \
     -l speculative-config -l splitwise-role -l static-decode-blocks -l strict-request-fields \
     -l structured-outputs-config -l swap-space -l task -l tensor-parallel-size -l threads -l timeout \
@@ -348,17 +227,7 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l timeout-request-header -l tokenizer -l tokenizer-base-url -l tokenizer-mode \
     -l tool-call-parser -l tool-parser-plugin -l trust-remote-code -l trust-request-chat-template \
     -l use-cudagraph -l use-internode-ll-two-stage -l use-warmup -l uvicorn-log-level -l workers \
-    -l write-policy -o dp -s m -o pp -s q -o tp
-=======
-    -l served-model-name -l shutdown-comm-group-if-worker-idle -l speculative-config \
-    -l splitwise-role -l static-decode-blocks -l strict-request-fields -l structured-outputs-config \
-    -l swap-space -l task -l tensor-parallel-size -l threads -l timeout -l timeout-graceful-shutdown \
-    -l timeout-keep-alive -l timeout-request-body -l timeout-request-header -l tokenizer \
-    -l tokenizer-base-url -l tokenizer-mode -l tool-call-parser -l tool-parser-plugin \
-    -l trust-remote-code -l trust-request-chat-template -l use-cudagraph \
-    -l use-internode-ll-two-stage -l use-warmup -l uvicorn-log-level -l workers -l write-policy \
-    -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp -s q -o tp
->>>>>>> parkv-probe
+    -l write-policy -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp -s q -o tp
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a chat-template -d 'Render messages with the models chat template and print the prompt.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a count -d 'Print the number of tokens in TEXT.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a decode -d 'Decode token IDS into text.'

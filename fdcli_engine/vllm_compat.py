@@ -38,7 +38,14 @@ VLLM_FIELDS = (
     "enable_log_requests",
     "disable_log_requests",
     "disable_log_stats",
-    # multimodal launch flags (vLLM's processor cache, memory profiling, encoder sharding    "cpu_offload_gb",
+    # multimodal launch flags (vLLM's processor cache, memory profiling, encoder sharding)
+    "mm_processor_cache_gb",
+    "disable_mm_preprocessor_cache",
+    "skip_mm_profiling",
+    "mm_encoder_tp_mode",
+    "enable_mm_embeds",
+    # data-parallel and KV-connector launch flags (vllm_kv_connectors.py reads the connector ones)
+    "cpu_offload_gb",
     "data_parallel_size_local",
     "data_parallel_start_rank",
     "data_parallel_address",

@@ -213,7 +213,12 @@ def test_each_vllm_option_without_effect_says_so_in_one_line():
     flags = sorted(re.match(r"--[a-z-]+", n).group(0) for n in notes)
     # 1 / 0 / mp are what fd does; embeds are refused; the request-log flags and the KV connector
     # options act (log_requests; tests/cli/test_vllm_kv_parallel_flags.py)
-    silent = {"--pipeline-parallel-size", "--enable-mm-embeds", "--enable-log-requests", "--disable-log-requests"}
+    silent = {
+        "--pipeline-parallel-size",
+        "--enable-mm-embeds",
+        "--enable-log-requests",
+        "--disable-log-requests",
+    }
     silent |= {"--data-parallel-size-local", "--data-parallel-start-rank", "--external-data-parallel-rank"}
     silent |= {"--data-parallel-external-lb", "--data-parallel-hybrid-lb"}
     silent |= {
