@@ -35,7 +35,15 @@ from fdcli.console import error_boundary
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS, SCHEDULER_TUNING
-from fdcli_engine.vllm_compat import HUMAN_INT_FIELDS, VLLM_FIELDS, parse_human_int
+from fdcli_engine.vllm_compat import (
+    HUMAN_INT_FIELDS,
+    JSON_FLAG_FIELDS,
+    LIST_FLAG_FIELDS,
+    NOTE,
+    VLLM_FIELDS,
+    VLLM_FLAG_TABLE,
+    parse_human_int,
+)
 
 ENGINE_PANEL = "Engine options"
 PARALLEL_PANEL = "Parallel engines"
@@ -540,6 +548,24 @@ VLLM_FLAGS: dict[str, Any] = {
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 
+# The rest of vLLM's flags, one option per row of vllm_compat.VLLM_FLAG_TABLE: a bool is --x/--no-x (vLLM's
+# BooleanOptionalAction), a JSON object is text, nargs='+' a list; vLLM's short names beside.
+_VLLM_SHORT = {"api_server_count": "-asc", "compilation_config": "-cc", "attention_config": "-ac"}
+_CLI_TYPES = {dict: str, list: list[str]}
+
+
+def _vllm_table_option(name: str) -> Any:
+    row = VLLM_FLAG_TABLE[name]
+    flag = name.replace("_", "-")
+    names = [f"--{flag}/--no-{flag}" if row.type is bool else f"--{flag}"]
+    names += [_VLLM_SHORT[name]] if name in _VLLM_SHORT else []
+    what = "JSON object. " if row.type is dict else ""
+    text = f"No effect: {row.why} (logged)." if row.kind == NOTE else f"Not supported ({row.why})."
+    return Annotated[Optional[_CLI_TYPES.get(row.type, row.type)], vllm_option(*names, help=what + text)]  # noqa: UP045
+
+
+VLLM_FLAGS.update({name: _vllm_table_option(name) for name in VLLM_FLAG_TABLE})
+
 # Prefill/decode disaggregation (FastDeploy's flags; docs/disaggregation.md).
 PD_PANEL = "Prefill/decode disaggregation"
 
@@ -718,7 +744,20 @@ ENGINE_FLAGS: dict[str, Any] = {
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
 # Flags (and YAML keys) that set EngineConfig fields under another name; merge_engine_options maps them.
-ENGINE_FORM_FLAGS: dict[str, Any] = {"structured_outputs_config": StructuredOutputsConfigOpt}
+# vLLM's --kv-cache-memory-bytes (sizes as --max-model-len: 4G, 4GiB in bytes) sets --kv-cache-memory-gb.
+KvCacheMemoryBytesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--kv-cache-memory-bytes",
+        metavar="BYTES",
+        help="vLLM's KV-cache size in bytes (4G = 4 GiB, 4g = 4e9 bytes); sets --kv-cache-memory-gb.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
+ENGINE_FORM_FLAGS: dict[str, Any] = {
+    "structured_outputs_config": StructuredOutputsConfigOpt,
+    "kv_cache_memory_bytes": KvCacheMemoryBytesOpt,
+}
 ALL_ENGINE_FLAGS: dict[str, Any] = {
     **ENGINE_FLAGS,
     **ENGINE_FORM_FLAGS,
@@ -755,6 +794,10 @@ def _structured_outputs_options(merged: dict[str, Any]) -> None:
                     f"--guided-decoding-backend {given!r}: give one"
                 )
             merged["guided_decoding_backend"] = backend
+
+
+# Engine options whose value is a JSON object: text on the command line, a mapping in YAML.
+JSON_OPTION_FIELDS = ("pooler_config", "override_generation_config", *JSON_FIELDS, *JSON_FLAG_FIELDS)
 
 
 def _load_yaml(config_file: Path) -> dict[str, Any]:
@@ -813,10 +856,16 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     for alias, name in ALIASES.items():
         if alias in merged:
             merged.setdefault(name, merged.pop(alias))
-    for name in ("pooler_config", "override_generation_config", *JSON_FIELDS):
+    for name in JSON_OPTION_FIELDS:
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
     _structured_outputs_options(merged)
+    if "kv_cache_memory_bytes" in merged:
+        size = parse_human_int("kv_cache_memory_bytes", merged.pop("kv_cache_memory_bytes"))
+        given = merged.get("kv_cache_memory_gb")
+        if given is not None and abs(given * 2**30 - size) >= 1:
+            raise ConfigError("--kv-cache-memory-bytes and --kv-cache-memory-gb disagree: give one")
+        merged["kv_cache_memory_gb"] = size / 2**30
     for name in HUMAN_INT_FIELDS:
         if merged.get(name) is not None:
             merged[name] = parse_human_int(name, merged[name])
@@ -836,12 +885,14 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     if "engine_args" not in sig.parameters:
         raise TypeError(f"{func.__name__} must declare a keyword-only parameter `engine_args`")
     own = [p for name, p in sig.parameters.items() if name != "engine_args"]
-    clash = {p.name for p in own} & (set(ALL_ENGINE_FLAGS) | {"config"})
+    # A command may give one of vLLM's frontend flags of the table its own meaning (run-batch's notes).
+    flags = {k: v for k, v in ALL_ENGINE_FLAGS.items() if k not in VLLM_FLAG_TABLE or k not in sig.parameters}
+    clash = {p.name for p in own} & (set(flags) | {"config"})
     if clash:
         raise TypeError(f"{func.__name__} redeclares engine option(s): {', '.join(sorted(clash))}")
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
-        for name, alias in {"config": ConfigFileOpt, **ALL_ENGINE_FLAGS}.items()
+        for name, alias in {"config": ConfigFileOpt, **flags}.items()
     ]
     # Keyword-only parameters must follow positional ones in a valid signature.
     positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
@@ -849,7 +900,7 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        engine_kwargs = {name: kwargs.pop(name, None) for name in ALL_ENGINE_FLAGS}
+        engine_kwargs = {name: kwargs.pop(name, None) for name in flags}
         config_file = kwargs.pop("config", None)
         with error_boundary():
             engine_args = engine_config_from_cli(config_file, **engine_kwargs)
@@ -922,7 +973,7 @@ def parse_cors_list(key: str, value: Any) -> list[str]:
 
 # ---- vLLM's and FastDeploy's command-line habits ---------------------------------------------------
 # Options vLLM declares with nargs='+': `--served-model-name a b` takes every word up to the next option.
-MULTI_VALUE_FLAGS = ("--served-model-name",)
+MULTI_VALUE_FLAGS = ("--served-model-name", *("--" + n.replace("_", "-") for n in LIST_FLAG_FIELDS))
 
 
 class EngineCommand(TyperCommand):
@@ -940,7 +991,96 @@ class EngineCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+# Options whose value is a JSON object, which vLLM's dotted form may build: `--limit-mm-per-prompt.image
+# 2` is `--limit-mm-per-prompt '{"image": 2}'`.
+DOTTED_FLAGS = frozenset(
+    "--" + n.replace("_", "-")
+    for n in (*JSON_OPTION_FIELDS, "structured_outputs_config", "limit_mm_per_prompt")
+)
+# vLLM's -O3 / -O 3 / -O=3: --optimization-level; -O.key: a --compilation-config key (its older meaning).
+OPTIMIZATION_FLAG = "--optimization-level"
+# Options whose value may be left out (argparse's nargs='?'), and the value they then take.
+BARE_VALUE = {"--hf-token": "true"}
+
+
+def dotted_argv(args: list[str]) -> list[str]:
+    """vLLM's FlexibleArgumentParser forms for JSON options: `--a.b v` / `--a.b=v` set key b of --a's
+    object (v read as JSON, else as text), `--a.b.c v` a nested key, `--a.b+ x,y` a list; repeats merge,
+    and the keys are laid over an --a object given whole (vLLM would drop that one). Also -O3, -O 3 and
+    -O=3 as --optimization-level 3. Everything after `--` is left alone."""
+    out: list[str] = []
+    built: dict[str, dict[str, Any]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out += args[i:]
+            break
+        if arg.startswith("-O") and arg != "-O" and not arg.startswith("-O."):
+            out += [OPTIMIZATION_FLAG, arg[3:] if arg[2] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            out.append(OPTIMIZATION_FLAG)
+        elif arg.startswith("-O."):
+            args = [*args[:i], "--compilation-config" + arg[2:], *args[i + 1 :]]
+            continue
+        elif arg.startswith("--") and "." in arg.partition("=")[0]:
+            name, _, rest = arg.partition("=")
+            flag, *keys = name.split(".")
+            flag = flag.replace("_", "-")
+            if flag not in DOTTED_FLAGS:
+                raise ValueError(f"{flag} does not take a JSON object, so {name} is not an option")
+            if "=" in arg:
+                text = rest
+            elif i + 1 < len(args):
+                i += 1
+                text = args[i]
+            else:
+                raise ValueError(f"Option '{name}' requires an argument.")
+            if keys[-1].endswith("+"):
+                keys[-1] = keys[-1][:-1]
+                value: Any = text.split(",")
+            else:
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    value = text
+            if not all(keys):
+                raise ValueError(f"{name}: empty key")
+            for key in reversed(keys):
+                value = {key: value}
+            _merge(built.setdefault(flag, {}), value)
+        else:
+            out.append(arg)
+        i += 1
+    for flag, obj in built.items():
+        at = [j for j, a in enumerate(out) if a == flag or a.startswith(flag + "=")]
+        if at:
+            j = at[-1]
+            given = out[j].partition("=")[2] if "=" in out[j] else (out[j + 1] if j + 1 < len(out) else "")
+            try:
+                whole = json.loads(given)
+            except ValueError:
+                whole = None
+            if isinstance(whole, dict):
+                _merge(whole, obj)
+                obj = whole
+            del out[j : j + (1 if "=" in out[j] else 2)]
+        out += [flag, json.dumps(obj)]
+    return out
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif isinstance(v, list) and isinstance(into.get(k), list):
+            into[k] = into[k] + v
+        else:
+            into[k] = v
+
+
 def engine_argv(args: list[str]) -> list[str]:
+    args = dotted_argv(args)
     out: list[str] = []
     multi: str | None = None  # the multi-value option whose words are being read
     wordless = False  # `multi` has no word yet
@@ -952,6 +1092,9 @@ def engine_argv(args: list[str]) -> list[str]:
         if arg.startswith("--") and "_" in arg.partition("=")[0]:
             name, eq, value = arg.partition("=")
             arg = name.replace("_", "-") + eq + value
+        if arg in BARE_VALUE and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out += [arg, BARE_VALUE[arg]]
+            continue
         if arg.startswith("-") and len(arg) > 1:
             multi = arg if arg in MULTI_VALUE_FLAGS else None
             wordless = multi is not None
