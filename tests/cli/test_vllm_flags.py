@@ -19,7 +19,10 @@ from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.request_limits import check_logprobs
 from fdcli_engine.vllm_compat import (
     ACCESS_LOG_NOTE,
+    NOTE,
+    REFUSE,
     VLLM_FIELDS,
+    VLLM_FLAG_TABLE,
     check_load_format,
     parse_human_int,
     vllm_notes,
@@ -35,9 +38,11 @@ def _lines() -> list[str]:
 
 @pytest.mark.parametrize("line", _lines())
 def test_vllm_launch_line_parses(captured, tmp_path, line):
-    keys = tmp_path / "keys"
-    keys.write_text("k1\n")
-    argv = [{"MODEL": str(tmp_path), "KEYS": str(keys)}.get(a, a) for a in shlex.split(line)[1:]]
+    files = {"KEYS": "k1\n", "KEY": "pem", "CERT": "pem", "LOGCONF": '{"version": 1}'}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    names = {"MODEL": str(tmp_path), **{name: str(tmp_path / name) for name in files}}
+    argv = [names.get(a, a) for a in shlex.split(line)[1:]]
     r = runner.invoke(app, argv)
     assert r.exit_code == 0, r.output
     ((config, _),) = captured
@@ -320,22 +325,158 @@ def test_dotted_keys_fold_into_the_options_json():
     }  # fmt: skip
 
 
+# ---- every flag of `vllm serve`: a working option, a no-effect note, or a refusal ------------------------
+FLAGS_FIXTURE = Path(__file__).parent / "fixtures" / "vllm_serve_flags.txt"
+
+
+def _serve_option_names() -> set[str]:
+    import typer.main
+
+    command = typer.main.get_command(app).commands["serve"]
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+
+
+def test_every_vllm_serve_flag_is_an_fd_serve_option():
+    wanted = [ln for ln in FLAGS_FIXTURE.read_text().splitlines() if ln and not ln.startswith("#")]
+    missing = sorted(set(wanted) - _serve_option_names())
+    assert len(wanted) > 200 and not missing, missing
+
+
+def _value_of(name: str) -> list[str]:
+    """A value of vLLM's type for a table flag, never one of its silent values."""
+    row = VLLM_FLAG_TABLE[name]
+    flag = "--" + name.replace("_", "-")
+    if row.type is bool and True in row.silent:
+        return ["--no-" + name.replace("_", "-")]
+    return {bool: [flag], int: [flag, "2"], float: [flag, "0.5"], dict: [flag, '{"a": 1}']}.get(
+        row.type, [flag, "x"]
+    )
+
+
+@pytest.mark.parametrize("name", [n for n, row in VLLM_FLAG_TABLE.items() if row.kind == REFUSE])
+def test_each_refused_vllm_flag_says_what_to_use(captured, name):
+    r = runner.invoke(app, ["serve", *_value_of(name)])
+    assert r.exit_code == 2 and not captured, r.output
+    flag = "--" + name.replace("_", "-")
+    assert r.stderr.startswith(f"Error: {flag}") and r.stderr.count("\n") == 1, r.stderr
+    assert f"is not supported: {VLLM_FLAG_TABLE[name].why}" in r.stderr
+
+
+def test_refused_flags_given_as_fd_does_are_accepted(captured):
+    argv = ["serve", "--no-enable-lora", "--scheduling-policy", "fcfs", "--config-format", "hf"]
+    assert runner.invoke(app, argv).exit_code == 0
+    assert vllm_notes(captured[0][0]) == []
+
+
+def test_each_vllm_flag_without_effect_logs_one_line(captured):
+    notes_of = [n for n, row in VLLM_FLAG_TABLE.items() if row.kind == NOTE]
+    argv = ["serve"] + [word for n in notes_of for word in _value_of(n)]
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    notes = vllm_notes(captured[0][0])
+    assert [re.match(r"--[a-z0-9-]+", n).group(0) for n in notes] == [
+        "--" + n.replace("_", "-") for n in notes_of
+    ]
+    assert all(" has no effect: " in n and "\n" not in n for n in notes)
+
+
+def test_the_table_flags_stay_out_of_the_resolved_config():
+    from fdcli_engine.resolved_config import ResolvedConfig
+
+    assert not set(VLLM_FLAG_TABLE) & set(ResolvedConfig.__struct_fields__)
+
+
+@pytest.mark.parametrize(
+    "argv,want",
+    [
+        (["--limit-mm-per-prompt.image", "2", "--limit_mm_per_prompt.video=0"],
+         ["--limit-mm-per-prompt", '{"image": 2, "video": 0}']),
+        (["--speculative-config", '{"method": "ngram"}', "--speculative-config.num_speculative_tokens", "3"],
+         ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}']),
+        (["--compilation-config.pass_config.fuse", "true", "--compilation-config.sizes+", "1,2"],
+         ["--compilation-config", '{"pass_config": {"fuse": true}, "sizes": ["1", "2"]}']),
+        (["--structured-outputs-config.backend", "guidance", "--port", "1"],
+         ["--structured-outputs-config", '{"backend": "guidance"}', "--port", "1"]),
+        (["-O3", "-O", "2", "-O=1", "-O.level", "0"],
+         ["--optimization-level", "3", "--optimization-level", "2", "--optimization-level", "1",
+          "--compilation-config", '{"level": 0}']),
+        (["--hf-token", "--port", "1"], ["--hf-token", "true", "--port", "1"]),
+        (["--", "--limit-mm-per-prompt.image", "2"], ["--", "--limit-mm-per-prompt.image", "2"]),
+    ],
+)  # fmt: skip
+def test_vllm_dotted_and_short_forms(argv, want):
+    # vLLM's FlexibleArgumentParser.parse_args (vllm/utils/argparse_utils.py): `--a.b v` -> --a '{"b": v}'
+    # (v as JSON, else text; `+` a comma list; repeats merge); -O3 / -O 3 / -O=3 -> --optimization-level.
+    assert engine_argv(argv) == want
+
+
+def test_dotted_json_reaches_the_engine_and_the_server(captured):
+    r = runner.invoke(
+        app,
+        ["serve", "M", "--limit-mm-per-prompt.image", "2", "--speculative-config.method", "ngram",
+         "--speculative-config.num_speculative_tokens", "3", "--structured-outputs-config.backend", "guidance",
+         "--compilation-config.level", "3", "-O3"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ((config, args),) = captured
+    assert json.loads(args.serving.limit_mm_per_prompt) == {"image": 2}
+    assert config.speculative_config == {"method": "ngram", "num_speculative_tokens": 3}
+    assert config.guided_decoding_backend == "guidance"
+    assert config.compilation_config == {"level": 3} and config.optimization_level == "3"
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [
         (["--structured-outputs-config.backend"], "requires an argument"),
         (["--structured-outputs-config..backend", "x"], "name a key after each dot"),
-        (
-            [
-                "--structured-outputs-config",
-                '{"backend": "auto"}',
-                "--structured-outputs-config.backend",
-                "off",
-            ],
-            "as JSON and as dotted keys",
-        ),
+        (["--max-model-len.x", "1"], "--max-model-len does not take a JSON object"),
+        (["--limit-mm-per-prompt.image"], "Option '--limit-mm-per-prompt.image' requires an argument."),
     ],
 )
-def test_bad_dotted_options_are_one_line_usage_errors(captured, argv, needle):
+def test_bad_dotted_and_size_forms_are_one_line(captured, argv, needle):
+    r = runner.invoke(app, ["serve", *argv])
+    assert r.exit_code == 2 and not captured and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+
+
+def test_vllm_server_flags_reach_the_server_args(captured, tmp_path):
+    cert, key, conf = tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "log.json"
+    for f in (cert, key, conf):
+        f.write_text("{}")
+    r = runner.invoke(
+        app,
+        ["serve", "--ssl-certfile", str(cert), "--ssl-keyfile", str(key), "--ssl-ca-certs", str(cert),
+         "--ssl-cert-reqs", "2", "--ssl-ciphers", "ECDHE-RSA-AES256-GCM-SHA384", "--disable-fastapi-docs",
+         "--enable-force-include-usage", "--enable-server-load-tracking", "--log-config-file", str(conf),
+         "--uvicorn-log-level", "debug"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ((_, args),) = captured
+    assert (args.ssl_certfile, args.ssl_keyfile, args.ssl_ca_certs) == (str(cert), str(key), str(cert))
+    assert (args.ssl_cert_reqs, args.ssl_ciphers) == (2, "ECDHE-RSA-AES256-GCM-SHA384")
+    assert (
+        args.disable_fastapi_docs
+        and args.enable_server_load_tracking
+        and args.serving.enable_force_include_usage
+    )
+    assert (args.log_config_file, args.uvicorn_log_level) == (str(conf), "debug")
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--ssl-certfile", "/no/such.pem"], "--ssl-certfile '/no/such.pem' is not a file"),
+        (["--ssl-keyfile", "FILE"], "--ssl-keyfile and --ssl-ca-certs need --ssl-certfile"),
+        (["--ssl-certfile", "FILE", "--ssl-cert-reqs", "3"], "--ssl-cert-reqs must be 0 (none), 1"),
+        (["--ssl-certfile", "FILE", "--ssl-cert-reqs", "2"], "--ssl-cert-reqs 1 or 2 needs --ssl-ca-certs"),
+        (["--log-config-file", "/no/such.json"], "--log-config-file '/no/such.json': No such file"),
+        (["--log-config-file", "LIST"], "must hold a JSON object (logging.config.dictConfig)"),
+        (["--uvicorn-log-level", "loud"], "--uvicorn-log-level 'loud': use critical, error, warning"),
+    ],
+)
+def test_bad_server_flags_are_one_line(captured, tmp_path, argv, needle):
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "l").write_text("[]")
+    argv = [{"FILE": str(tmp_path / "f"), "LIST": str(tmp_path / "l")}.get(a, a) for a in argv]
     r = runner.invoke(app, ["serve", *argv])
     assert r.exit_code == 2 and not captured and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr

@@ -46,10 +46,11 @@ class Server:
     port: int
     log: Path
     api_key: str | None
+    ca_file: str | None = None  # HTTPS (--ssl-certfile): the certificate clients verify the server with
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def headers(self) -> dict:
@@ -66,7 +67,13 @@ class Server:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=self.api_key or "none", max_retries=0)
 
     def http(self, **kw) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, **kw)
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=60, verify=self.verify(), **kw)
+
+    def verify(self):
+        """httpx's `verify` for this server: its own certificate under HTTPS."""
+        import ssl
+
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file else True
 
     def metrics(self) -> dict[str, float]:
         text = httpx.get(f"{self.url}/metrics", headers=self.headers, timeout=10).text
@@ -114,7 +121,8 @@ def start_server(
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("FD_API_KEY", None)
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO, env=env)
-    server = Server(proc, port, log, api_key)
+    cert = extra[extra.index("--ssl-certfile") + 1] if "--ssl-certfile" in extra else None
+    server = Server(proc, port, log, api_key, cert)
     if wait_ready:
         wait_until_ready(server)
     return server
@@ -161,7 +169,10 @@ def wait_until_ready(server: Server, timeout: float = 180) -> None:
         if server.proc.poll() is not None:
             raise RuntimeError(f"fd serve exited {server.proc.returncode}:\n{server.log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{server.url}/ready", headers=server.headers, timeout=2).status_code == 200:
+            ready = httpx.get(
+                f"{server.url}/ready", headers=server.headers, timeout=2, verify=server.verify()
+            )
+            if ready.status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -16,8 +16,9 @@ from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 
 
 @contextlib.contextmanager
-def inproc_app(model: Path, serving: ServingOptions, **engine_args):
-    """(openai client, httpx TestClient) of the app serving `model` in process, for the with-block."""
+def inproc_app(model: Path, serving: ServingOptions, server: dict | None = None, **engine_args):
+    """(openai client, httpx TestClient) of the app serving `model` in process, for the with-block;
+    `server`: ServerArgs fields besides `serving`."""
     from fdcli_engine.api.inproc_client import InProcessEngineClient
     from fdcli_engine.config import EngineConfig
     from fdcli_engine.config_resolver import resolve_config
@@ -25,7 +26,7 @@ def inproc_app(model: Path, serving: ServingOptions, **engine_args):
     defaults = {"num_kv_blocks": 128, "max_num_seqs": 8, "threads": 1}
     config = resolve_config(EngineConfig.from_dict({"model": str(model), **defaults, **engine_args}))
     engine = InProcessEngineClient(config)
-    args = ServerArgs(serving=serving)
+    args = ServerArgs(serving=serving, **(server or {}))
     # One TestClient context: one event loop for every request, where the engine's driver runs.
     with TestClient(build_app(engine, args, AppState(args, Admission(8, -1)))) as http:
         client = openai.OpenAI(

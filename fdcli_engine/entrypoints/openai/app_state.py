@@ -36,6 +36,17 @@ class ServerArgs:
     root_path: str = ""
     enable_request_id_headers: bool = False
     disable_uvicorn_access_log: bool = False
+    # vLLM's HTTPS flags, handed to uvicorn (ssl_cert_reqs: the ssl module's CERT_NONE 0, CERT_OPTIONAL
+    # 1, CERT_REQUIRED 2 for client certificates checked against ssl_ca_certs).
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0
+    ssl_ciphers: str = "TLSv1"  # uvicorn's default
+    disable_fastapi_docs: bool = False  # vLLM's: no /openapi.json, /docs or /redoc
+    # vLLM's GET /load: {"server_load": requests being served}; 0 unless this is on.
+    enable_server_load_tracking: bool = False
+    log_config_file: str | None = None  # vLLM's: logging.config.dictConfig of this JSON, uvicorn's too
     serving: ServingOptions = field(default_factory=ServingOptions)  # chat template, parsers, names
     # CORS (vLLM's options): None sends no CORS headers at all; the others apply once origins are given.
     allowed_origins: list[str] | None = None

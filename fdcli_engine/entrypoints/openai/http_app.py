@@ -204,7 +204,8 @@ class _Ctx:
 
 def build_app(engine, args: ServerArgs, state) -> FastAPI:
     """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
-    app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version())
+    docs = {"openapi_url": None, "docs_url": None, "redoc_url": None} if args.disable_fastapi_docs else {}
+    app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version(), **docs)
     metrics = ServerMetrics()
     ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
@@ -342,6 +343,13 @@ def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
             ranks = [{"rank": r, "reason": why} for r, why in sorted(dead.items())]
             return JSONResponse({"status": "degraded", "dead_ranks": ranks}, status_code=200)
         return Response(status_code=200)
+
+    @app.get("/load", responses=_AUTH)
+    async def load():
+        """vLLM's server load: the requests being served (admitted, response not finished) under
+        --enable-server-load-tracking, else 0 (as vLLM, which counts only then)."""
+        tracking = ctx.state.args.enable_server_load_tracking
+        return JSONResponse({"server_load": ctx.state.admission.inflight if tracking else 0})
 
     # vLLM answers /ping (SageMaker's probe) on GET and POST alike.
     @app.api_route("/ping", methods=["GET", "POST"], response_class=Response, responses=_PROBE)

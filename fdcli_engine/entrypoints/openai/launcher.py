@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import socket
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import uvicorn
 
@@ -117,7 +119,7 @@ async def serve_async(
     # off the CPU of the core's main thread and yields to the core's threads (threads.front_end_placement).
     place_front_end(placement)
     logger.info("front end: CPUs %s, priority %s", placement.cpus or "any", placement.priority)
-    url = f"http://{args.host}:{args.port}"
+    url = f"{'https' if args.ssl_certfile else 'http'}://{args.host}:{args.port}"
     _say(
         f"fd serve: {engine.model_config.served_model_name} ({engine.config.model}) on {url}"
         f"{_speculation(engine.config)} — engine loading"
@@ -192,7 +194,27 @@ def uvicorn_config(app, args: ServerArgs, protocol: type | None = None) -> uvico
         access_log=False,  # always: --disable-uvicorn-access-log says so (vllm_compat.ACCESS_LOG_NOTE)
         root_path=args.root_path,
         lifespan="off",
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_certfile=args.ssl_certfile,
+        ssl_ca_certs=args.ssl_ca_certs,
+        ssl_cert_reqs=args.ssl_cert_reqs,
+        ssl_ciphers=args.ssl_ciphers,
+        # uvicorn's own logging setup unless --log-config-file replaces it (for fd's loggers too)
+        **({"log_config": read_log_config(args.log_config_file)} if args.log_config_file else {}),
     )
+
+
+def read_log_config(path: str | None) -> dict | None:
+    """vLLM's --log-config-file: a logging.config.dictConfig JSON object (ConfigError if unreadable)."""
+    if path is None:
+        return None
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--log-config-file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"--log-config-file {path!r} must hold a JSON object (logging.config.dictConfig)")
+    return config
 
 
 def http_protocol() -> str:

@@ -51,6 +51,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    stream_usage,
     tokens_as_ids,
     truncate_prompt,
 )
@@ -153,10 +154,12 @@ class OpenAIServingChat:
         images: ImageInputs | None = None,
         tokens_as_ids: bool = False,
         response_role: str = "assistant",
+        force_include_usage: bool = False,
     ):
         self.engine = engine
         self.response_role = response_role  # vLLM's --response-role (fd run-batch): see role_of
         self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
+        self.force_include_usage = force_include_usage  # --enable-force-include-usage: streams end with usage
         # Image parts: the media policy, the per-request limit and the model's processor.
         self.images = images or ImageInputs(engine)
         # The grammar checks, shared with completions when build_serving passes them.
@@ -393,7 +396,7 @@ class OpenAIServingChat:
             parsers = {}
         completion_tokens, cached = 0, 0
         generated: dict[int, int] = {}  # tokens per choice so far; a choice's key: its role chunk is out
-        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+        include_usage, continuous = stream_usage(req, self.force_include_usage)
         writer = ChunkWriter(rid, "chat.completion.chunk", model)
         echo = self.echo_text(req)
 
@@ -450,7 +453,7 @@ class OpenAIServingChat:
                         ids if last else None,
                     )
                     yield writer.chunk([choice], usage_of(job.index))
-            if req.stream_options and req.stream_options.include_usage:
+            if include_usage:
                 usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
                 yield writer.chunk([], usage)
         except Exception as e:

@@ -342,6 +342,16 @@ def stream_error(e: Exception, what: str, request_id: str) -> str:
     return sse(json.dumps(err.to_dict()))
 
 
+def stream_usage(req, force: bool) -> tuple[bool, bool]:
+    """(a final usage chunk, usage on every chunk) of a chat or completions stream, as vLLM's
+    should_include_usage: the request's stream_options, or both under --enable-force-include-usage
+    (vLLM's chat and completions streams then carry usage on every chunk and at the end)."""
+    if force:
+        return True, True
+    opts = req.stream_options
+    return bool(opts and opts.include_usage), bool(opts and opts.continuous_usage_stats)
+
+
 def tokens_as_ids(req, server_default: bool) -> bool:
     """vLLM's return_tokens_as_token_ids: the request's value, else the server's
     --return-tokens-as-token-ids. Logprobs then name each token "token_id:N" (token_id_text), which

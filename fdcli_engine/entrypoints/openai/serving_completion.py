@@ -35,6 +35,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
     off_loop,
     random_id,
     stream_error,
+    stream_usage,
     tokens_as_ids,
     truncate_prompt,
 )
@@ -59,10 +60,12 @@ class OpenAIServingCompletion:
         served_model_names: list[str],
         structured_outputs: StructuredOutputs | None = None,
         tokens_as_ids: bool = False,
+        force_include_usage: bool = False,
     ):
         self.engine = engine
         self.served_model_names = served_model_names
         self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
+        self.force_include_usage = force_include_usage  # --enable-force-include-usage: streams end with usage
         # Completions have no reasoning parser: a constraint starts at the first generated token.
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
 
@@ -181,7 +184,7 @@ class OpenAIServingCompletion:
         cached: dict[int, int] = {}
         completion_tokens = 0
         generated: dict[int, int] = {}  # tokens per choice so far (continuous_usage_stats)
-        continuous = bool(req.stream_options and req.stream_options.continuous_usage_stats)
+        include_usage, continuous = stream_usage(req, self.force_include_usage)
         writer = ChunkWriter(rid, "text_completion", model)
         # The request's constants, read once: the loop below runs once per streamed token.
         prompt_only, with_ids, with_lps = echo_only(req), req.return_token_ids, req.logprobs is not None
@@ -218,7 +221,7 @@ class OpenAIServingCompletion:
                     cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)
                 usage = chunk_usage(len(job.prompt_ids), generated[job.index]) if continuous else None
                 yield writer.chunk([choice], usage)
-            if req.stream_options and req.stream_options.include_usage:
+            if include_usage:
                 prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
                 usage = make_usage(prompt_lens, cached, completion_tokens)
                 yield writer.chunk([], usage)

@@ -66,12 +66,17 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         images=ImageInputs(engine, media_policy(options), image_limit(options)),
         tokens_as_ids=options.return_tokens_as_token_ids,
         response_role=options.response_role,
+        force_include_usage=options.enable_force_include_usage,
     )
     return ServingLayer(
         engine=engine,
         served_model_names=names,
         completion=OpenAIServingCompletion(
-            generating, names, structured, tokens_as_ids=options.return_tokens_as_token_ids
+            generating,
+            names,
+            structured,
+            tokens_as_ids=options.return_tokens_as_token_ids,
+            force_include_usage=options.enable_force_include_usage,
         ),
         chat=chat,
         embedding=OpenAIServingEmbedding(engine, names, chat),

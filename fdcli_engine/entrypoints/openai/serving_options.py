@@ -34,6 +34,10 @@ class ServingOptions:
     return_tokens_as_token_ids: bool = False
     # vLLM's --response-role (fd run-batch): the role of a chat answer to a new turn (serving_chat.role_of).
     response_role: str = "assistant"
+    # vLLM's --enable-force-include-usage: every chat and completions stream carries usage on each chunk
+    # and ends with a usage chunk, whatever its stream_options (a response that does not stream always
+    # carries usage).
+    enable_force_include_usage: bool = False
     # --- image inputs (docs/images.md): vLLM's flags; http(s) and local files are off unless given ---
     allowed_local_media_path: str | None = None
     allowed_media_domains: list[str] | None = None  # each item may hold several, comma-separated
