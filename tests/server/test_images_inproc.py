@@ -42,6 +42,18 @@ def serving() -> ServingOptions:
     return ServingOptions(served_model_names=["qwen-vl"], media_policy=policy)
 
 
+def _ask(client, content: list[dict]) -> tuple[list[int], int]:
+    """(the greedy answer's token ids, the prompt's token count) of one user message with `content`."""
+    got = client.chat.completions.create(
+        model="qwen-vl",
+        messages=[{"role": "user", "content": content}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        extra_body={"return_token_ids": True, "ignore_eos": True},
+    )
+    return got.choices[0].token_ids, got.usage.prompt_tokens
+
+
 def fixture_picture(fmt: str) -> Image.Image:
     """The picture the fixture server sends for /img.<fmt>, decoded as the server decodes it."""
     return Image.open(io.BytesIO(encoded(fmt))).convert("RGB")
@@ -55,14 +67,7 @@ def test_chat_with_a_fetched_picture_matches_transformers(folder, hf, fixture_se
                 {"type": "image_url", "image_url": {"url": fixture_server.url(path)}},
                 {"type": "text", "text": QUESTION},
             ]
-            got = client.chat.completions.create(
-                model="qwen-vl",
-                messages=[{"role": "user", "content": content}],
-                max_tokens=MAX_TOKENS,
-                temperature=0,
-                extra_body={"return_token_ids": True, "ignore_eos": True},
-            )
-            assert got.choices[0].token_ids == want and got.usage.prompt_tokens == prompt_len
+            assert _ask(client, content) == (want, prompt_len)
 
 
 def test_embeddings_with_a_picture_match_transformers(folder, hf, fixture_server):
@@ -143,15 +148,7 @@ def test_chat_reads_responses_style_parts_as_vllm_does(folder, hf, fixture_serve
             {"type": "input_image", "image_url": fixture_server.url("/img.png")},
             {"type": "input_text", "text": QUESTION},
         ]
-        got = client.chat.completions.create(
-            model="qwen-vl",
-            messages=[{"role": "user", "content": content}],
-            max_tokens=MAX_TOKENS,
-            temperature=0,
-            extra_body={"return_token_ids": True, "ignore_eos": True},
-        )
-        assert got.choices[0].token_ids == want
-        assert got.usage.prompt_tokens == prompt_len
+        assert _ask(client, content) == (want, prompt_len)
 
 
 def test_server_mm_processor_kwargs_apply_to_every_request(folder, hf):
