@@ -78,6 +78,9 @@ def test_dashboard_series_exist_with_the_values_sent(server):
     assert delta("vllm:request_time_per_output_token_seconds_count") == 2
     assert delta("fd:time_per_output_token_seconds_count") == 2
     assert delta("vllm:e2e_request_latency_seconds_sum") == delta("fd:e2e_request_latency_seconds_sum")
+    # One inter-token gap per engine step after a request's first; each step of this tiny model's
+    # one-token-at-a-time decode brings one token, so the gaps are the tokens after each first one.
+    assert delta("vllm:inter_token_latency_seconds_count") == sum(u.completion_tokens - 1 for u in usages)
 
 
 def test_buckets_are_vllms(server):

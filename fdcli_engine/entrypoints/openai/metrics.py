@@ -275,6 +275,8 @@ class ObservedEngine:
         fd.ttft.observe(ttft)
         vllm.ttft.observe(ttft)
         vllm.decode.observe(end - m.first_token_time)
+        for gap in m.inter_token_latencies:
+            vllm.itl.observe(gap)
         if m.num_generation_tokens > 1:
             tpot = (end - m.first_token_time) / (m.num_generation_tokens - 1)
             fd.tpot.observe(tpot)

@@ -5,8 +5,7 @@ feeds its fd: twin (the same stats snapshot, the same observation), never by a s
 Labels as vLLM's: engine families (read from the core's stats) carry model_name and engine (the
 data-parallel rank; "0" with one engine core); the front end's request histograms carry model_name
 only, since the front end does not know which rank served a request. Quantities fd does not measure
-(inter-token latency per step, queue/prefill/inference time in the engine's scheduler) are absent,
-not zero (docs/metrics.md)."""
+(queue/prefill/inference time in the engine's scheduler) are absent, not zero (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -83,6 +82,9 @@ class RequestFamilies:
             "vllm:request_time_per_output_token_seconds",
             "Histogram of time_per_output_token_seconds per request.",
             TPOT_BUCKETS,
+        )
+        self.itl = hist(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", TPOT_BUCKETS
         )
         self.e2e = hist(
             "vllm:e2e_request_latency_seconds",
