@@ -44,6 +44,8 @@ class _RequestState:
     num_cached_tokens: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
+    last_token_time: float | None = None
+    inter_token_latencies: list[float] = field(default_factory=list)
     num_generation_tokens: int = 0
 
     @property
@@ -111,8 +113,12 @@ class OutputProcessor:
                 st.prompt_logprobs = new_prompt_lps
             keeps_all = st.keeps_all
             if new_ids:
+                now = time.monotonic()
                 if st.first_token_time is None:
-                    st.first_token_time = time.monotonic()
+                    st.first_token_time = now
+                else:
+                    st.inter_token_latencies.append(now - st.last_token_time)
+                st.last_token_time = now
                 st.num_generation_tokens += len(new_ids)
                 if keeps_all:
                     st.token_ids.extend(new_ids)
@@ -188,7 +194,11 @@ class OutputProcessor:
         metrics = None
         if finished:
             metrics = RequestMetrics(
-                st.arrival_time, st.first_token_time, time.monotonic(), st.num_generation_tokens
+                st.arrival_time,
+                st.first_token_time,
+                time.monotonic(),
+                st.num_generation_tokens,
+                st.inter_token_latencies,
             )
         return RequestOutput(
             request_id=st.req_id,

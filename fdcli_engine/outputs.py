@@ -72,6 +72,9 @@ class RequestMetrics:
     first_token_time: float | None = None
     finished_time: float | None = None
     num_generation_tokens: int = 0
+    # Seconds between consecutive engine steps that brought this request tokens, after the first
+    # (vLLM's inter-token latency: one value per step, however many tokens the step brought).
+    inter_token_latencies: list[float] = field(default_factory=list)
 
 
 @dataclass

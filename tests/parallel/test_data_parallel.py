@@ -105,6 +105,17 @@ def test_metrics_label_gauges_by_rank(dp_server):
     assert "fd:generation_tokens_total" in m  # counters stay single sums
 
 
+def test_vllm_names_label_each_engine(dp_server):
+    """vLLM's engine families carry engine="N" per data-parallel rank (vLLM's labels), and their
+    counters sum to fd's merged counter."""
+    complete(dp_server, "vllm names over two ranks")
+    m = dp_server.metrics()
+    for rank in ("0", "1"):
+        assert f'vllm:num_requests_running{{engine="{rank}",model_name="tiny"}}' in m
+    per_engine = [m[f'vllm:generation_tokens_total{{engine="{r}",model_name="tiny"}}'] for r in ("0", "1")]
+    assert sum(per_engine) == m["fd:generation_tokens_total"] > 0
+
+
 def test_killing_one_rank_fails_only_its_requests(tiny_model, tmp_path, monkeypatch):
     cpus = sorted(os.sched_getaffinity(0))
     monkeypatch.setenv("FD_CPU_OMP_THREADS_BIND", f"{cpus[0]}|{cpus[1]}")  # vLLM's per-rank form

@@ -24,7 +24,7 @@ BASE = {"num_running": 1, "num_waiting": 0, "kv_cache_usage": 0.25, "generation_
 
 
 def _samples(stats: dict | None) -> dict[tuple[str, tuple], float]:
-    text = ServerMetrics().render(stats).decode()
+    text = ServerMetrics("tiny", 2048).render(stats).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

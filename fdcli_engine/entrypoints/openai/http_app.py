@@ -206,7 +206,8 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
     docs = {"openapi_url": None, "docs_url": None, "redoc_url": None} if args.disable_fastapi_docs else {}
     app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version(), **docs)
-    metrics = ServerMetrics()
+    names = args.serving.served_model_names or [engine.model_config.served_model_name]
+    metrics = ServerMetrics(names[0], engine.model_config.max_model_len)
     ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
     _add_cors(app, args)  # after the guard, so outside it: a preflight never meets the key check

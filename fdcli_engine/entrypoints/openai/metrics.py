@@ -1,5 +1,7 @@
 """Prometheus metrics of the server: engine gauges/counters read from the core's get_stats() at scrape
 time, and request-latency histograms observed in the front end (TTFT, TPOT, end-to-end, queue wait).
+Each quantity is also exported under vLLM's name (vllm_metrics.py), fed by the same snapshot or
+observation.
 
 Speculative decoding's metrics (spec_decode_metrics) exist only when the engine runs with
 --speculative-config: the core's stats carry their keys only then, and a metric absent from /metrics
@@ -10,19 +12,23 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from fdcli_engine.entrypoints.openai.vllm_metrics import RequestFamilies, engine_families
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 class _EngineCollector:
     """Turns the last stats snapshot into metric families (refreshed just before each scrape)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str) -> None:
         self.stats: dict = {}
         self.num_http_inflight = 0
+        self.model_name = model_name
 
     def collect(self):
         s = self.stats
         yield from engine_gauges(s)
+        yield from engine_families(s, self.model_name)
         g = GaugeMetricFamily("fd:num_requests_inflight", "Requests the HTTP front end is serving")
         g.add_metric([], float(self.num_http_inflight or 0))
         yield g
@@ -211,9 +217,12 @@ def kv_offload_metrics(s: dict):
 
 
 class ServerMetrics:
-    def __init__(self) -> None:
+    """`model_name`: the first served model name (vLLM's model_name label); `max_model_len` bounds
+    vLLM's token-count buckets."""
+
+    def __init__(self, model_name: str, max_model_len: int) -> None:
         self.registry = CollectorRegistry()
-        self.engine = _EngineCollector()
+        self.engine = _EngineCollector(model_name)
         self.registry.register(self.engine)
         h = {"buckets": _LATENCY_BUCKETS, "registry": self.registry}
         self.ttft = Histogram("fd:time_to_first_token_seconds", "Time to first token", **h)
@@ -222,6 +231,7 @@ class ServerMetrics:
         )
         self.e2e = Histogram("fd:e2e_request_latency_seconds", "End-to-end request latency", **h)
         self.queue = Histogram("fd:request_queue_time_seconds", "Time a request waited for admission", **h)
+        self.vllm = RequestFamilies(self.registry, model_name, max_model_len)
 
     def render(self, stats: dict | None) -> bytes:
         if stats is not None:
@@ -244,13 +254,30 @@ class ObservedEngine:
         request, which yields once, is timed as a streamed one is. `kwargs`: the images (mm_features)."""
         async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt, **kwargs):
             if out.finished and out.metrics is not None:
-                self._observe(out.metrics)
+                self._observe(out)
             yield out
 
-    def _observe(self, m) -> None:
+    def _observe(self, out) -> None:
+        """One observation per quantity, handed to its fd: and its vllm: family alike."""
+        m, fd, vllm = out.metrics, self._metrics, self._metrics.vllm
         end = m.finished_time
-        self._metrics.e2e.observe(end - m.arrival_time)
-        if m.first_token_time is not None:
-            self._metrics.ttft.observe(m.first_token_time - m.arrival_time)
-            if m.num_generation_tokens > 1:
-                self._metrics.tpot.observe((end - m.first_token_time) / (m.num_generation_tokens - 1))
+        e2e = end - m.arrival_time
+        fd.e2e.observe(e2e)
+        vllm.e2e.observe(e2e)
+        vllm.prompt_tokens.observe(len(out.prompt_token_ids))
+        vllm.generation_tokens.observe(m.num_generation_tokens)
+        reason = out.outputs[0].finish_reason
+        if reason in vllm.success:
+            vllm.success[reason].inc()
+        if m.first_token_time is None:
+            return
+        ttft = m.first_token_time - m.arrival_time
+        fd.ttft.observe(ttft)
+        vllm.ttft.observe(ttft)
+        vllm.decode.observe(end - m.first_token_time)
+        for gap in m.inter_token_latencies:
+            vllm.itl.observe(gap)
+        if m.num_generation_tokens > 1:
+            tpot = (end - m.first_token_time) / (m.num_generation_tokens - 1)
+            fd.tpot.observe(tpot)
+            vllm.tpot.observe(tpot)
