@@ -27,7 +27,7 @@ from fdcli_engine.entrypoints.openai.request_fields import (
     unrecognized,
 )
 from fdcli_engine.entrypoints.openai.routes import ROUTES, Route
-from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_serving
+from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_serving, served_names
 from fdcli_engine.entrypoints.openai.validation import validation_error
 
 logger = logging.getLogger("fd.serve")
@@ -206,8 +206,7 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
     """`state` has .args, .draining, .admission; `engine` implements the EngineClient protocol."""
     docs = {"openapi_url": None, "docs_url": None, "redoc_url": None} if args.disable_fastapi_docs else {}
     app = FastAPI(title="fd OpenAI-compatible server", version=_fd_version(), **docs)
-    names = args.serving.served_model_names or [engine.model_config.served_model_name]
-    metrics = ServerMetrics(names[0], engine.model_config.max_model_len)
+    metrics = ServerMetrics(served_names(engine, args.serving)[0], engine.model_config.max_model_len)
     ctx = _Ctx(engine, build_serving(engine, args.serving, metrics), state, metrics)
     app.add_middleware(GuardMiddleware, state=state)
     _add_cors(app, args)  # after the guard, so outside it: a preflight never meets the key check

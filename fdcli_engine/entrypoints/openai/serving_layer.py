@@ -43,10 +43,16 @@ class ServingLayer:
     score: OpenAIServingScore  # /score and /rerank
 
 
+def served_names(engine, options: ServingOptions) -> list[str]:
+    """The names the server answers to: --served-model-name's, else the engine's own (the first is the
+    one responses and metrics report)."""
+    return list(options.served_model_names or [engine.model_config.served_model_name])
+
+
 def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer:
     """The serving objects of `engine`. With `metrics` (the server's ServerMetrics), chat and
     completions report their token timings to it."""
-    names = list(options.served_model_names or [engine.model_config.served_model_name])
+    names = served_names(engine, options)
     generating = engine
     if metrics is not None:
         from fdcli_engine.entrypoints.openai.metrics import ObservedEngine
