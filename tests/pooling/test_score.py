@@ -104,6 +104,21 @@ def test_score_zips_two_lists(cross_encoder, pooling_checkpoint):
     np.testing.assert_allclose([d["score"] for d in r.json()["data"]], ref, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "first,second", [("queries", "documents"), ("queries", "items"), ("data_1", "data_2")]
+)
+def test_score_takes_vllm_request_forms(cross_encoder, pooling_checkpoint, first, second):
+    """vLLM's ScoreRequest is a union of forms; each names the two sides differently, same rule."""
+    ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)
+    r = _post(cross_encoder, "/v1/score", **{first: QUERY, second: DOCS})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose([d["score"] for d in r.json()["data"]], ref, rtol=0, atol=1e-4)
+    r = _post(cross_encoder, "/score", **{first: ["a", "b"], second: ["c", "d", "e"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == first, r.text
+    r = _post(cross_encoder, "/v1/score", **{first: QUERY, second: DOCS, "text_1": "a", "text_2": "b"})
+    assert r.status_code == 400 and "one pair of score fields" in r.json()["error"]["message"], r.text
+
+
 @pytest.mark.parametrize("url", ["/rerank", "/v1/rerank", "/v2/rerank"])
 def test_rerank_sorted_with_documents(cross_encoder, pooling_checkpoint, url):
     ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)

@@ -89,9 +89,8 @@ class OpenAIServingScore(PoolingServing):
 
     async def create_score(self, req: ScoreRequest, request_id: str | None = None) -> ScoreResponse:
         model = check_model(req.model, self.served_model_names)
-        pairs = pair_up(
-            _named(req.text_1, "text_1"), _named(req.text_2, "text_2"), ("text_1", "text_2"), "text_1"
-        )
+        (one, other), (first, second) = req.names, req.sides
+        pairs = pair_up(_named(first, one), _named(second, other), (one, other), one)
         rid = request_id or req.request_id or random_id("score")
         scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens)
         data = [ScoreData(index=i, score=s) for i, s in enumerate(scores)]
