@@ -74,6 +74,34 @@ def test_openai_sdk_base64_and_float_agree(minilm):
     np.testing.assert_array_equal(np.array([d.embedding for d in sdk.data], dtype=np.float32), decoded)
 
 
+def test_base64_in_vllms_embed_dtype_and_endianness(minilm):
+    floats = _vectors(_embed(minilm, input=SENTENCES[:2])).astype(np.float32)
+    for dtype, endianness, np_dtype in [
+        ("float16", "native", "=f2"),
+        ("float16", "big", ">f2"),
+        ("float32", "big", ">f4"),
+    ]:
+        for path, key in [("/v1/embeddings", "embedding"), ("/pooling", "data")]:
+            with minilm.http() as c:
+                r = c.post(
+                    path,
+                    json={
+                        "input": SENTENCES[:2],
+                        "encoding_format": "base64",
+                        "embed_dtype": dtype,
+                        "endianness": endianness,
+                    },
+                )
+            assert r.status_code == 200, r.text
+            got = np.stack(
+                [np.frombuffer(base64.b64decode(d[key]), dtype=np_dtype) for d in r.json()["data"]]
+            )
+            np.testing.assert_array_equal(got, floats.astype(np_dtype))
+    r = _embed(minilm, input="hi", encoding_format="base64", embed_dtype="fp8_e4m3")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "embed_dtype", r.text
+    assert "not supported" in r.json()["error"]["message"]
+
+
 def test_batch_of_64_equals_one_by_one(minilm):
     texts = [f"sentence {i}: {SENTENCES[i % 7]} {'more words ' * (i % 9)}" for i in range(64)]
     batch = _vectors(_embed(minilm, input=texts))

@@ -52,6 +52,10 @@ class EmbeddingRequest(_ChatFields):
         prompt_list_shape(MAX_INPUTS, "inputs"),
     ] = None
     encoding_format: Literal["float", "base64"] = "float"
+    # vLLM's: the dtype and byte order of base64 output (no effect on float output). fp8 is refused
+    # by the serving layer (numpy has no float8 cast).
+    embed_dtype: Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = "float32"
+    endianness: Literal["native", "big", "little"] = "native"
     dimensions: int | None = Field(default=None, ge=1, le=1 << 16)
     normalize: bool | None = None
     # -1: keep the first max-model-len tokens; k > 0: keep the first k (special tokens kept at the ends).

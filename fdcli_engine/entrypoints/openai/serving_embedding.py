@@ -8,7 +8,6 @@ The engine returns raw pools; normalization, matryoshka truncation and softmax h
 from __future__ import annotations
 
 import asyncio
-import base64
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 )
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
+from fdcli_engine.pooling.encoding import FP8_DTYPES, encode_vector
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
 from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
@@ -171,6 +171,11 @@ class OpenAIServingEmbedding(PoolingServing):
             dims = check_dimensions(req.dimensions, pc, hidden)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param) from None
+        if req.encoding_format == "base64" and req.embed_dtype in FP8_DTYPES:
+            raise bad_request(
+                f"embed_dtype {req.embed_dtype!r} is not supported by fd: use float32, float16 or bfloat16",
+                "embed_dtype",
+            )
         if (req.input is None) == (req.messages is None):
             raise bad_request("give exactly one of input or messages", "input")
         features = None
@@ -191,16 +196,11 @@ class OpenAIServingEmbedding(PoolingServing):
     ) -> EmbeddingResponse:
         model, rid, vectors, n = await self.pooled(req, request_id, "embd")
         data = [
-            EmbeddingData(index=i, embedding=encode_vector(v, req.encoding_format))
+            EmbeddingData(
+                index=i, embedding=encode_vector(v, req.encoding_format, req.embed_dtype, req.endianness)
+            )
             for i, v in enumerate(vectors)
         ]
         return EmbeddingResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
         )
-
-
-def encode_vector(vec: np.ndarray, encoding_format: str):
-    """A pooled array as the response carries it: nested floats, or base64 of float32 little-endian."""
-    if encoding_format == "base64":
-        return base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
-    return vec.tolist()

@@ -17,8 +17,9 @@ from fdcli_engine.entrypoints.openai.protocol_pooling import (
     PoolingResponse,
     PoolingUsage,
 )
-from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding, encode_vector
+from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
+from fdcli_engine.pooling.encoding import encode_vector
 
 PER_TOKEN = ("ALL", "STEP")  # pooling types with one output row per token (STEP: per step tag)
 
@@ -53,7 +54,8 @@ class OpenAIServingPooling(OpenAIServingEmbedding):
             )
         model, rid, arrays, n = await self.pooled(req, request_id, "pool")
         data = [
-            PoolingData(index=i, data=encode_vector(a, req.encoding_format)) for i, a in enumerate(arrays)
+            PoolingData(index=i, data=encode_vector(a, req.encoding_format, req.embed_dtype, req.endianness))
+            for i, a in enumerate(arrays)
         ]
         return PoolingResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
