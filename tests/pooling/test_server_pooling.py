@@ -226,6 +226,40 @@ def test_chat_reward_scores_equal_transformers_logits(reward_server, pooling_che
             np.testing.assert_allclose(body["data"][0]["score"], ref, rtol=1e-4, atol=1e-4)
 
 
+def test_classify_equals_transformers_softmax(reward_server, pooling_checkpoint):
+    """vLLM's /classify: softmax of the logits (3 labels), the argmax's id2label, num_classes."""
+    import torch
+    import transformers
+
+    folder = pooling_checkpoint("qwen3_seqcls")
+    texts = ["what is the answer?", "42 is the answer, and more words"]
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = np.stack([model(torch.tensor([tok(t)["input_ids"]])).logits[0].numpy() for t in texts])
+    probs = torch.softmax(torch.from_numpy(logits), -1).numpy()
+    assert np.ptp(probs.argmax(-1)) or np.ptp(probs) > 0.01
+    with reward_server.http() as c:
+        for path in ("/classify", "/v1/classify"):
+            r = c.post(path, json={"model": "rm", "input": texts})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["object"] == "list" and body["model"] == "rm" and body["id"].startswith("classify")
+            assert body["usage"]["prompt_tokens"] == sum(len(tok(t)["input_ids"]) for t in texts)
+            for i, d in enumerate(body["data"]):
+                assert d["index"] == i and d["num_classes"] == 3
+                assert d["label"] == model.config.id2label[int(probs[i].argmax())]
+                np.testing.assert_allclose(d["probs"], probs[i], rtol=0, atol=1e-4)
+        raw = c.post("/v1/classify", json={"input": texts[0], "use_activation": False}).json()["data"][0]
+        np.testing.assert_allclose(raw["probs"], logits[0], rtol=1e-4, atol=1e-4)
+
+
+def test_classify_on_embedding_model_is_400(minilm):
+    with minilm.http() as c:
+        r = c.post("/v1/classify", json={"input": "hi"})
+    assert r.status_code == 400 and "use /v1/embeddings" in r.json()["error"]["message"], r.text
+
+
 @pytest.mark.parametrize(
     ("path", "body", "param", "needle"),
     [

@@ -65,7 +65,9 @@ class PoolingServing:
                 "model",
             )
         if pc.task not in self.task_ok:
-            other = "/v1/embeddings" if pc.task == "embed" else "/v1/chat/reward"
+            other = {"embed": "/v1/embeddings", "classify": "/v1/classify or /v1/chat/reward"}.get(
+                pc.task, "/v1/chat/reward"
+            )
             kind = _TASK_NAMES.get(pc.task, pc.task)
             raise bad_request(f"this server runs {kind} model: use {other}, not {self.route}", "model")
         return pc
@@ -139,7 +141,7 @@ class PoolingServing:
 
 
 class OpenAIServingEmbedding(PoolingServing):
-    def prompts(self, req: EmbeddingRequest) -> list[list[int]]:
+    def prompts(self, req) -> list[list[int]]:
         """The prompts of an `input` request (the messages form: render_messages)."""
         limit = self.limit(req.truncate_prompt_tokens)
         items = req.input
@@ -164,7 +166,7 @@ class OpenAIServingEmbedding(PoolingServing):
     async def pooled(self, req: EmbeddingRequest, request_id: str | None, prefix: str):
         """(model, request id, one output array per prompt, prompt tokens) of an `input` or `messages`
         request: /v1/embeddings and /pooling alike. Arrays are post-processed (normalize, dimensions)."""
-        model = check_model(req.model, self.served_model_names)
+        check_model(req.model, self.served_model_names)
         pc = self.pooler_config()
         hidden = int(self.engine.config.hf_config.get("hidden_size") or 0)
         try:
@@ -176,6 +178,14 @@ class OpenAIServingEmbedding(PoolingServing):
                 f"embed_dtype {req.embed_dtype!r} is not supported by fd: use float32, float16 or bfloat16",
                 "embed_dtype",
             )
+        model, rid, pools, n = await self.raw_pools(req, request_id, prefix)
+        return model, rid, [postprocess(raw, pc, dims, req.normalize) for raw in pools], n
+
+    async def raw_pools(self, req, request_id: str | None, prefix: str):
+        """(model, request id, the engine's raw pool of each prompt, prompt tokens) of a request in
+        the `input` or `messages` form (EmbeddingRequest's fields of those)."""
+        model = check_model(req.model, self.served_model_names)
+        self.pooler_config()
         if (req.input is None) == (req.messages is None):
             raise bad_request("give exactly one of input or messages", "input")
         features = None
@@ -188,8 +198,7 @@ class OpenAIServingEmbedding(PoolingServing):
             prompts = self.prompts(req)
         rid = request_id or req.request_id or random_id(prefix)
         pools = await self.pool_all(prompts, rid, mm_features=features)
-        vectors = [postprocess(raw, pc, dims, req.normalize) for raw in pools]
-        return model, rid, vectors, sum(len(p) for p in prompts)
+        return model, rid, pools, sum(len(p) for p in prompts)
 
     async def create_embedding(
         self, req: EmbeddingRequest, request_id: str | None = None
