@@ -133,6 +133,22 @@ def test_rerank_sorted_with_documents(cross_encoder, pooling_checkpoint, url):
     assert usage["prompt_tokens"] == usage["total_tokens"] > 0
 
 
+def test_use_activation_false_gives_the_logits(cross_encoder, pooling_checkpoint):
+    """vLLM's ClassifyRequestMixin on score/rerank: use_activation (or its deprecated softmax /
+    activation) false skips the sigmoid, so the score is transformers' logit."""
+    ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)
+    logits = np.log(ref / (1 - ref))
+    for flag in ("use_activation", "softmax", "activation"):
+        r = _post(cross_encoder, "/v1/score", text_1=QUERY, text_2=DOCS, **{flag: False})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose([d["score"] for d in r.json()["data"]], logits, rtol=0, atol=1e-3)
+    r = _post(cross_encoder, "/rerank", query=QUERY, documents=DOCS, use_activation=False)
+    got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    np.testing.assert_allclose([got[i] for i in range(len(DOCS))], logits, rtol=0, atol=1e-3)
+    on = _post(cross_encoder, "/v1/score", text_1=QUERY, text_2=DOCS, use_activation=True, softmax=False)
+    np.testing.assert_allclose([d["score"] for d in on.json()["data"]], ref, rtol=0, atol=1e-4)
+
+
 def test_rerank_takes_document_objects(cross_encoder):
     """Cohere v1 / Jina send {"text": ...} objects; mixed with strings they score as the same texts."""
     plain = _post(cross_encoder, "/v1/rerank", query=QUERY, documents=DOCS).json()["results"]

@@ -81,10 +81,10 @@ class PoolingRequest(EmbeddingRequest):
     task: PoolingTask | None = None
 
 
-class ClassificationRequest(PromptRequest):
-    """vLLM's /classify body (ClassificationCompletionRequest / ClassificationChatRequest)."""
+class ActivationFields(_Request):
+    """vLLM's ClassifyRequestMixin (classify, score, rerank): False gives a classification head's
+    raw logits. `softmax` and `activation` are vLLM's deprecated names of `use_activation`."""
 
-    # False: the head's raw logits. `softmax` and `activation` are vLLM's deprecated names of it.
     use_activation: bool | None = None
     softmax: bool | None = None
     activation: bool | None = None
@@ -94,6 +94,10 @@ class ClassificationRequest(PromptRequest):
         """vLLM's get_use_activation: the first of use_activation, softmax, activation that is set."""
         given = [v for v in (self.use_activation, self.softmax, self.activation) if v is not None]
         return given[0] if given else True
+
+
+class ClassificationRequest(PromptRequest, ActivationFields):
+    """vLLM's /classify body (ClassificationCompletionRequest / ClassificationChatRequest)."""
 
 
 class ChatRewardRequest(_ChatFields):

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from fdcli_engine.entrypoints.openai.protocol import MAX_STR, _Strict
-from fdcli_engine.entrypoints.openai.protocol_pooling import MAX_INPUTS, PoolingUsage
+from fdcli_engine.entrypoints.openai.protocol_pooling import MAX_INPUTS, ActivationFields, PoolingUsage
 
 ScoreText = Annotated[str, Field(min_length=1, max_length=MAX_STR)]
 ScoreTexts = Annotated[list[ScoreText], Field(min_length=1, max_length=MAX_INPUTS)]
@@ -19,7 +19,7 @@ ScoreTexts = Annotated[list[ScoreText], Field(min_length=1, max_length=MAX_INPUT
 SCORE_FORMS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"), ("text_1", "text_2"))
 
 
-class ScoreRequest(_Strict):
+class ScoreRequest(ActivationFields):
     """One text against each of a list, or two lists of the same length zipped (vLLM's rule). The
     two sides are named as in any of vLLM's forms (SCORE_FORMS); `names` says which one was sent."""
 
@@ -65,7 +65,7 @@ class DocumentObject(_Strict):
     text: ScoreText
 
 
-class RerankRequest(_Strict):
+class RerankRequest(ActivationFields):
     model: str | None = Field(default=None, max_length=512)
     query: ScoreText
     # Strings, or {"text": ...} objects (Cohere v1, Jina); either way the text is what is scored.
