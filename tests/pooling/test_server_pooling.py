@@ -102,6 +102,34 @@ def test_base64_in_vllms_embed_dtype_and_endianness(minilm):
     assert "not supported" in r.json()["error"]["message"]
 
 
+def test_bytes_body_as_vllms_encode_pooling_bytes(minilm):
+    """vLLM's encoding_format bytes: the arrays' bytes back to back, a `metadata` header (id, created,
+    model, usage, and index/embed_dtype/endianness/start/end/shape per array); bytes_only: no header."""
+    import json
+
+    floats = _vectors(_embed(minilm, input=SENTENCES[:3])).astype(np.float32)
+    for path in ("/v1/embeddings", "/pooling"):
+        with minilm.http() as c:
+            r = c.post(
+                path, json={"input": SENTENCES[:3], "encoding_format": "bytes", "embed_dtype": "float16"}
+            )
+            only = c.post(path, json={"input": SENTENCES[:3], "encoding_format": "bytes_only"})
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"] == "application/octet-stream"
+        meta = json.loads(r.headers["metadata"])
+        assert (
+            meta["model"] == "minilm" and meta["usage"]["prompt_tokens"] == meta["usage"]["total_tokens"] > 0
+        )
+        assert [d["index"] for d in meta["data"]] == [0, 1, 2]
+        for i, d in enumerate(meta["data"]):
+            assert (d["embed_dtype"], d["endianness"], d["shape"]) == ("float16", "native", [384])
+            got = np.frombuffer(r.content[d["start"] : d["end"]], dtype=np.float16)
+            np.testing.assert_array_equal(got, floats[i].astype(np.float16))
+        assert meta["data"][-1]["end"] == len(r.content)
+        assert only.status_code == 200 and "metadata" not in only.headers
+        np.testing.assert_array_equal(np.frombuffer(only.content, dtype=np.float32).reshape(3, -1), floats)
+
+
 def test_batch_of_64_equals_one_by_one(minilm):
     texts = [f"sentence {i}: {SENTENCES[i % 7]} {'more words ' * (i % 9)}" for i in range(64)]
     batch = _vectors(_embed(minilm, input=texts))

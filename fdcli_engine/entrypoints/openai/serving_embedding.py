@@ -8,6 +8,7 @@ The engine returns raw pools; normalization, matryoshka truncation and softmax h
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 
@@ -31,7 +32,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 )
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
-from fdcli_engine.pooling.encoding import FP8_DTYPES, encode_vector
+from fdcli_engine.pooling.encoding import (
+    BYTES_FORMATS,
+    FP8_DTYPES,
+    PoolingBytes,
+    encode_vector,
+    pooling_bytes,
+)
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
 from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
@@ -173,7 +180,7 @@ class OpenAIServingEmbedding(PoolingServing):
             dims = check_dimensions(req.dimensions, pc, hidden)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param) from None
-        if req.encoding_format == "base64" and req.embed_dtype in FP8_DTYPES:
+        if req.encoding_format != "float" and req.embed_dtype in FP8_DTYPES:
             raise bad_request(
                 f"embed_dtype {req.embed_dtype!r} is not supported by fd: use float32, float16 or bfloat16",
                 "embed_dtype",
@@ -202,8 +209,10 @@ class OpenAIServingEmbedding(PoolingServing):
 
     async def create_embedding(
         self, req: EmbeddingRequest, request_id: str | None = None
-    ) -> EmbeddingResponse:
+    ) -> EmbeddingResponse | PoolingBytes:
         model, rid, vectors, n = await self.pooled(req, request_id, "embd")
+        if req.encoding_format in BYTES_FORMATS:
+            return response_bytes(req, rid, model, vectors, n)
         data = [
             EmbeddingData(
                 index=i, embedding=encode_vector(v, req.encoding_format, req.embed_dtype, req.endianness)
@@ -213,3 +222,11 @@ class OpenAIServingEmbedding(PoolingServing):
         return EmbeddingResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
         )
+
+
+def response_bytes(req, rid: str, model: str, arrays, n: int):
+    """vLLM's `bytes` / `bytes_only` answer of /v1/embeddings and /pooling (the HTTP app sends it as an
+    application/octet-stream body)."""
+    usage = {"prompt_tokens": n, "total_tokens": n}
+    head = {"id": rid, "created": int(time.time()), "model": model, "usage": usage}
+    return pooling_bytes(arrays, req.encoding_format, req.embed_dtype, req.endianness, head)
