@@ -330,6 +330,7 @@ def test_pooling_routes_on_generate_server_are_400(server):
         for path, body in (
             ("/v1/embeddings", {"input": "hi"}),
             ("/v1/chat/reward", {"messages": CONVERSATION}),
+            ("/v1/classify", {"input": "hi"}),
         ):
             r = c.post(path, json=body)
             assert r.status_code == 400 and "needs a pooling model" in r.json()["error"]["message"], r.text
