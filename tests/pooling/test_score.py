@@ -117,6 +117,9 @@ def test_score_takes_vllm_request_forms(cross_encoder, pooling_checkpoint, first
     assert r.status_code == 400 and r.json()["error"]["param"] == first, r.text
     r = _post(cross_encoder, "/v1/score", **{first: QUERY, second: DOCS, "text_1": "a", "text_2": "b"})
     assert r.status_code == 400 and "one pair of score fields" in r.json()["error"]["message"], r.text
+    r = _post(cross_encoder, "/v1/score", **{first: QUERY})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("body: give the two sides of the score as one of")
 
 
 @pytest.mark.parametrize("url", ["/rerank", "/v1/rerank", "/v2/rerank"])

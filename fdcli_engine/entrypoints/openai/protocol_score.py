@@ -7,6 +7,7 @@ import time
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from fdcli_engine.entrypoints.openai.protocol import MAX_STR, _Strict
 from fdcli_engine.entrypoints.openai.protocol_pooling import MAX_INPUTS, ActivationFields, PoolingUsage
@@ -41,10 +42,10 @@ class ScoreRequest(ActivationFields):
         sent = [f for f in SCORE_FORMS if getattr(self, f[0]) is not None and getattr(self, f[1]) is not None]
         if not sent:
             forms = ", ".join(f"{a}/{b}" for a, b in SCORE_FORMS)
-            raise ValueError(f"give the two sides of the score as one of {forms}")
+            raise PydanticCustomError("score_fields", f"give the two sides of the score as one of {forms}")
         given = {n for f in SCORE_FORMS for n in f if getattr(self, n) is not None}
         if given != set(sent[0]):
-            raise ValueError(f"give one pair of score fields, not {sorted(given)}")
+            raise PydanticCustomError("score_fields", f"give one pair of score fields, not {sorted(given)}")
         return self
 
     @property
