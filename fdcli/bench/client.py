@@ -193,7 +193,9 @@ async def _stream(client, cfg: BackendConfig, req: SampleRequest, record, state,
 
 async def _embed(client, cfg: BackendConfig, req: SampleRequest, record: RequestRecord) -> None:
     """One /v1/embeddings call: no output tokens and no chunks, so only E2EL and throughput apply."""
-    body = {"model": cfg.model, "input": req.prompt, **cfg.extra_body}
+    # vLLM's backend sends truncate_prompt_tokens -1 (embedding models' contexts are short: an over-long
+    # prompt is cut, not a failed request); --extra-body may override it.
+    body = {"model": cfg.model, "input": req.prompt, "truncate_prompt_tokens": -1, **cfg.extra_body}
     resp = await client.post(cfg.url, json=body, headers=request_headers(cfg, record.index))
     if resp.status_code != 200:
         text = " ".join(resp.text.split())

@@ -33,7 +33,8 @@ def cross_encoder_input(tokenizer, a: str, b: str, limit: int | None) -> tuple[l
     return ids, PoolingParams(token_type_start=types.index(1) if 1 in types else None)
 
 
-def cross_encoder_score(pooled: Any, pc: PoolerConfig) -> float:
+def cross_encoder_score(pooled: Any, pc: PoolerConfig, activation: bool = True) -> float:
     """sigmoid of the one label's logit: sentence-transformers' CrossEncoder default for one label,
-    which vLLM applies too."""
-    return float(sigmoid(postprocess(pooled, pc).reshape(-1)[0]))
+    which vLLM applies too; the logit itself without `activation` (vLLM's use_activation false)."""
+    logit = postprocess(pooled, pc).reshape(-1)[0]
+    return float(sigmoid(logit) if activation else logit)

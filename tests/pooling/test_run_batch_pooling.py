@@ -53,9 +53,13 @@ def test_embeddings_lines_and_wrong_route(tmp_path):
             line("e", "/v1/embeddings", {"input": texts}),
             line("r", "/v1/chat/reward", {"messages": [{"role": "user", "content": "hi"}]}),
             line("p", "/pooling", {"input": texts}),
+            line("b", "/v1/embeddings", {"input": texts, "encoding_format": "bytes"}),
         ],
     )
-    assert set(recs) == {"e", "r", "p"}, proc.stderr.decode()[-2000:]
+    assert set(recs) == {"e", "r", "p", "b"}, proc.stderr.decode()[-2000:]
+    # vLLM's binary body has no JSON form for an output line: a 400 record that says what to use.
+    assert recs["b"]["response"]["status_code"] == 400
+    assert "use base64" in recs["b"]["response"]["body"]["error"]["message"]
     body = recs["e"]["response"]["body"]
     got = np.array([d["embedding"] for d in body["data"]])
     ref = st_reference(texts)

@@ -104,6 +104,24 @@ def test_score_zips_two_lists(cross_encoder, pooling_checkpoint):
     np.testing.assert_allclose([d["score"] for d in r.json()["data"]], ref, rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "first,second", [("queries", "documents"), ("queries", "items"), ("data_1", "data_2")]
+)
+def test_score_takes_vllm_request_forms(cross_encoder, pooling_checkpoint, first, second):
+    """vLLM's ScoreRequest is a union of forms; each names the two sides differently, same rule."""
+    ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)
+    r = _post(cross_encoder, "/v1/score", **{first: QUERY, second: DOCS})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose([d["score"] for d in r.json()["data"]], ref, rtol=0, atol=1e-4)
+    r = _post(cross_encoder, "/score", **{first: ["a", "b"], second: ["c", "d", "e"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == first, r.text
+    r = _post(cross_encoder, "/v1/score", **{first: QUERY, second: DOCS, "text_1": "a", "text_2": "b"})
+    assert r.status_code == 400 and "one pair of score fields" in r.json()["error"]["message"], r.text
+    r = _post(cross_encoder, "/v1/score", **{first: QUERY})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("body: give the two sides of the score as one of")
+
+
 @pytest.mark.parametrize("url", ["/rerank", "/v1/rerank", "/v2/rerank"])
 def test_rerank_sorted_with_documents(cross_encoder, pooling_checkpoint, url):
     ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)
@@ -116,6 +134,22 @@ def test_rerank_sorted_with_documents(cross_encoder, pooling_checkpoint, url):
         assert abs(x["relevance_score"] - ref[x["index"]]) < 1e-4
     usage = r.json()["usage"]
     assert usage["prompt_tokens"] == usage["total_tokens"] > 0
+
+
+def test_use_activation_false_gives_the_logits(cross_encoder, pooling_checkpoint):
+    """vLLM's ClassifyRequestMixin on score/rerank: use_activation (or its deprecated softmax /
+    activation) false skips the sigmoid, so the score is transformers' logit."""
+    ref = reference_cross_scores(pooling_checkpoint("bert_cross_encoder"), PAIRS)
+    logits = np.log(ref / (1 - ref))
+    for flag in ("use_activation", "softmax", "activation"):
+        r = _post(cross_encoder, "/v1/score", text_1=QUERY, text_2=DOCS, **{flag: False})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose([d["score"] for d in r.json()["data"]], logits, rtol=0, atol=1e-3)
+    r = _post(cross_encoder, "/rerank", query=QUERY, documents=DOCS, use_activation=False)
+    got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    np.testing.assert_allclose([got[i] for i in range(len(DOCS))], logits, rtol=0, atol=1e-3)
+    on = _post(cross_encoder, "/v1/score", text_1=QUERY, text_2=DOCS, use_activation=True, softmax=False)
+    np.testing.assert_allclose([d["score"] for d in on.json()["data"]], ref, rtol=0, atol=1e-4)
 
 
 def test_rerank_takes_document_objects(cross_encoder):

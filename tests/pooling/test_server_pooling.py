@@ -74,6 +74,62 @@ def test_openai_sdk_base64_and_float_agree(minilm):
     np.testing.assert_array_equal(np.array([d.embedding for d in sdk.data], dtype=np.float32), decoded)
 
 
+def test_base64_in_vllms_embed_dtype_and_endianness(minilm):
+    floats = _vectors(_embed(minilm, input=SENTENCES[:2])).astype(np.float32)
+    for dtype, endianness, np_dtype in [
+        ("float16", "native", "=f2"),
+        ("float16", "big", ">f2"),
+        ("float32", "big", ">f4"),
+    ]:
+        for path, key in [("/v1/embeddings", "embedding"), ("/pooling", "data")]:
+            with minilm.http() as c:
+                r = c.post(
+                    path,
+                    json={
+                        "input": SENTENCES[:2],
+                        "encoding_format": "base64",
+                        "embed_dtype": dtype,
+                        "endianness": endianness,
+                    },
+                )
+            assert r.status_code == 200, r.text
+            got = np.stack(
+                [np.frombuffer(base64.b64decode(d[key]), dtype=np_dtype) for d in r.json()["data"]]
+            )
+            np.testing.assert_array_equal(got, floats.astype(np_dtype))
+    r = _embed(minilm, input="hi", encoding_format="base64", embed_dtype="fp8_e4m3")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "embed_dtype", r.text
+    assert "not supported" in r.json()["error"]["message"]
+
+
+def test_bytes_body_as_vllms_encode_pooling_bytes(minilm):
+    """vLLM's encoding_format bytes: the arrays' bytes back to back, a `metadata` header (id, created,
+    model, usage, and index/embed_dtype/endianness/start/end/shape per array); bytes_only: no header."""
+    import json
+
+    floats = _vectors(_embed(minilm, input=SENTENCES[:3])).astype(np.float32)
+    for path in ("/v1/embeddings", "/pooling"):
+        with minilm.http() as c:
+            r = c.post(
+                path, json={"input": SENTENCES[:3], "encoding_format": "bytes", "embed_dtype": "float16"}
+            )
+            only = c.post(path, json={"input": SENTENCES[:3], "encoding_format": "bytes_only"})
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"] == "application/octet-stream"
+        meta = json.loads(r.headers["metadata"])
+        assert (
+            meta["model"] == "minilm" and meta["usage"]["prompt_tokens"] == meta["usage"]["total_tokens"] > 0
+        )
+        assert [d["index"] for d in meta["data"]] == [0, 1, 2]
+        for i, d in enumerate(meta["data"]):
+            assert (d["embed_dtype"], d["endianness"], d["shape"]) == ("float16", "native", [384])
+            got = np.frombuffer(r.content[d["start"] : d["end"]], dtype=np.float16)
+            np.testing.assert_array_equal(got, floats[i].astype(np.float16))
+        assert meta["data"][-1]["end"] == len(r.content)
+        assert only.status_code == 200 and "metadata" not in only.headers
+        np.testing.assert_array_equal(np.frombuffer(only.content, dtype=np.float32).reshape(3, -1), floats)
+
+
 def test_batch_of_64_equals_one_by_one(minilm):
     texts = [f"sentence {i}: {SENTENCES[i % 7]} {'more words ' * (i % 9)}" for i in range(64)]
     batch = _vectors(_embed(minilm, input=texts))
@@ -198,6 +254,40 @@ def test_chat_reward_scores_equal_transformers_logits(reward_server, pooling_che
             np.testing.assert_allclose(body["data"][0]["score"], ref, rtol=1e-4, atol=1e-4)
 
 
+def test_classify_equals_transformers_softmax(reward_server, pooling_checkpoint):
+    """vLLM's /classify: softmax of the logits (3 labels), the argmax's id2label, num_classes."""
+    import torch
+    import transformers
+
+    folder = pooling_checkpoint("qwen3_seqcls")
+    texts = ["what is the answer?", "42 is the answer, and more words"]
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = np.stack([model(torch.tensor([tok(t)["input_ids"]])).logits[0].numpy() for t in texts])
+    probs = torch.softmax(torch.from_numpy(logits), -1).numpy()
+    assert np.ptp(probs.argmax(-1)) or np.ptp(probs) > 0.01
+    with reward_server.http() as c:
+        for path in ("/classify", "/v1/classify"):
+            r = c.post(path, json={"model": "rm", "input": texts})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["object"] == "list" and body["model"] == "rm" and body["id"].startswith("classify")
+            assert body["usage"]["prompt_tokens"] == sum(len(tok(t)["input_ids"]) for t in texts)
+            for i, d in enumerate(body["data"]):
+                assert d["index"] == i and d["num_classes"] == 3
+                assert d["label"] == model.config.id2label[int(probs[i].argmax())]
+                np.testing.assert_allclose(d["probs"], probs[i], rtol=0, atol=1e-4)
+        raw = c.post("/v1/classify", json={"input": texts[0], "use_activation": False}).json()["data"][0]
+        np.testing.assert_allclose(raw["probs"], logits[0], rtol=1e-4, atol=1e-4)
+
+
+def test_classify_on_embedding_model_is_400(minilm):
+    with minilm.http() as c:
+        r = c.post("/v1/classify", json={"input": "hi"})
+    assert r.status_code == 400 and "use /v1/embeddings" in r.json()["error"]["message"], r.text
+
+
 @pytest.mark.parametrize(
     ("path", "body", "param", "needle"),
     [
@@ -240,6 +330,7 @@ def test_pooling_routes_on_generate_server_are_400(server):
         for path, body in (
             ("/v1/embeddings", {"input": "hi"}),
             ("/v1/chat/reward", {"messages": CONVERSATION}),
+            ("/v1/classify", {"input": "hi"}),
         ):
             r = c.post(path, json=body)
             assert r.status_code == 400 and "needs a pooling model" in r.json()["error"]["message"], r.text

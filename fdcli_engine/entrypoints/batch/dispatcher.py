@@ -34,11 +34,12 @@ from fdcli_engine.entrypoints.batch.records import (
     success_record,
 )
 from fdcli_engine.entrypoints.batch.summary import BatchSummary
-from fdcli_engine.entrypoints.openai.errors import from_exception
+from fdcli_engine.entrypoints.openai.errors import bad_request, from_exception
 from fdcli_engine.entrypoints.openai.routes import BATCH_ROUTES, Route
 from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer
 from fdcli_engine.entrypoints.openai.validation import validation_error
 from fdcli_engine.errors import FdError
+from fdcli_engine.pooling.encoding import PoolingBytes
 
 logger = logging.getLogger("fd.batch")
 
@@ -63,6 +64,11 @@ async def serve_line(serving: ServingLayer, routes: dict[str, Route], line: Batc
     try:
         req = route.request_model.model_validate(line.body)
         resp = await route.call(serving, req)
+        if isinstance(resp, PoolingBytes):  # a binary body: an output line is JSON
+            raise bad_request(
+                f"encoding_format {req.encoding_format!r} has no JSON form for a batch output line: use base64",
+                "encoding_format",
+            )
     except Exception as e:
         # The record's code is the server's for the same body: its error code, else its type.
         err = validation_error(e.errors()) if isinstance(e, ValidationError) else from_exception(e)

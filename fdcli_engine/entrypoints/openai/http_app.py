@@ -29,6 +29,7 @@ from fdcli_engine.entrypoints.openai.request_fields import (
 from fdcli_engine.entrypoints.openai.routes import ROUTES, Route
 from fdcli_engine.entrypoints.openai.serving_layer import ServingLayer, build_serving, served_names
 from fdcli_engine.entrypoints.openai.validation import validation_error
+from fdcli_engine.pooling.encoding import PoolingBytes
 
 logger = logging.getLogger("fd.serve")
 OPEN_PATHS = {"/health", "/ping"}  # the probes need no key
@@ -252,6 +253,9 @@ def _endpoint(route: Route, ctx: _Ctx):
             result = await route.call(layer, req)
         else:
             result = await ctx.run(request, lambda: route.call(layer, req))
+        if isinstance(result, PoolingBytes):
+            headers = {"metadata": result.metadata} if result.metadata is not None else None
+            result = Response(result.content, media_type=result.media_type, headers=headers)
         if ignored:
             # A stream is its own Response; a model gets the headers FastAPI copies from `response`.
             (result if isinstance(result, Response) else response).headers[IGNORED_HEADER] = header_value(

@@ -41,7 +41,9 @@ class _ChatFields(_Request):
     mm_processor_kwargs: dict[str, Any] | None = Field(default=None, max_length=64)
 
 
-class EmbeddingRequest(_ChatFields):
+class PromptRequest(_ChatFields):
+    """The prompt of a pooling request: `input` (OpenAI's forms) or `messages` (vLLM's chat form)."""
+
     model: str | None = Field(default=None, max_length=512)
     input: Annotated[
         TextInput
@@ -51,14 +53,22 @@ class EmbeddingRequest(_ChatFields):
         | None,
         prompt_list_shape(MAX_INPUTS, "inputs"),
     ] = None
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(default=None, ge=1, le=1 << 16)
-    normalize: bool | None = None
     # -1: keep the first max-model-len tokens; k > 0: keep the first k (special tokens kept at the ends).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
     add_special_tokens: bool = True
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=256)
+
+
+class EmbeddingRequest(PromptRequest):
+    # bytes / bytes_only: vLLM's binary body (pooling/encoding.py PoolingBytes).
+    encoding_format: Literal["float", "base64", "bytes", "bytes_only"] = "float"
+    # vLLM's: the dtype and byte order of base64 and bytes output (no effect on float output). fp8 is
+    # refused by the serving layer (numpy has no float8 cast).
+    embed_dtype: Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = "float32"
+    endianness: Literal["native", "big", "little"] = "native"
+    dimensions: int | None = Field(default=None, ge=1, le=1 << 16)
+    normalize: bool | None = None
 
 
 # vLLM's PoolingTask names of what a pooler computes: one vector (embed, classify) or one per token.
@@ -70,6 +80,25 @@ class PoolingRequest(EmbeddingRequest):
     model at start (--pooler-config), so `task` may only be omitted or name what it computes."""
 
     task: PoolingTask | None = None
+
+
+class ActivationFields(_Request):
+    """vLLM's ClassifyRequestMixin (classify, score, rerank): False gives a classification head's
+    raw logits. `softmax` and `activation` are vLLM's deprecated names of `use_activation`."""
+
+    use_activation: bool | None = None
+    softmax: bool | None = None
+    activation: bool | None = None
+
+    @property
+    def activated(self) -> bool:
+        """vLLM's get_use_activation: the first of use_activation, softmax, activation that is set."""
+        given = [v for v in (self.use_activation, self.softmax, self.activation) if v is not None]
+        return given[0] if given else True
+
+
+class ClassificationRequest(PromptRequest, ActivationFields):
+    """vLLM's /classify body (ClassificationCompletionRequest / ClassificationChatRequest)."""
 
 
 class ChatRewardRequest(_ChatFields):
@@ -129,4 +158,20 @@ class PoolingResponse(BaseModel):
     created: int = Field(default_factory=lambda: int(time.time()))
     model: str
     data: list[PoolingData]
+    usage: PoolingUsage
+
+
+class ClassificationData(BaseModel):
+    index: int
+    label: str | None  # config.json's id2label of the most probable class
+    probs: list[float]
+    num_classes: int
+
+
+class ClassificationResponse(BaseModel):
+    id: str
+    object: Literal["list"] = "list"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    data: list[ClassificationData]
     usage: PoolingUsage

@@ -22,6 +22,8 @@ from fdcli_engine.entrypoints.openai.protocol import (
 )
 from fdcli_engine.entrypoints.openai.protocol_pooling import (
     ChatRewardRequest,
+    ClassificationRequest,
+    ClassificationResponse,
     EmbeddingRequest,
     EmbeddingResponse,
     PoolingRequest,
@@ -97,6 +99,13 @@ for _url in ("/score", "/v1/score"):
         ScoreRequest,
         lambda s, req: s.score.create_score(req),
         ScoreResponse,
+    )
+for _url in ("/classify", "/v1/classify"):
+    ROUTES[_url] = Route(
+        "create_classify" + _url.replace("/", "_").removesuffix("_classify"),
+        ClassificationRequest,
+        lambda s, req: s.classify.create_classify(req),
+        ClassificationResponse,
     )
 for _url in ("/rerank", "/v1/rerank", "/v2/rerank"):
     ROUTES[_url] = Route(

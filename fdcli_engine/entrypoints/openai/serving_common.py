@@ -66,7 +66,7 @@ def check_model(requested: str | None, served_names: list[str]) -> str:
 # The routes a pooling server answers, by pooler task (the generation routes answer with this list).
 POOLING_ROUTES = {
     "embed": "/v1/embeddings, /v1/score and /rerank",
-    "classify": "/v1/chat/reward, and /v1/score and /rerank for a one-label cross-encoder",
+    "classify": "/v1/classify, /v1/chat/reward, and /v1/score and /rerank for a one-label cross-encoder",
     "reward": "/v1/chat/reward",
     "process_reward": "/v1/chat/reward",
 }

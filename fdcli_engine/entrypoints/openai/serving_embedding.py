@@ -8,7 +8,7 @@ The engine returns raw pools; normalization, matryoshka truncation and softmax h
 from __future__ import annotations
 
 import asyncio
-import base64
+import time
 
 import numpy as np
 
@@ -32,6 +32,13 @@ from fdcli_engine.entrypoints.openai.serving_common import (
 )
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
+from fdcli_engine.pooling.encoding import (
+    BYTES_FORMATS,
+    FP8_DTYPES,
+    PoolingBytes,
+    encode_vector,
+    pooling_bytes,
+)
 from fdcli_engine.pooling.postprocess import check_dimensions, postprocess
 from fdcli_engine.pooling.truncation import truncate_ids, truncate_text_ids
 from fdcli_engine.pooling_params import PoolingParams
@@ -65,7 +72,9 @@ class PoolingServing:
                 "model",
             )
         if pc.task not in self.task_ok:
-            other = "/v1/embeddings" if pc.task == "embed" else "/v1/chat/reward"
+            other = {"embed": "/v1/embeddings", "classify": "/v1/classify or /v1/chat/reward"}.get(
+                pc.task, "/v1/chat/reward"
+            )
             kind = _TASK_NAMES.get(pc.task, pc.task)
             raise bad_request(f"this server runs {kind} model: use {other}, not {self.route}", "model")
         return pc
@@ -139,7 +148,7 @@ class PoolingServing:
 
 
 class OpenAIServingEmbedding(PoolingServing):
-    def prompts(self, req: EmbeddingRequest) -> list[list[int]]:
+    def prompts(self, req) -> list[list[int]]:
         """The prompts of an `input` request (the messages form: render_messages)."""
         limit = self.limit(req.truncate_prompt_tokens)
         items = req.input
@@ -164,13 +173,26 @@ class OpenAIServingEmbedding(PoolingServing):
     async def pooled(self, req: EmbeddingRequest, request_id: str | None, prefix: str):
         """(model, request id, one output array per prompt, prompt tokens) of an `input` or `messages`
         request: /v1/embeddings and /pooling alike. Arrays are post-processed (normalize, dimensions)."""
-        model = check_model(req.model, self.served_model_names)
+        check_model(req.model, self.served_model_names)
         pc = self.pooler_config()
         hidden = int(self.engine.config.hf_config.get("hidden_size") or 0)
         try:
             dims = check_dimensions(req.dimensions, pc, hidden)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param) from None
+        if req.encoding_format != "float" and req.embed_dtype in FP8_DTYPES:
+            raise bad_request(
+                f"embed_dtype {req.embed_dtype!r} is not supported by fd: use float32, float16 or bfloat16",
+                "embed_dtype",
+            )
+        model, rid, pools, n = await self.raw_pools(req, request_id, prefix)
+        return model, rid, [postprocess(raw, pc, dims, req.normalize) for raw in pools], n
+
+    async def raw_pools(self, req, request_id: str | None, prefix: str):
+        """(model, request id, the engine's raw pool of each prompt, prompt tokens) of a request in
+        the `input` or `messages` form (EmbeddingRequest's fields of those)."""
+        model = check_model(req.model, self.served_model_names)
+        self.pooler_config()
         if (req.input is None) == (req.messages is None):
             raise bad_request("give exactly one of input or messages", "input")
         features = None
@@ -183,15 +205,18 @@ class OpenAIServingEmbedding(PoolingServing):
             prompts = self.prompts(req)
         rid = request_id or req.request_id or random_id(prefix)
         pools = await self.pool_all(prompts, rid, mm_features=features)
-        vectors = [postprocess(raw, pc, dims, req.normalize) for raw in pools]
-        return model, rid, vectors, sum(len(p) for p in prompts)
+        return model, rid, pools, sum(len(p) for p in prompts)
 
     async def create_embedding(
         self, req: EmbeddingRequest, request_id: str | None = None
-    ) -> EmbeddingResponse:
+    ) -> EmbeddingResponse | PoolingBytes:
         model, rid, vectors, n = await self.pooled(req, request_id, "embd")
+        if req.encoding_format in BYTES_FORMATS:
+            return response_bytes(req, rid, model, vectors, n)
         data = [
-            EmbeddingData(index=i, embedding=encode_vector(v, req.encoding_format))
+            EmbeddingData(
+                index=i, embedding=encode_vector(v, req.encoding_format, req.embed_dtype, req.endianness)
+            )
             for i, v in enumerate(vectors)
         ]
         return EmbeddingResponse(
@@ -199,8 +224,9 @@ class OpenAIServingEmbedding(PoolingServing):
         )
 
 
-def encode_vector(vec: np.ndarray, encoding_format: str):
-    """A pooled array as the response carries it: nested floats, or base64 of float32 little-endian."""
-    if encoding_format == "base64":
-        return base64.b64encode(np.ascontiguousarray(vec, dtype="<f4").tobytes()).decode("ascii")
-    return vec.tolist()
+def response_bytes(req, rid: str, model: str, arrays, n: int):
+    """vLLM's `bytes` / `bytes_only` answer of /v1/embeddings and /pooling (the HTTP app sends it as an
+    application/octet-stream body)."""
+    usage = {"prompt_tokens": n, "total_tokens": n}
+    head = {"id": rid, "created": int(time.time()), "model": model, "usage": usage}
+    return pooling_bytes(arrays, req.encoding_format, req.embed_dtype, req.endianness, head)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fdcli_engine.entrypoints.openai.chat_images import ImageInputs
 from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+from fdcli_engine.entrypoints.openai.serving_classify import OpenAIServingClassification
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions, image_limit, media_policy
@@ -38,6 +39,7 @@ class ServingLayer:
     embedding: OpenAIServingEmbedding
     pooling: OpenAIServingPooling  # vLLM's /pooling: the embeddings path in its shape
     reward: OpenAIServingReward
+    classify: OpenAIServingClassification  # /classify, /v1/classify
     tokenization: OpenAIServingTokenization
     responses: OpenAIServingResponses
     score: OpenAIServingScore  # /score and /rerank
@@ -88,6 +90,7 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         embedding=OpenAIServingEmbedding(engine, names, chat),
         pooling=OpenAIServingPooling(engine, names, chat),
         reward=OpenAIServingReward(engine, names, chat),
+        classify=OpenAIServingClassification(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
         responses=OpenAIServingResponses(chat),
         score=OpenAIServingScore(engine, names, chat),

@@ -55,9 +55,10 @@ class OpenAIServingScore(PoolingServing):
         return pc
 
     async def scores(
-        self, pairs: list[Pair], request_id: str, truncate: int | None = None
+        self, pairs: list[Pair], request_id: str, truncate: int | None = None, activation: bool = True
     ) -> tuple[list[float], int]:
-        """One score per pair, and the prompt tokens the engine read."""
+        """One score per pair, and the prompt tokens the engine read. `activation` false: a
+        cross-encoder's logits (a cosine has no activation)."""
         pc = self.pooler_config()
         limit = self.limit(truncate)
         if pc.task == "embed":
@@ -69,7 +70,7 @@ class OpenAIServingScore(PoolingServing):
             prompts.append(ids)
             params.append(p)
         pools = await self.pool_all(prompts, request_id, params)
-        return [cross_encoder_score(raw, pc) for raw in pools], sum(map(len, prompts))
+        return [cross_encoder_score(raw, pc, activation) for raw in pools], sum(map(len, prompts))
 
     async def _cosines(self, pairs: list[Pair], pc: PoolerConfig, request_id: str, limit: int | None):
         texts: dict[str, str] = {}  # each distinct text embedded once -> the param named in its errors
@@ -89,11 +90,10 @@ class OpenAIServingScore(PoolingServing):
 
     async def create_score(self, req: ScoreRequest, request_id: str | None = None) -> ScoreResponse:
         model = check_model(req.model, self.served_model_names)
-        pairs = pair_up(
-            _named(req.text_1, "text_1"), _named(req.text_2, "text_2"), ("text_1", "text_2"), "text_1"
-        )
+        (one, other), (first, second) = req.names, req.sides
+        pairs = pair_up(_named(first, one), _named(second, other), (one, other), one)
         rid = request_id or req.request_id or random_id("score")
-        scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens)
+        scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens, req.activated)
         data = [ScoreData(index=i, score=s) for i, s in enumerate(scores)]
         return ScoreResponse(
             id=rid, model=model, data=data, usage=PoolingUsage(prompt_tokens=n, total_tokens=n)
@@ -105,7 +105,7 @@ class OpenAIServingScore(PoolingServing):
         docs = _named(texts, "documents")
         rid = request_id or req.request_id or random_id("rerank")
         pairs = [((req.query, "query"), d) for d in docs]
-        scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens)
+        scores, n = await self.scores(pairs, rid, req.truncate_prompt_tokens, req.activated)
         order = sorted(range(len(docs)), key=lambda i: -scores[i])  # stable: ties keep request order
         if req.top_n:
             order = order[: req.top_n]
