@@ -205,3 +205,60 @@ def test_real_server_matches_chat_completions(server):
     text = "".join(e.delta for e in streamed if e.type == "response.output_text.delta")
     assert text == r.output_text and streamed[-1].response.output_text == text
     assert streamed[-1].type == ("response.incomplete" if r.status == "incomplete" else "response.completed")
+
+
+# ---- vLLM's extra sampling fields and the request fields the Response object repeats ----
+
+
+def test_vllm_sampling_extras_reach_the_engine(scripted):
+    """vLLM's ResponsesRequest takes top_k, seed, stop, repetition_penalty, ignore_eos, ...; an SDK
+    user sends them in extra_body and they must change the sampling, not be dropped."""
+    client, engine = scripted
+    extras = {"top_k": 5, "seed": 7, "stop": ["zz"], "repetition_penalty": 1.2, "ignore_eos": True}
+    client.responses.create(input="hi", extra_body=extras)
+    params = engine.calls[0].params
+    assert (params.top_k, params.seed, params.stop) == (5, 7, ["zz"])
+    assert (params.repetition_penalty, params.ignore_eos) == (1.2, True)
+
+
+def test_bad_vllm_extra_is_a_400_naming_it(scripted):
+    client, engine = scripted
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(input="hi", extra_body={"top_k": "many"})
+    assert e.value.body["param"] == "top_k" and not engine.calls
+
+
+def test_response_repeats_the_request_fields(scripted):
+    """As vLLM's ResponsesResponse.from_request (and OpenAI): the request's user, reasoning,
+    tool_choice, parallel_tool_calls, truncation and service_tier, and the temperature/top_p used."""
+    client, engine = scripted
+    r = client.responses.create(
+        input="hi",
+        user="u1",
+        reasoning={"effort": "low"},
+        tool_choice="none",
+        parallel_tool_calls=False,
+        truncation="disabled",
+        service_tier="default",
+    )
+    assert r.user == "u1" and r.reasoning.effort == "low" and r.tool_choice == "none"
+    assert r.parallel_tool_calls is False and r.truncation == "disabled" and r.service_tier == "default"
+    assert r.background is False
+    params = engine.calls[0].params
+    assert (r.temperature, r.top_p) == (params.temperature, params.top_p)
+    plain = client.responses.create(input="hi")
+    assert plain.tool_choice == "auto" and plain.parallel_tool_calls is True and plain.user is None
+
+
+def test_truncation_auto_keeps_the_prompt_tail(tokenizer):
+    """vLLM maps truncation="auto" to its prompt's last max_model_len - max_output_tokens tokens: a
+    prompt over the context is cut instead of refused."""
+    config = ModelConfig("tiny", max_model_len=64, vocab_size=300)
+    client, _, engine = scripted_client(tokenizer, PIECES, model_config=config)
+    long = "word " * 200
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(input=long, max_output_tokens=1)
+    r = client.responses.create(input=long, max_output_tokens=1, truncation="auto")
+    assert len(engine.calls[-1].prompt_token_ids) == 63 and r.truncation == "auto"
+    client.responses.create(input=long, max_output_tokens=4, truncation="auto")
+    assert len(engine.calls[-1].prompt_token_ids) == 60

@@ -88,6 +88,37 @@ class ResponsesRequest(_Strict):
     prompt_cache_key: str | None = Field(default=None, max_length=256)
     safety_identifier: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=128)
+    # vLLM's extra sampling fields (VLLM_SAMPLING_FIELDS): handed as sent to the chat request, whose
+    # model checks them (a bad value is a 400 naming the field).
+    top_k: Any = None
+    repetition_penalty: Any = None
+    seed: Any = None
+    stop: Any = None
+    ignore_eos: Any = None
+    logit_bias: Any = None
+    skip_special_tokens: Any = None
+    include_stop_str_in_output: Any = None
+    cache_salt: Any = None
+    priority: Any = None
+    mm_processor_kwargs: Any = None
+    structured_outputs: Any = None
+
+
+# The fields of vLLM's ResponsesRequest beyond OpenAI's that fd's chat request takes as they are.
+VLLM_SAMPLING_FIELDS = (
+    "top_k",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "ignore_eos",
+    "logit_bias",
+    "skip_special_tokens",
+    "include_stop_str_in_output",
+    "cache_salt",
+    "priority",
+    "mm_processor_kwargs",
+    "structured_outputs",
+)
 
 
 # ---------------- responses ----------------
@@ -158,11 +189,16 @@ class ResponseObject(BaseModel):
     parallel_tool_calls: bool = True
     previous_response_id: None = None
     store: bool = False  # fd keeps no responses
-    temperature: float | None = None
+    background: bool = False
+    temperature: float | None = None  # the values sampled with (vLLM's and OpenAI's echo)
     top_p: float | None = None
     text: dict = Field(default_factory=lambda: {"format": {"type": "text"}})
-    tool_choice: str = "none"
+    tool_choice: str | dict[str, Any] = "auto"
     tools: list = Field(default_factory=list)
     truncation: str = "disabled"
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
+    # Repeated from the request as vLLM's ResponsesResponse.from_request does.
+    user: str | None = None
+    reasoning: dict[str, Any] | None = None
+    service_tier: str = "auto"

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, ContentPart
 from fdcli_engine.entrypoints.openai.protocol_responses import (
+    VLLM_SAMPLING_FIELDS,
     IncompleteDetails,
     InputContentPart,
     InputTokensDetails,
@@ -148,9 +149,11 @@ class OpenAIServingResponses:
                 top_p=req.top_p,
                 stream=req.stream,
                 response_format=response_format(req),
+                truncate_prompt_tokens=self._truncation(req),
+                **{name: getattr(req, name) for name in VLLM_SAMPLING_FIELDS if name in req.model_fields_set},
             )
-        except ValidationError as e:  # only text.format's keys can fail here: the rest are checked
-            raise bad_request(f"text.format: {e.errors()[0]['msg']}", "text.format") from None
+        except ValidationError as e:  # text.format's keys and vLLM's extras are checked here
+            raise _invalid(e) from None
         rid = request_id or req.request_id or "resp_" + uuid.uuid4().hex
         try:
             p = await self.chat.prepare(chat_req, rid)
@@ -159,6 +162,13 @@ class OpenAIServingResponses:
         if req.stream:
             return self._stream(req, p)
         return await self._full(req, p)
+
+    def _truncation(self, req: ResponsesRequest) -> int | None:
+        """truncation="auto": vLLM's truncate_prompt_tokens of max_model_len - max_output_tokens (the
+        prompt's last tokens that leave room for the answer; at least one token when it is unset)."""
+        if req.truncation != "auto":
+            return None
+        return max(self.chat.engine.model_config.max_model_len - (req.max_output_tokens or 1), 1)
 
     def _splitter(self) -> OutputSplitter:
         return OutputSplitter(self.chat.reasoning_parser_cls, None)
@@ -231,16 +241,30 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
         max_output_tokens=req.max_output_tokens,
         model=p.model,
         output=output,
-        temperature=req.temperature,
-        top_p=req.top_p,
+        temperature=p.jobs[0].params.temperature,
+        top_p=p.jobs[0].params.top_p,
         usage=usage,
         metadata=req.metadata or {},
         text={"format": fmt.echo() if (fmt := _text_format(req)) else {"type": "text"}},
+        tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
+        parallel_tool_calls=req.parallel_tool_calls is not False,
+        truncation=req.truncation or "disabled",
+        user=req.user,
+        reasoning=req.reasoning,
+        service_tier=req.service_tier or "auto",
     )
 
 
 def _text_format(req: ResponsesRequest):
     return req.text.format if req.text is not None else None
+
+
+def _invalid(e: ValidationError) -> APIError:
+    """The 400 of a chat request the Responses request could not become, naming the Responses field."""
+    error = e.errors()[0]
+    name = str(error["loc"][0]) if error["loc"] else "input"
+    name = _PARAMS.get(name, name)
+    return bad_request(f"{name}: {error['msg']}", name)
 
 
 def _renamed(e: APIError, offset: int = 0) -> APIError:
