@@ -262,3 +262,56 @@ def test_truncation_auto_keeps_the_prompt_tail(tokenizer):
     assert len(engine.calls[-1].prompt_token_ids) == 63 and r.truncation == "auto"
     client.responses.create(input=long, max_output_tokens=4, truncation="auto")
     assert len(engine.calls[-1].prompt_token_ids) == 60
+
+
+# ---- an earlier response's output sent back as input (the SDK's multi-turn idiom) ----
+
+
+def test_previous_output_with_reasoning_goes_back_as_input(tokenizer):
+    """`input=[user, *r.output, user]` with a reasoning model: as vLLM, the reasoning item is the
+    assistant turn's reasoning_content and its message item the same turn's content."""
+    client, _ = _client(tokenizer, THINKING, reasoning_parser="qwen3")
+    first = client.responses.create(model="tiny", input="hi")
+    turns = [{"role": "user", "content": "hi"}, *[o.model_dump() for o in first.output]]
+    client2, engine = _client(tokenizer, PIECES)
+    client2.responses.create(model="tiny", input=[*turns, {"role": "user", "content": "and?"}])
+    expected = tokenizer.apply_chat_template(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hi!", "reasoning_content": "let me see"},
+            {"role": "user", "content": "and?"},
+        ],
+        add_generation_prompt=True,
+    )
+    assert engine.calls[0].prompt == expected
+    assert client2.responses.create(model="tiny", input=turns[:1] + turns[1:2]).status == "completed"
+
+
+def test_encrypted_reasoning_is_a_400(scripted):
+    client, engine = scripted
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(input=[{"role": "user", "content": "hi"}, item])
+    assert e.value.body["param"] == "input[1].encrypted_content" and not engine.calls
+
+
+def test_incomplete_assistant_message_is_continued(scripted, tokenizer):
+    """vLLM's partial completion: a last assistant message with status in_progress/incomplete is
+    continued (continue_final_message), not answered."""
+    client, engine = scripted
+    partial = {
+        "type": "message",
+        "role": "assistant",
+        "status": "incomplete",
+        "content": [{"type": "output_text", "text": "Once upon"}],
+    }
+    client.responses.create(input=[{"role": "user", "content": "story"}, partial])
+    whole = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "story"}, {"role": "assistant", "content": "Once upon"}],
+        add_generation_prompt=False,
+    )
+    expected = whole[: whole.rindex("Once upon") + len("Once upon")]  # transformers' continue_final_message
+    assert engine.calls[0].prompt == expected
+    done = {**partial, "status": "completed"}
+    client.responses.create(input=[{"role": "user", "content": "story"}, done])
+    assert engine.calls[1].prompt != expected

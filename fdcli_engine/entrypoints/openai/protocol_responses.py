@@ -32,16 +32,21 @@ class InputContentPart(BaseModel):
 
 
 class InputItem(BaseModel):
-    """A message item: `{"role", "content"}` (EasyInputMessage) or `{"type": "message", ...}`."""
+    """A message item: `{"role", "content"}` (EasyInputMessage) or `{"type": "message", ...}`; or a
+    reasoning item of an earlier response (`content`: reasoning_text parts, `summary`)."""
 
     model_config = ConfigDict(extra="allow")
     type: str = Field(default="message", max_length=64)
+    id: str | None = Field(default=None, max_length=256)
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
     role: Literal["system", "developer", "user", "assistant"] | None = None
     content: (
         Annotated[str, Field(max_length=MAX_STR)]
         | Annotated[list[InputContentPart], Field(max_length=256)]
         | None
     ) = None
+    summary: list[InputContentPart] | None = Field(default=None, max_length=256)
+    encrypted_content: str | None = Field(default=None, max_length=MAX_STR)
 
 
 class TextFormat(JsonSchemaFormat):

@@ -97,9 +97,13 @@ def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
     if not req.input:
         raise bad_request("input is empty", "input")
     for i, item in enumerate(req.input):
+        if item.type == "reasoning":
+            _add_to_assistant_turn(messages, reasoning_content=_reasoning_text(item, i))
+            continue
         if item.type != "message":
             raise bad_request(
-                f"input item type {item.type!r} is not supported: fd's /v1/responses takes message items",
+                f"input item type {item.type!r} is not supported: fd's /v1/responses takes message and "
+                "reasoning items",
                 f"input[{i}].type",
             )
         if item.role is None or item.content is None:
@@ -109,8 +113,44 @@ def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
             parts = [_chat_part(part, f"input[{i}].content[{j}]") for j, part in enumerate(content)]
             images = any(p.type == "image_url" for p in parts)
             content = parts if images else "\n".join(p.text for p in parts)
-        messages.append(ChatMessage(role=item.role, content=content))
+        if item.role == "assistant":
+            _add_to_assistant_turn(messages, content=content)
+        else:
+            messages.append(ChatMessage(role=item.role, content=content))
     return messages
+
+
+def continues_last_message(req: ResponsesRequest) -> bool:
+    """vLLM's partial completion: a last assistant message (or reasoning item) still in_progress or
+    incomplete is continued rather than answered."""
+    if isinstance(req.input, str) or not req.input:
+        return False
+    last = req.input[-1]
+    partial = last.type in ("message", "reasoning") and last.status in ("in_progress", "incomplete")
+    return partial and (last.type == "reasoning" or last.role == "assistant")
+
+
+def _add_to_assistant_turn(messages: list[ChatMessage], **fields) -> None:
+    """An earlier response's output items as one assistant turn (vLLM's rule): a reasoning item and
+    the message item after it fill the same assistant message's reasoning_content and content."""
+    last = messages[-1] if messages else None
+    if last is not None and last.role == "assistant":
+        free = {k: v for k, v in fields.items() if getattr(last, k) in (None, "")}
+        if len(free) == len(fields):
+            messages[-1] = last.model_copy(update=free)
+            return
+    messages.append(ChatMessage(role="assistant", **{"content": "", **fields}))
+
+
+def _reasoning_text(item, i: int) -> str:
+    """A reasoning item's text: its first content part, else its first summary part (as vLLM)."""
+    if item.encrypted_content:
+        raise bad_request(
+            "encrypted reasoning content is not supported: send the reasoning item's content",
+            f"input[{i}].encrypted_content",
+        )
+    parts = item.content if isinstance(item.content, list) and item.content else item.summary or []
+    return (parts[0].text or "") if parts else ""
 
 
 def _chat_part(part: InputContentPart, param: str) -> ContentPart:
@@ -149,6 +189,8 @@ class OpenAIServingResponses:
                 top_p=req.top_p,
                 stream=req.stream,
                 response_format=response_format(req),
+                add_generation_prompt=not continues_last_message(req),
+                continue_final_message=continues_last_message(req),
                 truncate_prompt_tokens=self._truncation(req),
                 **{name: getattr(req, name) for name in VLLM_SAMPLING_FIELDS if name in req.model_fields_set},
             )
