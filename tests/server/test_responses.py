@@ -5,6 +5,8 @@ completions answers for the same conversation (the Responses route rides the cha
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 from scripted import ModelConfig, scripted_client
@@ -143,14 +145,15 @@ def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
 @pytest.mark.parametrize(
     "body, param, words",
     [
-        ({"tools": [{"type": "web_search"}]}, "tools", "web_search"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "web_search"),
+        ({"tools": [{"type": "function"}]}, "tools[0].name", "name"),
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
         ({"background": True}, "background", "not supported"),
         ({"text": {"format": {"type": "grammar"}}}, "text.format", "grammar"),
         (
-            {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
+            {"input": [{"type": "computer_call_output", "call_id": "c", "output": "1"}]},
             "input[0].type",
-            "message",
+            "function_call_output",
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
@@ -315,3 +318,106 @@ def test_incomplete_assistant_message_is_continued(scripted, tokenizer):
     done = {**partial, "status": "completed"}
     client.responses.create(input=[{"role": "user", "content": "story"}, done])
     assert engine.calls[1].prompt != expected
+
+
+# ---- function tools (vLLM's non-harmony path: the server's --tool-call-parser reads the output) ----
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather now", "parameters": WEATHER}]
+CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
+CALLING = [
+    "Let me look.",
+    "\n<tool_call>\n",
+    '{"name": "get_weather", ',
+    '"arguments": {"city": "Paris"}}',
+    "\n</tool_call>",
+]
+
+
+def _tool_client(tokenizer, pieces=CALLING):
+    client, _, engine = scripted_client(
+        tokenizer,
+        pieces,
+        model_config=ModelConfig("tiny", max_model_len=4096, vocab_size=300),
+        tool_call_parser="hermes",
+    )
+    return client, engine
+
+
+def test_function_call_item_and_chat_tools(tokenizer):
+    client, engine = _tool_client(tokenizer)
+    r = client.responses.create(model="tiny", input="Weather in Paris?", tools=TOOLS)
+    assert [o.type for o in r.output] == ["message", "function_call"]
+    assert r.output_text == "Let me look."
+    call = r.output[1]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert call.call_id and call.id.startswith("fc_") and call.status == "completed"
+    assert r.tools[0].name == "get_weather" and r.status == "completed"
+    client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=CHAT_TOOLS
+    )
+    assert engine.calls[0].prompt == engine.calls[1].prompt  # the chat path's rendering of the tools
+
+
+def test_function_call_streamed_and_assembled(tokenizer):
+    client, _ = _tool_client(tokenizer)
+    with client.responses.stream(model="tiny", input="Weather in Paris?", tools=TOOLS) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    types = [e.type for e in events]
+    assert "response.function_call_arguments.delta" in types and types[-1] == "response.completed"
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert json.loads(done.arguments) == {"city": "Paris"}
+    assert [o.type for o in final.output] == ["message", "function_call"]
+    assert final.output[1].name == "get_weather" and final.output_text == "Let me look."
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == [0, 1]
+
+
+def test_function_call_output_round_trip(tokenizer):
+    """The SDK's loop: input += r.output, then a function_call_output item with the call's call_id;
+    the chat template sees the assistant's tool call and the tool's answer."""
+    client, _ = _tool_client(tokenizer)
+    first = client.responses.create(model="tiny", input="Weather in Paris?", tools=TOOLS)
+    call = first.output[1]
+    follow = [
+        {"role": "user", "content": "Weather in Paris?"},
+        *[o.model_dump(exclude_none=True) for o in first.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 21}'},
+    ]
+    client2, engine = _tool_client(tokenizer, ["It is 21."])
+    r = client2.responses.create(model="tiny", input=follow, tools=TOOLS)
+    assert r.output_text == "It is 21."
+    client2.chat.completions.create(
+        model="tiny",
+        tools=CHAT_TOOLS,
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "Let me look.",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": call.arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "content": '{"temp": 21}', "tool_call_id": call.call_id},
+        ],
+    )
+    assert engine.calls[0].prompt == engine.calls[1].prompt
+    assert '{"temp": 21}' in engine.calls[0].prompt
+
+
+def test_named_tool_choice_takes_the_responses_shape(tokenizer):
+    """Responses' {"type": "function", "name": ...} (flat, unlike chat's) forces that function."""
+    client, _ = _tool_client(tokenizer, ['{"city": "Rome"}'])
+    r = client.responses.create(
+        model="tiny", input="Weather?", tools=TOOLS, tool_choice={"type": "function", "name": "get_weather"}
+    )
+    (call,) = r.output
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Rome"}
+    assert r.tool_choice.name == "get_weather"

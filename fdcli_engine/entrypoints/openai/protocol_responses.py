@@ -1,7 +1,7 @@
-"""Request and response models of POST /v1/responses (OpenAI's Responses API), text only.
+"""Request and response models of POST /v1/responses (OpenAI's Responses API): text and function tools.
 
 The request accepts the fields the `openai` SDK sends for a text conversation; the serving layer
-(serving_responses.py) refuses the features fd does not have (tools, stored responses, background
+(serving_responses.py) refuses the features fd does not have (built-in tools, stored responses, background
 runs) with a 400 that says so. Input items are permissive (`extra="allow"`): an app may send back the
 output items of an earlier response as they came, with their `id`, `status` and `annotations`.
 """
@@ -29,6 +29,9 @@ class InputContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: str = Field(max_length=64)
     text: str | None = Field(default=None, max_length=MAX_STR)
+    # An output_text part sent back as it came: its annotations and logprobs say nothing to the model.
+    annotations: list | None = Field(default=None, max_length=1024)
+    logprobs: list | None = None
 
 
 class InputItem(BaseModel):
@@ -47,6 +50,15 @@ class InputItem(BaseModel):
     ) = None
     summary: list[InputContentPart] | None = Field(default=None, max_length=256)
     encrypted_content: str | None = Field(default=None, max_length=MAX_STR)
+    # function_call (an earlier response's output item) and function_call_output items.
+    call_id: str | None = Field(default=None, max_length=256)
+    name: str | None = Field(default=None, max_length=256)
+    arguments: str | None = Field(default=None, max_length=MAX_STR)
+    output: (
+        Annotated[str, Field(max_length=MAX_STR)]
+        | Annotated[list[InputContentPart], Field(max_length=256)]
+        | None
+    ) = None
 
 
 class TextFormat(JsonSchemaFormat):
@@ -76,7 +88,8 @@ class ResponsesRequest(_Strict):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stream: bool = False
     text: TextConfig | None = None
-    # Accepted so a client's ordinary request passes; refused when they ask for what fd lacks.
+    # Function tools ({"type": "function", "name", "description", "parameters", "strict"}) go to the
+    # chat path as chat tools; other tool types are refused.
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -158,6 +171,17 @@ class ReasoningItem(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
 
 
+class FunctionCallItem(BaseModel):
+    """A call of one of the request's function tools, read by the server's --tool-call-parser."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+
+
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
 
@@ -190,7 +214,7 @@ class ResponseObject(BaseModel):
     instructions: str | None = None
     max_output_tokens: int | None = None
     model: str
-    output: list[ReasoningItem | OutputMessage]
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem]
     parallel_tool_calls: bool = True
     previous_response_id: None = None
     store: bool = False  # fd keeps no responses
@@ -199,7 +223,7 @@ class ResponseObject(BaseModel):
     top_p: float | None = None
     text: dict = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: str | dict[str, Any] = "auto"
-    tools: list = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
     truncation: str = "disabled"
     usage: ResponseUsage | None = None
     metadata: dict[str, str] = Field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""POST /v1/responses (OpenAI's Responses API), text only, framework-free.
+"""POST /v1/responses (OpenAI's Responses API), text and function tools, framework-free.
 
 A request becomes a chat request (instructions as the system message, the input items as messages)
 and rides the chat serving path: the same template rendering, limits, sampling parameters and engine
@@ -9,7 +9,11 @@ Responses event stream the `openai` SDK's `client.responses.stream` accumulates:
   → response.output_text.delta … → response.output_text.done → response.content_part.done
   → response.output_item.done → response.completed (response.incomplete when max_output_tokens cut it)
 
-With a --reasoning-parser, the reasoning text comes first as a reasoning item (vLLM's shape).
+With a --reasoning-parser, the reasoning text comes first as a reasoning item (vLLM's shape); function
+calls (responses_tools.py) come last, each sent whole when the output ends:
+
+  response.output_item.added → response.function_call_arguments.delta → …arguments.done
+  → response.output_item.done
 """
 
 from __future__ import annotations
@@ -37,6 +41,13 @@ from fdcli_engine.entrypoints.openai.protocol_responses import (
     ResponseUsage,
 )
 from fdcli_engine.entrypoints.openai.responses_stream import EventWriter, OutputItems
+from fdcli_engine.entrypoints.openai.responses_tools import (
+    add_function_call,
+    chat_tool_choice,
+    chat_tools,
+    function_call_items,
+    function_call_output,
+)
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat, PreparedChat
 from fdcli_engine.entrypoints.openai.serving_common import check_generative, final_outputs, merge_jobs
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
@@ -51,13 +62,6 @@ _PARAMS = {
 
 
 def check_unsupported(req: ResponsesRequest) -> None:
-    if req.tools:
-        kinds = sorted({str(t.get("type")) for t in req.tools})
-        raise bad_request(
-            f"tools ({', '.join(kinds)}) are not supported on /v1/responses: fd serves text only here; "
-            "use /v1/chat/completions with tools for function calling",
-            "tools",
-        )
     if req.previous_response_id is not None:
         raise bad_request(
             "previous_response_id is not supported: fd stores no responses; send the whole conversation "
@@ -100,10 +104,16 @@ def to_messages(req: ResponsesRequest) -> list[ChatMessage]:
         if item.type == "reasoning":
             _add_to_assistant_turn(messages, reasoning_content=_reasoning_text(item, i))
             continue
+        if item.type == "function_call":
+            add_function_call(messages, item, i)
+            continue
+        if item.type == "function_call_output":
+            messages.append(function_call_output(item, i))
+            continue
         if item.type != "message":
             raise bad_request(
-                f"input item type {item.type!r} is not supported: fd's /v1/responses takes message and "
-                "reasoning items",
+                f"input item type {item.type!r} is not supported: fd's /v1/responses takes message, "
+                "reasoning, function_call and function_call_output items",
                 f"input[{i}].type",
             )
         if item.role is None or item.content is None:
@@ -189,6 +199,9 @@ class OpenAIServingResponses:
                 top_p=req.top_p,
                 stream=req.stream,
                 response_format=response_format(req),
+                tools=chat_tools(req),
+                tool_choice=chat_tool_choice(req.tool_choice),
+                parallel_tool_calls=req.parallel_tool_calls,
                 add_generation_prompt=not continues_last_message(req),
                 continue_final_message=continues_last_message(req),
                 truncate_prompt_tokens=self._truncation(req),
@@ -212,21 +225,24 @@ class OpenAIServingResponses:
             return None
         return max(self.chat.engine.model_config.max_model_len - (req.max_output_tokens or 1), 1)
 
-    def _splitter(self) -> OutputSplitter:
-        return OutputSplitter(self.chat.reasoning_parser_cls, None)
+    def _splitter(self, req: ResponsesRequest, p: PreparedChat) -> OutputSplitter:
+        return OutputSplitter(
+            self.chat.reasoning_parser_cls, p.tool_parser, req.parallel_tool_calls is not False
+        )
 
     async def _full(self, req: ResponsesRequest, p: PreparedChat) -> ResponseObject:
         (_, out) = (await final_outputs(self.chat.engine, p.jobs))[0]
         comp = out.outputs[0]
-        split = self._splitter().split(comp.text)
+        split = self._splitter(req, p).split(comp.text)
         status = "incomplete" if comp.finish_reason == "length" else "completed"
         key = _item_key(p)
         output = []
         if split.reasoning:
             output.append(ReasoningItem(id="rs_" + key, content=[ReasoningText(text=split.reasoning)]))
-        output.append(
-            OutputMessage(id="msg_" + key, status=status, content=[OutputText(text=split.content or "")])
-        )
+        if split.content or not split.tool_calls:  # as vLLM: no empty message beside the calls
+            text = OutputText(text=split.content or "")
+            output.append(OutputMessage(id="msg_" + key, status=status, content=[text]))
+        output += function_call_items(split.tool_calls, key, status)
         usage = _usage(len(p.prompt_ids), len(comp.token_ids), out.num_cached_tokens)
         return _response(req, p, status, output, usage)
 
@@ -236,7 +252,7 @@ class OpenAIServingResponses:
         yield events.emit("response.created", response=head)
         yield events.emit("response.in_progress", response=head)
         items = OutputItems(events, _item_key(p))
-        splitter, num_tokens, cached, reason = self._splitter(), 0, 0, None
+        splitter, num_tokens, cached, reason, calls = self._splitter(req, p), 0, 0, None, []
         try:
             async for _, out in merge_jobs(self.chat.engine, p.jobs):
                 comp = out.outputs[0]
@@ -246,13 +262,13 @@ class OpenAIServingResponses:
                     for event in items.feed(kind, delta) if delta else ():
                         yield event
                 if out.finished:
-                    cached, reason = out.num_cached_tokens, comp.finish_reason
+                    cached, reason, calls = out.num_cached_tokens, comp.finish_reason, split.tool_calls
         except Exception as e:
             err = from_exception(e)
             yield events.emit("error", code=err.code, message=err.message, param=err.param)
             return
         status = "incomplete" if reason == "length" else "completed"
-        for event in items.finish(status):
+        for event in items.finish(status, function_call_items(calls, _item_key(p), status)):
             yield event
         final = _response(req, p, status, items.items, _usage(len(p.prompt_ids), num_tokens, cached))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
@@ -288,6 +304,7 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
         usage=usage,
         metadata=req.metadata or {},
         text={"format": fmt.echo() if (fmt := _text_format(req)) else {"type": "text"}},
+        tools=req.tools or [],
         tool_choice=req.tool_choice if req.tool_choice is not None else "auto",
         parallel_tool_calls=req.parallel_tool_calls is not False,
         truncation=req.truncation or "disabled",
