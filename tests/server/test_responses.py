@@ -421,3 +421,35 @@ def test_named_tool_choice_takes_the_responses_shape(tokenizer):
     (call,) = r.output
     assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Rome"}
     assert r.tool_choice.name == "get_weather"
+
+
+def test_real_server_output_text_logprobs_match_chat(server):
+    """include=["message.output_text.logprobs"] with top_logprobs (vLLM's and OpenAI's): the
+    output_text part carries the chat path's logprobs for the same conversation, whole and streamed."""
+    client = server.client()
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "the fox"}],
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    want = [c.model_dump() for c in chat.choices[0].logprobs.content]
+    body = dict(model="tiny", input="the fox", max_output_tokens=5, temperature=0, top_logprobs=2)
+    body["include"] = ["message.output_text.logprobs"]
+    r = client.responses.create(**body)
+    assert [lp.model_dump(exclude_none=True) for lp in r.output[0].content[0].logprobs] == want
+    assert r.top_logprobs == 2
+    events = list(client.responses.create(**body, stream=True))
+    streamed = [
+        lp.model_dump(exclude_none=True)
+        for e in events
+        if e.type == "response.output_text.delta"
+        for lp in e.logprobs
+    ]
+    assert streamed == want
+    final = events[-1].response.output[0].content[0].logprobs
+    assert [lp.model_dump(exclude_none=True) for lp in final] == want
+    plain = client.responses.create(model="tiny", input="the fox", max_output_tokens=2)
+    assert not plain.output[0].content[0].logprobs

@@ -20,6 +20,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     JsonSchemaFormat,
     _Strict,
 )
+from fdcli_engine.sampling_params import MAX_LOGPROBS
 
 
 class InputContentPart(BaseModel):
@@ -102,6 +103,7 @@ class ResponsesRequest(_Strict):
     truncation: Literal["auto", "disabled"] | None = None
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = Field(default=None, max_length=32)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)  # with LOGPROBS_INCLUDE
     service_tier: str | None = Field(default=None, max_length=64)
     prompt_cache_key: str | None = Field(default=None, max_length=256)
     safety_identifier: str | None = Field(default=None, max_length=256)
@@ -142,10 +144,15 @@ VLLM_SAMPLING_FIELDS = (
 # ---------------- responses ----------------
 
 
+# The `include` entry that asks for the answer's token logprobs (top_logprobs alternatives each).
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
 class OutputText(BaseModel):
     type: Literal["output_text"] = "output_text"
     text: str
     annotations: list = Field(default_factory=list)
+    logprobs: list[dict[str, Any]] = Field(default_factory=list)  # the chat path's token logprobs
 
 
 class OutputMessage(BaseModel):
@@ -231,3 +238,4 @@ class ResponseObject(BaseModel):
     user: str | None = None
     reasoning: dict[str, Any] | None = None
     service_tier: str = "auto"
+    top_logprobs: int | None = None

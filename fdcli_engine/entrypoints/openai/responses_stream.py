@@ -46,6 +46,14 @@ class OutputItems:
         self.items: list[ReasoningItem | OutputMessage | FunctionCallItem] = []
         self._open: str | None = None  # "reasoning" | "message"
         self._text = ""
+        # Token logprobs (include=["message.output_text.logprobs"]): those not yet sent with a message
+        # delta, and all of the message's.
+        self._pending_logprobs: list[dict] = []
+        self._logprobs: list[dict] = []
+
+    def add_logprobs(self, logprobs: list[dict]) -> None:
+        """The logprobs of the engine delta about to be fed: sent with the next message delta."""
+        self._pending_logprobs += logprobs
 
     def _where(self) -> dict:
         return {"item_id": self._item_id(self._open), "output_index": len(self.items), "content_index": 0}
@@ -61,7 +69,11 @@ class OutputItems:
             out += self._start(kind)
         self._text += delta
         name = "reasoning_text" if kind == "reasoning" else "output_text"
-        extra = {"logprobs": []} if kind == "message" else {}
+        extra = {}
+        if kind == "message":
+            extra = {"logprobs": self._pending_logprobs}
+            self._logprobs += self._pending_logprobs
+            self._pending_logprobs = []
         out.append(self.events.emit(f"response.{name}.delta", **self._where(), delta=delta, **extra))
         return out
 
@@ -83,13 +95,16 @@ class OutputItems:
         if self._open is None:
             return []
         kind, where, text = self._open, self._where(), self._text
+        if kind == "message":  # tokens that wrote no text (the end-of-text token) are still the answer's
+            self._logprobs += self._pending_logprobs
+            self._pending_logprobs = []
         name = "reasoning_text" if kind == "reasoning" else "output_text"
-        extra = {"logprobs": []} if kind == "message" else {}
+        extra = {"logprobs": self._logprobs} if kind == "message" else {}
         if kind == "reasoning":
             part = ReasoningText(text=text)
             item = ReasoningItem(id=where["item_id"], content=[part], status=status)
         else:
-            part = OutputText(text=text)
+            part = OutputText(text=text, logprobs=self._logprobs)
             item = OutputMessage(id=where["item_id"], status=status, content=[part])
         out = [
             self.events.emit(f"response.{name}.done", **where, text=text, **extra),

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, ChatMessage, ContentPart
 from fdcli_engine.entrypoints.openai.protocol_responses import (
+    LOGPROBS_INCLUDE,
     VLLM_SAMPLING_FIELDS,
     IncompleteDetails,
     InputContentPart,
@@ -202,6 +203,8 @@ class OpenAIServingResponses:
                 tools=chat_tools(req),
                 tool_choice=chat_tool_choice(req.tool_choice),
                 parallel_tool_calls=req.parallel_tool_calls,
+                logprobs=_wants_logprobs(req),
+                top_logprobs=req.top_logprobs if _wants_logprobs(req) else None,
                 add_generation_prompt=not continues_last_message(req),
                 continue_final_message=continues_last_message(req),
                 truncate_prompt_tokens=self._truncation(req),
@@ -215,8 +218,14 @@ class OpenAIServingResponses:
         except APIError as e:
             raise _renamed(e, 1 if req.instructions else 0) from None
         if req.stream:
-            return self._stream(req, p)
-        return await self._full(req, p)
+            return self._stream(req, chat_req, p)
+        return await self._full(req, chat_req, p)
+
+    def _logprobs(self, chat_req: ChatCompletionRequest, comp, token_ids) -> list[dict]:
+        """The chat path's token logprobs (the Responses API's Logprob shape is the same)."""
+        if not chat_req.logprobs or comp.logprobs is None or not token_ids:
+            return []
+        return [lp.model_dump() for lp in self.chat._logprobs(chat_req, comp.logprobs, token_ids).content]
 
     def _truncation(self, req: ResponsesRequest) -> int | None:
         """truncation="auto": vLLM's truncate_prompt_tokens of max_model_len - max_output_tokens (the
@@ -230,7 +239,9 @@ class OpenAIServingResponses:
             self.chat.reasoning_parser_cls, p.tool_parser, req.parallel_tool_calls is not False
         )
 
-    async def _full(self, req: ResponsesRequest, p: PreparedChat) -> ResponseObject:
+    async def _full(
+        self, req: ResponsesRequest, chat_req: ChatCompletionRequest, p: PreparedChat
+    ) -> ResponseObject:
         (_, out) = (await final_outputs(self.chat.engine, p.jobs))[0]
         comp = out.outputs[0]
         split = self._splitter(req, p).split(comp.text)
@@ -240,13 +251,17 @@ class OpenAIServingResponses:
         if split.reasoning:
             output.append(ReasoningItem(id="rs_" + key, content=[ReasoningText(text=split.reasoning)]))
         if split.content or not split.tool_calls:  # as vLLM: no empty message beside the calls
-            text = OutputText(text=split.content or "")
+            text = OutputText(
+                text=split.content or "", logprobs=self._logprobs(chat_req, comp, comp.token_ids)
+            )
             output.append(OutputMessage(id="msg_" + key, status=status, content=[text]))
         output += function_call_items(split.tool_calls, key, status)
         usage = _usage(len(p.prompt_ids), len(comp.token_ids), out.num_cached_tokens)
         return _response(req, p, status, output, usage)
 
-    async def _stream(self, req: ResponsesRequest, p: PreparedChat) -> AsyncIterator[str]:
+    async def _stream(
+        self, req: ResponsesRequest, chat_req: ChatCompletionRequest, p: PreparedChat
+    ) -> AsyncIterator[str]:
         events = EventWriter()
         head = _response(req, p, "in_progress", [], None).model_dump()
         yield events.emit("response.created", response=head)
@@ -258,6 +273,7 @@ class OpenAIServingResponses:
                 comp = out.outputs[0]
                 num_tokens += len(comp.delta_token_ids)
                 split = splitter.feed(comp.delta_text, final=out.finished)
+                items.add_logprobs(self._logprobs(chat_req, comp, list(comp.delta_token_ids)))
                 for kind, delta in (("reasoning", split.reasoning), ("message", split.content)):
                     for event in items.feed(kind, delta) if delta else ():
                         yield event
@@ -311,7 +327,12 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
         user=req.user,
         reasoning=req.reasoning,
         service_tier=req.service_tier or "auto",
+        top_logprobs=req.top_logprobs if _wants_logprobs(req) else None,
     )
+
+
+def _wants_logprobs(req: ResponsesRequest) -> bool:
+    return LOGPROBS_INCLUDE in (req.include or ())
 
 
 def _text_format(req: ResponsesRequest):
