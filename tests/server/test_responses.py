@@ -251,6 +251,7 @@ def test_response_repeats_the_request_fields(scripted):
     assert (r.temperature, r.top_p) == (params.temperature, params.top_p)
     plain = client.responses.create(input="hi")
     assert plain.tool_choice == "auto" and plain.parallel_tool_calls is True and plain.user is None
+    assert client.responses.create(input="hi", tool_choice="auto").tool_choice == "auto"  # no tools: fine
 
 
 def test_truncation_auto_keeps_the_prompt_tail(tokenizer):

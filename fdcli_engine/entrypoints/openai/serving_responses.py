@@ -191,6 +191,7 @@ class OpenAIServingResponses:
         """A ResponseObject, or (stream=True) an async iterator of SSE events."""
         check_generative(self.chat.engine, "/v1/responses")
         check_unsupported(req)
+        tools = chat_tools(req)
         try:
             chat_req = ChatCompletionRequest(
                 model=req.model,
@@ -200,8 +201,9 @@ class OpenAIServingResponses:
                 top_p=req.top_p,
                 stream=req.stream,
                 response_format=response_format(req),
-                tools=chat_tools(req),
-                tool_choice=chat_tool_choice(req.tool_choice),
+                tools=tools,
+                # Without tools the Response only repeats tool_choice (its default is "auto").
+                tool_choice=chat_tool_choice(req.tool_choice) if tools else None,
                 parallel_tool_calls=req.parallel_tool_calls,
                 logprobs=_wants_logprobs(req),
                 top_logprobs=req.top_logprobs if _wants_logprobs(req) else None,
