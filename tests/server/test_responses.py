@@ -454,3 +454,21 @@ def test_real_server_output_text_logprobs_match_chat(server):
     assert [lp.model_dump(exclude_none=True) for lp in final] == want
     plain = client.responses.create(model="tiny", input="the fox", max_output_tokens=2)
     assert not plain.output[0].content[0].logprobs
+
+
+def test_stored_response_routes_say_fd_stores_none(scripted):
+    """vLLM serves GET/DELETE /v1/responses/{id} and POST .../cancel, answering 404 for an id it did
+    not store (always, without VLLM_ENABLE_RESPONSES_API_STORE); fd stores none, and says so."""
+    client, _ = scripted
+    calls = [
+        lambda: client.responses.retrieve("resp_1"),
+        lambda: client.responses.delete("resp_1"),
+        lambda: client.responses.cancel("resp_1"),
+        lambda: client.responses.input_items.list("resp_1"),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError) as e:
+            call()
+        err = e.value.body
+        assert "resp_1" in err["message"] and "stores no responses" in err["message"], err
+        assert err["param"] == "response_id"
