@@ -149,6 +149,8 @@ def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
         ({"tools": [{"type": "function"}]}, "tools[0].name", "name"),
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
         ({"background": True}, "background", "not supported"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt", "prompt templates are not supported"),
+        ({"conversation": "conv_1"}, "conversation", "conversations are not supported"),
         ({"text": {"format": {"type": "grammar"}}}, "text.format", "grammar"),
         (
             {"input": [{"type": "computer_call_output", "call_id": "c", "output": "1"}]},

@@ -96,6 +96,9 @@ class ResponsesRequest(_Strict):
     parallel_tool_calls: bool | None = None
     previous_response_id: str | None = Field(default=None, max_length=256)
     background: bool | None = None
+    # OpenAI's server-side state fd does not have: refused (vLLM refuses `prompt` too).
+    prompt: Any = None
+    conversation: Any = None
     # Accepted and ignored: fd keeps no responses, and these only describe the request.
     store: bool | None = None
     metadata: dict[str, str] | None = None

@@ -69,6 +69,16 @@ def check_unsupported(req: ResponsesRequest) -> None:
             "in input",
             "previous_response_id",
         )
+    if req.prompt is not None:
+        raise bad_request(
+            "prompt templates are not supported: fd stores no prompts; send the text in instructions and input",
+            "prompt",
+        )
+    if req.conversation is not None:
+        raise bad_request(
+            "conversations are not supported: fd stores no conversations; send the whole conversation in input",
+            "conversation",
+        )
     if req.background:
         raise bad_request("background responses are not supported: fd answers in the request", "background")
     fmt = _text_format(req)
