@@ -5,6 +5,8 @@ completions answers for the same conversation (the Responses route rides the cha
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 from scripted import ModelConfig, scripted_client
@@ -143,14 +145,17 @@ def test_reasoning_only_reply_still_ends_with_a_message(tokenizer):
 @pytest.mark.parametrize(
     "body, param, words",
     [
-        ({"tools": [{"type": "web_search"}]}, "tools", "web_search"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "web_search"),
+        ({"tools": [{"type": "function"}]}, "tools[0].name", "name"),
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
         ({"background": True}, "background", "not supported"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt", "prompt templates are not supported"),
+        ({"conversation": "conv_1"}, "conversation", "conversations are not supported"),
         ({"text": {"format": {"type": "grammar"}}}, "text.format", "grammar"),
         (
-            {"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]},
+            {"input": [{"type": "computer_call_output", "call_id": "c", "output": "1"}]},
             "input[0].type",
-            "message",
+            "function_call_output",
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
@@ -205,3 +210,267 @@ def test_real_server_matches_chat_completions(server):
     text = "".join(e.delta for e in streamed if e.type == "response.output_text.delta")
     assert text == r.output_text and streamed[-1].response.output_text == text
     assert streamed[-1].type == ("response.incomplete" if r.status == "incomplete" else "response.completed")
+
+
+# ---- vLLM's extra sampling fields and the request fields the Response object repeats ----
+
+
+def test_vllm_sampling_extras_reach_the_engine(scripted):
+    """vLLM's ResponsesRequest takes top_k, seed, stop, repetition_penalty, ignore_eos, ...; an SDK
+    user sends them in extra_body and they must change the sampling, not be dropped."""
+    client, engine = scripted
+    extras = {"top_k": 5, "seed": 7, "stop": ["zz"], "repetition_penalty": 1.2, "ignore_eos": True}
+    client.responses.create(input="hi", extra_body=extras)
+    params = engine.calls[0].params
+    assert (params.top_k, params.seed, params.stop) == (5, 7, ["zz"])
+    assert (params.repetition_penalty, params.ignore_eos) == (1.2, True)
+
+
+def test_bad_vllm_extra_is_a_400_naming_it(scripted):
+    client, engine = scripted
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(input="hi", extra_body={"top_k": "many"})
+    assert e.value.body["param"] == "top_k" and not engine.calls
+
+
+def test_response_repeats_the_request_fields(scripted):
+    """As vLLM's ResponsesResponse.from_request (and OpenAI): the request's user, reasoning,
+    tool_choice, parallel_tool_calls, truncation and service_tier, and the temperature/top_p used."""
+    client, engine = scripted
+    r = client.responses.create(
+        input="hi",
+        user="u1",
+        reasoning={"effort": "low"},
+        tool_choice="none",
+        parallel_tool_calls=False,
+        truncation="disabled",
+        service_tier="default",
+    )
+    assert r.user == "u1" and r.reasoning.effort == "low" and r.tool_choice == "none"
+    assert r.parallel_tool_calls is False and r.truncation == "disabled" and r.service_tier == "default"
+    assert r.background is False
+    params = engine.calls[0].params
+    assert (r.temperature, r.top_p) == (params.temperature, params.top_p)
+    plain = client.responses.create(input="hi")
+    assert plain.tool_choice == "auto" and plain.parallel_tool_calls is True and plain.user is None
+    assert client.responses.create(input="hi", tool_choice="auto").tool_choice == "auto"  # no tools: fine
+
+
+def test_truncation_auto_keeps_the_prompt_tail(tokenizer):
+    """vLLM maps truncation="auto" to its prompt's last max_model_len - max_output_tokens tokens: a
+    prompt over the context is cut instead of refused."""
+    config = ModelConfig("tiny", max_model_len=64, vocab_size=300)
+    client, _, engine = scripted_client(tokenizer, PIECES, model_config=config)
+    long = "word " * 200
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(input=long, max_output_tokens=1)
+    r = client.responses.create(input=long, max_output_tokens=1, truncation="auto")
+    assert len(engine.calls[-1].prompt_token_ids) == 63 and r.truncation == "auto"
+    client.responses.create(input=long, max_output_tokens=4, truncation="auto")
+    assert len(engine.calls[-1].prompt_token_ids) == 60
+
+
+# ---- an earlier response's output sent back as input (the SDK's multi-turn idiom) ----
+
+
+def test_previous_output_with_reasoning_goes_back_as_input(tokenizer):
+    """`input=[user, *r.output, user]` with a reasoning model: as vLLM, the reasoning item is the
+    assistant turn's reasoning_content and its message item the same turn's content."""
+    client, _ = _client(tokenizer, THINKING, reasoning_parser="qwen3")
+    first = client.responses.create(model="tiny", input="hi")
+    turns = [{"role": "user", "content": "hi"}, *[o.model_dump() for o in first.output]]
+    client2, engine = _client(tokenizer, PIECES)
+    client2.responses.create(model="tiny", input=[*turns, {"role": "user", "content": "and?"}])
+    expected = tokenizer.apply_chat_template(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hi!", "reasoning_content": "let me see"},
+            {"role": "user", "content": "and?"},
+        ],
+        add_generation_prompt=True,
+    )
+    assert engine.calls[0].prompt == expected
+    assert client2.responses.create(model="tiny", input=turns[:1] + turns[1:2]).status == "completed"
+
+
+def test_encrypted_reasoning_is_a_400(scripted):
+    client, engine = scripted
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(input=[{"role": "user", "content": "hi"}, item])
+    assert e.value.body["param"] == "input[1].encrypted_content" and not engine.calls
+
+
+def test_incomplete_assistant_message_is_continued(scripted, tokenizer):
+    """vLLM's partial completion: a last assistant message with status in_progress/incomplete is
+    continued (continue_final_message), not answered."""
+    client, engine = scripted
+    partial = {
+        "type": "message",
+        "role": "assistant",
+        "status": "incomplete",
+        "content": [{"type": "output_text", "text": "Once upon"}],
+    }
+    client.responses.create(input=[{"role": "user", "content": "story"}, partial])
+    whole = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "story"}, {"role": "assistant", "content": "Once upon"}],
+        add_generation_prompt=False,
+    )
+    expected = whole[: whole.rindex("Once upon") + len("Once upon")]  # transformers' continue_final_message
+    assert engine.calls[0].prompt == expected
+    done = {**partial, "status": "completed"}
+    client.responses.create(input=[{"role": "user", "content": "story"}, done])
+    assert engine.calls[1].prompt != expected
+
+
+# ---- function tools (vLLM's non-harmony path: the server's --tool-call-parser reads the output) ----
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather now", "parameters": WEATHER}]
+CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
+CALLING = [
+    "Let me look.",
+    "\n<tool_call>\n",
+    '{"name": "get_weather", ',
+    '"arguments": {"city": "Paris"}}',
+    "\n</tool_call>",
+]
+
+
+def _tool_client(tokenizer, pieces=CALLING):
+    client, _, engine = scripted_client(
+        tokenizer,
+        pieces,
+        model_config=ModelConfig("tiny", max_model_len=4096, vocab_size=300),
+        tool_call_parser="hermes",
+    )
+    return client, engine
+
+
+def test_function_call_item_and_chat_tools(tokenizer):
+    client, engine = _tool_client(tokenizer)
+    r = client.responses.create(model="tiny", input="Weather in Paris?", tools=TOOLS)
+    assert [o.type for o in r.output] == ["message", "function_call"]
+    assert r.output_text == "Let me look."
+    call = r.output[1]
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Paris"}
+    assert call.call_id and call.id.startswith("fc_") and call.status == "completed"
+    assert r.tools[0].name == "get_weather" and r.status == "completed"
+    client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=CHAT_TOOLS
+    )
+    assert engine.calls[0].prompt == engine.calls[1].prompt  # the chat path's rendering of the tools
+
+
+def test_function_call_streamed_and_assembled(tokenizer):
+    client, _ = _tool_client(tokenizer)
+    with client.responses.stream(model="tiny", input="Weather in Paris?", tools=TOOLS) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    types = [e.type for e in events]
+    assert "response.function_call_arguments.delta" in types and types[-1] == "response.completed"
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert json.loads(done.arguments) == {"city": "Paris"}
+    assert [o.type for o in final.output] == ["message", "function_call"]
+    assert final.output[1].name == "get_weather" and final.output_text == "Let me look."
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == [0, 1]
+
+
+def test_function_call_output_round_trip(tokenizer):
+    """The SDK's loop: input += r.output, then a function_call_output item with the call's call_id;
+    the chat template sees the assistant's tool call and the tool's answer."""
+    client, _ = _tool_client(tokenizer)
+    first = client.responses.create(model="tiny", input="Weather in Paris?", tools=TOOLS)
+    call = first.output[1]
+    follow = [
+        {"role": "user", "content": "Weather in Paris?"},
+        *[o.model_dump(exclude_none=True) for o in first.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 21}'},
+    ]
+    client2, engine = _tool_client(tokenizer, ["It is 21."])
+    r = client2.responses.create(model="tiny", input=follow, tools=TOOLS)
+    assert r.output_text == "It is 21."
+    client2.chat.completions.create(
+        model="tiny",
+        tools=CHAT_TOOLS,
+        messages=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "Let me look.",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": call.arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "content": '{"temp": 21}', "tool_call_id": call.call_id},
+        ],
+    )
+    assert engine.calls[0].prompt == engine.calls[1].prompt
+    assert '{"temp": 21}' in engine.calls[0].prompt
+
+
+def test_named_tool_choice_takes_the_responses_shape(tokenizer):
+    """Responses' {"type": "function", "name": ...} (flat, unlike chat's) forces that function."""
+    client, _ = _tool_client(tokenizer, ['{"city": "Rome"}'])
+    r = client.responses.create(
+        model="tiny", input="Weather?", tools=TOOLS, tool_choice={"type": "function", "name": "get_weather"}
+    )
+    (call,) = r.output
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Rome"}
+    assert r.tool_choice.name == "get_weather"
+
+
+def test_real_server_output_text_logprobs_match_chat(server):
+    """include=["message.output_text.logprobs"] with top_logprobs (vLLM's and OpenAI's): the
+    output_text part carries the chat path's logprobs for the same conversation, whole and streamed."""
+    client = server.client()
+    chat = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "the fox"}],
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+    )
+    want = [c.model_dump() for c in chat.choices[0].logprobs.content]
+    body = dict(model="tiny", input="the fox", max_output_tokens=5, temperature=0, top_logprobs=2)
+    body["include"] = ["message.output_text.logprobs"]
+    r = client.responses.create(**body)
+    assert [lp.model_dump(exclude_none=True) for lp in r.output[0].content[0].logprobs] == want
+    assert r.top_logprobs == 2
+    events = list(client.responses.create(**body, stream=True))
+    streamed = [
+        lp.model_dump(exclude_none=True)
+        for e in events
+        if e.type == "response.output_text.delta"
+        for lp in e.logprobs
+    ]
+    assert streamed == want
+    final = events[-1].response.output[0].content[0].logprobs
+    assert [lp.model_dump(exclude_none=True) for lp in final] == want
+    plain = client.responses.create(model="tiny", input="the fox", max_output_tokens=2)
+    assert not plain.output[0].content[0].logprobs
+
+
+def test_stored_response_routes_say_fd_stores_none(scripted):
+    """vLLM serves GET/DELETE /v1/responses/{id} and POST .../cancel, answering 404 for an id it did
+    not store (always, without VLLM_ENABLE_RESPONSES_API_STORE); fd stores none, and says so."""
+    client, _ = scripted
+    calls = [
+        lambda: client.responses.retrieve("resp_1"),
+        lambda: client.responses.delete("resp_1"),
+        lambda: client.responses.cancel("resp_1"),
+        lambda: client.responses.input_items.list("resp_1"),
+    ]
+    for call in calls:
+        with pytest.raises(openai.NotFoundError) as e:
+            call()
+        err = e.value.body
+        assert "resp_1" in err["message"] and "stores no responses" in err["message"], err
+        assert err["param"] == "response_id"

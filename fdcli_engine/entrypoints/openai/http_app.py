@@ -220,6 +220,7 @@ def build_app(engine, args: ServerArgs, state) -> FastAPI:
         responses = _ERRORS if route.response_model is not None else {**_ERRORS, **_STREAMED}
         app.post(url, response_model=route.response_model, responses=responses)(_endpoint(route, ctx))
     _add_info_routes(app, ctx)
+    _add_stored_response_routes(app)
     app.state.metrics = ctx.metrics
     return app
 
@@ -309,6 +310,24 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _unexpected(_req, exc: Exception):
         logger.exception("unhandled error")
         return error_response(from_exception(exc))
+
+
+def _add_stored_response_routes(app: FastAPI) -> None:
+    """vLLM's routes over stored responses (retrieve, delete, cancel, input items): fd stores none
+    (`store` is accepted and ignored, as vLLM does without VLLM_ENABLE_RESPONSES_API_STORE), so
+    every id is vLLM's 404, saying why."""
+
+    async def not_stored(response_id: str):
+        raise APIError(
+            f"response {response_id!r} not found: fd stores no responses (store is ignored); keep the "
+            "Response the create call returned, and send the conversation again in input",
+            404,
+            param="response_id",
+        )
+
+    app.api_route("/v1/responses/{response_id}", methods=["GET", "DELETE"], responses=_ERRORS)(not_stored)
+    app.post("/v1/responses/{response_id}/cancel", responses=_ERRORS)(not_stored)
+    app.get("/v1/responses/{response_id}/input_items", responses=_ERRORS)(not_stored)
 
 
 def _add_info_routes(app: FastAPI, ctx: _Ctx) -> None:
