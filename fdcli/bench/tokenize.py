@@ -109,13 +109,31 @@ def _from_transformers(path: str) -> _Adapter:
     )
 
 
+def local_path(name: str) -> str | None:
+    """`name` as a local path: as given, or a Hugging Face id's snapshot in the local cache (as fd serve
+    finds the model, fdcli_engine/hub_cache.py); None when it is neither."""
+    p = Path(name).expanduser()
+    if p.exists():
+        return str(p)
+    from fdcli_engine.errors import ConfigError
+    from fdcli_engine.hub_cache import cached_snapshot, looks_like_repo_id
+
+    if looks_like_repo_id(name):
+        try:
+            return str(cached_snapshot(name))
+        except ConfigError:
+            return None
+    return None
+
+
 def load_tokenizer(path: str | None) -> tuple[_Adapter | None, str]:
     """Return (tokenizer or None, a one-line note on where it came from or why there is none)."""
     if not path:
         return None, "no tokenizer given"
-    if not Path(path).expanduser().exists():
-        return None, f"tokenizer {path!r} is not a local path"
-    path = str(Path(path).expanduser())
+    local = local_path(path)
+    if local is None:
+        return None, f"tokenizer {path!r} is neither a local path nor in the Hugging Face cache"
+    path = local
     reasons = []
     for loader in (_from_fd, _from_tokenizer_json, _from_transformers):
         try:
@@ -126,9 +144,10 @@ def load_tokenizer(path: str | None) -> tuple[_Adapter | None, str]:
 
 
 def default_tokenizer_path(served_model: str | None) -> str | None:
-    """The tokenizer to use when --tokenizer is not given: the served model if it is a local path
-    (fd and vLLM report the path they were started with), else fd's installed default model."""
-    if served_model and Path(served_model).expanduser().exists():
+    """The tokenizer to use when --tokenizer is not given: the served model if it is a local path or a
+    Hugging Face id in the local cache (fd and vLLM report the name they were started with), else fd's
+    installed default model."""
+    if served_model and local_path(served_model) is not None:
         return served_model
     try:
         from fdcli_engine.config import default_model_path

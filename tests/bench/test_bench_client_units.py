@@ -14,7 +14,7 @@ from fdcli.bench.client import (
 from fdcli.bench.datasets import SampleRequest
 from fdcli.bench.metrics import RequestRecord
 from fdcli.bench.results import compare_rows
-from fdcli.bench.tokenize import load_tokenizer
+from fdcli.bench.tokenize import default_tokenizer_path, load_tokenizer
 
 
 def _feed(events, chat=False):
@@ -83,6 +83,25 @@ def test_tokenizer_loading_fallbacks(tmp_path):
     (tmp_path / "empty").mkdir()
     missing, note = load_tokenizer(str(tmp_path / "empty"))
     assert missing is None and "could not load a tokenizer" in note
+
+
+def test_a_hugging_face_id_loads_from_the_local_cache(tmp_path, monkeypatch):
+    """`fd bench serve --model org/name` (vLLM's line): the tokenizer of the id's cached snapshot."""
+    import huggingface_hub.constants
+
+    tok = train_bpe()
+    snapshot = tmp_path / "models--org--tok" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    tok.save(str(snapshot / "tokenizer.json"))
+    (tmp_path / "models--org--tok" / "refs").mkdir()
+    (tmp_path / "models--org--tok" / "refs" / "main").write_text("abc")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    loaded, note = load_tokenizer("org/tok")
+    assert loaded is not None and loaded.encode("the quick fox") == tok.encode("the quick fox").ids, note
+    assert default_tokenizer_path("org/tok") == "org/tok"
+    missing, note = load_tokenizer("org/absent")
+    assert missing is None and "neither a local path nor in the Hugging Face cache" in note
+    assert default_tokenizer_path("org/absent") != "org/absent"
 
 
 def test_compare_rows_ratios_handle_missing_and_zero_baselines():
