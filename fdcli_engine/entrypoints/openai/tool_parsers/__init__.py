@@ -24,10 +24,25 @@ TOOL_PARSERS = {
     "llama3_json": Llama3JsonToolParser,
     "mistral": MistralToolParser,
     "pythonic": PythonicToolParser,
+    # vLLM's names for formats above: llama4_json is vLLM's Llama3JsonToolParser itself; llama4_pythonic
+    # is the pythonic list, optionally in <|python_start|>…<|python_end|>; granite4 writes hermes'
+    # <tool_call>{json}</tool_call> blocks.
+    "llama4_json": Llama3JsonToolParser,
+    "llama4_pythonic": PythonicToolParser,
+    "granite4": HermesToolParser,
 }
 
 # The names users know: FastDeploy's "ernie-x1", vLLM's others.
-PARSER_NAMES = ("ernie-x1", "hermes", "llama3_json", "mistral", "pythonic")
+PARSER_NAMES = (
+    "ernie-x1",
+    "granite4",
+    "hermes",
+    "llama3_json",
+    "llama4_json",
+    "llama4_pythonic",
+    "mistral",
+    "pythonic",
+)
 
 __all__ = [
     "PARSER_NAMES",
@@ -47,7 +62,11 @@ def get_tool_parser_cls(name: str | None):
     try:
         return TOOL_PARSERS[name.replace("-", "_").lower()]
     except KeyError:
+        from fdcli_engine.entrypoints.openai.vllm_parser_names import (  # noqa: PLC0415
+            TOOL_PARSERS_NOT_IN_FD,
+            unknown_parser_message,
+        )
         from fdcli_engine.errors import ConfigError  # noqa: PLC0415
 
-        choices = ", ".join(PARSER_NAMES)
-        raise ConfigError(f"--tool-call-parser {name!r}: choose one of {choices}") from None
+        message = unknown_parser_message("--tool-call-parser", name, TOOL_PARSERS_NOT_IN_FD, PARSER_NAMES)
+        raise ConfigError(message) from None
