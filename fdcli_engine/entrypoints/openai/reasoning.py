@@ -83,6 +83,11 @@ PARSERS = {
     "think": ThinkParser,
     "deepseek_r1": DeepSeekR1Parser,
     "ernie_45_vl": DeepSeekR1Parser,
+    # vLLM's names for the same rules: mimo is vLLM's qwen3 parser class itself; step3 and minimax_m2
+    # take the text before </think> as reasoning without an opening tag, and all of it without one.
+    "mimo": ThinkParser,
+    "step3": DeepSeekR1Parser,
+    "minimax_m2": DeepSeekR1Parser,
 }
 _SHOWN = [k.replace("_", "-") if k.startswith("ernie") else k for k in PARSERS]  # as FastDeploy spells it
 
@@ -98,8 +103,12 @@ def get_parser_cls(name: str | None):
     try:
         return PARSERS[key]
     except KeyError:
+        from fdcli_engine.entrypoints.openai.vllm_parser_names import (
+            REASONING_PARSERS_NOT_IN_FD,
+            unknown_parser_message,
+        )
         from fdcli_engine.errors import ConfigError
 
-        raise ConfigError(
-            f"--reasoning-parser {name!r}: choose one of {', '.join(sorted([*_SHOWN, 'ernie-x1']))}"
-        ) from None
+        choices = sorted([*_SHOWN, "ernie-x1"])
+        message = unknown_parser_message("--reasoning-parser", name, REASONING_PARSERS_NOT_IN_FD, choices)
+        raise ConfigError(message) from None

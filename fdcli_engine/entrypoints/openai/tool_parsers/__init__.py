@@ -13,29 +13,58 @@ calls are sent whole when the output ends (serving_tools.py).
 from __future__ import annotations
 
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.granite import GraniteToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.jamba import JambaToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.phi4_mini_json import Phi4MiniJsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
 
 TOOL_PARSERS = {
     "ernie_x1": ErnieX1ToolParser,
+    "granite": GraniteToolParser,
     "hermes": HermesToolParser,
+    "jamba": JambaToolParser,
     "llama3_json": Llama3JsonToolParser,
     "mistral": MistralToolParser,
+    "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
+    # vLLM's names for formats above: llama4_json is vLLM's Llama3JsonToolParser itself; llama4_pythonic
+    # is the pythonic list, optionally in <|python_start|>…<|python_end|>; granite4 writes hermes'
+    # <tool_call>{json}</tool_call> blocks; hunyuan_a13b writes jamba's <tool_calls>[…]</tool_calls>.
+    "llama4_json": Llama3JsonToolParser,
+    "llama4_pythonic": PythonicToolParser,
+    "granite4": HermesToolParser,
+    "hunyuan_a13b": JambaToolParser,
 }
 
 # The names users know: FastDeploy's "ernie-x1", vLLM's others.
-PARSER_NAMES = ("ernie-x1", "hermes", "llama3_json", "mistral", "pythonic")
+PARSER_NAMES = (
+    "ernie-x1",
+    "granite",
+    "granite4",
+    "hermes",
+    "hunyuan_a13b",
+    "jamba",
+    "llama3_json",
+    "llama4_json",
+    "llama4_pythonic",
+    "mistral",
+    "phi4_mini_json",
+    "pythonic",
+)
 
 __all__ = [
     "PARSER_NAMES",
     "TOOL_PARSERS",
     "ErnieX1ToolParser",
+    "GraniteToolParser",
     "HermesToolParser",
+    "JambaToolParser",
     "Llama3JsonToolParser",
     "MistralToolParser",
+    "Phi4MiniJsonToolParser",
     "PythonicToolParser",
     "get_tool_parser_cls",
 ]
@@ -47,7 +76,11 @@ def get_tool_parser_cls(name: str | None):
     try:
         return TOOL_PARSERS[name.replace("-", "_").lower()]
     except KeyError:
+        from fdcli_engine.entrypoints.openai.vllm_parser_names import (  # noqa: PLC0415
+            TOOL_PARSERS_NOT_IN_FD,
+            unknown_parser_message,
+        )
         from fdcli_engine.errors import ConfigError  # noqa: PLC0415
 
-        choices = ", ".join(PARSER_NAMES)
-        raise ConfigError(f"--tool-call-parser {name!r}: choose one of {choices}") from None
+        message = unknown_parser_message("--tool-call-parser", name, TOOL_PARSERS_NOT_IN_FD, PARSER_NAMES)
+        raise ConfigError(message) from None

@@ -159,3 +159,31 @@ def call_from_json(raw: str, args_keys: tuple[str, ...] = ARGS_KEYS) -> tuple[st
     ):
         return None  # JSON text inside a string: it must hold an object too
     return call.name, scanner.final_arguments(call)
+
+
+def calls_from_array(rest: str) -> list[tuple[str, str]] | None:
+    """(name, arguments) of each call in `rest`, a JSON array of call objects and nothing else; None
+    when it is not one (empty, an item without a name, arguments not an object or JSON-object text).
+    The arguments are each object's own source text, as the streaming scanner reports them."""
+    scanner = JsonCallScanner(2)
+    scanner.feed(rest)
+    try:
+        items = json.loads(rest)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(items, list) or not items or len(items) != len(scanner.calls):
+        return None
+    found = []
+    for item, call in zip(items, scanner.calls):
+        if not isinstance(item, dict) or call.name is None or item.get("name") != call.name:
+            return None
+        args = item.get("arguments", item.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                return None
+        if not isinstance(args, dict):
+            return None
+        found.append((call.name, scanner.final_arguments(call)))
+    return found

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, mistral_call_id, new_tool_call
-from fdcli_engine.entrypoints.openai.tool_parsers.json_scan import JsonCallScanner
+from fdcli_engine.entrypoints.openai.tool_parsers.json_scan import JsonCallScanner, calls_from_array
 
 TOOL_CALLS, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 _decoder = json.JSONDecoder()
@@ -45,36 +45,11 @@ class MistralToolParser:
         if at == -1:
             return ParsedOutput(None, text)
         rest = text[at + len(TOOL_CALLS) :].strip()
-        found = _array_calls(rest) if rest.startswith("[") else _v11_calls(text[at:])
+        found = calls_from_array(rest) if rest.startswith("[") else _v11_calls(text[at:])
         if not found:
             return ParsedOutput(None, text)
         calls = [new_tool_call(name, args, mistral_call_id()) for name, args in found]
         return ParsedOutput(None, text[:at].rstrip() or None, calls)
-
-
-def _array_calls(rest: str) -> list[tuple[str, str]] | None:
-    scanner = JsonCallScanner(2)
-    scanner.feed(rest)
-    try:
-        items = json.loads(rest)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(items, list) or not items or len(items) != len(scanner.calls):
-        return None
-    found = []
-    for item, call in zip(items, scanner.calls):
-        if not isinstance(item, dict) or call.name is None or item.get("name") != call.name:
-            return None
-        args = item.get("arguments", item.get("parameters", {}))
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except (ValueError, RecursionError):
-                return None
-        if not isinstance(args, dict):
-            return None
-        found.append((call.name, scanner.final_arguments(call)))
-    return found
 
 
 def _v11_calls(text: str) -> list[tuple[str, str]] | None:
