@@ -128,8 +128,14 @@ class OutputProcessor:
                 if keeps_all:
                     st.logprobs.extend(new_lps)
             searched = len(st.text)
+            text_ids = new_ids
+            if out.finish_reason == "stop" and new_ids and not st.params.include_stop_str_in_output:
+                # The engine stops only on a stop token (EOS or one of stop_token_ids), the last id;
+                # as in vLLM its text is not part of the output unless include_stop_str_in_output
+                # (skip_special_tokens alone hid EOS, and never a stop token that is not special).
+                text_ids = new_ids[:-1]
             # Ids past the tokenizer's vocabulary (models pad their embedding) decode to nothing.
-            known = [t for t in new_ids if t < self.vocab_size]
+            known = [t for t in text_ids if t < self.vocab_size]
             if known:
                 st.text += st.detok.add_tokens(known)
             if out.finish_reason is not None:

@@ -154,3 +154,28 @@ def test_requests_share_one_id_decodes_per_skip_setting(tok):
     assert "".join(deltas["skip"]) == tok.decode(ids, skip_special_tokens=True)
     assert "".join(deltas["keep"]) == tok.decode(ids, skip_special_tokens=False)
     assert "<|im_end|>" in "".join(deltas["keep"]) and "<|im_end|>" not in "".join(deltas["skip"])
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+@pytest.mark.parametrize("include", [False, True])
+def test_the_stop_token_is_text_only_with_include_stop_str(tok, skip_special_tokens, include):
+    """vLLM's rule: the token that stopped the request (EOS here, a special token; or one of
+    stop_token_ids) is not in the text unless include_stop_str_in_output; with skip_special_tokens off,
+    EOS's text used to end every answer."""
+    eos = tok.eos_token
+    params = SamplingParams(skip_special_tokens=skip_special_tokens, include_stop_str_in_output=include)
+    outs, _ = feed(tok, "Hello there" + eos, params, finish_last="stop")
+    final = outs[-1].outputs[0]
+    kept = include and not skip_special_tokens  # a special token's text is also subject to skipping
+    assert final.text == "Hello there" + (eos if kept else "")
+    assert "".join(o.outputs[0].delta_text for o in outs) == final.text
+    assert final.token_ids[-1] == tok.eos_token_id  # the id itself stays among the output's tokens
+
+
+@pytest.mark.parametrize("include", [False, True])
+def test_a_plain_stop_token_id_is_text_only_with_include_stop_str(tok, include):
+    params = SamplingParams(
+        stop_token_ids=[tok.encode(".", add_special_tokens=False)[0]], include_stop_str_in_output=include
+    )
+    outs, _ = feed(tok, "Hello there.", params, finish_last="stop")
+    assert outs[-1].outputs[0].text == "Hello there" + ("." if include else "")
