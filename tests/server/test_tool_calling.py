@@ -390,3 +390,39 @@ def test_an_empty_tools_array_is_a_400_naming_tools(tokenizer, choice):
     assert engine.calls == []
     client.chat.completions.create(model="fake", messages=USER)
     assert len(engine.calls) == 1
+
+
+@pytest.mark.parametrize(
+    "body, parser, skipped",
+    [
+        ({"tools": TOOLS}, "mistral", False),
+        ({"tools": TOOLS}, "hermes", False),
+        ({"tools": TOOLS, "tool_choice": "none"}, "mistral", True),
+        ({}, "mistral", True),
+        ({}, None, True),
+    ],
+)
+def test_tools_keep_special_tokens_for_the_parser(tokenizer, body, parser, skipped):
+    """As vLLM: while a tool parser reads the answer, special tokens stay in the text, because a call's
+    tags are special tokens in many tokenizers (Mistral's [TOOL_CALLS]); otherwise they are skipped."""
+    client, _, engine = scripted_client(tokenizer, ["hi"], tool_call_parser=parser)
+    client.chat.completions.create(model="fake", messages=USER, **body)
+    assert engine.calls[-1].params.skip_special_tokens is skipped
+
+
+def test_a_special_tool_tag_is_only_in_the_text_kept_for_the_parser(tmp_path):
+    """Why: with [TOOL_CALLS] a special token, skipping special tokens erases the tag the parser needs."""
+    from tiny_models import write_tiny_tokenizer
+    from tokenizers import AddedToken
+    from tokenizers import Tokenizer as HfTokenizer
+
+    folder = write_tiny_tokenizer(tmp_path)
+    raw = HfTokenizer.from_file(str(folder / "tokenizer.json"))
+    raw.add_tokens([AddedToken("[TOOL_CALLS]", special=True)])
+    raw.save(str(folder / "tokenizer.json"))
+    from fdcli_engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_model(folder)
+    ids = tok.encode('[TOOL_CALLS][{"name": "now"}]', add_special_tokens=False)
+    assert "[TOOL_CALLS]" not in tok.decode(ids, skip_special_tokens=True)
+    assert tok.decode(ids, skip_special_tokens=False).startswith("[TOOL_CALLS]")

@@ -288,6 +288,11 @@ class OpenAIServingChat:
         params = build_params(
             req, self.engine.tokenizer, max_tokens, logprobs, defaults, prompt_logprobs=req.prompt_logprobs
         )
+        if tool_parser is not None:
+            # vLLM's rule while tools are on: keep special tokens in the text, since many tokenizers
+            # mark a tool call's tags special (Mistral's [TOOL_CALLS], Jamba's <tool_calls>, Hermes
+            # models' <tool_call>) and the parser must see them.
+            params.skip_special_tokens = False
         check_logit_bias_vocab(params, self.engine.model_config)
         check_logprob_limits(params, self.engine.model_config, chat=True)
         start_after = self._constraint_start(prompt, req.chat_template)
