@@ -162,3 +162,45 @@ def test_chat_completion_token_ids_resume_the_answer(tokenizer):
         model="fake", messages=[], extra_body={"prompt_token_ids": [5, 6], "completion_token_ids": [7]}
     )
     assert engine.calls[-1].prompt_token_ids == [5, 6, 7]
+
+
+THINK_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+)
+
+
+def test_chat_metadata_enable_thinking_and_streaming_tokens(tokenizer):
+    """FastDeploy's docs send `"metadata": {"enable_thinking": false}`; its serving reads
+    chat_template_kwargs first, then metadata (and metadata.max_streaming_response_tokens)."""
+    client, _, engine = scripted_client(tokenizer, ["a", "b", "c", "d", "e"], chat_template=THINK_TEMPLATE)
+
+    def prompt(**extra):
+        client.chat.completions.create(model="fake", messages=MSG, extra_body=extra)
+        return engine.calls[-1].prompt
+
+    assert "</think>" not in prompt()
+    assert prompt(metadata={"enable_thinking": False}).endswith("<think>\n\n</think>\n\n")
+    assert prompt(metadata={"enable_thinking": "false"}).endswith("</think>\n\n")  # OpenAI's string values
+    assert "</think>" not in prompt(metadata={"enable_thinking": True})
+    off, on = {"enable_thinking": False}, {"enable_thinking": True}
+    assert "</think>" not in prompt(metadata=off, chat_template_kwargs=on)  # the request's own field wins
+    assert "</think>" not in prompt(metadata={"topic": "x"})  # other keys: OpenAI's tags
+    with pytest.raises(openai.BadRequestError) as e:
+        prompt(metadata={"enable_thinking": "maybe"})
+    assert e.value.body["param"] == "metadata.enable_thinking"
+
+    def texts(**extra):
+        stream = client.chat.completions.create(model="fake", messages=MSG, stream=True, extra_body=extra)
+        return [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+
+    assert texts(metadata={"max_streaming_response_tokens": 2}) == ["a", "bc", "de"]
+    assert texts(metadata={"max_streaming_response_tokens": "4"}) == ["a", "bcde"]
+    assert texts(metadata={"max_streaming_response_tokens": 4}, max_streaming_response_tokens=2) == [
+        "a",
+        "bc",
+        "de",
+    ]
+    with pytest.raises(openai.BadRequestError) as e:
+        texts(metadata={"max_streaming_response_tokens": 0})
+    assert e.value.body["param"] == "metadata.max_streaming_response_tokens"

@@ -30,3 +30,37 @@ def check_logprob_post_processing(req, params) -> None:
             "logprobs (vLLM's --logprobs-mode raw_logprobs); send it false",
             "top_p_normalized_logprobs",
         )
+
+
+_BOOL_TEXT = {"true": True, "false": False}
+
+
+def apply_chat_metadata(req) -> None:
+    """FastDeploy's older channel for chat options: `metadata.enable_thinking` and
+    `metadata.max_streaming_response_tokens` (its docs' `"metadata": {"enable_thinking": false}`).
+    Each applies where the request's own field leaves it unset (chat_template_kwargs.enable_thinking,
+    max_streaming_response_tokens), the order FastDeploy's serving reads them in. OpenAI's metadata
+    values are strings, so "true" / "false" and a decimal count are taken too; other metadata keys
+    stay OpenAI's tags (ignored)."""
+    meta = req.metadata
+    if not isinstance(meta, dict):
+        return
+    if "enable_thinking" in meta:
+        value = meta["enable_thinking"]
+        if isinstance(value, str):
+            value = _BOOL_TEXT.get(value.strip().lower(), value)
+        if not isinstance(value, bool):
+            raise bad_request("metadata.enable_thinking must be true or false", "metadata.enable_thinking")
+        kwargs = dict(req.chat_template_kwargs or {})
+        kwargs.setdefault("enable_thinking", value)
+        req.chat_template_kwargs = kwargs
+    if "max_streaming_response_tokens" in meta and req.max_streaming_response_tokens is None:
+        value = meta["max_streaming_response_tokens"]
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 20:
+            raise bad_request(
+                "metadata.max_streaming_response_tokens must be a whole number from 1 to 1048576",
+                "metadata.max_streaming_response_tokens",
+            )
+        req.max_streaming_response_tokens = value

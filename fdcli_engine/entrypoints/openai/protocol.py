@@ -107,8 +107,9 @@ class _SamplingFields(_Request):
     max_streaming_response_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     # vLLM: keep only the last k prompt tokens (-1: the last max_model_len - 1).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
-    # Accepted, no effect here: OpenAI's `metadata` (also FastDeploy's) and vLLM's scheduling priority
-    # (fd schedules first come, first served).
+    # OpenAI's `metadata` tags (no effect here) and FastDeploy's older option channel, of which chat
+    # reads enable_thinking and max_streaming_response_tokens (fastdeploy_fields.apply_chat_metadata);
+    # vLLM's scheduling priority: no effect (fd schedules first come, first served).
     metadata: Ignored = None
     priority: Ignored = None
     # FastDeploy's / vLLM's image-processor options (min_pixels, max_pixels, image_size...): passed to

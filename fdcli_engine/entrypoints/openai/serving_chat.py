@@ -22,7 +22,11 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
-from fdcli_engine.entrypoints.openai.fastdeploy_fields import check_logprob_post_processing, prompt_text
+from fdcli_engine.entrypoints.openai.fastdeploy_fields import (
+    apply_chat_metadata,
+    check_logprob_post_processing,
+    prompt_text,
+)
 from fdcli_engine.entrypoints.openai.loop_prompts import chat_on_loop
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatChoice,
@@ -275,6 +279,7 @@ class OpenAIServingChat:
         # --- tools: tool_choice "required" / named is forced by a grammar (serving_tools.py) ---
         tool_constraint = tool_choice_constraint(req)
         # --- end tools ---
+        apply_chat_metadata(req)
         self._check_unsupported(req)
         tool_parser = tool_call_parser(req, self.tool_parser_cls)
         refs = image_refs(req.messages)
