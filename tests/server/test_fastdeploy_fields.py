@@ -204,3 +204,24 @@ def test_chat_metadata_enable_thinking_and_streaming_tokens(tokenizer):
     with pytest.raises(openai.BadRequestError) as e:
         texts(metadata={"max_streaming_response_tokens": 0})
     assert e.value.body["param"] == "metadata.max_streaming_response_tokens"
+
+
+def test_completions_suffix_object_is_fastdeploys_option_channel(tokenizer):
+    """FastDeploy's completions read suffix.max_streaming_response_tokens (an object suffix); OpenAI's
+    text suffix stays refused."""
+    client, _, _ = scripted_client(tokenizer, ["a", "b", "c", "d", "e"])
+
+    def texts(**extra):
+        stream = client.completions.create(model="fake", prompt="hi", stream=True, extra_body=extra)
+        return [c.choices[0].text for c in stream if c.choices]
+
+    assert texts(suffix={"max_streaming_response_tokens": 2}) == ["a", "bc", "de"]
+    assert texts(suffix={"max_streaming_response_tokens": 4}, max_streaming_response_tokens=2) == [
+        "a",
+        "bc",
+        "de",
+    ]
+    for suffix, param in (({"top_k": 3}, "suffix.top_k"), ("tail", "suffix")):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(model="fake", prompt="hi", extra_body={"suffix": suffix})
+        assert e.value.body["param"] == param

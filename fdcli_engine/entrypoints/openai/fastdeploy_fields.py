@@ -54,13 +54,34 @@ def apply_chat_metadata(req) -> None:
         kwargs = dict(req.chat_template_kwargs or {})
         kwargs.setdefault("enable_thinking", value)
         req.chat_template_kwargs = kwargs
-    if "max_streaming_response_tokens" in meta and req.max_streaming_response_tokens is None:
-        value = meta["max_streaming_response_tokens"]
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 20:
+    _streaming_tokens_from(req, meta, "metadata")
+
+
+def apply_completion_suffix_options(req) -> None:
+    """FastDeploy's completions take an object `suffix` as an option channel, of which its serving
+    reads max_streaming_response_tokens (applied where the request's own field is unset). OpenAI's
+    text suffix is another thing (refused by the serving layer); any other key of the object is a
+    400 saying to send it as a field of its own."""
+    if not isinstance(req.suffix, dict):
+        return
+    for key in req.suffix:
+        if key != "max_streaming_response_tokens":
             raise bad_request(
-                "metadata.max_streaming_response_tokens must be a whole number from 1 to 1048576",
-                "metadata.max_streaming_response_tokens",
+                f"suffix.{key} is not supported: send {key} as a request field of its own", f"suffix.{key}"
             )
-        req.max_streaming_response_tokens = value
+    _streaming_tokens_from(req, req.suffix, "suffix")
+    req.suffix = None
+
+
+def _streaming_tokens_from(req, options: dict, where: str) -> None:
+    if "max_streaming_response_tokens" not in options or req.max_streaming_response_tokens is not None:
+        return
+    value = options["max_streaming_response_tokens"]
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 20:
+        raise bad_request(
+            f"{where}.max_streaming_response_tokens must be a whole number from 1 to 1048576",
+            f"{where}.max_streaming_response_tokens",
+        )
+    req.max_streaming_response_tokens = value

@@ -188,7 +188,10 @@ class CompletionRequest(_SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
-    suffix: str | None = Field(default=None, max_length=MAX_STR)
+    # OpenAI's text (refused) or FastDeploy's option object (fastdeploy_fields.apply_completion_suffix_options).
+    suffix: (
+        Annotated[str, Field(max_length=MAX_STR)] | Annotated[dict[str, Any], Field(max_length=64)] | None
+    ) = None
     # logit_bias / prompt_logprobs: OpenAI's token-id-string keys (SamplingParams checks them); vLLM's
     # prompt_logprobs (echo with logprobs implies it).
     logit_bias: dict[str, float] | None = None

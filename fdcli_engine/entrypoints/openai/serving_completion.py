@@ -14,7 +14,11 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
-from fdcli_engine.entrypoints.openai.fastdeploy_fields import check_logprob_post_processing, prompt_text
+from fdcli_engine.entrypoints.openai.fastdeploy_fields import (
+    apply_completion_suffix_options,
+    check_logprob_post_processing,
+    prompt_text,
+)
 from fdcli_engine.entrypoints.openai.loop_prompts import prepared_on_loop
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
@@ -71,6 +75,7 @@ class OpenAIServingCompletion:
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
 
     def _check_unsupported(self, req: CompletionRequest) -> None:
+        apply_completion_suffix_options(req)
         if req.suffix:
             raise bad_request("suffix is not supported", "suffix")
         if req.best_of is not None and req.best_of != req.n:
