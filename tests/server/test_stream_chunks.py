@@ -26,6 +26,7 @@ from fdcli_engine.entrypoints.openai.stream_chunks import (
     chat_choice,
     chat_delta,
     completion_choice,
+    with_token_fields,
 )
 
 RID, MODEL, CREATED = 'cmpl-"quoted"\\id', "SmolLM2 ünïcode", 1_700_000_000
@@ -64,13 +65,19 @@ def _sse(model) -> str:
         {"finish_reason": "stop", "stop_reason": "</s>"},
         {"finish_reason": "length", "stop_reason": 2, "token_ids": []},
         {"logprobs": COMPLETION_LPS},
+        # return_token_ids: FastDeploy's fields with vLLM's (completion_token_ids repeats token_ids).
+        {"token_ids": [4], "prompt_token_ids": [1, 2], "prompt_tokens": "hé", "completion_tokens": "x"},
+        {"token_ids": [4, 5], "completion_tokens": "xy", "finish_reason": "stop"},
     ],
 )
 def test_completion_chunk_equals_the_pydantic_model(text, extra):
     writer = ChunkWriter(RID, "text_completion", MODEL, CREATED)
+    fields = dict(extra)
+    if "token_ids" in extra:
+        fields["completion_token_ids"] = extra["token_ids"]
     want = _sse(
         CompletionResponse(
-            id=RID, model=MODEL, created=CREATED, choices=[CompletionChoice(index=3, text=text, **extra)]
+            id=RID, model=MODEL, created=CREATED, choices=[CompletionChoice(index=3, text=text, **fields)]
         )
     )
     assert writer.chunk([completion_choice(3, text, **extra)]) == want
@@ -108,6 +115,27 @@ def test_chat_chunk_equals_the_pydantic_model(delta, extra):
     choice = ChatStreamChoice(index=1, delta=DeltaMessage(**delta), **extra)
     want = _sse(ChatCompletionChunk(id=RID, model=MODEL, created=CREATED, choices=[choice]))
     assert writer.chunk([chat_choice(1, chat_delta(**delta), **extra)]) == want
+
+
+@pytest.mark.parametrize(
+    "delta,ids",
+    [
+        ({"role": "assistant", "content": ""}, {"prompt_token_ids": [1, 2], "prompt_tokens": "<s>hé"}),
+        (
+            {"content": TEXTS[3], "reasoning_content": "hm"},
+            {"completion_token_ids": [7], "completion_tokens": "x"},
+        ),
+        ({"tool_calls": CALLS}, {"completion_token_ids": [], "completion_tokens": ""}),
+        ({}, {"completion_token_ids": [8, 9], "completion_tokens": TEXTS[2]}),
+    ],
+)
+def test_chat_chunk_with_fastdeploy_token_fields_equals_the_pydantic_model(delta, ids):
+    writer = ChunkWriter(RID, "chat.completion.chunk", MODEL, CREATED)
+    choice = ChatStreamChoice(index=0, delta=DeltaMessage(**delta, **ids), token_ids=[8])
+    want = _sse(ChatCompletionChunk(id=RID, model=MODEL, created=CREATED, choices=[choice]))
+    assert (
+        writer.chunk([chat_choice(0, with_token_fields(chat_delta(**delta), **ids), token_ids=[8])]) == want
+    )
 
 
 def test_chat_usage_chunk_and_default_created():

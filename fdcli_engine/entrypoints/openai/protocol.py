@@ -107,8 +107,9 @@ class _SamplingFields(_Request):
     max_streaming_response_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     # vLLM: keep only the last k prompt tokens (-1: the last max_model_len - 1).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
-    # Accepted, no effect here: OpenAI's `metadata` (also FastDeploy's) and vLLM's scheduling priority
-    # (fd schedules first come, first served).
+    # OpenAI's `metadata` tags (no effect here) and FastDeploy's older option channel, of which chat
+    # reads enable_thinking and max_streaming_response_tokens (fastdeploy_fields.apply_chat_metadata);
+    # vLLM's scheduling priority: no effect (fd schedules first come, first served).
     metadata: Ignored = None
     priority: Ignored = None
     # FastDeploy's / vLLM's image-processor options (min_pixels, max_pixels, image_size...): passed to
@@ -120,6 +121,20 @@ class _SamplingFields(_Request):
     kv_transfer_params: dict | None = None
     # FastDeploy: token ids never to generate (each a one-token bad word).
     bad_words_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=1024)
+    # FastDeploy's logprob post-processing (by the temperature / over the top-p set): fd's logprobs
+    # are raw, so true is a 400 where it would change them (fastdeploy_fields.py).
+    temp_scaled_logprobs: bool = False
+    top_p_normalized_logprobs: bool = False
+    # FastDeploy fields that cannot apply here (docs/request-fields.md): speculative decoding's draft
+    # logprobs, undecoded logprob tokens, custom logits processors' arguments, image-cache keys,
+    # tracing and metrics collection, splitwise hand-off (fd router sends kv_transfer_params).
+    include_draft_logprobs: Ignored = None
+    include_logprobs_decode_token: Ignored = None
+    logits_processors_args: Ignored = None
+    mm_hashes: Ignored = None
+    trace_context: Ignored = None
+    collect_metrics: Ignored = None
+    disaggregate_info: Ignored = None
     # ---- structured outputs (vLLM's and FastDeploy's forms; OpenAI's response_format below): any
     # JSON here, checked and mapped onto one StructuredOutputsParams by structured_outputs.py, whose
     # 400s name the field. guided_decoding_backend / guided_whitespace_pattern are options, not
@@ -173,11 +188,18 @@ class CompletionRequest(_SamplingFields):
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
-    suffix: str | None = Field(default=None, max_length=MAX_STR)
+    # OpenAI's text (refused) or FastDeploy's option object (fastdeploy_fields.apply_completion_suffix_options).
+    suffix: (
+        Annotated[str, Field(max_length=MAX_STR)] | Annotated[dict[str, Any], Field(max_length=64)] | None
+    ) = None
     # logit_bias / prompt_logprobs: OpenAI's token-id-string keys (SamplingParams checks them); vLLM's
     # prompt_logprobs (echo with logprobs implies it).
     logit_bias: dict[str, float] | None = None
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    # FastDeploy: token ids (one prompt, or one list per prompt) that replace `prompt`.
+    prompt_token_ids: (
+        PromptTokens | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)] | None
+    ) = None
 
 
 class ContentPart(BaseModel):
@@ -254,6 +276,8 @@ class ChatCompletionRequest(_SamplingFields):
     # vLLM: the answer starts with the last message's text when the answer continues that message's role.
     echo: bool = False
     prompt_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
+    # FastDeploy: ids the answer already has (a generation resumed), appended to the prompt's.
+    completion_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
     # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs,
     # reasoning-effort knob), the deprecated `functions` / `function_call` (use tools / tool_choice),
     # and FastDeploy's reasoning budget (fd's reasoning parsers only split the output): ignored.
@@ -273,6 +297,7 @@ class ChatCompletionRequest(_SamplingFields):
     functions: Ignored = None
     function_call: Ignored = None
     reasoning_max_tokens: Ignored = None
+    response_max_tokens: Ignored = None
 
 
 class TokenizeRequest(_Request):
@@ -331,6 +356,11 @@ class CompletionChoice(BaseModel):
     stop_reason: int | str | None = None
     prompt_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
+    # FastDeploy's return_token_ids fields (vLLM's are the two above): the generated ids again, the
+    # prompt's text and the generated text (docs/request-fields.md).
+    completion_token_ids: list[int] | None = None
+    prompt_tokens: str | None = None
+    completion_tokens: str | None = None
 
 
 def _now() -> int:
@@ -365,6 +395,12 @@ class ChatResponseMessage(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    # FastDeploy's return_token_ids fields: the prompt's and the output's ids, the rendered prompt
+    # and the model's raw output text (before reasoning and tool-call parsing).
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    prompt_tokens: str | None = None
+    completion_tokens: str | None = None
 
 
 class ChatChoice(BaseModel):
@@ -402,6 +438,12 @@ class DeltaMessage(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[DeltaToolCall] | None = None
+    # FastDeploy's return_token_ids fields (as on ChatResponseMessage): the prompt's on the role
+    # delta, the output's on each delta that carries new tokens.
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    prompt_tokens: str | None = None
+    completion_tokens: str | None = None
 
 
 class ChatStreamChoice(BaseModel):

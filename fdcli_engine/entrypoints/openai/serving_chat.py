@@ -22,6 +22,11 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.fastdeploy_fields import (
+    apply_chat_metadata,
+    check_logprob_post_processing,
+    prompt_text,
+)
 from fdcli_engine.entrypoints.openai.loop_prompts import chat_on_loop
 from fdcli_engine.entrypoints.openai.protocol import (
     ChatChoice,
@@ -61,7 +66,12 @@ from fdcli_engine.entrypoints.openai.serving_tools import (
     tool_choice_constraint,
     tools_in_system_prompt,
 )
-from fdcli_engine.entrypoints.openai.stream_chunks import ChunkWriter, chat_choice, chat_delta
+from fdcli_engine.entrypoints.openai.stream_chunks import (
+    ChunkWriter,
+    chat_choice,
+    chat_delta,
+    with_token_fields,
+)
 from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS, TEXT_PARTS
@@ -137,6 +147,7 @@ class PreparedChat:
     model: str  # the served name to echo back
     request_id: str
     prompt_ids: list[int]
+    prompt: str | None  # the rendered prompt (None: given as token ids)
     jobs: list[Job]  # one per choice
     tool_parser: object | None  # what reads tool calls from the output (serving_tools.tool_call_parser)
 
@@ -239,6 +250,16 @@ class OpenAIServingChat:
         return rendered, encode(tok, rendered, add_special_tokens=req.add_special_tokens)
 
     def _prompt(self, req: ChatCompletionRequest, tool_parser=None) -> tuple[str | None, list[int]]:
+        """The prompt (text or None, ids), with FastDeploy's completion_token_ids (a resumed answer's ids)
+        after it: those ids are the prompt's end, so the text is then None (the ids' text is theirs)."""
+        text, ids = self._prompt_of_messages(req, tool_parser)
+        if req.completion_token_ids:
+            return None, ids + list(req.completion_token_ids)
+        return text, ids
+
+    def _prompt_of_messages(
+        self, req: ChatCompletionRequest, tool_parser=None
+    ) -> tuple[str | None, list[int]]:
         """The prompt (text or None, ids): FastDeploy's prompt_token_ids replace the messages, its
         disable_chat_template takes the first message's content as the raw prompt; else the template's."""
         if req.prompt_token_ids is not None:
@@ -258,6 +279,7 @@ class OpenAIServingChat:
         # --- tools: tool_choice "required" / named is forced by a grammar (serving_tools.py) ---
         tool_constraint = tool_choice_constraint(req)
         # --- end tools ---
+        apply_chat_metadata(req)
         self._check_unsupported(req)
         tool_parser = tool_call_parser(req, self.tool_parser_cls)
         refs = image_refs(req.messages)
@@ -295,6 +317,7 @@ class OpenAIServingChat:
             params.skip_special_tokens = False
         check_logit_bias_vocab(params, self.engine.model_config)
         check_logprob_limits(params, self.engine.model_config, chat=True)
+        check_logprob_post_processing(req, params)
         start_after = self._constraint_start(prompt, req.chat_template)
         params.structured_outputs = await self.structured_outputs.params_for(req, start_after)
         if tool_constraint is not None:  # tools: the forced tool choice's grammar
@@ -308,14 +331,14 @@ class OpenAIServingChat:
             raise bad_request("use_beam_search takes text messages, not images", "use_beam_search")
         for job in jobs:
             job.beam = beam
-        return PreparedChat(model, rid, prompt_ids, jobs, tool_parser)
+        return PreparedChat(model, rid, prompt_ids, prompt, jobs, tool_parser)
 
     async def create_chat_completion(self, req: ChatCompletionRequest, request_id: str | None = None):
         """A ChatCompletionResponse, or (stream=True) an async iterator of SSE strings."""
         p = await self.prepare(req, request_id)
         if req.stream:
-            return self._stream(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.tool_parser)
-        return await self._full(req, p.model, p.request_id, p.prompt_ids, p.jobs, p.tool_parser)
+            return self._stream(req, p)
+        return await self._full(req, p)
 
     def _constraint_start(self, prompt: str | None, request_template: str | None) -> list[int]:
         """Where a structured-outputs constraint starts: after the reasoning block (structured_outputs.py)."""
@@ -351,8 +374,11 @@ class OpenAIServingChat:
             )
         return ChatLogprobs(content=content)
 
-    async def _full(self, req, model, rid, prompt_ids, jobs, tool_parser=None) -> ChatCompletionResponse:
-        finals = await final_outputs(self.engine, jobs)
+    async def _full(self, req, p: PreparedChat) -> ChatCompletionResponse:
+        prompt_ids, tool_parser = p.prompt_ids, p.tool_parser
+        finals = await final_outputs(self.engine, p.jobs)
+        ids = req.return_token_ids
+        prompt = prompt_text(self.engine.tokenizer, p.prompt, prompt_ids) if ids else None
         choices, completion_tokens, cached = [], 0, 0
         echo = self.echo_text(req)
         for index in sorted(finals):
@@ -369,6 +395,11 @@ class OpenAIServingChat:
                 content=echo + (split.content or "") if echo else split.content,
                 reasoning_content=split.reasoning,
                 tool_calls=split.tool_calls or None,
+                # FastDeploy's return_token_ids fields; completion_tokens: the raw output, unparsed.
+                prompt_token_ids=prompt_ids if ids else None,
+                completion_token_ids=list(comp.token_ids) if ids else None,
+                prompt_tokens=prompt,
+                completion_tokens=comp.text if ids else None,
             )
             choices.append(
                 ChatChoice(
@@ -382,8 +413,8 @@ class OpenAIServingChat:
             )
         usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
         return ChatCompletionResponse(
-            id=rid,
-            model=model,
+            id=p.request_id,
+            model=p.model,
             choices=choices,
             usage=usage,
             prompt_token_ids=prompt_ids if req.return_token_ids else None,
@@ -392,7 +423,8 @@ class OpenAIServingChat:
             ),
         )
 
-    async def _stream(self, req, model, rid, prompt_ids, jobs, tool_parser=None) -> AsyncIterator[str]:
+    async def _stream(self, req, p: PreparedChat) -> AsyncIterator[str]:
+        rid, prompt_ids, jobs, tool_parser = p.request_id, p.prompt_ids, p.jobs, p.tool_parser
         if tool_parser is not None:
             parsers = {j.index: self._splitter(req, tool_parser) for j in jobs}
         elif self.reasoning_parser_cls:
@@ -402,8 +434,9 @@ class OpenAIServingChat:
         completion_tokens, cached = 0, 0
         generated: dict[int, int] = {}  # tokens per choice so far; a choice's key: its role chunk is out
         include_usage, continuous = stream_usage(req, self.force_include_usage)
-        writer = ChunkWriter(rid, "chat.completion.chunk", model)
+        writer = ChunkWriter(rid, "chat.completion.chunk", p.model)
         echo = self.echo_text(req)
+        prompt = prompt_text(self.engine.tokenizer, p.prompt, prompt_ids) if req.return_token_ids else None
 
         def usage_of(index: int):  # every chunk's usage under continuous_usage_stats, else none
             return chunk_usage(len(prompt_ids), generated[index]) if continuous else None
@@ -416,6 +449,8 @@ class OpenAIServingChat:
                     # output, after prefill (as vLLM), so clients measure time to first token honestly.
                     generated[job.index] = 0
                     role = chat_delta(role=self.role_of(req), content="")
+                    if req.return_token_ids:  # FastDeploy's: the prompt rides on the role delta
+                        role = with_token_fields(role, prompt_token_ids=prompt_ids, prompt_tokens=prompt)
                     yield writer.chunk([chat_choice(job.index, role)], usage_of(job.index))
                     if echo:
                         yield writer.chunk(
@@ -448,6 +483,10 @@ class OpenAIServingChat:
                     deltas.append(chat_delta())
                 finish = _finish_reason(comp.finish_reason, calls) if out.finished else None
                 ids = new_ids if req.return_token_ids else None
+                if ids is not None:  # FastDeploy's: the new ids and their raw text, on the last delta
+                    deltas[-1] = with_token_fields(
+                        deltas[-1], completion_token_ids=ids, completion_tokens=comp.delta_text
+                    )
                 for k, delta in enumerate(deltas):
                     last = k == len(deltas) - 1
                     choice = chat_choice(

@@ -14,6 +14,11 @@ from fdcli_engine.entrypoints.openai.echo_logprobs import (
     prompt_logprobs_out,
 )
 from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.fastdeploy_fields import (
+    apply_completion_suffix_options,
+    check_logprob_post_processing,
+    prompt_text,
+)
 from fdcli_engine.entrypoints.openai.loop_prompts import prepared_on_loop
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
 from fdcli_engine.entrypoints.openai.serving_common import (
@@ -70,6 +75,7 @@ class OpenAIServingCompletion:
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
 
     def _check_unsupported(self, req: CompletionRequest) -> None:
+        apply_completion_suffix_options(req)
         if req.suffix:
             raise bad_request("suffix is not supported", "suffix")
         if req.best_of is not None and req.best_of != req.n:
@@ -83,8 +89,9 @@ class OpenAIServingCompletion:
             raise bad_request("stream_options is only allowed with stream=true", "stream_options")
 
     def _prompts(self, req: CompletionRequest) -> list[tuple[str | None, list[int]]]:
-        """(text, ids) per prompt; (None, ids) for a prompt given as token ids."""
-        p = req.prompt
+        """(text, ids) per prompt; (None, ids) for a prompt given as token ids (FastDeploy's
+        prompt_token_ids replace `prompt`)."""
+        p = req.prompt if req.prompt_token_ids is None else req.prompt_token_ids
         texts = [p] if isinstance(p, str) or (p and isinstance(p[0], int)) else p
         prompts = [
             (t, encode(self.engine.tokenizer, t)) if isinstance(t, str) else (None, list(t)) for t in texts
@@ -117,6 +124,7 @@ class OpenAIServingCompletion:
         )
         check_logit_bias_vocab(params, self.engine.model_config)
         check_logprob_limits(params, self.engine.model_config)
+        check_logprob_post_processing(req, params)
         params.structured_outputs = await self.structured_outputs.params_for(req)
         rid = request_id or req.request_id or random_id("cmpl")
         jobs = fan_out(rid, prompts, params, req.n)
@@ -135,6 +143,11 @@ class OpenAIServingCompletion:
     def _echo_text(self, prompts, prompt_idx: int) -> str:
         text, ids = prompts[prompt_idx]
         return text if text is not None else self.engine.tokenizer.decode(ids)
+
+    def _prompt_tokens(self, prompts, prompt_idx: int) -> str:
+        """FastDeploy's `prompt_tokens` of a prompt (return_token_ids)."""
+        text, ids = prompts[prompt_idx]
+        return prompt_text(self.engine.tokenizer, text, ids)
 
     async def _full(self, req, model, rid, prompts, jobs) -> CompletionResponse:
         finals = await final_outputs(self.engine, jobs)
@@ -158,6 +171,12 @@ class OpenAIServingCompletion:
                     stop_reason=comp.stop_reason,
                     prompt_token_ids=job.prompt_ids if req.return_token_ids else None,
                     token_ids=list(token_ids) if req.return_token_ids else None,
+                    # FastDeploy's return_token_ids fields (the generated text without the echo).
+                    completion_token_ids=list(token_ids) if req.return_token_ids else None,
+                    prompt_tokens=self._prompt_tokens(prompts, job.prompt_idx)
+                    if req.return_token_ids
+                    else None,
+                    completion_tokens=text if req.return_token_ids else None,
                 )
             )
         prompt_lens = {k: len(ids) for k, (_, ids) in enumerate(prompts)}
@@ -196,13 +215,14 @@ class OpenAIServingCompletion:
                 if prompt_only:
                     text, new_ids = "", []
                 first = job.index not in started
+                generated_text = text
                 if first:
                     started.add(job.index)
                     if req.echo:
                         text = self._echo_text(prompts, job.prompt_idx) + text
                 completion_tokens += len(new_ids)
                 generated[job.index] = generated.get(job.index, 0) + len(new_ids)
-                if not text and not new_ids and not out.finished:
+                if not text and not new_ids and not out.finished and not (first and with_ids):
                     continue
                 lps = None
                 if with_lps and (first or new_ids):
@@ -216,6 +236,10 @@ class OpenAIServingCompletion:
                     comp.finish_reason if out.finished else None,
                     comp.stop_reason if out.finished else None,
                     new_ids if with_ids else None,
+                    # vLLM's and FastDeploy's: the prompt's ids (and FastDeploy's its text) come first.
+                    job.prompt_ids if with_ids and first else None,
+                    self._prompt_tokens(prompts, job.prompt_idx) if with_ids and first else None,
+                    generated_text if with_ids else None,
                 )
                 if out.finished:
                     cached[job.prompt_idx] = max(cached.get(job.prompt_idx, 0), out.num_cached_tokens)

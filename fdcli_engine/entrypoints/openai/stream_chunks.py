@@ -48,23 +48,53 @@ class ChunkWriter:
 
 
 def completion_choice(
-    index: int, text: str, logprobs=None, finish_reason=None, stop_reason=None, token_ids=None
+    index: int,
+    text: str,
+    logprobs=None,
+    finish_reason=None,
+    stop_reason=None,
+    token_ids=None,
+    prompt_token_ids=None,
+    prompt_tokens=None,
+    completion_tokens=None,
 ):
-    """A streamed `CompletionChoice`, as a dict in that model's field order."""
-    return {
+    """A streamed `CompletionChoice`, as a dict in that model's field order. With token ids, FastDeploy's
+    completion_token_ids repeats them."""
+    d = {
         "index": index,
         "text": text,
         "logprobs": logprobs,
         "finish_reason": finish_reason,
         "stop_reason": stop_reason,
-        "token_ids": token_ids,
     }
+    if token_ids is None and prompt_token_ids is None:
+        d["token_ids"] = None
+        return d
+    d["prompt_token_ids"] = prompt_token_ids
+    d["token_ids"] = token_ids
+    d["completion_token_ids"] = token_ids
+    d["prompt_tokens"] = prompt_tokens
+    d["completion_tokens"] = completion_tokens
+    return d
 
 
 def chat_delta(role=None, content=None, reasoning_content=None, tool_calls=None) -> dict:
     """A `DeltaMessage` as a dict (None fields dropped; an empty delta is `{}`)."""
     d = {"role": role, "content": content, "reasoning_content": reasoning_content, "tool_calls": tool_calls}
     return _without_none(d)
+
+
+def with_token_fields(
+    delta: dict, prompt_token_ids=None, completion_token_ids=None, prompt_tokens=None, completion_tokens=None
+) -> dict:
+    """`delta` with FastDeploy's return_token_ids fields added, in `DeltaMessage`'s field order."""
+    extra = {
+        "prompt_token_ids": prompt_token_ids,
+        "completion_token_ids": completion_token_ids,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+    }
+    return {**delta, **_without_none(extra)}
 
 
 def chat_choice(index: int, delta: dict, logprobs=None, finish_reason=None, token_ids=None) -> dict:
