@@ -113,7 +113,8 @@ def test_bad_tool_requests_on_the_real_server(server, body, param):
         (["--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser"),
         (
             ["--tool-call-parser", "qwen"],
-            "--tool-call-parser 'qwen': choose one of ernie-x1, hermes, llama3_json, mistral, pythonic",
+            "--tool-call-parser 'qwen': choose one of ernie-x1, granite, granite4, hermes, hunyuan_a13b, jamba, "
+            "llama3_json, llama4_json, llama4_pythonic, mistral, phi4_mini_json, pythonic",
         ),
     ],
 )

@@ -232,11 +232,16 @@ class ChatMessage(_Request):
     reasoning_content: str | None = Field(default=None, max_length=MAX_STR)
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=128)
     tool_call_id: str | None = Field(default=None, max_length=256)
-    # What `resp.choices[0].message.model_dump()` carries back in an assistant message: ignored.
+    # What `resp.choices[0].message.model_dump()` carries back in an assistant message: ignored (the
+    # last four are FastDeploy's return_token_ids fields, fastdeploy_fields.py).
     refusal: Ignored = None
     annotations: Ignored = None
     audio: Ignored = None
     function_call: Ignored = None
+    prompt_token_ids: Ignored = None
+    completion_token_ids: Ignored = None
+    prompt_tokens: Ignored = None
+    completion_tokens: Ignored = None
 
 
 class FunctionDefinition(_Request):
