@@ -15,26 +15,28 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcom
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a serve -d 'Benchmark any OpenAI-compatible server (fd, vLLM, llama.cpp) with streamed...'
 complete -c fd -n '__fish_seen_subcommand_from bench; and not __fish_seen_subcommand_from compare latency serve throughput' -a throughput -d 'Offline throughput: all prompts at once through the in-process engine.'
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from latency' \
-    -l additional-config -l aggregate-engine-logging -l allow-deprecated-quantization \
-    -l api-server-count -l async-scheduling -l attention-backend -l attention-config -l batch-size \
-    -l block-size -l cache-queue-port -l cache-transfer-protocol -l calculate-kv-scales \
-    -l chat-template-content-format -l chunked-moe-size -l code-revision -l cohere-format \
-    -l cohere-is-reasoning-model -l collect-detailed-traces -l compilation-config -l config \
-    -l config-format -l controller-port -l convert -l cpu-offload-gb -l cpu-offload-params \
-    -l cudagraph-capture-sizes -l cudagraph-metrics -l data-parallel-address \
-    -l data-parallel-backend -l data-parallel-external-lb -l data-parallel-hybrid-lb \
-    -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
+    -l additional-config -l aggregate-engine-logging -l all2all-backend \
+    -l allow-deprecated-quantization -l api-server-count -l async-scheduling -l attention-backend \
+    -l attention-config -l batch-size -l block-size -l cache-queue-port -l cache-transfer-protocol \
+    -l calculate-kv-scales -l chat-template-content-format -l chunked-moe-size -l code-revision \
+    -l cohere-format -l cohere-is-reasoning-model -l collect-detailed-traces -l compilation-config \
+    -l config -l config-format -l controller-port -l convert -l cp-kv-cache-interleave-size \
+    -l cpu-offload-gb -l cpu-offload-params -l cudagraph-capture-sizes -l cudagraph-metrics \
+    -l data-parallel-address -l data-parallel-backend -l data-parallel-external-lb \
+    -l data-parallel-hybrid-lb -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l data-parallel-supervisor-port \
-    -l default-chat-template-kwargs -l default-mm-loras -l device \
+    -l dbo-decode-token-threshold -l dbo-prefill-token-threshold -l dcp-kv-cache-interleave-size \
+    -l decode-context-parallel-size -l default-chat-template-kwargs -l default-mm-loras -l device \
     -l disable-access-log-for-endpoints -l disable-cascade-attn -l disable-chunked-mm-input \
     -l disable-custom-all-reduce -l disable-detokenize -l disable-hybrid-kv-cache-manager \
     -l disable-log-requests -l disable-log-stats -l disable-mm-preprocessor-cache \
     -l disable-sequence-parallel-moe -l disable-sliding-window -l distributed-executor-backend \
-    -l download-dir -l dp-supervisor-probe-failure-threshold -l dp-supervisor-probe-interval-s \
-    -l dp-supervisor-probe-timeout-s -l dtype -l dynamic-load-weight -l early-stop-config \
-    -l ec-transfer-config -l enable-chunked-moe -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
-    -l enable-expert-parallel -l enable-flash-late-interaction -l enable-flashinfer-allreduce-fusion \
+    -l distributed-timeout-seconds -l download-dir -l dp-supervisor-probe-failure-threshold \
+    -l dp-supervisor-probe-interval-s -l dp-supervisor-probe-timeout-s -l dtype \
+    -l dynamic-load-weight -l early-stop-config -l ec-transfer-config -l enable-chunked-moe \
+    -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-dbo -l enable-early-stop \
+    -l enable-elastic-ep -l enable-entropy -l enable-eplb -l enable-expert-parallel \
+    -l enable-flash-late-interaction -l enable-flashinfer-allreduce-fusion \
     -l enable-flashinfer-autotune -l enable-keep-sampling-mask -l enable-layerwise-nvtx-tracing \
     -l enable-log-deltas -l enable-log-outputs -l enable-log-requests \
     -l enable-logging-iteration-details -l enable-logprob -l enable-lora -l enable-mfu-metrics \
@@ -44,31 +46,33 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l enable-return-routed-experts -l enable-sleep-mode -l enable-ssl-refresh \
     -l enable-tokenizer-info-endpoint -l enable-tower-connector-lora -l enforce-eager \
     -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config \
-    -l exclude-tools-when-tool-choice-none -l fail-on-environ-validation -l fingerprint-mode \
-    -l fingerprint-value -l fully-sharded-loras -l generation-config -l gpu-memory-utilization \
-    -l graph-optimization-config -l grpc -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l headless -l hf-config-path -l hf-overrides \
-    -l hf-token -l ignore-patterns -l innode-prefill-ports -l input-len -l interleave-mm-strings \
-    -l io-processor-plugin -l ips -l kernel-config -l kv-cache-dtype -l kv-cache-memory-bytes \
-    -l kv-cache-memory-gb -l kv-cache-metrics -l kv-cache-metrics-sample -l kv-cache-ratio \
-    -l kv-events-config -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb \
-    -l kv-offloading-backend -l kv-offloading-size -l kv-sharing-fast-prefill -l kv-transfer-config \
-    -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend -l language-model-only \
-    -l lm-head-fp32 -l load-choices -l load-format -l load-strategy -l local-data-parallel-id \
-    -l log-error-stack -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
-    -l lora-dtype -l lora-modules -l mamba-block-size -l mamba-cache-dtype -l mamba-cache-mode \
-    -l mamba-ssm-cache-dtype -l master-addr -l master-port -l max-cpu-loras \
-    -l max-cudagraph-capture-size -l max-encoder-cache -l max-log-len -l max-logprobs \
-    -l max-long-partial-prefills -l max-lora-rank -l max-loras -l max-model-len \
-    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache \
-    -l max-seq-len-to-capture -l media-io-kwargs -l middleware -l mm-encoder-attn-backend \
-    -l mm-encoder-only -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-cache-type \
-    -l mm-processor-kwargs -l mm-shm-cache-max-object-size-mb -l model -l model-config-name \
-    -l model-impl -l model-loader-extra-config -l moe-backend -l n -l nnodes \
+    -l exclude-tools-when-tool-choice-none -l expert-placement-strategy \
+    -l fail-on-environ-validation -l fingerprint-mode -l fingerprint-value -l fully-sharded-loras \
+    -l generation-config -l gpu-memory-utilization -l graph-optimization-config -l grpc \
+    -l guided-decoding-backend -l guided-decoding-disable-any-whitespace -l headless \
+    -l hf-config-path -l hf-overrides -l hf-token -l ignore-patterns -l innode-prefill-ports \
+    -l input-len -l interleave-mm-strings -l io-processor-plugin -l ips -l kernel-config \
+    -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-metrics \
+    -l kv-cache-metrics-sample -l kv-cache-ratio -l kv-events-config -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size \
+    -l kv-sharing-fast-prefill -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l language-model-only -l lm-head-fp32 -l load-choices -l load-format \
+    -l load-strategy -l local-data-parallel-id -l log-error-stack -l logits-processors \
+    -l logprobs-mode -l long-prefill-token-threshold -l lora-dtype -l lora-modules \
+    -l mamba-block-size -l mamba-cache-dtype -l mamba-cache-mode -l mamba-ssm-cache-dtype \
+    -l master-addr -l master-port -l max-cpu-loras -l max-cudagraph-capture-size \
+    -l max-encoder-cache -l max-log-len -l max-logprobs -l max-long-partial-prefills \
+    -l max-lora-rank -l max-loras -l max-model-len -l max-num-batched-tokens \
+    -l max-num-partial-prefills -l max-num-seqs -l max-parallel-loading-workers \
+    -l max-processor-cache -l max-seq-len-to-capture -l media-io-kwargs -l middleware \
+    -l mm-encoder-attn-backend -l mm-encoder-only -l mm-encoder-tp-mode -l mm-processor-cache-gb \
+    -l mm-processor-cache-type -l mm-processor-kwargs -l mm-shm-cache-max-object-size-mb -l model \
+    -l model-config-name -l model-impl -l model-loader-extra-config -l moe-backend -l n -l nnodes \
     -l no-aggregate-engine-logging -l no-allow-deprecated-quantization -l no-async-scheduling \
     -l no-calculate-kv-scales -l no-cohere-is-reasoning-model -l no-cudagraph-metrics \
-    -l no-disable-cascade-attn -l no-disable-hybrid-kv-cache-manager -l no-disable-sliding-window \
-    -l no-enable-chunked-prefill -l no-enable-flash-late-interaction \
+    -l no-data-parallel-external-lb -l no-data-parallel-hybrid-lb -l no-disable-cascade-attn \
+    -l no-disable-hybrid-kv-cache-manager -l no-disable-sliding-window -l no-enable-chunked-prefill \
+    -l no-enable-dbo -l no-enable-elastic-ep -l no-enable-flash-late-interaction \
     -l no-enable-flashinfer-autotune -l no-enable-layerwise-nvtx-tracing -l no-enable-log-deltas \
     -l no-enable-log-outputs -l no-enable-logging-iteration-details -l no-enable-lora \
     -l no-enable-mfu-metrics -l no-enable-offline-docs -l no-enable-output-caching \
@@ -78,21 +82,22 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l no-exclude-tools-when-tool-choice-none -l no-fail-on-environ-validation \
     -l no-fully-sharded-loras -l no-grpc -l no-interleave-mm-strings -l no-kv-cache-metrics \
     -l no-kv-sharing-fast-prefill -l no-language-model-only -l no-log-error-stack \
-    -l no-mm-encoder-only -l no-shutdown-comm-group-if-worker-idle -l no-skip-tokenizer-init \
-    -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load -l no-use-v2-block-manager \
-    -l node-rank -l num-gpu-blocks-override -l num-iters -l num-iters-warmup -l num-kv-blocks \
-    -l num-scheduler-steps -l offload-backend -l offload-group-size -l offload-num-in-group \
-    -l offload-params -l offload-prefetch-step -l optimization-level -l otlp-traces-endpoint \
-    -l output-json -l output-len -l override-attention-dtype -l override-generation-config \
-    -l override-pooler-config -l pd-comm-port -l percentiles -l performance-mode \
-    -l pipeline-parallel-size -l plas-attention-config -l pooler-config \
-    -l prealloc-dec-block-slot-num-threshold -l prefix-caching-hash-algo -l profiler-config \
-    -l pt-load-map-location -l quantization -l quantization-config -l ray-address -l rdma-comm-ports \
-    -l reasoning-parser-plugin -l revision -l router -l routing-replay-config -l rsync-config \
-    -l runner -l safetensors-load-strategy -l scheduler-cls -l scheduler-db \
-    -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size \
-    -l scheduler-min-load-score -l scheduler-name -l scheduler-password -l scheduler-port \
-    -l scheduler-reader-batch-size -l scheduler-reader-parallel \
+    -l no-mm-encoder-only -l no-ray-workers-use-nsight -l no-shutdown-comm-group-if-worker-idle \
+    -l no-skip-tokenizer-init -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load \
+    -l no-use-v2-block-manager -l node-rank -l num-gpu-blocks-override -l num-iters \
+    -l num-iters-warmup -l num-kv-blocks -l num-scheduler-steps -l offload-backend \
+    -l offload-group-size -l offload-num-in-group -l offload-params -l offload-prefetch-step \
+    -l optimization-level -l otlp-traces-endpoint -l output-json -l output-len \
+    -l override-attention-dtype -l override-generation-config -l override-pooler-config \
+    -l pd-comm-port -l percentiles -l performance-mode -l pipeline-parallel-size \
+    -l plas-attention-config -l pooler-config -l prealloc-dec-block-slot-num-threshold \
+    -l prefill-context-parallel-size -l prefix-caching-hash-algo -l profiler-config \
+    -l pt-load-map-location -l quantization -l quantization-config -l ray-address \
+    -l ray-workers-use-nsight -l rdma-comm-ports -l reasoning-parser-plugin -l revision -l router \
+    -l routing-replay-config -l rsync-config -l runner -l safetensors-load-strategy -l scheduler-cls \
+    -l scheduler-db -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num \
+    -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name -l scheduler-password \
+    -l scheduler-port -l scheduler-reader-batch-size -l scheduler-reader-parallel \
     -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
     -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
     -l scheduling-policy -l seed -l served-model-name -l show-hidden-metrics-for-version \
@@ -102,9 +107,10 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
     -l tokenizer-mode -l tokenizer-revision -l tokens-only -l tool-parser-plugin -l tool-server \
     -l trust-remote-code -l uds -l use-cudagraph -l use-internode-ll-two-stage -l use-tqdm-on-load \
-    -l use-v2-block-manager -l use-warmup -l video-pruning-rate -l weight-transfer-config -l workers \
-    -l write-policy -o ac -o asc -o cc -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp \
-    -s q -o tp
+    -l use-v2-block-manager -l use-warmup -l video-pruning-rate -l weight-transfer-config \
+    -l worker-cls -l worker-extension-cls -l workers -l write-policy -o ac -o asc -o cc -o dcp -o dp \
+    -o dpa -o dpb -o dpe -o dph -o dpl -o dpn -o dpp -o dpr -o ep -s m -s n -o pcp -o pp -s q -s r \
+    -o tp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' \
     -l api-key -l append-result -l backend -l base-url -l burstiness -l chart \
     -l chat-template-kwargs -l custom-output-len -l custom-skip-chat-template -l dataset \
@@ -124,60 +130,65 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l sharegpt-output-len -l skip-chat-template -l skip-tokenizer-init -l temperature -l tokenizer \
     -l tokenizer-mode -l top-k -l top-p -l trust-remote-code -l use-beam-search -s n
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from throughput' \
-    -l additional-config -l aggregate-engine-logging -l allow-deprecated-quantization \
-    -l api-server-count -l async-engine -l async-scheduling -l attention-backend -l attention-config \
-    -l backend -l block-size -l cache-queue-port -l cache-transfer-protocol -l calculate-kv-scales \
-    -l chat-template-content-format -l chunked-moe-size -l code-revision -l cohere-format \
-    -l cohere-is-reasoning-model -l collect-detailed-traces -l compilation-config -l config \
-    -l config-format -l controller-port -l convert -l cpu-offload-gb -l cpu-offload-params \
+    -l additional-config -l aggregate-engine-logging -l all2all-backend \
+    -l allow-deprecated-quantization -l api-server-count -l async-engine -l async-scheduling \
+    -l attention-backend -l attention-config -l backend -l block-size -l cache-queue-port \
+    -l cache-transfer-protocol -l calculate-kv-scales -l chat-template-content-format \
+    -l chunked-moe-size -l code-revision -l cohere-format -l cohere-is-reasoning-model \
+    -l collect-detailed-traces -l compilation-config -l config -l config-format -l controller-port \
+    -l convert -l cp-kv-cache-interleave-size -l cpu-offload-gb -l cpu-offload-params \
     -l cudagraph-capture-sizes -l cudagraph-metrics -l data-parallel-address \
     -l data-parallel-backend -l data-parallel-external-lb -l data-parallel-hybrid-lb \
     -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l data-parallel-supervisor-port \
-    -l dataset-name -l default-chat-template-kwargs -l default-mm-loras -l device \
-    -l disable-access-log-for-endpoints -l disable-cascade-attn -l disable-chunked-mm-input \
-    -l disable-custom-all-reduce -l disable-detokenize -l disable-hybrid-kv-cache-manager \
-    -l disable-log-requests -l disable-log-stats -l disable-mm-preprocessor-cache \
-    -l disable-sequence-parallel-moe -l disable-sliding-window -l distributed-executor-backend \
-    -l download-dir -l dp-supervisor-probe-failure-threshold -l dp-supervisor-probe-interval-s \
+    -l dataset-name -l dbo-decode-token-threshold -l dbo-prefill-token-threshold \
+    -l dcp-kv-cache-interleave-size -l decode-context-parallel-size -l default-chat-template-kwargs \
+    -l default-mm-loras -l device -l disable-access-log-for-endpoints -l disable-cascade-attn \
+    -l disable-chunked-mm-input -l disable-custom-all-reduce -l disable-detokenize \
+    -l disable-hybrid-kv-cache-manager -l disable-log-requests -l disable-log-stats \
+    -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe -l disable-sliding-window \
+    -l distributed-executor-backend -l distributed-timeout-seconds -l download-dir \
+    -l dp-supervisor-probe-failure-threshold -l dp-supervisor-probe-interval-s \
     -l dp-supervisor-probe-timeout-s -l dtype -l dynamic-load-weight -l early-stop-config \
     -l ec-transfer-config -l enable-chunked-moe -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
-    -l enable-expert-parallel -l enable-flash-late-interaction -l enable-flashinfer-allreduce-fusion \
-    -l enable-flashinfer-autotune -l enable-keep-sampling-mask -l enable-layerwise-nvtx-tracing \
-    -l enable-log-deltas -l enable-log-outputs -l enable-log-requests \
-    -l enable-logging-iteration-details -l enable-logprob -l enable-lora -l enable-mfu-metrics \
-    -l enable-mm -l enable-mm-embeds -l enable-mm-output -l enable-offline-docs \
-    -l enable-output-caching -l enable-overlap-schedule -l enable-per-request-metrics \
-    -l enable-prefix-caching -l enable-prompt-embeds -l enable-prompt-tokens-details \
-    -l enable-return-routed-experts -l enable-sleep-mode -l enable-ssl-refresh \
-    -l enable-tokenizer-info-endpoint -l enable-tower-connector-lora -l enforce-eager \
-    -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config \
-    -l exclude-tools-when-tool-choice-none -l fail-on-environ-validation -l fingerprint-mode \
-    -l fingerprint-value -l fully-sharded-loras -l generation-config -l gpu-memory-utilization \
-    -l graph-optimization-config -l grpc -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l headless -l hf-config-path -l hf-overrides \
-    -l hf-token -l ignore-patterns -l innode-prefill-ports -l input-len -l interleave-mm-strings \
-    -l io-processor-plugin -l ips -l kernel-config -l kv-cache-dtype -l kv-cache-memory-bytes \
-    -l kv-cache-memory-gb -l kv-cache-metrics -l kv-cache-metrics-sample -l kv-cache-ratio \
-    -l kv-events-config -l kv-offload-compression -l kv-offload-dir -l kv-offload-dir-gb \
-    -l kv-offloading-backend -l kv-offloading-size -l kv-sharing-fast-prefill -l kv-transfer-config \
-    -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend -l language-model-only \
-    -l lm-head-fp32 -l load-choices -l load-format -l load-strategy -l local-data-parallel-id \
-    -l log-error-stack -l logits-processors -l logprobs-mode -l long-prefill-token-threshold \
-    -l lora-dtype -l lora-modules -l mamba-block-size -l mamba-cache-dtype -l mamba-cache-mode \
-    -l mamba-ssm-cache-dtype -l master-addr -l master-port -l max-cpu-loras \
-    -l max-cudagraph-capture-size -l max-encoder-cache -l max-log-len -l max-logprobs \
-    -l max-long-partial-prefills -l max-lora-rank -l max-loras -l max-model-len \
-    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache \
-    -l max-seq-len-to-capture -l media-io-kwargs -l middleware -l mm-encoder-attn-backend \
-    -l mm-encoder-only -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-cache-type \
-    -l mm-processor-kwargs -l mm-shm-cache-max-object-size-mb -l model -l model-config-name \
-    -l model-impl -l model-loader-extra-config -l moe-backend -l n -l nnodes \
+    -l enable-custom-all-reduce -l enable-dbo -l enable-early-stop -l enable-elastic-ep \
+    -l enable-entropy -l enable-eplb -l enable-expert-parallel -l enable-flash-late-interaction \
+    -l enable-flashinfer-allreduce-fusion -l enable-flashinfer-autotune -l enable-keep-sampling-mask \
+    -l enable-layerwise-nvtx-tracing -l enable-log-deltas -l enable-log-outputs \
+    -l enable-log-requests -l enable-logging-iteration-details -l enable-logprob -l enable-lora \
+    -l enable-mfu-metrics -l enable-mm -l enable-mm-embeds -l enable-mm-output \
+    -l enable-offline-docs -l enable-output-caching -l enable-overlap-schedule \
+    -l enable-per-request-metrics -l enable-prefix-caching -l enable-prompt-embeds \
+    -l enable-prompt-tokens-details -l enable-return-routed-experts -l enable-sleep-mode \
+    -l enable-ssl-refresh -l enable-tokenizer-info-endpoint -l enable-tower-connector-lora \
+    -l enforce-eager -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config \
+    -l exclude-tools-when-tool-choice-none -l expert-placement-strategy \
+    -l fail-on-environ-validation -l fingerprint-mode -l fingerprint-value -l fully-sharded-loras \
+    -l generation-config -l gpu-memory-utilization -l graph-optimization-config -l grpc \
+    -l guided-decoding-backend -l guided-decoding-disable-any-whitespace -l headless \
+    -l hf-config-path -l hf-overrides -l hf-token -l ignore-patterns -l innode-prefill-ports \
+    -l input-len -l interleave-mm-strings -l io-processor-plugin -l ips -l kernel-config \
+    -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-metrics \
+    -l kv-cache-metrics-sample -l kv-cache-ratio -l kv-events-config -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size \
+    -l kv-sharing-fast-prefill -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l language-model-only -l lm-head-fp32 -l load-choices -l load-format \
+    -l load-strategy -l local-data-parallel-id -l log-error-stack -l logits-processors \
+    -l logprobs-mode -l long-prefill-token-threshold -l lora-dtype -l lora-modules \
+    -l mamba-block-size -l mamba-cache-dtype -l mamba-cache-mode -l mamba-ssm-cache-dtype \
+    -l master-addr -l master-port -l max-cpu-loras -l max-cudagraph-capture-size \
+    -l max-encoder-cache -l max-log-len -l max-logprobs -l max-long-partial-prefills \
+    -l max-lora-rank -l max-loras -l max-model-len -l max-num-batched-tokens \
+    -l max-num-partial-prefills -l max-num-seqs -l max-parallel-loading-workers \
+    -l max-processor-cache -l max-seq-len-to-capture -l media-io-kwargs -l middleware \
+    -l mm-encoder-attn-backend -l mm-encoder-only -l mm-encoder-tp-mode -l mm-processor-cache-gb \
+    -l mm-processor-cache-type -l mm-processor-kwargs -l mm-shm-cache-max-object-size-mb -l model \
+    -l model-config-name -l model-impl -l model-loader-extra-config -l moe-backend -l n -l nnodes \
     -l no-aggregate-engine-logging -l no-allow-deprecated-quantization -l no-async-scheduling \
     -l no-calculate-kv-scales -l no-cohere-is-reasoning-model -l no-cudagraph-metrics \
-    -l no-disable-cascade-attn -l no-disable-hybrid-kv-cache-manager -l no-disable-sliding-window \
-    -l no-enable-chunked-prefill -l no-enable-flash-late-interaction \
+    -l no-data-parallel-external-lb -l no-data-parallel-hybrid-lb -l no-disable-cascade-attn \
+    -l no-disable-hybrid-kv-cache-manager -l no-disable-sliding-window -l no-enable-chunked-prefill \
+    -l no-enable-dbo -l no-enable-elastic-ep -l no-enable-flash-late-interaction \
     -l no-enable-flashinfer-autotune -l no-enable-layerwise-nvtx-tracing -l no-enable-log-deltas \
     -l no-enable-log-outputs -l no-enable-logging-iteration-details -l no-enable-lora \
     -l no-enable-mfu-metrics -l no-enable-offline-docs -l no-enable-output-caching \
@@ -187,21 +198,22 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l no-exclude-tools-when-tool-choice-none -l no-fail-on-environ-validation \
     -l no-fully-sharded-loras -l no-grpc -l no-interleave-mm-strings -l no-kv-cache-metrics \
     -l no-kv-sharing-fast-prefill -l no-language-model-only -l no-log-error-stack \
-    -l no-mm-encoder-only -l no-shutdown-comm-group-if-worker-idle -l no-skip-tokenizer-init \
-    -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load -l no-use-v2-block-manager \
-    -l node-rank -l num-gpu-blocks-override -l num-iters -l num-iters-warmup -l num-kv-blocks \
-    -l num-prompts -l num-scheduler-steps -l offload-backend -l offload-group-size \
-    -l offload-num-in-group -l offload-params -l offload-prefetch-step -l optimization-level \
-    -l otlp-traces-endpoint -l output-json -l output-len -l override-attention-dtype \
-    -l override-generation-config -l override-pooler-config -l pd-comm-port -l percentiles \
-    -l performance-mode -l pipeline-parallel-size -l plas-attention-config -l pooler-config \
-    -l prealloc-dec-block-slot-num-threshold -l prefix-caching-hash-algo -l prefix-len \
-    -l profiler-config -l pt-load-map-location -l quantization -l quantization-config \
-    -l random-range-ratio -l ray-address -l rdma-comm-ports -l reasoning-parser-plugin -l revision \
-    -l router -l routing-replay-config -l rsync-config -l runner -l safetensors-load-strategy \
-    -l scheduler-cls -l scheduler-db -l scheduler-expire-period -l scheduler-host \
-    -l scheduler-load-shards-num -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name \
-    -l scheduler-password -l scheduler-port -l scheduler-reader-batch-size \
+    -l no-mm-encoder-only -l no-ray-workers-use-nsight -l no-shutdown-comm-group-if-worker-idle \
+    -l no-skip-tokenizer-init -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load \
+    -l no-use-v2-block-manager -l node-rank -l num-gpu-blocks-override -l num-iters \
+    -l num-iters-warmup -l num-kv-blocks -l num-prompts -l num-scheduler-steps -l offload-backend \
+    -l offload-group-size -l offload-num-in-group -l offload-params -l offload-prefetch-step \
+    -l optimization-level -l otlp-traces-endpoint -l output-json -l output-len \
+    -l override-attention-dtype -l override-generation-config -l override-pooler-config \
+    -l pd-comm-port -l percentiles -l performance-mode -l pipeline-parallel-size \
+    -l plas-attention-config -l pooler-config -l prealloc-dec-block-slot-num-threshold \
+    -l prefill-context-parallel-size -l prefix-caching-hash-algo -l prefix-len -l profiler-config \
+    -l pt-load-map-location -l quantization -l quantization-config -l random-range-ratio \
+    -l ray-address -l ray-workers-use-nsight -l rdma-comm-ports -l reasoning-parser-plugin \
+    -l revision -l router -l routing-replay-config -l rsync-config -l runner \
+    -l safetensors-load-strategy -l scheduler-cls -l scheduler-db -l scheduler-expire-period \
+    -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size -l scheduler-min-load-score \
+    -l scheduler-name -l scheduler-password -l scheduler-port -l scheduler-reader-batch-size \
     -l scheduler-reader-parallel -l scheduler-release-load-expire-period -l scheduler-sync-period \
     -l scheduler-topic -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
     -l scheduling-policy -l seed -l served-model-name -l show-hidden-metrics-for-version \
@@ -211,9 +223,10 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
     -l tokenizer-mode -l tokenizer-revision -l tokens-only -l tool-parser-plugin -l tool-server \
     -l trust-remote-code -l uds -l use-cudagraph -l use-internode-ll-two-stage -l use-tqdm-on-load \
-    -l use-v2-block-manager -l use-warmup -l video-pruning-rate -l weight-transfer-config -l workers \
-    -l write-policy -o ac -o asc -o cc -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp \
-    -s q -o tp
+    -l use-v2-block-manager -l use-warmup -l video-pruning-rate -l weight-transfer-config \
+    -l worker-cls -l worker-extension-cls -l workers -l write-policy -o ac -o asc -o cc -o dcp -o dp \
+    -o dpa -o dpb -o dpe -o dph -o dpl -o dpn -o dpp -o dpr -o ep -s m -s n -o pcp -o pp -s q -s r \
+    -o tp
 complete -c fd -n '__fish_seen_subcommand_from chat' \
     -l api-key -l image -l json-schema -l max-tokens -l model-name -l quick -l system-prompt \
     -l temperature -l url -s q
@@ -226,62 +239,66 @@ complete -c fd -n '__fish_seen_subcommand_from router' \
     -l host -l kv-transfer-token -l max-local-prefill-length -l port -l request-timeout-secs \
     -l splitwise
 complete -c fd -n '__fish_seen_subcommand_from run-batch' \
-    -l additional-config -l aggregate-engine-logging -l allow-deprecated-quantization \
-    -l allowed-local-media-path -l allowed-media-domains -l api-server-count -l async-scheduling \
-    -l attention-backend -l attention-config -l block-size -l cache-queue-port \
-    -l cache-transfer-protocol -l calculate-kv-scales -l chat-template \
+    -l additional-config -l aggregate-engine-logging -l all2all-backend \
+    -l allow-deprecated-quantization -l allowed-local-media-path -l allowed-media-domains \
+    -l api-server-count -l async-scheduling -l attention-backend -l attention-config -l block-size \
+    -l cache-queue-port -l cache-transfer-protocol -l calculate-kv-scales -l chat-template \
     -l chat-template-content-format -l chunked-moe-size -l code-revision -l cohere-format \
     -l cohere-is-reasoning-model -l collect-detailed-traces -l compilation-config -l config \
-    -l config-format -l controller-port -l convert -l cpu-offload-gb -l cpu-offload-params \
-    -l cudagraph-capture-sizes -l cudagraph-metrics -l data-parallel-address \
+    -l config-format -l controller-port -l convert -l cp-kv-cache-interleave-size -l cpu-offload-gb \
+    -l cpu-offload-params -l cudagraph-capture-sizes -l cudagraph-metrics -l data-parallel-address \
     -l data-parallel-backend -l data-parallel-external-lb -l data-parallel-hybrid-lb \
     -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l data-parallel-supervisor-port \
-    -l default-chat-template-kwargs -l default-mm-loras -l device \
+    -l dbo-decode-token-threshold -l dbo-prefill-token-threshold -l dcp-kv-cache-interleave-size \
+    -l decode-context-parallel-size -l default-chat-template-kwargs -l default-mm-loras -l device \
     -l disable-access-log-for-endpoints -l disable-cascade-attn -l disable-chunked-mm-input \
     -l disable-custom-all-reduce -l disable-hybrid-kv-cache-manager -l disable-log-requests \
     -l disable-log-stats -l disable-mm-preprocessor-cache -l disable-sequence-parallel-moe \
-    -l disable-sliding-window -l distributed-executor-backend -l download-dir \
-    -l dp-supervisor-probe-failure-threshold -l dp-supervisor-probe-interval-s \
+    -l disable-sliding-window -l distributed-executor-backend -l distributed-timeout-seconds \
+    -l download-dir -l dp-supervisor-probe-failure-threshold -l dp-supervisor-probe-interval-s \
     -l dp-supervisor-probe-timeout-s -l dtype -l dynamic-load-weight -l early-stop-config \
     -l ec-transfer-config -l enable-chunked-moe -l enable-chunked-prefill \
-    -l enable-custom-all-reduce -l enable-early-stop -l enable-entropy -l enable-eplb \
-    -l enable-expert-parallel -l enable-flash-late-interaction -l enable-flashinfer-allreduce-fusion \
-    -l enable-flashinfer-autotune -l enable-force-include-usage -l enable-keep-sampling-mask \
-    -l enable-layerwise-nvtx-tracing -l enable-log-deltas -l enable-log-outputs \
-    -l enable-log-requests -l enable-logging-iteration-details -l enable-logprob -l enable-lora \
-    -l enable-metrics -l enable-mfu-metrics -l enable-mm -l enable-mm-embeds -l enable-mm-output \
+    -l enable-custom-all-reduce -l enable-dbo -l enable-early-stop -l enable-elastic-ep \
+    -l enable-entropy -l enable-eplb -l enable-expert-parallel -l enable-flash-late-interaction \
+    -l enable-flashinfer-allreduce-fusion -l enable-flashinfer-autotune \
+    -l enable-force-include-usage -l enable-keep-sampling-mask -l enable-layerwise-nvtx-tracing \
+    -l enable-log-deltas -l enable-log-outputs -l enable-log-requests \
+    -l enable-logging-iteration-details -l enable-logprob -l enable-lora -l enable-metrics \
+    -l enable-mfu-metrics -l enable-mm -l enable-mm-embeds -l enable-mm-output \
     -l enable-offline-docs -l enable-output-caching -l enable-overlap-schedule \
     -l enable-per-request-metrics -l enable-prefix-caching -l enable-prompt-embeds \
     -l enable-prompt-tokens-details -l enable-return-routed-experts -l enable-sleep-mode \
     -l enable-ssl-refresh -l enable-tokenizer-info-endpoint -l enable-tower-connector-lora \
     -l enforce-eager -l engine-watchdog-timeout -l engine-worker-queue-port -l eplb-config \
-    -l exclude-tools-when-tool-choice-none -l fail-on-environ-validation -l fingerprint-mode \
-    -l fingerprint-value -l fully-sharded-loras -l generation-config -l gpu-memory-utilization \
-    -l graph-optimization-config -l grpc -l guided-decoding-backend \
-    -l guided-decoding-disable-any-whitespace -l headless -l hf-config-path -l hf-overrides \
-    -l hf-token -l ignore-patterns -l innode-prefill-ports -l input -l input-file \
-    -l interleave-mm-strings -l io-processor-plugin -l ips -l kernel-config -l kv-cache-dtype \
-    -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-metrics -l kv-cache-metrics-sample \
-    -l kv-cache-ratio -l kv-events-config -l kv-offload-compression -l kv-offload-dir \
-    -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size -l kv-sharing-fast-prefill \
-    -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token -l kvcache-storage-backend \
-    -l language-model-only -l limit-mm-per-prompt -l lm-head-fp32 -l load-choices -l load-format \
-    -l load-strategy -l local-data-parallel-id -l log-error-stack -l logits-processors \
-    -l logprobs-mode -l long-prefill-token-threshold -l lora-dtype -l lora-modules \
-    -l mamba-block-size -l mamba-cache-dtype -l mamba-cache-mode -l mamba-ssm-cache-dtype \
-    -l master-addr -l master-port -l max-cpu-loras -l max-cudagraph-capture-size \
-    -l max-encoder-cache -l max-inflight -l max-log-len -l max-logprobs -l max-long-partial-prefills \
-    -l max-lora-rank -l max-loras -l max-model-len -l max-num-batched-tokens \
-    -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache -l max-seq-len-to-capture \
+    -l exclude-tools-when-tool-choice-none -l expert-placement-strategy \
+    -l fail-on-environ-validation -l fingerprint-mode -l fingerprint-value -l fully-sharded-loras \
+    -l generation-config -l gpu-memory-utilization -l graph-optimization-config -l grpc \
+    -l guided-decoding-backend -l guided-decoding-disable-any-whitespace -l headless \
+    -l hf-config-path -l hf-overrides -l hf-token -l ignore-patterns -l innode-prefill-ports \
+    -l input -l input-file -l interleave-mm-strings -l io-processor-plugin -l ips -l kernel-config \
+    -l kv-cache-dtype -l kv-cache-memory-bytes -l kv-cache-memory-gb -l kv-cache-metrics \
+    -l kv-cache-metrics-sample -l kv-cache-ratio -l kv-events-config -l kv-offload-compression \
+    -l kv-offload-dir -l kv-offload-dir-gb -l kv-offloading-backend -l kv-offloading-size \
+    -l kv-sharing-fast-prefill -l kv-transfer-config -l kv-transfer-host -l kv-transfer-token \
+    -l kvcache-storage-backend -l language-model-only -l limit-mm-per-prompt -l lm-head-fp32 \
+    -l load-choices -l load-format -l load-strategy -l local-data-parallel-id -l log-error-stack \
+    -l logits-processors -l logprobs-mode -l long-prefill-token-threshold -l lora-dtype \
+    -l lora-modules -l mamba-block-size -l mamba-cache-dtype -l mamba-cache-mode \
+    -l mamba-ssm-cache-dtype -l master-addr -l master-port -l max-cpu-loras \
+    -l max-cudagraph-capture-size -l max-encoder-cache -l max-inflight -l max-log-len \
+    -l max-logprobs -l max-long-partial-prefills -l max-lora-rank -l max-loras -l max-model-len \
+    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
+    -l max-parallel-loading-workers -l max-processor-cache -l max-seq-len-to-capture \
     -l media-io-kwargs -l middleware -l mm-encoder-attn-backend -l mm-encoder-only \
     -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-cache-type -l mm-processor-kwargs \
     -l mm-shm-cache-max-object-size-mb -l model -l model-config-name -l model-impl \
     -l model-loader-extra-config -l moe-backend -l nnodes -l no-aggregate-engine-logging \
     -l no-allow-deprecated-quantization -l no-async-scheduling -l no-calculate-kv-scales \
-    -l no-cohere-is-reasoning-model -l no-cudagraph-metrics -l no-disable-cascade-attn \
-    -l no-disable-hybrid-kv-cache-manager -l no-disable-sliding-window -l no-enable-chunked-prefill \
-    -l no-enable-flash-late-interaction -l no-enable-flashinfer-autotune \
+    -l no-cohere-is-reasoning-model -l no-cudagraph-metrics -l no-data-parallel-external-lb \
+    -l no-data-parallel-hybrid-lb -l no-disable-cascade-attn -l no-disable-hybrid-kv-cache-manager \
+    -l no-disable-sliding-window -l no-enable-chunked-prefill -l no-enable-dbo \
+    -l no-enable-elastic-ep -l no-enable-flash-late-interaction -l no-enable-flashinfer-autotune \
     -l no-enable-layerwise-nvtx-tracing -l no-enable-log-deltas -l no-enable-log-outputs \
     -l no-enable-logging-iteration-details -l no-enable-lora -l no-enable-mfu-metrics \
     -l no-enable-offline-docs -l no-enable-output-caching -l no-enable-per-request-metrics \
@@ -291,16 +308,17 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l no-fail-on-environ-validation -l no-fully-sharded-loras -l no-grpc \
     -l no-interleave-mm-strings -l no-kv-cache-metrics -l no-kv-sharing-fast-prefill \
     -l no-language-model-only -l no-log-error-stack -l no-mm-encoder-only -l no-progress \
-    -l no-shutdown-comm-group-if-worker-idle -l no-skip-tokenizer-init -l no-specialize-active-lora \
-    -l no-tokens-only -l no-use-tqdm-on-load -l no-use-v2-block-manager -l node-rank \
-    -l num-gpu-blocks-override -l num-kv-blocks -l num-scheduler-steps -l offload-backend \
-    -l offload-group-size -l offload-num-in-group -l offload-params -l offload-prefetch-step \
-    -l optimization-level -l otlp-traces-endpoint -l output -l output-file -l output-tmp-dir \
-    -l override-attention-dtype -l override-generation-config -l override-pooler-config \
-    -l pd-comm-port -l performance-mode -l pipeline-parallel-size -l plas-attention-config \
-    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l prefix-caching-hash-algo \
-    -l profiler-config -l progress -l pt-load-map-location -l quantization -l quantization-config \
-    -l ray-address -l rdma-comm-ports -l reasoning-parser -l reasoning-parser-plugin \
+    -l no-ray-workers-use-nsight -l no-shutdown-comm-group-if-worker-idle -l no-skip-tokenizer-init \
+    -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load -l no-use-v2-block-manager \
+    -l node-rank -l num-gpu-blocks-override -l num-kv-blocks -l num-scheduler-steps \
+    -l offload-backend -l offload-group-size -l offload-num-in-group -l offload-params \
+    -l offload-prefetch-step -l optimization-level -l otlp-traces-endpoint -l output -l output-file \
+    -l output-tmp-dir -l override-attention-dtype -l override-generation-config \
+    -l override-pooler-config -l pd-comm-port -l performance-mode -l pipeline-parallel-size \
+    -l plas-attention-config -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold \
+    -l prefill-context-parallel-size -l prefix-caching-hash-algo -l profiler-config -l progress \
+    -l pt-load-map-location -l quantization -l quantization-config -l ray-address \
+    -l ray-workers-use-nsight -l rdma-comm-ports -l reasoning-parser -l reasoning-parser-plugin \
     -l response-role -l resume -l revision -l router -l routing-replay-config -l rsync-config \
     -l runner -l safetensors-load-strategy -l scheduler-cls -l scheduler-db \
     -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size \
@@ -316,30 +334,33 @@ complete -c fd -n '__fish_seen_subcommand_from run-batch' \
     -l tokenizer-base-url -l tokenizer-mode -l tokenizer-revision -l tokens-only -l tool-call-parser \
     -l tool-parser-plugin -l tool-server -l trust-remote-code -l uds -l url -l use-cudagraph \
     -l use-internode-ll-two-stage -l use-tqdm-on-load -l use-v2-block-manager -l use-warmup \
-    -l video-pruning-rate -l weight-transfer-config -l workers -l write-policy -o ac -o asc -o cc \
-    -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s i -s m -s o -o pp -s q -o tp
+    -l video-pruning-rate -l weight-transfer-config -l worker-cls -l worker-extension-cls -l workers \
+    -l write-policy -o ac -o asc -o cc -o dcp -o dp -o dpa -o dpb -o dpe -o dph -o dpl -o dpn -o dpp \
+    -o dpr -o ep -s i -s m -s n -s o -o pcp -o pp -s q -s r -o tp
 complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcommand_from bench' \
-    -l additional-config -l aggregate-engine-logging -l allow-credentials \
+    -l additional-config -l aggregate-engine-logging -l all2all-backend -l allow-credentials \
     -l allow-deprecated-quantization -l allowed-headers -l allowed-local-media-path \
     -l allowed-media-domains -l allowed-methods -l allowed-origins -l api-key -l api-key-file \
     -l api-server-count -l async-scheduling -l attention-backend -l attention-config -l block-size \
     -l cache-queue-port -l cache-transfer-protocol -l calculate-kv-scales -l chat-template \
     -l chat-template-content-format -l chunked-moe-size -l code-revision -l cohere-format \
     -l cohere-is-reasoning-model -l collect-detailed-traces -l compilation-config -l config \
-    -l config-format -l controller-port -l convert -l cpu-offload-gb -l cpu-offload-params \
-    -l cudagraph-capture-sizes -l cudagraph-metrics -l data-parallel-address \
+    -l config-format -l controller-port -l convert -l cp-kv-cache-interleave-size -l cpu-offload-gb \
+    -l cpu-offload-params -l cudagraph-capture-sizes -l cudagraph-metrics -l data-parallel-address \
     -l data-parallel-backend -l data-parallel-external-lb -l data-parallel-hybrid-lb \
     -l data-parallel-rank -l data-parallel-rpc-port -l data-parallel-size \
     -l data-parallel-size-local -l data-parallel-start-rank -l data-parallel-supervisor-port \
-    -l default-chat-template-kwargs -l default-mm-loras -l device \
+    -l dbo-decode-token-threshold -l dbo-prefill-token-threshold -l dcp-kv-cache-interleave-size \
+    -l decode-context-parallel-size -l default-chat-template-kwargs -l default-mm-loras -l device \
     -l disable-access-log-for-endpoints -l disable-cascade-attn -l disable-chunked-mm-input \
     -l disable-custom-all-reduce -l disable-fastapi-docs -l disable-hybrid-kv-cache-manager \
     -l disable-log-requests -l disable-log-stats -l disable-mm-preprocessor-cache \
     -l disable-sequence-parallel-moe -l disable-sliding-window -l disable-uvicorn-access-log \
-    -l distributed-executor-backend -l download-dir -l dp-supervisor-probe-failure-threshold \
-    -l dp-supervisor-probe-interval-s -l dp-supervisor-probe-timeout-s -l dtype \
-    -l dynamic-load-weight -l early-stop-config -l ec-transfer-config -l enable-auto-tool-choice \
-    -l enable-chunked-moe -l enable-chunked-prefill -l enable-custom-all-reduce -l enable-early-stop \
+    -l distributed-executor-backend -l distributed-timeout-seconds -l download-dir \
+    -l dp-supervisor-probe-failure-threshold -l dp-supervisor-probe-interval-s \
+    -l dp-supervisor-probe-timeout-s -l dtype -l dynamic-load-weight -l early-stop-config \
+    -l ec-transfer-config -l enable-auto-tool-choice -l enable-chunked-moe -l enable-chunked-prefill \
+    -l enable-custom-all-reduce -l enable-dbo -l enable-early-stop -l enable-elastic-ep \
     -l enable-entropy -l enable-eplb -l enable-expert-parallel -l enable-flash-late-interaction \
     -l enable-flashinfer-allreduce-fusion -l enable-flashinfer-autotune \
     -l enable-force-include-usage -l enable-keep-sampling-mask -l enable-layerwise-nvtx-tracing \
@@ -352,9 +373,10 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l enable-sleep-mode -l enable-ssl-refresh -l enable-tokenizer-info-endpoint \
     -l enable-tower-connector-lora -l enforce-eager -l engine-watchdog-timeout \
     -l engine-worker-queue-port -l eplb-config -l exclude-tools-when-tool-choice-none \
-    -l fail-on-environ-validation -l fingerprint-mode -l fingerprint-value -l fully-sharded-loras \
-    -l generation-config -l gpu-memory-utilization -l graph-optimization-config -l grpc \
-    -l guided-decoding-backend -l guided-decoding-disable-any-whitespace -l h11-max-header-count \
+    -l expert-placement-strategy -l fail-on-environ-validation -l fingerprint-mode \
+    -l fingerprint-value -l fully-sharded-loras -l generation-config -l gpu-memory-utilization \
+    -l graph-optimization-config -l grpc -l guided-decoding-backend \
+    -l guided-decoding-disable-any-whitespace -l h11-max-header-count \
     -l h11-max-incomplete-event-size -l headless -l hf-config-path -l hf-overrides -l hf-token \
     -l host -l ignore-patterns -l innode-prefill-ports -l interleave-mm-strings \
     -l io-processor-plugin -l ips -l kernel-config -l kv-cache-dtype -l kv-cache-memory-bytes \
@@ -369,16 +391,18 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l master-addr -l master-port -l max-concurrency -l max-connections -l max-cpu-loras \
     -l max-cudagraph-capture-size -l max-encoder-cache -l max-log-len -l max-logprobs \
     -l max-long-partial-prefills -l max-lora-rank -l max-loras -l max-model-len \
-    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs -l max-processor-cache \
-    -l max-queue-size -l max-request-body-bytes -l max-seq-len-to-capture -l max-waiting-time \
-    -l media-io-kwargs -l metrics-port -l middleware -l mm-encoder-attn-backend -l mm-encoder-only \
+    -l max-num-batched-tokens -l max-num-partial-prefills -l max-num-seqs \
+    -l max-parallel-loading-workers -l max-processor-cache -l max-queue-size \
+    -l max-request-body-bytes -l max-seq-len-to-capture -l max-waiting-time -l media-io-kwargs \
+    -l metrics-port -l middleware -l mm-encoder-attn-backend -l mm-encoder-only \
     -l mm-encoder-tp-mode -l mm-processor-cache-gb -l mm-processor-cache-type -l mm-processor-kwargs \
     -l mm-shm-cache-max-object-size-mb -l model -l model-config-name -l model-impl \
     -l model-loader-extra-config -l moe-backend -l nnodes -l no-aggregate-engine-logging \
     -l no-allow-deprecated-quantization -l no-async-scheduling -l no-calculate-kv-scales \
-    -l no-cohere-is-reasoning-model -l no-cudagraph-metrics -l no-disable-cascade-attn \
-    -l no-disable-hybrid-kv-cache-manager -l no-disable-sliding-window -l no-enable-chunked-prefill \
-    -l no-enable-flash-late-interaction -l no-enable-flashinfer-autotune \
+    -l no-cohere-is-reasoning-model -l no-cudagraph-metrics -l no-data-parallel-external-lb \
+    -l no-data-parallel-hybrid-lb -l no-disable-cascade-attn -l no-disable-hybrid-kv-cache-manager \
+    -l no-disable-sliding-window -l no-enable-chunked-prefill -l no-enable-dbo \
+    -l no-enable-elastic-ep -l no-enable-flash-late-interaction -l no-enable-flashinfer-autotune \
     -l no-enable-layerwise-nvtx-tracing -l no-enable-log-deltas -l no-enable-log-outputs \
     -l no-enable-logging-iteration-details -l no-enable-lora -l no-enable-mfu-metrics \
     -l no-enable-offline-docs -l no-enable-output-caching -l no-enable-per-request-metrics \
@@ -388,21 +412,22 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l no-exclude-tools-when-tool-choice-none -l no-fail-on-environ-validation \
     -l no-fully-sharded-loras -l no-grpc -l no-interleave-mm-strings -l no-kv-cache-metrics \
     -l no-kv-sharing-fast-prefill -l no-language-model-only -l no-log-error-stack \
-    -l no-mm-encoder-only -l no-shutdown-comm-group-if-worker-idle -l no-skip-tokenizer-init \
-    -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load -l no-use-v2-block-manager \
-    -l node-rank -l num-gpu-blocks-override -l num-kv-blocks -l num-scheduler-steps \
-    -l offload-backend -l offload-group-size -l offload-num-in-group -l offload-params \
-    -l offload-prefetch-step -l optimization-level -l otlp-traces-endpoint \
+    -l no-mm-encoder-only -l no-ray-workers-use-nsight -l no-shutdown-comm-group-if-worker-idle \
+    -l no-skip-tokenizer-init -l no-specialize-active-lora -l no-tokens-only -l no-use-tqdm-on-load \
+    -l no-use-v2-block-manager -l node-rank -l num-gpu-blocks-override -l num-kv-blocks \
+    -l num-scheduler-steps -l offload-backend -l offload-group-size -l offload-num-in-group \
+    -l offload-params -l offload-prefetch-step -l optimization-level -l otlp-traces-endpoint \
     -l override-attention-dtype -l override-generation-config -l override-pooler-config \
     -l pd-comm-port -l performance-mode -l pipeline-parallel-size -l plas-attention-config \
-    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold -l prefix-caching-hash-algo \
-    -l profiler-config -l pt-load-map-location -l quantization -l quantization-config -l ray-address \
-    -l rdma-comm-ports -l reasoning-parser -l reasoning-parser-plugin -l response-role \
-    -l return-tokens-as-token-ids -l revision -l root-path -l router -l routing-replay-config \
-    -l rsync-config -l runner -l safetensors-load-strategy -l scheduler-cls -l scheduler-db \
-    -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num -l scheduler-max-size \
-    -l scheduler-min-load-score -l scheduler-name -l scheduler-password -l scheduler-port \
-    -l scheduler-reader-batch-size -l scheduler-reader-parallel \
+    -l pooler-config -l port -l prealloc-dec-block-slot-num-threshold \
+    -l prefill-context-parallel-size -l prefix-caching-hash-algo -l profiler-config \
+    -l pt-load-map-location -l quantization -l quantization-config -l ray-address \
+    -l ray-workers-use-nsight -l rdma-comm-ports -l reasoning-parser -l reasoning-parser-plugin \
+    -l response-role -l return-tokens-as-token-ids -l revision -l root-path -l router \
+    -l routing-replay-config -l rsync-config -l runner -l safetensors-load-strategy -l scheduler-cls \
+    -l scheduler-db -l scheduler-expire-period -l scheduler-host -l scheduler-load-shards-num \
+    -l scheduler-max-size -l scheduler-min-load-score -l scheduler-name -l scheduler-password \
+    -l scheduler-port -l scheduler-reader-batch-size -l scheduler-reader-parallel \
     -l scheduler-release-load-expire-period -l scheduler-sync-period -l scheduler-topic \
     -l scheduler-ttl -l scheduler-writer-batch-size -l scheduler-writer-parallel \
     -l scheduling-policy -l seed -l served-model-name -l show-hidden-metrics-for-version \
@@ -415,9 +440,9 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l tokenizer-base-url -l tokenizer-mode -l tokenizer-revision -l tokens-only -l tool-call-parser \
     -l tool-parser-plugin -l tool-server -l trust-remote-code -l trust-request-chat-template -l uds \
     -l use-cudagraph -l use-internode-ll-two-stage -l use-tqdm-on-load -l use-v2-block-manager \
-    -l use-warmup -l uvicorn-log-level -l video-pruning-rate -l weight-transfer-config -l workers \
-    -l write-policy -o ac -o asc -o cc -o dp -o dpa -o dpb -o dpl -o dpn -o dpp -o dpr -s m -o pp \
-    -s q -o tp
+    -l use-warmup -l uvicorn-log-level -l video-pruning-rate -l weight-transfer-config -l worker-cls \
+    -l worker-extension-cls -l workers -l write-policy -o ac -o asc -o cc -o dcp -o dp -o dpa -o dpb \
+    -o dpe -o dph -o dpl -o dpn -o dpp -o dpr -o ep -s m -s n -o pcp -o pp -s q -s r -o tp
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a chat-template -d 'Render messages with the models chat template and print the prompt.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a count -d 'Print the number of tokens in TEXT.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a decode -d 'Decode token IDS into text.'

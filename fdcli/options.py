@@ -278,6 +278,7 @@ EnableExpertParallelOpt = Annotated[
     Optional[bool],
     typer.Option(
         "--enable-expert-parallel",
+        "-ep",
         help="Shard MoE experts over the tensor-parallel ranks.",
         rich_help_panel=PARALLEL_PANEL,
     ),
@@ -293,13 +294,14 @@ IpsOpt = Annotated[
 NnodesOpt = Annotated[
     Optional[int],
     typer.Option(
-        "--nnodes", help="Machines the ranks spread over. (default: 1)", rich_help_panel=PARALLEL_PANEL
+        "--nnodes", "-n", help="Machines the ranks spread over. (default: 1)", rich_help_panel=PARALLEL_PANEL
     ),
 ]
 NodeRankOpt = Annotated[
     Optional[int],
     typer.Option(
         "--node-rank",
+        "-r",
         help="This machine's index, 0 to nnodes-1. (default: 0)",
         rich_help_panel=PARALLEL_PANEL,
     ),
@@ -608,11 +610,19 @@ VLLM_FLAGS: dict[str, Any] = {
     ],
     "data_parallel_external_lb": Annotated[
         Optional[bool],
-        vllm_option("--data-parallel-external-lb", help="Refused: fd serve balances its own ranks."),
+        vllm_option(
+            "--data-parallel-external-lb/--no-data-parallel-external-lb",
+            "-dpe",
+            help="Refused: fd serve balances its own ranks.",
+        ),
     ],
     "data_parallel_hybrid_lb": Annotated[
         Optional[bool],
-        vllm_option("--data-parallel-hybrid-lb", help="Refused: fd serve balances its own ranks."),
+        vllm_option(
+            "--data-parallel-hybrid-lb/--no-data-parallel-hybrid-lb",
+            "-dph",
+            help="Refused: fd serve balances its own ranks.",
+        ),
     ],
     "headless": Annotated[
         Optional[bool],
@@ -647,7 +657,13 @@ assert set(VLLM_FLAGS) - {"max_logprobs"} == set(VLLM_FIELDS), "one flag per vLL
 
 # The rest of vLLM's flags, one option per row of vllm_compat.VLLM_FLAG_TABLE: a bool is --x/--no-x (vLLM's
 # BooleanOptionalAction), a JSON object is text, nargs='+' a list; vLLM's short names beside.
-_VLLM_SHORT = {"api_server_count": "-asc", "compilation_config": "-cc", "attention_config": "-ac"}
+_VLLM_SHORT = {
+    "api_server_count": "-asc",
+    "compilation_config": "-cc",
+    "attention_config": "-ac",
+    "decode_context_parallel_size": "-dcp",
+    "prefill_context_parallel_size": "-pcp",
+}
 _CLI_TYPES = {dict: str, list: list[str]}
 
 

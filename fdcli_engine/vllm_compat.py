@@ -309,6 +309,7 @@ _LORA = (
 _CODE = "fd loads no Python code from options (its models, parsers and processors are built in)"
 _MAMBA = "fd serves no Mamba/SSM models"
 _OFFLOAD = "fd's weights are in CPU memory already"
+_NO_CP = "fd has no context parallelism; use --tensor-parallel-size or --data-parallel-size"
 _NO_LOG = "fd logs no prompts or outputs (--enable-log-requests logs ids, params and token counts)"
 
 VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
@@ -475,6 +476,26 @@ VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
     "fail_on_environ_validation": VllmFlag(bool, NOTE, "fd validates no VLLM_* environment variables"),
     "shutdown_timeout": VllmFlag(
         int, NOTE, "fd's drain on SIGTERM is --timeout-graceful-shutdown SECONDS", (0,)
+    ),
+    # parallelism (ParallelConfig) beyond --tensor-parallel-size / --data-parallel-size
+    "decode_context_parallel_size": VllmFlag(int, REFUSE, _NO_CP, (1,)),
+    "prefill_context_parallel_size": VllmFlag(int, REFUSE, _NO_CP, (1,)),
+    "dcp_kv_cache_interleave_size": VllmFlag(int, NOTE, _NO_CP, (1,)),
+    "cp_kv_cache_interleave_size": VllmFlag(int, NOTE, _NO_CP, (1,)),
+    "all2all_backend": VllmFlag(str, NOTE, "fd's expert-parallel ranks combine experts by all-reduce"),
+    "enable_dbo": VllmFlag(bool, NOTE, _GPU),
+    "dbo_decode_token_threshold": VllmFlag(int, NOTE, _GPU),
+    "dbo_prefill_token_threshold": VllmFlag(int, NOTE, _GPU),
+    "enable_elastic_ep": VllmFlag(bool, REFUSE, "fd's ranks are fixed at start; restart with new sizes"),
+    "expert_placement_strategy": VllmFlag(
+        str, NOTE, "fd places each rank's experts in one contiguous block", ("linear",)
+    ),
+    "max_parallel_loading_workers": VllmFlag(int, NOTE, "each fd rank reads its own shard of the weights"),
+    "ray_workers_use_nsight": VllmFlag(bool, NOTE, _GPU),
+    "worker_cls": VllmFlag(str, REFUSE, _CODE, ("auto",)),
+    "worker_extension_cls": VllmFlag(str, REFUSE, _CODE, ("",)),
+    "distributed_timeout_seconds": VllmFlag(
+        int, NOTE, "fd's ranks are watched by --engine-watchdog-timeout SECONDS"
     ),
 }
 # Table flags whose command-line value is a JSON object (parsed by merge_engine_options, as FastDeploy's).
