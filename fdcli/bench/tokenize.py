@@ -110,20 +110,15 @@ def _from_transformers(path: str) -> _Adapter:
 
 
 def local_path(name: str) -> str | None:
-    """`name` as a local path: as given, or a Hugging Face id's snapshot in the local cache (as fd serve
-    finds the model, fdcli_engine/hub_cache.py); None when it is neither."""
-    p = Path(name).expanduser()
-    if p.exists():
-        return str(p)
+    """`name` as a local path, by fd serve's own rule (config.resolve_model_path: a path as given, or a
+    Hugging Face id's snapshot in the local cache); None when it is neither."""
+    from fdcli_engine.config import resolve_model_path
     from fdcli_engine.errors import ConfigError
-    from fdcli_engine.hub_cache import cached_snapshot, looks_like_repo_id
 
-    if looks_like_repo_id(name):
-        try:
-            return str(cached_snapshot(name))
-        except ConfigError:
-            return None
-    return None
+    try:
+        return str(resolve_model_path(name))
+    except ConfigError:
+        return None
 
 
 def load_tokenizer(path: str | None) -> tuple[_Adapter | None, str]:
