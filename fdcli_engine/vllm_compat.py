@@ -302,7 +302,7 @@ _EAGER = "fd runs the model eagerly (no compilation, no graphs to capture)"
 _NO_DOWNLOAD = "fd never downloads (it reads local files and the Hugging Face cache as they are)"
 _MM = "fd's image inputs are preprocessed in the request, with the model's own preprocessor settings"
 _METRICS = "fd exports no traces or extra metrics (read /metrics)"
-_LORA = (
+NO_LORA = (
     "fd has no LoRA adapters; merge the adapter into the base weights (peft's merge_and_unload) and "
     "serve the merged folder"
 )
@@ -316,7 +316,7 @@ VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
     # server (FrontendArgs, make_arg_parser)
     "api_server_count": VllmFlag(int, NOTE, "one API server process serves every connection", (1,)),
     "grpc": VllmFlag(bool, REFUSE, "fd serves HTTP only; drop --grpc and use the OpenAI HTTP API"),
-    "lora_modules": VllmFlag(list, REFUSE, _LORA),
+    "lora_modules": VllmFlag(list, REFUSE, NO_LORA),
     "default_chat_template_kwargs": VllmFlag(
         dict, REFUSE, "fd has no server-wide chat_template_kwargs; send chat_template_kwargs in each request"
     ),
@@ -434,15 +434,15 @@ VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
     "interleave_mm_strings": VllmFlag(bool, NOTE, _MM),
     "video_pruning_rate": VllmFlag(float, NOTE, "fd takes no video inputs"),
     # LoRA (LoRAConfig)
-    "enable_lora": VllmFlag(bool, REFUSE, _LORA),
-    "max_loras": VllmFlag(int, REFUSE, _LORA),
-    "max_lora_rank": VllmFlag(int, REFUSE, _LORA),
-    "lora_dtype": VllmFlag(str, REFUSE, _LORA),
-    "enable_tower_connector_lora": VllmFlag(bool, REFUSE, _LORA),
-    "max_cpu_loras": VllmFlag(int, REFUSE, _LORA),
-    "fully_sharded_loras": VllmFlag(bool, REFUSE, _LORA),
-    "default_mm_loras": VllmFlag(dict, REFUSE, _LORA),
-    "specialize_active_lora": VllmFlag(bool, REFUSE, _LORA),
+    "enable_lora": VllmFlag(bool, REFUSE, NO_LORA),
+    "max_loras": VllmFlag(int, REFUSE, NO_LORA),
+    "max_lora_rank": VllmFlag(int, REFUSE, NO_LORA),
+    "lora_dtype": VllmFlag(str, REFUSE, NO_LORA),
+    "enable_tower_connector_lora": VllmFlag(bool, REFUSE, NO_LORA),
+    "max_cpu_loras": VllmFlag(int, REFUSE, NO_LORA),
+    "fully_sharded_loras": VllmFlag(bool, REFUSE, NO_LORA),
+    "default_mm_loras": VllmFlag(dict, REFUSE, NO_LORA),
+    "specialize_active_lora": VllmFlag(bool, REFUSE, NO_LORA),
     # observability (ObservabilityConfig)
     "show_hidden_metrics_for_version": VllmFlag(str, NOTE, _METRICS),
     "otlp_traces_endpoint": VllmFlag(str, NOTE, _METRICS),

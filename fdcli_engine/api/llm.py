@@ -303,11 +303,11 @@ class LLM(PoolingMethods):
 
 
 def _check_no_lora(lora_request) -> None:
+    from fdcli_engine.vllm_compat import NO_LORA
+
     if lora_request is not None:
         raise InvalidRequestError(
-            "fd has no LoRA adapters: pass lora_request=None (merge the adapter into the checkpoint's weights "
-            "to serve it)",
-            param="lora_request",
+            f"lora_request is not supported: {NO_LORA}; pass lora_request=None", param="lora_request"
         )
 
 
