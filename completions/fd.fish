@@ -443,12 +443,13 @@ complete -c fd -n '__fish_seen_subcommand_from serve; and not __fish_seen_subcom
     -l use-warmup -l uvicorn-log-level -l video-pruning-rate -l weight-transfer-config -l worker-cls \
     -l worker-extension-cls -l workers -l write-policy -o ac -o asc -o cc -o dcp -o dp -o dpa -o dpb \
     -o dpe -o dph -o dpl -o dpn -o dpp -o dpr -o ep -s m -s n -o pcp -o pp -s q -s r -o tp
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a chat-template -d 'Render messages with the models chat template and print the prompt.'
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a count -d 'Print the number of tokens in TEXT.'
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a decode -d 'Decode token IDS into text.'
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a encode -d 'Encode TEXT into token ids.'
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a info -d 'Show vocabulary size, special tokens, BOS/EOS, max length and whether a chat...'
-complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info vocab-export' -a vocab-export -d 'Write the vocabulary as JSON {token: id}, ordered by id.'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a chat-template -d 'Render messages with the models chat template and print the prompt.'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a count -d 'Print the number of tokens in TEXT.'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a decode -d 'Decode token IDS into text.'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a encode -d 'Encode TEXT into token ids.'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a info -d 'Show vocabulary size, special tokens, BOS/EOS, max length and whether a chat...'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a save-pretrained -d 'Write the tokenizer as a Hugging Face tokenizer folder (e.g.'
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and not __fish_seen_subcommand_from chat-template count decode encode info save-pretrained vocab-export' -a vocab-export -d 'Write the vocabulary as JSON {token: id}, ordered by id.'
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from chat-template' \
     -l kwargs -l model -l no-generation-prompt -l template -l tokenizer -s m
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from count' \
@@ -459,5 +460,7 @@ complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcom
     -l json -l model -l no-special -l show -l tokenizer -s m
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from info' \
     -l json -l model -l tokenizer -s m
+complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from save-pretrained' \
+    -l model -l tokenizer -s m
 complete -c fd -n '__fish_seen_subcommand_from tokenizer; and __fish_seen_subcommand_from vocab-export' \
     -l model -l tokenizer -s m

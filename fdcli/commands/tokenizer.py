@@ -208,6 +208,19 @@ def vocab_export(
     console.print(f"wrote {len(vocab)} tokens to {file}", markup=False, highlight=False)
 
 
+@app.command("save-pretrained")
+@cli_errors
+def save_pretrained(
+    folder: Annotated[Path, typer.Argument(help="Output folder (created if missing).")],
+    model: ModelOpt = None,
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """Write the tokenizer as a Hugging Face tokenizer folder (e.g. a GGUF model's, for tools that read
+    only those: `vllm bench serve --tokenizer FOLDER`, transformers' AutoTokenizer)."""
+    files = _load(model, tokenizer).save_pretrained(folder)
+    console.print(f"wrote {', '.join(f.name for f in files)} to {folder}", markup=False, highlight=False)
+
+
 def _load_json(source: str, what: str) -> Any:
     try:
         raw = _read_stdin(what) if source == "-" else Path(source).read_text(encoding="utf-8")

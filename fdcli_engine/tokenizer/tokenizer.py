@@ -196,6 +196,45 @@ class Tokenizer:
             name=folder.name,
         )
 
+    def save_pretrained(self, folder: str | Path) -> list[Path]:
+        """Write this tokenizer as an HF tokenizer folder (tokenizer.json, tokenizer_config.json, and
+        generation_config.json when there are several eos ids) that `from_model` and transformers'
+        AutoTokenizer load back to the same ids, specials and chat template: a GGUF model's tokenizer for
+        tools that read only HF folders (vLLM's `bench serve --tokenizer`). Returns the files written."""
+        out = Path(folder).expanduser()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelLoadError(f"cannot create {str(out)!r}: {exc.strerror or exc}") from None
+        config: dict[str, Any] = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "model_max_length": self.model_max_length,
+            # tokenizer.json's post-processor adds what the model wants, as from_model reads it back.
+            "add_bos_token": False,
+            "add_eos_token": False,
+        }
+        if self.bos_token is not None:
+            config["bos_token"] = self.bos_token
+        if self.eos_token is not None:
+            config["eos_token"] = self.eos_token
+        if self.chat_template:
+            config["chat_template"] = self.chat_template
+        files = {"tokenizer_config.json": config}
+        extra_eos = sorted(self.eos_token_ids - {self._eos_token_id})
+        if extra_eos:
+            files["generation_config.json"] = {"eos_token_id": [self._eos_token_id, *extra_eos]}
+        written = [out / "tokenizer.json"]
+        try:
+            self._tok.save(str(written[0]))
+            for name, data in files.items():
+                (out / name).write_text(
+                    json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+                )
+                written.append(out / name)
+        except OSError as exc:
+            raise ModelLoadError(f"cannot write to {str(out)!r}: {exc.strerror or exc}") from None
+        return written
+
     # --- properties ---------------------------------------------------------------------------------
     @property
     def backend(self) -> Any:

@@ -179,3 +179,45 @@ def test_missing_model_is_one_line(tmp_path):
     _assert_one_line_error(fd("info", "--model", str(tmp_path / "nope.gguf")))
     (tmp_path / "junk.gguf").write_bytes(b"not a gguf file")
     _assert_one_line_error(fd("info", "--model", str(tmp_path / "junk.gguf")), code=1)
+
+
+def test_save_pretrained_folder_loads_as_the_gguf_tokenizer(tmp_path, ref):
+    """The GGUF model's tokenizer written as an HF folder: transformers' AutoTokenizer on that folder and
+    fd's own loader give the ids, specials and chat prompt transformers reads from the GGUF itself."""
+    import transformers
+
+    out = tmp_path / "tok"
+    r = fd("save-pretrained", str(out))
+    assert r.exit_code == 0, r.output
+    assert "tokenizer.json" in r.output
+    hf = transformers.AutoTokenizer.from_pretrained(str(out))
+    mine = Tokenizer.from_model(out)
+    for text in [*TEXTS, "<|im_start|>user\nhi<|im_end|>"]:
+        want = ref(text)["input_ids"]
+        assert hf(text)["input_ids"] == want
+        assert mine.encode(text) == want
+    assert (hf.bos_token, hf.eos_token) == (ref.bos_token, ref.eos_token)
+    assert mine.eos_token_ids == {ref.eos_token_id}
+    messages = [{"role": "user", "content": "What is 2+2?"}]
+    want = ref.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == want
+    assert mine.apply_chat_template(messages) == want
+
+
+def test_save_pretrained_keeps_every_eos_id(tmp_path):
+    """Extra eos ids (a GGUF's eot token, generation_config's list) survive the round trip."""
+    from fdcli_engine.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(str(default_model_path()))
+    tok.eos_token_ids = tok.eos_token_ids | {1}
+    tok.save_pretrained(tmp_path)
+    assert Tokenizer.from_model(tmp_path).eos_token_ids == tok.eos_token_ids
+    assert Tokenizer.from_model(tmp_path).eos_token_id == tok.eos_token_id
+
+
+def test_save_pretrained_unwritable_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    r = fd("save-pretrained", str(blocker / "sub"))
+    assert r.exit_code != 0
+    assert "cannot create" in r.output and "Traceback" not in r.output
