@@ -123,3 +123,20 @@ def test_reset_prefix_cache_forgets_cached_prompts(llm):
     assert llm.generate([prompt], GREEDY)[0].num_cached_tokens > 0
     llm.reset_prefix_cache()
     assert llm.generate([prompt], GREEDY)[0].num_cached_tokens == 0
+
+
+def test_outputs_carry_vllms_request_timestamps(llm):
+    """RequestOutput.metrics as vLLM's RequestStateStats: the engine core's queued, scheduled, first and
+    last token times of each request, in that order and inside the front end's arrival and finish; the
+    intervals keep vLLM's definitions (inference = prefill + decode; the inter-token gaps add up to
+    decode)."""
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    outs = llm.generate(["one", "two three", "four five six", "seven"], params)
+    for out in outs:
+        m = out.metrics
+        stamps = [m.arrival_time, m.queued_ts, m.scheduled_ts, m.first_token_ts, m.last_token_ts]
+        assert stamps == sorted(stamps) and m.last_token_ts <= m.finished_time
+        assert m.num_generation_tokens == len(out.outputs[0].token_ids) == 5
+        assert m.prefill_time + m.decode_time == pytest.approx(m.inference_time, abs=1e-9)
+        assert sum(m.inter_token_latencies) == pytest.approx(m.decode_time, abs=1e-9)
+        assert len(m.inter_token_latencies) == 4  # one per step after the first (no drafts here)
