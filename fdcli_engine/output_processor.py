@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from fdcli_engine.outputs import (
     CompletionOutput,
+    EngineCoreEventType,
     EngineCoreOutput,
     Logprob,
     PromptLogprobs,
@@ -42,11 +43,7 @@ class _RequestState:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_cached_tokens: int = 0
-    arrival_time: float = field(default_factory=time.monotonic)
-    first_token_time: float | None = None
-    last_token_time: float | None = None
-    inter_token_latencies: list[float] = field(default_factory=list)
-    num_generation_tokens: int = 0
+    metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(time.monotonic()))
 
     @property
     def holdback(self) -> int:
@@ -112,14 +109,10 @@ class OutputProcessor:
                 new_prompt_lps = [None] + [self._logprob_dict(e) for e in out.prompt_logprobs]
                 st.prompt_logprobs = new_prompt_lps
             keeps_all = st.keeps_all
+            if out.events:
+                _record_events(st.metrics, out.events)
             if new_ids:
-                now = time.monotonic()
-                if st.first_token_time is None:
-                    st.first_token_time = now
-                else:
-                    st.inter_token_latencies.append(now - st.last_token_time)
-                st.last_token_time = now
-                st.num_generation_tokens += len(new_ids)
+                _record_tokens(st.metrics, len(new_ids), out.timestamp)
                 if keeps_all:
                     st.token_ids.extend(new_ids)
             if new_lps:
@@ -199,13 +192,8 @@ class OutputProcessor:
         )
         metrics = None
         if finished:
-            metrics = RequestMetrics(
-                st.arrival_time,
-                st.first_token_time,
-                time.monotonic(),
-                st.num_generation_tokens,
-                st.inter_token_latencies,
-            )
+            metrics = st.metrics  # the state ends here: hand it over
+            metrics.finished_time = time.monotonic()
         return RequestOutput(
             request_id=st.req_id,
             prompt=st.prompt,
@@ -228,3 +216,27 @@ class OutputProcessor:
                 )
                 d[tid] = Logprob(tid, lp, text, rank)
         return d
+
+
+def _record_events(m: RequestMetrics, events) -> None:
+    """The core's events: the first QUEUED and the first SCHEDULED time (a preemption re-schedules a
+    request, but its queue time ends when it first ran, as vLLM's). PREEMPTED counts in the core's
+    num_preemptions, not here."""
+    for e in events:
+        if e.type == EngineCoreEventType.QUEUED and not m.queued_ts:
+            m.queued_ts = e.timestamp
+        elif e.type == EngineCoreEventType.SCHEDULED and not m.scheduled_ts:
+            m.scheduled_ts = e.timestamp
+
+
+def _record_tokens(m: RequestMetrics, num_new: int, core_ts: float) -> None:
+    """An output with `num_new` tokens from the step that ended at `core_ts` (the core's clock): the
+    front end's first-token time (TTFT), the core's first/last token times, one inter-token gap per
+    step after the first."""
+    if m.first_token_time is None:
+        m.first_token_time = time.monotonic()
+        m.first_token_ts = core_ts
+    else:
+        m.inter_token_latencies.append(core_ts - m.last_token_ts)
+    m.last_token_ts = core_ts
+    m.num_generation_tokens += num_new

@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+
+class EngineCoreEventType(enum.IntEnum):
+    """What happened to a request in the engine core (vLLM's vllm/v1/engine EngineCoreEventType)."""
+
+    QUEUED = 1  # the scheduler took the request into its waiting queue
+    SCHEDULED = 2  # the scheduler admitted it into a step (again after each preemption)
+    PREEMPTED = 3  # the scheduler freed its blocks; it waits to be recomputed
+
+
+class EngineCoreEvent(msgspec.Struct, array_like=True):
+    """One event of a request, stamped with the core's time.monotonic(): on one machine the front end's
+    clock too (Linux CLOCK_MONOTONIC is system-wide), so intervals across the two are meaningful."""
+
+    type: EngineCoreEventType
+    timestamp: float
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -20,10 +37,16 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    # The core's time.monotonic() when the step that made this output ended (vLLM's
+    # EngineCoreOutputs.timestamp): the time of new_token_ids; 0.0: not stamped. Ahead of the rarer
+    # fields, since an array_like struct sends every field up to its last non-default one.
+    timestamp: float = 0.0
     pooled: list | None = None  # pooling runner: the pooled vector (or per-token/per-step scores)
     # Once, with the first sampled token of a request with prompt_logprobs: per prompt position from the
     # second, [(token_id, logprob, rank), ...] with the prompt token first, then the top-k.
     prompt_logprobs: list[list[tuple[int, float, int]]] | None = None
+    # The request's events since its previous output, in order (None: none).
+    events: list[EngineCoreEvent] | None = None
 
 
 @dataclass
@@ -66,15 +89,46 @@ class CompletionOutput:
 
 @dataclass
 class RequestMetrics:
-    """Times of one request as the front end saw them (time.monotonic() seconds)."""
+    """Times of one request (time.monotonic() seconds). `arrival_time`, `first_token_time` and
+    `finished_time` are the front end's (when it took the request, handed out its first token, made
+    its finished output); the `*_ts` fields are the engine core's (vLLM's RequestStateStats names;
+    0.0 until it happened): when the scheduler queued it, first admitted it into a step (a preemption
+    does not move it), and when the steps that brought its first and last tokens ended."""
 
     arrival_time: float
     first_token_time: float | None = None
     finished_time: float | None = None
     num_generation_tokens: int = 0
     # Seconds between consecutive engine steps that brought this request tokens, after the first
-    # (vLLM's inter-token latency: one value per step, however many tokens the step brought).
+    # (vLLM's inter-token latency: one value per step, however many tokens the step brought); they
+    # add up to decode_time.
     inter_token_latencies: list[float] = field(default_factory=list)
+    queued_ts: float = 0.0
+    scheduled_ts: float = 0.0
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
+
+    # vLLM's per-request intervals (vllm/v1/metrics/stats.py FinishedRequestStats); None where the
+    # request never reached the event that starts or ends one (scheduled, or its first token).
+    @property
+    def queued_time(self) -> float | None:
+        """First scheduled − queued: the wait in the engine's queue."""
+        return self.scheduled_ts - self.queued_ts if self.scheduled_ts else None
+
+    @property
+    def prefill_time(self) -> float | None:
+        """First token − first scheduled (a preemption during prefill counts in it)."""
+        return self.first_token_ts - self.scheduled_ts if self.first_token_ts and self.scheduled_ts else None
+
+    @property
+    def decode_time(self) -> float | None:
+        """Last token − first token."""
+        return self.last_token_ts - self.first_token_ts if self.first_token_ts else None
+
+    @property
+    def inference_time(self) -> float | None:
+        """Last token − first scheduled: prefill_time + decode_time."""
+        return self.last_token_ts - self.scheduled_ts if self.first_token_ts and self.scheduled_ts else None
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """What reaches the engine (EngineCoreRequest) and its engine-side state (Request). Leaf module
-(imports only the params, limits, prefix hashing and the multi-modal input structs)."""
+(imports only the params, limits, prefix hashing, the multi-modal input structs and the core's event
+struct)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 import msgspec
 
 from fdcli_engine.multimodal.inputs import MultiModalFeature
+from fdcli_engine.outputs import EngineCoreEvent, EngineCoreEventType
 from fdcli_engine.pooling_params import PoolingParams
 from fdcli_engine.prefix_hash import hash_block_tokens
 from fdcli_engine.request_limits import max_output_tokens
@@ -84,6 +86,8 @@ class Request:
         self.prompt_logprobs_sent = False
         # Speculative decoding: drafts proposed for the next step (verified then, or dropped).
         self.spec_token_ids: list[int] = []
+        # Events not yet handed out with an output (vLLM's Request.events).
+        self.events: list[EngineCoreEvent] = []
         # The length stop (step_types): check_request has refused what cannot fit; a pooled request
         # generates nothing.
         wanted = 0 if sampling_params is None else sampling_params.max_tokens
@@ -118,6 +122,16 @@ class Request:
             return None
         self.prompt_logprobs_sent = True
         out, self.prompt_logprobs = self.prompt_logprobs, []
+        return out
+
+    def record_event(self, event_type: EngineCoreEventType, timestamp: float | None = None) -> None:
+        self.events.append(EngineCoreEvent(event_type, time.monotonic() if timestamp is None else timestamp))
+
+    def take_events(self) -> list[EngineCoreEvent] | None:
+        """The events since the last call, once (None: none)."""
+        if not self.events:
+            return None
+        out, self.events = self.events, []
         return out
 
     def append_output_token(self, token_id: int) -> None:

@@ -22,6 +22,8 @@ PromptType = str | list[int] | dict
 
 
 def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutput:
+    """One RequestOutput of a prompt's n sequences; `metrics` only with one (each sequence ran as its
+    own engine request, with its own times)."""
     first = children[0]
     outs = sorted((c.outputs[0] for c in children), key=lambda o: o.index)
     return RequestOutput(
@@ -32,6 +34,7 @@ def merge_children(parent_id: str, children: list[RequestOutput]) -> RequestOutp
         finished=all(c.finished for c in children),
         num_cached_tokens=first.num_cached_tokens,
         prompt_logprobs=first.prompt_logprobs,
+        metrics=first.metrics if len(children) == 1 else None,
     )
 
 

@@ -13,6 +13,10 @@ waiting request's prefix hit: the scheduler allocates them, has the connector lo
 in the same step whatever it did not load. A request the connector is not ready for (None) stays in
 its place while the ones behind it are admitted.
 
+Each request records vLLM's events (QUEUED when added, SCHEDULED when admitted from the waiting queue,
+again after a preemption, PREEMPTED), handed out with its next output; every output of a step carries
+the time the step ended (its tokens' time). The front end turns them into per-request intervals.
+
 Token-level stops and the length stop are decided here (`_check_stop`); the division of every stop rule
 between the scheduler, the OutputProcessor and the sampler is written in step_types' docstring.
 
@@ -26,11 +30,12 @@ count as computed. Preemption drops pending drafts. `core/draft_policy.py` decid
 
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from fdcli_engine.core.draft_policy import DraftPolicy
 from fdcli_engine.core.kv_cache_manager import KVCacheManager
-from fdcli_engine.outputs import EngineCoreOutput
+from fdcli_engine.outputs import EngineCoreEventType, EngineCoreOutput
 from fdcli_engine.request import Request, RequestStatus
 from fdcli_engine.step_types import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
 
@@ -77,15 +82,17 @@ class Scheduler:
             raise ValueError(f"request id {request.req_id!r} is already in the engine")
         self.requests[request.req_id] = request
         self.waiting.append(request)
+        request.record_event(EngineCoreEventType.QUEUED)
 
     def abort_requests(self, req_ids) -> list[EngineCoreOutput]:
         outs = []
+        now = time.monotonic()
         for rid in req_ids:
             req = self.requests.get(rid)
             if req is None:
                 continue
             self._finish(req, RequestStatus.FINISHED_ABORTED)
-            outs.append(self._core_output(req, []))
+            outs.append(self._core_output(req, [], now))
         return outs
 
     def has_unfinished_requests(self) -> bool:
@@ -107,6 +114,7 @@ class Scheduler:
 
     # -- one step --------------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
+        now = time.monotonic()  # the time of this step's SCHEDULED and PREEMPTED events
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledRequest] = []
         preempted = 0
@@ -121,7 +129,7 @@ class Scheduler:
                 slots += self._lookahead(req, slots)
             while not self.kv.allocate_slots(req, slots):
                 victim = self.running.pop()
-                self._preempt(victim)
+                self._preempt(victim, now)
                 preempted += 1
                 if victim is req:
                     break
@@ -133,7 +141,7 @@ class Scheduler:
 
         self.num_deferred = 0
         if not preempted and self.waiting:
-            budget = self._admit_waiting(budget, scheduled)
+            budget = self._admit_waiting(budget, scheduled, now)
 
         finished, self._finished_ids = self._finished_ids, set()
         return SchedulerOutput(
@@ -143,7 +151,7 @@ class Scheduler:
             num_preempted=preempted,
         )
 
-    def _admit_waiting(self, budget: int, scheduled: list[ScheduledRequest]) -> int:
+    def _admit_waiting(self, budget: int, scheduled: list[ScheduledRequest], now: float) -> int:
         """Admit waiting requests in FIFO order while budget, sequence slots and blocks allow (a step
         that preempted admits none); appends them to `scheduled`, returns the budget left."""
         skipped = 0  # waiting requests whose connector is not ready yet: they keep their places
@@ -172,6 +180,7 @@ class Scheduler:
                 req.num_cached_tokens = num_hit + num_loaded
                 self.prompt_tokens_total += req.num_prompt_tokens
             req.status = RequestStatus.RUNNING
+            req.record_event(EngineCoreEventType.SCHEDULED, now)
             self.running.append(req)
             scheduled.append(self._scheduled(req, num_new))
             budget -= num_new
@@ -246,8 +255,9 @@ class Scheduler:
             ),
         )
 
-    def _preempt(self, req: Request) -> None:
+    def _preempt(self, req: Request, now: float) -> None:
         req.status = RequestStatus.PREEMPTED  # before freeing: a connector tells preemption apart
+        req.record_event(EngineCoreEventType.PREEMPTED, now)
         self.kv.free(req)
         req.spec_token_ids = []
         req.num_computed_tokens = 0
@@ -258,6 +268,7 @@ class Scheduler:
     # -- results ---------------------------------------------------------------------------------
     def update_from_output(self, so: SchedulerOutput, out: ModelRunnerOutput) -> list[EngineCoreOutput]:
         results: list[EngineCoreOutput] = []
+        now = time.monotonic()  # the step's end: the time of the tokens it brought
         for sr in so.scheduled:
             req = self.requests.get(sr.req_id)
             if req is None or req.status is not RequestStatus.RUNNING:
@@ -266,7 +277,7 @@ class Scheduler:
             if sr.pooling_params is not None:
                 if req.num_computed_tokens == req.num_tokens:
                     self._finish(req, RequestStatus.FINISHED_STOPPED)
-                    results.append(self._core_output(req, [], pooled=out.pooled.get(req.req_id)))
+                    results.append(self._core_output(req, [], now, pooled=out.pooled.get(req.req_id)))
                 continue
             chunk = out.prompt_logprobs.get(sr.req_id)
             if chunk is not None:
@@ -295,7 +306,7 @@ class Scheduler:
             else:
                 req.spec_token_ids = out.spec_token_ids.get(sr.req_id, [])
             core_out = self._core_output(
-                req, tokens[:emitted], logprobs[:emitted] if logprobs is not None else None
+                req, tokens[:emitted], now, logprobs[:emitted] if logprobs is not None else None
             )
             core_out.prompt_logprobs = req.take_prompt_logprobs()
             results.append(core_out)
@@ -314,7 +325,9 @@ class Scheduler:
             return RequestStatus.FINISHED_LENGTH
         return None
 
-    def _core_output(self, req: Request, new_ids: list[int], logprobs=None, pooled=None) -> EngineCoreOutput:
+    def _core_output(
+        self, req: Request, new_ids: list[int], now: float, logprobs=None, pooled=None
+    ) -> EngineCoreOutput:
         finished = req.status.is_finished
         return EngineCoreOutput(
             req_id=req.req_id,
@@ -325,6 +338,8 @@ class Scheduler:
             num_prompt_tokens=req.num_prompt_tokens,
             num_cached_tokens=max(req.num_cached_tokens, 0),
             pooled=pooled.tolist() if pooled is not None else None,
+            events=req.take_events(),
+            timestamp=now,
         )
 
     def get_stats(self) -> dict:

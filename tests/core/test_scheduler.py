@@ -169,3 +169,49 @@ def test_stop_conditions():
         "stopid": ("stop", 9),
         "min": ("stop", None),
     }
+
+
+def test_events_as_vllms_with_preemption():
+    """vLLM's per-request events (vllm/v1/core/sched/scheduler.py): QUEUED once when added, SCHEDULED at
+    each admission from the waiting queue, PREEMPTED at each preemption, each handed out once with the
+    request's next output; an output's timestamp (its step's end) is never before its events."""
+    from fdcli_engine.outputs import EngineCoreEventType as T
+
+    kv = KVCacheManager(24, 4)
+    sched = Scheduler(kv, 16, 48, max_model_len=256)
+    prompts = make_prompts(16, seed=3, shared_prefix=5)
+    for i, p in enumerate(prompts):
+        sched.add_request(Request(f"r{i}", p, SamplingParams(max_tokens=20), max_model_len=256))
+    runner = FakeRunner(4)
+    events: dict[str, list] = {f"r{i}": [] for i in range(len(prompts))}
+    last_ts = 0.0
+    while sched.has_unfinished_requests():
+        so = sched.schedule()
+        outs = sched.update_from_output(so, runner.execute(so))
+        assert len({o.timestamp for o in outs}) <= 1  # one time per step
+        for o in outs:
+            assert o.timestamp >= last_ts
+            assert all(e.timestamp <= o.timestamp for e in o.events or ())
+            events[o.req_id] += o.events or []
+        last_ts = max([last_ts] + [o.timestamp for o in outs])
+    assert sched.num_preemptions > 0
+    num_preempted = 0
+    for evs in events.values():
+        kinds = [e.type for e in evs]
+        assert kinds[:2] == [T.QUEUED, T.SCHEDULED]
+        # After the first admission: each preemption, then the re-admission that follows it.
+        assert kinds[2:] == [T.PREEMPTED, T.SCHEDULED] * (len(kinds[2:]) // 2)
+        assert [e.timestamp for e in evs] == sorted(e.timestamp for e in evs)
+        num_preempted += kinds.count(T.PREEMPTED)
+    assert num_preempted == sched.num_preemptions
+
+
+def test_abort_hands_out_pending_events():
+    """A request aborted while waiting still reports that it was queued (and never scheduled)."""
+    from fdcli_engine.outputs import EngineCoreEventType as T
+
+    sched = Scheduler(KVCacheManager(16, 4), 8, 64, max_model_len=256)
+    sched.add_request(Request("a", [1, 2, 3], SamplingParams(max_tokens=5), max_model_len=256))
+    [out] = sched.abort_requests(["a"])
+    assert out.finish_reason == "abort"
+    assert [e.type for e in out.events] == [T.QUEUED]

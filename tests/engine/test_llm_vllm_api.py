@@ -123,3 +123,43 @@ def test_reset_prefix_cache_forgets_cached_prompts(llm):
     assert llm.generate([prompt], GREEDY)[0].num_cached_tokens > 0
     llm.reset_prefix_cache()
     assert llm.generate([prompt], GREEDY)[0].num_cached_tokens == 0
+
+
+def test_outputs_carry_vllms_request_timestamps(llm):
+    """RequestOutput.metrics as vLLM's RequestStateStats: the engine core's queued, scheduled, first and
+    last token times of each request, in that order and inside the front end's arrival and finish; the
+    intervals keep vLLM's definitions (inference = prefill + decode; the inter-token gaps add up to
+    decode)."""
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    outs = llm.generate(["one", "two three", "four five six", "seven"], params)
+    _assert_request_times(outs, 5)
+
+
+def test_request_timestamps_hold_under_preemption(tiny_model_dir):
+    """A pool too small for the batch preempts (and recomputes) requests: their times keep their order
+    and vLLM's identities, the queue time ending at the first admission."""
+    from test_engine_e2e import prompts_of
+
+    tight = LLM(
+        str(tiny_model_dir("LlamaForCausalLM")),
+        max_model_len=128,
+        block_size=4,
+        num_kv_blocks=40,
+        enable_prefix_caching=False,
+    )
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    outs = tight.generate(prompts_of(12, seed=7, lo=3, hi=30), params)
+    assert tight.get_stats()["num_preemptions"] > 0
+    _assert_request_times(outs, 24)
+
+
+def _assert_request_times(outs, num_tokens):
+    for out in outs:
+        m = out.metrics
+        stamps = [m.arrival_time, m.queued_ts, m.scheduled_ts, m.first_token_ts, m.last_token_ts]
+        assert stamps == sorted(stamps) and m.last_token_ts <= m.finished_time
+        assert m.num_generation_tokens == len(out.outputs[0].token_ids) == num_tokens
+        assert m.prefill_time + m.decode_time == pytest.approx(m.inference_time, abs=1e-9)
+        assert sum(m.inter_token_latencies) == pytest.approx(m.decode_time, abs=1e-9)
+        # One gap per step after the first (no drafts here: one token a step).
+        assert len(m.inter_token_latencies) == num_tokens - 1

@@ -134,6 +134,44 @@ def test_finished_output_carries_metrics(tok):
     assert all(o.metrics is None for o in outs[:-1])
 
 
+def test_core_events_become_vllms_request_times(tok):
+    """The core's events and step times (as the scheduler stamps them) fill RequestMetrics as vLLM's
+    RequestStateStats: the first QUEUED and the first SCHEDULED (a re-admission after a preemption
+    does not move it), the first and last token steps; the intervals are vLLM's FinishedRequestStats
+    definitions, and the inter-token gaps are the steps' time differences."""
+    from fdcli_engine.outputs import EngineCoreEvent
+    from fdcli_engine.outputs import EngineCoreEventType as T
+
+    op = OutputProcessor(tok)
+    op.add_request("r", None, [1, 2, 3], SamplingParams())
+    first = [EngineCoreEvent(T.QUEUED, 10.0), EngineCoreEvent(T.SCHEDULED, 12.0)]
+    first += [EngineCoreEvent(T.PREEMPTED, 13.0), EngineCoreEvent(T.SCHEDULED, 15.0)]
+    steps = [
+        EngineCoreOutput("r", [5], events=first, timestamp=16.0),
+        EngineCoreOutput("r", [6, 7], timestamp=18.0),  # one step, two tokens (speculative decoding)
+        EngineCoreOutput("r", [8], finish_reason="length", timestamp=21.0),
+    ]
+    outs = [o for s in steps for o in op.process_outputs([s])[0]]
+    m = outs[-1].metrics
+    assert (m.queued_ts, m.scheduled_ts, m.first_token_ts, m.last_token_ts) == (10.0, 12.0, 16.0, 21.0)
+    assert (m.queued_time, m.prefill_time, m.decode_time, m.inference_time) == (2.0, 4.0, 5.0, 9.0)
+    assert m.inter_token_latencies == [2.0, 3.0] and m.num_generation_tokens == 4
+
+
+def test_never_scheduled_request_has_no_phases(tok):
+    """Aborted while queued: vLLM's intervals that need a SCHEDULED or a first token are None."""
+    from fdcli_engine.outputs import EngineCoreEvent
+    from fdcli_engine.outputs import EngineCoreEventType as T
+
+    op = OutputProcessor(tok)
+    op.add_request("r", None, [1, 2, 3], SamplingParams())
+    core = EngineCoreOutput("r", [], finish_reason="abort", events=[EngineCoreEvent(T.QUEUED, 3.0)])
+    [out], _ = op.process_outputs([core])
+    m = out.metrics
+    assert m.queued_ts == 3.0 and m.first_token_time is None
+    assert (m.queued_time, m.prefill_time, m.decode_time, m.inference_time) == (None,) * 4
+
+
 def test_requests_share_one_id_decodes_per_skip_setting(tok):
     # One processor, two interleaved requests over the same ids (a special token among them), one
     # skipping special tokens and one keeping them: with the one-id decodes the processor shares across

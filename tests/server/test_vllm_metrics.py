@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 SERIES = [ln for ln in (Path(__file__).parent / "vllm_grafana_series.txt").read_text().splitlines()]
@@ -94,3 +95,30 @@ def test_buckets_are_vllms(server):
     assert bounds("vllm:request_prompt_tokens_bucket")[:4] == ["1.0", "2.0", "5.0", "10.0"]
     running = [s for s in samples if s.name == "vllm:num_requests_running"]
     assert [s.labels for s in running] == [{"model_name": "tiny", "engine": "0"}]
+
+
+def test_engine_phases_count_every_request_and_add_up(server):
+    """vLLM's engine-phase histograms (vllm/v1/metrics/stats.py): one observation per request sent, and
+    the sums keep vLLM's definitions: prefill + decode = inference (queue ends where inference starts),
+    both inside e2e (the core's events fall between the front end's arrival and finish, on one clock),
+    the inter-token gaps add up to the decode time, and the prefill KV tokens are the prompt tokens the
+    prefix cache did not supply."""
+    before = scrape(server)
+    usages, _ = send(server)
+    after = scrape(server)
+
+    def delta(name, **labels):
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    phases = ("queue", "prefill", "decode", "inference")
+    for hist in [f"request_{p}_time_seconds" for p in phases] + ["request_prefill_kv_computed_tokens"]:
+        assert delta(f"vllm:{hist}_count") == len(usages) == 3, hist
+        assert delta(f"vllm:{hist}_bucket", le="+Inf") == 3, hist
+    queue, prefill, decode, inference = (delta(f"vllm:request_{p}_time_seconds_sum") for p in phases)
+    assert min(queue, prefill, decode, inference) >= 0
+    assert prefill + decode == pytest.approx(inference, abs=1e-9)
+    assert queue + inference <= delta("vllm:e2e_request_latency_seconds_sum")
+    assert delta("vllm:inter_token_latency_seconds_sum") == pytest.approx(decode, abs=1e-9)
+    prompt = sum(u.prompt_tokens for u in usages)
+    computed = prompt - delta("fd:prefix_cache_hits_total")
+    assert delta("vllm:request_prefill_kv_computed_tokens_sum") == computed

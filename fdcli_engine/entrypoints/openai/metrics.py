@@ -1,5 +1,7 @@
 """Prometheus metrics of the server: engine gauges/counters read from the core's get_stats() at scrape
-time, and request-latency histograms observed in the front end (TTFT, TPOT, end-to-end, queue wait).
+time, and per-request histograms observed in the front end from each finished request's RequestMetrics
+(the front end's times: TTFT, end-to-end; the engine core's: queue, prefill, decode, inference, TPOT)
+and the HTTP admission wait.
 Each quantity is also exported under vLLM's name (vllm_metrics.py), fed by the same snapshot or
 observation.
 
@@ -258,26 +260,36 @@ class ObservedEngine:
             yield out
 
     def _observe(self, out) -> None:
-        """One observation per quantity, handed to its fd: and its vllm: family alike."""
+        """One observation per quantity, handed to its fd: and its vllm: family alike. The engine's
+        phases are RequestMetrics' intervals: queue time once the request was scheduled, the others
+        once it had a token (a request aborted before either is in e2e only)."""
         m, fd, vllm = out.metrics, self._metrics, self._metrics.vllm
-        end = m.finished_time
-        e2e = end - m.arrival_time
+        e2e = m.finished_time - m.arrival_time
         fd.e2e.observe(e2e)
         vllm.e2e.observe(e2e)
-        vllm.prompt_tokens.observe(len(out.prompt_token_ids))
+        num_prompt_tokens = len(out.prompt_token_ids)
+        vllm.prompt_tokens.observe(num_prompt_tokens)
         vllm.generation_tokens.observe(m.num_generation_tokens)
         reason = out.outputs[0].finish_reason
         if reason in vllm.success:
             vllm.success[reason].inc()
+        if m.queued_time is not None:
+            vllm.queue.observe(m.queued_time)
+            vllm.prefill_kv_computed.observe(num_prompt_tokens - out.num_cached_tokens)
         if m.first_token_time is None:
             return
         ttft = m.first_token_time - m.arrival_time
         fd.ttft.observe(ttft)
         vllm.ttft.observe(ttft)
-        vllm.decode.observe(end - m.first_token_time)
         for gap in m.inter_token_latencies:
             vllm.itl.observe(gap)
+        if m.inference_time is None:  # tokens without the core's times (unstamped outputs): no phases
+            return
+        decode = m.decode_time
+        vllm.prefill.observe(m.prefill_time)
+        vllm.decode.observe(decode)
+        vllm.inference.observe(m.inference_time)
         if m.num_generation_tokens > 1:
-            tpot = (end - m.first_token_time) / (m.num_generation_tokens - 1)
+            tpot = decode / (m.num_generation_tokens - 1)
             fd.tpot.observe(tpot)
             vllm.tpot.observe(tpot)

@@ -5,7 +5,7 @@ feeds its fd: twin (the same stats snapshot, the same observation), never by a s
 Labels as vLLM's: engine families (read from the core's stats) carry model_name and engine (the
 data-parallel rank; "0" with one engine core); the front end's request histograms carry model_name
 only, since the front end does not know which rank served a request. Quantities fd does not measure
-(queue/prefill/inference time in the engine's scheduler) are absent, not zero (docs/metrics.md)."""
+are absent, not zero (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -91,10 +91,31 @@ class RequestFamilies:
             "Histogram of e2e request latency in seconds.",
             REQUEST_LATENCY_BUCKETS,
         )
+        # The engine core's phases of a request (RequestMetrics' intervals, vLLM's definitions).
+        self.queue = hist(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill = hist(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
         self.decode = hist(
             "vllm:request_decode_time_seconds",
             "Histogram of time spent in DECODE phase for request.",
             REQUEST_LATENCY_BUCKETS,
+        )
+        self.inference = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill_kv_computed = hist(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
         )
         self.prompt_tokens = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens)
         self.generation_tokens = hist(
