@@ -10,9 +10,10 @@ Responses event stream the `openai` SDK's `client.responses.stream` accumulates:
   → response.output_item.done → response.completed (response.incomplete when max_output_tokens cut it)
 
 With a --reasoning-parser, the reasoning text comes first as a reasoning item (vLLM's shape); function
-calls (responses_tools.py) come last, each sent whole when the output ends:
+calls (responses_tools.py) come after the message, their arguments streamed as the tool parser reads
+them (responses_stream.py):
 
-  response.output_item.added → response.function_call_arguments.delta → …arguments.done
+  response.output_item.added → response.function_call_arguments.delta … → …arguments.done
   → response.output_item.done
 """
 
@@ -279,7 +280,7 @@ class OpenAIServingResponses:
         yield events.emit("response.created", response=head)
         yield events.emit("response.in_progress", response=head)
         items = OutputItems(events, _item_key(p))
-        splitter, num_tokens, cached, reason, calls = self._splitter(req, p), 0, 0, None, []
+        splitter, num_tokens, cached, reason = self._splitter(req, p), 0, 0, None
         try:
             async for _, out in merge_jobs(self.chat.engine, p.jobs):
                 comp = out.outputs[0]
@@ -289,14 +290,17 @@ class OpenAIServingResponses:
                 for kind, delta in (("reasoning", split.reasoning), ("message", split.content)):
                     for event in items.feed(kind, delta) if delta else ():
                         yield event
+                for part in split.call_deltas:
+                    for event in items.feed_call(part):
+                        yield event
                 if out.finished:
-                    cached, reason, calls = out.num_cached_tokens, comp.finish_reason, split.tool_calls
+                    cached, reason = out.num_cached_tokens, comp.finish_reason
         except Exception as e:
             err = from_exception(e)
             yield events.emit("error", code=err.code, message=err.message, param=err.param)
             return
         status = "incomplete" if reason == "length" else "completed"
-        for event in items.finish(status, function_call_items(calls, _item_key(p), status)):
+        for event in items.finish(status):
             yield event
         final = _response(req, p, status, items.items, _usage(len(p.prompt_ids), num_tokens, cached))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
