@@ -324,6 +324,36 @@ def test_incomplete_assistant_message_is_continued(scripted, tokenizer):
     assert engine.calls[1].prompt != expected
 
 
+# gpt-oss's template reads `reasoning_effort` ("medium" when unset); Qwen3's `enable_thinking`.
+EFFORT_TEMPLATE = (
+    "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+    "<|im_start|>system\nReasoning: {{ reasoning_effort }}<|im_end|>\n"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def test_reasoning_effort_reaches_the_chat_template(tokenizer):
+    """vLLM's Responses path passes reasoning.effort to the template as `reasoning_effort` (and
+    nothing else: no enable_thinking, unlike its chat path)."""
+    client, _, engine = scripted_client(tokenizer, PIECES, chat_template=EFFORT_TEMPLATE)
+    messages = [{"role": "user", "content": "hi"}]
+    for effort in ("low", "none"):
+        r = client.responses.create(model="fake", input="hi", reasoning={"effort": effort, "summary": "auto"})
+        want = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, chat_template=EFFORT_TEMPLATE, reasoning_effort=effort
+        )
+        assert engine.calls[-1].prompt == want and f"Reasoning: {effort}<" in want
+        assert r.reasoning.effort == effort and r.reasoning.summary == "auto"
+    client.responses.create(model="fake", input="hi")
+    assert "Reasoning: medium" in engine.calls[-1].prompt  # the template's own default
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="fake", input="hi", reasoning={"effort": "extreme"})
+    assert e.value.body["param"] == "reasoning.effort" and len(engine.calls) == 3
+
+
 # ---- function tools (vLLM's non-harmony path: the server's --tool-call-parser reads the output) ----
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

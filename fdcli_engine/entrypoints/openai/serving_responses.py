@@ -221,6 +221,7 @@ class OpenAIServingResponses:
                 add_generation_prompt=not continues_last_message(req),
                 continue_final_message=continues_last_message(req),
                 truncate_prompt_tokens=self._truncation(req),
+                chat_template_kwargs=_template_kwargs(req),
                 **{name: getattr(req, name) for name in VLLM_SAMPLING_FIELDS if name in req.model_fields_set},
             )
         except ValidationError as e:  # text.format's keys and vLLM's extras are checked here
@@ -341,10 +342,17 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
         parallel_tool_calls=req.parallel_tool_calls is not False,
         truncation=req.truncation or "disabled",
         user=req.user,
-        reasoning=req.reasoning,
+        reasoning=req.reasoning.model_dump(exclude_unset=True) if req.reasoning is not None else None,
         service_tier=req.service_tier or "auto",
         top_logprobs=req.top_logprobs if _wants_logprobs(req) else None,
     )
+
+
+def _template_kwargs(req: ResponsesRequest) -> dict | None:
+    """vLLM's ResponsesRequest.build_chat_params: reasoning.effort is the chat template's
+    `reasoning_effort` (gpt-oss's template and others read it); nothing else is added."""
+    effort = req.reasoning.effort if req.reasoning is not None else None
+    return {"reasoning_effort": effort} if effort is not None else None
 
 
 def _wants_logprobs(req: ResponsesRequest) -> bool:
