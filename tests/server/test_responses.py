@@ -87,6 +87,25 @@ def test_max_output_tokens_cut_is_incomplete(scripted):
     assert engine.calls[0].params.max_tokens == 2
 
 
+def test_stream_cut_by_max_output_tokens_ends_with_response_incomplete(scripted):
+    """OpenAI's contract: a reply cut by max_output_tokens ends with `response.incomplete` (not
+    response.completed) carrying the whole Response. The SDK's stream helper passes that event on
+    with its output, so reading the terminal event gives the same Response as the whole request
+    (get_final_response() waits for response.completed, on OpenAI's API too)."""
+    client, _ = scripted
+    whole = client.responses.create(input="hi", max_output_tokens=2)
+    with client.responses.stream(model="tiny", input="hi", max_output_tokens=2) as stream:
+        events = list(stream)
+    terminal = events[-1]
+    assert terminal.type == "response.incomplete" and "response.completed" not in [e.type for e in events]
+    final = terminal.response
+    assert final.status == whole.status == "incomplete"
+    assert final.incomplete_details.reason == "max_output_tokens"
+    assert final.output_text == whole.output_text == "Hello"
+    assert [(o.type, o.status) for o in final.output] == [("message", "incomplete")]
+    assert final.usage.output_tokens == whole.usage.output_tokens == 2
+
+
 def test_stream_events_in_order(scripted):
     client, _ = scripted
     events = list(client.responses.create(input="hi", stream=True))
