@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import openai
 import pytest
 from scripted import ScriptedEngine
 
@@ -107,6 +108,38 @@ def test_chat_template_kwargs_reach_the_template(tokenizer):
         messages=[{"role": "user", "content": "q"}], chat_template_kwargs={"enable_thinking": False}
     )
     assert chat.render(on)[0] == "THINK|q" and chat.render(off)[0] == "NOTHINK|q"
+
+
+def test_reasoning_effort_reaches_the_template(tokenizer):
+    """vLLM's chat build_chat_params: reasoning_effort is the template's `reasoning_effort` (over
+    chat_template_kwargs'), and sets `enable_thinking` (false for "none") unless chat_template_kwargs
+    does."""
+    template = (
+        "{{ reasoning_effort | default('unset') }}/{{ enable_thinking | default('unset') }}"
+        "{% for m in messages %}|{{ m.content }}{% endfor %}"
+    )
+    chat = _chat(ScriptedEngine(tokenizer, PIECES), chat_template=template)
+
+    def rendered(**body):
+        return chat.render(ChatCompletionRequest(messages=[{"role": "user", "content": "q"}], **body))[0]
+
+    assert rendered() == "unset/unset|q"
+    assert rendered(reasoning_effort="low") == "low/True|q"
+    assert rendered(reasoning_effort="none") == "none/False|q"
+    kwargs = {"enable_thinking": True, "reasoning_effort": "high"}
+    assert rendered(reasoning_effort="none", chat_template_kwargs=kwargs) == "none/True|q"
+    assert rendered(chat_template_kwargs=kwargs) == "high/True|q"
+
+
+def test_bad_reasoning_effort_is_a_400_naming_it(tokenizer):
+    from scripted import scripted_client
+
+    client, _, engine = scripted_client(tokenizer, PIECES)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": "q"}], reasoning_effort="extreme"
+        )
+    assert e.value.body["param"] == "reasoning_effort" and not engine.calls
 
 
 def test_template_sandbox_blocks_attribute_escape(tokenizer):

@@ -5,6 +5,7 @@ completions answers for the same conversation (the Responses route rides the cha
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import openai
@@ -84,6 +85,25 @@ def test_max_output_tokens_cut_is_incomplete(scripted):
     assert r.output_text == "Hello" and r.status == "incomplete"
     assert r.incomplete_details.reason == "max_output_tokens" and r.usage.output_tokens == 2
     assert engine.calls[0].params.max_tokens == 2
+
+
+def test_stream_cut_by_max_output_tokens_ends_with_response_incomplete(scripted):
+    """OpenAI's contract: a reply cut by max_output_tokens ends with `response.incomplete` (not
+    response.completed) carrying the whole Response. The SDK's stream helper passes that event on
+    with its output, so reading the terminal event gives the same Response as the whole request
+    (get_final_response() waits for response.completed, on OpenAI's API too)."""
+    client, _ = scripted
+    whole = client.responses.create(input="hi", max_output_tokens=2)
+    with client.responses.stream(model="tiny", input="hi", max_output_tokens=2) as stream:
+        events = list(stream)
+    terminal = events[-1]
+    assert terminal.type == "response.incomplete" and "response.completed" not in [e.type for e in events]
+    final = terminal.response
+    assert final.status == whole.status == "incomplete"
+    assert final.incomplete_details.reason == "max_output_tokens"
+    assert final.output_text == whole.output_text == "Hello"
+    assert [(o.type, o.status) for o in final.output] == [("message", "incomplete")]
+    assert final.usage.output_tokens == whole.usage.output_tokens == 2
 
 
 def test_stream_events_in_order(scripted):
@@ -323,6 +343,36 @@ def test_incomplete_assistant_message_is_continued(scripted, tokenizer):
     assert engine.calls[1].prompt != expected
 
 
+# gpt-oss's template reads `reasoning_effort` ("medium" when unset); Qwen3's `enable_thinking`.
+EFFORT_TEMPLATE = (
+    "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+    "<|im_start|>system\nReasoning: {{ reasoning_effort }}<|im_end|>\n"
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def test_reasoning_effort_reaches_the_chat_template(tokenizer):
+    """vLLM's Responses path passes reasoning.effort to the template as `reasoning_effort` (and
+    nothing else: no enable_thinking, unlike its chat path)."""
+    client, _, engine = scripted_client(tokenizer, PIECES, chat_template=EFFORT_TEMPLATE)
+    messages = [{"role": "user", "content": "hi"}]
+    for effort in ("low", "none"):
+        r = client.responses.create(model="fake", input="hi", reasoning={"effort": effort, "summary": "auto"})
+        want = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, chat_template=EFFORT_TEMPLATE, reasoning_effort=effort
+        )
+        assert engine.calls[-1].prompt == want and f"Reasoning: {effort}<" in want
+        assert r.reasoning.effort == effort and r.reasoning.summary == "auto"
+    client.responses.create(model="fake", input="hi")
+    assert "Reasoning: medium" in engine.calls[-1].prompt  # the template's own default
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model="fake", input="hi", reasoning={"effort": "extreme"})
+    assert e.value.body["param"] == "reasoning.effort" and len(engine.calls) == 3
+
+
 # ---- function tools (vLLM's non-harmony path: the server's --tool-call-parser reads the output) ----
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -376,6 +426,118 @@ def test_function_call_streamed_and_assembled(tokenizer):
     assert [e.sequence_number for e in events] == list(range(len(events)))
     added = [e.output_index for e in events if e.type == "response.output_item.added"]
     assert added == [0, 1]
+
+
+TWO_CALLS = (
+    "Checking.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n'
+    '{"name": "get_weather", "arguments": {"city": "Rome", "unit": "C"}}\n</tool_call>'
+)
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def test_function_call_arguments_stream_as_the_parser_reads_them(tokenizer):
+    """OpenAI's and vLLM's sequence per call: output_item.added (name, call_id, arguments ""), the
+    argument fragments as function_call_arguments.delta events, .done (arguments, name), then
+    output_item.done; one item at a time. The fragments are the chat stream's own (the same parser
+    reads the same text) and add up to the whole response's arguments."""
+    pieces = _chunks(TWO_CALLS, 6)
+    client, _ = _tool_client(tokenizer, pieces)
+    whole = client.responses.create(model="tiny", input="Weather?", tools=TOOLS)
+    with client.responses.stream(model="tiny", input="Weather?", tools=TOOLS) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Weather?"}], tools=CHAT_TOOLS, stream=True
+    )
+    chat_parts: dict[int, list[str]] = {}
+    chat_ids = {}
+    for chunk in chat:
+        for call in chunk.choices[0].delta.tool_calls or ():
+            chat_ids.setdefault(call.index, call.id)
+            if call.function.arguments:
+                chat_parts.setdefault(call.index, []).append(call.function.arguments)
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert (
+        [o.type for o in final.output]
+        == [o.type for o in whole.output]
+        == ["message"] + ["function_call"] * 2
+    )
+    for k, call in enumerate(calls):
+        own = [
+            e
+            for e in events
+            if getattr(e, "item_id", None) == call.id or getattr(e, "item", None) and e.item.id == call.id
+        ]
+        assert [e.type for e in own] == [
+            "response.output_item.added",
+            *["response.function_call_arguments.delta"] * len(chat_parts[k]),
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+        ]
+        deltas = [e.delta for e in own if e.type == "response.function_call_arguments.delta"]
+        assert len(deltas) > 1 and deltas == chat_parts[k]
+        assert "".join(deltas) == own[-2].arguments == call.arguments == whole.output[k + 1].arguments
+        assert own[0].item.arguments == "" and own[0].item.status == "in_progress"
+        assert own[0].item.name == own[-2].name == call.name == "get_weather"
+        assert call.call_id == own[0].item.call_id and call.status == "completed"
+        assert call.id.startswith("fc_") and own[0].output_index == k + 1
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Paris"}, {"city": "Rome", "unit": "C"}]
+    assert len({c.id for c in calls}) == len({c.call_id for c in calls}) == len(chat_ids) == 2
+    assert final.output_text == whole.output_text == "Checking."
+    added = [e for e in events if e.type == "response.output_item.added"]
+    done = [e for e in events if e.type == "response.output_item.done"]
+    for opened, closed in zip(added[1:], done):  # each item is closed before the next one opens
+        assert events.index(closed) < events.index(opened)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_call_cut_by_max_output_tokens_is_left_incomplete(tokenizer):
+    """A call cut off mid-arguments is no call (the whole response has only the message, its text
+    raw); streamed, its item was already open: it is closed incomplete, and the text follows as a
+    message, so the answer's text is the whole response's."""
+    client, _ = _tool_client(tokenizer, _chunks(TWO_CALLS, 6))
+    whole = client.responses.create(model="tiny", input="Weather?", tools=TOOLS, max_output_tokens=9)
+    assert [(o.type, o.status) for o in whole.output] == [("message", "incomplete")]
+    events = list(
+        client.responses.create(model="tiny", input="Weather?", tools=TOOLS, max_output_tokens=9, stream=True)
+    )
+    final = events[-1].response
+    assert events[-1].type == "response.incomplete" and final.status == "incomplete"
+    assert [(o.type, o.status) for o in final.output] == [
+        ("message", "completed"),
+        ("function_call", "incomplete"),
+        ("message", "incomplete"),
+    ]
+    assert "".join(o.content[0].text for o in final.output if o.type == "message") == whole.output_text
+    assert len({o.id for o in final.output}) == 3
+
+
+def test_function_call_arguments_stream_before_the_output_ends(tokenizer):
+    """The first argument fragment leaves while the model is still writing the call: the engine had
+    not produced its last piece when it was sent."""
+    from scripted import ScriptedEngine
+
+    from fdcli_engine.entrypoints.openai.protocol_responses import ResponsesRequest
+    from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
+    from fdcli_engine.entrypoints.openai.serving_responses import OpenAIServingResponses
+    from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
+
+    pieces = _chunks(TWO_CALLS, 6)
+    engine = ScriptedEngine(tokenizer, pieces, ModelConfig("tiny", max_model_len=4096, vocab_size=300))
+    serving = OpenAIServingResponses(OpenAIServingChat(engine, ["tiny"], tool_parser_cls=HermesToolParser))
+    req = ResponsesRequest(input="Weather?", tools=TOOLS, stream=True)
+
+    async def produced_at_first_delta():
+        async for event in await serving.create_response(req):
+            if "response.function_call_arguments.delta" in event:
+                return engine.produced
+
+    produced = asyncio.run(produced_at_first_delta())
+    assert produced is not None and produced < len(pieces) - 5
 
 
 def test_function_call_output_round_trip(tokenizer):

@@ -121,3 +121,61 @@ def test_run_batch_line_with_response_format(tmp_path):
     (rec,) = [json.loads(x) for x in out.read_text().splitlines()]
     content = rec["response"]["body"]["choices"][0]["message"]["content"]
     jsonschema.validate(json.loads(content), schema)
+
+
+def test_responses_parse_create_and_stream_return_valid_objects(smol):
+    """/v1/responses with the SDK's own structured-output entry points: `responses.parse(text_format=
+    Model)`, `responses.create(text={"format": {"type": "json_schema", ...}})` (the flat Responses
+    shape) and `responses.stream(text_format=Model)`: each answer validates, and the stream's deltas
+    add up to it."""
+    client = smol.client()
+    model = client.models.list().data[0].id
+    body = dict(model=model, input=MSG, max_output_tokens=48, temperature=0)
+    parsed = client.responses.parse(**body, text_format=City)
+    assert parsed.status == "completed", parsed.output_text
+    assert isinstance(parsed.output_parsed, City)
+    schema = {**City.model_json_schema(), "additionalProperties": False}
+    fmt = {"type": "json_schema", "name": "city", "schema": schema, "strict": True}
+    created = client.responses.create(**body, text={"format": fmt})
+    assert created.status == "completed" and created.text.format.name == "city"
+    City.model_validate_json(created.output_text)
+    assert created.output_text == parsed.output_text  # the same grammar, greedy
+    with client.responses.stream(**body, text_format=City) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert len(deltas) > 1 and "".join(deltas) == final.output_text == parsed.output_text
+    assert isinstance(final.output_parsed, City)
+
+
+def test_responses_streamed_call_arguments_add_up_to_the_call(smol):
+    """A forced function call on the real model, streamed: the arguments arrive in several
+    function_call_arguments.delta events that add up to the .done arguments and the whole response's,
+    which validate against the tool's parameters."""
+    client = smol.client()
+    tool = {
+        "type": "function",
+        "name": "get_city",
+        "description": "Look a city up",
+        "parameters": {**City.model_json_schema(), "additionalProperties": False},
+        "strict": True,
+    }
+    body = dict(
+        model=client.models.list().data[0].id,
+        input=MSG,
+        tools=[tool],
+        tool_choice={"type": "function", "name": "get_city"},
+        max_output_tokens=48,
+        temperature=0,
+    )
+    whole = client.responses.create(**body)
+    with client.responses.stream(**body) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
+    (call,) = final.output
+    assert call.type == "function_call" and call.name == "get_city" and call.status == "completed"
+    assert (
+        len(deltas) > 1 and "".join(deltas) == done.arguments == call.arguments == whole.output[0].arguments
+    )
+    City.model_validate_json(call.arguments)

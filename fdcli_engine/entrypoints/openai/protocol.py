@@ -42,6 +42,11 @@ _Strict = _Request  # the former name, still imported by the pooling (and other)
 # A documented field fd accepts and ignores (it cannot apply here); named in docs/request-fields.md.
 Ignored = Any
 
+# reasoning_effort (chat) and reasoning.effort (/v1/responses): the values of OpenAI's ReasoningEffort
+# and vLLM's chat field. fd hands the value to the chat template (a template variable, as vLLM does),
+# which is where models such as gpt-oss read it.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
 
 class StreamOptions(_Request):
     include_usage: bool = False
@@ -283,12 +288,14 @@ class ChatCompletionRequest(_SamplingFields):
     prompt_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
     # FastDeploy: ids the answer already has (a generation resumed), appended to the prompt's.
     completion_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
-    # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs,
-    # reasoning-effort knob), the deprecated `functions` / `function_call` (use tools / tool_choice),
-    # and FastDeploy's reasoning budget (fd's reasoning parsers only split the output): ignored.
+    # vLLM: the chat template's `reasoning_effort`, and `enable_thinking` (unless chat_template_kwargs
+    # sets it) false for "none", true otherwise (serving_chat.template_kwargs).
+    reasoning_effort: ReasoningEffort | None = None
+    # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs),
+    # the deprecated `functions` / `function_call` (use tools / tool_choice), and FastDeploy's
+    # reasoning budget (fd's reasoning parsers only split the output): ignored.
     store: Ignored = None
     service_tier: Ignored = None
-    reasoning_effort: Ignored = None
     prompt_cache_key: Ignored = None
     prompt_cache_options: Ignored = None
     prompt_cache_retention: Ignored = None

@@ -18,6 +18,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     MAX_STR,
     MAX_TOKENS_LIMIT,
     JsonSchemaFormat,
+    ReasoningEffort,
     _Strict,
 )
 from fdcli_engine.sampling_params import MAX_LOGPROBS
@@ -78,6 +79,18 @@ class TextConfig(BaseModel):
     format: TextFormat | None = None
 
 
+class ReasoningConfig(BaseModel):
+    """`reasoning`: `effort` goes to the chat template as `reasoning_effort` (vLLM's rule); the other
+    keys (`summary`...) are only repeated in the Response."""
+
+    model_config = ConfigDict(extra="allow")
+    effort: ReasoningEffort | None = None
+    summary: str | None = Field(default=None, max_length=64)
+    generate_summary: str | None = Field(default=None, max_length=64)  # OpenAI's older name of summary
+    context: str | None = Field(default=None, max_length=64)
+    mode: str | None = Field(default=None, max_length=64)
+
+
 class ResponsesRequest(_Strict):
     model: str | None = Field(default=None, max_length=512)
     input: (
@@ -99,12 +112,13 @@ class ResponsesRequest(_Strict):
     # OpenAI's server-side state fd does not have: refused (vLLM refuses `prompt` too).
     prompt: Any = None
     conversation: Any = None
-    # Accepted and ignored: fd keeps no responses, and these only describe the request.
+    reasoning: ReasoningConfig | None = None  # effort: the template's reasoning_effort
+    # Accepted and ignored: fd keeps no responses, and these only describe the request (truncation
+    # and include are read by the serving layer).
     store: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = Field(default=None, max_length=256)
     truncation: Literal["auto", "disabled"] | None = None
-    reasoning: dict[str, Any] | None = None
     include: list[str] | None = Field(default=None, max_length=32)
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)  # with LOGPROBS_INCLUDE
     service_tier: str | None = Field(default=None, max_length=64)

@@ -78,6 +78,20 @@ from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS, TEXT_PARTS
 from fdcli_engine.tokenizer.chat_render import render_chat
 
 
+def template_kwargs(req: ChatCompletionRequest) -> dict:
+    """The chat template's extra variables, as vLLM's ChatCompletionRequest.build_chat_params makes
+    them: chat_template_kwargs, then `documents` (RAG) and `reasoning_effort` over them, and
+    `enable_thinking` from reasoning_effort where chat_template_kwargs leaves it unset (templates such
+    as Gemma's and Qwen3's read it; "none" turns thinking off)."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.documents is not None:
+        kwargs["documents"] = req.documents
+    if req.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = req.reasoning_effort
+        kwargs.setdefault("enable_thinking", req.reasoning_effort != "none")
+    return kwargs
+
+
 def messages_to_dicts(messages) -> list[dict]:
     """Plain dicts for the template. Text parts are joined with newlines; a message with image_url
     parts keeps its parts as a list, each image as {"type": "image"} (what HF chat templates read);
@@ -220,9 +234,7 @@ class OpenAIServingChat:
         """The prompt text and ids the template produces for these messages (tokenizer/chat_render.py:
         the rule the offline LLM.chat follows too)."""
         tok = self.engine.tokenizer
-        kwargs = dict(req.chat_template_kwargs or {})
-        if req.documents is not None:  # vLLM's RAG documents: a template variable
-            kwargs["documents"] = req.documents
+        kwargs = template_kwargs(req)
 
         def tools_to_system(messages: list[dict], tools: list[dict]) -> list[dict]:
             parser = tool_parser

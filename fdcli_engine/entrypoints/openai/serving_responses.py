@@ -10,9 +10,10 @@ Responses event stream the `openai` SDK's `client.responses.stream` accumulates:
   → response.output_item.done → response.completed (response.incomplete when max_output_tokens cut it)
 
 With a --reasoning-parser, the reasoning text comes first as a reasoning item (vLLM's shape); function
-calls (responses_tools.py) come last, each sent whole when the output ends:
+calls (responses_tools.py) come after the message, their arguments streamed as the tool parser reads
+them (responses_stream.py):
 
-  response.output_item.added → response.function_call_arguments.delta → …arguments.done
+  response.output_item.added → response.function_call_arguments.delta … → …arguments.done
   → response.output_item.done
 """
 
@@ -220,6 +221,7 @@ class OpenAIServingResponses:
                 add_generation_prompt=not continues_last_message(req),
                 continue_final_message=continues_last_message(req),
                 truncate_prompt_tokens=self._truncation(req),
+                chat_template_kwargs=_template_kwargs(req),
                 **{name: getattr(req, name) for name in VLLM_SAMPLING_FIELDS if name in req.model_fields_set},
             )
         except ValidationError as e:  # text.format's keys and vLLM's extras are checked here
@@ -279,7 +281,7 @@ class OpenAIServingResponses:
         yield events.emit("response.created", response=head)
         yield events.emit("response.in_progress", response=head)
         items = OutputItems(events, _item_key(p))
-        splitter, num_tokens, cached, reason, calls = self._splitter(req, p), 0, 0, None, []
+        splitter, num_tokens, cached, reason = self._splitter(req, p), 0, 0, None
         try:
             async for _, out in merge_jobs(self.chat.engine, p.jobs):
                 comp = out.outputs[0]
@@ -289,14 +291,17 @@ class OpenAIServingResponses:
                 for kind, delta in (("reasoning", split.reasoning), ("message", split.content)):
                     for event in items.feed(kind, delta) if delta else ():
                         yield event
+                for part in split.call_deltas:
+                    for event in items.feed_call(part):
+                        yield event
                 if out.finished:
-                    cached, reason, calls = out.num_cached_tokens, comp.finish_reason, split.tool_calls
+                    cached, reason = out.num_cached_tokens, comp.finish_reason
         except Exception as e:
             err = from_exception(e)
             yield events.emit("error", code=err.code, message=err.message, param=err.param)
             return
         status = "incomplete" if reason == "length" else "completed"
-        for event in items.finish(status, function_call_items(calls, _item_key(p), status)):
+        for event in items.finish(status):
             yield event
         final = _response(req, p, status, items.items, _usage(len(p.prompt_ids), num_tokens, cached))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
@@ -337,10 +342,17 @@ def _response(req: ResponsesRequest, p: PreparedChat, status, output, usage) -> 
         parallel_tool_calls=req.parallel_tool_calls is not False,
         truncation=req.truncation or "disabled",
         user=req.user,
-        reasoning=req.reasoning,
+        reasoning=req.reasoning.model_dump(exclude_unset=True) if req.reasoning is not None else None,
         service_tier=req.service_tier or "auto",
         top_logprobs=req.top_logprobs if _wants_logprobs(req) else None,
     )
+
+
+def _template_kwargs(req: ResponsesRequest) -> dict | None:
+    """vLLM's ResponsesRequest.build_chat_params: reasoning.effort is the chat template's
+    `reasoning_effort` (gpt-oss's template and others read it); nothing else is added."""
+    effort = req.reasoning.effort if req.reasoning is not None else None
+    return {"reasoning_effort": effort} if effort is not None else None
 
 
 def _wants_logprobs(req: ResponsesRequest) -> bool:
