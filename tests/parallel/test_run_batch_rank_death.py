@@ -46,7 +46,10 @@ def test_a_killed_ranks_lines_run_on_the_live_rank(tiny_model, tmp_path):
         completion_line(f"c{i}", f"prompt {i} about {i * 7}", max_tokens=24, ignore_eos=True)
         for i in range(NUM_LINES)
     ]
-    lines += [chat_line(f"h{i}", f"tell me about {i}", max_tokens=12) for i in range(4)]
+    # A retried line keeps its own request id (the dead rank's request is gone from the front end), and
+    # a line of two choices whose rank died holding one runs again whole.
+    lines += [chat_line(f"h{i}", f"tell me about {i}", max_tokens=12, request_id=f"h{i}") for i in range(4)]
+    lines += [completion_line(f"n{i}", f"two of {i}", max_tokens=24, ignore_eos=True, n=2) for i in range(4)]
     src = write_jsonl(tmp_path / "in.jsonl", lines)
     clean = tmp_path / "clean.jsonl"
     proc = run_cli(cli_args(tiny_model, "-i", str(src), "-o", str(clean)))
