@@ -125,15 +125,19 @@ def test_completion_logprobs_are_each_beams_own(server, offline, hf, num):
 
 
 def test_chat_logprobs_are_each_beams_own(server, hf):
-    r = server.client().chat.completions.create(
-        model="tiny",
-        messages=[{"role": "user", "content": "hello"}],
-        n=2,
-        max_tokens=4,
-        logprobs=True,
-        top_logprobs=3,
-        extra_body=AS_IDS,
-    )
+    """logprobs + top_logprobs=3: each token's logprob is transformers' after the beam's prefix, its
+    alternatives the 3 most likely, best first; a stream carries the same."""
+    kw = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "hello"}],
+        "n": 2,
+        "max_tokens": 4,
+        "logprobs": True,
+        "top_logprobs": 3,
+        "extra_body": AS_IDS,
+    }
+    client = server.client()
+    r = client.chat.completions.create(**kw)
     prompt_ids = r.model_extra["prompt_token_ids"]
     for choice in r.choices:
         gen = choice.model_extra["token_ids"]
@@ -142,6 +146,12 @@ def test_chat_logprobs_are_each_beams_own(server, hf):
         for token, c, row in zip(gen, content, _hf_steps(hf, prompt_ids, gen)):
             assert c.logprob == pytest.approx(float(row[token]), abs=2e-3)
             assert [_tid(t.token) for t in c.top_logprobs] == row.topk(3).indices.tolist()
+    streamed = {}
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        for c in chunk.choices:
+            if c.logprobs is not None:
+                streamed.setdefault(c.index, []).extend(t.logprob for t in c.logprobs.content)
+    assert streamed == {c.index: [t.logprob for t in c.logprobs.content] for c in r.choices}
 
 
 @pytest.mark.parametrize(
