@@ -7,8 +7,9 @@ Invariants:
   more than that while the others drain the queue.
 - A line is answered once. When an actor fails (its process died, or its engine did), the lines of its
   unanswered calls go back to the front of the queue for the live actors; a line whose second actor
-  fails too gets an `actor_died` error record (line_retry.py, the data-parallel run's rule too). With no live actor left the run fails (BatchRunError):
-  OUT.partial keeps what was written and `--resume` runs the rest.
+  fails too gets an `actor_died` error record (line_retry.py, the data-parallel run's rule too). With
+  no live actor left the run fails (BatchRunError): OUT.partial keeps what was written and `--resume`
+  runs the rest.
 - Everything else (input order, the reorder bound, --resume skipping, line errors, --strict, the
   summary) is the BatchDispatcher's, unchanged.
 """
