@@ -53,12 +53,14 @@ class BeamSearchParams:
                 param="n",
             )
 
-    def step_params(self) -> SamplingParams:
-        """One step of one beam: a single token, with the 2 x beam_width best next tokens' logprobs."""
+    def step_params(self, logprobs: int | None = None) -> SamplingParams:
+        """One step of one beam: a single token, with the 2 x beam_width best next tokens' logprobs, or
+        the `logprobs` best where a request asks its answer's tokens for more alternatives than that
+        (the search still looks at the 2 x beam_width best alone: `candidates`)."""
         return SamplingParams(
             max_tokens=1,
             temperature=self.temperature,
-            logprobs=2 * self.beam_width,
+            logprobs=max(2 * self.beam_width, logprobs or 0),
             ignore_eos=True,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
@@ -106,10 +108,10 @@ def search(prompts: list[list[int]], params: BeamSearchParams, eos_ids: set[int]
             break
         results = iter((yield [beam.tokens for beam in batch]))
         for k, beams in enumerate(live):
-            candidates = []
+            extended = []
             for beam in beams:
                 logprobs = next(results)
-                for token, lp in (logprobs or {}).items():
+                for token, lp in candidates(logprobs, 2 * params.beam_width):
                     cum = beam.cum_logprob + lp.logprob
                     if token in eos_ids and not params.ignore_eos:
                         kept = beam.tokens + [token] if params.include_stop_str_in_output else beam.tokens
@@ -117,16 +119,24 @@ def search(prompts: list[list[int]], params: BeamSearchParams, eos_ids: set[int]
                             BeamSearchSequence(kept, beam.logprobs + [logprobs], cum, None, "stop", token)
                         )
                     else:
-                        candidates.append(
+                        extended.append(
                             BeamSearchSequence(beam.tokens + [token], beam.logprobs + [logprobs], cum)
                         )
             # Stable sort: equal cumulative logprobs keep the engine's order (its logprobs are ranked).
-            live[k] = sorted(candidates, key=lambda b: -b.cum_logprob)[: params.beam_width]
+            live[k] = sorted(extended, key=lambda b: -b.cum_logprob)[: params.beam_width]
     outputs = []
     for beams, complete in zip(live, done):
         ranked = sorted(complete + beams, key=lambda b: -beam_score(b, eos_ids, params.length_penalty))
         outputs.append(BeamSearchOutput(ranked[: params.beam_width]))
     return outputs
+
+
+def candidates(entry: dict[int, Logprob] | None, width2: int) -> list[tuple[int, Logprob]]:
+    """The extensions of a beam that vLLM's search weighs: the sampled token (an entry's first) and the
+    `width2` best. Only these, whatever else the step returned: an end-of-sequence token further down
+    would otherwise end a beam that vLLM's search never saw."""
+    items = list((entry or {}).items())
+    return [(t, lp) for i, (t, lp) in enumerate(items) if i == 0 or lp.rank is None or lp.rank <= width2]
 
 
 def run(step: Step, engine_step: Callable[[list[list[int]]], list]) -> list[BeamSearchOutput]:
@@ -145,10 +155,25 @@ def next_token_logprobs(out: RequestOutput) -> dict[int, Logprob] | None:
     return comp.logprobs[0] if comp.logprobs and comp.token_ids else None
 
 
-def completion_outputs(beams: BeamSearchOutput, prompt_len: int, decode) -> list[CompletionOutput]:
+def answer_logprobs(beam: BeamSearchSequence, ids: list[int], num: int) -> list[dict[int, Logprob]]:
+    """Each generated token's logprobs as a sampled request with `logprobs=num` has them: the token's
+    own entry first, then the `num` best of that step (the token among them or not). A stopped beam's
+    end-of-sequence entry goes with the token: left out where the token is (its logprob is still in
+    cum_logprob, as in vLLM's)."""
+    out = []
+    for token, entry in zip(ids, beam.logprobs):
+        best = sorted(entry.values(), key=lambda lp: -lp.logprob)[:num]
+        out.append({token: entry[token], **{lp.token_id: lp for lp in best if lp.token_id != token}})
+    return out
+
+
+def completion_outputs(
+    beams: BeamSearchOutput, prompt_len: int, decode, logprobs: int | None = None
+) -> list[CompletionOutput]:
     """The beams as a request's choices: the generated tokens (a final end-of-sequence token kept only
     where include_stop_str_in_output put it there) and their text, `finish_reason` "stop" for a beam
-    that ended, "length" for one cut at max_tokens."""
+    that ended, "length" for one cut at max_tokens; with `logprobs` (the request's count) each token's
+    logprobs (`answer_logprobs`)."""
     outs = []
     for i, beam in enumerate(beams.sequences):
         ids = beam.tokens[prompt_len:]
@@ -161,7 +186,7 @@ def completion_outputs(beams: BeamSearchOutput, prompt_len: int, decode) -> list
                 token_ids=ids,
                 finish_reason=beam.finish_reason or "length",
                 stop_reason=beam.stop_reason,
-                logprobs=beam.logprobs,
+                logprobs=None if logprobs is None else answer_logprobs(beam, ids, logprobs),
                 delta_text=text,
                 delta_token_ids=list(ids),
                 cumulative_logprob=beam.cum_logprob,

@@ -11,7 +11,14 @@ import random
 import pytest
 from tiny_models import load_hf_model
 
-from fdcli_engine.beam_search import BeamSearchParams, BeamSearchSequence, beam_score, run, search
+from fdcli_engine.beam_search import (
+    BeamSearchParams,
+    BeamSearchSequence,
+    beam_score,
+    completion_outputs,
+    run,
+    search,
+)
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import Logprob
 
@@ -77,6 +84,51 @@ def test_each_prompt_is_searched_on_its_own():
     assert [[s.tokens for s in o.sequences] for o in both] == [[s.tokens for s in o.sequences] for o in alone]
 
 
+def _sequences(out):
+    return [(s.tokens, s.cum_logprob, s.finish_reason) for s in out.sequences]
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_a_step_with_more_logprobs_searches_the_same(width):
+    """A request that asks its answer for more logprobs than 2 x beam_width gets a step with that many;
+    the search still weighs the 2 x beam_width best (vLLM's), so an end-of-sequence token further down
+    ends no beam."""
+
+    def vllm_step(batch):
+        return [{t: lp for t, lp in _table(tuple(b)).items() if lp.rank <= 2 * width} for b in batch]
+
+    params = BeamSearchParams(beam_width=width, max_tokens=4, length_penalty=0.0)
+    prompts = [[p, q] for p in range(VOCAB - 1) for q in range(VOCAB - 1)]
+    want = run(search(prompts, params, {EOS}), vllm_step)
+    got = run(search(prompts, params, {EOS}), _synthetic_step)
+    assert [_sequences(o) for o in got] == [_sequences(o) for o in want]
+
+
+@pytest.mark.parametrize("num", [0, 1, 3])
+def test_answer_logprobs_are_each_tokens_with_the_best_alternatives(num):
+    """Each generated token's entry as a sampled request's: the token first, then the step's `num` best;
+    a beam stopped by EOS (left out of its tokens) has its EOS logprob in the cumulative logprob alone."""
+    params = BeamSearchParams(beam_width=3, max_tokens=4)
+    prompts = [[p, q] for p in range(VOCAB - 1) for q in range(VOCAB - 1)]
+    outs = run(search(prompts, params, {EOS}), _synthetic_step)
+    assert any(s.finish_reason == "stop" for o in outs for s in o.sequences)
+    for prompt, out in zip(prompts, outs):
+        comps = completion_outputs(out, len(prompt), lambda ids: "", logprobs=num)
+        for seq, comp in zip(out.sequences, comps):
+            assert len(comp.logprobs) == len(comp.token_ids)
+            total = 0.0
+            for i, (token, entry) in enumerate(zip(comp.token_ids, comp.logprobs)):
+                table = _table(tuple(seq.tokens[: len(prompt) + i]))
+                best = sorted(table, key=lambda t: -table[t].logprob)[:num]
+                assert list(entry)[0] == token and set(entry) == {token, *best}
+                assert all(entry[t].logprob == table[t].logprob for t in entry)
+                total += entry[token].logprob
+            if seq.finish_reason == "stop":
+                total += _table(tuple(seq.tokens))[EOS].logprob
+            assert total == pytest.approx(seq.cum_logprob, abs=1e-12)
+        assert all(c.logprobs is None for c in completion_outputs(out, len(prompt), lambda ids: ""))
+
+
 @pytest.mark.parametrize(
     "kwargs, param",
     [({"beam_width": 0}, "n"), ({"max_tokens": 0}, "max_tokens"), ({"temperature": -1}, "temperature")],
@@ -95,13 +147,18 @@ def tiny(tiny_model_dir):
     return LLM(str(folder), max_model_len=128, block_size=8, num_kv_blocks=64), load_hf_model(folder)
 
 
-def _hf_log_prob(hf, prompt: list[int], generated: list[int]) -> float:
+def _hf_steps(hf, prompt: list[int], generated: list[int]):
+    """transformers' next-token log-probabilities at each generated position, teacher-forced."""
     import torch
 
     ids = torch.tensor([prompt + generated])
     with torch.no_grad():
         logp = torch.log_softmax(hf(ids).logits[0].double(), -1)
-    return sum(float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(generated))
+    return logp[len(prompt) - 1 : len(prompt) - 1 + len(generated)]
+
+
+def _hf_log_prob(hf, prompt: list[int], generated: list[int]) -> float:
+    return sum(float(row[t]) for row, t in zip(_hf_steps(hf, prompt, generated), generated))
 
 
 def test_llm_beam_search_matches_transformers(tiny):
@@ -133,6 +190,26 @@ def test_llm_beam_search_matches_transformers(tiny):
         assert seq.cum_logprob == pytest.approx(_hf_log_prob(hf, prompt, gen), abs=2e-3)
         assert seq.text == llm.tokenizer.backend.decode(seq.tokens) and seq.finish_reason is None
         assert len(seq.logprobs) == 5
+
+
+def test_llm_beam_search_logprobs_are_the_models(tiny):
+    """Each beam's per-step logprobs dicts (vLLM's BeamSearchSequence.logprobs): the 2 x beam_width most
+    likely next tokens after the beam's prefix with transformers' log-probabilities, the beam's own
+    token among them; its tokens' logprobs add up to the cumulative logprob."""
+    llm, hf = tiny
+    prompt = llm.tokenizer.encode("hello world")
+    params = BeamSearchParams(beam_width=2, max_tokens=4, ignore_eos=True)
+    [out] = llm.beam_search([{"prompt_token_ids": prompt}], params)
+    for seq in out.sequences:
+        gen = seq.tokens[len(prompt) :]
+        rows = _hf_steps(hf, prompt, gen)
+        assert len(seq.logprobs) == len(gen)
+        for token, entry, row in zip(gen, seq.logprobs, rows):
+            assert token in entry and set(entry) == set(row.topk(4).indices.tolist())
+            for t, lp in entry.items():
+                assert lp.logprob == pytest.approx(float(row[t]), abs=2e-3)
+        total = sum(entry[t].logprob for t, entry in zip(gen, seq.logprobs))
+        assert total == pytest.approx(seq.cum_logprob, abs=1e-9)
 
 
 def test_llm_beam_search_width_over_max_logprobs_says_what_to_use(tiny):

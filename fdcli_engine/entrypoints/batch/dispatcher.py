@@ -10,6 +10,9 @@ Flow invariants:
 - A line's failure is an error record, never an exception out of the run; only a dead engine or an
   I/O error fails the run. With `strict`, the first error record written (the first bad line in input
   order) stops the run.
+- A line is answered once. A line whose data-parallel rank died under it (the other ranks live on)
+  runs again, on a live rank, by line_retry's rule (the Ray actors' too): a line that has seen two
+  ranks die gets a `rank_died` error record.
 - The body is parsed by the request model of its route (openai/routes.py, the table `fd serve` maps
   onto HTTP) and executed by the same serving layer; a rejection is the same status and error object
   the server would send.
@@ -24,6 +27,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from fdcli_engine.entrypoints.batch.files import OutputWriter, iter_lines
+from fdcli_engine.entrypoints.batch.line_retry import gave_up
 from fdcli_engine.entrypoints.batch.records import (
     BatchLine,
     LineError,
@@ -48,6 +52,10 @@ class BatchRunError(FdError):
     """The run itself failed (the engine died); results written so far stay in OUT.partial."""
 
 
+class RankDiedError(FdError):
+    """The data-parallel rank running a line died; the engine's other ranks live on."""
+
+
 class StrictStop(FdError):
     """--strict: a line failed; the run stopped after writing its error record."""
 
@@ -59,7 +67,10 @@ def _usage_tokens(body: dict) -> tuple[int, int]:
 
 async def serve_line(serving: ServingLayer, routes: dict[str, Route], line: BatchLine) -> dict:
     """One parsed line through the serving layer: its success or error record (a rejection carries the
-    status and error object `fd serve` would answer). BatchRunError when the engine is dead."""
+    status and error object `fd serve` would answer). BatchRunError when the engine is dead,
+    RankDiedError when only the line's data-parallel rank is."""
+    from fdcli_engine.api.protocol import EngineDeadError
+
     route = routes[line.url]
     try:
         req = route.request_model.model_validate(line.body)
@@ -74,6 +85,8 @@ async def serve_line(serving: ServingLayer, routes: dict[str, Route], line: Batc
         err = validation_error(e.errors()) if isinstance(e, ValidationError) else from_exception(e)
         if serving.engine.is_dead:
             raise BatchRunError(f"the engine failed at line {line.line_no}: {err.message}") from None
+        if isinstance(e, EngineDeadError) or isinstance(e.__cause__, EngineDeadError):
+            raise RankDiedError(err.message) from None
         if err.status >= 500:
             logger.error("line %d (%s) failed: %s: %s", line.line_no, line.custom_id, type(e).__name__, e)
         code = err.code or err.type
@@ -191,8 +204,18 @@ class BatchDispatcher:
             self._room.notify_all()
 
     async def _serve(self, line: BatchLine) -> dict:
-        """The line's record; BatchRunError when the engine is gone (the Ray dispatcher overrides it)."""
-        return await serve_line(self.serving, self.routes, line)
+        """The line's record, run again on a live rank while line_retry allows when its data-parallel
+        rank dies; BatchRunError when the engine is gone (the Ray dispatcher overrides this)."""
+        attempts = 0
+        while True:
+            try:
+                return await serve_line(self.serving, self.routes, line)
+            except RankDiedError as e:
+                attempts += 1
+                record = gave_up(line, attempts, "data-parallel ranks", "rank_died", str(e))
+                if record is not None:
+                    return record
+                self.summary.retried += 1
 
     def _finish(self, seq: int, record: dict) -> None:
         """Buffer one record and write every record that is now next in input order."""

@@ -7,8 +7,9 @@ Invariants:
   more than that while the others drain the queue.
 - A line is answered once. When an actor fails (its process died, or its engine did), the lines of its
   unanswered calls go back to the front of the queue for the live actors; a line whose second actor
-  fails too gets an `actor_died` error record. With no live actor left the run fails (BatchRunError):
-  OUT.partial keeps what was written and `--resume` runs the rest.
+  fails too gets an `actor_died` error record (line_retry.py, the data-parallel run's rule too). With
+  no live actor left the run fails (BatchRunError): OUT.partial keeps what was written and `--resume`
+  runs the rest.
 - Everything else (input order, the reorder bound, --resume skipping, line errors, --strict, the
   summary) is the BatchDispatcher's, unchanged.
 """
@@ -23,12 +24,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from fdcli_engine.entrypoints.batch.dispatcher import BatchDispatcher, BatchRunError
+from fdcli_engine.entrypoints.batch.line_retry import gave_up
 from fdcli_engine.entrypoints.batch.ray_actor import encode_lines
-from fdcli_engine.entrypoints.batch.records import BatchLine, error_record
+from fdcli_engine.entrypoints.batch.records import BatchLine
 
 logger = logging.getLogger("fd.batch")
-
-MAX_ATTEMPTS = 2  # the first actor, then one retry on another
 
 
 @dataclass
@@ -137,11 +137,9 @@ class RayActorPool:
             job.attempts += 1
             if job.future.done():
                 continue
-            if job.attempts >= MAX_ATTEMPTS:
-                message = f"the Ray actors running this line failed {job.attempts} times; last: {reason}"
-                job.future.set_result(
-                    error_record(job.line.line_no, job.line.custom_id, "actor_died", message)
-                )
+            record = gave_up(job.line, job.attempts, "Ray actors", "actor_died", reason)
+            if record is not None:
+                job.future.set_result(record)
             else:
                 self.retried += 1
                 self._queue.appendleft(job)
@@ -167,4 +165,6 @@ class RayDispatcher(BatchDispatcher):
         self.pool = pool
 
     async def _serve(self, line: BatchLine) -> dict:
-        return await self.pool.serve(line)
+        record = await self.pool.serve(line)
+        self.summary.retried = self.pool.retried
+        return record

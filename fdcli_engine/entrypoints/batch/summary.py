@@ -15,6 +15,7 @@ class BatchSummary:
     failed: int = 0
     skipped: int = 0  # already in the output (--resume)
     skipped_failed: int = 0  # of those, error records: the output as a whole still has failures
+    retried: int = 0  # lines run again after the engine (data-parallel rank, Ray actor) holding them died
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_time_s: float = 0.0
@@ -51,6 +52,11 @@ class BatchSummary:
             f"fd run-batch: {self.status}: {self.total} lines, {self.succeeded} succeeded, "
             f"{self.failed} failed, {self.skipped} skipped (already done"
             + (f", {self.skipped_failed} of them failed)" if self.skipped_failed else ")"),
+            *(
+                [f"  {self.retried} line(s) retried after the engine running them failed"]
+                if self.retried
+                else []
+            ),
             f"  tokens: {self.prompt_tokens} in, {self.completion_tokens} out in {self.wall_time_s:.1f} s "
             f"({self.output_tokens_per_s:.1f} output tok/s, {self.total_tokens_per_s:.1f} total tok/s)",
         ]

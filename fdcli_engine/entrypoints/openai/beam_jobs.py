@@ -1,10 +1,12 @@
 """vLLM's `use_beam_search` on /v1/completions and /v1/chat/completions: the request's `n` is the beam
 width, each prompt's best `n` beams are its `n` choices (beam_search.py runs the search; the engine
 generates one token per live beam a step). The choices arrive finished together, so a stream carries
-each one's whole text in one delta.
+each one's whole text in one delta. With logprobs (completions' `logprobs`, chat's `top_logprobs`) each
+choice carries its tokens' logprobs as a sampled request's would: each the model's log-probability of
+the token after the beam's prefix (the search's own numbers), with that step's best alternatives.
 
 Fields a sampled request honours but beam search has no place for are refused with a 400 naming them,
-where vLLM would drop them silently (stop strings, structured outputs, logprobs, ...)."""
+where vLLM would drop them silently (stop strings, structured outputs, prompt logprobs, ...)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from fdcli_engine.beam_search import BeamSearchParams, completion_outputs, next_token_logprobs, search
 from fdcli_engine.entrypoints.openai.errors import bad_request
+from fdcli_engine.entrypoints.openai.protocol import CompletionRequest
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.outputs import RequestOutput
 
@@ -24,8 +27,6 @@ _NOT_WITH_BEAMS = {
     "bad_words_token_ids": lambda v: bool(v),
     "logit_bias": lambda v: bool(v),
     "min_tokens": lambda v: bool(v),
-    "logprobs": lambda v: v not in (None, False),
-    "top_logprobs": lambda v: v is not None,
     "prompt_logprobs": lambda v: v is not None,
     "response_format": lambda v: v is not None and v.type != "text",
     "guided_json": lambda v: v is not None,
@@ -45,6 +46,10 @@ def beam_params(req, max_tokens: int, max_logprobs: int) -> BeamSearchParams | N
     for name, is_set in _NOT_WITH_BEAMS.items():
         if is_set(getattr(req, name, None)):
             raise bad_request(f"{name} does not combine with use_beam_search: leave it out", name)
+    if isinstance(req, CompletionRequest) and req.echo and req.logprobs is not None:
+        # A completion's echoed prompt has prompt logprobs, which the search never computes (vLLM
+        # fails the request on an assertion). Chat's echo has no logprobs.
+        raise bad_request("echo with logprobs does not combine with use_beam_search: leave out echo", "echo")
     try:
         params = BeamSearchParams(
             beam_width=req.n,
@@ -80,7 +85,9 @@ async def beam_outputs(engine, jobs) -> AsyncIterator[tuple]:
 async def _search_one(engine, choices) -> list[tuple]:
     first = choices[0]
     params: BeamSearchParams = first.beam
-    step_params = params.step_params()
+    # The request's logprobs count (None: not asked), as build_params put it in every job's params.
+    num_logprobs = first.params.logprobs
+    step_params = params.step_params(num_logprobs)
     step = search([first.prompt_ids], params, set(engine.tokenizer.eos_token_ids))
     round_no = 0
     try:
@@ -95,7 +102,7 @@ async def _search_one(engine, choices) -> list[tuple]:
     except StopIteration as stop:
         [beams] = stop.value
     decode = engine.tokenizer.backend.decode  # an id past the vocabulary is no text, as in streams
-    comps = completion_outputs(beams, len(first.prompt_ids), decode)
+    comps = completion_outputs(beams, len(first.prompt_ids), decode, num_logprobs)
     return [
         (
             job,

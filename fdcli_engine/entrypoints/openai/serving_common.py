@@ -323,14 +323,15 @@ def _merge_deltas(first: RequestOutput, then: RequestOutput) -> RequestOutput:
 
 
 async def final_outputs(engine: EngineClient, jobs: list[Job]) -> dict[int, tuple[Job, RequestOutput]]:
-    """Every job's finished output, by choice index; an engine failure is raised as its APIError."""
+    """Every job's finished output, by choice index; an engine failure is raised as its APIError, the
+    engine's exception its cause (run-batch retries a line whose data-parallel rank died)."""
     finals = {}
     try:
         async for job, out in merge_jobs(engine, jobs):
             if out.finished:
                 finals[job.index] = (job, out)
     except Exception as e:
-        raise from_exception(e) from None
+        raise from_exception(e) from e
     return finals
 
 
