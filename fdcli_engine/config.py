@@ -17,6 +17,7 @@ from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError, need
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
 from fdcli_engine.generation_config import check_generation_options
+from fdcli_engine.hf_overrides import check_hf_overrides
 from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.multimodal.processor_overrides import processor_overrides
@@ -152,6 +153,9 @@ class EngineConfig(VllmFlagFields):
     # The image processor's settings for every request (vLLM's / FastDeploy's --mm-processor-kwargs):
     # multimodal/processor_overrides.py.
     mm_processor_kwargs: dict | None = None
+    # vLLM's --hf-overrides: keys laid over the model's config.json before it is read (hf_overrides.py);
+    # Any so that LLM(hf_overrides=<function>) gets validate's error naming the dict form.
+    hf_overrides: Any = None
     # Prefill/decode disaggregation (FastDeploy's flags; kv_transfer/pd/settings.py checks them,
     # docs/disaggregation.md). kv_transfer_token never reaches the ResolvedConfig (it is the core's
     # environment, FD_KV_TRANSFER_TOKEN).
@@ -394,6 +398,7 @@ class EngineConfig(VllmFlagFields):
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
         processor_overrides(self.mm_processor_kwargs)
+        check_hf_overrides(self.hf_overrides)
         check_generation_options(self.generation_config, self.override_generation_config)
 
     @property
