@@ -68,17 +68,25 @@ def default_embedding_model_path() -> Path:
 def resolve_model_path(
     model: str | os.PathLike | None, revision: str | None = None, cache_dir: str | None = None
 ) -> Path:
-    """The checkpoint `model` names: a path as given, a Hugging Face id from the local cache
-    (hub_cache.py), None or "" the installed default model."""
+    """The checkpoint `model` names: a path as given, a Hugging Face id (or vLLM's GGUF
+    `repo_id:QUANT`) from the local cache (hub_cache.py), None or "" the installed default model."""
     if model is None or str(model) == "":
         return default_model_path()
     p = Path(model).expanduser()
     if p.exists():
         return p
-    from fdcli_engine.hub_cache import cached_snapshot, looks_like_repo_id
+    from fdcli_engine.hub_cache import (
+        cached_gguf_file,
+        cached_snapshot,
+        looks_like_repo_id,
+        split_remote_gguf,
+    )
 
     if looks_like_repo_id(str(model)):
         return cached_snapshot(str(model), revision, cache_dir)
+    remote_gguf = split_remote_gguf(str(model))  # vLLM's repo_id:QUANT
+    if remote_gguf is not None:
+        return cached_gguf_file(*remote_gguf, revision, cache_dir)
     raise ConfigError(
         f"model path {str(p)!r} does not exist: expected a Hugging Face folder (config.json + "
         "*.safetensors) or a .gguf file (fd never downloads weights)"
