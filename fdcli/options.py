@@ -363,6 +363,16 @@ MmProcessorKwargsOpt = Annotated[
         rich_help_panel=ENGINE_PANEL,
     ),
 ]
+HfOverridesOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--hf-overrides",
+        help="Keys laid over the model's config (config.json, or a GGUF file's metadata) before it is "
+        "read, as JSON: '{\"max_position_embeddings\": 4096}', or dotted: --hf-overrides.rope_theta 1e6. "
+        "An object for a sub-config (text_config, vision_config) merges into it.",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+]
 GuidedDecodingBackendOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -852,6 +862,7 @@ ENGINE_FLAGS: dict[str, Any] = {
     "guided_decoding_backend": GuidedDecodingBackendOpt,
     "speculative_config": SpeculativeConfigOpt,
     "mm_processor_kwargs": MmProcessorKwargsOpt,
+    "hf_overrides": HfOverridesOpt,
     **PD_FLAGS,
     **COMPAT_FLAGS,
     **VLLM_FLAGS,
@@ -903,6 +914,7 @@ def _structured_outputs_options(merged: dict[str, Any]) -> None:
 JSON_OPTION_FIELDS = (
     "pooler_config",
     "override_generation_config",
+    "hf_overrides",
     "kv_transfer_config",
     *JSON_FIELDS,
     *JSON_FLAG_FIELDS,

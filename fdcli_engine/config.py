@@ -17,6 +17,7 @@ from fdcli_engine.config_types import check_option_types
 from fdcli_engine.errors import ConfigError, need
 from fdcli_engine.fastdeploy_compat import check_fastdeploy_options, quantization_error
 from fdcli_engine.generation_config import check_generation_options
+from fdcli_engine.hf_overrides import check_hf_overrides
 from fdcli_engine.kv_offload_options import kv_offload_options
 from fdcli_engine.kv_transfer.pd.settings import check_pd_options
 from fdcli_engine.multimodal.processor_overrides import processor_overrides
@@ -67,17 +68,25 @@ def default_embedding_model_path() -> Path:
 def resolve_model_path(
     model: str | os.PathLike | None, revision: str | None = None, cache_dir: str | None = None
 ) -> Path:
-    """The checkpoint `model` names: a path as given, a Hugging Face id from the local cache
-    (hub_cache.py), None or "" the installed default model."""
+    """The checkpoint `model` names: a path as given, a Hugging Face id (or vLLM's GGUF
+    `repo_id:QUANT`) from the local cache (hub_cache.py), None or "" the installed default model."""
     if model is None or str(model) == "":
         return default_model_path()
     p = Path(model).expanduser()
     if p.exists():
         return p
-    from fdcli_engine.hub_cache import cached_snapshot, looks_like_repo_id
+    from fdcli_engine.hub_cache import (
+        cached_gguf_file,
+        cached_snapshot,
+        looks_like_repo_id,
+        split_remote_gguf,
+    )
 
     if looks_like_repo_id(str(model)):
         return cached_snapshot(str(model), revision, cache_dir)
+    remote_gguf = split_remote_gguf(str(model))  # vLLM's repo_id:QUANT
+    if remote_gguf is not None:
+        return cached_gguf_file(*remote_gguf, revision, cache_dir)
     raise ConfigError(
         f"model path {str(p)!r} does not exist: expected a Hugging Face folder (config.json + "
         "*.safetensors) or a .gguf file (fd never downloads weights)"
@@ -152,6 +161,9 @@ class EngineConfig(VllmFlagFields):
     # The image processor's settings for every request (vLLM's / FastDeploy's --mm-processor-kwargs):
     # multimodal/processor_overrides.py.
     mm_processor_kwargs: dict | None = None
+    # vLLM's --hf-overrides: keys laid over the model's config.json before it is read (hf_overrides.py);
+    # Any so that LLM(hf_overrides=<function>) gets validate's error naming the dict form.
+    hf_overrides: Any = None
     # Prefill/decode disaggregation (FastDeploy's flags; kv_transfer/pd/settings.py checks them,
     # docs/disaggregation.md). kv_transfer_token never reaches the ResolvedConfig (it is the core's
     # environment, FD_KV_TRANSFER_TOKEN).
@@ -394,6 +406,7 @@ class EngineConfig(VllmFlagFields):
         check_backend_name(self.guided_decoding_backend)
         parse_speculative_config(self.speculative_config)
         processor_overrides(self.mm_processor_kwargs)
+        check_hf_overrides(self.hf_overrides)
         check_generation_options(self.generation_config, self.override_generation_config)
 
     @property

@@ -14,6 +14,7 @@ import logging
 from fdcli_engine.config import EngineConfig, resolve_model_path
 from fdcli_engine.fastdeploy_compat import COMPAT_FIELDS, fastdeploy_notes
 from fdcli_engine.generation_config import sampling_defaults
+from fdcli_engine.hf_overrides import check_hf_overrides
 from fdcli_engine.kv_offload_options import kv_offload_notes
 from fdcli_engine.kv_transfer.pd.settings import resolve_pd_options
 from fdcli_engine.resolved_config import ResolvedConfig
@@ -38,6 +39,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
 
     # Options that need no model are refused before paddle loads (seconds saved on a typo).
     check_backend_name(config.guided_decoding_backend)
+    check_hf_overrides(config.hf_overrides)
     speculative = parse_speculative_config(config.speculative_config)
     model_path = resolve_model_path(config.model, config.revision, config.download_dir)
     defaults, defaults_note = sampling_defaults(
@@ -51,7 +53,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
 
     layout, _ = detect_layout(model_path)
     check_load_format(config.load_format, layout)
-    hf_config = read_model_config(model_path)
+    hf_config = read_model_config(model_path, config.hf_overrides)
     config = config.replace(**resolve_runner(config, hf_config, model_path))
     if config.quantization == "auto":
         config = config.replace(quantization="gguf" if model_path.suffix.lower() == ".gguf" else None)
@@ -74,6 +76,7 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
     values["served_model_name"] = (config.served_model_names or [None])[0]
     values["log_requests"] = bool(config.enable_log_requests) and not config.disable_log_requests
     del values["kv_transfer_token"], values["override_generation_config"]  # the one in defaults
+    del values["hf_overrides"]  # applied: hf_config holds them
     values.update(resolve_pd_options(config))
     values["model"] = config.model if config.model is not None else str(model_path)
     if config.tokenizer:  # a hub id resolves here, where --download-dir is known

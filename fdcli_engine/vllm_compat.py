@@ -360,7 +360,7 @@ VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
     "enable_flash_late_interaction": VllmFlag(bool, NOTE, _GPU, (True,)),
     # model (ModelConfig)
     "hf_config_path": VllmFlag(
-        str, REFUSE, "fd reads the model folder's config.json; edit a copy of the folder"
+        str, REFUSE, "fd reads the model folder's config.json; change keys with --hf-overrides"
     ),
     "code_revision": VllmFlag(str, NOTE, "fd runs no code from a checkpoint"),
     "tokenizer_revision": VllmFlag(
@@ -377,11 +377,6 @@ VLLM_FLAG_TABLE: dict[str, VllmFlag] = {
         str, REFUSE, "fd reads Hugging Face config.json; use auto or hf", ("auto", "hf")
     ),
     "hf_token": VllmFlag(str, NOTE, _NO_DOWNLOAD),
-    "hf_overrides": VllmFlag(
-        dict,
-        REFUSE,
-        "fd reads config.json as it is in every process; edit config.json in a copy of the model folder",
-    ),
     "enable_sleep_mode": VllmFlag(bool, REFUSE, "fd has no /sleep and /wake_up; stop and start fd serve"),
     "override_attention_dtype": VllmFlag(str, REFUSE, "fd computes attention in float32"),
     "io_processor_plugin": VllmFlag(str, REFUSE, _CODE),

@@ -15,28 +15,35 @@ import os
 from pathlib import Path
 
 from fdcli_engine.errors import ModelLoadError
+from fdcli_engine.hf_overrides import apply_hf_overrides
 from fdcli_engine.loader.gguf_io import (
     iter_gguf_tensors,
     iter_gguf_weights,
     read_gguf_config,
     release_gguf_readers,
 )
-from fdcli_engine.loader.hf import is_hf_folder, iter_hf_weights, read_hf_config
-from fdcli_engine.loader.paddle_layout import is_paddle_folder, iter_paddle_weights, read_paddle_config
+from fdcli_engine.loader.hf import is_hf_folder, iter_hf_weights, lift_text_config, read_config_json
+from fdcli_engine.loader.paddle_layout import is_paddle_folder, iter_paddle_weights
 
 
-def _iter_hf(path: Path, quantization: str | None):
+def _iter_hf(path: Path, hf_config: dict, quantization: str | None):
     if quantization == "gguf":
         raise ModelLoadError(f"{path}: --quantization gguf keeps GGUF blocks and needs a .gguf model")
     return iter_hf_weights(path)
 
 
-# layout -> (read_config(path) -> dict, iter_weights(path, quantization) -> Iterator[(hf_name, array)]).
+def _iter_gguf(path: Path, hf_config: dict, quantization: str | None):
+    return iter_gguf_weights(path, quantization)
+
+
+# layout -> (read the config as stored: path -> dict,
+#            iter_weights(path, hf_config, quantization) -> Iterator[(hf_name, array)]).
 # Arrays are fp32 [out, in], or gguf_io.QuantizedTensor for GGUF linear weights under --quantization gguf.
+# The stored config is read by read_model_config only (--hf-overrides apply there).
 LAYOUTS = {
-    "hf": (read_hf_config, _iter_hf),
-    "paddle": (read_paddle_config, iter_paddle_weights),
-    "gguf": (read_gguf_config, iter_gguf_weights),
+    "hf": (read_config_json, _iter_hf),
+    "paddle": (read_config_json, iter_paddle_weights),  # config.json keys as in the HF layout
+    "gguf": (read_gguf_config, _iter_gguf),
 }
 
 __all__ = ["detect_layout", "iter_gguf_tensors", "iter_mtp_weights", "load_model", "read_model_config"]
@@ -66,13 +73,15 @@ def detect_layout(path: str | os.PathLike) -> tuple[str, Path]:
     raise ModelLoadError(f"{p}: not a model folder: expected config.json + *.safetensors, or a .gguf file")
 
 
-def read_model_config(path: str | os.PathLike) -> dict:
-    """The HF-style config dict of the model at `path` (see fdcli_engine.models.hf_config for the
-    normalized keys: rope_theta, rope_scaling, head_dim, num_key_value_heads, tie_word_embeddings)."""
+def read_model_config(path: str | os.PathLike, hf_overrides: dict | None = None) -> dict:
+    """The HF-style config dict of the model at `path`, with `hf_overrides` (--hf-overrides,
+    fdcli_engine/hf_overrides.py) applied to it as stored; the one reader of a model's config. See
+    fdcli_engine.models.hf_config for the normalized keys: rope_theta, rope_scaling, head_dim,
+    num_key_value_heads, tie_word_embeddings."""
     from fdcli_engine.models.hf_config import normalize_hf_config  # noqa: PLC0415
 
     layout, p = detect_layout(path)
-    cfg = LAYOUTS[layout][0](p)
+    cfg = lift_text_config(apply_hf_overrides(LAYOUTS[layout][0](p), hf_overrides))
     try:
         return normalize_hf_config(cfg)
     except (KeyError, TypeError, ValueError) as exc:
@@ -97,7 +106,7 @@ def load_model(engine_config):
             raise ModelLoadError(
                 f"config lacks or has an invalid field ({type(exc).__name__}: {exc})"
             ) from None
-        model.load_weights(LAYOUTS[layout][1](p, engine_config.quantization))
+        model.load_weights(LAYOUTS[layout][1](p, hf_config, engine_config.quantization))
     except ModelLoadError as exc:
         msg = str(exc)
         raise ModelLoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None
@@ -117,5 +126,5 @@ def iter_mtp_weights(path: str | os.PathLike):
         return name.startswith(_MTP_PREFIXES)
 
     if layout == "paddle":
-        return iter_paddle_weights(p, None, keep)
+        return iter_paddle_weights(p, read_model_config(p), None, keep)
     return iter_hf_weights(p, keep)

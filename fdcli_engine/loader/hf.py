@@ -17,7 +17,9 @@ def is_hf_folder(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file()
 
 
-def read_hf_config(path: Path) -> dict:
+def read_config_json(path: Path) -> dict:
+    """The folder's config.json as written (loader.read_model_config is the one reader of a model's
+    config: it applies --hf-overrides, then lift_text_config)."""
     cfg_path = path / "config.json"
     try:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
@@ -25,9 +27,13 @@ def read_hf_config(path: Path) -> dict:
         raise ModelLoadError(f"{cfg_path}: cannot read config.json ({exc})") from None
     if not isinstance(cfg, dict):
         raise ModelLoadError(f"{cfg_path}: expected a JSON object")
-    # Multimodal wrappers keep the language model's settings under text_config: they are lifted to the
-    # top (where the decoder reads them), the wrapper's own keys (vision_config, image_token_id...)
-    # stay beside them; on a clash the language model's value wins.
+    return cfg
+
+
+def lift_text_config(cfg: dict) -> dict:
+    """Multimodal wrappers keep the language model's settings under text_config: they are lifted to the
+    top (where the decoder reads them), the wrapper's own keys (vision_config, image_token_id...) stay
+    beside them; on a clash the language model's value wins."""
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         outer = {k: v for k, v in cfg.items() if k != "text_config"}
         cfg = {**outer, **cfg["text_config"], "architectures": cfg.get("architectures")}

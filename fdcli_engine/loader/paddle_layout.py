@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from fdcli_engine.errors import ModelLoadError
-from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config, safetensors_files
+from fdcli_engine.loader.hf import iter_hf_weights, safetensors_files
 from fdcli_engine.loader.safetensors_io import read_safetensors_header
 
 PADDLE_PREFIX = "ernie."
@@ -65,19 +65,13 @@ def is_paddle_folder(path: Path) -> bool:
     return False
 
 
-def read_paddle_config(path: Path) -> dict:
-    # Same config.json keys as the HF layout (hidden_size, moe_num_experts, rope_theta, ...).
-    return read_hf_config(path)
-
-
 def iter_paddle_weights(
-    path: Path, quantization: str | None = None, keep=None
+    path: Path, cfg: dict, quantization: str | None = None, keep=None
 ) -> Iterator[tuple[str, np.ndarray]]:
-    """Yield (HF name, fp32 [out, in]) for every tensor of a -Paddle folder (`keep`: a predicate on the
-    Paddle names, see iter_safetensors)."""
+    """Yield (HF name, fp32 [out, in]) for every tensor of a -Paddle folder (`cfg`: its config, as
+    loader.read_model_config gives it; `keep`: a predicate on the Paddle names, see iter_safetensors)."""
     if quantization == "gguf":
         raise ModelLoadError(f"{path}: --quantization gguf keeps GGUF blocks and needs a .gguf model")
-    cfg = read_paddle_config(path)
     try:
         num_heads = int(cfg["num_attention_heads"])
         num_kv_heads = int(cfg.get("num_key_value_heads") or num_heads)

@@ -196,7 +196,7 @@ def load_pooling_model(engine_config):
     cls = resolve_pooling_class(engine_config.hf_config, engine_config.convert, str(source))
     try:
         model = cls(engine_config.hf_config, engine_config)
-        model.load_weights(LAYOUTS[layout][1](p, engine_config.quantization))
+        model.load_weights(LAYOUTS[layout][1](p, engine_config.hf_config, engine_config.quantization))
     except ModelLoadError as exc:
         msg = str(exc)
         raise ModelLoadError(msg if msg.startswith(str(p)) else f"{p}: {msg}") from None

@@ -15,7 +15,8 @@ from ernie_archs import DENSE, MOE
 from tiny_models import PagedRunner, load_hf_model
 
 from fdcli_engine.config import EngineConfig
-from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config
+from fdcli_engine.loader import read_model_config
+from fdcli_engine.loader.hf import iter_hf_weights
 from fdcli_engine.models.ernie4_5 import Ernie4_5ForCausalLM, interleaved_to_neox_rows
 from fdcli_engine.models.ernie4_5_moe import Ernie4_5_MoeForCausalLM, moe_layer_ids
 
@@ -25,7 +26,9 @@ CLASSES = {DENSE: Ernie4_5ForCausalLM, MOE: Ernie4_5_MoeForCausalLM}
 
 
 def build_fd(folder, arch, quantization=None, weights=None):
-    model = CLASSES[arch](read_hf_config(folder), EngineConfig(model=str(folder), quantization=quantization))
+    model = CLASSES[arch](
+        read_model_config(folder), EngineConfig(model=str(folder), quantization=quantization)
+    )
     model.load_weights(weights if weights is not None else iter_hf_weights(folder))
     return model
 
@@ -117,7 +120,7 @@ def test_interleaved_to_neox_permutation_is_a_rotary_identity():
 def test_unsupported_configs_are_clear_errors(ernie_checkpoint, arch, change, message):
     from fdcli_engine.errors import ModelLoadError
 
-    cfg = {**read_hf_config(ernie_checkpoint(arch)), **change}
+    cfg = read_model_config(ernie_checkpoint(arch), hf_overrides=change)
     with pytest.raises(ModelLoadError, match=message):
         CLASSES[arch](cfg, EngineConfig(quantization=None))
 
@@ -129,7 +132,7 @@ def test_no_correction_bias_needed_without_aux_free_routing(ernie_checkpoint):
 
     folder = ernie_checkpoint(MOE)
     weights = [(n, w) for n, w in iter_hf_weights(folder) if "moe_statics" not in n]
-    cfg = read_hf_config(folder)
+    cfg = read_model_config(folder)
     with pytest.raises(ModelLoadError, match="moe_statics"):
         Ernie4_5_MoeForCausalLM(cfg, EngineConfig(quantization=None)).load_weights(iter(weights))
     model = Ernie4_5_MoeForCausalLM({**cfg, "moe_use_aux_free": False}, EngineConfig(quantization=None))

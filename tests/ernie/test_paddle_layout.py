@@ -25,6 +25,7 @@ from test_ernie_models import PROMPT, build_fd
 from tiny_models import PagedRunner
 
 from fdcli_engine.errors import ModelLoadError
+from fdcli_engine.loader import read_model_config
 from fdcli_engine.loader.hf import iter_hf_weights
 from fdcli_engine.loader.paddle_layout import is_paddle_folder, iter_paddle_weights
 
@@ -75,7 +76,9 @@ def test_paddle_layout_gives_identical_outputs(both_layouts):
     arch, hf_folder, paddle_folder = both_layouts
     assert is_paddle_folder(paddle_folder) and not is_paddle_folder(hf_folder)
     from_hf = build_fd(hf_folder, arch)
-    from_paddle = build_fd(paddle_folder, arch, weights=iter_paddle_weights(paddle_folder))
+    from_paddle = build_fd(
+        paddle_folder, arch, weights=iter_paddle_weights(paddle_folder, read_model_config(paddle_folder))
+    )
     a, b = PagedRunner(from_hf), PagedRunner(from_paddle)
     np.testing.assert_array_equal(a.step([("s", PROMPT)]), b.step([("s", PROMPT)]))
     for token in [8, 300, 21]:
@@ -93,7 +96,7 @@ def test_paddle_fused_projection_of_wrong_width_is_a_clear_error(ernie_checkpoin
     )
     assert is_paddle_folder(folder)  # detected from the file header when there is no index
     with pytest.raises(ModelLoadError, match="qkv_proj.*do not split"):
-        list(iter_paddle_weights(folder))
+        list(iter_paddle_weights(folder, read_model_config(folder)))
 
 
 def test_paddle_index_naming_a_missing_shard_is_a_clear_error(both_layouts, tmp_path):
@@ -102,4 +105,4 @@ def test_paddle_index_naming_a_missing_shard_is_a_clear_error(both_layouts, tmp_
     shutil.copytree(paddle_folder, broken)
     (broken / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ModelLoadError, match="do not exist: model-00002-of-00002"):
-        list(iter_paddle_weights(broken))
+        list(iter_paddle_weights(broken, read_model_config(broken)))

@@ -27,7 +27,8 @@ from tiny_models import make_attention_metadata, random_image
 from fdcli_engine import ops
 from fdcli_engine.config import EngineConfig
 from fdcli_engine.errors import ModelLoadError
-from fdcli_engine.loader.hf import iter_hf_weights, read_hf_config
+from fdcli_engine.loader import read_model_config
+from fdcli_engine.loader.hf import iter_hf_weights
 from fdcli_engine.models.ernie4_5_vl import Ernie4_5_VLMoeForConditionalGeneration
 from fdcli_engine.models.registry import resolve_model_class
 from fdcli_engine.multimodal.inputs import MultiModalFeature
@@ -54,7 +55,7 @@ def fd(checkpoint):
     for the backend bound at load time, so the module keeps it bound."""
     previous = ops.backend
     ops.use("reference")
-    cfg = read_hf_config(checkpoint)
+    cfg = read_model_config(checkpoint)
     assert resolve_model_class(cfg) is Ernie4_5_VLMoeForConditionalGeneration
     model = Ernie4_5_VLMoeForConditionalGeneration(cfg, EngineConfig(model=str(checkpoint)))
     model.load_weights(iter_hf_weights(checkpoint))
@@ -207,7 +208,7 @@ def test_weight_only_quantization_of_the_experts(checkpoint, fd, quant):
     """FastDeploy's meaning: wint8 every LLM linear; wint4 the routed experts (text and vision) 4-bit,
     attention, dense MLPs and shared experts 8-bit. The router and the vision side stay fp32."""
     model = Ernie4_5_VLMoeForConditionalGeneration(
-        read_hf_config(checkpoint), EngineConfig(model=str(checkpoint), quantization=quant)
+        read_model_config(checkpoint), EngineConfig(model=str(checkpoint), quantization=quant)
     )
     model.load_weights(iter_hf_weights(checkpoint))
     moe = model.layers[1].mlp
@@ -242,22 +243,23 @@ def test_vision_side_matches_transformers(hf, fd):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"moe_intermediate_size": 32}, "moe_intermediate_size must be"),
-        ({"mlp_layer_types": ["dense", "sparse"]}, "mlp_layer_types"),
-        ({"rope_parameters": {"rope_theta": 1e4, "mrope_section": [2, 4, 2]}}, "mrope_section"),
+        # The language model's keys are text_config's (an override merges into that sub-config).
+        ({"text_config": {"moe_intermediate_size": 32}}, "moe_intermediate_size must be"),
+        ({"text_config": {"mlp_layer_types": ["dense", "sparse"]}}, "mlp_layer_types"),
+        ({"text_config": {"rope_parameters": {"mrope_section": [2, 4, 2]}}}, "mrope_section"),
         ({"vision_config": {**VISION, "hidden_act": "relu"}}, "vision hidden_act"),
         ({"vision_config": {**VISION, "temporal_merge_size": 1}}, "temporal_merge_size"),
     ],
 )
 def test_unsupported_configs_are_clear_errors(checkpoint, change, message):
-    cfg = {**read_hf_config(checkpoint), **change}
+    cfg = read_model_config(checkpoint, hf_overrides=change)
     with pytest.raises(ModelLoadError, match=message):
         Ernie4_5_VLMoeForConditionalGeneration(cfg, EngineConfig(model=str(checkpoint)))
 
 
 def test_missing_vision_tensor_is_a_load_error(checkpoint):
     model = Ernie4_5_VLMoeForConditionalGeneration(
-        read_hf_config(checkpoint), EngineConfig(model=str(checkpoint))
+        read_model_config(checkpoint), EngineConfig(model=str(checkpoint))
     )
     weights = [(n, w) for n, w in iter_hf_weights(checkpoint) if "resampler_model.mlp.bias" not in n]
     with pytest.raises(ModelLoadError, match="resampler_model.mlp.bias"):

@@ -10,7 +10,7 @@ import pytest
 import tiny_vl
 
 from fdcli_engine.errors import InvalidRequestError
-from fdcli_engine.loader.hf import read_hf_config
+from fdcli_engine.loader import read_model_config
 from fdcli_engine.multimodal.image_input import pil_content_hash
 from fdcli_engine.multimodal.processor import get_image_processor, read_preprocessor_config
 
@@ -22,7 +22,7 @@ SIZES = [(84, 56), (20, 30), (300, 200), (61, 97), (28, 280)]
 
 @pytest.fixture(scope="module")
 def fd_proc(tiny_qwen_vl):
-    return get_image_processor(read_hf_config(tiny_qwen_vl), tiny_qwen_vl)
+    return get_image_processor(read_model_config(tiny_qwen_vl), tiny_qwen_vl)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_text_only_model_has_no_processor(tmp_path):
 
 
 def test_config_keeps_vision_settings(tiny_qwen_vl, fd_proc):
-    cfg = read_hf_config(tiny_qwen_vl)
+    cfg = read_model_config(tiny_qwen_vl)
     assert cfg["hidden_size"] == 64 and cfg["vision_config"]["depth"] == 3
     tok = transformers.AutoTokenizer.from_pretrained(tiny_qwen_vl)
     assert fd_proc.image_token_id == cfg["image_token_id"] == tok.convert_tokens_to_ids("<|image_pad|>")
