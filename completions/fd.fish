@@ -106,11 +106,11 @@ complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand
     -l static-decode-blocks -l stream-interval -l structured-outputs-config -l swap-space -l task \
     -l tensor-parallel-size -l threads -l timeout -l tokenizer -l tokenizer-base-url \
     -l tokenizer-mode -l tokenizer-revision -l tokens-only -l tool-parser-plugin -l tool-server \
-    -l trust-remote-code -l uds -l use-cudagraph -l use-internode-ll-two-stage -l use-tqdm-on-load \
-    -l use-v2-block-manager -l use-warmup -l video-pruning-rate -l weight-transfer-config \
-    -l worker-cls -l worker-extension-cls -l workers -l write-policy -o ac -o asc -o cc -o dcp -o dp \
-    -o dpa -o dpb -o dpe -o dph -o dpl -o dpn -o dpp -o dpr -o ep -s m -s n -o pcp -o pp -s q -s r \
-    -o tp
+    -l trust-remote-code -l uds -l use-beam-search -l use-cudagraph -l use-internode-ll-two-stage \
+    -l use-tqdm-on-load -l use-v2-block-manager -l use-warmup -l video-pruning-rate \
+    -l weight-transfer-config -l worker-cls -l worker-extension-cls -l workers -l write-policy -o ac \
+    -o asc -o cc -o dcp -o dp -o dpa -o dpb -o dpe -o dph -o dpl -o dpn -o dpp -o dpr -o ep -s m \
+    -s n -o pcp -o pp -s q -s r -o tp
 complete -c fd -n '__fish_seen_subcommand_from bench; and __fish_seen_subcommand_from serve' \
     -l api-key -l append-result -l backend -l base-url -l burstiness -l chart \
     -l chat-template-kwargs -l custom-output-len -l custom-skip-chat-template -l dataset \

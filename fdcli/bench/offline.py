@@ -4,7 +4,9 @@ latency: `num_iters` timed generate() calls of one batch (`batch_size` prompts o
 token ids, exactly `output_len` new tokens each: greedy, EOS ignored), after untimed warmups.
 throughput: the same with all `num_prompts` submitted at once; tokens/s are counted from what the
 engine actually returned, not from the requested lengths. With --speculative-config, the draft
-acceptance of the timed iterations (from the engine's stats) is reported as well.
+acceptance of the timed iterations (from the engine's stats) is reported as well. latency
+--use-beam-search times LLM.beam_search of width --n instead, as vLLM's does; its output tokens are
+the returned beams'.
 The engine (`fdcli_engine.api.LLM`) is imported inside `run_offline` only.
 """
 
@@ -33,6 +35,7 @@ class OfflineOptions:
     n: int = 1  # completions per prompt (vLLM's --n)
     range_ratio: float = 0.0  # throughput: lengths drawn from [len·(1-r), len·(1+r)] (vLLM's random dataset)
     prefix_len: int = 0  # throughput: random token ids shared by every prompt, before its own
+    use_beam_search: bool = False  # latency: LLM.beam_search of width n (vLLM's --use-beam-search)
 
 
 def check_options(opts: OfflineOptions) -> list[float]:
@@ -82,23 +85,25 @@ def random_token_prompts(vocab_size: int, num: int, length: int, seed: int) -> l
     return rng.integers(0, vocab_size, size=(num, length)).tolist()
 
 
-def time_iterations(llm, prompts, params, iters: int, on_iter=None):
-    """Run generate() `iters` times; return (seconds per iteration, outputs of the last one)."""
+def time_iterations(run, prompts, params, iters: int, on_iter=None):
+    """Run `run(prompts, params)` (generate or beam_search) `iters` times; return (seconds per
+    iteration, outputs of the last one)."""
     times, outputs = [], []
     for _ in range(iters):
         t0 = clock()
-        outputs = llm.generate(prompts, params, use_tqdm=False)
+        outputs = run(prompts, params)
         times.append(clock() - t0)
         if on_iter is not None:
             on_iter()
     return times, outputs
 
 
-def summarize_offline(opts: OfflineOptions, times: list[float], outputs, percentiles: list[float]) -> dict:
+def summarize_offline(
+    opts: OfflineOptions, times: list[float], prompts: list[list[int]], outputs, percentiles: list[float]
+) -> dict:
     from fdcli.bench.metrics import summarize
 
-    out_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-    in_tokens = sum(len(o.prompt_token_ids) for o in outputs)
+    in_tokens, out_tokens = _token_counts(prompts, outputs)
     mean_s = sum(times) / len(times)
     return {
         "num_prompts": len(outputs),
@@ -110,6 +115,16 @@ def summarize_offline(opts: OfflineOptions, times: list[float], outputs, percent
         "output_throughput": out_tokens / mean_s,
         "total_token_throughput": (in_tokens + out_tokens) / mean_s,
     }
+
+
+def _token_counts(prompts: list[list[int]], outputs) -> tuple[int, int]:
+    """(prompt tokens, generated tokens) of generate()'s RequestOutputs, or of beam_search()'s
+    outputs (one per prompt), whose every sequence holds its prompt and then its own tokens."""
+    if outputs and hasattr(outputs[0], "sequences"):
+        out_tokens = sum(len(seq.tokens) - len(p) for p, o in zip(prompts, outputs) for seq in o.sequences)
+        return sum(len(p) for p in prompts), out_tokens
+    out_tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    return sum(len(o.prompt_token_ids) for o in outputs), out_tokens
 
 
 def spec_decode_summary(before: dict, after: dict) -> dict:
@@ -169,12 +184,24 @@ def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
     percentiles = check_options(opts)
     llm = LLM(**engine_args)
     seed = int(engine_args.get("seed") or 0)
-    prompts, params = build_prompts(
-        opts,
-        llm.tokenizer.vocab_size,
-        seed,
-        lambda n: SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, n=opts.n),
-    )
+    if opts.use_beam_search:
+        from fdcli_engine.beam_search import BeamSearchParams
+
+        def make_params(n: int):
+            return BeamSearchParams(beam_width=opts.n, max_tokens=n, ignore_eos=True)
+
+        def run(prompts, params):
+            return llm.beam_search([{"prompt_token_ids": p} for p in prompts], params)
+
+    else:
+
+        def make_params(n: int):
+            return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True, n=opts.n)
+
+        def run(prompts, params):
+            return llm.generate(prompts, params, use_tqdm=False)
+
+    prompts, params = build_prompts(opts, llm.tokenizer.vocab_size, seed, make_params)
     # throughput warms up on a small batch: a full warmup would double the run for no information.
     num_warm = len(prompts) if opts.kind == "latency" else min(len(prompts), 4)
     warm_params = params[:num_warm] if isinstance(params, list) else params
@@ -182,12 +209,12 @@ def run_offline(opts: OfflineOptions, engine_args: dict) -> dict:
     with Progress(*columns, console=err_console) as bar:
         warm = bar.add_task("warmup", total=opts.num_iters_warmup)
         time_iterations(
-            llm, prompts[:num_warm], warm_params, opts.num_iters_warmup, lambda: bar.advance(warm)
+            run, prompts[:num_warm], warm_params, opts.num_iters_warmup, lambda: bar.advance(warm)
         )
         timed = bar.add_task(opts.kind, total=opts.num_iters)
         before = llm.get_stats()
-        times, outputs = time_iterations(llm, prompts, params, opts.num_iters, lambda: bar.advance(timed))
-    metrics = summarize_offline(opts, times, outputs, percentiles)
+        times, outputs = time_iterations(run, prompts, params, opts.num_iters, lambda: bar.advance(timed))
+    metrics = summarize_offline(opts, times, prompts, outputs, percentiles)
     metrics.update(spec_decode_summary(before, llm.get_stats()))
     console.print(offline_table(opts.kind, metrics))
     if opts.output_json is not None:

@@ -89,11 +89,6 @@ def check_refused(opts) -> None:
             "--profile is not supported: it drives vLLM's torch profiler endpoints (/start_profile), "
             "which fd's server does not have; profile the server process itself (e.g. py-spy) instead"
         )
-    if opts.use_beam_search:
-        raise ConfigError(
-            "--use-beam-search is not supported: fd's server has no beam search; "
-            "benchmark sampling with --temperature/--top-p/--top-k instead"
-        )
 
 
 def compat_notes(opts) -> list[str]:
@@ -107,6 +102,11 @@ def compat_notes(opts) -> list[str]:
     if opts.trust_remote_code:
         notes.append(
             "note: --trust-remote-code has no effect: fd bench never runs a model's own tokenizer code"
+        )
+    if opts.use_beam_search:
+        notes.append(
+            "note: --use-beam-search has no effect, as in vllm bench serve, which sends the same requests "
+            "with it; to time beam search run fd bench latency --use-beam-search --n WIDTH"
         )
     if opts.plot_timeline:
         notes.append(

@@ -421,7 +421,12 @@ PlotTimelineOpt = Annotated[
     bool, _opt("--plot-timeline", panel=OUTPUT, help="Accepted for vLLM; fd draws no HTML timeline.")
 ]
 UseBeamSearchOpt = Annotated[
-    bool, _opt("--use-beam-search", panel=SAMPLING, help="Not supported: fd's server has no beam search.")
+    bool,
+    _opt(
+        "--use-beam-search",
+        panel=SAMPLING,
+        help="serve: no effect, as in vLLM's; latency: time LLM.beam_search of width --n.",
+    ),
 ]
 ChartOpt = Annotated[
     bool, _opt("--chart/--no-chart", panel=OUTPUT, help="Throughput-over-time and TTFT charts.")
@@ -582,6 +587,7 @@ def latency(
         ),
     ] = None,
     n: NOpt = 1,
+    use_beam_search: UseBeamSearchOpt = False,
     disable_detokenize: DisableDetokenizeOpt = False,
     *,
     engine_args: dict,
@@ -591,6 +597,7 @@ def latency(
 
     opts = OfflineOptions(
         n=n,
+        use_beam_search=use_beam_search,
         kind="latency",
         input_len=input_len,
         output_len=output_len,

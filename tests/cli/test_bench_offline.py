@@ -48,6 +48,20 @@ class FakeLLM:
             "spec_decode_num_emitted_tokens_total": 6 * n,
         }
 
+    def beam_search(self, prompts, params):
+        """Each prompt's beam_width beams: the prompt, then max_tokens tokens (EOS ignored)."""
+        from fdcli_engine.beam_search import BeamSearchOutput, BeamSearchSequence
+
+        self.calls.append((prompts, params))
+        offline.clock.now += STEP_S
+        ids = [p["prompt_token_ids"] for p in prompts]
+        return [
+            BeamSearchOutput(
+                [BeamSearchSequence(p + [7] * params.max_tokens) for _ in range(params.beam_width)]
+            )
+            for p in ids
+        ]
+
     def generate(self, prompts, sampling_params, use_tqdm=False):
         self.calls.append((prompts, sampling_params))
         offline.clock.now += STEP_S
@@ -219,3 +233,22 @@ def test_flags_without_effect_say_so():
     res = runner.invoke(app, ["throughput", "--async-engine", "--disable-detokenize", "--num-prompts", "2"])
     assert res.exit_code == 0, res.output
     assert "--async-engine has no effect" in res.stderr and "--disable-detokenize has no effect" in res.stderr
+
+
+def test_latency_use_beam_search_times_beam_search_of_width_n(tmp_path):
+    """vLLM's latency --use-beam-search: LLM.beam_search(BeamSearchParams(beam_width=n, max_tokens,
+    ignore_eos=True)) in place of generate; the output tokens are the returned beams'."""
+    from fdcli_engine.beam_search import BeamSearchParams
+
+    out = tmp_path / "lat.json"
+    args = ["latency", "--use-beam-search", "--n", "3", "--batch-size", "2", "--input-len", "5",
+            "--output-len", "4", "--num-iters-warmup", "1", "--num-iters", "2", "--output-json", str(out)]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (llm,) = FakeLLM.instances
+    assert len(llm.calls) == 3
+    prompts, params = llm.calls[-1]
+    assert [len(p["prompt_token_ids"]) for p in prompts] == [5, 5]
+    assert params == BeamSearchParams(beam_width=3, max_tokens=4, ignore_eos=True)
+    m = json.loads(out.read_text())["metrics"]
+    assert m["input_tokens_per_iter"] == 2 * 5 and m["output_tokens_per_iter"] == 2 * 3 * 4

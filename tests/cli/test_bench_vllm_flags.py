@@ -118,7 +118,6 @@ def test_input_len_and_output_len_map_onto_the_random_dataset(scripted_server, t
     "flag, message",
     [
         ("--profile", "--profile is not supported"),
-        ("--use-beam-search", "--use-beam-search is not supported"),
     ],
 )
 def test_refused_flags_are_one_line_before_any_network_call(flag, message):
@@ -137,12 +136,15 @@ def test_bad_extra_body_is_one_line(body, message):
 def test_flags_without_effect_say_so_and_the_run_goes_on(scripted_server, tmp_path):
     args = _base(scripted_server, tmp_path) + [
         "--tokenizer-mode", "mistral", "--trust-remote-code", "--plot-timeline", "--skip-tokenizer-init",
+        "--use-beam-search",
         "--disable-shuffle", "--no-oversample",
     ]  # fmt: skip
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "--tokenizer-mode mistral has no effect" in res.stderr
     assert "--trust-remote-code has no effect" in res.stderr and "--plot-timeline has no effect" in res.stderr
+    assert "--use-beam-search has no effect" in res.stderr
+    assert not any("use_beam_search" in p for p in scripted_server.payloads)  # vLLM's sends nothing either
     assert "no tokenizer (--skip-tokenizer-init)" in res.stderr
     assert len(scripted_server.payloads) == 2
 
