@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from fdcli_engine.sampling_params import MAX_LOGPROBS, MAX_N
 
@@ -283,9 +283,15 @@ class ChatCompletionRequest(_SamplingFields):
     prompt_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
     # FastDeploy: ids the answer already has (a generation resumed), appended to the prompt's.
     completion_token_ids: list[TOKEN_ID] | None = Field(default=None, max_length=MAX_TOKENS_LIMIT)
+    # The reasoning budget (reasoning_budget.py; the server's --reasoning-parser says where the block
+    # lies): FastDeploy's reasoning_max_tokens and vLLM's thinking_token_budget cap the reasoning,
+    # FastDeploy's response_max_tokens the answer after it. Integers only; SamplingParams bounds them.
+    reasoning_max_tokens: StrictInt | None = None
+    thinking_token_budget: StrictInt | None = None
+    response_max_tokens: StrictInt | None = None
     # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs,
-    # reasoning-effort knob), the deprecated `functions` / `function_call` (use tools / tool_choice),
-    # and FastDeploy's reasoning budget (fd's reasoning parsers only split the output): ignored.
+    # reasoning-effort knob) and the deprecated `functions` / `function_call` (use tools / tool_choice):
+    # ignored.
     store: Ignored = None
     service_tier: Ignored = None
     reasoning_effort: Ignored = None
@@ -301,8 +307,6 @@ class ChatCompletionRequest(_SamplingFields):
     moderation: Ignored = None
     functions: Ignored = None
     function_call: Ignored = None
-    reasoning_max_tokens: Ignored = None
-    response_max_tokens: Ignored = None
 
 
 class TokenizeRequest(_Request):
@@ -327,11 +331,17 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    # Chat under a --reasoning-parser: the tokens inside the reasoning blocks (reasoning_budget.py).
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class CompletionLogprobs(BaseModel):
