@@ -152,3 +152,24 @@ def test_offline_response_max_tokens_bounds_the_answer(llm):
     # Without a reasoning block in the prompt's template the whole output is the answer.
     plain = llm.generate({"prompt": "hello"}, _greedy(response_max_tokens=6))[0].outputs[0]
     assert len(plain.token_ids) == 6 and plain.finish_reason == "length"
+
+
+def test_offline_budget_with_drafts_gives_the_same_tokens(llm, tiny_model):
+    """Speculative decoding: each draft row is forced by the same rule, so n-gram drafts (the prompt's
+    <think> tokens make good ones inside the forced end tag) change no token."""
+    from fdcli_engine import LLM
+
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
+    spec = LLM(
+        str(tiny_model),
+        max_model_len=128,
+        block_size=8,
+        num_kv_blocks=64,
+        threads=1,
+        speculative_config=ngram,
+    )
+    for fields in ({"reasoning_max_tokens": 6}, {"thinking_token_budget": 2, "response_max_tokens": 9}):
+        want = _chat(llm, _greedy(**fields)).outputs[0]
+        got = _chat(spec, _greedy(**fields)).outputs[0]
+        assert (list(got.token_ids), got.finish_reason) == (list(want.token_ids), want.finish_reason), fields
+    assert spec.engine.scheduler.spec_stats.num_accepted_tokens > 0  # drafts were verified and kept
