@@ -144,3 +144,24 @@ def test_responses_usage_counts_reasoning_tokens(app):
             r = [e for e in r if e.type in ("response.completed", "response.incomplete")][0].response
         assert r.usage.output_tokens == 6
         assert r.usage.output_tokens_details.reasoning_tokens == 6
+
+
+def test_completions_take_vllms_budget(app, end_ids, tokenizer):
+    """vLLM's thinking_token_budget on /v1/completions too: the prompt opens the block here."""
+    model = app.models.list().data[0].id
+    body = {"ignore_eos": True, "return_token_ids": True}
+    prompt = "what is the answer?\n<think>\n"
+    free = app.completions.create(model=model, prompt=prompt, max_tokens=16, temperature=0, extra_body=body)
+    r = app.completions.create(
+        model=model,
+        prompt=prompt,
+        max_tokens=16,
+        temperature=0,
+        extra_body={**body, "thinking_token_budget": 3},
+    )
+    ids = r.choices[0].token_ids
+    assert ids[:3] == free.choices[0].token_ids[:3] and ids[3 : 3 + len(end_ids)] == end_ids
+    client, _, _ = scripted_client(tokenizer, ["a"])
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="fake", prompt="p", extra_body={"thinking_token_budget": 3})
+    assert e.value.body["param"] == "thinking_token_budget"

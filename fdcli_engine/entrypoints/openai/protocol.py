@@ -200,6 +200,8 @@ class CompletionRequest(_SamplingFields):
     prompt_token_ids: (
         PromptTokens | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)] | None
     ) = None
+    # vLLM's reasoning cap, as on chat (the server's --reasoning-parser says where the block lies).
+    thinking_token_budget: StrictInt | None = None
 
 
 class ContentPart(BaseModel):

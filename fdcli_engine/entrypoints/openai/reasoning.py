@@ -8,6 +8,7 @@ start of a tag, so a tag split across deltas is never leaked into either field.
 
 from __future__ import annotations
 
+from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, partial_tag_len
 from fdcli_engine.reasoning_budget import THINK_END, THINK_START, ReasoningMarkers, markers_for_prompt
 
@@ -22,6 +23,21 @@ def reasoning_markers(
     if parser_cls is None:
         return None
     return markers_for_prompt(encode, prompt, template, getattr(parser_cls, "starts_in_reasoning", False))
+
+
+def check_budget_has_parser(req, parser_cls) -> None:
+    """A reasoning cap needs to know where the block lies: vLLM's 400 without a reasoning parser
+    ("thinking_token_budget is set but reasoning_config is not configured")."""
+    if parser_cls is not None:
+        return
+    for name in ("reasoning_max_tokens", "thinking_token_budget"):
+        value = getattr(req, name, None)
+        if value is not None and value != -1:
+            raise bad_request(
+                f"{name} needs a reasoning parser to find the reasoning block: start the server with "
+                "--reasoning-parser (e.g. qwen3, deepseek_r1)",
+                name,
+            )
 
 
 class ThinkParser:

@@ -37,7 +37,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     ChatTokenLogprob,
     TopLogprob,
 )
-from fdcli_engine.entrypoints.openai.reasoning import reasoning_markers
+from fdcli_engine.entrypoints.openai.reasoning import check_budget_has_parser, reasoning_markers
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
@@ -321,7 +321,7 @@ class OpenAIServingChat:
         check_logprob_limits(params, self.engine.model_config, chat=True)
         check_logprob_post_processing(req, params)
         params.reasoning_markers = self._reasoning_markers(prompt, req.chat_template)
-        self._check_reasoning_budget(req)
+        check_budget_has_parser(req, self.reasoning_parser_cls)
         # A constraint starts after the reasoning block (vLLM's behaviour); from the first token when
         # no reasoning is coming.
         start_after = [] if params.reasoning_markers is None else list(params.reasoning_markers.end)
@@ -363,19 +363,6 @@ class OpenAIServingChat:
     def _details(self, reasoning_tokens: int) -> int | None:
         """usage.completion_tokens_details.reasoning_tokens, as vLLM reports it under a reasoning parser."""
         return reasoning_tokens if self.reasoning_parser_cls is not None else None
-
-    def _check_reasoning_budget(self, req: ChatCompletionRequest) -> None:
-        """A reasoning cap needs to know where the block lies: vLLM's 400 without a reasoning parser."""
-        if self.reasoning_parser_cls is not None:
-            return
-        for name in ("reasoning_max_tokens", "thinking_token_budget"):
-            value = getattr(req, name)
-            if value is not None and value != -1:
-                raise bad_request(
-                    f"{name} needs a reasoning parser to find the reasoning block: start the server "
-                    "with --reasoning-parser (e.g. qwen3, deepseek_r1)",
-                    name,
-                )
 
     def _splitter(self, req, tool_parser) -> OutputSplitter:
         """One choice's output splitter; it parses tool calls only when the request asked for that."""
