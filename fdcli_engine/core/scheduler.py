@@ -313,7 +313,8 @@ class Scheduler:
                 return RequestStatus.FINISHED_STOPPED
         if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
-        if answer_limit_reached(req.output_token_ids, params):  # FastDeploy's response_max_tokens
+        # FastDeploy's response_max_tokens: the answer after the reasoning block (reasoning_budget.py).
+        if params.response_max_tokens is not None and answer_limit_reached(req.output_token_ids, params):
             return RequestStatus.FINISHED_LENGTH
         return None
 
