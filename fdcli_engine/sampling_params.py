@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass, field
 
 from fdcli_engine.errors import InvalidRequestError
+from fdcli_engine.reasoning_budget import ReasoningMarkers
 from fdcli_engine.structured_output.params import StructuredOutputsParams
 
 # Bounds that keep a single request from exhausting the engine; the server reports them as 400s.
@@ -76,6 +77,15 @@ class SamplingParams:
     # vLLM's legacy field: V1 removed best-of-n ranking, and fd never had it. Accepted when it equals
     # n (the same outputs), as fd's /v1/completions does; anything else is refused naming n.
     best_of: int | None = None
+    # The reasoning budget (reasoning_budget.py): FastDeploy's reasoning_max_tokens and vLLM's
+    # thinking_token_budget are one cap under two names (-1: none, vLLM's); FastDeploy's
+    # response_max_tokens caps the answer after the reasoning block.
+    reasoning_max_tokens: int | None = None
+    thinking_token_budget: int | None = None
+    response_max_tokens: int | None = None
+    # Filled by the front end from its reasoning parser and the prompt: where the block lies in the
+    # output. None: no reasoning block is coming, so the whole output is the answer.
+    reasoning_markers: ReasoningMarkers | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -86,6 +96,8 @@ class SamplingParams:
             self.top_k = 0
         if self.logit_bias is not None:
             self.logit_bias = _logit_bias(self.logit_bias)
+        if self.thinking_token_budget == -1 and not isinstance(self.thinking_token_budget, bool):
+            self.thinking_token_budget = None  # vLLM's "unlimited"
         self.validate()
 
     @classmethod
@@ -111,6 +123,13 @@ class SamplingParams:
         child = dataclasses.replace(self, n=1, seed=seed, best_of=None)
         child.bad_words_token_ids = self.bad_words_token_ids
         return child
+
+    @property
+    def reasoning_budget(self) -> int | None:
+        """The reasoning cap, under whichever name it was given."""
+        if self.reasoning_max_tokens is not None:
+            return self.reasoning_max_tokens
+        return self.thinking_token_budget
 
     @property
     def is_greedy(self) -> bool:
@@ -160,6 +179,34 @@ class SamplingParams:
             )
         if self.seed is not None and not -(2**63) <= self.seed < 2**64:
             bad("seed must fit in 64 bits", "seed")
+        self._validate_budgets(bad)
+
+    def _validate_budgets(self, bad) -> None:
+        """FastDeploy's bounds on its two fields (at least 1), vLLM's on its own (0 or more, -1 none)."""
+        for name in ("reasoning_max_tokens", "response_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 1):
+                bad(f"{name} must be an integer of at least 1, got {value!r}", name)
+        budget = self.thinking_token_budget
+        if budget is not None and (not _is_int(budget) or budget < 0):
+            bad(
+                f"thinking_token_budget must be a non-negative integer or -1 for unlimited, got {budget!r}",
+                "thinking_token_budget",
+            )
+        if (
+            budget is not None
+            and self.reasoning_max_tokens is not None
+            and budget != self.reasoning_max_tokens
+        ):
+            bad(
+                "reasoning_max_tokens (FastDeploy's name) and thinking_token_budget (vLLM's) are the same "
+                "cap: send one of them",
+                "thinking_token_budget",
+            )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _logit_bias(bias) -> dict[int, float]:

@@ -9,7 +9,8 @@ Where a request stops (the one description; the modules named refer here):
   `request_limits.max_output_tokens` fixes how many tokens the request may generate (Request.max_tokens).
 - Token-level stops, in the scheduler (`core/scheduler.Scheduler._check_stop`), after each sampled token:
   EOS (unless ignore_eos) and stop_token_ids, both only once min_tokens tokens are out ("stop"); then the
-  length stop, Request.max_tokens or max_model_len reached ("length").
+  length stop, Request.max_tokens or max_model_len reached, or FastDeploy's response_max_tokens answer
+  tokens out after the reasoning block (`reasoning_budget.answer_limit_reached`) ("length").
 - Stop strings, in the front end (`output_processor.OutputProcessor`): matched on the detokenized text,
   which the core never sees; a match finishes the request there and the front end asks the core to abort.
 - Bans, in the sampler (`runner/sampler.banned_token_ids`): before min_tokens, stop and EOS tokens cannot
@@ -17,6 +18,8 @@ Where a request stops (the one description; the modules named refer here):
 - Grammar masks (structured outputs), in the sampler too, before the bans: a finished grammar allows only
   EOS, and where the bans would leave a constrained row nothing they are lifted (the grammar wins; under
   min_tokens the scheduler then goes on until min_tokens, the extra tokens being EOS).
+- A reasoning budget, in the sampler: once spent, the end of the reasoning block is forced token by token
+  (`reasoning_budget.forced_token`); it shapes what is sampled, never stops.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from fdcli_engine.errors import ConfigError, InvalidRequestError
 from fdcli_engine.multimodal.image_limit import parse_image_limit
 from fdcli_engine.multimodal.media_flags import policy_from_flags
 from fdcli_engine.outputs import RequestOutput
+from fdcli_engine.reasoning_budget import markers_for_prompt
 from fdcli_engine.sampling_params import RequestOutputKind, SamplingParams
 
 # vLLM's forms: text, token ids, {"prompt": str} or {"prompt_token_ids": [...]} (see prompt_inputs.py).
@@ -148,6 +149,10 @@ class LLM(PoolingMethods):
         """vLLM's LLM.generate. `priority` is accepted and has no effect (fd schedules first come, first
         served, as the server's `priority` field); fd has no LoRA adapters, so `lora_request` must be None."""
         _check_no_lora(lora_request)
+        return self._generate(prompts, sampling_params, use_tqdm)
+
+    def _generate(self, prompts, sampling_params, use_tqdm: bool, chat_template: str | None = None):
+        """generate's work; `chat_template`: the one chat() rendered with (for the reasoning markers)."""
         prompts, plist = self._normalize(prompts, sampling_params)
         parents: list[tuple[str, list[str]]] = []
         try:
@@ -157,8 +162,10 @@ class LLM(PoolingMethods):
                 parent = str(next(self._ids))
                 child_ids = [f"{parent}-{i}" for i in range(params.n)]
                 parents.append((parent, child_ids))
+                markers = self._reasoning_markers(params, ids, chat_template)
                 for i, cid in enumerate(child_ids):
                     child = params.for_sample(i)
+                    child.reasoning_markers = markers
                     if prompt.cache_salt is not None:
                         child.cache_salt = prompt.cache_salt
                         child.validate()
@@ -170,6 +177,19 @@ class LLM(PoolingMethods):
                 for cid in cids:
                     self.client.abort(cid)
         return [merge_children(p, [done[c] for c in cids]) for p, cids in parents]
+
+    def _reasoning_markers(self, params: SamplingParams, ids: list[int], chat_template: str | None):
+        """Where a budgeted request's reasoning block lies (reasoning_budget.markers_for_prompt). The
+        offline LLM has no reasoning parser: the <think> tags, the prompt and the chat template decide,
+        as FastDeploy's offline engine reads the tokenizer's </think>. Given markers are kept."""
+        budgeted = params.reasoning_budget is not None or params.response_max_tokens is not None
+        if params.reasoning_markers is not None or not budgeted:
+            return params.reasoning_markers
+        return markers_for_prompt(
+            lambda text: self.tokenizer.encode(text, add_special_tokens=False),
+            self.tokenizer.decode(ids, skip_special_tokens=False),
+            chat_template or self.tokenizer.chat_template,
+        )
 
     def add_request(
         self,
@@ -257,7 +277,7 @@ class LLM(PoolingMethods):
                 if mm_processor_kwargs:
                     request["mm_processor_kwargs"] = mm_processor_kwargs
             requests.append(request)
-        outs = self.generate(requests, sampling_params, use_tqdm=use_tqdm)
+        outs = self._generate(requests, sampling_params, use_tqdm, chat_template)
         for o, p in zip(outs, prompts):
             o.prompt = p
         return outs

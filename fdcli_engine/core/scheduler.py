@@ -36,6 +36,7 @@ from collections import deque
 from fdcli_engine.core.draft_policy import DraftPolicy
 from fdcli_engine.core.kv_cache_manager import KVCacheManager
 from fdcli_engine.outputs import EngineCoreEventType, EngineCoreOutput
+from fdcli_engine.reasoning_budget import answer_limit_reached
 from fdcli_engine.request import Request, RequestStatus
 from fdcli_engine.step_types import ModelRunnerOutput, ScheduledRequest, SchedulerOutput
 
@@ -322,6 +323,9 @@ class Scheduler:
                 req.stop_reason = token
                 return RequestStatus.FINISHED_STOPPED
         if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        # FastDeploy's response_max_tokens: the answer after the reasoning block (reasoning_budget.py).
+        if params.response_max_tokens is not None and answer_limit_reached(req.output_token_ids, params):
             return RequestStatus.FINISHED_LENGTH
         return None
 

@@ -17,6 +17,10 @@ copy: the tokens it disallows are -inf before logit_bias, the bans and everythin
 lifted, so a finished grammar still ends with EOS (the scheduler then stops it only once min_tokens
 tokens are out, the extra tokens being EOS).
 The bans (`banned_token_ids`) are the sampler's share of the stop rules described in step_types.
+A reasoning budget (fdcli_engine.reasoning_budget) forces a row's token once the budget is spent: on the
+same copy, every other token of the row is -inf and its bans are lifted, so the op can only return the
+end marker's next token (a row inside the reasoning block has no grammar mask: the constraint starts
+after the block).
 A step whose rows are all plain greedy (no penalty, ban, logit_bias or grammar mask: decode's usual
 batch) skips the op and its per-row tables: each row's token is its first argmax, what the op returns
 for such a row. When such a step also wants no logprobs (`argmax_suffices`), the runner asks the model
@@ -38,6 +42,7 @@ from fd_kernels.sampler_layout import META_COLUMNS, PARAM_COLUMNS, MetaRow
 
 from fdcli_engine import ops
 from fdcli_engine.errors import ConfigError
+from fdcli_engine.reasoning_budget import forced_token
 from fdcli_engine.runner.grammar_masks import StepMasks, allowed_rows
 from fdcli_engine.sampling_params import SamplingParams
 from fdcli_engine.step_types import ScheduledRequest
@@ -100,6 +105,15 @@ def with_logit_bias(logits: np.ndarray, reqs: list[ScheduledRequest]) -> np.ndar
     return biased
 
 
+def forced_token_of(sr: ScheduledRequest) -> int | None:
+    """The token this row must produce under its request's reasoning budget, else None."""
+    sp = sr.sampling_params
+    budget = sp.reasoning_budget
+    if budget is None or sp.reasoning_markers is None:
+        return None
+    return forced_token(sr.output_token_ids, sp.reasoning_markers, budget)
+
+
 def _bans_leave_nothing(allowed: np.ndarray, banned: list[int]) -> bool:
     ids = np.unique(np.asarray(banned, dtype=np.int64))
     ids = ids[(ids >= 0) & (ids < allowed.shape[0])]
@@ -112,14 +126,15 @@ def _penalized(sp: SamplingParams) -> bool:
 
 
 def _is_plain_greedy(sr: ScheduledRequest, eos_ids: set[int]) -> bool:
-    """A greedy row the sampling op would argmax as it is: no penalty, no ban this step, no logit_bias.
-    Its token is the row's first argmax, drawn from no generator."""
+    """A greedy row the sampling op would argmax as it is: no penalty, no ban this step, no logit_bias,
+    no forced token. Its token is the row's first argmax, drawn from no generator."""
     sp = sr.sampling_params
     return (
         sp.is_greedy
         and not _penalized(sp)
         and not sp.logit_bias
         and not banned_token_ids(sp, sr.output_token_ids, eos_ids)
+        and forced_token_of(sr) is None
     )
 
 
@@ -213,6 +228,7 @@ class Sampler:
         uniforms = np.zeros((n, self.num_uniforms), dtype=np.float64)
         chunks: list = []
         offset = 0
+        forced: dict[int, int] = {}  # row -> the token its reasoning budget forces
         for i, sr in enumerate(reqs):
             sp = sr.sampling_params
             params[i] = _param_row(sp)
@@ -222,6 +238,10 @@ class Sampler:
             banned = banned_token_ids(sp, sr.output_token_ids, self.eos_token_ids)
             if banned and i in allowed and _bans_leave_nothing(allowed[i], banned):
                 banned = []  # the grammar wins (module docstring)
+            token = forced_token_of(sr)
+            if token is not None:
+                forced[i] = token
+                banned = []  # the forced token wins
             meta[i] = MetaRow(
                 offset=offset, num_prompt=len(prompt), num_output=len(output), num_banned=len(banned)
             )
@@ -235,6 +255,11 @@ class Sampler:
             biased = logits.copy()  # the raw logits stay for the logprobs
             biased[masks.rows] = np.where(bits, biased[masks.rows], np.float32(-np.inf))
         biased = with_logit_bias(biased, reqs)
+        if forced:
+            biased = biased.copy() if biased is logits else biased
+            for i, token in forced.items():
+                biased[i] = -np.inf
+                biased[i, token] = 0.0
         tokens = ops.sample(biased, params, ids, meta, uniforms, self.rejection).tolist()
         return tokens, self._all_logprobs(logits, reqs, tokens)
 

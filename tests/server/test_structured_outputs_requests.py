@@ -16,12 +16,11 @@ from scripted import ScriptedEngine, scripted_client
 from fdcli_engine.entrypoints.openai.app_state import Admission, AppState, ServerArgs
 from fdcli_engine.entrypoints.openai.http_app import build_app
 from fdcli_engine.entrypoints.openai.protocol import ChatCompletionRequest, CompletionRequest
-from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser
+from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser, reasoning_markers
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions
 from fdcli_engine.entrypoints.openai.structured_outputs import (
     MAX_CONSTRAINT_CHARS,
     constraint_of,
-    reasoning_start_after,
     to_params,
 )
 from fdcli_engine.structured_output import StructuredOutputsParams
@@ -315,31 +314,34 @@ def test_request_backend_must_be_the_servers(tokenizer):
         assert engine.calls[-1][2].structured_outputs == StructuredOutputsParams(regex="a")
 
 
-def test_constraint_starts_after_the_reasoning_block(tokenizer):
-    end = [7, 8]
+def test_reasoning_markers_place_the_block_and_the_constraint_after_it(tokenizer):
+    """A constraint starts after the block's end tag (ReasoningMarkers.end), or from the first token
+    (None) when no reasoning is coming; `start` empty: the output starts inside the block."""
+    end, start = [7, 8], [5, 6]
 
     def encode(text):
-        assert text == "</think>"
-        return end
+        return {"</think>": end, "<think>": start}[text]
 
     qwen3_template = "{% for m in messages %}...{% endfor %}<think></think>"
     # No parser: from the first token.
-    assert reasoning_start_after(None, encode, "prompt", qwen3_template) == []
+    assert reasoning_markers(None, encode, "prompt", qwen3_template) is None
     # Qwen3 thinking: the model opens the block itself; the template knows the tag.
-    assert reasoning_start_after(ThinkParser, encode, "<|im_start|>assistant\n", qwen3_template) == end
+    markers = reasoning_markers(ThinkParser, encode, "<|im_start|>assistant\n", qwen3_template)
+    assert (markers.start, markers.end) == (start, end)
     # enable_thinking: false: the prompt closes an empty block, so no reasoning comes.
     closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-    assert reasoning_start_after(ThinkParser, encode, closed, qwen3_template) == []
-    # DeepSeek-R1 / ERNIE: the prompt opens the block.
-    assert reasoning_start_after(DeepSeekR1Parser, encode, "<｜Assistant｜><think>\n", None) == end
-    assert reasoning_start_after(DeepSeekR1Parser, encode, "<｜Assistant｜>", None) == end
+    assert reasoning_markers(ThinkParser, encode, closed, qwen3_template) is None
+    # DeepSeek-R1 / ERNIE: the prompt opens the block (or the parser's model starts inside it).
+    for prompt in ("<｜Assistant｜><think>\n", "<｜Assistant｜>"):
+        markers = reasoning_markers(DeepSeekR1Parser, encode, prompt, None)
+        assert (markers.start, markers.end) == ([], end)
     # ERNIE-x1: its template opens the block, or closes an empty one with enable_thinking false.
     from fdcli_engine.entrypoints.openai.reasoning_ernie import ErnieX1ReasoningParser as Ernie
 
-    assert reasoning_start_after(Ernie, encode, "Assistant: <think>\n", None) == end
-    assert reasoning_start_after(Ernie, encode, "Assistant: <think>\n\n</think>\n\n", None) == []
+    assert reasoning_markers(Ernie, encode, "Assistant: <think>\n", None).end == end
+    assert reasoning_markers(Ernie, encode, "Assistant: <think>\n\n</think>\n\n", None) is None
     # A template that never thinks, served with a reasoning parser: from the first token.
-    assert reasoning_start_after(ThinkParser, encode, "<|im_start|>assistant\n", "{{ messages }}") == []
+    assert reasoning_markers(ThinkParser, encode, "<|im_start|>assistant\n", "{{ messages }}") is None
 
 
 def test_chat_with_reasoning_parser_sets_the_end_tag(tokenizer):

@@ -36,6 +36,9 @@ _NOT_WITH_BEAMS = {
     "structural_tag": lambda v: v is not None,
     "structured_outputs": lambda v: v is not None,
     "tool_choice": lambda v: v not in (None, "none", "auto"),
+    "reasoning_max_tokens": lambda v: v is not None,
+    "thinking_token_budget": lambda v: v not in (None, -1),
+    "response_max_tokens": lambda v: v is not None,
 }
 
 

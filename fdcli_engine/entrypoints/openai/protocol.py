@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from fdcli_engine.sampling_params import MAX_LOGPROBS, MAX_N
 
@@ -205,6 +205,8 @@ class CompletionRequest(_SamplingFields):
     prompt_token_ids: (
         PromptTokens | Annotated[list[PromptTokens], Field(min_length=1, max_length=MAX_PROMPTS)] | None
     ) = None
+    # vLLM's reasoning cap, as on chat (the server's --reasoning-parser says where the block lies).
+    thinking_token_budget: StrictInt | None = None
 
 
 class ContentPart(BaseModel):
@@ -291,9 +293,14 @@ class ChatCompletionRequest(_SamplingFields):
     # vLLM: the chat template's `reasoning_effort`, and `enable_thinking` (unless chat_template_kwargs
     # sets it) false for "none", true otherwise (serving_chat.template_kwargs).
     reasoning_effort: ReasoningEffort | None = None
-    # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs),
-    # the deprecated `functions` / `function_call` (use tools / tool_choice), and FastDeploy's
-    # reasoning budget (fd's reasoning parsers only split the output): ignored.
+    # The reasoning budget (reasoning_budget.py; the server's --reasoning-parser says where the block
+    # lies): FastDeploy's reasoning_max_tokens and vLLM's thinking_token_budget cap the reasoning,
+    # FastDeploy's response_max_tokens the answer after it. Integers only; SamplingParams bounds them.
+    reasoning_max_tokens: StrictInt | None = None
+    thinking_token_budget: StrictInt | None = None
+    response_max_tokens: StrictInt | None = None
+    # OpenAI fields that cannot apply here (no storage, tiers, audio, web search, predicted outputs) and
+    # the deprecated `functions` / `function_call` (use tools / tool_choice): ignored.
     store: Ignored = None
     service_tier: Ignored = None
     prompt_cache_key: Ignored = None
@@ -308,8 +315,6 @@ class ChatCompletionRequest(_SamplingFields):
     moderation: Ignored = None
     functions: Ignored = None
     function_call: Ignored = None
-    reasoning_max_tokens: Ignored = None
-    response_max_tokens: Ignored = None
 
 
 class TokenizeRequest(_Request):
@@ -334,11 +339,17 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
 class UsageInfo(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    # Chat under a --reasoning-parser: the tokens inside the reasoning blocks (reasoning_budget.py).
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class CompletionLogprobs(BaseModel):

@@ -8,9 +8,36 @@ start of a tag, so a tag split across deltas is never leaked into either field.
 
 from __future__ import annotations
 
+from fdcli_engine.entrypoints.openai.errors import bad_request
 from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, partial_tag_len
+from fdcli_engine.reasoning_budget import THINK_END, THINK_START, ReasoningMarkers, markers_for_prompt
 
-START, END = "<think>", "</think>"
+START, END = THINK_START, THINK_END
+
+
+def reasoning_markers(
+    parser_cls, encode, prompt: str | None, template: str | None
+) -> ReasoningMarkers | None:
+    """Where a chat request's reasoning block will lie in its output under a --reasoning-parser
+    (reasoning_budget.markers_for_prompt); None without a parser or when no reasoning is coming."""
+    if parser_cls is None:
+        return None
+    return markers_for_prompt(encode, prompt, template, getattr(parser_cls, "starts_in_reasoning", False))
+
+
+def check_budget_has_parser(req, parser_cls) -> None:
+    """A reasoning cap needs to know where the block lies: vLLM's 400 without a reasoning parser
+    ("thinking_token_budget is set but reasoning_config is not configured")."""
+    if parser_cls is not None:
+        return
+    for name in ("reasoning_max_tokens", "thinking_token_budget"):
+        value = getattr(req, name, None)
+        if value is not None and value != -1:
+            raise bad_request(
+                f"{name} needs a reasoning parser to find the reasoning block: start the server with "
+                "--reasoning-parser (e.g. qwen3, deepseek_r1)",
+                name,
+            )
 
 
 class ThinkParser:

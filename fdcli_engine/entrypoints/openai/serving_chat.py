@@ -37,6 +37,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     ChatTokenLogprob,
     TopLogprob,
 )
+from fdcli_engine.entrypoints.openai.reasoning import check_budget_has_parser, reasoning_markers
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
@@ -72,9 +73,10 @@ from fdcli_engine.entrypoints.openai.stream_chunks import (
     chat_delta,
     with_token_fields,
 )
-from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs, reasoning_start_after
+from fdcli_engine.entrypoints.openai.structured_outputs import StructuredOutputs
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.multimodal.content_parts import IMAGE_URL_PARTS, TEXT_PARTS
+from fdcli_engine.reasoning_budget import reasoning_token_count
 from fdcli_engine.tokenizer.chat_render import render_chat
 
 
@@ -330,7 +332,11 @@ class OpenAIServingChat:
         check_logit_bias_vocab(params, self.engine.model_config)
         check_logprob_limits(params, self.engine.model_config, chat=True)
         check_logprob_post_processing(req, params)
-        start_after = self._constraint_start(prompt, req.chat_template)
+        params.reasoning_markers = self._reasoning_markers(prompt, req.chat_template)
+        check_budget_has_parser(req, self.reasoning_parser_cls)
+        # A constraint starts after the reasoning block (vLLM's behaviour); from the first token when
+        # no reasoning is coming.
+        start_after = [] if params.reasoning_markers is None else list(params.reasoning_markers.end)
         params.structured_outputs = await self.structured_outputs.params_for(req, start_after)
         if tool_constraint is not None:  # tools: the forced tool choice's grammar
             tool_constraint.start_after_token_ids = start_after
@@ -352,15 +358,23 @@ class OpenAIServingChat:
             return self._stream(req, p)
         return await self._full(req, p)
 
-    def _constraint_start(self, prompt: str | None, request_template: str | None) -> list[int]:
-        """Where a structured-outputs constraint starts: after the reasoning block (structured_outputs.py)."""
+    def _reasoning_markers(self, prompt: str | None, request_template: str | None):
+        """Where the reasoning block will lie in the output (reasoning.reasoning_markers)."""
         template = (
             request_template or self.chat_template or getattr(self.engine.tokenizer, "chat_template", None)
         )
         tok = self.engine.tokenizer
-        return reasoning_start_after(
-            self.reasoning_parser_cls, lambda t: encode(tok, t, False), prompt, template
-        )
+        return reasoning_markers(self.reasoning_parser_cls, lambda t: encode(tok, t, False), prompt, template)
+
+    @staticmethod
+    def reasoning_tokens(p: PreparedChat, token_ids) -> int:
+        """A choice's tokens inside its reasoning block (reasoning_budget.py)."""
+        markers = p.jobs[0].params.reasoning_markers
+        return 0 if markers is None else reasoning_token_count(list(token_ids), markers)
+
+    def _details(self, reasoning_tokens: int) -> int | None:
+        """usage.completion_tokens_details.reasoning_tokens, as vLLM reports it under a reasoning parser."""
+        return reasoning_tokens if self.reasoning_parser_cls is not None else None
 
     def _splitter(self, req, tool_parser) -> OutputSplitter:
         """One choice's output splitter; it parses tool calls only when the request asked for that."""
@@ -392,11 +406,13 @@ class OpenAIServingChat:
         ids = req.return_token_ids
         prompt = prompt_text(self.engine.tokenizer, p.prompt, prompt_ids) if ids else None
         choices, completion_tokens, cached = [], 0, 0
+        reasoning_tokens = 0
         echo = self.echo_text(req)
         for index in sorted(finals):
             _, out = finals[index]
             comp = out.outputs[0]
             completion_tokens += len(comp.token_ids)
+            reasoning_tokens += self.reasoning_tokens(p, comp.token_ids)
             cached = max(cached, out.num_cached_tokens)
             split = self._splitter(req, tool_parser).split(comp.text)
             lps = None
@@ -423,7 +439,9 @@ class OpenAIServingChat:
                     token_ids=list(comp.token_ids) if req.return_token_ids else None,
                 )
             )
-        usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
+        usage = make_usage(
+            {0: len(prompt_ids)}, {0: cached}, completion_tokens, self._details(reasoning_tokens)
+        )
         return ChatCompletionResponse(
             id=p.request_id,
             model=p.model,
@@ -445,6 +463,7 @@ class OpenAIServingChat:
             parsers = {}
         completion_tokens, cached = 0, 0
         generated: dict[int, int] = {}  # tokens per choice so far; a choice's key: its role chunk is out
+        output_ids: dict[int, list[int]] = {}  # each choice's ids, for its reasoning tokens
         include_usage, continuous = stream_usage(req, self.force_include_usage)
         writer = ChunkWriter(rid, "chat.completion.chunk", p.model)
         echo = self.echo_text(req)
@@ -472,6 +491,8 @@ class OpenAIServingChat:
                 new_ids = list(comp.delta_token_ids)
                 completion_tokens += len(new_ids)
                 generated[job.index] += len(new_ids)
+                if self.reasoning_parser_cls is not None:
+                    output_ids.setdefault(job.index, []).extend(new_ids)
                 reasoning, content, calls, call_parts = None, comp.delta_text, [], []
                 if parsers:  # a splitter or a reasoning parser: both return a ParsedOutput
                     split = parsers[job.index].feed(comp.delta_text, final=out.finished)
@@ -510,7 +531,9 @@ class OpenAIServingChat:
                     )
                     yield writer.chunk([choice], usage_of(job.index))
             if include_usage:
-                usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens)
+                reasoning_tokens = sum(self.reasoning_tokens(p, ids) for ids in output_ids.values())
+                details = self._details(reasoning_tokens)
+                usage = make_usage({0: len(prompt_ids)}, {0: cached}, completion_tokens, details)
                 yield writer.chunk([], usage)
         except Exception as e:
             yield stream_error(e, "chat", rid)

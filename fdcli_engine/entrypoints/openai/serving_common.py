@@ -21,6 +21,7 @@ from fdcli_engine.api.protocol import EngineClient
 from fdcli_engine.entrypoints.openai.errors import APIError, bad_request, from_exception
 from fdcli_engine.entrypoints.openai.protocol import (
     CompletionLogprobs,
+    CompletionTokensDetails,
     PromptTokensDetails,
     UsageInfo,
 )
@@ -171,6 +172,10 @@ def build_params(
         "prompt_logprobs": prompt_logprobs,
         "cache_salt": getattr(req, "cache_salt", None),
         "kv_transfer_params": getattr(req, "kv_transfer_params", None),
+        # Chat's reasoning budget (the chat route sets where the block lies: reasoning_markers).
+        "reasoning_max_tokens": getattr(req, "reasoning_max_tokens", None),
+        "thinking_token_budget": getattr(req, "thinking_token_budget", None),
+        "response_max_tokens": getattr(req, "response_max_tokens", None),
     }
     if values["kv_transfer_params"] and (getattr(req, "n", None) or 1) != 1:
         raise bad_request("kv_transfer_params needs n = 1 (one transfer per request)", "kv_transfer_params")
@@ -400,13 +405,22 @@ def completion_logprobs(
     return out
 
 
-def make_usage(prompt_lens: dict[int, int], cached: dict[int, int], completion_tokens: int) -> UsageInfo:
+def make_usage(
+    prompt_lens: dict[int, int],
+    cached: dict[int, int],
+    completion_tokens: int,
+    reasoning_tokens: int | None = None,
+) -> UsageInfo:
+    """`reasoning_tokens`: chat's under a reasoning parser (None: no completion_tokens_details)."""
     prompt_tokens = sum(prompt_lens.values())
     return UsageInfo(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=prompt_tokens + completion_tokens,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())),
+        completion_tokens_details=(
+            None if reasoning_tokens is None else CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+        ),
     )
 
 

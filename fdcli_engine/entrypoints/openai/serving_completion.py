@@ -21,6 +21,7 @@ from fdcli_engine.entrypoints.openai.fastdeploy_fields import (
 )
 from fdcli_engine.entrypoints.openai.loop_prompts import prepared_on_loop
 from fdcli_engine.entrypoints.openai.protocol import CompletionChoice, CompletionRequest, CompletionResponse
+from fdcli_engine.entrypoints.openai.reasoning import check_budget_has_parser, reasoning_markers
 from fdcli_engine.entrypoints.openai.serving_common import (
     SSE_DONE,
     EngineClient,
@@ -66,13 +67,19 @@ class OpenAIServingCompletion:
         structured_outputs: StructuredOutputs | None = None,
         tokens_as_ids: bool = False,
         force_include_usage: bool = False,
+        reasoning_parser_cls=None,
+        chat_template: str | None = None,
     ):
         self.engine = engine
         self.served_model_names = served_model_names
         self.tokens_as_ids = tokens_as_ids  # --return-tokens-as-token-ids: the requests' default
         self.force_include_usage = force_include_usage  # --enable-force-include-usage: streams end with usage
-        # Completions have no reasoning parser: a constraint starts at the first generated token.
+        # A completion's text is not split into reasoning and content, so a constraint starts at the
+        # first generated token; the reasoning parser (and the template saying whether the model
+        # thinks) only place the block for vLLM's thinking_token_budget.
         self.structured_outputs = structured_outputs or StructuredOutputs(engine)
+        self.reasoning_parser_cls = reasoning_parser_cls
+        self.chat_template = chat_template
 
     def _check_unsupported(self, req: CompletionRequest) -> None:
         apply_completion_suffix_options(req)
@@ -128,10 +135,23 @@ class OpenAIServingCompletion:
         params.structured_outputs = await self.structured_outputs.params_for(req)
         rid = request_id or req.request_id or random_id("cmpl")
         jobs = fan_out(rid, prompts, params, req.n)
+        check_budget_has_parser(req, self.reasoning_parser_cls)
         for job in jobs:
             job.params.max_tokens = max_tokens[job.prompt_idx]
+            if job.params.reasoning_budget is not None:
+                job.params.reasoning_markers = self._reasoning_markers(*prompts[job.prompt_idx])
             job.beam = beam_params(req, job.params.max_tokens, self.engine.model_config.max_logprobs)
         return PreparedCompletion(model, rid, prompts, jobs)
+
+    def _reasoning_markers(self, text: str | None, ids: list[int]):
+        """Where the reasoning block will lie in a prompt's output (reasoning.reasoning_markers)."""
+        tok = self.engine.tokenizer
+        return reasoning_markers(
+            self.reasoning_parser_cls,
+            lambda t: encode(tok, t, False),
+            text if text is not None else prompt_text(tok, None, ids),
+            self.chat_template or getattr(tok, "chat_template", None),
+        )
 
     async def create_completion(self, req: CompletionRequest, request_id: str | None = None):
         """A CompletionResponse, or (stream=True) an async iterator of SSE strings."""

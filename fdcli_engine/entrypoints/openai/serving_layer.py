@@ -85,6 +85,8 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
             structured,
             tokens_as_ids=options.return_tokens_as_token_ids,
             force_include_usage=options.enable_force_include_usage,
+            reasoning_parser_cls=chat.reasoning_parser_cls,
+            chat_template=options.chat_template,
         ),
         chat=chat,
         embedding=OpenAIServingEmbedding(engine, names, chat),

@@ -270,7 +270,8 @@ class OpenAIServingResponses:
             )
             output.append(OutputMessage(id="msg_" + key, status=status, content=[text]))
         output += function_call_items(split.tool_calls, key, status)
-        usage = _usage(len(p.prompt_ids), len(comp.token_ids), out.num_cached_tokens)
+        reasoning = self.chat.reasoning_tokens(p, comp.token_ids)
+        usage = _usage(len(p.prompt_ids), len(comp.token_ids), out.num_cached_tokens, reasoning)
         return _response(req, p, status, output, usage)
 
     async def _stream(
@@ -282,10 +283,12 @@ class OpenAIServingResponses:
         yield events.emit("response.in_progress", response=head)
         items = OutputItems(events, _item_key(p))
         splitter, num_tokens, cached, reason = self._splitter(req, p), 0, 0, None
+        token_ids: list[int] = []  # for the reasoning tokens in usage
         try:
             async for _, out in merge_jobs(self.chat.engine, p.jobs):
                 comp = out.outputs[0]
                 num_tokens += len(comp.delta_token_ids)
+                token_ids += comp.delta_token_ids
                 split = splitter.feed(comp.delta_text, final=out.finished)
                 items.add_logprobs(self._logprobs(chat_req, comp, list(comp.delta_token_ids)))
                 for kind, delta in (("reasoning", split.reasoning), ("message", split.content)):
@@ -303,7 +306,8 @@ class OpenAIServingResponses:
         status = "incomplete" if reason == "length" else "completed"
         for event in items.finish(status):
             yield event
-        final = _response(req, p, status, items.items, _usage(len(p.prompt_ids), num_tokens, cached))
+        usage = _usage(len(p.prompt_ids), num_tokens, cached, self.chat.reasoning_tokens(p, token_ids))
+        final = _response(req, p, status, items.items, usage)
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         yield events.emit(kind, response=final.model_dump())
 
@@ -313,12 +317,13 @@ def _item_key(p: PreparedChat) -> str:
     return p.request_id.removeprefix("resp_")
 
 
-def _usage(input_tokens: int, output_tokens: int, cached: int) -> ResponseUsage:
+def _usage(input_tokens: int, output_tokens: int, cached: int, reasoning_tokens: int) -> ResponseUsage:
+    """`reasoning_tokens`: those inside the reasoning block (reasoning_budget.py), as vLLM counts them."""
     return ResponseUsage(
         input_tokens=input_tokens,
         input_tokens_details=InputTokensDetails(cached_tokens=cached),
         output_tokens=output_tokens,
-        output_tokens_details=OutputTokensDetails(),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens),
         total_tokens=input_tokens + output_tokens,
     )
 

@@ -216,29 +216,6 @@ def _one_line(message: str, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def reasoning_start_after(parser_cls, encode, prompt: str | None, template: str | None) -> list[int]:
-    """The tokens after which a chat request's constraint starts, under a --reasoning-parser: the
-    reasoning block stays free and the answer is constrained (vLLM's behaviour). Empty (constrained
-    from the first token) when no reasoning is coming:
-    - the prompt already closes the block (enable_thinking: false in Qwen3's and ERNIE's templates
-      writes an empty <think></think> into the generation prompt);
-    - the prompt opens no block, the parser's model opens it itself (Qwen3), and the chat template
-      never mentions the end tag (a model without thinking served with a reasoning parser).
-    Otherwise: the end tag's token ids (the prompt opened the block, as DeepSeek-R1's and ERNIE's
-    templates do, or the model is expected to). `encode(text)` gives token ids without specials."""
-    if parser_cls is None:
-        return []
-    from fdcli_engine.entrypoints.openai.reasoning import END, START  # noqa: PLC0415
-
-    text = prompt or ""
-    opened, closed = text.rfind(START), text.rfind(END)
-    if closed > opened:
-        return []
-    if opened < 0 and not getattr(parser_cls, "starts_in_reasoning", False) and END not in (template or ""):
-        return []
-    return list(encode(END))
-
-
 def _same_backend(requested: str, server: str) -> bool:
     """A request's guided_decoding_backend is accepted when it names the server's backend ("auto"
     and "guidance" are the same one here)."""
