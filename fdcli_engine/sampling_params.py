@@ -124,6 +124,17 @@ class SamplingParams:
         child.bad_words_token_ids = self.bad_words_token_ids
         return child
 
+    def bad_words_ids(self, encode) -> list[list[int]]:
+        """bad_words as the token id sequences the sampler bans (vLLM's update_from_tokenizer): each word
+        as written and with a leading space, as it appears mid-sentence; `encode(text)` tokenizes
+        without special tokens."""
+        return [
+            list(ids)
+            for w in self.bad_words
+            for ids in dict.fromkeys(tuple(encode(v)) for v in (w, " " + w))
+            if ids
+        ]
+
     @property
     def reasoning_budget(self) -> int | None:
         """The reasoning cap, under whichever name it was given."""

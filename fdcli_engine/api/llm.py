@@ -163,9 +163,11 @@ class LLM(PoolingMethods):
                 child_ids = [f"{parent}-{i}" for i in range(params.n)]
                 parents.append((parent, child_ids))
                 markers = self._reasoning_markers(params, ids, chat_template)
+                bad_words = params.bad_words_ids(self._encode_plain) + params.bad_words_token_ids
                 for i, cid in enumerate(child_ids):
                     child = params.for_sample(i)
                     child.reasoning_markers = markers
+                    child.bad_words_token_ids = bad_words
                     if prompt.cache_salt is not None:
                         child.cache_salt = prompt.cache_salt
                         child.validate()
@@ -178,6 +180,9 @@ class LLM(PoolingMethods):
                     self.client.abort(cid)
         return [merge_children(p, [done[c] for c in cids]) for p, cids in parents]
 
+    def _encode_plain(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     def _reasoning_markers(self, params: SamplingParams, ids: list[int], chat_template: str | None):
         """Where a budgeted request's reasoning block lies (reasoning_budget.markers_for_prompt). The
         offline LLM has no reasoning parser: the <think> tags, the prompt and the chat template decide,
@@ -186,7 +191,7 @@ class LLM(PoolingMethods):
         if params.reasoning_markers is not None or not budgeted:
             return params.reasoning_markers
         return markers_for_prompt(
-            lambda text: self.tokenizer.encode(text, add_special_tokens=False),
+            self._encode_plain,
             self.tokenizer.decode(ids, skip_special_tokens=False),
             chat_template or self.tokenizer.chat_template,
         )

@@ -64,3 +64,23 @@ def test_gguf_native_greedy_equals_dequantized_fp32_except_near_ties(fd_llm, smo
             top2 = sorted((lp.logprob for lp in a.logprobs[first].values()), reverse=True)
             assert top2[0] - top2[1] < NEAR_TIE_NATS, (first, a.logprobs[first])
     print(f"equal leading tokens per answer: {equal}")
+
+
+def test_bad_words_are_banned_offline(fd_llm):
+    """SamplingParams(bad_words=) acts in LLM.generate as on the server (vLLM's LLM applies them too):
+    with the greedy word banned, the answer starts with the best-ranked other token of the unbanned
+    request's logprobs (raw: reported before any ban)."""
+    prompt = "The capital of France is"
+    [base] = fd_llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1, logprobs=5))
+    top = base.outputs[0].logprobs[0]
+    word = fd_llm.tokenizer.decode(base.outputs[0].token_ids).strip()
+    assert word == "Paris"
+    banned = {
+        ids[0]
+        for v in (word, " " + word)
+        if len(ids := fd_llm.tokenizer.encode(v, add_special_tokens=False)) == 1
+    }
+    assert base.outputs[0].token_ids[0] in banned
+    want = min((t for t in top if t not in banned), key=lambda t: top[t].rank)
+    [out] = fd_llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1, bad_words=[word]))
+    assert out.outputs[0].token_ids == [want]

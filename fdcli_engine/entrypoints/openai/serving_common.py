@@ -189,13 +189,7 @@ def build_params(
         params = SamplingParams(**values)
     except InvalidRequestError as e:
         raise bad_request(str(e), e.param) from None
-    # A bad word is banned both as written and with a leading space (how it appears mid-sentence).
-    params.bad_words_token_ids = [
-        list(ids)
-        for w in params.bad_words
-        for ids in {tuple(encode(tokenizer, v, False)) for v in (w, " " + w)}
-        if ids
-    ]
+    params.bad_words_token_ids = params.bad_words_ids(lambda text: encode(tokenizer, text, False))
     params.bad_words_token_ids += [[t] for t in req.bad_words_token_ids or ()]  # FastDeploy's
     return params
 
