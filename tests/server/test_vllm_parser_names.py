@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from parser_streams import cuts as _cuts
+from parser_streams import streamed as _streamed
+from parser_streams import whole as _whole
 
 from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser, get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
@@ -18,6 +21,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     Llama3JsonToolParser,
     Phi4MiniJsonToolParser,
     PythonicToolParser,
+    Qwen3CoderToolParser,
     get_tool_parser_cls,
 )
 from fdcli_engine.errors import ConfigError
@@ -44,6 +48,8 @@ TOOL_ALIASES = {
     "llama4_json": Llama3JsonToolParser,
     "pythonic": PythonicToolParser,
     "llama4_pythonic": PythonicToolParser,
+    "qwen3_coder": Qwen3CoderToolParser,  # tests in test_qwen3_coder_parser.py
+    "qwen3_xml": Qwen3CoderToolParser,
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,
@@ -90,31 +96,6 @@ def test_a_name_nobody_has_lists_the_choices():
         get_tool_parser_cls("nope")
     with pytest.raises(ConfigError, match=r"^--reasoning-parser 'nope': choose one of deepseek_r1, "):
         get_parser_cls("nope")
-
-
-def _whole(parser_cls, text, reasoning_cls=None):
-    out = OutputSplitter(reasoning_cls, parser_cls).split(text)
-    return out.reasoning, out.content, [(c.function.name, c.function.arguments) for c in out.tool_calls]
-
-
-def _streamed(parser_cls, pieces, reasoning_cls=None):
-    """The stream's deltas reassembled as a client does: calls by index, arguments concatenated."""
-    splitter = OutputSplitter(reasoning_cls, parser_cls)
-    reasoning, content, calls = "", "", {}
-    for i, piece in enumerate(pieces):
-        out = splitter.feed(piece, final=i == len(pieces) - 1)
-        reasoning, content = reasoning + out.reasoning, content + out.content
-        for d in out.call_deltas:
-            fn = d.function if isinstance(d.function, dict) else d.function.model_dump()
-            name, args = calls.get(d.index, (None, ""))
-            calls[d.index] = (fn.get("name") or name, args + (fn.get("arguments") or ""))
-    return reasoning, content, [calls[k] for k in sorted(calls)]
-
-
-def _cuts(text, step=1):
-    for i in range(0, len(text) + 1, step):
-        yield [text[:i], text[i:]]
-    yield list(text)
 
 
 # tests/tool_parsers/test_llama4_pythonic_tool_parser.py: (output, [(name, arguments as vLLM gives)])

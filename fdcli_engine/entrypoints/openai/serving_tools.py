@@ -103,7 +103,7 @@ def tool_call_parser(req, tool_parser_cls):
             '--tool-call-parser (e.g. hermes); or send tool_choice "none", "required" or a named function',
             "tools" if choice is None else "tool_choice",
         )
-    return tool_parser_cls()
+    return tool_parser_cls(req.tools) if getattr(tool_parser_cls, "reads_tools", False) else tool_parser_cls()
 
 
 def tool_choice_constraint(req):

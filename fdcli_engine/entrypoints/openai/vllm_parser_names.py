@@ -38,8 +38,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "olmo3": "pythonic",
     "openai": "hermes",
     "poolside_v1": "hermes",
-    "qwen3_coder": "hermes",
-    "qwen3_xml": "hermes",
     "seed_oss": "hermes",
     "solar_open2": "hermes",
     "step3": "hermes",

@@ -6,8 +6,10 @@ streamed content is held back from there), `tags` (every tag of its format: a st
 could grow into one is held back) and `new_id()` (a tool-call id in the format's own shape).
 `reads_answer = True`: it is given the answer after the reasoning block, and `call_start(text)` says
 where its calls begin (-1: none). A JSON-argument format streams its arguments as they grow: its
-`calls_region(text)` is the text its `new_scanner()` (json_scan.py) reads; without these methods the
-calls are sent whole when the output ends (serving_tools.py).
+`calls_region(text)` is the text its `new_scanner()` (json_scan.py; reparse_scan.py for other formats)
+reads; without these methods the calls are sent whole when the output ends (serving_tools.py).
+`reads_tools = True`: it is built with the request's tools (`cls(tools)`), whose schemas type the
+values it reads.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonT
 from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.phi4_mini_json import Phi4MiniJsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
 
 TOOL_PARSERS = {
     "ernie_x1": ErnieX1ToolParser,
@@ -30,6 +33,7 @@ TOOL_PARSERS = {
     "mistral": MistralToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
+    "qwen3_coder": Qwen3CoderToolParser,
     # vLLM's names for formats above: llama4_json is vLLM's Llama3JsonToolParser itself; llama4_pythonic
     # is the pythonic list, optionally in <|python_start|>…<|python_end|>; granite4 writes hermes'
     # <tool_call>{json}</tool_call> blocks; hunyuan_a13b writes jamba's <tool_calls>[…]</tool_calls>.
@@ -37,6 +41,8 @@ TOOL_PARSERS = {
     "llama4_pythonic": PythonicToolParser,
     "granite4": HermesToolParser,
     "hunyuan_a13b": JambaToolParser,
+    # vLLM's qwen3_xml reads the same Qwen3-Coder XML with an XML streaming parser.
+    "qwen3_xml": Qwen3CoderToolParser,
 }
 
 # The names users know: FastDeploy's "ernie-x1", vLLM's others.
@@ -53,6 +59,8 @@ PARSER_NAMES = (
     "mistral",
     "phi4_mini_json",
     "pythonic",
+    "qwen3_coder",
+    "qwen3_xml",
 )
 
 __all__ = [
@@ -66,6 +74,7 @@ __all__ = [
     "MistralToolParser",
     "Phi4MiniJsonToolParser",
     "PythonicToolParser",
+    "Qwen3CoderToolParser",
     "get_tool_parser_cls",
 ]
 
