@@ -131,6 +131,21 @@ def test_qwen3_coder_values_take_the_request_tools_types(tokenizer):
             assert choice.finish_reason == "tool_calls"
 
 
+def test_kimi_k2_calls_keep_the_models_ids(tokenizer):
+    # Kimi's template writes each call's id back into the next prompt: vLLM returns the model's own.
+    text = (
+        "Let me look.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>functions.now:1'
+        "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"
+    )
+    for size in (1, 4, 1000):
+        whole, streamed, _ = _whole_and_streamed(tokenizer, text, size, "kimi_k2")
+        for choice in (whole, streamed):
+            assert _calls(choice.message) == [("get_weather", '{"city": "Paris"}'), ("now", "{}")]
+            assert [c.id for c in choice.message.tool_calls] == ["functions.get_weather:0", "functions.now:1"]
+            assert (choice.message.content, choice.finish_reason) == ("Let me look.", "tool_calls")
+
+
 @pytest.mark.parametrize("parser,text", [("hermes", HERMES), ("mistral", MISTRAL), (None, REQUIRED)])
 def test_json_arguments_are_streamed_as_they_grow(tokenizer, parser, text):
     body = {} if parser else {"tool_choice": "required"}

@@ -18,6 +18,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     GraniteToolParser,
     HermesToolParser,
     JambaToolParser,
+    KimiK2ToolParser,
     Llama3JsonToolParser,
     Phi4MiniJsonToolParser,
     PythonicToolParser,
@@ -50,6 +51,7 @@ TOOL_ALIASES = {
     "llama4_pythonic": PythonicToolParser,
     "qwen3_coder": Qwen3CoderToolParser,  # tests in test_qwen3_coder_parser.py
     "qwen3_xml": Qwen3CoderToolParser,
+    "kimi_k2": KimiK2ToolParser,  # tests in test_kimi_k2_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,

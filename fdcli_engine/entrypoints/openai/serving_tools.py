@@ -289,7 +289,7 @@ class OutputSplitter:
             if (k and not self.parallel_tool_calls) or call.name is None:
                 break  # calls are announced in order, each once its name is complete
             if k == len(self._sent_calls):
-                call_id = self.tool_parser.new_id()
+                call_id = getattr(call, "id", None) or self.tool_parser.new_id()
                 deltas.append(_header(k, call_id, call.name))
                 self._sent_calls.append((call_id, ""))
             call_id, sent = self._sent_calls[k]

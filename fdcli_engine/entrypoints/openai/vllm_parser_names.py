@@ -26,7 +26,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "hy_v3": "hermes",
     "inkling": "hermes",
     "internlm": "hermes",
-    "kimi_k2": "hermes",
     "kimi_k3": "hermes",
     "lfm2": "pythonic",
     "longcat": "hermes",

@@ -18,6 +18,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolPar
 from fdcli_engine.entrypoints.openai.tool_parsers.granite import GraniteToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.jamba import JambaToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.kimi_k2 import KimiK2ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.phi4_mini_json import Phi4MiniJsonToolParser
@@ -29,6 +30,7 @@ TOOL_PARSERS = {
     "granite": GraniteToolParser,
     "hermes": HermesToolParser,
     "jamba": JambaToolParser,
+    "kimi_k2": KimiK2ToolParser,
     "llama3_json": Llama3JsonToolParser,
     "mistral": MistralToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
@@ -53,6 +55,7 @@ PARSER_NAMES = (
     "hermes",
     "hunyuan_a13b",
     "jamba",
+    "kimi_k2",
     "llama3_json",
     "llama4_json",
     "llama4_pythonic",
@@ -70,6 +73,7 @@ __all__ = [
     "GraniteToolParser",
     "HermesToolParser",
     "JambaToolParser",
+    "KimiK2ToolParser",
     "Llama3JsonToolParser",
     "MistralToolParser",
     "Phi4MiniJsonToolParser",

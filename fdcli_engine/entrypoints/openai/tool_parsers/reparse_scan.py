@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 @dataclass
 class ReadCall:
-    name: str
+    name: str | None  # None: not known yet (the calls after it wait too)
     arguments: str  # JSON object text so far; whole once the call is closed
+    id: str | None = None  # the model's own call id, where its format writes one
 
 
 class ReparseScanner:
