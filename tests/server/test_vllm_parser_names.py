@@ -15,6 +15,8 @@ from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkPar
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
 from fdcli_engine.entrypoints.openai.tool_parsers import (
     PARSER_NAMES,
+    DeepSeekV3ToolParser,
+    DeepSeekV31ToolParser,
     GraniteToolParser,
     HermesToolParser,
     JambaToolParser,
@@ -52,6 +54,8 @@ TOOL_ALIASES = {
     "qwen3_coder": Qwen3CoderToolParser,  # tests in test_qwen3_coder_parser.py
     "qwen3_xml": Qwen3CoderToolParser,
     "kimi_k2": KimiK2ToolParser,  # tests in test_kimi_k2_parser.py
+    "deepseek_v3": DeepSeekV3ToolParser,  # tests in test_deepseek_tool_parsers.py
+    "deepseek_v31": DeepSeekV31ToolParser,
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,
@@ -94,7 +98,9 @@ def test_every_vllm_reasoning_parser_name_works_or_is_a_one_line_refusal(name):
 
 
 def test_a_name_nobody_has_lists_the_choices():
-    with pytest.raises(ConfigError, match=r"^--tool-call-parser 'nope': choose one of ernie-x1, "):
+    with pytest.raises(
+        ConfigError, match=r"^--tool-call-parser 'nope': choose one of deepseek_v3, deepseek_v31, ernie-x1, "
+    ):
         get_tool_parser_cls("nope")
     with pytest.raises(ConfigError, match=r"^--reasoning-parser 'nope': choose one of deepseek_r1, "):
         get_parser_cls("nope")

@@ -12,8 +12,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "apertus": "mistral",
     "cohere_command3": "hermes",
     "cohere_command4": "hermes",
-    "deepseek_v3": "hermes",
-    "deepseek_v31": "hermes",
     "deepseek_v32": "hermes",
     "deepseek_v4": "hermes",
     "ernie45": "ernie-x1",

@@ -14,6 +14,10 @@ values it reads.
 
 from __future__ import annotations
 
+from fdcli_engine.entrypoints.openai.tool_parsers.deepseek_v3 import (
+    DeepSeekV3ToolParser,
+    DeepSeekV31ToolParser,
+)
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.granite import GraniteToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
@@ -26,6 +30,8 @@ from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolPa
 from fdcli_engine.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
 
 TOOL_PARSERS = {
+    "deepseek_v3": DeepSeekV3ToolParser,
+    "deepseek_v31": DeepSeekV31ToolParser,
     "ernie_x1": ErnieX1ToolParser,
     "granite": GraniteToolParser,
     "hermes": HermesToolParser,
@@ -49,6 +55,8 @@ TOOL_PARSERS = {
 
 # The names users know: FastDeploy's "ernie-x1", vLLM's others.
 PARSER_NAMES = (
+    "deepseek_v3",
+    "deepseek_v31",
     "ernie-x1",
     "granite",
     "granite4",
@@ -67,6 +75,8 @@ PARSER_NAMES = (
 )
 
 __all__ = [
+    "DeepSeekV3ToolParser",
+    "DeepSeekV31ToolParser",
     "PARSER_NAMES",
     "TOOL_PARSERS",
     "ErnieX1ToolParser",
