@@ -17,6 +17,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     PARSER_NAMES,
     DeepSeekV3ToolParser,
     DeepSeekV31ToolParser,
+    Glm4MoeToolParser,
     GraniteToolParser,
     HermesToolParser,
     JambaToolParser,
@@ -56,6 +57,8 @@ TOOL_ALIASES = {
     "kimi_k2": KimiK2ToolParser,  # tests in test_kimi_k2_parser.py
     "deepseek_v3": DeepSeekV3ToolParser,  # tests in test_deepseek_tool_parsers.py
     "deepseek_v31": DeepSeekV31ToolParser,
+    "glm45": Glm4MoeToolParser,  # tests in test_glm4_moe_parser.py
+    "glm47": Glm4MoeToolParser,
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,
@@ -99,7 +102,8 @@ def test_every_vllm_reasoning_parser_name_works_or_is_a_one_line_refusal(name):
 
 def test_a_name_nobody_has_lists_the_choices():
     with pytest.raises(
-        ConfigError, match=r"^--tool-call-parser 'nope': choose one of deepseek_v3, deepseek_v31, ernie-x1, "
+        ConfigError,
+        match=r"^--tool-call-parser 'nope': choose one of deepseek_v3, deepseek_v31, ernie-x1, glm45, ",
     ):
         get_tool_parser_cls("nope")
     with pytest.raises(ConfigError, match=r"^--reasoning-parser 'nope': choose one of deepseek_r1, "):

@@ -18,8 +18,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "functiongemma": "pythonic",
     "gemma4": "pythonic",
     "gigachat3": "hermes",
-    "glm45": "hermes",
-    "glm47": "hermes",
     "granite-20b-fc": "hermes",
     "hy_v3": "hermes",
     "inkling": "hermes",

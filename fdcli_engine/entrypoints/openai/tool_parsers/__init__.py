@@ -19,6 +19,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.deepseek_v3 import (
     DeepSeekV31ToolParser,
 )
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.glm4_moe import Glm4MoeToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.granite import GraniteToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.jamba import JambaToolParser
@@ -33,6 +34,7 @@ TOOL_PARSERS = {
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV31ToolParser,
     "ernie_x1": ErnieX1ToolParser,
+    "glm45": Glm4MoeToolParser,
     "granite": GraniteToolParser,
     "hermes": HermesToolParser,
     "jamba": JambaToolParser,
@@ -49,6 +51,8 @@ TOOL_PARSERS = {
     "llama4_pythonic": PythonicToolParser,
     "granite4": HermesToolParser,
     "hunyuan_a13b": JambaToolParser,
+    # vLLM's glm47 reads GLM-4.5's blocks with the name ending at <arg_key> too (fd's glm45 does so).
+    "glm47": Glm4MoeToolParser,
     # vLLM's qwen3_xml reads the same Qwen3-Coder XML with an XML streaming parser.
     "qwen3_xml": Qwen3CoderToolParser,
 }
@@ -58,6 +62,8 @@ PARSER_NAMES = (
     "deepseek_v3",
     "deepseek_v31",
     "ernie-x1",
+    "glm45",
+    "glm47",
     "granite",
     "granite4",
     "hermes",
@@ -80,6 +86,7 @@ __all__ = [
     "PARSER_NAMES",
     "TOOL_PARSERS",
     "ErnieX1ToolParser",
+    "Glm4MoeToolParser",
     "GraniteToolParser",
     "HermesToolParser",
     "JambaToolParser",
