@@ -11,7 +11,13 @@ from parser_streams import cuts as _cuts
 from parser_streams import streamed as _streamed
 from parser_streams import whole as _whole
 
-from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser, get_parser_cls
+from fdcli_engine.entrypoints.openai.reasoning import (
+    DeepSeekR1Parser,
+    MistralReasoningParser,
+    SeedOssReasoningParser,
+    ThinkParser,
+    get_parser_cls,
+)
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
 from fdcli_engine.entrypoints.openai.tool_parsers import (
     PARSER_NAMES,
@@ -66,9 +72,22 @@ REASONING_ALIASES = {
     "minimax_m2": DeepSeekR1Parser,
     "qwen3": ThinkParser,
     "mimo": ThinkParser,
+    "mistral": MistralReasoningParser,  # tests in test_think_tag_parsers.py
+    "seed_oss": SeedOssReasoningParser,
 }
 FD_TOOL = set(PARSER_NAMES)
-FD_REASONING = {"qwen3", "think", "deepseek_r1", "ernie-45-vl", "ernie-x1", "mimo", "step3", "minimax_m2"}
+FD_REASONING = {
+    "qwen3",
+    "think",
+    "deepseek_r1",
+    "ernie-45-vl",
+    "ernie-x1",
+    "mimo",
+    "step3",
+    "minimax_m2",
+    "mistral",
+    "seed_oss",
+}
 
 
 @pytest.mark.parametrize("name", VLLM_TOOL_PARSERS)

@@ -230,13 +230,14 @@ def reasoning_start_after(parser_cls, encode, prompt: str | None, template: str 
         return []
     from fdcli_engine.entrypoints.openai.reasoning import END, START  # noqa: PLC0415
 
+    start, end = getattr(parser_cls, "start", START), getattr(parser_cls, "end", END)  # the parser's tags
     text = prompt or ""
-    opened, closed = text.rfind(START), text.rfind(END)
+    opened, closed = text.rfind(start), text.rfind(end)
     if closed > opened:
         return []
-    if opened < 0 and not getattr(parser_cls, "starts_in_reasoning", False) and END not in (template or ""):
+    if opened < 0 and not getattr(parser_cls, "starts_in_reasoning", False) and end not in (template or ""):
         return []
-    return list(encode(END))
+    return list(encode(end))
 
 
 def _same_backend(requested: str, server: str) -> bool:

@@ -60,12 +60,10 @@ REASONING_PARSERS_NOT_IN_FD = {
     "kimi_k3": "qwen3",
     "minimax_m2_append_think": "deepseek_r1",
     "minimax_m3": "deepseek_r1",
-    "mistral": "qwen3",
     "nemotron_v3": "deepseek_r1",
     "olmo3": "qwen3",
     "openai_gptoss": "qwen3",
     "poolside_v1": "qwen3",
-    "seed_oss": "qwen3",
     "solar_open2": "qwen3",
     "step3p5": "deepseek_r1",
 }
