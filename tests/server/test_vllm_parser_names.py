@@ -32,6 +32,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     Phi4MiniJsonToolParser,
     PythonicToolParser,
     Qwen3CoderToolParser,
+    XLamToolParser,
     get_tool_parser_cls,
 )
 from fdcli_engine.errors import ConfigError
@@ -65,6 +66,7 @@ TOOL_ALIASES = {
     "deepseek_v31": DeepSeekV31ToolParser,
     "glm45": Glm4MoeToolParser,  # tests in test_glm4_moe_parser.py
     "glm47": Glm4MoeToolParser,
+    "xlam": XLamToolParser,  # tests in test_xlam_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,

@@ -37,7 +37,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "solar_open2": "hermes",
     "step3": "hermes",
     "step3p5": "hermes",
-    "xlam": "mistral",
 }
 
 # vLLM reasoning parser name -> the closest fd parser (qwen3: reasoning only inside <think>…</think>;

@@ -29,6 +29,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolPars
 from fdcli_engine.entrypoints.openai.tool_parsers.phi4_mini_json import Phi4MiniJsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.xlam import XLamToolParser
 
 TOOL_PARSERS = {
     "deepseek_v3": DeepSeekV3ToolParser,
@@ -44,6 +45,7 @@ TOOL_PARSERS = {
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_coder": Qwen3CoderToolParser,
+    "xlam": XLamToolParser,
     # vLLM's names for formats above: llama4_json is vLLM's Llama3JsonToolParser itself; llama4_pythonic
     # is the pythonic list, optionally in <|python_start|>…<|python_end|>; granite4 writes hermes'
     # <tool_call>{json}</tool_call> blocks; hunyuan_a13b writes jamba's <tool_calls>[…]</tool_calls>.
@@ -78,6 +80,7 @@ PARSER_NAMES = (
     "pythonic",
     "qwen3_coder",
     "qwen3_xml",
+    "xlam",
 )
 
 __all__ = [
@@ -96,6 +99,7 @@ __all__ = [
     "Phi4MiniJsonToolParser",
     "PythonicToolParser",
     "Qwen3CoderToolParser",
+    "XLamToolParser",
     "get_tool_parser_cls",
 ]
 
