@@ -26,6 +26,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     Glm4MoeToolParser,
     GraniteToolParser,
     HermesToolParser,
+    InternLM2ToolParser,
     JambaToolParser,
     KimiK2ToolParser,
     Llama3JsonToolParser,
@@ -67,6 +68,7 @@ TOOL_ALIASES = {
     "glm45": Glm4MoeToolParser,  # tests in test_glm4_moe_parser.py
     "glm47": Glm4MoeToolParser,
     "xlam": XLamToolParser,  # tests in test_xlam_parser.py
+    "internlm": InternLM2ToolParser,  # tests in test_internlm2_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,

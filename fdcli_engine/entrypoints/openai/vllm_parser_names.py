@@ -21,7 +21,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "granite-20b-fc": "hermes",
     "hy_v3": "hermes",
     "inkling": "hermes",
-    "internlm": "hermes",
     "kimi_k3": "hermes",
     "lfm2": "pythonic",
     "longcat": "hermes",

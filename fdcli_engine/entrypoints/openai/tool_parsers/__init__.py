@@ -22,6 +22,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolPar
 from fdcli_engine.entrypoints.openai.tool_parsers.glm4_moe import Glm4MoeToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.granite import GraniteToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.internlm2 import InternLM2ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.jamba import JambaToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.kimi_k2 import KimiK2ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
@@ -38,6 +39,7 @@ TOOL_PARSERS = {
     "glm45": Glm4MoeToolParser,
     "granite": GraniteToolParser,
     "hermes": HermesToolParser,
+    "internlm": InternLM2ToolParser,
     "jamba": JambaToolParser,
     "kimi_k2": KimiK2ToolParser,
     "llama3_json": Llama3JsonToolParser,
@@ -70,6 +72,7 @@ PARSER_NAMES = (
     "granite4",
     "hermes",
     "hunyuan_a13b",
+    "internlm",
     "jamba",
     "kimi_k2",
     "llama3_json",
@@ -92,6 +95,7 @@ __all__ = [
     "Glm4MoeToolParser",
     "GraniteToolParser",
     "HermesToolParser",
+    "InternLM2ToolParser",
     "JambaToolParser",
     "KimiK2ToolParser",
     "Llama3JsonToolParser",
