@@ -1,4 +1,4 @@
-"""vLLM's qwen3_coder / qwen3_xml tool parser (Qwen3-Coder's <function=…><parameter=…> XML), on the
+"""vLLM's qwen3_coder / qwen3_xml / seed_oss tool parsers (Qwen3-Coder's <function=…><parameter=…> XML), on the
 outputs and tool schemas of vLLM's tests (tests/tool_parsers/test_qwen3coder_tool_parser.py and
 test_qwen3_xml_coder_shared.py), whole and streamed: names, arguments converted to the schema's
 types, content, and the streamed fragments adding up to the non-streamed arguments exactly."""
@@ -11,8 +11,13 @@ import pytest
 from parser_streams import cuts, streamed, whole
 
 from fdcli_engine.entrypoints.openai.protocol import ChatTool
+from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
-from fdcli_engine.entrypoints.openai.tool_parsers import Qwen3CoderToolParser, get_tool_parser_cls
+from fdcli_engine.entrypoints.openai.tool_parsers import (
+    Qwen3CoderToolParser,
+    SeedOssToolParser,
+    get_tool_parser_cls,
+)
 
 
 def tools(**schemas):
@@ -235,3 +240,32 @@ def test_a_call_cut_off_by_max_tokens_is_read_as_far_as_it_goes():
     _check(
         Qwen3CoderToolParser(SAMPLE), text, None, [("get_current_weather", {"city": "Dallas", "state": "T"})]
     )
+
+
+def _seed(text):
+    return text.replace("<tool_call>", "<seed:tool_call>").replace("</tool_call>", "</seed:tool_call>")
+
+
+@pytest.mark.parametrize("text,content,calls", CASES)
+def test_seed_oss_writes_the_same_calls_in_its_own_tags(text, content, calls):
+    # vLLM's seed_oss tool parser is qwen3_coder's with <seed:tool_call> wrappers.
+    text, content = _seed(text), content and _seed(content)
+    _check(get_tool_parser_cls("seed_oss")(SAMPLE), text, content, calls)
+
+
+def test_seed_oss_reasoning_then_calls():
+    # vLLM's test_seed_oss_tool_parser.py: thinking, then a call; typed by the schema.
+    text = (
+        "The user wants the weather.</seed:think>Let me check.<seed:tool_call>\n<function=get_current_weather>\n"
+        "<parameter=city>\nBarcelona\n</parameter>\n<parameter=state>\nCT\n</parameter>\n</function>\n</seed:tool_call>"
+    )
+    reasoning, parser = get_parser_cls("seed_oss"), SeedOssToolParser(SAMPLE)
+    want = (
+        "The user wants the weather.",
+        "Let me check.",
+        [("get_current_weather", '{"city": "Barcelona", "state": "CT"}')],
+    )
+    assert whole(parser, text, reasoning) == want
+    for pieces in cuts(text, 4):
+        r, c, sent = streamed(parser, pieces, reasoning)
+        assert (r, c or None, sent) == want, pieces

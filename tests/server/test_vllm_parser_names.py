@@ -33,6 +33,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     Phi4MiniJsonToolParser,
     PythonicToolParser,
     Qwen3CoderToolParser,
+    SeedOssToolParser,
     XLamToolParser,
     get_tool_parser_cls,
 )
@@ -69,6 +70,7 @@ TOOL_ALIASES = {
     "glm47": Glm4MoeToolParser,
     "xlam": XLamToolParser,  # tests in test_xlam_parser.py
     "internlm": InternLM2ToolParser,  # tests in test_internlm2_parser.py
+    "seed_oss": SeedOssToolParser,  # tests in test_qwen3_coder_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,

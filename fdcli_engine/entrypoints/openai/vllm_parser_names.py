@@ -32,7 +32,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "olmo3": "pythonic",
     "openai": "hermes",
     "poolside_v1": "hermes",
-    "seed_oss": "hermes",
     "solar_open2": "hermes",
     "step3": "hermes",
     "step3p5": "hermes",

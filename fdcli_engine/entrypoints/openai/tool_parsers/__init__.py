@@ -29,7 +29,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonT
 from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.phi4_mini_json import Phi4MiniJsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
-from fdcli_engine.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.qwen3_coder import Qwen3CoderToolParser, SeedOssToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.xlam import XLamToolParser
 
 TOOL_PARSERS = {
@@ -47,6 +47,7 @@ TOOL_PARSERS = {
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
     "qwen3_coder": Qwen3CoderToolParser,
+    "seed_oss": SeedOssToolParser,
     "xlam": XLamToolParser,
     # vLLM's names for formats above: llama4_json is vLLM's Llama3JsonToolParser itself; llama4_pythonic
     # is the pythonic list, optionally in <|python_start|>…<|python_end|>; granite4 writes hermes'
@@ -83,6 +84,7 @@ PARSER_NAMES = (
     "pythonic",
     "qwen3_coder",
     "qwen3_xml",
+    "seed_oss",
     "xlam",
 )
 
@@ -103,6 +105,7 @@ __all__ = [
     "Phi4MiniJsonToolParser",
     "PythonicToolParser",
     "Qwen3CoderToolParser",
+    "SeedOssToolParser",
     "XLamToolParser",
     "get_tool_parser_cls",
 ]

@@ -1,4 +1,5 @@
-"""Qwen3-Coder's XML tool-call format (vLLM's "qwen3_coder" and "qwen3_xml" parsers):
+"""Qwen3-Coder's XML tool-call format (vLLM's "qwen3_coder" and "qwen3_xml" parsers; "seed_oss" wraps
+the same calls in <seed:tool_call>…</seed:tool_call>):
 
     <tool_call>
     <function=get_weather>
@@ -40,22 +41,22 @@ TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_END = "<function=", "</function>"
 PARAM, PARAM_END = "<parameter=", "</parameter>"
 NESTED_PARAM = "\n" + PARAM  # a parameter tag at a line start: structural, or literal XML in a value
-_AFTER_VALUE = (PARAM, FUNCTION_END, TOOL_CALL_END)  # what may follow a value's closing tag
 _NOT_IN_NAME = frozenset("{}<>\"' \t\n\r")
 
 
 class Qwen3CoderToolParser:
-    start_tag = TOOL_CALL
-    tags = (TOOL_CALL, TOOL_CALL_END, FUNCTION, FUNCTION_END, PARAM, PARAM_END)
+    start_tag, end_tag = TOOL_CALL, TOOL_CALL_END  # the wrapper of each call
     reads_answer = True
     reads_tools = True  # built with the request's tools: values take their schemas' types
     new_id = staticmethod(new_call_id)
 
     def __init__(self, tools=None) -> None:
         self.tools = tools
+        self.tags = (self.start_tag, self.end_tag, FUNCTION, FUNCTION_END, PARAM, PARAM_END)
+        self._after_value = (PARAM, FUNCTION_END, self.end_tag)  # what may follow a value's end tag
 
     def call_start(self, text: str) -> int:
-        return min((i for i in (text.find(TOOL_CALL), text.find(FUNCTION)) if i != -1), default=-1)
+        return min((i for i in (text.find(self.start_tag), text.find(FUNCTION)) if i != -1), default=-1)
 
     def calls_region(self, text: str) -> str | None:
         at = self.call_start(text)
@@ -82,7 +83,8 @@ class Qwen3CoderToolParser:
             if name_end == -1:
                 break
             name = region[name_at:name_end]
-            pairs, pos, closed = _body(region, name_end + 1, tool_properties(self.tools, name), final)
+            props = tool_properties(self.tools, name)
+            pairs, pos, closed = _body(region, name_end + 1, props, self._after_value, final)
             if name and not _NOT_IN_NAME.intersection(name):
                 calls.append(ReadCall(name, "{" + ", ".join(pairs) + ("}" if closed or final else "")))
             if not closed:
@@ -90,7 +92,7 @@ class Qwen3CoderToolParser:
         return calls
 
 
-def _body(region: str, i: int, props: dict, final: bool) -> tuple[list[str], int, bool]:
+def _body(region: str, i: int, props: dict, after_value, final: bool) -> tuple[list[str], int, bool]:
     """A function body's `"name": value` pairs from `i`, where it ends, and whether it is closed
     (not final: False while more text could still add to it)."""
     pairs: list[str] = []
@@ -101,7 +103,7 @@ def _body(region: str, i: int, props: dict, final: bool) -> tuple[list[str], int
         if not region.startswith(PARAM, i):
             return pairs, i, final or not _may_become(region, i, (PARAM, FUNCTION_END))
         name_end = region.find(">", i + len(PARAM))
-        found = _value_end(region, name_end + 1, final) if name_end != -1 else None
+        found = _value_end(region, name_end + 1, after_value, final) if name_end != -1 else None
         if found is None:
             return pairs, i, final
         name = region[i + len(PARAM) : name_end]
@@ -110,7 +112,7 @@ def _body(region: str, i: int, props: dict, final: bool) -> tuple[list[str], int
         pairs.append(json_pair(name, convert_param(value, name, props)))
 
 
-def _value_end(region: str, start: int, final: bool) -> tuple[int, int] | None:
+def _value_end(region: str, start: int, after_value, final: bool) -> tuple[int, int] | None:
     """(where the value from `start` ends, where the body goes on) or None (not final: not known yet)."""
     depth, j = 0, start
     while (close := region.find(PARAM_END, j)) != -1:
@@ -124,9 +126,9 @@ def _value_end(region: str, start: int, final: bool) -> tuple[int, int] | None:
             depth -= 1
             continue
         next_at = _skip_space(region, after)
-        if region.startswith(_AFTER_VALUE, next_at) or (final and next_at == len(region)):
+        if region.startswith(after_value, next_at) or (final and next_at == len(region)):
             return close, after
-        if not final and _may_become(region, next_at, _AFTER_VALUE):
+        if not final and _may_become(region, next_at, after_value):
             return None  # what follows is not known yet
     if not final:
         return None
@@ -148,3 +150,7 @@ def _may_become(text: str, i: int, tags: tuple[str, ...]) -> bool:
     of `tags`."""
     rest = text[i : i + max(map(len, tags))]
     return len(rest) < max(map(len, tags)) and any(tag.startswith(rest) for tag in tags)
+
+
+class SeedOssToolParser(Qwen3CoderToolParser):
+    start_tag, end_tag = "<seed:tool_call>", "</seed:tool_call>"
