@@ -30,6 +30,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     JambaToolParser,
     KimiK2ToolParser,
     Llama3JsonToolParser,
+    MinimaxM2ToolParser,
     Phi4MiniJsonToolParser,
     PythonicToolParser,
     Qwen3CoderToolParser,
@@ -71,6 +72,7 @@ TOOL_ALIASES = {
     "xlam": XLamToolParser,  # tests in test_xlam_parser.py
     "internlm": InternLM2ToolParser,  # tests in test_internlm2_parser.py
     "seed_oss": SeedOssToolParser,  # tests in test_qwen3_coder_parser.py
+    "minimax_m2": MinimaxM2ToolParser,  # tests in test_minimax_m2_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,

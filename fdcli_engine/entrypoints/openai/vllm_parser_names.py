@@ -27,7 +27,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "mimo": "hermes",
     "minicpm5": "hermes",
     "minimax": "hermes",
-    "minimax_m2": "hermes",
     "minimax_m3": "hermes",
     "olmo3": "pythonic",
     "openai": "hermes",

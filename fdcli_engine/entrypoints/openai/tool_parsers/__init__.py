@@ -26,6 +26,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.internlm2 import InternLM2Tool
 from fdcli_engine.entrypoints.openai.tool_parsers.jamba import JambaToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.kimi_k2 import KimiK2ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.llama3_json import Llama3JsonToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.minimax_m2 import MinimaxM2ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.mistral import MistralToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.phi4_mini_json import Phi4MiniJsonToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.pythonic import PythonicToolParser
@@ -43,6 +44,7 @@ TOOL_PARSERS = {
     "jamba": JambaToolParser,
     "kimi_k2": KimiK2ToolParser,
     "llama3_json": Llama3JsonToolParser,
+    "minimax_m2": MinimaxM2ToolParser,
     "mistral": MistralToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
     "pythonic": PythonicToolParser,
@@ -79,6 +81,7 @@ PARSER_NAMES = (
     "llama3_json",
     "llama4_json",
     "llama4_pythonic",
+    "minimax_m2",
     "mistral",
     "phi4_mini_json",
     "pythonic",
@@ -101,6 +104,7 @@ __all__ = [
     "JambaToolParser",
     "KimiK2ToolParser",
     "Llama3JsonToolParser",
+    "MinimaxM2ToolParser",
     "MistralToolParser",
     "Phi4MiniJsonToolParser",
     "PythonicToolParser",
