@@ -30,6 +30,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers import (
     JambaToolParser,
     KimiK2ToolParser,
     Llama3JsonToolParser,
+    LongcatToolParser,
     MinimaxM2ToolParser,
     Phi4MiniJsonToolParser,
     PythonicToolParser,
@@ -73,6 +74,7 @@ TOOL_ALIASES = {
     "internlm": InternLM2ToolParser,  # tests in test_internlm2_parser.py
     "seed_oss": SeedOssToolParser,  # tests in test_qwen3_coder_parser.py
     "minimax_m2": MinimaxM2ToolParser,  # tests in test_minimax_m2_parser.py
+    "longcat": LongcatToolParser,  # tests in test_longcat_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,

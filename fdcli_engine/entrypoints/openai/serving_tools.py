@@ -331,4 +331,5 @@ def tools_in_system_prompt(messages: list[dict], tools: list[dict], tool_parser)
     format described when that is the format the output is parsed in."""
     from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser  # noqa: PLC0415
 
-    return render_tools_in_system_prompt(messages, tools, isinstance(tool_parser, HermesToolParser))
+    # The <tool_call> format itself: not a subclass writing other tags (longcat).
+    return render_tools_in_system_prompt(messages, tools, type(tool_parser) is HermesToolParser)

@@ -23,7 +23,6 @@ TOOL_PARSERS_NOT_IN_FD = {
     "inkling": "hermes",
     "kimi_k3": "hermes",
     "lfm2": "pythonic",
-    "longcat": "hermes",
     "mimo": "hermes",
     "minicpm5": "hermes",
     "minimax": "hermes",

@@ -21,7 +21,7 @@ from fdcli_engine.entrypoints.openai.tool_parsers.deepseek_v3 import (
 from fdcli_engine.entrypoints.openai.tool_parsers.ernie_x1 import ErnieX1ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.glm4_moe import Glm4MoeToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.granite import GraniteToolParser
-from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser
+from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser, LongcatToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.internlm2 import InternLM2ToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.jamba import JambaToolParser
 from fdcli_engine.entrypoints.openai.tool_parsers.kimi_k2 import KimiK2ToolParser
@@ -44,6 +44,7 @@ TOOL_PARSERS = {
     "jamba": JambaToolParser,
     "kimi_k2": KimiK2ToolParser,
     "llama3_json": Llama3JsonToolParser,
+    "longcat": LongcatToolParser,
     "minimax_m2": MinimaxM2ToolParser,
     "mistral": MistralToolParser,
     "phi4_mini_json": Phi4MiniJsonToolParser,
@@ -81,6 +82,7 @@ PARSER_NAMES = (
     "llama3_json",
     "llama4_json",
     "llama4_pythonic",
+    "longcat",
     "minimax_m2",
     "mistral",
     "phi4_mini_json",
@@ -104,6 +106,7 @@ __all__ = [
     "JambaToolParser",
     "KimiK2ToolParser",
     "Llama3JsonToolParser",
+    "LongcatToolParser",
     "MinimaxM2ToolParser",
     "MistralToolParser",
     "Phi4MiniJsonToolParser",
