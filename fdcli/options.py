@@ -747,7 +747,7 @@ ReasoningParserOpt = Annotated[
     Optional[str],
     typer.Option(
         "--reasoning-parser",
-        help="Split out reasoning_content: qwen3, deepseek_r1 or ernie-x1.",
+        help="Split out reasoning_content: qwen3, deepseek_r1, ernie-x1, mistral, seed_oss (docs/tool-calling.md lists every vLLM name).",
         rich_help_panel=SERVING_PANEL,
     ),
 ]
@@ -755,7 +755,7 @@ ToolCallParserOpt = Annotated[
     Optional[str],
     typer.Option(
         "--tool-call-parser",
-        help="Parse tool calls from the output (tool_choice auto): hermes, llama3_json, mistral, pythonic or ernie-x1.",
+        help="Parse tool calls from the output (tool_choice auto): hermes, llama3_json, mistral, pythonic, qwen3_coder, deepseek_v3, kimi_k2, glm45, ernie-x1, … (docs/tool-calling.md lists all).",
         rich_help_panel=SERVING_PANEL,
     ),
 ]

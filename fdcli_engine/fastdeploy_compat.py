@@ -293,7 +293,7 @@ def _check_missing_features(config: Any) -> None:
     need(
         config.tool_parser_plugin is None,
         "--tool-parser-plugin is not supported: fd's tool parsers are built in; use --tool-call-parser "
-        "hermes, llama3_json, mistral, pythonic or ernie-x1",
+        "(e.g. hermes, qwen3_coder, ernie-x1; docs/tool-calling.md lists them)",
     )
     need(
         config.plas_attention_config is None,

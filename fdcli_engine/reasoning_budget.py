@@ -34,7 +34,11 @@ class ReasoningMarkers:
 
 
 def markers_for_prompt(
-    encode, prompt: str | None, template: str | None, starts_inside: bool = False
+    encode,
+    prompt: str | None,
+    template: str | None,
+    starts_inside: bool = False,
+    tags: tuple[str, str] = (THINK_START, THINK_END),
 ) -> ReasoningMarkers | None:
     """Where a request's reasoning block will lie in its output; None when no reasoning is coming:
     - the prompt already closes the block (enable_thinking: false in Qwen3's and ERNIE's templates
@@ -43,15 +47,18 @@ def markers_for_prompt(
       mentions the end tag (a model without thinking).
     The output starts inside the block (no start marker) when the prompt opened it, as DeepSeek-R1's
     and ERNIE's templates do, or `starts_inside` (a parser whose model starts there); else it opens
-    with <think> (Qwen3). `encode(text)` gives token ids without specials."""
+    with <think> (Qwen3). `tags`: the block's start and end tags (the reasoning parser's: Mistral's
+    [THINK] and [/THINK], Seed-OSS's <seed:think> and </seed:think>). `encode(text)` gives token ids
+    without specials."""
+    start, end = tags
     text = prompt or ""
-    opened, closed = text.rfind(THINK_START), text.rfind(THINK_END)
+    opened, closed = text.rfind(start), text.rfind(end)
     if closed > opened:
         return None
     inside = opened >= 0 or starts_inside
-    if not inside and THINK_END not in (template or ""):
+    if not inside and end not in (template or ""):
         return None
-    return ReasoningMarkers(end=list(encode(THINK_END)), start=[] if inside else list(encode(THINK_START)))
+    return ReasoningMarkers(end=list(encode(end)), start=[] if inside else list(encode(start)))
 
 
 def _find(seq: list[int], sub: list[int], begin: int = 0) -> int:

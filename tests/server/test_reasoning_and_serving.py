@@ -55,7 +55,8 @@ def test_streamed_split_equals_whole_at_every_cut(cls, text, reasoning, content)
 
 def test_unknown_parser_is_a_config_error():
     with pytest.raises(
-        ConfigError, match="deepseek_r1, ernie-45-vl, ernie-x1, mimo, minimax_m2, qwen3, step3, think"
+        ConfigError,
+        match="deepseek_r1, ernie-45-vl, ernie-x1, mimo, minimax_m2, mistral, qwen3, seed_oss, step3, think",
     ):  # every parser is named
         get_parser_cls("nope")
     assert get_parser_cls("Qwen3") is ThinkParser and get_parser_cls("deepseek-r1") is DeepSeekR1Parser

@@ -540,6 +540,37 @@ def test_function_call_arguments_stream_before_the_output_ends(tokenizer):
     assert produced is not None and produced < len(pieces) - 5
 
 
+def test_function_tools_type_qwen3_coder_values(tokenizer):
+    # The Responses API's function tools reach the parser too: qwen3_coder types each value by the
+    # tool's schema, whole and streamed.
+    days = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+    tools = [{"type": "function", "name": "forecast", "parameters": days}]
+    pieces = [
+        "<tool_call>\n<function=forecast>\n",
+        "<parameter=city>\n7\n</parameter>\n",
+        "<parameter=days>\n3\n",
+        "</parameter>\n</function>\n</tool_call>",
+    ]
+    for stream in (False, True):
+        client, _, _ = scripted_client(
+            tokenizer,
+            pieces,
+            model_config=ModelConfig("tiny", max_model_len=4096, vocab_size=300),
+            tool_call_parser="qwen3_coder",
+        )
+        if stream:
+            with client.responses.stream(model="tiny", input="Forecast?", tools=tools) as events:
+                r = events.get_final_response()
+        else:
+            r = client.responses.create(model="tiny", input="Forecast?", tools=tools)
+        call = r.output[-1]
+        assert (call.type, call.name, call.arguments) == (
+            "function_call",
+            "forecast",
+            '{"city": "7", "days": 3}',
+        )
+
+
 def test_function_call_output_round_trip(tokenizer):
     """The SDK's loop: input += r.output, then a function_call_output item with the call's call_id;
     the chat template sees the assistant's tool call and the tool's answer."""

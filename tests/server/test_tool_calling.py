@@ -36,6 +36,11 @@ MISTRAL = (
     '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "now", "arguments": {}}]'
 )
 PYTHONIC = '[get_weather(city="Paris"), now()]'
+QWEN3_CODER = (
+    "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+    "<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n"
+    "</function>\n</tool_call>"
+)
 REQUIRED = '[{"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}, {"name": "now", "parameters": {}}]'
 
 
@@ -81,6 +86,7 @@ CASES = [
     ("llama3_json", LLAMA, {}, None),
     ("mistral", MISTRAL, {}, None),
     ("pythonic", PYTHONIC, {}, None),
+    ("qwen3_coder", QWEN3_CODER, {}, "Let me look."),
     (None, REQUIRED, {"tool_choice": "required"}, None),
     ("hermes", REQUIRED, {"tool_choice": "required"}, None),  # read directly, not by the model's parser
 ]
@@ -108,6 +114,36 @@ def test_stream_helper_assembles_the_whole_responses_calls(tokenizer, parser, te
             assert set(p) == {"index", "function"} and set(p["function"]) == {"arguments"}, p
     assert [c["choices"][0].get("finish_reason") for c in chunks if c["choices"]][-1] == "tool_calls"
     assert chunks[-1]["choices"][0]["delta"] == {}  # the finish comes after the calls, on its own
+
+
+def test_qwen3_coder_values_take_the_request_tools_types(tokenizer):
+    # vLLM converts each <parameter=…> value to the type the request's tool schema declares.
+    days = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+    tools = [{"type": "function", "function": {"name": "forecast", "parameters": days}}]
+    text = "<tool_call>\n<function=forecast>\n<parameter=city>\n7\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+    for size in (1, 5, 1000):
+        client, _, _ = scripted_client(tokenizer, _pieces(text, size), tool_call_parser="qwen3_coder")
+        whole = client.chat.completions.create(model="fake", messages=USER, tools=tools)
+        with client.chat.completions.stream(model="fake", messages=USER, tools=tools) as stream:
+            streamed = stream.get_final_completion()
+        for choice in (whole.choices[0], streamed.choices[0]):
+            assert _calls(choice.message) == [("forecast", '{"city": "7", "days": 3}')]
+            assert choice.finish_reason == "tool_calls"
+
+
+def test_kimi_k2_calls_keep_the_models_ids(tokenizer):
+    # Kimi's template writes each call's id back into the next prompt: vLLM returns the model's own.
+    text = (
+        "Let me look.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        '<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>functions.now:1'
+        "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>"
+    )
+    for size in (1, 4, 1000):
+        whole, streamed, _ = _whole_and_streamed(tokenizer, text, size, "kimi_k2")
+        for choice in (whole, streamed):
+            assert _calls(choice.message) == [("get_weather", '{"city": "Paris"}'), ("now", "{}")]
+            assert [c.id for c in choice.message.tool_calls] == ["functions.get_weather:0", "functions.now:1"]
+            assert (choice.message.content, choice.finish_reason) == ("Let me look.", "tool_calls")
 
 
 @pytest.mark.parametrize("parser,text", [("hermes", HERMES), ("mistral", MISTRAL), (None, REQUIRED)])

@@ -7,17 +7,36 @@ from __future__ import annotations
 import json
 
 import pytest
+from parser_streams import cuts as _cuts
+from parser_streams import streamed as _streamed
+from parser_streams import whole as _whole
 
-from fdcli_engine.entrypoints.openai.reasoning import DeepSeekR1Parser, ThinkParser, get_parser_cls
+from fdcli_engine.entrypoints.openai.reasoning import (
+    DeepSeekR1Parser,
+    MistralReasoningParser,
+    SeedOssReasoningParser,
+    ThinkParser,
+    get_parser_cls,
+)
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
 from fdcli_engine.entrypoints.openai.tool_parsers import (
     PARSER_NAMES,
+    DeepSeekV3ToolParser,
+    DeepSeekV31ToolParser,
+    Glm4MoeToolParser,
     GraniteToolParser,
     HermesToolParser,
+    InternLM2ToolParser,
     JambaToolParser,
+    KimiK2ToolParser,
     Llama3JsonToolParser,
+    LongcatToolParser,
+    MinimaxM2ToolParser,
     Phi4MiniJsonToolParser,
     PythonicToolParser,
+    Qwen3CoderToolParser,
+    SeedOssToolParser,
+    XLamToolParser,
     get_tool_parser_cls,
 )
 from fdcli_engine.errors import ConfigError
@@ -44,6 +63,18 @@ TOOL_ALIASES = {
     "llama4_json": Llama3JsonToolParser,
     "pythonic": PythonicToolParser,
     "llama4_pythonic": PythonicToolParser,
+    "qwen3_coder": Qwen3CoderToolParser,  # tests in test_qwen3_coder_parser.py
+    "qwen3_xml": Qwen3CoderToolParser,
+    "kimi_k2": KimiK2ToolParser,  # tests in test_kimi_k2_parser.py
+    "deepseek_v3": DeepSeekV3ToolParser,  # tests in test_deepseek_tool_parsers.py
+    "deepseek_v31": DeepSeekV31ToolParser,
+    "glm45": Glm4MoeToolParser,  # tests in test_glm4_moe_parser.py
+    "glm47": Glm4MoeToolParser,
+    "xlam": XLamToolParser,  # tests in test_xlam_parser.py
+    "internlm": InternLM2ToolParser,  # tests in test_internlm2_parser.py
+    "seed_oss": SeedOssToolParser,  # tests in test_qwen3_coder_parser.py
+    "minimax_m2": MinimaxM2ToolParser,  # tests in test_minimax_m2_parser.py
+    "longcat": LongcatToolParser,  # tests in test_longcat_parser.py
 }
 REASONING_ALIASES = {
     "deepseek_r1": DeepSeekR1Parser,
@@ -51,9 +82,22 @@ REASONING_ALIASES = {
     "minimax_m2": DeepSeekR1Parser,
     "qwen3": ThinkParser,
     "mimo": ThinkParser,
+    "mistral": MistralReasoningParser,  # tests in test_think_tag_parsers.py
+    "seed_oss": SeedOssReasoningParser,
 }
 FD_TOOL = set(PARSER_NAMES)
-FD_REASONING = {"qwen3", "think", "deepseek_r1", "ernie-45-vl", "ernie-x1", "mimo", "step3", "minimax_m2"}
+FD_REASONING = {
+    "qwen3",
+    "think",
+    "deepseek_r1",
+    "ernie-45-vl",
+    "ernie-x1",
+    "mimo",
+    "step3",
+    "minimax_m2",
+    "mistral",
+    "seed_oss",
+}
 
 
 @pytest.mark.parametrize("name", VLLM_TOOL_PARSERS)
@@ -86,35 +130,13 @@ def test_every_vllm_reasoning_parser_name_works_or_is_a_one_line_refusal(name):
 
 
 def test_a_name_nobody_has_lists_the_choices():
-    with pytest.raises(ConfigError, match=r"^--tool-call-parser 'nope': choose one of ernie-x1, "):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--tool-call-parser 'nope': choose one of deepseek_v3, deepseek_v31, ernie-x1, glm45, ",
+    ):
         get_tool_parser_cls("nope")
     with pytest.raises(ConfigError, match=r"^--reasoning-parser 'nope': choose one of deepseek_r1, "):
         get_parser_cls("nope")
-
-
-def _whole(parser_cls, text, reasoning_cls=None):
-    out = OutputSplitter(reasoning_cls, parser_cls).split(text)
-    return out.reasoning, out.content, [(c.function.name, c.function.arguments) for c in out.tool_calls]
-
-
-def _streamed(parser_cls, pieces, reasoning_cls=None):
-    """The stream's deltas reassembled as a client does: calls by index, arguments concatenated."""
-    splitter = OutputSplitter(reasoning_cls, parser_cls)
-    reasoning, content, calls = "", "", {}
-    for i, piece in enumerate(pieces):
-        out = splitter.feed(piece, final=i == len(pieces) - 1)
-        reasoning, content = reasoning + out.reasoning, content + out.content
-        for d in out.call_deltas:
-            fn = d.function if isinstance(d.function, dict) else d.function.model_dump()
-            name, args = calls.get(d.index, (None, ""))
-            calls[d.index] = (fn.get("name") or name, args + (fn.get("arguments") or ""))
-    return reasoning, content, [calls[k] for k in sorted(calls)]
-
-
-def _cuts(text, step=1):
-    for i in range(0, len(text) + 1, step):
-        yield [text[:i], text[i:]]
-    yield list(text)
 
 
 # tests/tool_parsers/test_llama4_pythonic_tool_parser.py: (output, [(name, arguments as vLLM gives)])

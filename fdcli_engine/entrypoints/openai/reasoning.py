@@ -2,7 +2,9 @@
 
 `ThinkParser` handles `<think>…</think>` (Qwen3, DeepSeek-R1). Qwen3 opens the block itself, so text
 with no `<think>` is plain content; DeepSeek-R1's template opens it in the prompt, so text before
-`</think>` is reasoning even without an opening tag. The streaming parser keeps a tail that might be the
+`</think>` is reasoning even without an opening tag. Other models' tags (`start`, `end`) follow one of
+the two rules: Mistral's `[THINK]…[/THINK]` Qwen3's, Seed-OSS's `<seed:think>…</seed:think>`
+DeepSeek-R1's (vLLM's mistral and seed_oss parsers). The streaming parser keeps a tail that might be the
 start of a tag, so a tag split across deltas is never leaked into either field.
 """
 
@@ -22,7 +24,9 @@ def reasoning_markers(
     (reasoning_budget.markers_for_prompt); None without a parser or when no reasoning is coming."""
     if parser_cls is None:
         return None
-    return markers_for_prompt(encode, prompt, template, getattr(parser_cls, "starts_in_reasoning", False))
+    tags = parser_cls.tags() if hasattr(parser_cls, "tags") else (START, END)  # ERNIE's use <think>
+    starts_inside = getattr(parser_cls, "starts_in_reasoning", False)
+    return markers_for_prompt(encode, prompt, template, starts_inside, tags)
 
 
 def check_budget_has_parser(req, parser_cls) -> None:
@@ -41,7 +45,13 @@ def check_budget_has_parser(req, parser_cls) -> None:
 
 
 class ThinkParser:
+    start, end = START, END
     starts_in_reasoning = False  # True: text before </think> is reasoning even without <think>
+    keeps_special_tokens = False  # True: the tags are special tokens, which decoding must keep
+
+    @classmethod
+    def tags(cls) -> tuple[str, str]:
+        return cls.start, cls.end
 
     def __init__(self) -> None:
         self._buf = ""
@@ -51,13 +61,13 @@ class ThinkParser:
         """Whole text → reasoning (None without a reasoning block) and content."""
         body = text
         stripped = body.lstrip()
-        opened = stripped.startswith(START)
+        opened = stripped.startswith(self.start)
         if opened:
-            body = stripped[len(START) :]
+            body = stripped[len(self.start) :]
         elif not self.starts_in_reasoning:
             return ParsedOutput(None, text)
-        if END in body:
-            reasoning, _, content = body.partition(END)
+        if self.end in body:
+            reasoning, _, content = body.partition(self.end)
             return ParsedOutput(reasoning, content.lstrip("\n"))
         return ParsedOutput(body, "")
 
@@ -68,22 +78,22 @@ class ThinkParser:
         while True:
             if self._state == "start":
                 s = self._buf.lstrip()
-                if s.startswith(START):
-                    self._buf = s[len(START) :]
+                if s.startswith(self.start):
+                    self._buf = s[len(self.start) :]
                     self._state = "reasoning"
                     continue
-                if (START.startswith(s) or not s) and not final:
+                if (self.start.startswith(s) or not s) and not final:
                     return ParsedOutput(reasoning, content)  # could still become <think>
                 self._state = "reasoning" if self.starts_in_reasoning else "content"
                 continue
             if self._state == "reasoning":
-                if END in self._buf:
-                    before, _, after = self._buf.partition(END)
+                if self.end in self._buf:
+                    before, _, after = self._buf.partition(self.end)
                     reasoning += before
                     self._buf = after
                     self._state = "after_end"
                     continue
-                keep = 0 if final else partial_tag_len(self._buf, (END,))
+                keep = 0 if final else partial_tag_len(self._buf, (self.end,))
                 reasoning += self._buf[: len(self._buf) - keep]
                 self._buf = self._buf[len(self._buf) - keep :]
                 return ParsedOutput(reasoning, content)
@@ -104,6 +114,17 @@ class DeepSeekR1Parser(ThinkParser):
     starts_in_reasoning = True
 
 
+class MistralReasoningParser(ThinkParser):
+    """Magistral / Mistral's thinking models: `[THINK]…[/THINK]`, special tokens in their tokenizer."""
+
+    start, end = "[THINK]", "[/THINK]"
+    keeps_special_tokens = True
+
+
+class SeedOssReasoningParser(DeepSeekR1Parser):
+    start, end = "<seed:think>", "</seed:think>"
+
+
 # FastDeploy's ernie-45-vl (ERNIE-4.5-VL): text before </think> is reasoning, as DeepSeek-R1's.
 PARSERS = {
     "qwen3": ThinkParser,
@@ -115,6 +136,8 @@ PARSERS = {
     "mimo": ThinkParser,
     "step3": DeepSeekR1Parser,
     "minimax_m2": DeepSeekR1Parser,
+    "mistral": MistralReasoningParser,
+    "seed_oss": SeedOssReasoningParser,
 }
 _SHOWN = [k.replace("_", "-") if k.startswith("ernie") else k for k in PARSERS]  # as FastDeploy spells it
 

@@ -329,6 +329,10 @@ class OpenAIServingChat:
             # mark a tool call's tags special (Mistral's [TOOL_CALLS], Jamba's <tool_calls>, Hermes
             # models' <tool_call>) and the parser must see them.
             params.skip_special_tokens = False
+        if getattr(self.reasoning_parser_cls, "keeps_special_tokens", False):
+            # The reasoning tags are special tokens (Mistral's [THINK]): decoding must keep them for
+            # the parser to split the reasoning out.
+            params.skip_special_tokens = False
         check_logit_bias_vocab(params, self.engine.model_config)
         check_logprob_limits(params, self.engine.model_config, chat=True)
         check_logprob_post_processing(req, params)

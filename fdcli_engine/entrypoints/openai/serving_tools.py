@@ -40,8 +40,8 @@ from fdcli_engine.entrypoints.openai.reasoning_ernie import THINK_END
 from fdcli_engine.entrypoints.openai.tool_parsers.forced import NamedCallParser, RequiredCallParser
 from fdcli_engine.tokenizer.chat_render import tools_in_system_prompt as render_tools_in_system_prompt
 
-# Tags of the reasoning formats fd parses (<think>, ERNIE's <response>); the tool parser's own tags
-# are added per splitter. A tail of the text that could grow into one of these is held back.
+# Tags of the reasoning formats fd parses (<think>, ERNIE's <response>); the reasoning parser's own
+# tags (Mistral's [THINK]) and the tool parser's are added per splitter. A tail of the text that could grow into one of these is held back.
 _REASONING_TAGS = ("<think>", "</think>", "<response>", "</response>")
 
 # Request fields that constrain the output: tool_choice "required" / named cannot be combined with them.
@@ -103,7 +103,7 @@ def tool_call_parser(req, tool_parser_cls):
             '--tool-call-parser (e.g. hermes); or send tool_choice "none", "required" or a named function',
             "tools" if choice is None else "tool_choice",
         )
-    return tool_parser_cls()
+    return tool_parser_cls(req.tools) if getattr(tool_parser_cls, "reads_tools", False) else tool_parser_cls()
 
 
 def tool_choice_constraint(req):
@@ -189,7 +189,8 @@ class OutputSplitter:
         self.reasoning_parser_cls = reasoning_parser_cls
         self.tool_parser = tool_parser
         self.parallel_tool_calls = parallel_tool_calls
-        self._tags = _REASONING_TAGS + (tuple(tool_parser.tags) if tool_parser else ())
+        own_tags = reasoning_parser_cls.tags() if hasattr(reasoning_parser_cls, "tags") else ()
+        self._tags = _REASONING_TAGS + own_tags + (tuple(tool_parser.tags) if tool_parser else ())
         self._text = ""
         self._sent_reasoning = 0
         self._sent_content = 0
@@ -207,9 +208,10 @@ class OutputSplitter:
 
     def _tail_start(self, text: str) -> int:
         """Where the answer part of the raw text begins (after </think> when R splits reasoning)."""
-        if self.reasoning_parser_cls is None or THINK_END not in text:
+        end = getattr(self.reasoning_parser_cls, "end", THINK_END)
+        if self.reasoning_parser_cls is None or end not in text:
             return 0
-        return text.index(THINK_END) + len(THINK_END)
+        return text.index(end) + len(end)
 
     def _call_start(self, content: str) -> int:
         parser = self.tool_parser
@@ -289,7 +291,7 @@ class OutputSplitter:
             if (k and not self.parallel_tool_calls) or call.name is None:
                 break  # calls are announced in order, each once its name is complete
             if k == len(self._sent_calls):
-                call_id = self.tool_parser.new_id()
+                call_id = getattr(call, "id", None) or self.tool_parser.new_id()
                 deltas.append(_header(k, call_id, call.name))
                 self._sent_calls.append((call_id, ""))
             call_id, sent = self._sent_calls[k]
@@ -329,4 +331,5 @@ def tools_in_system_prompt(messages: list[dict], tools: list[dict], tool_parser)
     format described when that is the format the output is parsed in."""
     from fdcli_engine.entrypoints.openai.tool_parsers.hermes import HermesToolParser  # noqa: PLC0415
 
-    return render_tools_in_system_prompt(messages, tools, isinstance(tool_parser, HermesToolParser))
+    # The <tool_call> format itself: not a subclass writing other tags (longcat).
+    return render_tools_in_system_prompt(messages, tools, type(tool_parser) is HermesToolParser)
