@@ -13,25 +13,15 @@ is read with a tail that could grow into a token held back).
 
 from __future__ import annotations
 
-from fdcli_engine.entrypoints.openai.parsed_output import (
-    ParsedOutput,
-    new_call_id,
-    new_tool_call,
-    partial_tag_len,
-)
-from fdcli_engine.entrypoints.openai.tool_parsers.reparse_scan import ReadCall, ReparseScanner
+from fdcli_engine.entrypoints.openai.parsed_output import partial_tag_len
+from fdcli_engine.entrypoints.openai.tool_parsers.reparse_scan import ReadCall, ReparseCallsParser
 
 
-class DelimitedCallsParser:
+class DelimitedCallsParser(ReparseCallsParser):
     section_begins: tuple[str, ...] = ()
     section_ends: tuple[str, ...] = ()
     call_begin = call_end = ""
     inner_tags: tuple[str, ...] = ()  # the tokens inside a block
-    reads_answer = True
-    new_id = staticmethod(new_call_id)
-
-    def __init__(self, tools=None) -> None:
-        self.tools = tools
 
     @property
     def start_tag(self) -> str:
@@ -43,21 +33,6 @@ class DelimitedCallsParser:
 
     def call_start(self, text: str) -> int:
         return min((i for i in map(text.find, self.section_begins) if i != -1), default=-1)
-
-    def calls_region(self, text: str) -> str | None:
-        at = self.call_start(text)
-        return None if at == -1 else text[at:]
-
-    def new_scanner(self) -> ReparseScanner:
-        return ReparseScanner(self.read_calls)
-
-    def extract(self, text: str) -> ParsedOutput:
-        at = self.call_start(text)
-        calls = self.read_calls(text[at:], final=True) if at != -1 else []
-        if not calls:
-            return ParsedOutput(None, text)
-        tool_calls = [new_tool_call(c.name, c.arguments, c.id) for c in calls]
-        return ParsedOutput(None, text[:at].rstrip() or None, tool_calls)
 
     def read_calls(self, region: str, final: bool = True) -> list[ReadCall]:
         """The calls in `region`; not `final`: the open block's call too, as far as it is known."""

@@ -24,9 +24,8 @@ from __future__ import annotations
 import json
 import math
 
-from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, new_call_id, new_tool_call
 from fdcli_engine.entrypoints.openai.tool_parsers.param_types import json_pair, tool_properties
-from fdcli_engine.entrypoints.openai.tool_parsers.reparse_scan import ReadCall, ReparseScanner
+from fdcli_engine.entrypoints.openai.tool_parsers.reparse_scan import ReadCall, ReparseCallsParser
 
 BLOCK, BLOCK_END = "<minimax:tool_call>", "</minimax:tool_call>"
 INVOKE, INVOKE_END = "<invoke name=", "</invoke>"
@@ -36,33 +35,13 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 _UNREAD = object()
 
 
-class MinimaxM2ToolParser:
+class MinimaxM2ToolParser(ReparseCallsParser):
     start_tag = BLOCK
     tags = (BLOCK, BLOCK_END, INVOKE, INVOKE_END, PARAM, PARAM_END)
-    reads_answer = True
     reads_tools = True  # values take the types of the request's tool schemas
-    new_id = staticmethod(new_call_id)
-
-    def __init__(self, tools=None) -> None:
-        self.tools = tools
 
     def call_start(self, text: str) -> int:
         return text.find(BLOCK)
-
-    def calls_region(self, text: str) -> str | None:
-        at = text.find(BLOCK)
-        return None if at == -1 else text[at:]
-
-    def new_scanner(self) -> ReparseScanner:
-        return ReparseScanner(self.read_calls)
-
-    def extract(self, text: str) -> ParsedOutput:
-        at = text.find(BLOCK)
-        calls = self.read_calls(text[at:], final=True) if at != -1 else []
-        if not calls:
-            return ParsedOutput(None, text)
-        tool_calls = [new_tool_call(c.name, c.arguments) for c in calls]
-        return ParsedOutput(None, text[:at].rstrip() or None, tool_calls)
 
     def read_calls(self, region: str, final: bool = True) -> list[ReadCall]:
         """The calls in `region`; not `final`: the invokes of the open block too, each with its

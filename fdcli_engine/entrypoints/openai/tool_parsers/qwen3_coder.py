@@ -29,13 +29,12 @@ then `}` at </function>, as vLLM streams them.
 
 from __future__ import annotations
 
-from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, new_call_id, new_tool_call
 from fdcli_engine.entrypoints.openai.tool_parsers.param_types import (
     convert_param,
     json_pair,
     tool_properties,
 )
-from fdcli_engine.entrypoints.openai.tool_parsers.reparse_scan import ReadCall, ReparseScanner
+from fdcli_engine.entrypoints.openai.tool_parsers.reparse_scan import ReadCall, ReparseCallsParser
 
 TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_END = "<function=", "</function>"
@@ -44,34 +43,17 @@ NESTED_PARAM = "\n" + PARAM  # a parameter tag at a line start: structural, or l
 _NOT_IN_NAME = frozenset("{}<>\"' \t\n\r")
 
 
-class Qwen3CoderToolParser:
+class Qwen3CoderToolParser(ReparseCallsParser):
     start_tag, end_tag = TOOL_CALL, TOOL_CALL_END  # the wrapper of each call
-    reads_answer = True
     reads_tools = True  # built with the request's tools: values take their schemas' types
-    new_id = staticmethod(new_call_id)
 
     def __init__(self, tools=None) -> None:
-        self.tools = tools
+        super().__init__(tools)
         self.tags = (self.start_tag, self.end_tag, FUNCTION, FUNCTION_END, PARAM, PARAM_END)
         self._after_value = (PARAM, FUNCTION_END, self.end_tag)  # what may follow a value's end tag
 
     def call_start(self, text: str) -> int:
         return min((i for i in (text.find(self.start_tag), text.find(FUNCTION)) if i != -1), default=-1)
-
-    def calls_region(self, text: str) -> str | None:
-        at = self.call_start(text)
-        return None if at == -1 else text[at:]
-
-    def new_scanner(self) -> ReparseScanner:
-        return ReparseScanner(self.read_calls)
-
-    def extract(self, text: str) -> ParsedOutput:
-        at = self.call_start(text)
-        calls = self.read_calls(text[at:], final=True) if at != -1 else []
-        if not calls:
-            return ParsedOutput(None, text)
-        tool_calls = [new_tool_call(c.name, c.arguments) for c in calls]
-        return ParsedOutput(None, text[:at].rstrip() or None, tool_calls)
 
     def read_calls(self, region: str, final: bool = True) -> list[ReadCall]:
         """The calls in `region`; not `final`: only what more text cannot change (a call once its

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fdcli_engine.entrypoints.openai.parsed_output import ParsedOutput, new_call_id, new_tool_call
+
 
 @dataclass
 class ReadCall:
@@ -35,3 +37,37 @@ class ReparseScanner:
     @staticmethod
     def arguments(call: ReadCall) -> str:
         return call.arguments
+
+
+class ReparseCallsParser:
+    """A tool parser whose calls region begins where `call_start(text)` finds it (-1: no call) and is
+    read by `read_calls(region, final)` (the subclass's; the module docstring's invariant): content is
+    the text before the region, right-trimmed, None when empty; with no call read, the whole answer is
+    content. A call keeps the model's own id where its format writes one."""
+
+    reads_answer = True
+    new_id = staticmethod(new_call_id)
+
+    def __init__(self, tools=None) -> None:
+        self.tools = tools
+
+    def call_start(self, text: str) -> int:
+        raise NotImplementedError
+
+    def read_calls(self, region: str, final: bool = True) -> list[ReadCall]:
+        raise NotImplementedError
+
+    def calls_region(self, text: str) -> str | None:
+        at = self.call_start(text)
+        return None if at == -1 else text[at:]
+
+    def new_scanner(self) -> ReparseScanner:
+        return ReparseScanner(self.read_calls)
+
+    def extract(self, text: str) -> ParsedOutput:
+        at = self.call_start(text)
+        calls = self.read_calls(text[at:], final=True) if at != -1 else []
+        if not calls:
+            return ParsedOutput(None, text)
+        tool_calls = [new_tool_call(c.name, c.arguments, c.id) for c in calls]
+        return ParsedOutput(None, text[:at].rstrip() or None, tool_calls)
