@@ -30,3 +30,12 @@ def cuts(text, step=1):
     for i in range(0, len(text) + 1, step):
         yield [text[:i], text[i:]]
     yield list(text)
+
+
+def check_whole_and_streamed(parser_cls, text, content, calls, step=3):
+    """`text` parses to (content, calls) whole, and streamed at every `step`-th cut and per character
+    (a stream's empty content is None)."""
+    assert whole(parser_cls, text)[1:] == (content, calls)
+    for pieces in cuts(text, step):
+        _, c, sent = streamed(parser_cls, pieces)
+        assert (c or None, sent) == (content, calls), pieces

@@ -6,7 +6,7 @@ non-streamed arguments exactly."""
 from __future__ import annotations
 
 import pytest
-from parser_streams import cuts, streamed, whole
+from parser_streams import check_whole_and_streamed, cuts, streamed, whole
 
 from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_tools import OutputSplitter
@@ -97,11 +97,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize("name,text,content,calls", CASES)
 def test_vllms_outputs_whole_and_streamed(name, text, content, calls):
-    cls = get_tool_parser_cls(name)
-    assert whole(cls, text)[1:] == (content, calls)
-    for pieces in cuts(text, 3):
-        _, c, sent = streamed(cls, pieces)
-        assert (c or None, sent) == (content, calls), pieces
+    check_whole_and_streamed(get_tool_parser_cls(name), text, content, calls)
 
 
 @pytest.mark.parametrize("name,text", MALFORMED)

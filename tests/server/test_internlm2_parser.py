@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from parser_streams import cuts, streamed, whole
+from parser_streams import check_whole_and_streamed, cuts, streamed, whole
 
 from fdcli_engine.entrypoints.openai.protocol import ChatTool
 from fdcli_engine.entrypoints.openai.tool_parsers import InternLM2ToolParser, get_tool_parser_cls
@@ -76,11 +76,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize("text,content,calls", CASES)
 def test_vllms_outputs_whole_and_streamed(text, content, calls):
-    cls = get_tool_parser_cls("internlm")
-    assert whole(cls, text)[1:] == (content, calls)
-    for pieces in cuts(text, 3):
-        _, c, sent = streamed(cls, pieces)
-        assert (c or None, sent) == (content, calls), pieces
+    check_whole_and_streamed(get_tool_parser_cls("internlm"), text, content, calls)
 
 
 @pytest.mark.parametrize("text", MALFORMED)

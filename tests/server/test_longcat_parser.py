@@ -4,7 +4,7 @@ the outputs of vLLM's tests (tests/tool_parsers/test_longcat_tool_parser.py), wh
 from __future__ import annotations
 
 import pytest
-from parser_streams import cuts, streamed, whole
+from parser_streams import check_whole_and_streamed, whole
 
 from fdcli_engine.entrypoints.openai.serving_tools import tools_in_system_prompt
 from fdcli_engine.entrypoints.openai.tool_parsers import (
@@ -61,11 +61,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize("text,content,calls", CASES)
 def test_vllms_outputs_whole_and_streamed(text, content, calls):
-    cls = get_tool_parser_cls("longcat")
-    assert whole(cls, text)[1:] == (content, calls)
-    for pieces in cuts(text, 3):
-        _, c, sent = streamed(cls, pieces)
-        assert (c or None, sent) == (content, calls), pieces
+    check_whole_and_streamed(get_tool_parser_cls("longcat"), text, content, calls)
 
 
 @pytest.mark.parametrize("text", MALFORMED)
