@@ -97,9 +97,40 @@ def test_base64_in_vllms_embed_dtype_and_endianness(minilm):
                 [np.frombuffer(base64.b64decode(d[key]), dtype=np_dtype) for d in r.json()["data"]]
             )
             np.testing.assert_array_equal(got, floats.astype(np_dtype))
-    r = _embed(minilm, input="hi", encoding_format="base64", embed_dtype="fp8_e4m3")
-    assert r.status_code == 400 and r.json()["error"]["param"] == "embed_dtype", r.text
-    assert "not supported" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_embed_dtypes_decode_to_torchs_cast_of_the_float_output(minilm, dtype):
+    """vLLM's fp8 embed_dtypes (torch float8_e4m3fn / float8_e5m2, one byte a value) in base64 and
+    bytes, on both routes: decoded as vLLM's binary2tensor does, they are torch's cast of the float
+    answer, within the format's half-ulp of it."""
+    import json
+
+    import torch
+
+    torch_dtype = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[dtype]
+    floats = _vectors(_embed(minilm, input=SENTENCES[:3])).astype(np.float32)
+    want = torch.from_numpy(floats).to(torch_dtype).float().numpy()
+    for path, key in [("/v1/embeddings", "embedding"), ("/pooling", "data")]:
+        body = {"input": SENTENCES[:3], "embed_dtype": dtype}
+        with minilm.http() as c:
+            r = c.post(path, json={**body, "encoding_format": "base64"})
+            raw = c.post(path, json={**body, "encoding_format": "bytes"})
+        assert r.status_code == 200 and raw.status_code == 200, r.text + raw.text
+        decoded = [base64.b64decode(d[key]) for d in r.json()["data"]]
+        meta = json.loads(raw.headers["metadata"])["data"]
+        assert [raw.content[m["start"] : m["end"]] for m in meta] == decoded
+        got = np.stack(
+            [
+                torch.frombuffer(bytearray(b), dtype=torch.uint8).view(torch_dtype).float().numpy()
+                for b in decoded
+            ]
+        )
+        np.testing.assert_array_equal(got, want)
+        mantissa, smallest = (3, 2.0**-9) if dtype == "fp8_e4m3" else (2, 2.0**-16)
+        assert np.all(
+            np.abs(got - floats) <= np.maximum(np.abs(floats) * 2.0 ** -(mantissa + 1), smallest / 2)
+        )
 
 
 def test_bytes_body_as_vllms_encode_pooling_bytes(minilm):

@@ -63,8 +63,7 @@ class PromptRequest(_ChatFields):
 class EmbeddingRequest(PromptRequest):
     # bytes / bytes_only: vLLM's binary body (pooling/encoding.py PoolingBytes).
     encoding_format: Literal["float", "base64", "bytes", "bytes_only"] = "float"
-    # vLLM's: the dtype and byte order of base64 and bytes output (no effect on float output). fp8 is
-    # refused by the serving layer (numpy has no float8 cast).
+    # vLLM's: the dtype and byte order of base64 and bytes output (no effect on float output).
     embed_dtype: Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = "float32"
     endianness: Literal["native", "big", "little"] = "native"
     dimensions: int | None = Field(default=None, ge=1, le=1 << 16)

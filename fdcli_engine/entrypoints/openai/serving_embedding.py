@@ -34,7 +34,6 @@ from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.encoding import (
     BYTES_FORMATS,
-    FP8_DTYPES,
     PoolingBytes,
     encode_vector,
     pooling_bytes,
@@ -180,11 +179,6 @@ class OpenAIServingEmbedding(PoolingServing):
             dims = check_dimensions(req.dimensions, pc, hidden)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param) from None
-        if req.encoding_format != "float" and req.embed_dtype in FP8_DTYPES:
-            raise bad_request(
-                f"embed_dtype {req.embed_dtype!r} is not supported by fd: use float32, float16 or bfloat16",
-                "embed_dtype",
-            )
         model, rid, pools, n = await self.raw_pools(req, request_id, prefix)
         return model, rid, [postprocess(raw, pc, dims, req.normalize) for raw in pools], n
 
