@@ -55,6 +55,9 @@ class PromptRequest(_ChatFields):
     ] = None
     # -1: keep the first max-model-len tokens; k > 0: keep the first k (special tokens kept at the ends).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
+    # vLLM's: which end truncate_prompt_tokens cuts, "right" (the default) keeps the first tokens,
+    # "left" the last.
+    truncation_side: Literal["left", "right"] | None = None
     add_special_tokens: bool = True
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=256)

@@ -101,7 +101,7 @@ class PoolingServing:
                 self.chat.images.expand, ids, images, req.mm_processor_kwargs, refs[0].param
             )
         if limit:
-            truncated = truncate_ids(ids, limit)
+            truncated = truncate_ids(ids, limit, side=getattr(req, "truncation_side", None))
             check_truncation(len(ids), len(truncated), bool(features))
             ids = truncated
         self.check_length(ids, "messages")
@@ -162,9 +162,11 @@ class OpenAIServingEmbedding(PoolingServing):
                 if not item:
                     raise bad_request(f"{param} is an empty string", param)
                 plain = (lambda item=item: encode(tok, item, False)) if req.add_special_tokens else None
-                ids = truncate_text_ids(encode(tok, item, req.add_special_tokens), limit, plain)
+                ids = truncate_text_ids(
+                    encode(tok, item, req.add_special_tokens), limit, plain, req.truncation_side
+                )
             else:
-                ids = truncate_ids(list(item), limit) if limit else list(item)
+                ids = truncate_ids(list(item), limit, side=req.truncation_side) if limit else list(item)
             self.check_length(ids, param)
             out.append(ids)
         return out
