@@ -401,3 +401,47 @@ def test_convert_embed_server_flags_messages_and_dimensions(pooling_checkpoint, 
             assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens"
     finally:
         assert srv.stop() == 0, srv.log.read_text()[-3000:]
+
+
+def _cohere(srv, **body) -> httpx.Response:
+    with srv.http() as c:
+        return c.post("/v2/embed", json={"model": "minilm", **body})
+
+
+def test_cohere_v2_embed_equals_v1_embeddings(minilm):
+    """vLLM's /v2/embed: the same vectors as /v1/embeddings (LONG cut to the model's length, as
+    Cohere's default truncate END), in Cohere's shape, with only the requested types."""
+    floats = _vectors(_embed(minilm, input=SENTENCES, truncate_prompt_tokens=-1)).astype(np.float32)
+    r = _cohere(minilm, texts=SENTENCES)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"id", "embeddings", "texts", "meta", "response_type"}
+    assert set(body["embeddings"]) == {"float"} and body["texts"] == SENTENCES
+    np.testing.assert_array_equal(np.array(body["embeddings"]["float"], dtype=np.float32), floats)
+    usage = _embed(minilm, input=SENTENCES, truncate_prompt_tokens=-1).json()["usage"]["prompt_tokens"]
+    assert body["meta"] == {
+        "api_version": {"version": "2"},
+        "billed_units": {"input_tokens": usage, "image_tokens": 0},
+    }
+    assert body["response_type"] == "embeddings_by_type"
+
+    typed = _cohere(minilm, texts=SENTENCES[:2], embedding_types=["binary", "ubinary", "base64"]).json()
+    assert set(typed["embeddings"]) == {"binary", "ubinary", "base64"}
+    ubinary = np.packbits(floats[:2] >= 0, axis=1).astype(int)
+    assert typed["embeddings"]["ubinary"] == ubinary.tolist()
+    assert typed["embeddings"]["binary"] == (ubinary - 128).tolist()
+    decoded = np.stack(
+        [np.frombuffer(base64.b64decode(s), dtype="<f4") for s in typed["embeddings"]["base64"]]
+    )
+    np.testing.assert_array_equal(decoded, floats[:2])
+
+
+def test_cohere_v2_embed_refusals(minilm):
+    for body, param in [
+        ({"texts": ["hi"], "input_type": "search_document"}, "input_type"),  # MiniLM defines no prompts
+        ({"texts": ["hi"], "embedding_types": ["int8"]}, "embedding_types[0]"),  # not among vLLM's types
+        ({"texts": [LONG], "truncate": "NONE"}, "texts[0]"),
+        ({}, "texts"),
+    ]:
+        r = _cohere(minilm, **body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
