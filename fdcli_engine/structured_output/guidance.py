@@ -25,7 +25,7 @@ from llguidance.gbnf_to_lark import any_to_lark
 
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.structured_output.json_schema import close_objects
-from fdcli_engine.structured_output.lark_check import start_can_end
+from fdcli_engine.structured_output.lark_check import read_lark, start_can_end
 from fdcli_engine.structured_output.lark_rows import crowded_rule
 from fdcli_engine.structured_output.params import StructuredOutputsParams
 
@@ -79,9 +79,10 @@ def grammar_text(params: StructuredOutputsParams) -> str:
             return llguidance.LLMatcher.grammar_from_lark(_choice_lark(params.choice))
         if kind == "grammar":
             lark = _to_lark(params.grammar)
-            if start_can_end(lark.replace(_EMPTY_DIRECTIVE, "", 1)) is False:
+            parsed = read_lark(lark.replace(_EMPTY_DIRECTIVE, "", 1))  # None: not one the checks read
+            if start_can_end(parsed) is False:
                 raise _error("invalid grammar: it matches no string (rule start can never end)")
-            _check_rows(lark.replace(_EMPTY_DIRECTIVE, "", 1))
+            _check_rows(parsed)
             return llguidance.LLMatcher.grammar_from_lark(lark)
         if kind == "structural_tag":
             return _structural_tag_grammar(params.structural_tag)
@@ -100,10 +101,10 @@ def _choice_lark(choices: list[str]) -> str:
     return "start: CHOICE\nCHOICE: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
 
 
-def _check_rows(lark: str) -> None:
+def _check_rows(parsed: dict[str, list] | None) -> None:
     """Refuse a grammar whose rule predicts more alternatives at once than a parser row holds:
     llguidance would compile it and then end the request at its first token."""
-    crowded = crowded_rule(lark, ROW_ITEMS)
+    crowded = crowded_rule(parsed, ROW_ITEMS)
     if crowded is not None:
         rule, items = crowded
         raise _error(

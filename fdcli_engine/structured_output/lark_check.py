@@ -9,7 +9,6 @@ references, sub-grammars, GBNF) gives None, "unknown", and the grammar is used a
 
 from __future__ import annotations
 
-import functools
 import re
 
 _RULE_HEAD = re.compile(r"^\s*[?!]?([A-Za-z_]\w*)(?:\[[^\]\n]*\])?(?:\.-?\d+)?\s*:(?!:)", re.MULTILINE)
@@ -117,10 +116,9 @@ def _productive_rules(rules: dict[str, list[list]]) -> set[str]:
     return known
 
 
-@functools.lru_cache(maxsize=1)  # the backend's checks read the same grammar in turn
 def read_lark(grammar: str) -> dict[str, list] | None:
-    """Each rule's (and terminal's) alternatives as _parse_alt writes them (not to be modified: the
-    result is shared); None when the grammar is not one this module fully reads."""
+    """Each rule's (and terminal's) alternatives as _parse_alt writes them; None when the grammar is
+    not one this module fully reads."""
     # GBNF's "::=" heads, directives (%ignore, %json), sub-grammars (@x) and token references (<...>)
     # outside strings do not parse below: None.
     heads = list(_RULE_HEAD.finditer(grammar))
@@ -140,9 +138,10 @@ def read_lark(grammar: str) -> dict[str, list] | None:
     return parsed if "start" in parsed else None
 
 
-def start_can_end(grammar: str) -> bool | None:
-    """False when rule `start` can never derive a finite string; None when the grammar is not read."""
-    parsed = read_lark(grammar)
+def start_can_end(grammar: str | dict[str, list] | None) -> bool | None:
+    """False when rule `start` can never derive a finite string; None when the grammar is not read.
+    `grammar`: its text, or read_lark's reading of it."""
+    parsed = read_lark(grammar) if isinstance(grammar, str) else grammar
     if parsed is None:
         return None
     rules: dict[str, list[list]] = dict.fromkeys(parsed, [])

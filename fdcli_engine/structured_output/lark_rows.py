@@ -104,14 +104,11 @@ def _components(nodes: list[str], edges: dict[str, list[str]]) -> list[list[str]
     return out
 
 
-def crowded_rule(grammar: str, limit: int) -> tuple[str, int] | None:
+def crowded_rule(grammar: str | dict[str, list] | None, limit: int) -> tuple[str, int] | None:
     """(rule, items) for a rule reachable from start whose prediction puts more than `limit` items
-    in one row (at least `items`); None when there is none or the grammar is not read."""
-    # Every alternative follows a rule's ":", a group's "(" or "[", or a "|": no more than that many
-    # alternatives cannot crowd a row, and most grammars are answered here without being read.
-    if sum(grammar.count(c) for c in ":([|") <= limit:
-        return None
-    parsed = read_lark(grammar)
+    in one row (at least `items`); None when there is none or the grammar is not read. `grammar`: its
+    text, or read_lark's reading of it."""
+    parsed = read_lark(grammar) if isinstance(grammar, str) else grammar
     if parsed is None:
         return None
     try:
