@@ -222,3 +222,25 @@ def num_labels(hf_config: dict) -> int:
     if isinstance(id2label, dict) and id2label:
         return len(id2label)
     return int(hf_config.get("num_labels") or 2)
+
+
+def input_type_prompts(hf_config: dict, model_path: Path | None) -> dict[str, str] | None:
+    """The text prefixes Cohere's `input_type` selects, as vLLM finds them: the model config's
+    `task_instructions`, else the `prompts` of a sentence-transformers folder's
+    config_sentence_transformers.json; None when the model defines neither."""
+    for found in (
+        hf_config.get("task_instructions"),
+        _st_prompts(model_path / "config_sentence_transformers.json") if model_path else None,
+    ):
+        if isinstance(found, dict):
+            prompts = {k: v for k, v in found.items() if isinstance(v, str)}
+            if prompts:
+                return prompts
+    return None
+
+
+def _st_prompts(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("prompts") if path.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None

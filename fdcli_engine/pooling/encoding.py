@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fdcli_engine.pooling.fp8 import FP8_FORMATS, to_fp8
+
 BYTES_FORMATS = ("bytes", "bytes_only")  # vLLM's binary bodies: with the metadata header, or without
 
-# vLLM's EmbedDType values fd encodes; its fp8_e4m3 / fp8_e5m2 need a float8 cast numpy lacks.
-EMBED_DTYPES = ("float32", "float16", "bfloat16")
-FP8_DTYPES = ("fp8_e4m3", "fp8_e5m2")
+# vLLM's EmbedDType values (fp8_e4m3 is torch's float8_e4m3fn, as in vLLM).
+EMBED_DTYPES = ("float32", "float16", "bfloat16", *FP8_FORMATS)
 
 
 def to_bytes(vec: np.ndarray, embed_dtype: str = "float32", endianness: str = "native") -> bytes:
@@ -32,6 +33,8 @@ def to_bytes(vec: np.ndarray, embed_dtype: str = "float32", endianness: str = "n
         out = out.astype(np.uint16)
     elif embed_dtype == "float32":
         out = x
+    elif embed_dtype in FP8_FORMATS:
+        out = to_fp8(x, embed_dtype)  # one byte a value: no byte order
     else:
         raise ValueError(f"embed_dtype {embed_dtype!r} is not one of {EMBED_DTYPES}")
     order = sys.byteorder if endianness == "native" else endianness

@@ -25,7 +25,8 @@ from llguidance.gbnf_to_lark import any_to_lark
 
 from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.structured_output.json_schema import close_objects
-from fdcli_engine.structured_output.lark_check import start_can_end
+from fdcli_engine.structured_output.lark_check import read_lark, start_can_end
+from fdcli_engine.structured_output.lark_rows import crowded_rule
 from fdcli_engine.structured_output.params import StructuredOutputsParams
 
 CACHE_SIZE = 256  # compiled grammars kept
@@ -39,7 +40,16 @@ _EMPTY_DIRECTIVE = "%llguidance {}"
 COMPILE_STACK_BYTES = 512 << 20
 _STACK_LOCK = threading.Lock()  # threading.stack_size is process-wide
 # Tighter than llguidance's defaults where a request could make the core build something huge.
-LIMITS = dict(max_grammar_size=200_000, max_lexer_states=100_000, initial_lexer_fuel=1_000_000)
+# A row of the Earley parser may hold as many items as one mask step may build (llguidance's default
+# step budget): its default of 2000 failed a rule of 3000 alternatives at the first token.
+ROW_ITEMS = 50_000
+LIMITS = dict(
+    max_grammar_size=200_000,
+    max_lexer_states=100_000,
+    initial_lexer_fuel=1_000_000,
+    max_items_in_row=ROW_ITEMS,
+    step_max_items=ROW_ITEMS,
+)
 
 
 def _error(message: str) -> InvalidRequestError:
@@ -69,8 +79,10 @@ def grammar_text(params: StructuredOutputsParams) -> str:
             return llguidance.LLMatcher.grammar_from_lark(_choice_lark(params.choice))
         if kind == "grammar":
             lark = _to_lark(params.grammar)
-            if start_can_end(lark.replace(_EMPTY_DIRECTIVE, "", 1)) is False:
+            parsed = read_lark(lark.replace(_EMPTY_DIRECTIVE, "", 1))  # None: not one the checks read
+            if start_can_end(parsed) is False:
                 raise _error("invalid grammar: it matches no string (rule start can never end)")
+            _check_rows(parsed)
             return llguidance.LLMatcher.grammar_from_lark(lark)
         if kind == "structural_tag":
             return _structural_tag_grammar(params.structural_tag)
@@ -87,6 +99,19 @@ def _choice_lark(choices: list[str]) -> str:
     Earley parser refuses a row of over 2000 items (its max_items_in_row) only when the first token
     is consumed: 5000 choices compiled, then every request ended after one token, matching none."""
     return "start: CHOICE\nCHOICE: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+def _check_rows(parsed: dict[str, list] | None) -> None:
+    """Refuse a grammar whose rule predicts more alternatives at once than a parser row holds:
+    llguidance would compile it and then end the request at its first token."""
+    crowded = crowded_rule(parsed, ROW_ITEMS)
+    if crowded is not None:
+        rule, items = crowded
+        raise _error(
+            f"invalid grammar: rule {rule} makes the parser hold {items} alternatives at once, over its "
+            f"limit of {ROW_ITEMS}; write alternatives that are plain strings as one terminal instead "
+            '(WORD: "a" | "b" | ..., used as word: WORD): its lexer matches any number of them'
+        )
 
 
 def _to_lark(grammar: str) -> str:

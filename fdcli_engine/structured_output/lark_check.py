@@ -116,8 +116,9 @@ def _productive_rules(rules: dict[str, list[list]]) -> set[str]:
     return known
 
 
-def start_can_end(grammar: str) -> bool | None:
-    """False when rule `start` can never derive a finite string; None when the grammar is not read."""
+def read_lark(grammar: str) -> dict[str, list] | None:
+    """Each rule's (and terminal's) alternatives as _parse_alt writes them; None when the grammar is
+    not one this module fully reads."""
     # GBNF's "::=" heads, directives (%ignore, %json), sub-grammars (@x) and token references (<...>)
     # outside strings do not parse below: None.
     heads = list(_RULE_HEAD.finditer(grammar))
@@ -132,11 +133,21 @@ def start_can_end(grammar: str) -> bool | None:
             if i != len(toks):
                 raise _Unknown
             parsed.setdefault(head.group(1), []).extend(alts)
-        if "start" not in parsed:
-            return None
-        rules: dict[str, list[list]] = dict.fromkeys(parsed, [])
+    except (_Unknown, RecursionError):  # deep nesting: llguidance's own limit reports it
+        return None
+    return parsed if "start" in parsed else None
+
+
+def start_can_end(grammar: str | dict[str, list] | None) -> bool | None:
+    """False when rule `start` can never derive a finite string; None when the grammar is not read.
+    `grammar`: its text, or read_lark's reading of it."""
+    parsed = read_lark(grammar) if isinstance(grammar, str) else grammar
+    if parsed is None:
+        return None
+    rules: dict[str, list[list]] = dict.fromkeys(parsed, [])
+    try:
         for name, alts in parsed.items():
             _flatten(name, alts, rules)
-    except (_Unknown, RecursionError):  # deep nesting: llguidance's own limit reports it
+    except RecursionError:
         return None
     return "start" in _productive_rules(rules)

@@ -97,9 +97,40 @@ def test_base64_in_vllms_embed_dtype_and_endianness(minilm):
                 [np.frombuffer(base64.b64decode(d[key]), dtype=np_dtype) for d in r.json()["data"]]
             )
             np.testing.assert_array_equal(got, floats.astype(np_dtype))
-    r = _embed(minilm, input="hi", encoding_format="base64", embed_dtype="fp8_e4m3")
-    assert r.status_code == 400 and r.json()["error"]["param"] == "embed_dtype", r.text
-    assert "not supported" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_embed_dtypes_decode_to_torchs_cast_of_the_float_output(minilm, dtype):
+    """vLLM's fp8 embed_dtypes (torch float8_e4m3fn / float8_e5m2, one byte a value) in base64 and
+    bytes, on both routes: decoded as vLLM's binary2tensor does, they are torch's cast of the float
+    answer, within the format's half-ulp of it."""
+    import json
+
+    import torch
+
+    torch_dtype = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[dtype]
+    floats = _vectors(_embed(minilm, input=SENTENCES[:3])).astype(np.float32)
+    want = torch.from_numpy(floats).to(torch_dtype).float().numpy()
+    for path, key in [("/v1/embeddings", "embedding"), ("/pooling", "data")]:
+        body = {"input": SENTENCES[:3], "embed_dtype": dtype}
+        with minilm.http() as c:
+            r = c.post(path, json={**body, "encoding_format": "base64"})
+            raw = c.post(path, json={**body, "encoding_format": "bytes"})
+        assert r.status_code == 200 and raw.status_code == 200, r.text + raw.text
+        decoded = [base64.b64decode(d[key]) for d in r.json()["data"]]
+        meta = json.loads(raw.headers["metadata"])["data"]
+        assert [raw.content[m["start"] : m["end"]] for m in meta] == decoded
+        got = np.stack(
+            [
+                torch.frombuffer(bytearray(b), dtype=torch.uint8).view(torch_dtype).float().numpy()
+                for b in decoded
+            ]
+        )
+        np.testing.assert_array_equal(got, want)
+        mantissa, smallest = (3, 2.0**-9) if dtype == "fp8_e4m3" else (2, 2.0**-16)
+        assert np.all(
+            np.abs(got - floats) <= np.maximum(np.abs(floats) * 2.0 ** -(mantissa + 1), smallest / 2)
+        )
 
 
 def test_bytes_body_as_vllms_encode_pooling_bytes(minilm):
@@ -370,3 +401,47 @@ def test_convert_embed_server_flags_messages_and_dimensions(pooling_checkpoint, 
             assert r.status_code == 400 and r.json()["error"]["param"] == "truncate_prompt_tokens"
     finally:
         assert srv.stop() == 0, srv.log.read_text()[-3000:]
+
+
+def _cohere(srv, **body) -> httpx.Response:
+    with srv.http() as c:
+        return c.post("/v2/embed", json={"model": "minilm", **body})
+
+
+def test_cohere_v2_embed_equals_v1_embeddings(minilm):
+    """vLLM's /v2/embed: the same vectors as /v1/embeddings (LONG cut to the model's length, as
+    Cohere's default truncate END), in Cohere's shape, with only the requested types."""
+    floats = _vectors(_embed(minilm, input=SENTENCES, truncate_prompt_tokens=-1)).astype(np.float32)
+    r = _cohere(minilm, texts=SENTENCES)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"id", "embeddings", "texts", "meta", "response_type"}
+    assert set(body["embeddings"]) == {"float"} and body["texts"] == SENTENCES
+    np.testing.assert_array_equal(np.array(body["embeddings"]["float"], dtype=np.float32), floats)
+    usage = _embed(minilm, input=SENTENCES, truncate_prompt_tokens=-1).json()["usage"]["prompt_tokens"]
+    assert body["meta"] == {
+        "api_version": {"version": "2"},
+        "billed_units": {"input_tokens": usage, "image_tokens": 0},
+    }
+    assert body["response_type"] == "embeddings_by_type"
+
+    typed = _cohere(minilm, texts=SENTENCES[:2], embedding_types=["binary", "ubinary", "base64"]).json()
+    assert set(typed["embeddings"]) == {"binary", "ubinary", "base64"}
+    ubinary = np.packbits(floats[:2] >= 0, axis=1).astype(int)
+    assert typed["embeddings"]["ubinary"] == ubinary.tolist()
+    assert typed["embeddings"]["binary"] == (ubinary - 128).tolist()
+    decoded = np.stack(
+        [np.frombuffer(base64.b64decode(s), dtype="<f4") for s in typed["embeddings"]["base64"]]
+    )
+    np.testing.assert_array_equal(decoded, floats[:2])
+
+
+def test_cohere_v2_embed_refusals(minilm):
+    for body, param in [
+        ({"texts": ["hi"], "input_type": "search_document"}, "input_type"),  # MiniLM defines no prompts
+        ({"texts": ["hi"], "embedding_types": ["int8"]}, "embedding_types[0]"),  # not among vLLM's types
+        ({"texts": [LONG], "truncate": "NONE"}, "texts[0]"),
+        ({}, "texts"),
+    ]:
+        r = _cohere(minilm, **body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)

@@ -103,6 +103,19 @@ def test_truncation_keeps_cls_and_sep():
     assert truncate_ids([1, 2, 3, 4], 2) == [1, 2]
 
 
+def test_truncation_side_left_keeps_the_last_tokens():
+    """vLLM's truncation_side "left": the last k tokens, still between [CLS] and [SEP]."""
+    eng = ScriptedEngine()
+    text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+    full = eng.tokenizer.encode(text)
+    embed(eng, input=text, truncate_prompt_tokens=6, truncation_side="left")
+    assert eng.calls[-1] == [full[0]] + full[-5:]  # [CLS] twelve thirteen fourteen fifteen [SEP]
+    embed(eng, input=[full[1:-1]], truncate_prompt_tokens=3, truncation_side="left")  # ids: no frame
+    assert eng.calls[-1] == full[-4:-1]
+    embed(eng, input=text, truncate_prompt_tokens=6, truncation_side="right")
+    assert eng.calls[-1] == full[:5] + [full[-1]]
+
+
 def test_dimensions_on_matryoshka_model_truncates_before_normalizing():
     eng = ScriptedEngine("Qwen3Model")
     eng.config.pooler_config["is_matryoshka"] = True

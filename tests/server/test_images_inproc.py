@@ -2,7 +2,8 @@
 Qwen2.5-VL engine in this process (tests/server/inproc_app.py): its MediaPolicy carries the test-only
 loopback allowance, so the server fetches from the fixture server on 127.0.0.1 (tests/image_fixtures.py)
 as it would from an allowed public host. Each answer is compared with transformers on the same picture:
-chat, embeddings (messages with an image) and FastDeploy's /v1/chat/reward example request."""
+chat, embeddings (messages with an image), FastDeploy's /v1/chat/reward example request, and
+vLLM's /v2/embed with images against /v1/embeddings."""
 
 from __future__ import annotations
 
@@ -183,3 +184,33 @@ def test_server_mm_processor_kwargs_apply_to_every_request(folder, hf):
                 },
             )
             assert raised.usage.prompt_tokens == prompt_len
+
+
+def test_cohere_v2_embed_images_and_inputs_equal_v1_embeddings_messages(folder):
+    """vLLM's /v2/embed makes each picture, and each mixed `inputs` item, one user message of the
+    /v1/embeddings messages form: the same vectors (within batching's rounding), image tokens billed
+    as such for `images`."""
+    url = data_url(encoded("PNG"))
+    mixed = [{"type": "text", "text": "a caption"}, {"type": "image_url", "image_url": {"url": url}}]
+    with inproc_app(folder, serving(), runner="pooling", convert="embed") as (_, http):
+
+        def v1(content: list[dict]) -> tuple[np.ndarray, int]:
+            r = http.post("/v1/embeddings", json={"messages": [{"role": "user", "content": content}]})
+            assert r.status_code == 200, r.text
+            return np.array(r.json()["data"][0]["embedding"]), r.json()["usage"]["prompt_tokens"]
+
+        picture, picture_tokens = v1([{"type": "image_url", "image_url": {"url": url}}])
+        captioned, captioned_tokens = v1(mixed)
+        r = http.post("/v2/embed", json={"model": "qwen-vl", "images": [url, url]})
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(r.json()["embeddings"]["float"], [picture, picture], atol=1e-5)
+        billed = r.json()["meta"]["billed_units"]
+        assert billed == {"input_tokens": 0, "image_tokens": 2 * picture_tokens}
+        assert "texts" not in r.json()
+        r = http.post(
+            "/v2/embed", json={"inputs": [{"content": mixed}], "embedding_types": ["float", "base64"]}
+        )
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(r.json()["embeddings"]["float"], [captioned], atol=1e-5)
+        assert r.json()["meta"]["billed_units"] == {"input_tokens": captioned_tokens, "image_tokens": 0}
+        assert not np.allclose(picture, captioned, atol=1e-3)  # the caption changes the vector

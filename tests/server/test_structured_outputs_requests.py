@@ -216,6 +216,13 @@ BAD_CONSTRAINTS = [
     ),
     ("oversize-regex", {"guided_regex": "a" * (MAX_CONSTRAINT_CHARS + 1)}, "guided_regex", "longer than"),
     ("deep-regex", {"guided_regex": "(" * 5000 + "a" + ")" * 5000}, "guided_regex", "invalid regex"),
+    (
+        # llguidance's parser would end the answer at its first token: refused, with what to write.
+        "crowded-grammar",
+        {"structured_outputs": {"grammar": "start: " + " | ".join(f'"{i}"' for i in range(60_000))}},
+        "structured_outputs.grammar",
+        "60000 alternatives at once",
+    ),
 ]
 
 

@@ -149,6 +149,15 @@ def test_lark_grammar_output_parses(llm, seed):
     assert isinstance(eval(compile(tree, "<grammar>", "eval")), int)  # noqa: S307 - digits and + - * ( )
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_rule_of_3000_alternatives_gives_one_of_them(llm, seed):
+    """Past llguidance's default row of 2000 items the request ended after its first token."""
+    words = {f"w{i}x" for i in range(3000)}
+    grammar = "start: word\nword: " + " | ".join(f'"{w}"' for w in sorted(words))
+    out = llm.generate(["pick"], _params(SO(grammar=grammar), 1.0, seed=seed, max_tokens=16))[0]
+    assert _done(out) in words
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_batch_invariance(llm, temperature):
     """A constrained request's tokens do not depend on what shares its steps."""

@@ -337,3 +337,64 @@ def test_all_of_branches_are_closed_over_their_names_together(backend, tok):
 def test_an_escaped_trailing_backslash_is_a_backslash(backend, tok):
     assert _matches(backend, tok, SO(regex=r"a\\"), "a\\")
     assert not _matches(backend, tok, SO(regex=r"a\\"), "a")
+
+
+def _alternatives(n: int, prefix: str = "opt") -> str:
+    return " | ".join(f'"{prefix}{i}"' for i in range(n))
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        "start: " + _alternatives(3000),
+        "start: word\nword: " + _alternatives(3000),
+        "root ::= " + _alternatives(3000),  # GBNF
+    ],
+    ids=["start", "rule", "gbnf"],
+)
+def test_a_rule_of_thousands_of_alternatives_matches_each_one(backend, tok, grammar):
+    """llguidance's default row of 2000 items failed these at the first token (the request then
+    ended there, matching nothing); the backend's row limit holds them."""
+    so = SO(grammar=grammar)
+    for text in ("opt0", "opt2999", "opt1234"):
+        assert _matches(backend, tok, so, text), text
+    assert not _matches(backend, tok, so, "opt")
+    assert not _matches(backend, tok, so, "opt3000")
+
+
+def test_thousands_of_alternatives_repeated_after_a_separator(backend, tok):
+    """The rule is predicted again mid-output, after each comma: each of those rows holds it too."""
+    so = SO(grammar='start: word ("," word)*\nword: ' + _alternatives(3000))
+    assert _matches(backend, tok, so, "opt7,opt2999,opt0")
+    assert not _matches(backend, tok, so, "opt7,opt3000")
+
+
+def test_json_schema_of_thousands_of_object_branches_matches(backend, tok):
+    branch = {"type": "object", "properties": {"k": {"const": 0}}, "required": ["k"]}
+    schema = {"anyOf": [{**branch, "properties": {"k": {"const": i}}} for i in range(3000)]}
+    assert _matches(backend, tok, SO(json=schema), '{"k":2999}')
+    assert not _matches(backend, tok, SO(json=schema), '{"k":3000}')
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        "start: a | b\na: " + _alternatives(26_000, "a") + "\nb: " + _alternatives(26_000, "b"),
+        'start: "x" ("," word)*\nword: ' + _alternatives(50_001),
+        'start: ["x"] (' + _alternatives(50_001) + ")",
+    ],
+    ids=["two-rules", "rule-after-a-comma", "group-after-an-optional"],
+)
+def test_more_alternatives_at_once_than_a_row_holds_is_refused(backend, grammar):
+    """Past the row limit llguidance would compile the grammar and fail at the first token in that
+    row: a 400 up front, naming the rule and saying what to write instead."""
+    with pytest.raises(InvalidRequestError, match=r"alternatives at once, over its limit of 50000") as e:
+        backend.compile(SO(grammar=grammar))
+    assert "one terminal" in str(e.value) and e.value.param == "structured_outputs"
+
+
+def test_alternatives_as_one_terminal_are_not_refused(backend, tok):
+    """The refusal's advice works: a terminal of 60000 strings is one lexeme, however many."""
+    backend.compile_timeout_s = 600
+    so = SO(grammar="start: word\nword: WORD\nWORD: " + _alternatives(60_000))
+    assert _matches(backend, tok, so, "opt59999")

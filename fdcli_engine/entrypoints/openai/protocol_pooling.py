@@ -55,6 +55,9 @@ class PromptRequest(_ChatFields):
     ] = None
     # -1: keep the first max-model-len tokens; k > 0: keep the first k (special tokens kept at the ends).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=1 << 20)
+    # vLLM's: which end truncate_prompt_tokens cuts, "right" (the default) keeps the first tokens,
+    # "left" the last.
+    truncation_side: Literal["left", "right"] | None = None
     add_special_tokens: bool = True
     user: str | None = Field(default=None, max_length=256)
     request_id: str | None = Field(default=None, max_length=256)
@@ -63,8 +66,7 @@ class PromptRequest(_ChatFields):
 class EmbeddingRequest(PromptRequest):
     # bytes / bytes_only: vLLM's binary body (pooling/encoding.py PoolingBytes).
     encoding_format: Literal["float", "base64", "bytes", "bytes_only"] = "float"
-    # vLLM's: the dtype and byte order of base64 and bytes output (no effect on float output). fp8 is
-    # refused by the serving layer (numpy has no float8 cast).
+    # vLLM's: the dtype and byte order of base64 and bytes output (no effect on float output).
     embed_dtype: Literal["float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"] = "float32"
     endianness: Literal["native", "big", "little"] = "native"
     dimensions: int | None = Field(default=None, ge=1, le=1 << 16)

@@ -20,6 +20,7 @@ from fdcli_engine.entrypoints.openai.protocol import (
     TokenizeRequest,
     TokenizeResponse,
 )
+from fdcli_engine.entrypoints.openai.protocol_cohere import CohereEmbedRequest, CohereEmbedResponse
 from fdcli_engine.entrypoints.openai.protocol_pooling import (
     ChatRewardRequest,
     ClassificationRequest,
@@ -80,6 +81,14 @@ ROUTES: dict[str, Route] = {
     ),
     "/pooling": Route(
         "create_pooling", PoolingRequest, lambda s, req: s.pooling.create_pooling(req), PoolingResponse
+    ),
+    # Cohere's embed API, as vLLM serves it (vLLM's run-batch has no such url).
+    "/v2/embed": Route(
+        "create_cohere_embedding",
+        CohereEmbedRequest,
+        lambda s, req: s.cohere_embed.create_embed(req),
+        CohereEmbedResponse,
+        in_batch=False,
     ),
     "/v1/chat/reward": Route(
         "create_chat_reward", ChatRewardRequest, lambda s, req: s.reward.create_reward(req), RewardResponse

@@ -34,7 +34,6 @@ from fdcli_engine.errors import InvalidRequestError
 from fdcli_engine.pooling.config import PoolerConfig, get_pooler_config
 from fdcli_engine.pooling.encoding import (
     BYTES_FORMATS,
-    FP8_DTYPES,
     PoolingBytes,
     encode_vector,
     pooling_bytes,
@@ -102,7 +101,7 @@ class PoolingServing:
                 self.chat.images.expand, ids, images, req.mm_processor_kwargs, refs[0].param
             )
         if limit:
-            truncated = truncate_ids(ids, limit)
+            truncated = truncate_ids(ids, limit, side=getattr(req, "truncation_side", None))
             check_truncation(len(ids), len(truncated), bool(features))
             ids = truncated
         self.check_length(ids, "messages")
@@ -163,9 +162,11 @@ class OpenAIServingEmbedding(PoolingServing):
                 if not item:
                     raise bad_request(f"{param} is an empty string", param)
                 plain = (lambda item=item: encode(tok, item, False)) if req.add_special_tokens else None
-                ids = truncate_text_ids(encode(tok, item, req.add_special_tokens), limit, plain)
+                ids = truncate_text_ids(
+                    encode(tok, item, req.add_special_tokens), limit, plain, req.truncation_side
+                )
             else:
-                ids = truncate_ids(list(item), limit) if limit else list(item)
+                ids = truncate_ids(list(item), limit, side=req.truncation_side) if limit else list(item)
             self.check_length(ids, param)
             out.append(ids)
         return out
@@ -180,11 +181,6 @@ class OpenAIServingEmbedding(PoolingServing):
             dims = check_dimensions(req.dimensions, pc, hidden)
         except InvalidRequestError as e:
             raise bad_request(str(e), e.param) from None
-        if req.encoding_format != "float" and req.embed_dtype in FP8_DTYPES:
-            raise bad_request(
-                f"embed_dtype {req.embed_dtype!r} is not supported by fd: use float32, float16 or bfloat16",
-                "embed_dtype",
-            )
         model, rid, pools, n = await self.raw_pools(req, request_id, prefix)
         return model, rid, [postprocess(raw, pc, dims, req.normalize) for raw in pools], n
 

@@ -15,6 +15,7 @@ from fdcli_engine.entrypoints.openai.chat_images import ImageInputs
 from fdcli_engine.entrypoints.openai.reasoning import get_parser_cls
 from fdcli_engine.entrypoints.openai.serving_chat import OpenAIServingChat
 from fdcli_engine.entrypoints.openai.serving_classify import OpenAIServingClassification
+from fdcli_engine.entrypoints.openai.serving_cohere_embed import CohereServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_completion import OpenAIServingCompletion
 from fdcli_engine.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from fdcli_engine.entrypoints.openai.serving_options import ServingOptions, image_limit, media_policy
@@ -38,6 +39,7 @@ class ServingLayer:
     chat: OpenAIServingChat
     embedding: OpenAIServingEmbedding
     pooling: OpenAIServingPooling  # vLLM's /pooling: the embeddings path in its shape
+    cohere_embed: CohereServingEmbedding  # /v2/embed: the embeddings path in Cohere's shape
     reward: OpenAIServingReward
     classify: OpenAIServingClassification  # /classify, /v1/classify
     tokenization: OpenAIServingTokenization
@@ -76,6 +78,7 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
         response_role=options.response_role,
         force_include_usage=options.enable_force_include_usage,
     )
+    embedding = OpenAIServingEmbedding(engine, names, chat)
     return ServingLayer(
         engine=engine,
         served_model_names=names,
@@ -89,8 +92,9 @@ def build_serving(engine, options: ServingOptions, metrics=None) -> ServingLayer
             chat_template=options.chat_template,
         ),
         chat=chat,
-        embedding=OpenAIServingEmbedding(engine, names, chat),
+        embedding=embedding,
         pooling=OpenAIServingPooling(engine, names, chat),
+        cohere_embed=CohereServingEmbedding(embedding),
         reward=OpenAIServingReward(engine, names, chat),
         classify=OpenAIServingClassification(engine, names, chat),
         tokenization=OpenAIServingTokenization(engine, names, chat),
