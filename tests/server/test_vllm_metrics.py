@@ -122,3 +122,95 @@ def test_engine_phases_count_every_request_and_add_up(server):
     prompt = sum(u.prompt_tokens for u in usages)
     computed = prompt - delta("fd:prefix_cache_hits_total")
     assert delta("vllm:request_prefill_kv_computed_tokens_sum") == computed
+
+
+def test_prompt_tokens_by_source_follow_the_prefix_cache(server):
+    """vLLM's prompt-source counters (stats.py PromptTokenStats) over a prompt sent twice: the second
+    time the prefix cache holds all of it, yet its last block is computed again (one token must be, for
+    the logits, and hits are whole blocks): those tokens count as cached in local_cache_hit and as
+    recomputed. A prompt one token longer reuses every block and recomputes nothing. The sources add up
+    to the prompt tokens as vLLM's invariant says, and cached = the prefix cache's hits (no connector)."""
+    client = server.client()
+    ids = [100 + (7 * i) % 151 for i in range(64)]  # 64 tokens: whole blocks for any block size <= 64
+    samples = [scrape(server)]
+    for prompt in (ids, ids, ids + [42]):
+        r = client.completions.create(model="tiny", prompt=prompt, max_tokens=1)
+        assert r.usage.prompt_tokens == len(prompt)
+        samples.append(scrape(server))
+
+    def delta(i, name, **labels):
+        return total(samples[i + 1], name, **labels) - total(samples[i], name, **labels)
+
+    def source(i, s):
+        return delta(i, "vllm:prompt_tokens_by_source_total", source=s)
+
+    for i, prompt in enumerate((ids, ids, ids + [42])):
+        hits = delta(i, "vllm:prefix_cache_hits_total")
+        recomputed = delta(i, "vllm:prompt_tokens_recomputed_total")
+        assert delta(i, "vllm:prompt_tokens_total") == len(prompt)
+        assert delta(i, "vllm:prompt_tokens_cached_total") == hits
+        assert source(i, "external_kv_transfer") == 0
+        assert source(i, "local_cache_hit") == hits + recomputed
+        assert source(i, "local_compute") == len(prompt) - hits
+        parts = sum(source(i, s) for s in ("local_compute", "local_cache_hit", "external_kv_transfer"))
+        assert parts - recomputed == len(prompt)
+    assert (delta(0, "vllm:prefix_cache_hits_total"), delta(0, "vllm:prompt_tokens_recomputed_total")) == (
+        0,
+        0,
+    )
+    # Second: every token cached; the last block's tokens computed again.
+    recomputed = delta(1, "vllm:prompt_tokens_recomputed_total")
+    assert recomputed > 0 and delta(1, "vllm:prefix_cache_hits_total") == len(ids) - recomputed
+    assert source(1, "local_cache_hit") == len(ids)
+    # Third: all 64 cached tokens reused, only the new one computed.
+    assert delta(2, "vllm:prefix_cache_hits_total") == len(ids)
+    assert delta(2, "vllm:prompt_tokens_recomputed_total") == 0
+    assert source(2, "local_compute") == 1
+
+
+def test_iteration_tokens_count_each_step(server):
+    """vllm:iteration_tokens_total: one observation per engine step, of the prompt tokens it counted and
+    the tokens it generated, so its sum is prompt + generated tokens. Requests sent one at a time, each
+    prompt taken in one step: the first step of each brings the prompt and one token, every later step
+    one token, so the steps are the generated tokens and those holding one token all but the first."""
+    client = server.client()
+    before = scrape(server)
+    usages = []
+    for i, max_tokens in enumerate((1, 4, 9)):
+        r = client.completions.create(
+            model="tiny",
+            prompt=f"iteration probe {i}",
+            max_tokens=max_tokens,
+            extra_body={"ignore_eos": True},
+        )
+        usages.append(r.usage)
+    after = scrape(server)
+
+    def delta(name, **labels):
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    prompt = sum(u.prompt_tokens for u in usages)
+    generated = sum(u.completion_tokens for u in usages)
+    assert generated == 1 + 4 + 9
+    assert delta("vllm:iteration_tokens_total_sum") == prompt + generated
+    assert delta("vllm:iteration_tokens_total_count") == generated
+    assert delta("vllm:iteration_tokens_total_bucket", le="+Inf") == generated
+    assert delta("vllm:iteration_tokens_total_bucket", le="1.0") == generated - len(usages)
+    buckets = [s for s in after if s.name == "vllm:iteration_tokens_total_bucket"]
+    assert [s.labels["le"] for s in buckets][:3] == ["1.0", "8.0", "16.0"]
+    assert {s.labels["engine"] for s in buckets} == {"0"}
+
+
+# vLLM families whose quantity fd's engine does not have (docs/metrics.md): absent, never zero.
+NOT_MEASURED = (
+    "vllm:corrupted_requests_total",
+    "vllm:engine_sleep_state",
+    "vllm:lora_requests_info",
+    "vllm:mm_cache_queries_total",
+    "vllm:mm_cache_hits_total",
+)
+
+
+def test_unmeasured_families_are_absent(server):
+    names = {s.name for s in scrape(server)}
+    assert not [n for n in NOT_MEASURED if n in names]

@@ -10,7 +10,10 @@ are absent, not zero (docs/metrics.md)."""
 from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from fdcli_engine.core.token_stats import ITERATION_TOKENS_BUCKETS
 
 # vLLM's bucket bounds, as loggers.py defines them.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5)
@@ -39,6 +42,20 @@ ENGINE_COUNTERS = {
         "prefix_cache_hits",
     ),
     "vllm:num_preemptions": ("Cumulative number of preemption from the engine.", "num_preemptions"),
+    "vllm:prompt_tokens_cached": (
+        "Number of cached prompt tokens (local + external).",
+        "prompt_tokens_cached",
+    ),
+    "vllm:prompt_tokens_recomputed": (
+        "Number of cached tokens recomputed for forward pass.",
+        "prompt_tokens_recomputed",
+    ),
+}
+# vllm:prompt_tokens_by_source's source label -> stats key (vLLM's PromptTokenStats.ALL_SOURCES).
+PROMPT_TOKEN_SOURCES = {
+    "local_compute": "prompt_tokens_local_compute",
+    "local_cache_hit": "prompt_tokens_local_cache_hit",
+    "external_kv_transfer": "prompt_tokens_external_kv_transfer",
 }
 
 
@@ -64,6 +81,35 @@ def engine_families(s: dict, model_name: str):
             for engine, stats in engines:
                 f.add_metric([model_name, engine], float(stats.get(key) or 0))
             yield f
+    by_source = CounterMetricFamily(
+        "vllm:prompt_tokens_by_source",
+        "Number of prompt tokens by source.",
+        labels=["model_name", "engine", "source"],
+    )
+    for engine, stats in engines:
+        for source, key in PROMPT_TOKEN_SOURCES.items():
+            by_source.add_metric([model_name, engine, source], float(stats.get(key) or 0))
+    yield by_source
+    yield iteration_tokens(engines, model_name)
+
+
+def iteration_tokens(engines, model_name: str) -> HistogramMetricFamily:
+    """vllm:iteration_tokens_total from the core's per-bucket step counts (core/token_stats.py)."""
+    h = HistogramMetricFamily(
+        "vllm:iteration_tokens_total",
+        "Histogram of number of tokens per engine_step.",
+        labels=["model_name", "engine"],
+    )
+    bounds = [floatToGoString(b) for b in ITERATION_TOKENS_BUCKETS] + ["+Inf"]
+    for engine, stats in engines:
+        counts = list(stats.get("iteration_tokens_buckets") or [])
+        counts += [0] * (len(bounds) - len(counts))
+        cumulative, running = [], 0
+        for bound, n in zip(bounds, counts):
+            running += n
+            cumulative.append((bound, float(running)))
+        h.add_metric([model_name, engine], cumulative, float(stats.get("iteration_tokens_sum") or 0))
+    return h
 
 
 class RequestFamilies:
