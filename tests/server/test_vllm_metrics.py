@@ -124,6 +124,50 @@ def test_engine_phases_count_every_request_and_add_up(server):
     assert delta("vllm:request_prefill_kv_computed_tokens_sum") == computed
 
 
+def test_request_params_count_each_request_once(server):
+    """vLLM's request-parameter histograms (loggers.py, parallel_sampling.ParentRequest): max_tokens
+    once per sequence; n, and the most tokens one of a request's n sequences generated, once per
+    request (a completion with a list of prompts is one request per prompt, as vLLM makes it)."""
+    client = server.client()
+    before = scrape(server)
+    sent = []  # (n, max_tokens) per request
+    no_eos = {"ignore_eos": True}  # every sequence generates max_tokens, which usage confirms
+    r = client.completions.create(model="tiny", prompt="params n three", n=3, max_tokens=4, extra_body=no_eos)
+    assert r.usage.completion_tokens == 3 * 4
+    sent.append((3, 4))
+    r = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "params n two"}],
+        n=2,
+        max_tokens=6,
+        extra_body=no_eos,
+    )
+    assert r.usage.completion_tokens == 2 * 6
+    sent.append((2, 6))
+    r = client.completions.create(
+        model="tiny", prompt=["params list one", "params list two"], n=2, max_tokens=3, extra_body=no_eos
+    )
+    assert r.usage.completion_tokens == 2 * 2 * 3
+    sent += [(2, 3), (2, 3)]
+    r = client.completions.create(model="tiny", prompt="params single", max_tokens=5, extra_body=no_eos)
+    assert r.usage.completion_tokens == 5
+    sent.append((1, 5))
+    after = scrape(server)
+
+    def delta(name, **labels):
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    assert delta("vllm:request_params_n_count") == len(sent)
+    assert delta("vllm:request_params_n_sum") == sum(n for n, _ in sent)
+    for le in ("1.0", "2.0", "5.0"):
+        assert delta("vllm:request_params_n_bucket", le=le) == sum(n <= float(le) for n, _ in sent)
+    assert delta("vllm:request_max_num_generation_tokens_count") == len(sent)
+    assert delta("vllm:request_max_num_generation_tokens_sum") == sum(m for _, m in sent)
+    assert delta("vllm:request_params_max_tokens_count") == sum(n for n, _ in sent)
+    assert delta("vllm:request_params_max_tokens_sum") == sum(n * m for n, m in sent)
+    assert delta("vllm:request_success_total") == sum(n for n, _ in sent)
+
+
 def test_prompt_tokens_by_source_follow_the_prefix_cache(server):
     """vLLM's prompt-source counters (stats.py PromptTokenStats) over a prompt sent twice: the second
     time the prefix cache holds all of it, yet its last block is computed again (one token must be, for

@@ -22,6 +22,7 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 TPOT_BUCKETS += (10.0, 20.0, 40.0, 80.0)
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0)
 REQUEST_LATENCY_BUCKETS += (50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+N_BUCKETS = (1, 2, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort")  # fd's finish reasons; each series exists from the start
 
 # vLLM gauge -> (help, stats key); vLLM counter (without _total) -> (help, stats key).
@@ -161,6 +162,17 @@ class RequestFamilies:
         self.prefill_kv_computed = hist(
             "vllm:request_prefill_kv_computed_tokens",
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
+        )
+        # The request's parameters: max_tokens per sequence, n (and the most tokens one of its n
+        # sequences generated) per request, as vLLM's ParentRequest observes them.
+        self.max_tokens = hist(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tokens
+        )
+        self.n = hist("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
+        self.max_generation_tokens = hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
             tokens,
         )
         self.prompt_tokens = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens)
