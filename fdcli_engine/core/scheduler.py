@@ -78,6 +78,9 @@ class Scheduler:
         self.spec_stats = SpecDecodeStats(num_speculative_tokens) if num_speculative_tokens else None
         self.num_deferred = 0  # waiting requests the last step left for their connector
         self.num_connector_loaded_tokens = 0
+        # vLLM's external prefix cache: tokens a new request asked the connector for, and those it had.
+        self.connector_prefix_cache_queries = 0
+        self.connector_prefix_cache_hits = 0
 
     @property
     def connector(self):
@@ -179,6 +182,10 @@ class Scheduler:
                 break
             del self.waiting[skipped]
             self.kv.record_lookup(req.num_tokens, num_hit)
+            if self.connector is not None and not req.wants_prompt_logprobs and not req.num_preemptions:
+                # As vLLM: at admission, the tokens past the pool's hit, of a request not preempted.
+                self.connector_prefix_cache_queries += req.num_tokens - num_hit
+                self.connector_prefix_cache_hits += num_ext
             num_loaded = self._load(req, num_hit, num_ext) if num_ext else 0
             # What a connector did not load is computed in this step: those blocks are already
             # registered in the prefix cache, so they must hold their K/V by the step's end.
@@ -369,8 +376,15 @@ class Scheduler:
             "generation_tokens_total": self.generation_tokens_total,
             "kv_connector_loaded_tokens": self.num_connector_loaded_tokens,
             **self.prompt_sources.as_dict(),
+            **(self._connector_stats() if self.connector is not None else {}),
             **self.iteration_tokens.as_dict(),
             **(self.spec_stats.as_dict() if self.spec_stats is not None else {}),
+        }
+
+    def _connector_stats(self) -> dict:
+        return {
+            "external_prefix_cache_queries": self.connector_prefix_cache_queries,
+            "external_prefix_cache_hits": self.connector_prefix_cache_hits,
         }
 
 

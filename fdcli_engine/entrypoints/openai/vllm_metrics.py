@@ -52,6 +52,19 @@ ENGINE_COUNTERS = {
         "prompt_tokens_recomputed",
     ),
 }
+# With a KV connector only (the stats carry them only then): vLLM counter -> (help, stats key).
+EXTERNAL_PREFIX_CACHE_COUNTERS = {
+    "vllm:external_prefix_cache_queries": (
+        "External prefix cache queries from KV connector cross-instance cache sharing, "
+        "in terms of number of queried tokens.",
+        "external_prefix_cache_queries",
+    ),
+    "vllm:external_prefix_cache_hits": (
+        "External prefix cache hits from KV connector cross-instance cache sharing, "
+        "in terms of number of cached tokens.",
+        "external_prefix_cache_hits",
+    ),
+}
 # vllm:prompt_tokens_by_source's source label -> stats key (vLLM's PromptTokenStats.ALL_SOURCES).
 PROMPT_TOKEN_SOURCES = {
     "local_compute": "prompt_tokens_local_compute",
@@ -76,7 +89,10 @@ def engine_families(s: dict, model_name: str):
     data-parallel rank, from the snapshot's "ranks"; engine="0" without data parallelism)."""
     per_engine = s.get("ranks") or {"0": s}
     engines = sorted(per_engine.items(), key=lambda kv: int(kv[0]))
-    for family, table in ((GaugeMetricFamily, ENGINE_GAUGES), (CounterMetricFamily, ENGINE_COUNTERS)):
+    tables = [(GaugeMetricFamily, ENGINE_GAUGES), (CounterMetricFamily, ENGINE_COUNTERS)]
+    if "external_prefix_cache_queries" in s:
+        tables.append((CounterMetricFamily, EXTERNAL_PREFIX_CACHE_COUNTERS))
+    for family, table in tables:
         for name, (doc, key) in table.items():
             f = family(name, doc, labels=["model_name", "engine"])
             for engine, stats in engines:
