@@ -262,3 +262,39 @@ CONNECTOR_ONLY = ("vllm:external_prefix_cache_queries_total", "vllm:external_pre
 def test_unmeasured_families_are_absent(server):
     names = {s.name for s in scrape(server)}
     assert not [n for n in NOT_MEASURED + CONNECTOR_ONLY if n in names]
+
+
+def test_spec_decode_counters_under_vllms_names(tiny_model, tmp_path):
+    """With speculation on, vLLM's spec_decode counters (SpecDecodingProm, labelled engine and, per
+    draft position, position) are fd's counters under vLLM's names: one measurement for both; the
+    accepted drafts by position add up to the accepted ones, and each verification drafted at most
+    num_speculative_tokens."""
+    from server.fd_server import start_server
+
+    spec = '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+    srv = start_server(tiny_model, tmp_path, "--served-model-name", "tiny", "--speculative-config", spec)
+    try:
+        r = srv.client().completions.create(
+            model="tiny",
+            prompt="one two three one two three one two three one two",
+            max_tokens=24,
+            temperature=0,
+        )
+        assert r.usage.completion_tokens > 0
+        m = srv.metrics()
+    finally:
+        assert srv.stop() == 0, srv.log.read_text()[-3000:]
+    labels = '{engine="0",model_name="tiny"}'
+    drafts = m[f"vllm:spec_decode_num_drafts_total{labels}"]
+    accepted = m[f"vllm:spec_decode_num_accepted_tokens_total{labels}"]
+    assert drafts == m["fd:spec_decode_num_drafts_total"] > 0
+    assert m[f"vllm:spec_decode_num_draft_tokens_total{labels}"] == m["fd:spec_decode_num_draft_tokens_total"]
+    assert drafts <= m[f"vllm:spec_decode_num_draft_tokens_total{labels}"] <= 2 * drafts
+    assert accepted == m["fd:spec_decode_num_accepted_tokens_total"]
+    per_pos = [
+        m[
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="tiny",position="{p}"}}'
+        ]
+        for p in (0, 1)
+    ]
+    assert sum(per_pos) == accepted and per_pos[0] >= per_pos[1]

@@ -65,6 +65,16 @@ EXTERNAL_PREFIX_CACHE_COUNTERS = {
         "external_prefix_cache_hits",
     ),
 }
+# With speculative decoding only (vllm/v1/spec_decode/metrics.py SpecDecodingProm; the stats carry
+# them only then): vLLM counter -> (help, stats key), the twins of fd's spec_decode counters.
+SPEC_DECODE_COUNTERS = {
+    "vllm:spec_decode_num_drafts": ("Number of spec decoding drafts.", "spec_decode_num_drafts"),
+    "vllm:spec_decode_num_draft_tokens": ("Number of draft tokens.", "spec_decode_num_draft_tokens_total"),
+    "vllm:spec_decode_num_accepted_tokens": (
+        "Number of accepted tokens.",
+        "spec_decode_num_accepted_tokens_total",
+    ),
+}
 # vllm:prompt_tokens_by_source's source label -> stats key (vLLM's PromptTokenStats.ALL_SOURCES).
 PROMPT_TOKEN_SOURCES = {
     "local_compute": "prompt_tokens_local_compute",
@@ -92,6 +102,8 @@ def engine_families(s: dict, model_name: str):
     tables = [(GaugeMetricFamily, ENGINE_GAUGES), (CounterMetricFamily, ENGINE_COUNTERS)]
     if "external_prefix_cache_queries" in s:
         tables.append((CounterMetricFamily, EXTERNAL_PREFIX_CACHE_COUNTERS))
+    if "spec_decode_num_draft_tokens_total" in s:
+        tables.append((CounterMetricFamily, SPEC_DECODE_COUNTERS))
     for family, table in tables:
         for name, (doc, key) in table.items():
             f = family(name, doc, labels=["model_name", "engine"])
@@ -108,6 +120,16 @@ def engine_families(s: dict, model_name: str):
             by_source.add_metric([model_name, engine, source], float(stats.get(key) or 0))
     yield by_source
     yield iteration_tokens(engines, model_name)
+    if "spec_decode_num_draft_tokens_total" in s:
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=["model_name", "engine", "position"],
+        )
+        for engine, stats in engines:
+            for pos, n in enumerate(stats.get("spec_decode_num_accepted_tokens_per_pos") or []):
+                per_pos.add_metric([model_name, engine, str(pos)], float(n))
+        yield per_pos
 
 
 def iteration_tokens(engines, model_name: str) -> HistogramMetricFamily:
