@@ -59,6 +59,17 @@ class KVCacheManager:
             hit.append(bid)
         return hit, len(hit) * self.block_size
 
+    def num_recomputed_tokens(self, request: Request, num_hit_tokens: int) -> int:
+        """Tokens the cache holds that the request's prefill computes again: the last block of a prompt
+        whose every block is cached, which get_computed_blocks leaves out (one token must be computed
+        for the logits, and hits are whole blocks). 0 for any other hit."""
+        bs = self.block_size
+        last = request.num_tokens // bs - 1
+        if not self.enable_caching or request.num_tokens % bs or num_hit_tokens != last * bs:
+            return 0
+        hashes = request.update_block_hashes(bs)
+        return bs if self.pool.get_cached_block(hashes[last]) is not None else 0
+
     def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
         """Count a lookup once its request is actually scheduled (a failed attempt is retried)."""
         self.prefix_cache_queries += num_tokens

@@ -17,6 +17,9 @@ Each request records vLLM's events (QUEUED when added, SCHEDULED when admitted f
 again after a preemption, PREEMPTED), handed out with its next output; every output of a step carries
 the time the step ended (its tokens' time). The front end turns them into per-request intervals.
 
+Each prompt is counted once, when first admitted: in prompt_tokens_total, by where its K/V came from,
+and in its step's tokens (core/token_stats.py, vLLM's prompt-source counters and tokens per step).
+
 Token-level stops and the length stop are decided here (`_check_stop`); the division of every stop rule
 between the scheduler, the OutputProcessor and the sampler is written in step_types' docstring.
 
@@ -35,6 +38,7 @@ from collections import deque
 
 from fdcli_engine.core.draft_policy import DraftPolicy
 from fdcli_engine.core.kv_cache_manager import KVCacheManager
+from fdcli_engine.core.token_stats import IterationTokens, PromptTokenSources
 from fdcli_engine.outputs import EngineCoreEventType, EngineCoreOutput
 from fdcli_engine.reasoning_budget import answer_limit_reached
 from fdcli_engine.request import Request, RequestStatus
@@ -67,11 +71,17 @@ class Scheduler:
         self.num_preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.prompt_sources = PromptTokenSources()
+        self.iteration_tokens = IterationTokens()
+        self._step_prompt_tokens = 0  # prompt tokens counted by the step being scheduled
         self.num_lookahead_slots = num_lookahead_slots
         self.drafts = DraftPolicy(num_speculative_tokens, disable_by_batch_size)
         self.spec_stats = SpecDecodeStats(num_speculative_tokens) if num_speculative_tokens else None
         self.num_deferred = 0  # waiting requests the last step left for their connector
         self.num_connector_loaded_tokens = 0
+        # vLLM's external prefix cache: tokens a new request asked the connector for, and those it had.
+        self.connector_prefix_cache_queries = 0
+        self.connector_prefix_cache_hits = 0
 
     @property
     def connector(self):
@@ -119,6 +129,7 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[ScheduledRequest] = []
         preempted = 0
+        self._step_prompt_tokens = 0
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
@@ -172,6 +183,10 @@ class Scheduler:
                 break
             del self.waiting[skipped]
             self.kv.record_lookup(req.num_tokens, num_hit)
+            if self.connector is not None and not req.wants_prompt_logprobs and not req.num_preemptions:
+                # As vLLM: at admission, the tokens past the pool's hit, of a request not preempted.
+                self.connector_prefix_cache_queries += req.num_tokens - num_hit
+                self.connector_prefix_cache_hits += num_ext
             num_loaded = self._load(req, num_hit, num_ext) if num_ext else 0
             # What a connector did not load is computed in this step: those blocks are already
             # registered in the prefix cache, so they must hold their K/V by the step's end.
@@ -180,6 +195,9 @@ class Scheduler:
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = num_hit + num_loaded
                 self.prompt_tokens_total += req.num_prompt_tokens
+                self._step_prompt_tokens += req.num_prompt_tokens
+                recomputed = self.kv.num_recomputed_tokens(req, num_hit)
+                self.prompt_sources.record(req.num_prompt_tokens, num_hit, num_loaded, recomputed)
             req.status = RequestStatus.RUNNING
             req.record_event(EngineCoreEventType.SCHEDULED, now)
             self.running.append(req)
@@ -270,6 +288,7 @@ class Scheduler:
     def update_from_output(self, so: SchedulerOutput, out: ModelRunnerOutput) -> list[EngineCoreOutput]:
         results: list[EngineCoreOutput] = []
         now = time.monotonic()  # the step's end: the time of the tokens it brought
+        generated = 0  # tokens this step emitted
         for sr in so.scheduled:
             req = self.requests.get(sr.req_id)
             if req is None or req.status is not RequestStatus.RUNNING:
@@ -298,6 +317,7 @@ class Scheduler:
                 if status is not None:
                     break
             self.generation_tokens_total += emitted
+            generated += emitted
             if sr.spec_token_ids:
                 self.drafts.record(req.req_id, len(sr.spec_token_ids), accepted)
                 if self.spec_stats is not None:
@@ -311,6 +331,8 @@ class Scheduler:
             )
             core_out.prompt_logprobs = req.take_prompt_logprobs()
             results.append(core_out)
+        if self._step_prompt_tokens + generated:
+            self.iteration_tokens.observe(self._step_prompt_tokens + generated)
         return results
 
     def _check_stop(self, req: Request, token: int) -> RequestStatus | None:
@@ -357,7 +379,16 @@ class Scheduler:
             "prompt_tokens_total": self.prompt_tokens_total,
             "generation_tokens_total": self.generation_tokens_total,
             "kv_connector_loaded_tokens": self.num_connector_loaded_tokens,
+            **self.prompt_sources.as_dict(),
+            **(self._connector_stats() if self.connector is not None else {}),
+            **self.iteration_tokens.as_dict(),
             **(self.spec_stats.as_dict() if self.spec_stats is not None else {}),
+        }
+
+    def _connector_stats(self) -> dict:
+        return {
+            "external_prefix_cache_queries": self.connector_prefix_cache_queries,
+            "external_prefix_cache_hits": self.connector_prefix_cache_hits,
         }
 
 

@@ -215,3 +215,38 @@ def test_abort_hands_out_pending_events():
     [out] = sched.abort_requests(["a"])
     assert out.finish_reason == "abort"
     assert [e.type for e in out.events] == [T.QUEUED]
+
+
+def test_prompt_sources_and_step_tokens_add_up_through_preemption_and_chunks():
+    """vLLM's prompt-token sources and tokens per step (core/token_stats.py) count each prompt once,
+    when first admitted, through chunked prefill and preemption: the sources minus the recomputed tokens
+    are the prompt tokens, and the steps' tokens are the prompt plus the generated tokens."""
+    prompts = make_prompts(16, seed=3, shared_prefix=5)
+    outs, sched = run(prompts, 20, num_blocks=24, block_size=4, budget=16, max_seqs=16)
+    st = sched.get_stats()
+    assert sched.num_preemptions > 0
+    sources = (
+        "prompt_tokens_local_compute",
+        "prompt_tokens_local_cache_hit",
+        "prompt_tokens_external_kv_transfer",
+    )
+    assert sum(st[k] for k in sources) - st["prompt_tokens_recomputed"] == sum(len(p) for p in prompts)
+    assert st["prompt_tokens_total"] == sum(len(p) for p in prompts)
+    assert st["iteration_tokens_sum"] == st["prompt_tokens_total"] + st["generation_tokens_total"]
+    assert st["generation_tokens_total"] == sum(len(o) for o in outs)
+    assert sum(st["iteration_tokens_buckets"]) == st["iteration_tokens_count"]
+
+
+@pytest.mark.parametrize("extra", [0, 1, 3])
+def test_recomputed_tokens_are_the_last_block_of_a_wholly_cached_prompt(extra):
+    """The second run of a prompt: every whole block is cached, but one token must be computed, so a
+    prompt of whole blocks computes its last cached block again (vLLM's prompt_tokens_recomputed); one
+    with a partial last block reuses every cached block and recomputes nothing."""
+    prompt = make_prompts(1, seed=9, shared_prefix=16)[0][:16] + list(range(extra))
+    _, sched = run([prompt, prompt], 2, block_size=4, max_seqs=1)
+    st = sched.get_stats()
+    recomputed = 4 if extra == 0 else 0  # the 16 tokens are 4 whole blocks; the extra ones a partial one
+    assert st["prefix_cache_hits"] == 16 - recomputed
+    assert st["prompt_tokens_recomputed"] == recomputed
+    assert st["prompt_tokens_local_cache_hit"] == 16
+    assert st["prompt_tokens_cached"] == st["prefix_cache_hits"]

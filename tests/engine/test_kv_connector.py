@@ -110,7 +110,15 @@ def test_restored_blocks_give_identical_outputs(reference, max_load):
     assert second == want_second
     if max_load != 0:
         assert conn.loaded > 0
-    assert llm.get_stats()["kv_connector_loaded_tokens"] == conn.loaded * BS
+    stats = llm.get_stats()
+    assert stats["kv_connector_loaded_tokens"] == conn.loaded * BS
+    # vLLM's prompt sources: what the connector loaded is external_kv_transfer, and cached with the hits.
+    assert stats["prompt_tokens_external_kv_transfer"] == conn.loaded * BS
+    assert stats["prompt_tokens_cached"] == stats["prefix_cache_hits"] + conn.loaded * BS
+    # vLLM's external prefix cache hits: what the connector matched, loaded or not (max_load cuts loads).
+    assert stats["external_prefix_cache_hits"] >= conn.loaded * BS
+    if max_load is None:
+        assert stats["external_prefix_cache_hits"] == conn.loaded * BS
     assert llm.engine.scheduler.kv.num_free_blocks == 64
 
 

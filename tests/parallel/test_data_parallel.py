@@ -114,6 +114,11 @@ def test_vllm_names_label_each_engine(dp_server):
         assert f'vllm:num_requests_running{{engine="{rank}",model_name="tiny"}}' in m
     per_engine = [m[f'vllm:generation_tokens_total{{engine="{r}",model_name="tiny"}}'] for r in ("0", "1")]
     assert sum(per_engine) == m["fd:generation_tokens_total"] > 0
+    # Each rank's tokens per step add up to its own prompt and generated tokens.
+    for r in ("0", "1"):
+        labels = f'{{engine="{r}",model_name="tiny"}}'
+        tokens = m[f"vllm:prompt_tokens_total{labels}"] + m[f"vllm:generation_tokens_total{labels}"]
+        assert m[f"vllm:iteration_tokens_total_sum{labels}"] == tokens
 
 
 def test_killing_one_rank_fails_only_its_requests(tiny_model, tmp_path, monkeypatch):

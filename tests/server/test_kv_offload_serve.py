@@ -11,6 +11,7 @@ import stat
 from fd_server import start_server
 
 PROMPT = "the quick brown fox jumps over the lazy dog " * 6
+LABELS = '{engine="0",model_name="tiny"}'
 
 
 def ask(srv):
@@ -27,6 +28,9 @@ def test_file_tier_survives_a_restart_of_fd_serve(tiny_model, tmp_path):
     finally:
         assert first.stop() == 0, first.log.read_text()[-3000:]
     assert m["fd:kv_offload_hit_tokens_total"] == 0
+    # vLLM's external prefix cache: the connector was asked for the whole prompt (no local hit), and had none.
+    assert m[f"vllm:external_prefix_cache_queries_total{LABELS}"] == m["fd:prompt_tokens_total"] > 0
+    assert m[f"vllm:external_prefix_cache_hits_total{LABELS}"] == 0
     assert list(kv_dir.rglob("*.kv")), "the finished request's blocks were not written"
     assert stat.S_IMODE(os.stat(kv_dir / "prefix-hash.key").st_mode) == 0o600
 
@@ -39,3 +43,12 @@ def test_file_tier_survives_a_restart_of_fd_serve(tiny_model, tmp_path):
     assert m2["fd:kv_offload_hit_tokens_total"] > 0
     assert m2['fd:kv_offload_total_bytes_total{transfer_type="DISK_to_KV"}'] > 0
     assert m2["fd:cpu_hit_token_rate"] > 0
+    # What the file tier supplied is vLLM's external hit, its external_kv_transfer source and cached tokens.
+    loaded = m2["fd:kv_offload_hit_tokens_total"]
+    assert m2[f"vllm:external_prefix_cache_hits_total{LABELS}"] == loaded
+    assert m2[f"vllm:external_prefix_cache_queries_total{LABELS}"] == m2["fd:prompt_tokens_total"]
+    assert (
+        m2['vllm:prompt_tokens_by_source_total{engine="0",model_name="tiny",source="external_kv_transfer"}']
+        == loaded
+    )
+    assert m2[f"vllm:prompt_tokens_cached_total{LABELS}"] == loaded

@@ -1,7 +1,8 @@
 """Prometheus metrics of the server: engine gauges/counters read from the core's get_stats() at scrape
 time, and per-request histograms observed in the front end from each finished request's RequestMetrics
-(the front end's times: TTFT, end-to-end; the engine core's: queue, prefill, decode, inference, TPOT)
-and the HTTP admission wait.
+(the front end's times: TTFT, end-to-end; the engine core's: queue, prefill, decode, inference, TPOT),
+the request's parameters (max_tokens per sequence; n once per request, ParentRequest) and the HTTP
+admission wait.
 Each quantity is also exported under vLLM's name (vllm_metrics.py), fed by the same snapshot or
 observation.
 
@@ -251,15 +252,27 @@ class ObservedEngine:
     def __getattr__(self, name):
         return getattr(self._engine, name)
 
-    async def generate(self, prompt_token_ids, params, request_id, prompt=None, **kwargs):
+    def generate(self, prompt_token_ids, params, request_id, prompt=None, **kwargs):
+        """A sequence of its own: a request with n = 1."""
+        return self.parallel_sampling(1).generate(prompt_token_ids, params, request_id, prompt, **kwargs)
+
+    def parallel_sampling(self, n: int) -> ParentRequest:
+        """The engine of one request's `n` sequences (serving_common.merge_jobs), observed as one request."""
+        return ParentRequest(self, n)
+
+    async def _generate(self, parent: ParentRequest, prompt_token_ids, params, request_id, prompt, **kwargs):
         """Times come from the finished output's `metrics` (the front end's clock), so a FINAL_ONLY
         request, which yields once, is timed as a streamed one is. `kwargs`: the images (mm_features)."""
-        async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt, **kwargs):
-            if out.finished and out.metrics is not None:
-                self._observe(out)
-            yield out
+        try:
+            async for out in self._engine.generate(prompt_token_ids, params, request_id, prompt, **kwargs):
+                if out.finished and out.metrics is not None:
+                    self._observe(out, params)
+                    parent.finished(out.metrics.num_generation_tokens)
+                yield out
+        finally:
+            parent.ended()
 
-    def _observe(self, out) -> None:
+    def _observe(self, out, params) -> None:
         """One observation per quantity, handed to its fd: and its vllm: family alike. The engine's
         phases are RequestMetrics' intervals: queue time once the request was scheduled, the others
         once it had a token (a request aborted before either is in e2e only)."""
@@ -267,6 +280,8 @@ class ObservedEngine:
         e2e = m.finished_time - m.arrival_time
         fd.e2e.observe(e2e)
         vllm.e2e.observe(e2e)
+        if params.max_tokens:  # the limit the serving layer set: the request's, within the context's room
+            vllm.max_tokens.observe(params.max_tokens)
         num_prompt_tokens = len(out.prompt_token_ids)
         vllm.prompt_tokens.observe(num_prompt_tokens)
         vllm.generation_tokens.observe(m.num_generation_tokens)
@@ -293,3 +308,29 @@ class ObservedEngine:
             tpot = decode / (m.num_generation_tokens - 1)
             fd.tpot.observe(tpot)
             vllm.tpot.observe(tpot)
+
+
+class ParentRequest:
+    """One request's n sequences as vLLM's ParentRequest counts them for its metrics: once the last of
+    them has ended, vllm:request_params_n observes n and vllm:request_max_num_generation_tokens the most
+    tokens one of them generated, if any of them finished (a request whose client left before any
+    finished is not observed, as in the per-sequence families)."""
+
+    def __init__(self, engine: ObservedEngine, n: int):
+        self._engine = engine
+        self.n = n
+        self._running = n
+        self._max_generated: int | None = None
+
+    def generate(self, prompt_token_ids, params, request_id, prompt=None, **kwargs):
+        return self._engine._generate(self, prompt_token_ids, params, request_id, prompt, **kwargs)
+
+    def finished(self, num_generation_tokens: int) -> None:
+        self._max_generated = max(self._max_generated or 0, num_generation_tokens)
+
+    def ended(self) -> None:
+        self._running -= 1
+        if self._running == 0 and self._max_generated is not None:
+            vllm = self._engine._metrics.vllm
+            vllm.n.observe(self.n)
+            vllm.max_generation_tokens.observe(self._max_generated)

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -254,10 +255,11 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
         return
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
+    engines = _parent_requests(engine, jobs)
 
     async def pump(job: Job) -> None:
         try:
-            async for out in engine.generate(
+            async for out in engines[job.prompt_idx].generate(
                 job.prompt_ids, job.params, job.request_id, job.prompt, **job.engine_kwargs()
             ):
                 queue.put_nowait((job, out))
@@ -280,6 +282,14 @@ async def merge_jobs(engine: EngineClient, jobs: list[Job]) -> AsyncIterator[tup
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _parent_requests(engine: EngineClient, jobs: list[Job]) -> dict[int, Any]:
+    """The engine each prompt's jobs run on: an engine that observes metrics (metrics.ObservedEngine)
+    counts a prompt's n samples as one request, as vLLM's ParentRequest does; any other is the engine."""
+    sampling = getattr(engine, "parallel_sampling", None)
+    n = Counter(job.prompt_idx for job in jobs)
+    return {k: engine if sampling is None else sampling(count) for k, count in n.items()}
 
 
 def batch_deltas(stream, max_tokens: int | None) -> AsyncIterator[tuple[Job, RequestOutput]]:

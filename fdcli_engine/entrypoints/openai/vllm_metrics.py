@@ -10,7 +10,10 @@ are absent, not zero (docs/metrics.md)."""
 from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from fdcli_engine.core.token_stats import ITERATION_TOKENS_BUCKETS
 
 # vLLM's bucket bounds, as loggers.py defines them.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5)
@@ -19,6 +22,7 @@ TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 TPOT_BUCKETS += (10.0, 20.0, 40.0, 80.0)
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0)
 REQUEST_LATENCY_BUCKETS += (50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+N_BUCKETS = (1, 2, 5, 10, 20)
 FINISH_REASONS = ("stop", "length", "abort")  # fd's finish reasons; each series exists from the start
 
 # vLLM gauge -> (help, stats key); vLLM counter (without _total) -> (help, stats key).
@@ -39,6 +43,43 @@ ENGINE_COUNTERS = {
         "prefix_cache_hits",
     ),
     "vllm:num_preemptions": ("Cumulative number of preemption from the engine.", "num_preemptions"),
+    "vllm:prompt_tokens_cached": (
+        "Number of cached prompt tokens (local + external).",
+        "prompt_tokens_cached",
+    ),
+    "vllm:prompt_tokens_recomputed": (
+        "Number of cached tokens recomputed for forward pass.",
+        "prompt_tokens_recomputed",
+    ),
+}
+# With a KV connector only (the stats carry them only then): vLLM counter -> (help, stats key).
+EXTERNAL_PREFIX_CACHE_COUNTERS = {
+    "vllm:external_prefix_cache_queries": (
+        "External prefix cache queries from KV connector cross-instance cache sharing, "
+        "in terms of number of queried tokens.",
+        "external_prefix_cache_queries",
+    ),
+    "vllm:external_prefix_cache_hits": (
+        "External prefix cache hits from KV connector cross-instance cache sharing, "
+        "in terms of number of cached tokens.",
+        "external_prefix_cache_hits",
+    ),
+}
+# With speculative decoding only (vllm/v1/spec_decode/metrics.py SpecDecodingProm; the stats carry
+# them only then): vLLM counter -> (help, stats key), the twins of fd's spec_decode counters.
+SPEC_DECODE_COUNTERS = {
+    "vllm:spec_decode_num_drafts": ("Number of spec decoding drafts.", "spec_decode_num_drafts"),
+    "vllm:spec_decode_num_draft_tokens": ("Number of draft tokens.", "spec_decode_num_draft_tokens_total"),
+    "vllm:spec_decode_num_accepted_tokens": (
+        "Number of accepted tokens.",
+        "spec_decode_num_accepted_tokens_total",
+    ),
+}
+# vllm:prompt_tokens_by_source's source label -> stats key (vLLM's PromptTokenStats.ALL_SOURCES).
+PROMPT_TOKEN_SOURCES = {
+    "local_compute": "prompt_tokens_local_compute",
+    "local_cache_hit": "prompt_tokens_local_cache_hit",
+    "external_kv_transfer": "prompt_tokens_external_kv_transfer",
 }
 
 
@@ -58,12 +99,56 @@ def engine_families(s: dict, model_name: str):
     data-parallel rank, from the snapshot's "ranks"; engine="0" without data parallelism)."""
     per_engine = s.get("ranks") or {"0": s}
     engines = sorted(per_engine.items(), key=lambda kv: int(kv[0]))
-    for family, table in ((GaugeMetricFamily, ENGINE_GAUGES), (CounterMetricFamily, ENGINE_COUNTERS)):
+    tables = [(GaugeMetricFamily, ENGINE_GAUGES), (CounterMetricFamily, ENGINE_COUNTERS)]
+    if "external_prefix_cache_queries" in s:
+        tables.append((CounterMetricFamily, EXTERNAL_PREFIX_CACHE_COUNTERS))
+    if "spec_decode_num_draft_tokens_total" in s:
+        tables.append((CounterMetricFamily, SPEC_DECODE_COUNTERS))
+    for family, table in tables:
         for name, (doc, key) in table.items():
             f = family(name, doc, labels=["model_name", "engine"])
             for engine, stats in engines:
                 f.add_metric([model_name, engine], float(stats.get(key) or 0))
             yield f
+    by_source = CounterMetricFamily(
+        "vllm:prompt_tokens_by_source",
+        "Number of prompt tokens by source.",
+        labels=["model_name", "engine", "source"],
+    )
+    for engine, stats in engines:
+        for source, key in PROMPT_TOKEN_SOURCES.items():
+            by_source.add_metric([model_name, engine, source], float(stats.get(key) or 0))
+    yield by_source
+    yield iteration_tokens(engines, model_name)
+    if "spec_decode_num_draft_tokens_total" in s:
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=["model_name", "engine", "position"],
+        )
+        for engine, stats in engines:
+            for pos, n in enumerate(stats.get("spec_decode_num_accepted_tokens_per_pos") or []):
+                per_pos.add_metric([model_name, engine, str(pos)], float(n))
+        yield per_pos
+
+
+def iteration_tokens(engines, model_name: str) -> HistogramMetricFamily:
+    """vllm:iteration_tokens_total from the core's per-bucket step counts (core/token_stats.py)."""
+    h = HistogramMetricFamily(
+        "vllm:iteration_tokens_total",
+        "Histogram of number of tokens per engine_step.",
+        labels=["model_name", "engine"],
+    )
+    bounds = [floatToGoString(b) for b in ITERATION_TOKENS_BUCKETS] + ["+Inf"]
+    for engine, stats in engines:
+        counts = list(stats.get("iteration_tokens_buckets") or [])
+        counts += [0] * (len(bounds) - len(counts))
+        cumulative, running = [], 0
+        for bound, n in zip(bounds, counts):
+            running += n
+            cumulative.append((bound, float(running)))
+        h.add_metric([model_name, engine], cumulative, float(stats.get("iteration_tokens_sum") or 0))
+    return h
 
 
 class RequestFamilies:
@@ -115,6 +200,17 @@ class RequestFamilies:
         self.prefill_kv_computed = hist(
             "vllm:request_prefill_kv_computed_tokens",
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            tokens,
+        )
+        # The request's parameters: max_tokens per sequence, n (and the most tokens one of its n
+        # sequences generated) per request, as vLLM's ParentRequest observes them.
+        self.max_tokens = hist(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", tokens
+        )
+        self.n = hist("vllm:request_params_n", "Histogram of the n request parameter.", N_BUCKETS)
+        self.max_generation_tokens = hist(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
             tokens,
         )
         self.prompt_tokens = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens)
