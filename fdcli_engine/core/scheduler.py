@@ -182,7 +182,10 @@ class Scheduler:
             if not self.kv.allocate_slots(req, num_ext + num_new + lookahead, hit_blocks):
                 break
             del self.waiting[skipped]
-            self.kv.record_lookup(req.num_tokens, num_hit)
+            # As vLLM's prefix-cache counters: the lookups of requests not preempted (a re-admission
+            # finds its own blocks again, which would count as hits no other request had).
+            if not req.num_preemptions:
+                self.kv.record_lookup(req.num_tokens, num_hit)
             if self.connector is not None and not req.wants_prompt_logprobs and not req.num_preemptions:
                 # As vLLM: at admission, the tokens past the pool's hit, of a request not preempted.
                 self.connector_prefix_cache_queries += req.num_tokens - num_hit

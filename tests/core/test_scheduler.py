@@ -235,6 +235,8 @@ def test_prompt_sources_and_step_tokens_add_up_through_preemption_and_chunks():
     assert st["iteration_tokens_sum"] == st["prompt_tokens_total"] + st["generation_tokens_total"]
     assert st["generation_tokens_total"] == sum(len(o) for o in outs)
     assert sum(st["iteration_tokens_buckets"]) == st["iteration_tokens_count"]
+    # vLLM's prefix-cache counters look up each request once: re-admissions after preemption are left out.
+    assert st["prefix_cache_queries"] == sum(len(p) for p in prompts)
 
 
 @pytest.mark.parametrize("extra", [0, 1, 3])
