@@ -469,3 +469,73 @@ def make_tiny_ernie_mtp(
         f.unlink()
     hf_folder.rmdir()
     return folder
+
+
+# --- EAGLE heads for a tiny Llama target: tests/spec_decode ---------------------------------------------
+# vLLM's EagleLlamaForCausalLM layout (models/llama_eagle.py): config.json of a Llama with its own layer
+# shapes (here unlike the target's, so the head's own config is what builds it), safetensors without a
+# `model.` prefix, no input norm in layer 0, no final norm and no lm_head.
+EAGLE_DIMS = dict(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96)
+
+
+def tiny_eagle_tensors(cfg: dict, seed: int = 5, embed: bool = False, fc_bias: bool = False) -> dict:
+    """A random EAGLE head for the head config `cfg`: fc [H, 2H] (+ fc.bias), its layers (layer 0
+    without input_layernorm), and with `embed` its own embed_tokens. Linear weights [out, in], fp32."""
+    rng = np.random.default_rng(seed)
+    hidden, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    head_dim = cfg.get("head_dim") or hidden // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
+
+    def w(*shape, scale=0.15):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    out = {"fc.weight": w(hidden, 2 * hidden)}
+    if fc_bias:
+        out["fc.bias"] = w(hidden)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        if i > 0:
+            out[p + "input_layernorm.weight"] = 1.0 + w(hidden, scale=0.2)
+        out[p + "post_attention_layernorm.weight"] = 1.0 + w(hidden, scale=0.2)
+        out[p + "self_attn.q_proj.weight"] = w(q, hidden)
+        out[p + "self_attn.k_proj.weight"] = w(kv, hidden)
+        out[p + "self_attn.v_proj.weight"] = w(kv, hidden)
+        out[p + "self_attn.o_proj.weight"] = w(hidden, q)
+        out[p + "mlp.gate_proj.weight"] = w(inter, hidden)
+        out[p + "mlp.up_proj.weight"] = w(inter, hidden)
+        out[p + "mlp.down_proj.weight"] = w(hidden, inter)
+    if embed:
+        out["embed_tokens.weight"] = w(cfg["vocab_size"], hidden, scale=1.0)
+    return out
+
+
+def make_tiny_eagle(
+    folder: str | Path,
+    target: str | Path,
+    seed: int = 5,
+    embed: bool = False,
+    fc_bias: bool = False,
+    **overrides,
+) -> Path:
+    """An EAGLE head for the tiny checkpoint in `target` (hidden and vocab sizes as the target's, unless
+    `overrides` change them), written in `folder`; returns the folder."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = json.loads((Path(target) / "config.json").read_text())
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": base["hidden_size"],
+        "vocab_size": base["vocab_size"],
+        "max_position_embeddings": base["max_position_embeddings"],
+        "rms_norm_eps": base["rms_norm_eps"],
+        "rope_theta": 50000.0,
+        "hidden_act": "silu",
+        **EAGLE_DIMS,
+        **overrides,
+    }
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file(tiny_eagle_tensors(cfg, seed, embed, fc_bias), str(folder / "model.safetensors"))
+    return folder

@@ -31,9 +31,14 @@ COMMANDS = {
 # (flag value, what its one error line says)
 BAD = [
     (
-        '{"method": "eagle"}',
-        "method 'eagle' is not supported: use ngram (or ngram_match), mtp or draft_model",
+        '{"method": "medusa"}',
+        "method 'medusa' is not supported: use ngram (or ngram_match), mtp, draft_model or eagle",
     ),
+    (
+        '{"method": "eagle"}',
+        'method eagle needs "model": the EAGLE head\'s path (e.g. "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"',
+    ),
+    ('{"method": "eagle3", "model": "h"}', "method eagle3 (an EAGLE-3 head) is not supported: use eagle"),
     ('{"method": "ngram", "k": 3}', "--speculative-config: unknown key(s) k (fd reads method,"),
     ('{"method": "ngram"', "--speculative-config must be a JSON object: Expecting ',' delimiter"),
     ('["ngram"]', "--speculative-config must be a JSON object"),
