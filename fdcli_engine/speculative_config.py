@@ -3,8 +3,8 @@
 FastDeploy's keys and vLLM's are both accepted under their own names (one meaning each):
 - `method`: "ngram" (vLLM; also "[ngram]", or `model` "ngram" without a method) / "ngram_match"
   (FastDeploy): prompt lookup from the request's own tokens; "mtp" (vLLM's "ernie_mtp" too): ERNIE-4.5's
-  multi-token-prediction layer; "draft_model": a smaller model with the same vocabulary; "eagle"
-  (vLLM): an EAGLE-1 head trained for the target (its folder in `model`; "eagle3" is refused).
+  multi-token-prediction layer; "draft_model": a smaller model with the same vocabulary; "eagle" /
+  "eagle3" (vLLM): an EAGLE-1 / EAGLE-3 head trained for the target (its folder in `model`).
   FastDeploy's "naive" (its speculative code path without drafts) means no speculation here.
 - `num_speculative_tokens`: drafts per step (FastDeploy's cap, 5, is not fd's; fd allows up to 16).
 - `prompt_lookup_min` / `prompt_lookup_max` (vLLM), `min_ngram_size` / `max_ngram_size` (FastDeploy):
@@ -34,7 +34,7 @@ import msgspec
 
 from fdcli_engine.errors import ConfigError
 
-METHODS = ("ngram", "mtp", "draft_model", "eagle")
+METHODS = ("ngram", "mtp", "draft_model", "eagle", "eagle3")
 _METHOD_ALIASES = {
     "ngram": "ngram",
     "[ngram]": "ngram",  # vLLM's older spelling
@@ -43,6 +43,12 @@ _METHOD_ALIASES = {
     "ernie_mtp": "mtp",  # vLLM's name for ERNIE-4.5's MTP layer
     "draft_model": "draft_model",
     "eagle": "eagle",
+    "eagle3": "eagle3",
+}
+# Each EAGLE method's example head (vLLM's docs), named where `model` is missing.
+_EAGLE_EXAMPLES = {
+    "eagle": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
 }
 # FastDeploy's name for a key -> the vLLM name it means (one meaning, two spellings).
 _KEY_ALIASES = {"min_ngram_size": "prompt_lookup_min", "max_ngram_size": "prompt_lookup_max"}
@@ -78,7 +84,7 @@ class SpeculativeConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def uses_model(self) -> bool:
         """Drafts come from a model forward (its own KV cache in the same block pool)."""
-        return self.method in ("mtp", "draft_model", "eagle")
+        return self.method in ("mtp", "draft_model", "eagle", "eagle3")
 
     def describe(self) -> str:
         """The start-up line's words for it."""
@@ -138,15 +144,10 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
         method = "draft_model"  # vLLM: a model without a method is a draft model
     if method == "naive":
         return None
-    if method == "eagle3":
-        raise ConfigError(
-            "--speculative-config: method eagle3 (an EAGLE-3 head) is not supported: use eagle with an "
-            "EAGLE-1 head (e.g. yuhuili/EAGLE-LLaMA3.1-Instruct-8B), or ngram"
-        )
     if method not in _METHOD_ALIASES:
         raise ConfigError(
             f"--speculative-config: method {method!r} is not supported: use ngram (or ngram_match), "
-            "mtp, draft_model or eagle"
+            "mtp, draft_model, eagle or eagle3"
         )
     method = _METHOD_ALIASES[method]
     for key, exact in (("verify_strategy", "target_match"), ("accept_policy", "normal")):
@@ -185,10 +186,10 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
         raise ConfigError("--speculative-config: model must be a path string")
     if method == "draft_model" and not model:
         raise ConfigError('--speculative-config: method draft_model needs "model": the draft model\'s path')
-    if method == "eagle" and not model:
+    if method in _EAGLE_EXAMPLES and not model:
         raise ConfigError(
-            '--speculative-config: method eagle needs "model": the EAGLE head\'s path (e.g. '
-            '"yuhuili/EAGLE-LLaMA3.1-Instruct-8B", the head vLLM\'s docs pair with Llama-3.1-8B-Instruct)'
+            f'--speculative-config: method {method} needs "model": the EAGLE head\'s path (e.g. '
+            f'"{_EAGLE_EXAMPLES[method]}", a head vLLM\'s docs pair with Llama-3.1-8B-Instruct)'
         )
     if method == "ngram" and model:
         raise ConfigError("--speculative-config: method ngram takes no model (it drafts from the prompt)")

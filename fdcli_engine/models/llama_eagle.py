@@ -46,14 +46,15 @@ class NoNorm:
         return total, total
 
 
-# Checkpoint names vLLM's EagleLlamaForCausalLM has no parameter for, so it drops them.
-SKIPPED = ("lm_head.weight", "norm.weight", "layers.0.input_layernorm.weight")
+class EagleHeadBase:
+    """What EAGLE and EAGLE-3 heads share: the dimensions and decoder layers of the head's own Llama
+    config, the target's embedding unless the folder stores one, and a name -> (module, shard, kind)
+    table the weights are loaded through (a missing tensor is found by set difference)."""
 
+    # Checkpoint names the head has no parameter for, dropped as vLLM drops them.
+    skipped: tuple[str, ...] = ()
 
-class EagleLlama:
-    """The head over a loaded target (any fd decoder: only its embedding, LM head and hidden size)."""
-
-    def __init__(self, hf_config: dict, target, max_model_len: int, quantization: str | None, fc_bias: bool):
+    def __init__(self, hf_config: dict, target, max_model_len: int, quantization: str | None):
         cfg = normalize_hf_config(hf_config)
         self.config = cfg
         self.hidden_size = int(cfg["hidden_size"])
@@ -62,32 +63,37 @@ class EagleLlama:
         self.num_heads = int(cfg["num_attention_heads"])
         self.num_kv_heads = int(cfg["num_key_value_heads"])
         self.head_dim = int(cfg["head_dim"])
+        self.eps = float(cfg.get("rms_norm_eps", 1e-6))
+        self.quantization = quantization
+        self.qkv_bias = bool(cfg.get("attention_bias", False))
         rotary = RotaryEmbedding(self.head_dim, max_model_len, cfg["rope_theta"], cfg["rope_scaling"])
-        bias = bool(cfg.get("attention_bias", False))
-        self.fc = Linear(2 * self.hidden_size, self.hidden_size, fc_bias, quantization)
-        self.layers = [DecoderLayer(cfg, rotary, bias, False, quantization) for _ in range(self.num_layers)]
-        self.layers[0].input_layernorm = NoNorm()
-        self.norm = NoNorm()
-        self.embed_tokens, self.lm_head = target.embed_tokens, target.lm_head
-        self.decoder_stack = None  # the packed stack has no empty norm: the per-op loop runs the layers
+        self.layers = [
+            DecoderLayer(cfg, rotary, self.qkv_bias, False, quantization) for _ in range(self.num_layers)
+        ]
+        self.embed_tokens = target.embed_tokens
+        self.decoder_stack = None  # the packed stack runs plain Llama layers only: the per-op loop runs these
         self.use_decoder_stack = False
-        self._targets = self._build_targets(bias, fc_bias)
+        self._targets: dict[str, tuple[object, int | None, str]] = {}
 
-    def _build_targets(self, qkv_bias: bool, fc_bias: bool) -> dict[str, tuple[object, int | None, str]]:
-        targets: dict[str, tuple[object, int | None, str]] = {"fc.weight": (self.fc, 0, "weight")}
-        if fc_bias:
-            targets["fc.bias"] = (self.fc, 0, "bias")
+    def _add_layer_targets(self, skip: tuple[str, ...] = ()) -> None:
+        """layers.{i}.<name> for every decoder layer tensor, but those in `skip` ("0.input_layernorm")."""
         for i, layer in enumerate(self.layers):
             for hf_name, (path, shard) in DecoderForCausalLM.layer_mapping.items():
-                if i == 0 and hf_name == "input_layernorm":
+                if f"{i}.{hf_name}" in skip:
                     continue
                 module = layer
                 for part in path.split("."):
                     module = getattr(module, part)
-                targets[f"layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
-                if qkv_bias and hf_name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
-                    targets[f"layers.{i}.{hf_name}.bias"] = (module, shard, "bias")
-        return targets
+                self._targets[f"layers.{i}.{hf_name}.weight"] = (module, shard, "weight")
+                if self.qkv_bias and hf_name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+                    self._targets[f"layers.{i}.{hf_name}.bias"] = (module, shard, "bias")
+
+    def _load_special(self, name: str, array: np.ndarray, source: str) -> bool:
+        """A tensor outside the table (the subclass's); True when taken."""
+        return False
+
+    def _describe(self) -> str:
+        return f"an EAGLE head (fc, then {self.num_layers} Llama decoder layer(s) named layers.N.*)"
 
     def load_weights(self, weights: Iterable[tuple[str, np.ndarray]], source: str) -> None:
         """Consume (name, fp32 [out, in]) pairs of the head's folder; `source` is named in the errors."""
@@ -102,15 +108,14 @@ class EagleLlama:
                 self.embed_tokens = VocabEmbedding(self.vocab_size, self.hidden_size)
                 self.embed_tokens.load(array)
                 continue
-            if name in SKIPPED or name.endswith("rotary_emb.inv_freq"):
+            if name in self.skipped or name.endswith("rotary_emb.inv_freq"):
+                continue
+            if self._load_special(name, array, source):
                 continue
             target = self._targets.get(name)
             if target is None:
                 # Running without a stored weight (a norm, a bias, another layout) would be wrong.
-                raise ModelLoadError(
-                    f"{source}: tensor {name} is not part of an EAGLE head (fc, then "
-                    f"{self.num_layers} Llama decoder layer(s) named layers.N.*)"
-                )
+                raise ModelLoadError(f"{source}: tensor {name} is not part of {self._describe()}")
             module, shard, kind = target
             try:
                 module.load(array) if shard is None else module.load_shard(shard, **{kind: array})
@@ -121,6 +126,23 @@ class EagleLlama:
         if missing:
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             raise ModelLoadError(f"{source}: the EAGLE head lacks tensor(s): {', '.join(missing[:5])}{more}")
+
+
+class EagleLlama(EagleHeadBase):
+    """The EAGLE-1 head over a loaded target (any fd decoder: its embedding, LM head and width)."""
+
+    skipped = ("lm_head.weight", "norm.weight", "layers.0.input_layernorm.weight")
+
+    def __init__(self, hf_config: dict, target, max_model_len: int, quantization: str | None, fc_bias: bool):
+        super().__init__(hf_config, target, max_model_len, quantization)
+        self.fc = Linear(2 * self.hidden_size, self.hidden_size, fc_bias, quantization)
+        self.layers[0].input_layernorm = NoNorm()
+        self.norm = NoNorm()
+        self.lm_head = target.lm_head
+        self._targets["fc.weight"] = (self.fc, 0, "weight")
+        if fc_bias:
+            self._targets["fc.bias"] = (self.fc, 0, "bias")
+        self._add_layer_targets(skip=("0.input_layernorm",))
 
     def forward(self, input_ids, previous_hidden, positions, kv_caches, meta) -> paddle.Tensor:
         """Rows: the tokens x_{j+1}, the hidden states h_j, positions j. Returns h'_j (not normed)."""

@@ -26,6 +26,11 @@ def head_quantization(config) -> str | None:
     return None if q in ("gguf", "none", "auto") else q
 
 
+def hidden_rows(rows: list[Rows]) -> list[int]:
+    """The target's row feeding each row of the first forward, in order."""
+    return [i for r in rows for i in r.hidden_rows]
+
+
 class HeadProposer(ModelProposer):
     feeds_hidden = True
 
@@ -40,11 +45,11 @@ class HeadProposer(ModelProposer):
         if not tokens:
             return None
         num_drafts = min(wants, rs.limit - cached + 1) if rs.produced else 0
-        hidden_rows = list(range(rs.first_row, rs.first_row + len(tokens)))
-        return Rows(tokens, c, rs.sr.block_ids, rs.sr.prompt_token_ids, hidden_rows, num_drafts)
+        feeding = list(range(rs.first_row, rs.first_row + len(tokens)))
+        return Rows(tokens, c, rs.sr.block_ids, rs.sr.prompt_token_ids, feeding, num_drafts)
 
     def first_hidden(self, step, rows):
-        return gather_rows(step.hidden, [i for r in rows for i in r.hidden_rows])
+        return gather_rows(step.hidden, hidden_rows(rows))
 
     def forward(self, inputs, hidden_in):
         return self.model.forward(inputs.input_ids, hidden_in, inputs.positions, self.kv_caches, inputs.meta)

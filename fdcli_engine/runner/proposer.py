@@ -81,7 +81,7 @@ def make_proposer(config: ResolvedConfig, target_model) -> Proposer | None:
         from fdcli_engine.runner.mtp_proposer import MTPProposer
 
         return MTPProposer(config, target_model)
-    if spec.method == "eagle":
+    if spec.method in ("eagle", "eagle3"):
         from fdcli_engine.runner.eagle_proposer import EagleProposer
 
         return EagleProposer(config, target_model)

@@ -1,10 +1,11 @@
-"""`"method": "eagle"` through the engine (`LLM(..., speculative_config=...)`) and through `fd serve`
+"""`"method": "eagle"` and `"eagle3"` through the engine (`LLM(..., speculative_config=...)`) and through `fd serve`
 with the openai SDK: greedy outputs are token-identical to the same model without speculation (chunked
 prompts, a second round hitting the prefix cache, a KV pool tight enough to preempt), and the
 spec_decode counters agree: accepted <= drafted, and every verification emitted its accepted drafts
 plus one token (ignore_eos: no stop cuts a step short).
 
-Two heads: a random one (its drafts are almost all rejected), and an "echo" pair where acceptance is
+Random heads (their drafts are almost all rejected; the EAGLE-3 one reads the 3-layer target's layers
+0, 1, 2), and an "echo" pair where acceptance is
 certain: a target whose layers add nothing (o_proj and down_proj zero, tied embedding) repeats its last
 token, and a head whose fc passes the embedding through and whose layer adds nothing proposes the token
 it is given, so its drafts are the target's tokens."""
@@ -16,7 +17,7 @@ import json
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
-from tiny_models import make_tiny_checkpoint, make_tiny_eagle, write_tiny_tokenizer
+from tiny_models import make_tiny_checkpoint, make_tiny_eagle, make_tiny_eagle3, write_tiny_tokenizer
 
 from fdcli_engine import LLM, SamplingParams
 
@@ -51,14 +52,18 @@ def folders(tmp_path_factory):
     zero_tensors(echo_head, ("o_proj.weight", "down_proj.weight"), passthrough_fc=True)
     return {
         "target": target,
-        "head": make_tiny_eagle(root / "head", target),
+        "eagle": make_tiny_eagle(root / "eagle", target),
+        "eagle3": make_tiny_eagle3(root / "eagle3", target, eagle_aux_hidden_state_layer_ids=[0, 1, 2]),
         "echo": echo,
         "echo-head": echo_head,
     }
 
 
-def eagle(folder) -> dict:
-    return {"method": "eagle", "model": str(folder), "num_speculative_tokens": K}
+def eagle(folder, method: str = "eagle") -> dict:
+    return {"method": method, "model": str(folder), "num_speculative_tokens": K}
+
+
+METHODS = ("eagle", "eagle3")
 
 
 def prompts(seed: int, n: int = 6) -> list[list[int]]:
@@ -86,9 +91,10 @@ def assert_consistent(stats: dict) -> None:
     assert sum(per_pos) == accepted and per_pos == sorted(per_pos, reverse=True), stats
 
 
-def test_random_head_changes_no_token(folders):
+@pytest.mark.parametrize("method", METHODS)
+def test_random_head_changes_no_token(folders, method):
     plain, _ = run(folders["target"])
-    outs, stats = run(folders["target"], eagle(folders["head"]))
+    outs, stats = run(folders["target"], eagle(folders[method], method))
     assert outs == plain
     assert stats["prefix_cache_hits"] > 0
     assert_consistent(stats)
@@ -104,17 +110,19 @@ def test_echo_head_drafts_are_accepted(folders):
     assert stats["spec_decode_num_accepted_tokens_total"] == stats["spec_decode_num_draft_tokens_total"] > 50
 
 
-def test_preemption(folders):
+@pytest.mark.parametrize("method", METHODS)
+def test_preemption(folders, method):
     options = dict(enable_prefix_caching=False, max_tokens=40)
     expected, stats = run(folders["target"], **options)
     assert stats["num_preemptions"] == 0
-    outs, stats = run(folders["target"], eagle(folders["head"]), num_kv_blocks=32, **options)
+    outs, stats = run(folders["target"], eagle(folders[method], method), num_kv_blocks=32, **options)
     assert stats["num_preemptions"] > 5
     assert outs == expected
     assert_consistent(stats)
 
 
-def test_seeded_sampling_is_unchanged(folders):
+@pytest.mark.parametrize("method", METHODS)
+def test_seeded_sampling_is_unchanged(folders, method):
     # EAGLE drafts are point proposals (argmax tokens), so a seeded request's tokens are its plain ones.
     params = [SamplingParams(temperature=0.8, top_p=0.9, seed=s, max_tokens=16) for s in range(4)]
 
@@ -122,17 +130,18 @@ def test_seeded_sampling_is_unchanged(folders):
         llm = LLM(str(folders["target"]), speculative_config=spec, **OPTIONS)
         return [o.outputs[0].token_ids for o in llm.generate(prompts(2, n=4), params)]
 
-    assert sample(eagle(folders["head"])) == sample(None)
+    assert sample(eagle(folders[method], method)) == sample(None)
 
 
-def test_server_with_the_openai_sdk(folders, tmp_path):
+@pytest.mark.parametrize("method", METHODS)
+def test_server_with_the_openai_sdk(folders, tmp_path, method):
     from server.fd_server import start_server
 
     batch = prompts(3, n=4)
     llm = LLM(str(folders["target"]), **OPTIONS)
     params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
     plain = [o.outputs[0].text for o in llm.generate(batch, params)]
-    spec = json.dumps(eagle(folders["head"]))
+    spec = json.dumps(eagle(folders[method], method))
     srv = start_server(folders["target"], tmp_path, "--speculative-config", spec, "--max-model-len", "128")
     try:
         client = srv.client()

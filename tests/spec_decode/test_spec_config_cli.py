@@ -32,13 +32,16 @@ COMMANDS = {
 BAD = [
     (
         '{"method": "medusa"}',
-        "method 'medusa' is not supported: use ngram (or ngram_match), mtp, draft_model or eagle",
+        "method 'medusa' is not supported: use ngram (or ngram_match), mtp, draft_model, eagle or eagle3",
     ),
     (
         '{"method": "eagle"}',
         'method eagle needs "model": the EAGLE head\'s path (e.g. "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"',
     ),
-    ('{"method": "eagle3", "model": "h"}', "method eagle3 (an EAGLE-3 head) is not supported: use eagle"),
+    (
+        '{"method": "eagle3"}',
+        'method eagle3 needs "model": the EAGLE head\'s path (e.g. "yuhuili/EAGLE3-LLaMA3',
+    ),
     ('{"method": "ngram", "k": 3}', "--speculative-config: unknown key(s) k (fd reads method,"),
     ('{"method": "ngram"', "--speculative-config must be a JSON object: Expecting ',' delimiter"),
     ('["ngram"]', "--speculative-config must be a JSON object"),
