@@ -480,7 +480,8 @@ EAGLE_DIMS = dict(num_hidden_layers=1, num_attention_heads=2, num_key_value_head
 
 def tiny_eagle_tensors(cfg: dict, seed: int = 5, embed: bool = False, fc_bias: bool = False) -> dict:
     """A random EAGLE head for the head config `cfg`: fc [H, 2H] (+ fc.bias), its layers (layer 0
-    without input_layernorm), and with `embed` its own embed_tokens. Linear weights [out, in], fp32."""
+    without input_layernorm), and with `embed` its own embed_tokens and lm_head. Linear weights
+    [out, in], fp32."""
     rng = np.random.default_rng(seed)
     hidden, inter = cfg["hidden_size"], cfg["intermediate_size"]
     head_dim = cfg.get("head_dim") or hidden // cfg["num_attention_heads"]
@@ -506,6 +507,7 @@ def tiny_eagle_tensors(cfg: dict, seed: int = 5, embed: bool = False, fc_bias: b
         out[p + "mlp.down_proj.weight"] = w(hidden, inter)
     if embed:
         out["embed_tokens.weight"] = w(cfg["vocab_size"], hidden, scale=1.0)
+        out["lm_head.weight"] = w(cfg["vocab_size"], hidden)
     return out
 
 
@@ -548,12 +550,14 @@ def make_tiny_eagle3(
     draft_vocab_size: int = 200,
     embed: bool = False,
     d2t: bool = True,
+    lm_head: bool = True,
     **overrides,
 ) -> Path:
     """An EAGLE-3 head for the tiny checkpoint in `target`, in vLLM's Eagle3LlamaForCausalLM layout as
     the yuhuili/EAGLE3-* heads name it: midlayer.* (q/k/v read 2H, a hidden_norm), fc [H, 3H], norm,
     lm_head over `draft_vocab_size` ids, d2t (int64 offsets: draft id d is target id d + d2t[d], a
-    random sorted subset; without `d2t` the first ids) and t2d. `overrides`: config keys
+    random sorted subset; without `d2t` the first ids) and t2d; without `lm_head` none (the target's
+    is used). `overrides`: config keys
     (eagle_aux_hidden_state_layer_ids, norm_before_residual, ...)."""
     from safetensors.numpy import save_file  # noqa: PLC0415
 
@@ -589,7 +593,6 @@ def make_tiny_eagle3(
     tensors = {
         "fc.weight": w(hidden, 3 * hidden),
         "norm.weight": 1.0 + w(hidden, scale=0.2),
-        "lm_head.weight": w(draft_vocab_size, hidden),
         m + "hidden_norm.weight": 1.0 + w(hidden, scale=0.2),
         m + "input_layernorm.weight": 1.0 + w(hidden, scale=0.2),
         m + "post_attention_layernorm.weight": 1.0 + w(hidden, scale=0.2),
@@ -610,6 +613,8 @@ def make_tiny_eagle3(
         tensors[p + "mlp.gate_proj.weight"] = w(inter, hidden)
         tensors[p + "mlp.up_proj.weight"] = w(inter, hidden)
         tensors[p + "mlp.down_proj.weight"] = w(hidden, inter)
+    if lm_head:
+        tensors["lm_head.weight"] = w(draft_vocab_size, hidden)
     if d2t:
         ids = np.sort(rng.choice(vocab, draft_vocab_size, replace=False))
         tensors["d2t"] = (ids - np.arange(draft_vocab_size)).astype(np.int64)

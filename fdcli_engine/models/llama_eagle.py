@@ -5,7 +5,7 @@ what its forward returns), the head computes
 
     u = fc(concat([embed(x_{j+1}), h_j]))      # 2H -> H, the embedding half first
     h'_j = layers(u)                           # Llama decoder layers; layer 0 has no input norm
-    logits = lm_head(h'_j)                     # the target's LM head; predicts x_{j+2}
+    logits = lm_head(h'_j)                     # predicts x_{j+2}
 
 with no final norm: h'_j is the last layer's output plus its residual. Drafting further ahead feeds h'_j
 back as the next row's hidden state (vLLM's EAGLE loop). The layers attend over the head's own KV cache,
@@ -17,8 +17,10 @@ safetensors with names without a `model.` prefix:
     fc.weight                   [H, 2H]  (fc.bias [H] where stored: EAGLE's own fc has one)
     layers.{i}.<layer>          a Llama decoder layer, named as model.layers.{i}.<layer>
     embed_tokens.weight         optional: the head's own embedding, else the target's
-Skipped as vLLM skips them: layers.0.input_layernorm (replaced by nothing), lm_head and norm (the
-target's head is used, after no norm), rotary buffers.
+    lm_head.weight              optional: the head's own LM head, else the target's
+(vLLM's load_eagle_model: the target's embedding and LM head unless the head has its own.) Skipped
+as vLLM skips them: layers.0.input_layernorm (replaced by nothing), norm (none is applied), rotary
+buffers.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ import numpy as np
 import paddle
 
 from fdcli_engine.errors import ModelLoadError
-from fdcli_engine.layers import Linear, RotaryEmbedding
-from fdcli_engine.layers.embedding import VocabEmbedding
+from fdcli_engine.layers import Linear, LMHead, RotaryEmbedding, VocabEmbedding
 from fdcli_engine.models.decoder import DecoderForCausalLM, DecoderLayer, decode_layers
 from fdcli_engine.models.hf_config import normalize_hf_config
 
@@ -48,8 +49,9 @@ class NoNorm:
 
 class EagleHeadBase:
     """What EAGLE and EAGLE-3 heads share: the dimensions and decoder layers of the head's own Llama
-    config, the target's embedding unless the folder stores one, and a name -> (module, shard, kind)
-    table the weights are loaded through (a missing tensor is found by set difference)."""
+    config, the target's embedding and LM head unless the folder stores its own, and a name ->
+    (module, shard, kind) table the weights are loaded through (a missing tensor is found by set
+    difference)."""
 
     # Checkpoint names the head has no parameter for, dropped as vLLM drops them.
     skipped: tuple[str, ...] = ()
@@ -70,7 +72,10 @@ class EagleHeadBase:
         self.layers = [
             DecoderLayer(cfg, rotary, self.qkv_bias, False, quantization) for _ in range(self.num_layers)
         ]
-        self.embed_tokens = target.embed_tokens
+        self.embed_tokens, self.lm_head = target.embed_tokens, target.lm_head
+        self.lm_head_rows = (
+            self.vocab_size
+        )  # the rows of an LM head of its own (EAGLE-3: its draft vocabulary)
         self.decoder_stack = None  # the packed stack runs plain Llama layers only: the per-op loop runs these
         self.use_decoder_stack = False
         self._targets: dict[str, tuple[object, int | None, str]] = {}
@@ -108,6 +113,13 @@ class EagleHeadBase:
                 self.embed_tokens = VocabEmbedding(self.vocab_size, self.hidden_size)
                 self.embed_tokens.load(array)
                 continue
+            if name == "lm_head.weight":
+                self.lm_head = LMHead(self.hidden_size, self.lm_head_rows)
+                try:
+                    self.lm_head.load(array)
+                except ValueError as exc:
+                    raise ModelLoadError(f"{source}: tensor {name}: {exc}") from None
+                continue
             if name in self.skipped or name.endswith("rotary_emb.inv_freq"):
                 continue
             if self._load_special(name, array, source):
@@ -131,14 +143,13 @@ class EagleHeadBase:
 class EagleLlama(EagleHeadBase):
     """The EAGLE-1 head over a loaded target (any fd decoder: its embedding, LM head and width)."""
 
-    skipped = ("lm_head.weight", "norm.weight", "layers.0.input_layernorm.weight")
+    skipped = ("norm.weight", "layers.0.input_layernorm.weight")
 
     def __init__(self, hf_config: dict, target, max_model_len: int, quantization: str | None, fc_bias: bool):
         super().__init__(hf_config, target, max_model_len, quantization)
         self.fc = Linear(2 * self.hidden_size, self.hidden_size, fc_bias, quantization)
         self.layers[0].input_layernorm = NoNorm()
         self.norm = NoNorm()
-        self.lm_head = target.lm_head
         self._targets["fc.weight"] = (self.fc, 0, "weight")
         if fc_bias:
             self._targets["fc.bias"] = (self.fc, 0, "bias")

@@ -12,11 +12,12 @@ at position j:
     p = mlp(x) + residual                                 # layers 1.. (if any) as plain Llama layers
     logits = lm_head(norm(p)) over the draft vocabulary, placed at target id d + d2t[d]
 
-Drafting further ahead feeds p (before the final norm) back as the next row's g. The head's own
-lm_head and norm are used, the embedding is its own where stored, else the target's.
+Drafting further ahead feeds p (before the final norm) back as the next row's g. The head's own norm
+is used; its embedding and lm_head where stored, else the target's (the latter only when the draft
+vocabulary is the target's).
 
 Checkpoint names as vLLM reads them (`midlayer.` is `layers.0.`): fc.weight [H, 3H'], norm.weight,
-lm_head.weight [draft_vocab, H], d2t [draft_vocab] (int; absent: draft id d is target id d), t2d
+lm_head.weight [draft_vocab, H] (optional as above), d2t [draft_vocab] (int; absent: draft id d is target id d), t2d
 (unused), layers.0.{hidden_norm, input_layernorm, post_attention_layernorm}.weight and the Llama
 attention / MLP tensors, embed_tokens.weight optional. `eagle_config.use_aux_hidden_state` false: no
 fc, the head reads the target's final hidden state.
@@ -28,7 +29,7 @@ import numpy as np
 import paddle
 
 from fdcli_engine.errors import ModelLoadError
-from fdcli_engine.layers import Linear, LMHead, RMSNorm
+from fdcli_engine.layers import Linear, RMSNorm
 from fdcli_engine.layers.tp_linear import column_linear
 from fdcli_engine.models.llama_eagle import EagleHeadBase
 
@@ -56,7 +57,7 @@ class Eagle3Llama(EagleHeadBase):
         first.self_attn.qkv_proj = column_linear(2 * h, [q, kv, kv], self.qkv_bias, quantization, None)
         first.hidden_norm = RMSNorm(h, self.eps)
         self.norm = RMSNorm(h, self.eps)
-        self.lm_head = LMHead(h, self.draft_vocab_size)
+        self.lm_head_rows = self.draft_vocab_size
         self.fc = Linear(3 * target_hidden, h, False, quantization) if self.use_aux_hidden_state else None
         # Target id of each draft id (None: the same id); set from d2t, else the identity when the draft
         # vocabulary is the target's first ids.
@@ -66,7 +67,6 @@ class Eagle3Llama(EagleHeadBase):
         self._targets.update(
             {
                 "norm.weight": (self.norm, None, "weight"),
-                "lm_head.weight": (self.lm_head, None, "weight"),
                 "layers.0.hidden_norm.weight": (first.hidden_norm, None, "weight"),
             }
         )
@@ -93,6 +93,11 @@ class Eagle3Llama(EagleHeadBase):
 
     def load_weights(self, weights, source: str) -> None:
         super().load_weights(((n.replace("midlayer.", "layers.0.", 1), a) for n, a in weights), source)
+        if getattr(self.lm_head, "vocab_size", None) != self.draft_vocab_size:
+            raise ModelLoadError(
+                f"{source}: the EAGLE-3 head lacks lm_head.weight, which a draft vocabulary of "
+                f"{self.draft_vocab_size} tokens (not the target's {self.vocab_size}) needs"
+            )
 
     def _load_special(self, name: str, array: np.ndarray, source: str) -> bool:
         if name != "d2t":

@@ -52,11 +52,12 @@ def load_eagle_head(config: ResolvedConfig, target_model) -> EagleHeadBase:
         raise ConfigError(f"{what}: {path}/config.json lacks or has an invalid field ({exc})") from None
     except ModelLoadError as exc:
         raise ConfigError(f"{what}: {exc}") from None
-    if head.embed_tokens is target_model.embed_tokens and head.hidden_size != target_model.hidden_size:
-        raise ConfigError(
-            f"{what}: the head {spec.model} has hidden_size {head.hidden_size} and no embed_tokens of its "
-            f"own, the target's embedding is {target_model.hidden_size} wide: use a head for this target"
-        )
+    for name, shared in (("embed_tokens", head.embed_tokens), ("lm_head", head.lm_head)):
+        if shared is getattr(target_model, name) and head.hidden_size != target_model.hidden_size:
+            raise ConfigError(
+                f"{what}: the head {spec.model} has hidden_size {head.hidden_size} and no {name} of its "
+                f"own, the target's is {target_model.hidden_size} wide: use a head for this target"
+            )
     return head
 
 

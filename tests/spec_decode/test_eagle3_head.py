@@ -4,7 +4,7 @@ Eagle3LlamaForCausalLM (llama_eagle3.py), written out here: the target's hidden 
 takes concat(input_layernorm(embed(x_{j+1})), hidden_norm(g_j)) into q/k/v, residual g_j (the normed
 one with norm_before_residual), attention with the head's rope, post_attention_layernorm fused with the
 residual, the gated MLP; logits = lm_head(norm(out + residual)) over the draft vocabulary, placed at
-target id d + d2t[d]; each further draft feeds out + residual back as g. Tiny random target (8 layers)
+target id d + d2t[d] (the head's own lm_head, or the target's when it has none); each further draft feeds out + residual back as g. Tiny random target (8 layers)
 and heads; drafts identical, logits within atol 1e-4 where the draft vocabulary scores."""
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ def folders(tmp_path_factory):
             norm_before_residual=True,
             eagle_aux_hidden_state_layer_ids=[1, 3, 6],
         ),
-        "full": make_tiny_eagle3(root / "full", target, seed=10, draft_vocab_size=512, d2t=False),
+        # The target's vocabulary and, without an lm_head of its own, the target's LM head.
+        "full": make_tiny_eagle3(
+            root / "full", target, seed=10, draft_vocab_size=512, d2t=False, lm_head=False
+        ),
         "deep": make_tiny_eagle3(root / "deep", target, seed=11, num_hidden_layers=2),
     }
 
@@ -121,7 +124,8 @@ class ReferenceEagle3:
                 i, rms(residual, w[f"layers.{i}.input_layernorm.weight"], eps), residual
             )
         out = hidden + residual
-        draft_logits = rms(out, w["norm.weight"], eps) @ w["lm_head.weight"].T
+        lm_head = w.get("lm_head.weight", self.hf.lm_head.weight)
+        draft_logits = rms(out, w["norm.weight"], eps) @ lm_head.T
         logits = torch.full((out.shape[0], self.vocab), float("-inf"))
         logits[:, self.targets] = draft_logits
         return logits, out
@@ -152,6 +156,7 @@ def test_eagle3_head_matches_vllm_structure(folders, head, backend):
     target = load_model(cfg)
     proposer = EagleProposer(cfg, target)
     assert (proposer.model.embed_tokens is target.embed_tokens) == (head != "own")
+    assert (proposer.model.lm_head is target.lm_head) == (head == "full")
     hf = load_hf_model(folders["target"])
     with torch.no_grad():
         first = int(hf(torch.tensor([PROMPT])).logits[0, -1].argmax())
@@ -239,6 +244,10 @@ def test_bad_heads_are_one_line_errors(folders, target, tmp_path):
         (
             make_tiny_eagle3(tmp_path / "big", folders["target"], draft_vocab_size=600, d2t=False),
             "has draft_vocab_size 600, more than the target's 512 tokens",
+        ),
+        (
+            make_tiny_eagle3(tmp_path / "headless", folders["target"], lm_head=False),
+            "the EAGLE-3 head lacks lm_head.weight, which a draft vocabulary of 200 tokens (not the target's 512)",
         ),
         (
             make_tiny_eagle3(tmp_path / "small", folders["target"], draft_vocab_size=100, d2t=False),

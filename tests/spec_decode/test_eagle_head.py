@@ -2,7 +2,7 @@
 EagleLlamaForCausalLM (llama_eagle.py): u = fc([embed(x_{j+1}), h_j]) with h_j the target's final
 hidden state (transformers' output_hidden_states, last entry), then the head's Llama decoder layer(s)
 with layer 0's input norm removed and no final norm (transformers' LlamaModel with those two norms
-replaced by identities), then the target's lm_head; each further draft feeds the head's own output
+replaced by identities), then the lm_head (the head's own where stored, else the target's); each further draft feeds the head's own output
 back as h. Tiny random target and head; tolerance: logits within atol 1e-4 (fp32 summation order),
 drafts identical. With every draft taken as accepted, the drafts of every step (chunked prompts,
 prefix-cache hits, preemption) equal the head run from scratch over the whole sequence."""
@@ -37,7 +37,7 @@ def folders(tmp_path_factory):
     return {
         "target": target,
         "shared": make_tiny_eagle(root / "shared", target),  # the target's embedding
-        "own": make_tiny_eagle(root / "own", target, seed=6, embed=True, fc_bias=True),
+        "own": make_tiny_eagle(root / "own", target, seed=6, embed=True, fc_bias=True),  # + lm_head
         "deep": make_tiny_eagle(root / "deep", target, seed=7, num_hidden_layers=2),
     }
 
@@ -85,12 +85,13 @@ def reference_eagle(hf, head_folder, tokens: list[int], extra: int) -> tuple[np.
         h = hf(torch.tensor([tokens]), output_hidden_states=True).hidden_states[-1][0]
         u = rows(tokens[1:], h[:-1])
         out = block(inputs_embeds=u[None]).last_hidden_state[0]
-        logits = hf.lm_head(out)
+        lm_head = head.get("lm_head.weight", hf.lm_head.weight)  # the head's own where stored
+        logits = out @ lm_head.T
         drafts = [int(logits[-1].argmax())]
         for _ in range(extra):
             u = torch.cat([u, rows([drafts[-1]], out[-1:])])
             out = block(inputs_embeds=u[None]).last_hidden_state[0]
-            drafts.append(int(hf.lm_head(out[-1]).argmax()))
+            drafts.append(int((out[-1] @ lm_head.T).argmax()))
     return logits.numpy(), drafts
 
 
@@ -105,7 +106,7 @@ def test_eagle_head_matches_vllm_structure(folders, head, backend):
     target = load_model(cfg)
     proposer = EagleProposer(cfg, target)
     assert (proposer.model.embed_tokens is target.embed_tokens) == (head != "own")
-    assert proposer.model.lm_head is target.lm_head
+    assert (proposer.model.lm_head is target.lm_head) == (head != "own")
     hf = load_hf_model(folders["target"])
     with torch.no_grad():
         first = int(hf(torch.tensor([PROMPT])).logits[0, -1].argmax())
