@@ -36,6 +36,7 @@ def load_eagle_head(config: ResolvedConfig, target_model) -> EagleHeadBase:
         layout, path = detect_layout(path)
         if layout != "hf":
             raise ModelLoadError(f"{path}: an EAGLE head is a folder with config.json and *.safetensors")
+        check_safetensors(path)
         hf_config = read_model_config(path)
         fc_bias = "fc.bias" in _tensor_names(safetensors_files(path))
     except (ConfigError, ModelLoadError) as exc:
@@ -103,6 +104,18 @@ def check_aux_layers(name: str, head_config: dict, target_model) -> None:
             f"{n}-layer target does not have as three distinct layers: name three of 0..{n - 1} in its "
             "config's eagle_aux_hidden_state_layer_ids"
         )
+
+
+def check_safetensors(path) -> None:
+    """Heads published as PyTorch pickles (pytorch_model.bin) are named as the one fd cannot read."""
+    if not any(path.glob("*.safetensors")):
+        pickles = sorted(p.name for p in path.glob("*.bin"))
+        if pickles:
+            raise ModelLoadError(
+                f"{path}: the head is stored as {pickles[0]}, and fd reads safetensors only: convert it "
+                '(safetensors.torch.save_file(torch.load(...), "model.safetensors"); '
+                "docs/speculative-decoding.md)"
+            )
 
 
 def _tensor_names(files) -> set[str]:

@@ -204,7 +204,7 @@ def bad_heads(folders, tmp_path):
             ),
             "embed_tokens.weight is [100, 64], the target's embedding [512, 64]",
         ),
-        (bin_only, "no *.safetensors weights found next to config.json"),
+        (bin_only, "the head is stored as pytorch_model.bin, and fd reads safetensors only: convert it"),
         (tmp_path / "absent", "absent"),
     ]
 
