@@ -229,8 +229,9 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     With `meta.out` (runner/read_rows.py) the last layer computes only those rows past its cache write
     and they are what is returned, unless the model cannot (tensor parallel, MoE layers).
     With `model.aux_hidden_state_layers` (set by an EAGLE-3 proposer), the hidden states entering those
-    layers (embeddings for layer 0) are left in `model.aux_hidden_states`, concatenated in layer order,
-    every row (vLLM's auxiliary hidden states); the per-op loop runs then."""
+    layers (embeddings for layer 0; layer n = len(layers): the last layer's output before the norm) are
+    left in `model.aux_hidden_states`, concatenated in layer order, every row (vLLM's auxiliary hidden
+    states; the proposer reads every row, so no `meta.out` applies); the per-op loop runs then."""
     if _runs_stack(model, positions):
         return _run_stack(model, hidden, positions, kv_caches, meta)
     out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
@@ -255,6 +256,8 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
         x, residual = layer.post_attention_layernorm(hidden, residual)
         hidden = layer.mlp(x, rows_meta.prompt_rows)
     if aux_layers:
+        if len(model.layers) in aux_layers:  # "after the last layer": its output before the norm
+            aux.append(hidden + residual)
         model.aux_hidden_states = paddle.concat(aux, axis=-1)
     out_hidden, _ = model.norm(hidden, residual)
     return out_hidden

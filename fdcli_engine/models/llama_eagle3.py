@@ -1,7 +1,8 @@
 """An EAGLE-3 head for a loaded target, as vLLM runs it (Eagle3LlamaForCausalLM, llama_eagle3.py).
 
 The target hands the head the hidden states entering three of its layers (vLLM's default: layers 2,
-n/2 and n-3 of n; the head's config may name them, `eagle_aux_hidden_state_layer_ids`), concatenated
+n/2 and n-3 of n; the head's config may name them, `eagle_aux_hidden_state_layer_ids`, n meaning the
+last layer's output before the final norm), concatenated
 in layer order, which `fc` (3H' -> H, H' the target's width) maps to one row g_j. For the token x_{j+1}
 at position j:
 

@@ -98,10 +98,10 @@ def check_aux_layers(name: str, head_config: dict, target_model) -> None:
         )
     n = target_model.num_layers
     ids = aux_layer_ids(head_config, n)
-    if len(set(ids)) != 3 or not all(0 <= i < n for i in ids):
+    if len(set(ids)) != 3 or not all(0 <= i <= n for i in ids):
         raise ConfigError(
             f"--speculative-config: the EAGLE-3 head {name} reads target layers {list(ids)}, which the "
-            f"{n}-layer target does not have as three distinct layers: name three of 0..{n - 1} in its "
+            f"{n}-layer target does not have as three distinct layers: name three of 0..{n} in its "
             "config's eagle_aux_hidden_state_layer_ids"
         )
 

@@ -1,6 +1,7 @@
 """fd's EAGLE-3 head and proposer (`"method": "eagle3"`) against a plain torch implementation of vLLM's
 Eagle3LlamaForCausalLM (llama_eagle3.py), written out here: the target's hidden states entering layers
-(2, n/2, n-3) (transformers' output_hidden_states[i], concatenated in layer order) through fc; layer 0
+(2, n/2, n-3) (transformers' output_hidden_states[i], i = n: the last layer's output before the
+final norm; concatenated in layer order) through fc; layer 0
 takes concat(input_layernorm(embed(x_{j+1})), hidden_norm(g_j)) into q/k/v, residual g_j (the normed
 one with norm_before_residual), attention with the head's rope, post_attention_layernorm fused with the
 residual, the gated MLP; logits = lm_head(norm(out + residual)) over the draft vocabulary, placed at
@@ -44,7 +45,7 @@ def folders(tmp_path_factory):
             seed=9,
             embed=True,
             norm_before_residual=True,
-            eagle_aux_hidden_state_layer_ids=[1, 3, 6],
+            eagle_aux_hidden_state_layer_ids=[1, 3, 8],
         ),
         # The target's vocabulary and, without an lm_head of its own, the target's LM head.
         "full": make_tiny_eagle3(
@@ -130,9 +131,22 @@ class ReferenceEagle3:
         logits[:, self.targets] = draft_logits
         return logits, out
 
+    def target_hidden_states(self, tokens: list[int]):
+        """transformers' output_hidden_states, but the last entry before the final norm (vLLM's layer n:
+        the last layer's output), caught from the last decoder layer."""
+        caught = []
+        hook = self.hf.model.layers[-1].register_forward_hook(
+            lambda module, args, out: caught.append(out[0] if isinstance(out, tuple) else out)
+        )
+        try:
+            hs = self.hf(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+        finally:
+            hook.remove()
+        return (*hs[:-1], caught[0])
+
     def run(self, tokens: list[int], extra: int) -> tuple[np.ndarray, list[int]]:
         with torch.no_grad():
-            hs = self.hf(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+            hs = list(self.target_hidden_states(tokens))
             g = torch.cat([hs[i][0] for i in self.aux], -1)[:-1] @ self.w["fc.weight"].T
             ids = tokens[1:]
             logits, out = self.forward(ids, g)
@@ -229,9 +243,10 @@ def test_bad_heads_are_one_line_errors(folders, target, tmp_path):
         ),
         (
             make_tiny_eagle3(
-                tmp_path / "deep", folders["target"], eagle_aux_hidden_state_layer_ids=[1, 2, 8]
+                tmp_path / "deep", folders["target"], eagle_aux_hidden_state_layer_ids=[1, 2, 9]
             ),
-            "reads target layers [1, 2, 8]",
+            "reads target layers [1, 2, 9], which the 8-layer target does not have as three distinct "
+            "layers: name three of 0..8",
         ),
         (
             make_tiny_eagle3(tmp_path / "wide", folders["target"], target_hidden_size=32),
