@@ -7,8 +7,8 @@ plus one token (ignore_eos: no stop cuts a step short).
 Random heads (their drafts are almost all rejected; the EAGLE-3 one reads the 3-layer target's layers
 0, 1, 2), and an "echo" pair where acceptance is
 certain: a target whose layers add nothing (o_proj and down_proj zero, tied embedding) repeats its last
-token, and a head whose fc passes the embedding through and whose layer adds nothing proposes the token
-it is given, so its drafts are the target's tokens."""
+token, and a head whose fc passes the embedding through (EAGLE-3: the target's layer-0 input) and whose
+layer adds nothing proposes the token it is given, so its drafts are the target's tokens."""
 
 from __future__ import annotations
 
@@ -26,18 +26,25 @@ MAX_TOKENS = 12
 OPTIONS = dict(max_model_len=128, block_size=4, max_num_batched_tokens=16, max_num_seqs=8)
 
 
-def zero_tensors(folder, suffixes: tuple[str, ...], passthrough_fc: bool = False) -> None:
-    """Zero the tensors of `folder`'s model.safetensors ending with `suffixes`; `passthrough_fc`: an
-    EAGLE fc that returns the embedding half of its input."""
+def zero_tensors(folder, suffixes: tuple[str, ...], replace: dict | None = None) -> None:
+    """Zero the tensors of `folder`'s model.safetensors ending with `suffixes`, then set `replace`."""
     path = folder / "model.safetensors"
     tensors = {k: v.copy() for k, v in load_file(path).items()}
     for name, w in tensors.items():
         if name.endswith(suffixes):
             w[...] = 0
-    if passthrough_fc:
-        h = tensors["fc.weight"].shape[0]
-        tensors["fc.weight"] = np.concatenate([np.eye(h), np.zeros((h, h))], axis=1).astype(np.float32)
-    save_file(tensors, str(path))
+    save_file({**tensors, **(replace or {})}, str(path))
+
+
+def echo_head(head, echo) -> None:
+    """Make `head` (an EAGLE or EAGLE-3 head of the echo target) propose its input's token: its layers
+    add nothing, fc passes the first H features through (the embedding; EAGLE-3: the target's layer-0
+    input, which in the echo target is every layer's), and an EAGLE-3 head's norm is the target's."""
+    fc = load_file(head / "model.safetensors")["fc.weight"]
+    replace = {"fc.weight": np.eye(*fc.shape, dtype=np.float32)}
+    if "norm.weight" in load_file(head / "model.safetensors"):
+        replace["norm.weight"] = load_file(echo / "model.safetensors")["model.norm.weight"]
+    zero_tensors(head, ("o_proj.weight", "down_proj.weight"), replace)
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +55,26 @@ def folders(tmp_path_factory):
     echo = make_tiny_checkpoint("LlamaForCausalLM", root / "echo", tie_word_embeddings=True)
     write_tiny_tokenizer(echo)
     zero_tensors(echo, ("o_proj.weight", "down_proj.weight"))
-    echo_head = make_tiny_eagle(root / "echo-head", echo)
-    zero_tensors(echo_head, ("o_proj.weight", "down_proj.weight"), passthrough_fc=True)
+    echo_heads = {
+        "eagle": make_tiny_eagle(root / "echo-eagle", echo),
+        # The target's vocabulary and LM head; layers 0, 1 and 2 (its output) of the 2-layer target.
+        "eagle3": make_tiny_eagle3(
+            root / "echo-eagle3",
+            echo,
+            draft_vocab_size=512,
+            d2t=False,
+            lm_head=False,
+            eagle_aux_hidden_state_layer_ids=[0, 1, 2],
+        ),
+    }
+    for head in echo_heads.values():
+        echo_head(head, echo)
     return {
         "target": target,
         "eagle": make_tiny_eagle(root / "eagle", target),
         "eagle3": make_tiny_eagle3(root / "eagle3", target, eagle_aux_hidden_state_layer_ids=[0, 1, 2]),
         "echo": echo,
-        "echo-head": echo_head,
+        "echo-heads": echo_heads,
     }
 
 
@@ -101,10 +120,11 @@ def test_random_head_changes_no_token(folders, method):
     assert stats["spec_decode_num_accepted_tokens_total"] < stats["spec_decode_num_draft_tokens_total"] / 2
 
 
-def test_echo_head_drafts_are_accepted(folders):
+@pytest.mark.parametrize("method", METHODS)
+def test_echo_head_drafts_are_accepted(folders, method):
     plain, _ = run(folders["echo"])
     assert all(len(set(o)) == 1 for o in plain)  # the echo target repeats one token
-    outs, stats = run(folders["echo"], eagle(folders["echo-head"]))
+    outs, stats = run(folders["echo"], eagle(folders["echo-heads"][method], method))
     assert outs == plain
     assert_consistent(stats)
     assert stats["spec_decode_num_accepted_tokens_total"] == stats["spec_decode_num_draft_tokens_total"] > 50
