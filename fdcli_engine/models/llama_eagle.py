@@ -14,7 +14,8 @@ one entry per position, so row j sits at the target's position j.
 The head's folder (yuhuili/EAGLE-LLaMA3.1-Instruct-8B and the like): config.json, a Llama config with
 num_hidden_layers (1 in released heads), whose hidden_size and vocab_size are the target's; and
 safetensors with names without a `model.` prefix:
-    fc.weight                   [H, 2H]  (fc.bias [H] where stored: EAGLE's own fc has one)
+    fc.weight                   [H, 2H]  (fc.bias [H] where stored is applied: vLLM's fc has no bias
+                                         and cannot load one, EAGLE's own training code has one)
     layers.{i}.<layer>          a Llama decoder layer, named as model.layers.{i}.<layer>
     embed_tokens.weight         optional: the head's own embedding, else the target's
     lm_head.weight              optional: the head's own LM head, else the target's
