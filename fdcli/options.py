@@ -348,7 +348,7 @@ SpeculativeConfigOpt = Annotated[
     typer.Option(
         "--speculative-config",
         help='Speculative decoding, a JSON object: {"method": "ngram" (or ngram_match) | "mtp" | '
-        '"draft_model", "num_speculative_tokens": N, ...}; docs/speculative-decoding.md. '
+        '"draft_model" | "eagle" | "eagle3", "num_speculative_tokens": N, ...}; docs/speculative-decoding.md. '
         "Outputs are those of decoding without it.",
         rich_help_panel=ENGINE_PANEL,
     ),

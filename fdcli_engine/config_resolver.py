@@ -94,8 +94,8 @@ def resolve_config(config: EngineConfig) -> ResolvedConfig:
 
 def _check_tensor_parallel(config: EngineConfig, hf_config: dict, speculative) -> None:
     """--tensor-parallel-size T > 1: the model must split (heads, features, experts), and only the
-    generate runner with at most ngram speculation runs sharded (a draft model or an MTP head would
-    need its own lockstep ranks; a pooling model's runner has none)."""
+    generate runner with at most ngram speculation runs sharded (a draft model, an MTP or EAGLE head
+    would need its own lockstep ranks; a pooling model's runner has none)."""
     from fdcli_engine.errors import ConfigError
     from fdcli_engine.parallel_config import check_tensor_parallel_model
 

@@ -3,12 +3,14 @@
 FastDeploy's keys and vLLM's are both accepted under their own names (one meaning each):
 - `method`: "ngram" (vLLM; also "[ngram]", or `model` "ngram" without a method) / "ngram_match"
   (FastDeploy): prompt lookup from the request's own tokens; "mtp" (vLLM's "ernie_mtp" too): ERNIE-4.5's
-  multi-token-prediction layer; "draft_model": a smaller model with the same vocabulary. FastDeploy's
-  "naive" (its speculative code path without drafts) means no speculation here.
+  multi-token-prediction layer; "draft_model": a smaller model with the same vocabulary; "eagle" /
+  "eagle3" (vLLM): an EAGLE-1 / EAGLE-3 head trained for the target (its folder in `model`).
+  FastDeploy's "naive" (its speculative code path without drafts) means no speculation here.
 - `num_speculative_tokens`: drafts per step (FastDeploy's cap, 5, is not fd's; fd allows up to 16).
 - `prompt_lookup_min` / `prompt_lookup_max` (vLLM), `min_ngram_size` / `max_ngram_size` (FastDeploy):
   ngram's shortest and longest suffix n-gram matched.
-- `model`: the MTP folder (when the main checkpoint does not carry the layer) or the draft model.
+- `model`: the MTP folder (when the main checkpoint does not carry the layer), the draft model or the
+  EAGLE head.
 - `quantization`: the draft model's (default: the target's).
 - `num_model_steps` (FastDeploy's MTP): equal to num_speculative_tokens (hybrid MTP + ngram is not built).
 - `disable_by_batch_size` (vLLM): no drafts in a step where at least this many requests run.
@@ -32,7 +34,7 @@ import msgspec
 
 from fdcli_engine.errors import ConfigError
 
-METHODS = ("ngram", "mtp", "draft_model")
+METHODS = ("ngram", "mtp", "draft_model", "eagle", "eagle3")
 _METHOD_ALIASES = {
     "ngram": "ngram",
     "[ngram]": "ngram",  # vLLM's older spelling
@@ -40,6 +42,13 @@ _METHOD_ALIASES = {
     "mtp": "mtp",
     "ernie_mtp": "mtp",  # vLLM's name for ERNIE-4.5's MTP layer
     "draft_model": "draft_model",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+}
+# Each EAGLE method's example head (vLLM's docs), named where `model` is missing.
+_EAGLE_EXAMPLES = {
+    "eagle": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    "eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
 }
 # FastDeploy's name for a key -> the vLLM name it means (one meaning, two spellings).
 _KEY_ALIASES = {"min_ngram_size": "prompt_lookup_min", "max_ngram_size": "prompt_lookup_max"}
@@ -68,14 +77,14 @@ class SpeculativeConfig(msgspec.Struct, frozen=True, kw_only=True):
     num_speculative_tokens: int = 1
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 5
-    model: str | None = None  # draft model / MTP folder; None: MTP from the main checkpoint
+    model: str | None = None  # draft model / MTP folder / EAGLE head; None: MTP from the main checkpoint
     quantization: str | None = None  # the draft model's; None: the target's
     disable_by_batch_size: int | None = None
 
     @property
     def uses_model(self) -> bool:
         """Drafts come from a model forward (its own KV cache in the same block pool)."""
-        return self.method in ("mtp", "draft_model")
+        return self.method in ("mtp", "draft_model", "eagle", "eagle3")
 
     def describe(self) -> str:
         """The start-up line's words for it."""
@@ -138,7 +147,7 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
     if method not in _METHOD_ALIASES:
         raise ConfigError(
             f"--speculative-config: method {method!r} is not supported: use ngram (or ngram_match), "
-            "mtp or draft_model"
+            "mtp, draft_model, eagle or eagle3"
         )
     method = _METHOD_ALIASES[method]
     for key, exact in (("verify_strategy", "target_match"), ("accept_policy", "normal")):
@@ -177,6 +186,11 @@ def parse_speculative_config(value: Any) -> SpeculativeConfig | None:
         raise ConfigError("--speculative-config: model must be a path string")
     if method == "draft_model" and not model:
         raise ConfigError('--speculative-config: method draft_model needs "model": the draft model\'s path')
+    if method in _EAGLE_EXAMPLES and not model:
+        raise ConfigError(
+            f'--speculative-config: method {method} needs "model": the EAGLE head\'s path (e.g. '
+            f'"{_EAGLE_EXAMPLES[method]}", a head vLLM\'s docs pair with Llama-3.1-8B-Instruct)'
+        )
     if method == "ngram" and model:
         raise ConfigError("--speculative-config: method ngram takes no model (it drafts from the prompt)")
     quantization = value.get("quantization")

@@ -469,3 +469,160 @@ def make_tiny_ernie_mtp(
         f.unlink()
     hf_folder.rmdir()
     return folder
+
+
+# --- EAGLE heads for a tiny Llama target: tests/spec_decode ---------------------------------------------
+# vLLM's EagleLlamaForCausalLM layout (models/llama_eagle.py): config.json of a Llama with its own layer
+# shapes (here unlike the target's, so the head's own config is what builds it), safetensors without a
+# `model.` prefix, no input norm in layer 0, no final norm and no lm_head.
+EAGLE_DIMS = dict(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, intermediate_size=96)
+
+
+def tiny_eagle_tensors(cfg: dict, seed: int = 5, embed: bool = False, fc_bias: bool = False) -> dict:
+    """A random EAGLE head for the head config `cfg`: fc [H, 2H] (+ fc.bias), its layers (layer 0
+    without input_layernorm), and with `embed` its own embed_tokens and lm_head. Linear weights
+    [out, in], fp32."""
+    rng = np.random.default_rng(seed)
+    hidden, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    head_dim = cfg.get("head_dim") or hidden // cfg["num_attention_heads"]
+    q, kv = cfg["num_attention_heads"] * head_dim, cfg["num_key_value_heads"] * head_dim
+
+    def w(*shape, scale=0.15):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    out = {"fc.weight": w(hidden, 2 * hidden)}
+    if fc_bias:
+        out["fc.bias"] = w(hidden)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        if i > 0:
+            out[p + "input_layernorm.weight"] = 1.0 + w(hidden, scale=0.2)
+        out[p + "post_attention_layernorm.weight"] = 1.0 + w(hidden, scale=0.2)
+        out[p + "self_attn.q_proj.weight"] = w(q, hidden)
+        out[p + "self_attn.k_proj.weight"] = w(kv, hidden)
+        out[p + "self_attn.v_proj.weight"] = w(kv, hidden)
+        out[p + "self_attn.o_proj.weight"] = w(hidden, q)
+        out[p + "mlp.gate_proj.weight"] = w(inter, hidden)
+        out[p + "mlp.up_proj.weight"] = w(inter, hidden)
+        out[p + "mlp.down_proj.weight"] = w(hidden, inter)
+    if embed:
+        out["embed_tokens.weight"] = w(cfg["vocab_size"], hidden, scale=1.0)
+        out["lm_head.weight"] = w(cfg["vocab_size"], hidden)
+    return out
+
+
+def make_tiny_eagle(
+    folder: str | Path,
+    target: str | Path,
+    seed: int = 5,
+    embed: bool = False,
+    fc_bias: bool = False,
+    **overrides,
+) -> Path:
+    """An EAGLE head for the tiny checkpoint in `target` (hidden and vocab sizes as the target's, unless
+    `overrides` change them), written in `folder`; returns the folder."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = json.loads((Path(target) / "config.json").read_text())
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": base["hidden_size"],
+        "vocab_size": base["vocab_size"],
+        "max_position_embeddings": base["max_position_embeddings"],
+        "rms_norm_eps": base["rms_norm_eps"],
+        "rope_theta": 50000.0,
+        "hidden_act": "silu",
+        **EAGLE_DIMS,
+        **overrides,
+    }
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file(tiny_eagle_tensors(cfg, seed, embed, fc_bias), str(folder / "model.safetensors"))
+    return folder
+
+
+def make_tiny_eagle3(
+    folder: str | Path,
+    target: str | Path,
+    seed: int = 8,
+    draft_vocab_size: int = 200,
+    embed: bool = False,
+    d2t: bool = True,
+    lm_head: bool = True,
+    **overrides,
+) -> Path:
+    """An EAGLE-3 head for the tiny checkpoint in `target`, in vLLM's Eagle3LlamaForCausalLM layout as
+    the yuhuili/EAGLE3-* heads name it: midlayer.* (q/k/v read 2H, a hidden_norm), fc [H, 3H], norm,
+    lm_head over `draft_vocab_size` ids, d2t (int64 offsets: draft id d is target id d + d2t[d], a
+    random sorted subset; without `d2t` the first ids) and t2d; without `lm_head` none (the target's
+    is used). `overrides`: config keys
+    (eagle_aux_hidden_state_layer_ids, norm_before_residual, ...)."""
+    from safetensors.numpy import save_file  # noqa: PLC0415
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = json.loads((Path(target) / "config.json").read_text())
+    hidden, vocab = base["hidden_size"], base["vocab_size"]
+    cfg = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "vocab_size": vocab,
+        "draft_vocab_size": draft_vocab_size,
+        "max_position_embeddings": base["max_position_embeddings"],
+        "rms_norm_eps": base["rms_norm_eps"],
+        "rope_theta": 50000.0,
+        "hidden_act": "silu",
+        **EAGLE_DIMS,
+        **overrides,
+    }
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, scale=0.15):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    head_dim = hidden // cfg["num_attention_heads"]
+    q, kv, inter = (
+        cfg["num_attention_heads"] * head_dim,
+        cfg["num_key_value_heads"] * head_dim,
+        cfg["intermediate_size"],
+    )
+    m = "midlayer."
+    tensors = {
+        "fc.weight": w(hidden, 3 * hidden),
+        "norm.weight": 1.0 + w(hidden, scale=0.2),
+        m + "hidden_norm.weight": 1.0 + w(hidden, scale=0.2),
+        m + "input_layernorm.weight": 1.0 + w(hidden, scale=0.2),
+        m + "post_attention_layernorm.weight": 1.0 + w(hidden, scale=0.2),
+        m + "self_attn.q_proj.weight": w(q, 2 * hidden),
+        m + "self_attn.k_proj.weight": w(kv, 2 * hidden),
+        m + "self_attn.v_proj.weight": w(kv, 2 * hidden),
+        m + "self_attn.o_proj.weight": w(hidden, q),
+        m + "mlp.gate_proj.weight": w(inter, hidden),
+        m + "mlp.up_proj.weight": w(inter, hidden),
+        m + "mlp.down_proj.weight": w(hidden, inter),
+    }
+    for i in range(1, cfg["num_hidden_layers"]):  # further layers: plain Llama layers, named layers.N
+        p = f"layers.{i}."
+        tensors[p + "input_layernorm.weight"] = 1.0 + w(hidden, scale=0.2)
+        tensors[p + "post_attention_layernorm.weight"] = 1.0 + w(hidden, scale=0.2)
+        for name, shape in (("q", (q, hidden)), ("k", (kv, hidden)), ("v", (kv, hidden)), ("o", (hidden, q))):
+            tensors[p + f"self_attn.{name}_proj.weight"] = w(*shape)
+        tensors[p + "mlp.gate_proj.weight"] = w(inter, hidden)
+        tensors[p + "mlp.up_proj.weight"] = w(inter, hidden)
+        tensors[p + "mlp.down_proj.weight"] = w(hidden, inter)
+    if lm_head:
+        tensors["lm_head.weight"] = w(draft_vocab_size, hidden)
+    if d2t:
+        ids = np.sort(rng.choice(vocab, draft_vocab_size, replace=False))
+        tensors["d2t"] = (ids - np.arange(draft_vocab_size)).astype(np.int64)
+        t2d = np.zeros(vocab, dtype=bool)
+        t2d[ids] = True
+        tensors["t2d"] = t2d
+    if embed:
+        tensors["embed_tokens.weight"] = w(vocab, hidden, scale=1.0)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder

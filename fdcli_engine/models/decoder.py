@@ -81,6 +81,8 @@ class DecoderForCausalLM:
         "post_attention_layernorm": ("post_attention_layernorm", None),
     }
     qk_norm = False
+    # Its forward runs decode_layers, which keeps the hidden states an EAGLE-3 head reads.
+    keeps_aux_hidden_states = True
 
     def qkv_bias(self, cfg: dict) -> bool:
         return bool(cfg.get("attention_bias", False))
@@ -225,13 +227,21 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
     projection): the packed stack where `model.decoder_stack` is set, else the per-op loop. Positions
     int64 [3, T] (M-RoPE tokens of an image) take the loop: the stack's rotary reads one position.
     With `meta.out` (runner/read_rows.py) the last layer computes only those rows past its cache write
-    and they are what is returned, unless the model cannot (tensor parallel, MoE layers)."""
+    and they are what is returned, unless the model cannot (tensor parallel, MoE layers).
+    With `model.aux_hidden_state_layers` (set by an EAGLE-3 proposer), the hidden states entering those
+    layers (embeddings for layer 0; layer n = len(layers): the last layer's output before the norm) are
+    left in `model.aux_hidden_states`, concatenated in layer order, every row (vLLM's auxiliary hidden
+    states; the proposer reads every row, so no `meta.out` applies); the per-op loop runs then."""
     if _runs_stack(model, positions):
         return _run_stack(model, hidden, positions, kv_caches, meta)
     out = meta.out if meta.out is not None and _computes_row_subsets(model) else None
     residual = None
     last = len(model.layers) - 1
+    aux_layers = getattr(model, "aux_hidden_state_layers", None)
+    aux = []
     for i, (layer, kv_cache) in enumerate(zip(model.layers, kv_caches, strict=True)):
+        if aux_layers and i in aux_layers:
+            aux.append(hidden if residual is None else hidden + residual)
         if residual is None:
             residual = hidden
             x = layer.input_layernorm(hidden)
@@ -245,15 +255,21 @@ def decode_layers(model, hidden, positions, kv_caches, meta) -> paddle.Tensor:
             residual = paddle.gather(residual, out.rows)
         x, residual = layer.post_attention_layernorm(hidden, residual)
         hidden = layer.mlp(x, rows_meta.prompt_rows)
+    if aux_layers:
+        if len(model.layers) in aux_layers:  # "after the last layer": its output before the norm
+            aux.append(hidden + residual)
+        model.aux_hidden_states = paddle.concat(aux, axis=-1)
     out_hidden, _ = model.norm(hidden, residual)
     return out_hidden
 
 
 def _runs_stack(model, positions) -> bool:
-    """Whether the packed stack runs this step's layers: packed, enabled, bound, one position a token."""
+    """Whether the packed stack runs this step's layers: packed, enabled, bound, one position a token,
+    no auxiliary hidden states to keep (the stack returns the last layer's alone)."""
     return (
         model.decoder_stack is not None
         and model.use_decoder_stack
+        and not getattr(model, "aux_hidden_state_layers", None)
         and ops.decoder_stack is not None
         and positions.ndim == 1
     )

@@ -144,6 +144,8 @@ class VisionTextMoE:
 
 
 class Ernie4_5_VLMoeForConditionalGeneration(Ernie4_5ForCausalLM):
+    keeps_aux_hidden_states = False  # its own layer loop (vision experts), not decode_layers
+
     def __init__(self, hf_config: dict, engine_config: ResolvedConfig):
         cfg = ernie_defaults(hf_config)
         if not isinstance(cfg.get("moe_intermediate_size"), list) or len(cfg["moe_intermediate_size"]) != 2:

@@ -43,7 +43,7 @@ class ProposeInputs:
 
 
 class Proposer:
-    """The interface; NgramProposer, DraftModelProposer and MTPProposer implement it."""
+    """The interface; NgramProposer, DraftModelProposer, MTPProposer and EagleProposer implement it."""
 
     # KV positions past the known tokens a proposer writes per request and step (0: no KV cache).
     num_lookahead_slots: int = 0
@@ -81,4 +81,8 @@ def make_proposer(config: ResolvedConfig, target_model) -> Proposer | None:
         from fdcli_engine.runner.mtp_proposer import MTPProposer
 
         return MTPProposer(config, target_model)
+    if spec.method in ("eagle", "eagle3"):
+        from fdcli_engine.runner.eagle_proposer import EagleProposer
+
+        return EagleProposer(config, target_model)
     raise ConfigError(f"speculative method {spec.method!r} has no proposer")

@@ -31,8 +31,16 @@ COMMANDS = {
 # (flag value, what its one error line says)
 BAD = [
     (
+        '{"method": "medusa"}',
+        "method 'medusa' is not supported: use ngram (or ngram_match), mtp, draft_model, eagle or eagle3",
+    ),
+    (
         '{"method": "eagle"}',
-        "method 'eagle' is not supported: use ngram (or ngram_match), mtp or draft_model",
+        'method eagle needs "model": the EAGLE head\'s path (e.g. "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"',
+    ),
+    (
+        '{"method": "eagle3"}',
+        'method eagle3 needs "model": the EAGLE head\'s path (e.g. "yuhuili/EAGLE3-LLaMA3',
     ),
     ('{"method": "ngram", "k": 3}', "--speculative-config: unknown key(s) k (fd reads method,"),
     ('{"method": "ngram"', "--speculative-config must be a JSON object: Expecting ',' delimiter"),

@@ -1,6 +1,7 @@
 """The spellings vLLM and FastDeploy users write in `--speculative-config` mean what they mean there:
-vLLM's `ernie_mtp` (its ERNIE-4.5 docs) and older `[ngram]` / `"model": "ngram"`, FastDeploy's
-`max_ngram_size` / `min_ngram_size` (its SpeculativeConfig's ngram keys) and `mtp_strategy`."""
+vLLM's `ernie_mtp` (its ERNIE-4.5 docs), `eagle` / `eagle3` with a head (its spec-decode docs) and
+older `[ngram]` / `"model": "ngram"`, FastDeploy's `max_ngram_size` / `min_ngram_size` (its
+SpeculativeConfig's ngram keys) and `mtp_strategy`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ def test_vllm_ernie_mtp_is_mtp():
         '{"method": "ernie_mtp", "model": "ERNIE-4.5-0.3B", "num_speculative_tokens": 1}'
     )
     assert (cfg.method, cfg.model, cfg.num_speculative_tokens) == ("mtp", "ERNIE-4.5-0.3B", 1)
+
+
+@pytest.mark.parametrize(
+    ("method", "head"),
+    [("eagle", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"), ("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")],
+)
+def test_vllm_eagle_launch_lines(method, head):
+    # vLLM's speculative decoding docs: `vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config
+    # '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3}'`.
+    cfg = parse_speculative_config(
+        f'{{"method": "{method}", "model": "{head}", "num_speculative_tokens": 3}}'
+    )
+    assert (cfg.method, cfg.model, cfg.num_speculative_tokens, cfg.uses_model) == (method, head, 3, True)
 
 
 @pytest.mark.parametrize("spec", [{"method": "[ngram]"}, {"model": "ngram"}, {"model": "[ngram]"}])
