@@ -149,6 +149,10 @@ class SpecLoop:
         return {rid: s.output for rid, s in self.seqs.items()}
 
 
+def paddle_ids(ids) -> paddle.Tensor:
+    return paddle.to_tensor(np.asarray(ids, dtype=np.int64))
+
+
 def plain_greedy(model, prompt: list[int], max_tokens: int, block_size: int = 4) -> list[int]:
     """The target's own greedy tokens, one token per step (the reference of the speculative runs)."""
     from tiny_models import PagedRunner  # noqa: PLC0415

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from ops_backend import switched_ops
-from proposer_loop import PROMPTS, SCENARIOS, SpecLoop, plain_greedy, run_scenario
+from proposer_loop import PROMPTS, SCENARIOS, SpecLoop, paddle_ids, plain_greedy, run_scenario
 from safetensors.numpy import load_file
 from tiny_models import load_hf_model, make_attention_metadata, make_tiny_checkpoint, make_tiny_eagle3
 
@@ -194,12 +194,6 @@ def test_eagle3_head_matches_vllm_structure(folders, head, backend):
     scored = np.isfinite(ref_logits)
     assert (np.isfinite(logits) == scored).all()
     np.testing.assert_allclose(logits[scored], ref_logits[scored], atol=ATOL)
-
-
-def paddle_ids(ids):
-    import paddle
-
-    return paddle.to_tensor(np.asarray(ids, dtype=np.int64))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from ops_backend import switched_ops
-from proposer_loop import PROMPTS, SCENARIOS, SpecLoop, plain_greedy, run_scenario
+from proposer_loop import PROMPTS, SCENARIOS, SpecLoop, paddle_ids, plain_greedy, run_scenario
 from safetensors.numpy import load_file, save_file
 from tiny_models import load_hf_model, make_attention_metadata, make_tiny_checkpoint, make_tiny_eagle
 
@@ -126,12 +126,6 @@ def test_eagle_head_matches_vllm_structure(folders, head, backend):
         paddle_ids(PROMPT[1:] + [first]), hidden, positions, proposer.kv_caches, meta
     )
     np.testing.assert_allclose(proposer.model.compute_logits(out).numpy(), ref_logits, atol=ATOL)
-
-
-def paddle_ids(ids):
-    import paddle
-
-    return paddle.to_tensor(np.asarray(ids, dtype=np.int64))
 
 
 @pytest.fixture(scope="module")

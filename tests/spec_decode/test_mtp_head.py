@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from ops_backend import switched_ops
-from proposer_loop import SpecLoop
+from proposer_loop import SpecLoop, paddle_ids
 from tiny_models import (
     load_hf_model,
     make_attention_metadata,
@@ -120,12 +120,6 @@ def test_mtp_head_matches_fastdeploy_structure(folders, backend):
     hidden = target.forward(paddle_ids(PROMPT), positions, loop.kv, meta)
     out = proposer.model.forward(ids, hidden, positions, proposer.kv_caches, meta)
     np.testing.assert_allclose(proposer.model.compute_logits(out).numpy(), ref_logits, atol=ATOL)
-
-
-def paddle_ids(ids):
-    import paddle
-
-    return paddle.to_tensor(np.asarray(ids, dtype=np.int64))
 
 
 def first_drafts(cfg) -> list[int]:
