@@ -112,17 +112,27 @@ class _StreamState:
     finished: bool = False
 
 
-def _chunk_text(obj: dict, chat: bool) -> str:
+def _chunk_text(obj: dict, chat: bool) -> str | None:
+    """The output text a chunk carries, "" for a token whose text the server holds back (part of a
+    character); None for a chunk that is no token's: usage only, the role-only opening delta, or an
+    empty one that ends the choice (OpenAI's closing chunk: its finish reason alone)."""
     choices = obj.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
-        return ""
+        return None
+    choice = choices[0]
     if chat:
-        delta = choices[0].get("delta") or {}
+        delta = choice.get("delta") or {}
         # Reasoning tokens are output tokens too (vLLM: reasoning_content; others: reasoning).
         parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
-        return "".join(p for p in parts if isinstance(p, str))
-    text = choices[0].get("text")
-    return text if isinstance(text, str) else ""
+        parts = [part for part in parts if isinstance(part, str)]
+        text = "".join(parts) if parts else None
+        opening = "role" in delta
+    else:
+        text = choice.get("text") if isinstance(choice.get("text"), str) else None
+        opening = False
+    if not text and (opening or choice.get("finish_reason")):
+        return None
+    return text
 
 
 def handle_event(data: str, state: _StreamState, record: RequestRecord, now: float, chat: bool) -> None:
@@ -138,8 +148,10 @@ def handle_event(data: str, state: _StreamState, record: RequestRecord, now: flo
     if obj.get("error"):
         err = obj["error"]
         raise StreamError(f"error in stream: {err.get('message', err) if isinstance(err, dict) else err}")
+    # Every token's chunk is an arrival, its text empty or not (vLLM's client counts each chunk with
+    # choices): skipping the empty ones would merge two steps into one inter-token gap.
     text = _chunk_text(obj, chat)
-    if text:
+    if text is not None:
         record.chunk_times.append(now)
         state.texts.append(text)
     choices = obj.get("choices") or []

@@ -36,6 +36,31 @@ def test_chat_reasoning_and_content_both_count_role_only_chunk_does_not():
     assert state.finished and not state.done
 
 
+def test_a_token_whose_text_is_held_back_is_an_arrival():
+    """A chunk with empty text and no finish reason is a token the server holds the text of (part of a
+    character): it arrives at its step, as vLLM's client counts it; skipping it made the next gap span
+    two steps. An empty chunk that ends the choice, or opens it with the role, is no token."""
+    events = [
+        '{"choices": [{"text": "a"}]}',
+        '{"choices": [{"text": ""}]}',
+        '{"choices": [{"text": "\u00e9b"}]}',
+        '{"choices": [{"text": "", "finish_reason": "length"}]}',
+        '{"choices": [], "usage": {"completion_tokens": 3}}',
+    ]
+    state, record = _feed(events)
+    assert record.chunk_times == [0.0, 1.0, 2.0] and state.texts == ["a", "", "\u00e9b"]
+    finalize_counts(record, state, SampleRequest("p", 5, 3), None)
+    assert record.chunk_tokens == [1, 1, 1]  # one token a chunk: exact per-token ITL
+    chat = [
+        '{"choices": [{"delta": {"role": "assistant", "content": ""}}]}',
+        '{"choices": [{"delta": {"content": "a"}}]}',
+        '{"choices": [{"delta": {"content": ""}}]}',
+        '{"choices": [{"delta": {}, "finish_reason": "stop"}]}',
+    ]
+    state, record = _feed(chat, chat=True)
+    assert record.chunk_times == [1.0, 2.0] and state.texts == ["a", ""]
+
+
 def test_error_object_and_non_object_json_are_stream_errors():
     with pytest.raises(StreamError, match="error in stream: bad"):
         _feed(['{"error": {"message": "bad"}}'])
