@@ -198,7 +198,9 @@ DtypeOpt = Annotated[
 ]
 ThreadsOpt = Annotated[
     Optional[int],
-    typer.Option("--threads", help="CPU threads. Default: all cores.", rich_help_panel=ENGINE_PANEL),
+    typer.Option(
+        "--threads", help="CPU threads. Default: the CPUs this process may use.", rich_help_panel=ENGINE_PANEL
+    ),
 ]
 QuantizationOpt = Annotated[
     Optional[str],

@@ -25,9 +25,16 @@ CORE_LOG = "workerlog.0"
 CONSOLE_LOGGER = "fd.console"
 
 
+def quiet_http_client() -> None:
+    """httpx logs every request at INFO; a heartbeat (POST /register every second) or a proxied call
+    would be a log line each. Its warnings still go out."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
 def configure_logging(fmt: str, file_name: str) -> Path | None:
     """INFO and above to stderr, plus FD_LOG_DIR/`file_name` when FD_LOG_DIR is set (returned)."""
     logging.basicConfig(level=logging.INFO, format=fmt)
+    quiet_http_client()
     root, console = logging.getLogger(), logging.getLogger(CONSOLE_LOGGER)
     console.propagate = False  # printed already; only the file gets them
     for logger in (root, console):  # a second call (tests start servers in-process) replaces the first

@@ -481,7 +481,9 @@ def serve(
         values["api_key"] = [values["api_key"]]
     if "api_key" in values:
         values["api_key"] = drop_empty_api_keys(values["api_key"])
-    if any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:]):
+    # Only a key that was typed shows in ps (an empty one asks for none; FD_API_KEY never shows).
+    typed = any(a == "--api-key" or a.startswith("--api-key=") for a in sys.argv[1:])
+    if typed and any(cli.get("api_key") or []):
         sys.stderr.write(
             "Warning: --api-key on the command line is visible to every user of this machine (ps); "
             "use --api-key-file or FD_API_KEY\n"

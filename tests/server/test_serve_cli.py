@@ -87,6 +87,14 @@ def test_api_key_on_the_command_line_warns(captured, monkeypatch):
     assert "visible to every user" in r.stderr and "--api-key-file" in r.stderr
 
 
+def test_empty_api_key_on_the_command_line_does_not_warn_of_ps(captured, monkeypatch):
+    """`--api-key ""` shows no secret in ps: the one line says the server needs no key."""
+    monkeypatch.setattr("sys.argv", ["fd", "serve", "--api-key", ""])
+    r = runner.invoke(app, ["serve", "--api-key", ""])
+    assert r.exit_code == 0 and captured[-1][1].api_keys == []
+    assert "visible to every user" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
 @pytest.mark.parametrize("content, needle", [(None, "cannot read"), ("# only a comment\n\n", "holds no key")])
 def test_bad_api_key_file_is_one_line(captured, tmp_path, content, needle):
     path = tmp_path / "keys"

@@ -5,6 +5,9 @@ and streamed, or a one-line refusal naming the closest fd parser."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 
 import pytest
 from parser_streams import cuts as _cuts
@@ -508,3 +511,30 @@ def test_streamed_arrays_send_arguments_before_the_array_closes():
     sent = [splitter.feed(p, final=i == len(pieces) - 1).call_deltas for i, p in enumerate(pieces)]
     assert sent[0] == [] and sent[1][0].function["name"] == "get_weather"
     assert "".join(d.function["arguments"] for d in sent[3]) == '{"city": "Boston"}'
+
+
+@pytest.mark.parametrize("flag", ["--tool-call-parser", "--reasoning-parser"])
+def test_fd_serve_refuses_a_parser_before_reading_the_model(flag, tmp_path):
+    """A bad parser name is an option value: refused before the model is looked for or read (reading a
+    GGUF's metadata alone takes seconds), as README says of every value."""
+    with socket.socket() as s:  # a free port, in case the port were bound first
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fdcli.main",
+            "serve",
+            str(tmp_path / "no-such-model"),
+            flag,
+            "ernie45",
+            "--port",
+            port,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"Error: {flag} 'ernie45'"), r.stderr

@@ -249,6 +249,9 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
     """Blocking entry point of `fd serve`. Raises ConfigError (port in use, bad option) before serving.
     An EngineConfig is resolved here, once; a ResolvedConfig (a stub core's) is used as given."""
     configure_logging("%(asctime)s fd %(levelname)s %(message)s", SERVER_LOG)
+    # Option values first: a bad parser is refused before the model is looked for or read.
+    args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
+    check_serving_options(args.serving)
     if isinstance(engine_config, EngineConfig) and (engine_config.nnodes > 1 or engine_config.ips):
         engine_config = resolve_config(engine_config)  # which node this is decides what it runs
         if engine_config.node_rank > 0:
@@ -267,8 +270,6 @@ def run_server(engine_config: EngineConfig | ResolvedConfig, args: ServerArgs, *
                 "--distributed-executor-backend ray is for fd run-batch; fd serve runs its engines as "
                 "processes on this machine (mp)"
             )
-        args.serving = replace(args.serving, chat_template=load_chat_template(args.serving.chat_template))
-        check_serving_options(args.serving)  # a bad parser: ConfigError now, not at a request
         fit_open_files(args.max_connections + (args.max_connections if metrics_sock else 0))
         placement = front_end_placement(engine_config.num_threads)
         with event_loop_runner() as runner:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from fdcli_engine.entrypoints.listen_socket import bind_socket
+from fdcli_engine.log_files import quiet_http_client
 
 
 def run_router(host: str, port: int, max_local_prefill_length: int = 0, register_token: str = "") -> int:
@@ -13,7 +14,7 @@ def run_router(host: str, port: int, max_local_prefill_length: int = 0, register
     from fdcli_engine.entrypoints.router.app import build_router_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fd router %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per proxied call is noise
+    quiet_http_client()
     sock = bind_socket(host, port)
     config = uvicorn.Config(
         build_router_app(max_local_prefill_length=max_local_prefill_length, register_token=register_token),
