@@ -27,17 +27,14 @@ class PromptTokenSources:
         self.local_compute = 0
         self.local_cache_hit = 0
         self.external_kv_transfer = 0
-        self.cached = 0
         self.recomputed = 0
 
     def record(self, num_prompt: int, num_hit: int, num_loaded: int, num_recomputed: int) -> None:
         """One prompt's first admission: `num_hit` tokens from the prefix cache, `num_loaded` from a KV
         connector, `num_recomputed` of the cached ones computed again."""
-        cached = num_hit + num_loaded
-        self.local_compute += num_prompt - cached
+        self.local_compute += num_prompt - num_hit - num_loaded
         self.local_cache_hit += num_hit + num_recomputed
         self.external_kv_transfer += num_loaded
-        self.cached += cached
         self.recomputed += num_recomputed
 
     def as_dict(self) -> dict:
@@ -45,7 +42,8 @@ class PromptTokenSources:
             "prompt_tokens_local_compute": self.local_compute,
             "prompt_tokens_local_cache_hit": self.local_cache_hit,
             "prompt_tokens_external_kv_transfer": self.external_kv_transfer,
-            "prompt_tokens_cached": self.cached,
+            # The module docstring's second identity.
+            "prompt_tokens_cached": self.local_cache_hit + self.external_kv_transfer - self.recomputed,
             "prompt_tokens_recomputed": self.recomputed,
         }
 
