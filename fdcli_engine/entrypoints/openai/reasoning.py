@@ -24,9 +24,7 @@ def reasoning_markers(
     (reasoning_budget.markers_for_prompt); None without a parser or when no reasoning is coming."""
     if parser_cls is None:
         return None
-    tags = parser_cls.tags() if hasattr(parser_cls, "tags") else (START, END)  # ERNIE's use <think>
-    starts_inside = getattr(parser_cls, "starts_in_reasoning", False)
-    return markers_for_prompt(encode, prompt, template, starts_inside, tags)
+    return markers_for_prompt(encode, prompt, template, parser_cls.starts_in_reasoning, parser_cls.tags())
 
 
 def check_budget_has_parser(req, parser_cls) -> None:

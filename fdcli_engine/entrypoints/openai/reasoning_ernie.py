@@ -44,6 +44,15 @@ def _response_of(rest: str) -> str:
 
 
 class ErnieX1ReasoningParser:
+    # The attributes every reasoning parser class has (reasoning.ThinkParser's): its block is <think>'s,
+    # and the prompt, not the parser, says whether the output starts inside it.
+    starts_in_reasoning = False
+    keeps_special_tokens = False
+
+    @classmethod
+    def tags(cls) -> tuple[str, str]:
+        return THINK_START, THINK_END
+
     def __init__(self) -> None:
         self._text = ""
         self._sent_reasoning = 0

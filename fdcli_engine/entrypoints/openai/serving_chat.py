@@ -329,7 +329,7 @@ class OpenAIServingChat:
             # mark a tool call's tags special (Mistral's [TOOL_CALLS], Jamba's <tool_calls>, Hermes
             # models' <tool_call>) and the parser must see them.
             params.skip_special_tokens = False
-        if getattr(self.reasoning_parser_cls, "keeps_special_tokens", False):
+        if self.reasoning_parser_cls is not None and self.reasoning_parser_cls.keeps_special_tokens:
             # The reasoning tags are special tokens (Mistral's [THINK]): decoding must keep them for
             # the parser to split the reasoning out.
             params.skip_special_tokens = False

@@ -189,7 +189,7 @@ class OutputSplitter:
         self.reasoning_parser_cls = reasoning_parser_cls
         self.tool_parser = tool_parser
         self.parallel_tool_calls = parallel_tool_calls
-        own_tags = reasoning_parser_cls.tags() if hasattr(reasoning_parser_cls, "tags") else ()
+        own_tags = reasoning_parser_cls.tags() if reasoning_parser_cls is not None else ()
         self._tags = _REASONING_TAGS + own_tags + (tuple(tool_parser.tags) if tool_parser else ())
         self._text = ""
         self._sent_reasoning = 0
